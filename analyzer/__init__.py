@@ -1,0 +1,1 @@
+"""diagnose: names the bottleneck of an AI inference service."""

@@ -1,0 +1,111 @@
+"""Classify a sampled Python stack into what the service was doing.
+
+The table ``PATTERNS`` is the whole knowledge: each row names an activity, a regular expression
+on the frame's file path and one on its function name. It is documented in docs/activities.md
+and meant to be extended: add a row, add a test case.
+
+How a stack is classified:
+1. If any frame is graph compilation (dynamo tracing, AOT autograd, inductor lowering/codegen,
+   triton, TensorRT builders) the sample is ``compile``: compiling is on the stack of whatever
+   triggered it, so no other frame may claim it.
+2. Otherwise walk from the leaf (innermost frame) towards the root; the first frame that matches
+   a row decides. Leaf first, because the innermost library call says what the CPU is doing: a
+   user function ``decode_step`` that calls the model is ``forward`` (torch is innermost), while
+   a user function ``preprocess`` that loops in pure Python is ``preprocess`` (its own name).
+3. No row matched: ``other``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Activity(str, Enum):
+    PREPROCESS = "preprocess"  # pre/post-processing: decode, resize, normalise, tokenise, audio
+    FORWARD = "forward"  # the model's forward pass (framework ops, compiled graphs)
+    COMPILE = "compile"  # graph compilation and engine builds
+    COPY_SYNC = "copy_sync"  # host↔device copies and synchronisation
+    SERIALIZE = "serialize"  # json, pydantic, protobuf, base64, msgpack, pickle
+    SERVER = "server"  # HTTP server, framework routing, sockets, event loop
+    WAITING = "waiting"  # locks, queues, sleeps, selectors (active while spinning)
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    activity: Activity
+    file: str  # regex searched in the frame's file path ("" = any)
+    function: str  # regex searched in the function name ("" = any)
+    note: str
+
+
+_COMPILE_FILES = (
+    r"torch/_dynamo/(convert_frame|symbolic_convert|output_graph|bytecode_transformation|variables/"
+    r"|guards|backends/)"
+    r"|torch/_inductor/(compile_fx|graph|lowering|scheduler|codegen/|codecache|select_algorithm"
+    r"|async_compile|ir|fx_passes/|decomposition|pattern_matcher|compile_worker/|kernel/)"
+    r"|torch/_functorch/(aot_autograd|_aot_autograd/|partitioners)"
+    r"|torch/fx/experimental/(proxy_tensor|symbolic_shapes)"
+    r"|torch/_subclasses/fake_tensor|torch/export/"
+    r"|triton/(compiler|runtime/jit)|tensorrt/|torch_tensorrt/|onnxruntime/.*(build|session_options)"
+)
+
+COMPILE = Pattern(Activity.COMPILE, _COMPILE_FILES, "", "torch.compile / triton / TensorRT compilation")
+
+# Order matters within one frame: the first row that matches the frame wins, so library files
+# (PIL, torch) are claimed before the name patterns (torch's F.normalize is the model's).
+PATTERNS: tuple[Pattern, ...] = (
+    # host↔device copies and syncs
+    Pattern(Activity.COPY_SYNC, r"torch/cuda/(__init__|streams)", r"synchronize|wait", "CUDA sync"),
+    Pattern(Activity.COPY_SYNC, r"", r"^(cuda|cpu|to|item|tolist|pin_memory|numpy)$", "tensor moves"),
+    # serialisation
+    Pattern(Activity.SERIALIZE, r"(^|/)json/|orjson|ujson|simplejson|msgspec", r"", "JSON"),
+    Pattern(Activity.SERIALIZE, r"pydantic|google/protobuf|/grpc/_|msgpack|(^|/)base64\.py|(^|/)pickle\.py"
+            r"|safetensors", r"", "schemas, protobuf, base64, pickle"),
+    # pre/post-processing libraries
+    Pattern(Activity.PREPROCESS, r"(^|/)PIL/|cv2|torchvision/(transforms|io)|albumentations|skimage"
+            r"|imageio|simplejpeg|turbojpeg", r"", "image decode/resize/transform"),
+    Pattern(Activity.PREPROCESS, r"tokenizers|transformers/tokenization|sentencepiece|tiktoken|"
+            r"transformers/(image_processing|feature_extraction|processing)_", r"", "tokenisers, processors"),
+    Pattern(Activity.PREPROCESS, r"librosa|soundfile|torchaudio|audioread|scipy/signal", r"", "audio"),
+    Pattern(Activity.PREPROCESS, r"(^|/)numpy/", r"", "numpy array work outside the model"),
+    # the model
+    Pattern(Activity.FORWARD, r"torch/(nn|_tensor|functional|_ops|_refs|_decomp|overrides|amp)|"
+            r"torchinductor_|torch/_inductor/(output_code|runtime)|torch/_dynamo/eval_frame|"
+            r"transformers/(models|modeling_)|vllm/(model_executor|attention|worker|v1/worker)|"
+            r"sglang/srt/(models|layers|model_executor)|onnxruntime|tensorrt_llm|flash_attn|xformers|"
+            r"timm/|ultralytics/nn|diffusers/models", r"", "framework ops and model code"),
+    Pattern(Activity.PREPROCESS, r"", r"(?i)pre_?process|post_?process|decode_(image|jpeg|audio)|resize|"
+            r"normali[sz]e|tokeni[sz]e|detokeni[sz]e|transform|augment|letterbox|nms|to_tensor", "by name"),
+    Pattern(Activity.FORWARD, r"", r"^(forward|_call_impl|_wrapped_call_impl|generate|__call__)$", "by name"),
+    # server, network, event loop
+    Pattern(Activity.SERVER, r"(^|/)(http/|socketserver|socket\.py|ssl\.py|asyncio/|selectors\.py)|"
+            r"uvicorn|starlette|fastapi|aiohttp|gunicorn|uvloop|h11|httptools|flask|werkzeug|"
+            r"tornado|litserve|ray/serve|grpc", r"", "HTTP server, routing, sockets"),
+    # waiting (active samples: spinning, or a lock just released)
+    Pattern(Activity.WAITING, r"(^|/)(threading|queue|multiprocessing/(connection|queues|synchronize))\.py|"
+            r"concurrent/futures", r"wait|get|acquire|join|recv|poll|select|sleep|_wait_for", "locks, queues"),
+    Pattern(Activity.WAITING, r"", r"^(sleep|select|poll|epoll|accept|recv|wait)$", "blocking calls by name"),
+)
+
+_COMPILED = [(p, re.compile(p.file) if p.file else None, re.compile(p.function) if p.function else None)
+             for p in PATTERNS]
+_COMPILE_RX = re.compile(COMPILE.file)
+
+
+def classify(frames: Sequence[tuple[str, str]]) -> Activity:
+    """Classify a stack given as (function, file) pairs, root first."""
+    for _, file in frames:
+        if _COMPILE_RX.search(file):
+            return Activity.COMPILE
+    for function, file in reversed(frames):
+        for pat, frx, fnrx in _COMPILED:
+            if frx is not None and not frx.search(file):
+                continue
+            if fnrx is not None and not fnrx.search(function):
+                continue
+            return pat.activity
+    return Activity.OTHER

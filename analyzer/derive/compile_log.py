@@ -1,0 +1,9 @@
+"""Text source: compile_log (to be written)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def sources() -> list[Any]:
+    return []

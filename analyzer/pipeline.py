@@ -1,0 +1,94 @@
+"""record → derive → judge: turn sessions and loose files into one ``Diagnosis``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from analyzer import loose
+from analyzer.derive import session as session_derive
+from analyzer.errors import InputError
+from analyzer.model import (
+    Capture,
+    Diagnosis,
+    EvidenceSet,
+    InputRecord,
+    Session,
+    Target,
+    Window,
+)
+from rules.engine import run_rules
+
+MANIFEST = "manifest.json"
+
+
+def judge(
+    evidence: EvidenceSet,
+    *,
+    inputs: Iterable[InputRecord] = (),
+    captures: Iterable[Capture] = (),
+    target: Target | None = None,
+    window: Window | None = None,
+    config: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Diagnosis:
+    findings, skipped = run_rules(evidence, config)
+    return Diagnosis(
+        findings=findings,
+        skipped=skipped,
+        inputs=tuple(inputs),
+        captures=tuple(captures),
+        target=target,
+        window=window,
+        evidence=tuple(evidence),
+    )
+
+
+def is_session(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def load_session(path: str) -> Session:
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as fh:
+            doc = json.load(fh)
+        return Session.from_manifest(path, doc)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"{path} is not a readable diagnose session ({exc}).",
+            "Pass the folder that `diagnose attach` wrote (it holds manifest.json).",
+        ) from exc
+
+
+def analyze(
+    paths: Sequence[str], config: Mapping[str, Mapping[str, Any]] | None = None
+) -> Diagnosis:
+    """Diagnose sessions and loose evidence files (``-`` reads stdin) together."""
+    evidence = EvidenceSet()
+    inputs: list[InputRecord] = []
+    captures: list[Capture] = []
+    target: Target | None = None
+    window: Window | None = None
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            if not is_session(path):
+                raise InputError(
+                    f"{path} is a folder without a manifest.json, so it is not a diagnose session.",
+                    "Pass a session folder written by `diagnose attach`, or the evidence files themselves.",
+                )
+            session = load_session(path)
+            target = target or session.target
+            window = window or session.window
+            captures.extend(session.captures)
+            derived = session_derive.derive(session)
+            evidence = evidence.merged(derived.evidence)
+            inputs.extend(derived.inputs)
+            continue
+        if path != "-" and not os.path.exists(path):
+            raise InputError(f"{path} does not exist.", "Check the path; use - to read evidence from stdin.")
+        result = loose.analyze_path(path)
+        evidence = evidence.merged(EvidenceSet(result.evidence))
+        inputs.extend(result.inputs)
+    return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
+

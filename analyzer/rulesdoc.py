@@ -1,0 +1,101 @@
+"""Rule pages from the rules' docstrings: the catalogue, one page per rule, docs/rules/*.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import sys
+
+from analyzer.errors import DiagnoseError
+from rules.base import Rule
+from rules.registry import RULES, lookup
+
+SECTIONS = ("What it detects", "Why it matters", "How it decides", "Evidence", "Fix", "False positives")
+
+
+def sections(rule: type[Rule]) -> dict[str, str]:
+    """The fixed sections of a rule's docstring, by heading."""
+    doc = inspect.cleandoc(rule.__doc__ or "")
+    out: dict[str, str] = {"summary": doc.split("\n\n", 1)[0].strip()}
+    current = ""
+    for para in doc.split("\n\n")[1:]:
+        head, sep, rest = para.partition(":")
+        if sep and head.strip() in SECTIONS:
+            current = head.strip()
+            out[current] = " ".join(rest.split())
+        elif current:
+            out[current] += "\n\n" + " ".join(para.split())
+    return out
+
+
+def thresholds_table(rule: type[Rule]) -> list[tuple[str, object, str]]:
+    """(name, default, why) for each threshold; the why is the field's trailing comment."""
+    src = inspect.getsource(rule.Thresholds)
+    why: dict[str, str] = {}
+    for line in src.splitlines():
+        name, _, rest = line.strip().partition(":")
+        if "#" in rest:
+            why[name.strip()] = rest.split("#", 1)[1].strip()
+    return [(f.name, f.default, why.get(f.name, "")) for f in dataclasses.fields(rule.Thresholds)]
+
+
+def page(rule: type[Rule]) -> str:
+    s = sections(rule)
+    lines = [f"# {rule.code} {rule.name}", "", s["summary"], "",
+             f"- category: `{rule.category.value}`",
+             f"- requires: {', '.join(f'`{k}`' for k in rule.requires) or '—'}"]
+    if rule.requires_any:
+        lines.append("- requires one of: " + "; ".join(" + ".join(f"`{k}`" for k in g) for g in rule.requires_any))
+    lines.append(f"- optional: {', '.join(f'`{k}`' for k in rule.optional) or '—'}")
+    for head in SECTIONS:
+        lines += ["", f"## {head}", "", s.get(head, "(not documented)")]
+    lines += ["", "## Thresholds", "", f"Override in `pyproject.toml` under `[tool.diagnose.rules.{rule.code}]`.",
+              "", "| name | default | why |", "|---|---|---|"]
+    for name, default, why in thresholds_table(rule):
+        lines.append(f"| `{name}` | {default} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(folder: str) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    index = ["# Rules", "", "| code | name | category | summary |", "|---|---|---|---|"]
+    for r in RULES:
+        path = os.path.join(folder, f"{r.code}.md")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(page(r))
+        written.append(path)
+        index.append(f"| [{r.code}]({r.code}.md) | {r.name} | `{r.category.value}` | {sections(r)['summary']} |")
+    with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(index) + "\n")
+    return written
+
+
+def print_rules(code: str | None, fmt: str) -> int:
+    if code:
+        rule = lookup(code)
+        if rule is None:
+            raise DiagnoseError(f"there is no rule {code!r}.", "Run `diagnose rules` for the list.")
+        if fmt == "json":
+            print(json.dumps({"code": rule.code, "name": rule.name, "category": rule.category.value,
+                              "requires": list(rule.requires), "optional": list(rule.optional),
+                              "sections": sections(rule),
+                              "thresholds": [{"name": n, "default": d, "why": w}
+                                             for n, d, w in thresholds_table(rule)]}, indent=2))
+        else:
+            sys.stdout.write(page(rule))
+        return 0
+    if fmt == "json":
+        print(json.dumps([{"code": r.code, "name": r.name, "category": r.category.value,
+                           "summary": sections(r)["summary"]} for r in RULES], indent=2))
+        return 0
+    for r in RULES:
+        print(f"{r.code}  {r.name:<32} {r.category.value:<24} {sections(r)['summary']}")
+    return 0
+
+
+if __name__ == "__main__":
+    for p in write_docs(sys.argv[1] if len(sys.argv) > 1 else "docs/rules"):
+        print(p)

@@ -1,0 +1,89 @@
+"""Line hygiene for real-world logs: split glued lines, strip container prefixes, stream.
+
+Logs pasted from incidents are messy: progress bars glue several records onto one line,
+``docker compose`` prefixes every line with ``vllm  | ``, vLLM V1 adds ``(APIServer pid=…)`` or
+``(EngineCore_DP0 pid=…)``, torchrun adds ``[rank0]:``. Every parser reads the lines this module
+yields, so each one sees clean records. Reading is streamed in bounded chunks: a multi-GB log is
+never held in memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_CHARS = 64 * 1024  # a longer "line" (binary junk, minified JSON) is cut, not buffered forever
+
+# A log-level token that starts a new record when glued after other text, e.g.
+# "...100%|██████| INFO 03-18 12:34:52 llm_engine.py:706] ..." or "...]WARNING 2024-…".
+_GLUED = re.compile(
+    r"(?<=\S)(?<!\[)\s*(?=(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}\b)"
+    r"|(?<=\S)\s+(?=\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[^\]]*\]\s)"
+    r"|\r"
+)
+_PREFIXES = (
+    re.compile(r"^[\w.-]{1,64}\s{1,32}\|\s?"),  # docker compose: "vllm-1  | "
+    re.compile(r"^\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker\w*|RayWorkerWrapper)\s+pid=\d+\)\s*"),
+    re.compile(r"^\[rank\d+\]:\s*"),
+    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"),  # ISO
+    re.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"),  # syslog
+)
+
+
+def strip_prefixes(line: str) -> str:
+    """Remove container, process and rank prefixes (repeatedly: they nest)."""
+    for _ in range(4):
+        before = line
+        for rx in _PREFIXES:
+            line = rx.sub("", line, count=1)
+        if line == before:
+            break
+    return line
+
+
+def split_glued(line: str) -> list[str]:
+    """Split a physical line into records at glued log-level tokens and carriage returns."""
+    parts = [p for p in _GLUED.split(line) if p and p.strip()]
+    return parts or [line]
+
+
+def clean_lines(raw_lines: Iterable[str]) -> Iterator[str]:
+    """Yield cleaned records from raw physical lines."""
+    for raw in raw_lines:
+        if len(raw) > MAX_LINE_CHARS:
+            raw = raw[:MAX_LINE_CHARS]
+        raw = raw.rstrip("\n")
+        for part in split_glued(raw):
+            yield strip_prefixes(part).rstrip()
+
+
+def iter_text_lines(stream: BinaryIO) -> Iterator[str]:
+    """Decode a byte stream line by line (UTF-8, bad bytes replaced) in bounded memory."""
+    pending = b""
+    while True:
+        chunk = stream.read(CHUNK_BYTES)
+        if not chunk:
+            break
+        pending += chunk
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        if len(pending) > MAX_LINE_CHARS * 4:  # a line with no end: cut it
+            lines.append(pending[: MAX_LINE_CHARS])
+            pending = b""
+        for ln in lines:
+            yield ln.decode("utf-8", errors="replace")
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+def looks_binary(head: bytes) -> bool:
+    """True for content that is not text (NUL bytes or mostly control characters)."""
+    if not head:
+        return False
+    if b"\x00" in head[:8192]:
+        return True
+    sample = head[:8192]
+    ctrl = sum(1 for b in sample if b < 9 or 13 < b < 32)
+    return ctrl / len(sample) > 0.1

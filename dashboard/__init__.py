@@ -1,0 +1,1 @@
+"""The interactive Streamlit report (a later issue)."""

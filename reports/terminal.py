@@ -1,0 +1,97 @@
+"""The terminal report (rich): the verdict first, then the other findings, then what was skipped."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from analyzer.model import Diagnosis, Evidence, Finding, Severity
+
+_SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
+              Severity.INFO: "cyan"}
+
+
+def _fmt_value(ev: Evidence) -> str:
+    v = ev.value
+    if isinstance(v, float):
+        if ev.unit == "ratio":
+            return f"{100 * v:.1f} %"
+        return f"{v:,.3g} {ev.unit}".strip()
+    if isinstance(v, int) and not isinstance(v, bool):
+        if ev.unit == "bytes":
+            return f"{v / 2**30:.2f} GiB" if v >= 2**30 else f"{v / 2**20:.1f} MiB"
+        return f"{v:,} {ev.unit}".strip()
+    if isinstance(v, list):
+        return f"[{len(v)} rows]"
+    return f"{v} {ev.unit}".strip()
+
+
+def _finding_block(f: Finding, primary: bool) -> Panel:
+    body = Text()
+    body.append(f.message + "\n")
+    if f.why:
+        body.append("\n" + f.why + "\n", style="dim")
+    scalar = [e for e in f.evidence if not isinstance(e.value, list | dict)]
+    if scalar:
+        body.append("\nEvidence\n", style="bold")
+        for e in scalar:
+            body.append(f"  {e.key} = {_fmt_value(e)}  ", style="")
+            body.append(f"({e.source})\n", style="dim")
+    if f.fixes:
+        body.append("\nFix\n", style="bold")
+        for fix in f.fixes:
+            body.append(f"  • {fix.summary}", style="green")
+            body.append(f"  [{fix.risk.value}]\n", style="dim")
+            for step in fix.steps:
+                body.append(f"      - {step}\n")
+    head = f"{'PRIMARY: ' if primary else ''}{f.category.value} — {f.title}"
+    sub = f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · impact {100 * f.impact:.0f} %"
+    return Panel(body, title=head, subtitle=sub, border_style=_SEV_STYLE[f.severity], title_align="left")
+
+
+def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None = None) -> None:
+    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
+    target = diagnosis.target
+    if target:
+        window = f", {diagnosis.window.seconds:.1f} s window" if diagnosis.window else ""
+        console.print(f"[bold]diagnose[/bold] pid {target.pid} ({' '.join(target.cmdline)[:80]}){window}")
+    primary = diagnosis.primary
+    if primary is None:
+        console.print(Panel("No significant bottleneck found in the evidence given.",
+                            title="Verdict", border_style="green", title_align="left"))
+    else:
+        console.print(f"[bold]Verdict:[/bold] the bottleneck is [bold red]{primary.value}[/bold red]")
+    first = True
+    for f in diagnosis.findings:
+        console.print(_finding_block(f, primary is not None and first and f.severity is not Severity.INFO))
+        first = False
+    partial = [c for c in diagnosis.captures if c.status.value != "ok"]
+    if partial:
+        table = Table(title="Captures not complete", title_justify="left", show_lines=False)
+        table.add_column("collector")
+        table.add_column("status")
+        table.add_column("reason")
+        table.add_column("remedy")
+        for c in partial:
+            table.add_row(c.collector, c.status.value, c.reason, c.remedy)
+        console.print(table)
+    bad_inputs = [i for i in diagnosis.inputs if i.status != "ok"]
+    if bad_inputs:
+        table = Table(title="Inputs", title_justify="left")
+        table.add_column("input")
+        table.add_column("status")
+        table.add_column("reason")
+        for i in bad_inputs:
+            table.add_row(i.path, i.status, i.reason)
+        console.print(table)
+    if diagnosis.skipped:
+        table = Table(title="Rules skipped (not enough evidence)", title_justify="left")
+        table.add_column("rule")
+        table.add_column("why")
+        for s in diagnosis.skipped:
+            table.add_row(s.code, s.reason)
+        console.print(table)

@@ -1,0 +1,128 @@
+"""What a rule is: a code, a category, the evidence keys it reads, thresholds, and a pure check.
+
+A rule never prints, plots or touches a process. ``check`` receives an ``EvidenceSet`` in which
+every key of ``requires`` is present (the engine skips the rule with the reason otherwise) and
+returns a ``Finding`` or None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
+
+from analyzer.model import (
+    Category,
+    Confidence,
+    Evidence,
+    EvidenceSet,
+    Finding,
+    Fix,
+    Severity,
+)
+
+
+class Thresholds(Protocol):
+    """A frozen dataclass of numbers, each field documented with why it has that value."""
+
+
+class Rule:
+    """Base class of every rule; subclasses set the class attributes and implement ``check``."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    category: ClassVar[Category]
+    requires: ClassVar[tuple[str, ...]]
+    optional: ClassVar[tuple[str, ...]] = ()
+    # any one of these groups is enough (for rules that can decide from several sources);
+    # when set, ``requires`` lists the keys every group needs in common (may be empty).
+    requires_any: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    Thresholds: ClassVar[type[Any]]
+
+    def check(self, ev: EvidenceSet, t: Any) -> Finding | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- helpers shared by the rules -------------------------------------------------------
+
+    @classmethod
+    def thresholds(cls, overrides: Mapping[str, Any] | None = None) -> Any:
+        """Default thresholds, with fields overridden from ``[tool.diagnose.rules.CODE]``."""
+        base = cls.Thresholds()
+        if not overrides:
+            return base
+        names = {f.name for f in dataclasses.fields(base)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(f"{cls.code}: unknown threshold(s) {', '.join(unknown)}")
+        return dataclasses.replace(base, **{k: type(getattr(base, k))(v) for k, v in overrides.items()})
+
+    @classmethod
+    def missing_reason(cls, ev: EvidenceSet) -> str | None:
+        """Why this rule cannot judge, or None when its required evidence is present."""
+        for key in cls.requires:
+            got = ev.get(key)
+            if not isinstance(got, Evidence):
+                return f"needs `{key}`: {got.reason}"
+        if cls.requires_any:
+            for group in cls.requires_any:
+                if all(isinstance(ev.get(k), Evidence) for k in group):
+                    return None
+            wanted = " or ".join("+".join(f"`{k}`" for k in g) for g in cls.requires_any)
+            return f"needs {wanted}: none was measured"
+        return None
+
+    def finding(
+        self,
+        *,
+        severity: Severity,
+        confidence: Confidence,
+        title: str,
+        message: str,
+        impact: float,
+        evidence: list[Evidence],
+        fixes: list[Fix],
+        why: str = "",
+    ) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            category=self.category,
+            severity=severity,
+            confidence=confidence,
+            title=title,
+            message=message,
+            impact=max(0.0, min(1.0, impact)),
+            evidence=tuple(evidence),
+            fixes=tuple(fixes),
+            why=why,
+        )
+
+
+def severity_for(impact: float, critical: float = 0.6, major: float = 0.3) -> Severity:
+    """Severity from the estimated share of the problem a finding explains."""
+    if impact >= critical:
+        return Severity.CRITICAL
+    if impact >= major:
+        return Severity.MAJOR
+    return Severity.MINOR
+
+
+def present(ev: EvidenceSet, *keys: str) -> list[Evidence]:
+    """The evidence items among ``keys`` that exist, in order (for a finding's evidence list)."""
+    out: list[Evidence] = []
+    for k in keys:
+        got = ev.get(k)
+        if isinstance(got, Evidence):
+            out.append(got)
+    return out
+
+
+def bar(share: float, width: int = 30) -> str:
+    """An ASCII bar for a 0..1 share, for the 'why' pictures."""
+    share = max(0.0, min(1.0, share))
+    n = round(share * width)
+    return "#" * n + "." * (width - n)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f} %"

@@ -1,0 +1,179 @@
+"""CPU-side work in the request path: pre/post-processing and serialisation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk
+from rules.base import Rule, bar, pct, present, severity_for
+
+
+def _top_list(ev: EvidenceSet, key: str, n: int = 3) -> str:
+    got = ev.get(key)
+    if not isinstance(got, Evidence) or not isinstance(got.value, list) or not got.value:
+        return ""
+    items = []
+    for item in got.value[:n]:
+        if isinstance(item, dict):
+            items.append(f"{item.get('function', '?')} {pct(float(item.get('share', 0.0)))}")
+        else:
+            items.append(str(item))
+    return "; ".join(items)
+
+
+def _confidence(ev: EvidenceSet, min_samples: float) -> Confidence:
+    samples = ev.value("cpu.active_samples", 0.0) or 0.0
+    return Confidence.MEASURED if samples >= min_samples else Confidence.THIN
+
+
+class CpuPreprocessing(Rule):
+    """CPU pre/post-processing dominates the busy request path.
+
+    What it detects: the service's Python threads spend most of their *active* time decoding,
+    resizing, normalising, tokenising or otherwise preparing inputs (or post-processing outputs)
+    rather than running the model, while the service is busy.
+
+    Why it matters: pre-processing on the CPU serialises behind the GIL and starves the model
+    (on a GPU box, utilisation sits at 30-50 %); adding GPU capacity changes nothing.
+
+    How it decides: ``cpu.preprocess_share`` (share of active py-spy samples classified as
+    pre/post-processing, idle samples excluded) is at least ``min_share`` and the service is busy:
+    ``workers.active_mean`` (Python threads running on average) is at least ``min_active``.
+    The estimated impact is the share itself: the part of the busy time a fix can remove.
+
+    Evidence: cpu.preprocess_share, workers.active_mean; optionally cpu.top.preprocess,
+    cpu.forward_share, proc.cpu_cores_used, cpu.active_samples.
+
+    Fix: move decode/resize/normalise off the request thread (a process pool or DataLoader
+    workers), onto the GPU (torchvision.io.decode_jpeg(device="cuda"), NVIDIA DALI), or
+    into a faster library (pillow-simd, OpenCV, a fused Triton kernel); batch it; cache it.
+
+    False positives: a service that is idle most of the time (the share of a tiny active time is
+    meaningless, hence ``min_active``); start-up work (weight loading) captured in the window.
+    """
+
+    code = "CPU001"
+    name = "cpu-preprocessing-bound"
+    category = Category.CPU_PREPROCESSING
+    requires = ("cpu.preprocess_share", "workers.active_mean")
+    optional = ("cpu.top.preprocess", "cpu.forward_share", "proc.cpu_cores_used", "cpu.active_samples")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.30  # below a third of active time, pre-processing is not what limits throughput
+        min_active: float = 0.5  # Python threads busy under half the time: the service has headroom
+        min_samples: float = 200  # fewer active samples than this (2 s at 100 Hz) is a thin profile
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = ev.value("cpu.preprocess_share", 0.0) or 0.0
+        active = ev.value("workers.active_mean", 0.0) or 0.0
+        if share < t.min_share or active < t.min_active:
+            return None
+        forward = ev.value("cpu.forward_share")
+        top = _top_list(ev, "cpu.top.preprocess")
+        msg = (
+            f"{pct(share)} of the service's active CPU time is pre/post-processing"
+            + (f" (model forward: {pct(forward)})" if forward is not None else "")
+            + f", with {active:.1f} Python threads busy on average."
+            + (f" Hottest: {top}." if top else "")
+        )
+        why = f"preprocess |{bar(share)}| {pct(share)}"
+        if forward is not None:
+            why += f"\nforward    |{bar(forward)}| {pct(forward)}"
+        return self.finding(
+            severity=severity_for(share),
+            confidence=_confidence(ev, t.min_samples),
+            title="CPU pre-processing starves the model",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=[
+                Fix(
+                    "Take pre-processing off the request thread",
+                    (
+                        "Run decode/resize/normalise in a process pool (concurrent.futures."
+                        "ProcessPoolExecutor) or DataLoader workers so it escapes the GIL",
+                        "Batch requests before the model so the per-request CPU work overlaps "
+                        "the previous batch's forward",
+                    ),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Do the work on the GPU or in a faster library",
+                    (
+                        "Decode JPEG on the GPU: torchvision.io.decode_jpeg(data, device='cuda') or "
+                        "NVIDIA DALI; resize/normalise as tensor ops on the device",
+                        "Or swap PIL for pillow-simd / OpenCV (cv2.imdecode, cv2.resize)",
+                    ),
+                    Risk.NEEDS_VALIDATION,
+                ),
+            ],
+        )
+
+
+class SerializationOverhead(Rule):
+    """Serialising requests and responses eats the request path.
+
+    What it detects: a large share of active CPU time in json, pydantic, protobuf, base64,
+    msgpack or pickle encoding/decoding while the service is busy.
+
+    Why it matters: returning tensors as JSON lists or base64 strings costs more CPU than the model
+    for small models, and it holds the GIL.
+
+    How it decides: ``cpu.serialize_share`` is at least ``min_share`` and
+    ``workers.active_mean`` is at least ``min_active``.
+
+    Evidence: cpu.serialize_share, workers.active_mean; optionally cpu.top.serialize.
+
+    Fix: return binary payloads (raw bytes, numpy ``tobytes``, Arrow) instead of JSON lists; use
+    orjson or msgspec; pydantic v2 ``model_validate_json``; avoid base64 round trips.
+
+    False positives: a service whose real work is small and whose clients require JSON; then
+    the finding is right but the fix is in the API contract.
+    """
+
+    code = "CPU002"
+    name = "serialization-overhead"
+    category = Category.CPU_PREPROCESSING
+    requires = ("cpu.serialize_share", "workers.active_mean")
+    optional = ("cpu.top.serialize", "cpu.active_samples")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.20  # a fifth of active time in encoders is more than any API needs
+        min_active: float = 0.5  # the service is busy enough for the cost to limit throughput
+        min_samples: float = 200  # thin-profile limit, as for CPU001
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = ev.value("cpu.serialize_share", 0.0) or 0.0
+        active = ev.value("workers.active_mean", 0.0) or 0.0
+        if share < t.min_share or active < t.min_active:
+            return None
+        top = _top_list(ev, "cpu.top.serialize")
+        return self.finding(
+            severity=severity_for(share),
+            confidence=_confidence(ev, t.min_samples),
+            title="Serialisation eats the request path",
+            message=(
+                f"{pct(share)} of active CPU time is spent serialising or parsing payloads"
+                f" (json/pydantic/protobuf/base64) with {active:.1f} Python threads busy on average."
+                + (f" Hottest: {top}." if top else "")
+            ),
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"serialize |{bar(share)}| {pct(share)}",
+            fixes=[
+                Fix(
+                    "Use a binary payload or a faster encoder",
+                    (
+                        "Return tensors as bytes (numpy tobytes / safetensors) instead of JSON lists",
+                        "Switch json to orjson or msgspec; in pydantic v2 use model_validate_json",
+                    ),
+                    Risk.NEEDS_VALIDATION,
+                )
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (CpuPreprocessing, SerializationOverhead)
