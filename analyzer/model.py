@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 SCHEMA = "diagnose/diagnosis/v1"
@@ -18,7 +18,7 @@ MANIFEST_SCHEMA = "diagnose/session/v1"
 TOOL_VERSION = "0.1.0"
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """Bottleneck categories: a stable vocabulary, part of the JSON contract. Never rename."""
 
     CPU_PREPROCESSING = "cpu_preprocessing"
@@ -34,7 +34,7 @@ class Category(str, Enum):
     THREAD_OVERSUBSCRIPTION = "thread_oversubscription"
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     CRITICAL = "critical"
     MAJOR = "major"
     MINOR = "minor"
@@ -46,7 +46,7 @@ class Severity(str, Enum):
         return {"critical": 3, "major": 2, "minor": 1, "info": 0}[self.value]
 
 
-class Confidence(str, Enum):
+class Confidence(StrEnum):
     """What a judgement rests on."""
 
     MEASURED = "measured"  # a direct measurement
@@ -59,19 +59,19 @@ class Confidence(str, Enum):
         return {"measured": 1.0, "correlated": 0.9, "heuristic": 0.7, "thin": 0.4}[self.value]
 
 
-class CaptureStatus(str, Enum):
+class CaptureStatus(StrEnum):
     OK = "ok"
     PARTIAL = "partial"
     SKIPPED = "skipped"
     FAILED = "failed"
 
 
-class Risk(str, Enum):
+class Risk(StrEnum):
     SAFE = "safe"
     NEEDS_VALIDATION = "needs_validation"
 
 
-class Quality(str, Enum):
+class Quality(StrEnum):
     """How far an evidence value can be trusted."""
 
     GOOD = "good"

@@ -150,6 +150,25 @@ def inductor_cache_dir(pid: int) -> str:
     return os.path.join("/tmp", f"torchinductor_{user}")
 
 
+def compiled_modules(pids: list[int]) -> set[str]:
+    """Compiled-graph shared objects mapped into the tree (inductor's C++ kernels load as .so files).
+
+    The process may set TORCHINDUCTOR_CACHE_DIR at run time (invisible in /proc/PID/environ),
+    but every kernel it compiles and loads shows up in its memory maps, wherever the cache is.
+    """
+    found: set[str] = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
+                    if path.endswith(".so") and "inductor" in path:
+                        found.add(path)
+        except OSError:
+            continue
+    return found
+
+
 def count_files(root: str, limit: int = 200_000) -> int | None:
     if not os.path.isdir(root):
         return None

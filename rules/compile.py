@@ -21,8 +21,9 @@ class RecompilationStorm(Rule):
 
     How it decides: ``cpu.compile_share`` (share of active py-spy samples with a compiler frame on
     the stack) is at least ``min_share`` and the compile time in the window
-    (``cpu.compile_seconds``) is at least ``min_seconds``. New files in the inductor cache during
-    the window (``compile.cache_files_added``) corroborate it.
+    (``cpu.compile_seconds``) is at least ``min_seconds``. Compiled kernels newly loaded into the
+    process during the window (``compile.modules_loaded``, from its memory maps) or new files in
+    the inductor cache (``compile.cache_files_added``) corroborate it.
 
     Evidence: cpu.compile_share; optionally cpu.compile_seconds, compile.cache_files_added,
     cpu.top.compile, cpu.active_samples.
@@ -39,7 +40,8 @@ class RecompilationStorm(Rule):
     name = "recompilation-storm"
     category = Category.RECOMPILATION
     requires = ("cpu.compile_share",)
-    optional = ("cpu.compile_seconds", "compile.cache_files_added", "cpu.top.compile", "cpu.active_samples")
+    optional = ("cpu.compile_seconds", "compile.modules_loaded", "compile.cache_files_added", "cpu.top.compile",
+                "cpu.active_samples")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -53,13 +55,16 @@ class RecompilationStorm(Rule):
         if share < t.min_share or (seconds is not None and seconds < t.min_seconds):
             return None
         added = ev.value("compile.cache_files_added")
+        loaded = ev.value("compile.modules_loaded")
         samples = ev.value("cpu.active_samples", 0.0) or 0.0
         confidence = Confidence.MEASURED if samples >= t.min_samples else Confidence.THIN
-        if added and added > 0 and confidence is Confidence.MEASURED:
+        if ((added and added > 0) or (loaded and loaded > 0)) and confidence is Confidence.MEASURED:
             confidence = Confidence.CORRELATED
         msg = f"{pct(share)} of the service's active CPU time is spent compiling graphs"
         if seconds is not None:
             msg += f" ({seconds:.1f} s of thread time in the window)"
+        if loaded:
+            msg += f"; {loaded:.0f} newly compiled kernel modules were loaded during the window"
         if added:
             msg += f"; the inductor cache grew by {added:.0f} files while serving"
         msg += ". Something (usually a changing input shape) triggers recompiles in steady state."

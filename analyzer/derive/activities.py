@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Activity(str, Enum):
+class Activity(StrEnum):
     PREPROCESS = "preprocess"  # pre/post-processing: decode, resize, normalise, tokenise, audio
     FORWARD = "forward"  # the model's forward pass (framework ops, compiled graphs)
     COMPILE = "compile"  # graph compilation and engine builds

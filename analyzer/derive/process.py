@@ -35,6 +35,10 @@ def derive(
     if cache_files[0] is not None and cache_files[1] is not None:
         out.append(ev("compile.cache_files_added", max(0, cache_files[1] - cache_files[0]), "files",
                       "files added to the torch inductor cache during the window"))
+    loaded = info.get("compiled_modules_loaded")
+    if isinstance(loaded, int):
+        out.append(ev("compile.modules_loaded", loaded, "modules",
+                      "compiled-graph shared objects (inductor kernels) newly mapped during the window"))
     if not samples:
         return out
     inflight = [int(s.get("conn", {}).get("inflight", 0)) for s in samples]

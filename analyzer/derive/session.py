@@ -75,6 +75,9 @@ def derive(session: Session) -> Derived:
             cache_files=(cache[0], cache[1]),
         ):
             out.evidence.add(ev)
+        if "conn.inflight_mean" not in out.evidence:
+            out.evidence.explain_missing(
+                "conn.", "the target's process tree listens on no TCP port, so in-flight requests cannot be counted")
         out.inputs.append(InputRecord(path, "psutil samples", proc.status.value, proc.reason))
 
     for cap in session.captures:

@@ -1,0 +1,375 @@
+"""``diagnose attach``: watch a live service for a bounded window, read-only, then diagnose.
+
+Safety: py-spy runs with ``--nonblocking`` (the target is never paused); psutil and /proc are
+only read; the window is bounded (py-spy's own ``--duration`` plus a hard deadline). Ctrl-C ends
+the window early and the session and verdict are still written from what was captured. If the
+target exits during the window, what was captured is kept and marked partial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+import psutil
+
+from analyzer import pipeline
+from analyzer.derive.session import PYSPY_META
+from analyzer.errors import AttachError, DiagnoseError
+from analyzer.model import Capture, CaptureStatus, Diagnosis, Session, Target, Window
+from analyzer.redact import redact_argv
+from collectors import process as process_collector
+from collectors import pyspy
+from reports import json_report
+
+LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
+LOG_MAX_BYTES = 64 * 1024 * 1024  # never copy more than this from one log
+
+
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        names = [proc.name(), os.path.basename(proc.exe() or "")]
+    except psutil.Error:
+        names = []
+    if any("python" in n.lower() for n in names):
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/maps", encoding="ascii", errors="replace") as fh:
+            return any("libpython" in line for line in fh)
+    except OSError:
+        return False
+
+
+def _ptrace_scope() -> int:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope", encoding="ascii") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _has_cap_sys_ptrace() -> bool:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) & (1 << 19))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def check_target(pid: int) -> psutil.Process:
+    """The target, or an ``AttachError`` naming the likely cause and what to do."""
+    if pid <= 0 or not psutil.pid_exists(pid):
+        raise AttachError(f"there is no process with pid {pid}.",
+                          "Find the service's pid with `pgrep -f <name>` or `ps aux`.")
+    try:
+        proc = psutil.Process(pid)
+        owner = proc.uids().real
+    except psutil.NoSuchProcess as exc:
+        raise AttachError(f"process {pid} exited before diagnose could attach.",
+                          "Start the service again and attach while it runs.") from exc
+    except psutil.AccessDenied as exc:
+        raise AttachError(f"not permitted to read process {pid}.",
+                          "Run diagnose as the service's user or as root.") from exc
+    me = os.geteuid()
+    privileged = me == 0 or _has_cap_sys_ptrace()
+    if owner != me and not privileged:
+        raise AttachError(
+            f"process {pid} belongs to another user (uid {owner}) and attaching needs ptrace rights.",
+            "Run as that user or with sudo; in a container add CAP_SYS_PTRACE "
+            "(docker run --cap-add SYS_PTRACE, or `kubectl debug -it POD --profile=general "
+            "--target=CONTAINER`).")
+    if _ptrace_scope() >= 2 and not privileged:
+        raise AttachError(
+            f"ptrace is restricted on this host (kernel.yama.ptrace_scope={_ptrace_scope()}).",
+            "Run as root or with CAP_SYS_PTRACE, or `sudo sysctl kernel.yama.ptrace_scope=1`.")
+    tree = [proc, *proc.children(recursive=True)]
+    if not any(_is_python(p) for p in tree):
+        raise AttachError(
+            f"process {pid} ({proc.name()}) is not a Python process and has no Python children.",
+            "Attach to the Python service itself (e.g. the uvicorn/gunicorn master or a worker pid).")
+    return proc
+
+
+def default_output(pid: int) -> str:
+    return f"diagnose-{pid}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
+    """Write, then rename: a crash never leaves a half-written file under ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class LogTail:
+    """Copies the part of a log written during the window, plus a tail before it."""
+
+    path: str
+    start_offset: int = 0
+
+    def begin(self) -> None:
+        size = os.path.getsize(self.path)
+        self.start_offset = max(0, size - LOG_TAIL_BEFORE_BYTES)
+
+    def finish(self, dest: str) -> None:
+        with open(self.path, "rb") as src, open(dest, "wb") as out:
+            src.seek(self.start_offset)
+            if self.start_offset:
+                src.readline()  # drop the partial first line
+            shutil.copyfileobj(_Limited(src, LOG_MAX_BYTES), out)
+
+
+class _Limited:
+    def __init__(self, fh: Any, limit: int) -> None:
+        self.fh, self.left = fh, limit
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        n = self.left if n < 0 else min(n, self.left)
+        data: bytes = self.fh.read(n)
+        self.left -= len(data)
+        return data
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        body: bytes = resp.read(16 * 1024 * 1024)
+        return body.decode("utf-8", errors="replace")
+
+
+@dataclass
+class AttachOptions:
+    pid: int
+    duration_s: float = 10.0
+    output: str | None = None
+    rate_hz: int = pyspy.DEFAULT_RATE_HZ
+    logs: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    progress: Callable[[float, float], None] | None = None  # (elapsed, total)
+
+
+def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Session, Diagnosis]:
+    """Record a session for ``opts.duration_s`` and diagnose it. Returns (session, diagnosis)."""
+    if opts.duration_s <= 0 or opts.duration_s > 600:
+        raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
+    for log in opts.logs:
+        if not os.path.isfile(log):
+            raise DiagnoseError(f"the log {log} does not exist.", "Pass the service's log file with --log.")
+    check_target(opts.pid)
+    avail = pyspy.probe()
+    stop = stop or threading.Event()
+    out = opts.output or default_output(opts.pid)
+    pack = out.endswith(".tar.gz")
+    folder = out[: -len(".tar.gz")] if pack else out
+    os.makedirs(folder, exist_ok=True)
+
+    info = process_collector.target_info(opts.pid)
+    cache_dir = process_collector.inductor_cache_dir(opts.pid)
+    cache_before = process_collector.count_files(cache_dir)
+    tree = [p.pid for p in process_collector.process_tree(opts.pid)]
+    modules_before = process_collector.compiled_modules(tree)
+    tails = [LogTail(p) for p in opts.logs]
+    for t in tails:
+        t.begin()
+    scrapes_start = _scrape_all(opts.metrics)
+
+    sampler = process_collector.Sampler(opts.pid, folder)
+    t0 = time.time()
+    stop_sampling = threading.Event()
+
+    def sample_loop() -> None:
+        while not stop_sampling.is_set():
+            sampler.tick()
+            if sampler.gone:
+                return
+            stop_sampling.wait(sampler.interval_s)
+
+    sampler_thread = threading.Thread(target=sample_loop, name="diagnose-sampler", daemon=True)
+    sampler_thread.start()
+
+    def should_stop() -> bool:
+        if opts.progress:
+            opts.progress(min(time.time() - t0, opts.duration_s), opts.duration_s)
+        return stop.is_set() or sampler.gone
+
+    captures: list[Capture] = []
+    if avail.ok:
+        res = pyspy.record(opts.pid, opts.duration_s, folder, rate_hz=opts.rate_hz, should_stop=should_stop,
+                           dump_pids=lambda: sorted(sampler.children))
+    else:
+        res = None
+        while time.time() - t0 < opts.duration_s and not should_stop():
+            time.sleep(0.1)
+    t1 = time.time()
+    stop_sampling.set()
+    sampler_thread.join(timeout=5)
+    window = Window(t0, t1)
+    gone = sampler.gone or not psutil.pid_exists(opts.pid)
+    early = stop.is_set()
+    partial_reason = ""
+    if gone:
+        partial_reason = f"the target exited {t1 - t0:.1f} s into the window"
+    elif early:
+        partial_reason = f"stopped early by the user after {t1 - t0:.1f} s"
+
+    if res is None:
+        captures.append(Capture("py-spy", CaptureStatus.SKIPPED, avail.reason, avail.remedy, window))
+    elif not res.ok:
+        captures.append(Capture("py-spy", CaptureStatus.FAILED, res.reason, _pyspy_remedy(res.reason), window,
+                                tuple(res.files)))
+    else:
+        status = CaptureStatus.PARTIAL if (res.partial or partial_reason) else CaptureStatus.OK
+        captures.append(Capture("py-spy", status, partial_reason or res.reason, "", window, tuple(res.files)))
+        write_json_atomic(os.path.join(folder, PYSPY_META),
+                          {"rate_hz": opts.rate_hz, "window_s": t1 - t0, "samples_reported": res.samples_reported})
+
+    cache_after = process_collector.count_files(cache_dir)
+    tree = [p.pid for p in process_collector.process_tree(opts.pid)]
+    info["compiled_modules_loaded"] = len(process_collector.compiled_modules(tree) - modules_before)
+    info["inductor_cache_dir"] = cache_dir
+    info["inductor_cache_files"] = [cache_before, cache_after]
+    info["cmdline"] = list(redact_argv(info["cmdline"]))
+    write_json_atomic(os.path.join(folder, process_collector.INFO_FILE), info)
+    pstatus = CaptureStatus.PARTIAL if partial_reason else CaptureStatus.OK
+    if sampler.samples == 0:
+        pstatus = CaptureStatus.FAILED
+        partial_reason = partial_reason or "no sample could be taken"
+    captures.append(Capture("process", pstatus, partial_reason, "", window,
+                            (process_collector.SAMPLES_FILE, process_collector.INFO_FILE)))
+    captures.extend(_finish_logs(tails, folder, window))
+    captures.extend(_finish_metrics(opts.metrics, scrapes_start, folder, window))
+
+    target = Target(
+        pid=opts.pid,
+        cmdline=tuple(info["cmdline"]),
+        python=str(info.get("exe", "")),
+        user=str(info.get("user", "")),
+        children=tuple(sorted(sampler.children)),
+    )
+    session = Session(path=folder, target=target, window=window, captures=tuple(captures))
+    write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
+    diagnosis = pipeline.analyze([folder])
+    with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
+        fh.write(json_report.render(diagnosis))
+    if pack:
+        with tarfile.open(out, "w:gz") as tar:
+            tar.add(folder, arcname=os.path.basename(folder))
+    return session, diagnosis
+
+
+def _pyspy_remedy(reason: str) -> str:
+    if "ptrace" in reason or "permitted" in reason:
+        return ("Run as root or with CAP_SYS_PTRACE (docker --cap-add SYS_PTRACE; "
+                "kubectl debug --profile=general).")
+    if "exited" in reason:
+        return "Start the service again and attach while it runs."
+    if "no Python" in reason:
+        return "Attach to the Python process itself."
+    return "Run `py-spy dump --pid PID` by hand to see why it cannot read the process."
+
+
+def _scrape_all(urls: list[str]) -> dict[str, tuple[float, str | None, str]]:
+    got: dict[str, tuple[float, str | None, str]] = {}
+    for url in urls:
+        try:
+            got[url] = (time.time(), scrape(url), "")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            got[url] = (time.time(), None, str(getattr(exc, "reason", exc)))
+    return got
+
+
+def _finish_metrics(urls: list[str], start: dict[str, tuple[float, str | None, str]], folder: str,
+                    window: Window) -> list[Capture]:
+    caps: list[Capture] = []
+    end = _scrape_all(urls)
+    for i, url in enumerate(urls):
+        name = f"metrics-{i}.prom"
+        parts = []
+        for ts, body, _ in (start[url], end[url]):
+            if body is not None:
+                parts.append(f"# scrape at {ts:.3f} from {url}\n{body.rstrip()}\n")
+        errors = [e for _, b, e in (start[url], end[url]) if b is None]
+        if not parts:
+            caps.append(Capture("metrics", CaptureStatus.FAILED, f"could not scrape {url}: {errors[0]}",
+                                "Check the URL (e.g. http://127.0.0.1:8000/metrics) is reachable from here.",
+                                window))
+            continue
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as fh:
+            fh.write("".join(parts))
+        status = CaptureStatus.OK if len(parts) == 2 else CaptureStatus.PARTIAL
+        caps.append(Capture("metrics", status, "; ".join(errors), "", window, (name,)))
+    return caps
+
+
+def _finish_logs(tails: list[LogTail], folder: str, window: Window) -> list[Capture]:
+    caps: list[Capture] = []
+    for i, t in enumerate(tails):
+        name = f"log-{i}-{os.path.basename(t.path)}"
+        try:
+            t.finish(os.path.join(folder, name))
+            caps.append(Capture("log", CaptureStatus.OK, "", "", window, (name,)))
+        except OSError as exc:
+            caps.append(Capture("log", CaptureStatus.FAILED, f"could not read {t.path}: {exc.strerror}",
+                                "Check the path and permissions of --log.", window))
+    return caps
+
+
+def attach_cli(args: argparse.Namespace) -> Diagnosis:
+    """Attach with a progress bar on stderr; Ctrl-C ends the window early and keeps the data."""
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
+                         logs=list(args.log), metrics=list(args.metrics))
+    try:
+        if sys.stderr.isatty() and args.format == "text":
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            with Progress(TextColumn(f"attached to pid {args.pid}"), BarColumn(), TimeRemainingColumn(),
+                          transient=True, console=_stderr_console()) as bar:
+                task = bar.add_task("window", total=opts.duration_s)
+                opts.progress = lambda done, total: bar.update(task, completed=done)
+                session, diagnosis = attach(opts, stop)
+        else:
+            session, diagnosis = attach(opts, stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(f"session written to {session.path}", file=sys.stderr)
+    return diagnosis
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(file=sys.stderr)

@@ -1,0 +1,64 @@
+"""``diagnose demo``: start the bundled demo service with one pathology, drive load, attach, diagnose.
+
+Every process it starts (the service, its children, the load) is cleaned up on the way out,
+including on Ctrl-C and errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import threading
+
+from analyzer.errors import DiagnoseError
+from analyzer.model import Diagnosis
+
+WARMUP_S = 3.0  # load runs this long before the window opens, so the window sees steady state
+
+
+def _require_demo_extra() -> None:
+    missing = [m for m in ("torch", "PIL", "numpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise DiagnoseError(f"the demo needs {', '.join(missing)}, which is not installed.",
+                            "Install the demo extra: pip install 'diagnose[demo]' (or run `make demo`).")
+
+
+def run_pathology(pathology: str, duration_s: float, output: str | None,
+                  stop: threading.Event | None = None) -> tuple[str, Diagnosis, object]:
+    """Start the service, load it, attach for ``duration_s``; returns (session path, diagnosis, load)."""
+    _require_demo_extra()
+    from analyzer.attach import AttachOptions, attach
+    from examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
+
+    spec = PATHOLOGIES.get(pathology)
+    if spec is None:
+        raise DiagnoseError(f"there is no demo pathology {pathology!r}.",
+                            f"Choose one of: {', '.join(PATHOLOGIES)}.")
+    try:
+        with DemoService(pathology) as svc:
+            print(f"demo: started the '{pathology}' service (pid {svc.pid}, {svc.url}); "
+                  f"driving load with {spec.concurrency} client(s)", file=sys.stderr)
+            with background_load(svc.url, spec, WARMUP_S + duration_s + 30) as load:
+                threading.Event().wait(WARMUP_S)
+                session, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=duration_s, output=output),
+                                            stop)
+            return session.path, diagnosis, load.result
+    except ServiceStartError as exc:
+        raise DiagnoseError(f"the demo service did not start: {exc}", "Run `make venv` to install it.") from exc
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from analyzer.cli import emit
+    from examples.demo import PATHOLOGIES
+
+    if args.list:
+        for spec in PATHOLOGIES.values():
+            print(f"{spec.name:<16} expect {spec.expected_category or 'no bottleneck':<20} {spec.description}")
+        return 0
+    path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output)
+    code = emit(diagnosis, args.format, args.fail_on)
+    if load is not None:
+        print(f"demo: load during the run: {load}", file=sys.stderr)
+    print(f"demo: session written to {path}; re-analyse with `diagnose analyze {path}`", file=sys.stderr)
+    return code

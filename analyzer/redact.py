@@ -1,0 +1,41 @@
+"""Redact secrets from command lines, environment-like text and logs before they are stored."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+REDACTED = "***"
+_SECRET_NAME = r"(?:api[_-]?key|token|secret|password|passwd|pwd|auth|credential|access[_-]?key|private[_-]?key)"
+_FLAG = re.compile(rf"^--?[\w-]*{_SECRET_NAME}[\w-]*$", re.IGNORECASE)
+_ASSIGN = re.compile(rf"(?P<k>\b[\w.-]*{_SECRET_NAME}[\w.-]*\s*[=:]\s*)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;&]+)",
+                     re.IGNORECASE)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+_KNOWN_TOKENS = re.compile(
+    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b"
+)
+_URL_CRED = re.compile(r"(?P<s>\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)
+
+
+def redact_text(text: str) -> str:
+    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _URL_CRED.sub(lambda m: f"{m.group('s')}{REDACTED}@", text)
+    return _ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+
+
+def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if _FLAG.match(arg):
+            out.append(arg)
+            hide_next = True
+            continue
+        out.append(redact_text(arg))
+    return tuple(out)
