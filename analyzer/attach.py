@@ -232,7 +232,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     stop_sampling.set()
     sampler_thread.join(timeout=5)
     window = Window(t0, t1)
-    gone = sampler.gone or not psutil.pid_exists(opts.pid)
+    gone = sampler.gone or not process_collector.alive(opts.pid)
     early = stop.is_set()
     partial_reason = ""
     if gone:

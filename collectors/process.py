@@ -43,6 +43,14 @@ def probe(pid: int) -> Availability:
     return Availability(True)
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped by its parent has exited)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def process_tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
@@ -211,7 +219,7 @@ class Sampler:
 
     def tick(self) -> None:
         tree = process_tree(self.pid)
-        if not tree:
+        if not tree or not alive(self.pid):
             self.gone = True
             return
         pids = [p.pid for p in tree]

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from analyzer.model import Availability
@@ -67,7 +67,7 @@ def probe() -> Availability:
 
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-_PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$')
+_PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$', re.DOTALL)
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?::\s*(?P<name>.*))?$")
 
 
@@ -90,8 +90,7 @@ def _split_frames(stack: str) -> list[str]:
 
 def parse_raw_line(line: str) -> StackSample | None:
     """One line of py-spy's raw (collapsed) format, or None if it is not one."""
-    line = line.rstrip("\n")
-    stack, _, count_s = line.rpartition(" ")
+    stack, _, count_s = line.rstrip("\n").rpartition(" ")
     if not stack or not count_s.isdigit():
         return None
     pid, process, tid, thread = 0, "", 0, ""
@@ -117,8 +116,23 @@ def parse_raw_line(line: str) -> StackSample | None:
     return StackSample(pid, process, tid, thread, tuple(frames), int(count_s))
 
 
-def parse_raw(lines: Iterator[str] | list[str]) -> list[StackSample]:
-    return [s for s in (parse_raw_line(ln) for ln in lines) if s is not None]
+def _records(lines: Iterable[str]) -> Iterator[str]:
+    """Physical lines → records. A command line with newlines (``python -c "…"``) splits a record
+    over several lines; every record starts with ``process `` or ``thread (``."""
+    buf = ""
+    for line in lines:
+        line = line.rstrip("\n")
+        if buf and (line.startswith("process ") or line.startswith("thread (")):
+            yield buf
+            buf = line
+        else:
+            buf = f"{buf}\n{line}" if buf else line
+    if buf:
+        yield buf
+
+
+def parse_raw(lines: Iterable[str]) -> list[StackSample]:
+    return [s for s in (parse_raw_line(rec) for rec in _records(lines)) if s is not None]
 
 
 @dataclass(frozen=True)

@@ -431,7 +431,6 @@ class RecompilePathology(Pathology):
     features = 64
 
     def __init__(self) -> None:
-        configure_recompile_storm()
         torch.manual_seed(0)
         self.eager = FeatureMLP(self.features).eval()
         self.model = torch.compile(self.eager, dynamic=False)
@@ -440,7 +439,6 @@ class RecompilePathology(Pathology):
         self._batch_sizes = itertools.count(1)
         self._sizes_lock = threading.Lock()
         self._seen: set[int] = set()
-        self.compiles = 0
 
     def _next_batch_size(self) -> int:
         with self._sizes_lock:
@@ -455,8 +453,11 @@ class RecompilePathology(Pathology):
         with self._sizes_lock:
             new_shape = batch_size not in self._seen
             self._seen.add(batch_size)
-            if new_shape:
-                self.compiles += 1
+        # torch's config overrides are thread-local (ContextVar-backed in recent releases) and a
+        # new thread starts with none of them: a limit raised once in the main thread does not
+        # reach the per-connection handler threads, which would hit the default limit of 8 and
+        # fall back to eager. So apply the settings in the thread that calls the model.
+        configure_recompile_storm()
         x = torch.randn(batch_size, self.features)
         with torch.no_grad():
             return self.model(x), new_shape
@@ -484,10 +485,13 @@ class RecompilePathology(Pathology):
     def stats(self) -> dict[str, Any]:
         from torch._dynamo.utils import counters
 
+        import torch._dynamo.config as dynamo_config
+
+        configure_recompile_storm()
         return {
-            "compiles": self.compiles,
+            "recompile_limit": int(dynamo_config.recompile_limit),
             "distinct_batch_sizes": len(self._seen),
-            "dynamo_unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "compiles": int(counters["stats"]["unique_graphs"]),  # graphs dynamo compiled
         }
 
 

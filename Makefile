@@ -1,0 +1,45 @@
+# The two quick-start commands: `make demo` and `make test` (each creates the venv first).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PATHOLOGY ?= cpu-preprocess
+
+.PHONY: venv demo test test-unit test-integration lint docs score bench clean
+
+$(BIN)/diagnose: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the CPU build of torch first, from its exact version (a bare `torch` pulls a multi-GB CUDA build)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[demo,dev]'
+	touch $@
+
+venv: $(BIN)/diagnose
+
+demo: venv
+	$(BIN)/diagnose demo --pathology $(PATHOLOGY)
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+test-unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: venv
+	$(BIN)/python -m pytest -q tests/integration
+
+lint: venv
+	$(BIN)/ruff check analyzer collectors rules reports dashboard examples benchmarks tests
+	$(BIN)/mypy analyzer rules
+
+docs: venv
+	$(BIN)/python -m analyzer.rulesdoc docs/rules
+
+score: venv
+	$(PY) ../shared/eval/score_incidents.py ../shared/data/incidents/dev.jsonl --diagnose $(BIN)/diagnose --show-failures
+
+bench: venv
+	$(BIN)/python benchmarks/attach_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

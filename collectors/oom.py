@@ -1,0 +1,666 @@
+"""Out-of-memory messages (PyTorch CUDA/NPU, frameworks) and model-size hints → plain records.
+
+Pure parsing, streamed line by line: ``OomParser.feed(line)`` for each cleaned log line, then
+``OomParser.result()``. It recognises
+
+* every historical PyTorch allocator message: the legacy form
+  ``CUDA out of memory. Tried to allocate X (GPU 0; T total capacity; A already allocated; F free;
+  R reserved in total by PyTorch)``, the 2.1+ form (``GPU 0 has a total capacity of … of which …
+  is free. Process N has … memory in use. Of the allocated memory … is allocated by PyTorch, with
+  … allocated in private pools (e.g., CUDA Graphs), and … is reserved by PyTorch but
+  unallocated``, including the ``capacty`` typo of some releases), the Ascend ``NPU out of
+  memory`` variant, and messages cut short (each field is read on its own; missing ones are
+  reported);
+* framework messages that mean the same thing: vLLM's sampler warm-up OOM and KV-cache
+  shortfalls, TGI's ``Not enough memory to handle N prefill tokens``, vLLM's start-up free-memory
+  check, JAX/XLA ``RESOURCE_EXHAUSTED``;
+* a prose mention of an OOM when no message was pasted (recorded as such);
+* the traceback frames around each event, to tell the phase (loading / profile_run / warmup /
+  serving);
+* model-size hints: a parameter count in a model name (``Qwen1.5-72B-Chat``, ``llama3.1 70b
+  awq``) with its dtype, tensor parallelism, the GPU count and model, vLLM's
+  ``gpu_memory_utilization`` and measured weight sizes (``Loading model weights took 14.99 GB``).
+
+No imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------------------------------------
+# sizes
+# ---------------------------------------------------------------------------------------------
+
+_UNIT_BYTES = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "k": 1 << 10,  # nvidia-smi / torch shorthand ("12K", "3.5G") is binary
+    "m": 1 << 20,
+    "g": 1 << 30,
+    "t": 1 << 40,
+}
+
+SIZE = r"(?:\d+(?:\.\d+)?|\.\d+)\s?(?:[KMGT]i?B|bytes?|B)"
+_SIZE_RX = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s?([KMGT]i?B|bytes?|B|[KMGT])\b", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """``"79.35 GiB"`` → bytes (binary units for KiB/MiB/GiB, decimal for KB/MB/GB)."""
+    m = _SIZE_RX.search(text)
+    if not m:
+        return None
+    unit = _UNIT_BYTES.get(m.group(2).lower())
+    if unit is None:
+        return None
+    return int(float(m.group(1)) * unit)
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+# ---------------------------------------------------------------------------------------------
+
+PHASES = ("loading", "profile_run", "warmup", "serving")  # in order of precedence
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One traceback frame: ``File "path", line N, in func`` plus the code line under it."""
+
+    path: str
+    func: str
+    code: str = ""
+
+
+@dataclass
+class OomEvent:
+    """One out-of-memory event and the allocator numbers its message gave (bytes)."""
+
+    kind: str  # "allocator" (a PyTorch message), "framework", "prose"
+    device: str = ""  # "GPU", "NPU", "XPU", … as the message names it
+    device_index: int | None = None
+    requested: int | None = None
+    total: int | None = None
+    free: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    reserved_unallocated: int | None = None
+    private_pools: int | None = None
+    process_used: int | None = None
+    limit: int | None = None  # "X allowed" (per-process memory fraction)
+    other_processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes)
+    phase: str = "unknown"
+    phase_from: str = ""  # the frame or message that told the phase
+    truncated: bool = False
+    missing: tuple[str, ...] = ()
+    message: str = ""
+    reason: str = ""  # framework messages: what the framework said ran out
+    line_no: int = 0
+    kv_cache_needed: int | None = None
+    kv_cache_available: int | None = None
+    kv_cache_max_tokens: int | None = None
+    max_model_len: int | None = None
+    prefill_tokens: int | None = None
+
+    def key(self) -> tuple[object, ...]:
+        return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason)
+
+
+@dataclass
+class ModelHints:
+    """What the text says about the model and the hardware (all optional)."""
+
+    model: str = ""
+    params: float | None = None  # parameter count
+    bytes_per_param: float | None = None
+    dtype: str = ""
+    dtype_assumed: bool = False
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    parallel_stated: bool = False
+    launch_seen: bool = False  # a launch command line (vllm serve, api_server --model, …)
+    gpu_count: int | None = None
+    gpu_model: str = ""
+    gpu_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    weights_measured: int | None = None  # "Loading model weights took 14.99 GB"
+    engine: str = ""
+
+    @property
+    def weights_estimate(self) -> int | None:
+        if self.params is None:
+            return None
+        return int(self.params * (self.bytes_per_param or 2.0))
+
+
+@dataclass
+class OomResult:
+    events: list[OomEvent]
+    hints: ModelHints
+    problems: list[str]
+    prose_mentions: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the allocator message
+# ---------------------------------------------------------------------------------------------
+
+_HEAD = re.compile(
+    r"(?P<dev>CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+out of memory"
+    r"|OutOfMemoryError\b"
+    r"|CUDA error: out of memory"
+    r"|RESOURCE_EXHAUSTED: Out of memory"
+    r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
+    re.IGNORECASE,
+)
+_F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
+_F_DEVICE = re.compile(r"\((?P<dev>GPU|NPU|XPU|HIP|MLU)\s*(?P<idx>\d+);|\b(?P<dev2>GPU|NPU|XPU)\s+(?P<idx2>\d+)\s+has a total")
+_F_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+total capacity|total capac\w*\s+of\s+(?P<v2>{SIZE})", re.IGNORECASE)
+_F_ALREADY = re.compile(rf"(?P<v>{SIZE})\s+already allocated", re.IGNORECASE)
+_F_FREE = re.compile(rf"of which\s+(?P<v>{SIZE})\s+(?:is\s+)?free|;\s*(?P<v2>{SIZE})\s+free\b", re.IGNORECASE)
+_F_ALLOWED = re.compile(rf"(?P<v>{SIZE})\s+allowed", re.IGNORECASE)
+_F_RESERVED_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+reserved in total", re.IGNORECASE)
+_F_THIS_PROCESS = re.compile(rf"this process has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
+_F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
+_F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
+_F_POOLS = re.compile(rf"(?P<v>{SIZE})\s+allocated in private pools", re.IGNORECASE)
+_F_UNALLOC = re.compile(rf"(?P<v>{SIZE})\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
+_JAX_BYTES = re.compile(r"Out of memory while trying to allocate\s+(?P<v>\d+)\s+bytes", re.IGNORECASE)
+
+# framework messages that are OOMs in all but name
+_FW_SAMPLER = re.compile(r"out of memory occurred when warming up sampler", re.IGNORECASE)
+_FW_TGI = re.compile(r"Not enough memory to handle\s+(?P<n>\d+)\s+prefill tokens", re.IGNORECASE)
+_FW_NO_CACHE = re.compile(r"No available memory for the cache blocks", re.IGNORECASE)
+_FW_KV_TOKENS = re.compile(
+    r"max seq len \((?P<need>\d+)\) is larger than the maximum number of tokens that can be stored in "
+    r"KV cache \((?P<have>\d+)\)",
+    re.IGNORECASE,
+)
+_FW_KV_BYTES = re.compile(
+    rf"\((?P<need>{SIZE})\s+KV cache is needed,\s+which is larger than the available KV cache memory "
+    rf"\((?P<have>{SIZE})\)",
+    re.IGNORECASE,
+)
+_FW_STARTUP_FREE = re.compile(
+    rf"Free memory on device\s*\((?P<free>{SIZE})?\s*/?\s*(?P<free_n>[\d.]+)?\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>GiB|GB)?\)"
+    r".{0,40}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
+    re.IGNORECASE,
+)
+# a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
+_PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足", re.IGNORECASE)
+# PyTorch's own hint, printed with every OOM: never evidence of anything by itself
+_HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
+
+_TRACE_FRAME = re.compile(r'^\s*File\s+"(?P<path>[^"]+)",\s+line\s+\d+,\s+in\s+(?P<func>[\w<>.]+)')
+_BARE_FRAME = re.compile(r"^\s*(?P<path>[\w./-]+\.py):\d+,?\s+in\s+(?P<func>[\w<>.]+)\s*$")
+
+
+def _size(rx: re.Pattern[str], text: str, *groups: str) -> int | None:
+    m = rx.search(text)
+    if not m:
+        return None
+    for g in groups or ("v",):
+        val = m.groupdict().get(g)
+        if val:
+            return parse_size(val)
+    return None
+
+
+def parse_allocator_message(text: str) -> OomEvent:
+    """Read every field of one allocator message on its own, so a truncated one still yields some."""
+    ev = OomEvent(kind="allocator", message=text.strip()[:2000])
+    head = _HEAD.search(text)
+    if head and head.groupdict().get("dev"):
+        ev.device = head.group("dev").upper()
+    m = _F_DEVICE.search(text)
+    if m:
+        ev.device = ev.device if ev.device not in ("", "CUDA") else ""
+        ev.device = ev.device or (m.group("dev") or m.group("dev2") or "").upper()
+        ev.device_index = int(m.group("idx") or m.group("idx2"))
+    if ev.device == "CUDA":
+        ev.device = "GPU"
+    ev.requested = _size(_F_REQUESTED, text)
+    if ev.requested is None:
+        jm = _JAX_BYTES.search(text)
+        if jm:
+            ev.requested = int(jm.group("v"))
+    ev.total = _size(_F_TOTAL, text, "v", "v2")
+    ev.free = _size(_F_FREE, text, "v", "v2")
+    ev.limit = _size(_F_ALLOWED, text)
+    legacy = _F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
+    modern = "has a total capac" in text or _F_BY_PYTORCH.search(text) is not None
+    if legacy:
+        ev.allocated = _size(_F_ALREADY, text)
+        ev.reserved = _size(_F_RESERVED_TOTAL, text)
+        if ev.allocated is not None and ev.reserved is not None:
+            ev.reserved_unallocated = max(0, ev.reserved - ev.allocated)
+        expected = {"requested": ev.requested, "total": ev.total, "allocated": ev.allocated,
+                    "free": ev.free, "reserved": ev.reserved}
+    elif modern:
+        ev.allocated = _size(_F_BY_PYTORCH, text)
+        ev.reserved_unallocated = _size(_F_UNALLOC, text)
+        ev.private_pools = _size(_F_POOLS, text)
+        ev.process_used = _size(_F_THIS_PROCESS, text)
+        if ev.allocated is not None and ev.reserved_unallocated is not None:
+            ev.reserved = ev.allocated + ev.reserved_unallocated
+        ev.other_processes = [(int(p.group("pid")), parse_size(p.group("v")) or 0) for p in _F_PROCESS.finditer(text)]
+        expected = {"requested": ev.requested, "total": ev.total, "free": ev.free,
+                    "process_used": ev.process_used if ev.process_used is not None or not ev.other_processes
+                    else 0, "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
+    else:
+        expected = {"requested": ev.requested}
+    if ev.process_used is None and ev.other_processes and not _F_THIS_PROCESS.search(text):
+        # some releases list the failing process as "Process N has …" too; the rest are others
+        pass
+    ev.missing = tuple(k for k, v in expected.items() if v is None)
+    ev.truncated = bool(ev.missing) and (legacy or modern)
+    return ev
+
+
+def _needs_more(text: str) -> bool:
+    """Whether an allocator message looks cut at a line break (a wrapped paste), not finished."""
+    if "already allocated" in text or "(GPU" in text or "(NPU" in text:
+        return ")" not in text.split("(", 1)[-1]
+    if "has a total capac" in text:
+        return "unallocated" not in text
+    return bool(re.search(r"Tried to allocate\s*$|Tried to allocate [^.(]*$", text))
+
+
+# ---------------------------------------------------------------------------------------------
+# the phase, from traceback frames
+# ---------------------------------------------------------------------------------------------
+
+_LOADING_FUNCS = {
+    "load_model", "load_weights", "_load_weights", "from_pretrained", "_from_pretrained",
+    "load_state_dict", "_load_state_dict_into_model", "_load_state_dict_into_meta_model",
+    "load_checkpoint", "load_checkpoint_and_dispatch", "_load_pretrained_model", "get_model",
+    "initialize_model", "_initialize_model", "load_weights_and_postprocess", "weight_loader",
+    "default_weight_loader", "process_weights_after_loading", "dispatch_model", "load_sharded_checkpoint",
+    "init_model", "_init_model", "build_model", "load_model_weights", "load_pretrained",
+}
+_LOADING_PATHS = ("model_loader", "weight_utils", "modeling_utils.py", "safetensors", "accelerate/big_modeling")
+_PROFILE_FUNCS = {
+    "profile_run", "determine_num_available_blocks", "_dummy_run", "determine_available_memory",
+    "_initialize_kv_caches", "initialize_cache", "_init_cache", "_allocate_kv_cache", "allocate_kv_cache",
+    "init_cache_engine", "_profile_run", "profile_memory", "initialize_kv_cache", "get_kv_cache_spec",
+}
+_WARMUP_FUNCS = {
+    "capture_model", "capture", "_capture_cudagraphs", "warmup", "warm_up", "_warmup", "warmup_model",
+    "compile_or_warm_up_model", "_dummy_sampler_run", "_dummy_pooler_run", "warmup_kernels",
+    "graph_capture", "capture_cuda_graph",
+}
+_SERVING_FUNCS = {
+    "execute_model", "step", "run_engine_loop", "engine_step", "run_busy_loop", "_process_engine_step",
+    "generate", "_run_engine", "forward", "step_async", "engine_step_async", "run_batch", "predict",
+    "infer", "handle_request", "_generate", "sample", "decode", "prefill", "execute",
+    "process_input_queue", "run_model", "model_forward", "_model_forward", "__call__",
+}
+_MODEL_PATH = re.compile(r"/models?/|modeling_|/layers?[/.]|/nn/modules/|model_executor")
+_TO_DEVICE = re.compile(r"\.(?:to|cuda|npu)\(\s*(?:['\"]?(?:cuda|npu|xpu)|device|self\.device|[a-z_]*device)|\.cuda\(\)")
+_PARAM_CODE = re.compile(r"\bParameter\(|torch\.empty\(|torch\.zeros\(|torch\.randn\(")
+_STARTUP_FUNCS = {"<module>", "main", "__init__", "setup", "init", "_init", "start", "launch"}
+
+
+def frame_phase(fr: Frame) -> str | None:
+    """The phase one frame alone says the process was in, or None."""
+    func = fr.func.rsplit(".", 1)[-1]
+    path = fr.path.replace("\\", "/")
+    if func in _LOADING_FUNCS or any(p in path for p in _LOADING_PATHS):
+        return "loading"
+    if func == "__init__" and _MODEL_PATH.search(path):
+        return "loading"  # constructing the model allocates its parameters
+    if _PARAM_CODE.search(fr.code) and func in {"__init__", "_init_weights", "create_weights", "reset_parameters"}:
+        return "loading"
+    if _TO_DEVICE.search(fr.code) and (func in _STARTUP_FUNCS or func.startswith(("load", "init", "setup"))):
+        return "loading"
+    if func in _PROFILE_FUNCS:
+        return "profile_run"
+    if func in _WARMUP_FUNCS:
+        return "warmup"
+    if func in _SERVING_FUNCS:
+        return "serving"
+    return None
+
+
+def phase_of(frames: list[Frame]) -> tuple[str, str]:
+    """The phase of a traceback (precedence loading > profile_run > warmup > serving) and the frame."""
+    best: tuple[int, str, str] | None = None
+    for fr in frames:
+        ph = frame_phase(fr)
+        if ph is None:
+            continue
+        rank = PHASES.index(ph)
+        if best is None or rank < best[0]:
+            best = (rank, ph, f"{fr.func} ({fr.path.rsplit('/', 1)[-1]})")
+    if best is None:
+        return "unknown", ""
+    return best[1], best[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# model and hardware hints
+# ---------------------------------------------------------------------------------------------
+
+_FAMILIES = (
+    "llama", "qwen", "mistral", "mixtral", "gemma", "phi", "falcon", "gpt", "opt", "bloom", "deepseek",
+    "yi", "baichuan", "chatglm", "glm", "internlm", "intern", "vicuna", "starcoder", "command", "dbrx",
+    "olmo", "granite", "nemotron", "jamba", "arctic", "grok", "minicpm", "aquila", "solar", "zephyr",
+    "hermes", "wizard", "t5", "pythia", "stablelm", "mpt", "kimi", "ernie", "hunyuan", "exaone", "mamba",
+    "codegen", "santacoder", "orion", "skywork", "xverse", "telechat", "minimax", "seed", "llava", "vl",
+    "chat", "instruct", "coder",
+)
+_PARAMS = re.compile(r"(?<![\w.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])")
+_WORD = re.compile(r"[^\s'\"`,;()\[\]{}<>=]+")
+_LAUNCH = re.compile(
+    r"vllm\s+serve\s+(?P<m1>\S+)|--model(?:[=\s]+)(?P<m2>\S+)|--model-id(?:[=\s]+)(?P<m3>\S+)"
+    r"|--model-path(?:[=\s]+)(?P<m4>\S+)|\bLLM\(\s*(?:model\s*=\s*)?['\"](?P<m5>[^'\"]+)['\"]"
+    r"|from_pretrained\(\s*['\"](?P<m6>[^'\"]+)['\"]"
+)
+_TP = re.compile(
+    r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
+    r"\s*[=\s]\s*(?P<n>\d+)"
+)
+_PP = re.compile(r"(?:--pipeline[-_]parallel[-_]size|-pp|pipeline_parallel_size)\s*[=\s]\s*(?P<n>\d+)")
+_UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*(?P<v>0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
+_WEIGHTS_TOOK = re.compile(
+    rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE}|\d+(?:\.\d+)?\s?(?:GB|GiB))",
+    re.IGNORECASE,
+)
+_VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
+_GPU_MODELS: dict[str, float] = {  # GiB of device memory of common accelerators (the usual variant)
+    "h200": 141, "h100": 80, "h800": 80, "h20": 96, "a100": 80, "a800": 80, "l40s": 48, "l40": 48,
+    "a6000": 48, "a40": 48, "a10g": 24, "a10": 24, "l4": 24, "t4": 16, "v100": 32, "4090": 24, "3090": 24,
+    "a30": 24, "a5000": 24, "a4000": 16, "mi300x": 192, "mi250": 128, "910b": 64, "b200": 192, "gh200": 96,
+    "rtx 6000 ada": 48, "6000 ada": 48, "4080": 16, "3080": 10, "2080": 8, "p100": 16, "k80": 12,
+}
+_GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
+_GPU_SPEC = re.compile(
+    rf"(?:(?P<n>\d+)\s*(?:x|×|\*|张|块|台|个)?\s*(?:NVIDIA\s+)?)?(?:Tesla\s+|RTX\s+|GeForce\s+RTX\s+)?"
+    rf"(?P<gpu>{_GPU_NAME})(?![\w])(?:[\s-]*(?:SXM\d?|PCIe|NVL)?[\s-]*(?P<mem>\d+)\s?G(?:i?B)?\b)?"
+    rf"(?:\s*(?:GPUs?|cards?|显卡|卡))?",
+    re.IGNORECASE,
+)
+_GPU_COUNT = re.compile(r"(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
+_ENGINES = (
+    ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
+    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b")),
+    ("sglang", re.compile(r"\bsglang\b", re.IGNORECASE)),
+    ("triton", re.compile(r"\btritonserver\b|Triton Inference Server")),
+)
+
+_DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
+    (re.compile(r"\b(?:awq|gptq|int4|nf4|fp4|mxfp4|w4a16|w4a8|q4(?:_k(?:_m)?)?|4[- ]?bits?|bnb[-_]4bit|exl2)\b",
+                re.IGNORECASE), "4-bit", 0.5),
+    (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8(?:_0)?|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
+    (re.compile(r"\b(?:fp32|float32)\b", re.IGNORECASE), "fp32", 4.0),
+    (re.compile(r"\b(?:fp16|bf16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
+)
+
+
+def _dtype_of(text: str) -> tuple[str, float] | None:
+    for rx, name, nbytes in _DTYPES:
+        if rx.search(text):
+            return name, nbytes
+    return None
+
+
+def _model_params(word: str, line: str) -> float | None:
+    """A parameter count in a model-name-like word (``Qwen1.5-72B-Chat`` → 72e9), or None."""
+    low = word.lower()
+    for m in _PARAMS.finditer(word):
+        start = m.start()
+        if start > 0 and word[start - 1].isalpha() and word[start - 1] in "aA":
+            continue  # "30B-A3B": the active-parameter count of a MoE, not its size
+        scale = 1e9 if m.group("u") in "bB" else 1e6
+        value = float(m.group("b")) * scale * (int(m.group("n")) if m.group("n") else 1)
+        if not 1e8 <= value <= 3e12:
+            continue
+        named = any(f in low for f in _FAMILIES) or bool(re.search(r"[a-z][\w.]*[-_/]", low[:start]))
+        if named or re.search(r"\bmodels?\b|参数|parameters?", line, re.IGNORECASE):
+            return value
+    return None
+
+
+def parse_hints_line(line: str, hints: ModelHints) -> bool:
+    """Update ``hints`` from one line; True when the line said something about model or hardware."""
+    said = False
+    launch = _LAUNCH.search(line)
+    if launch:
+        hints.launch_seen = True
+        said = True
+        name = next(g for g in launch.groups() if g)
+        params = _model_params(name, line)
+        if params is not None and (not hints.model or not hints.parallel_stated or hints.params is None):
+            hints.model, hints.params = name, params
+            dt = _dtype_of(name) or _dtype_of(line)
+            if dt:
+                hints.dtype, hints.bytes_per_param, hints.dtype_assumed = dt[0], dt[1], False
+    if hints.params is None:
+        for w in _WORD.findall(line):
+            params = _model_params(w, line)
+            if params is not None:
+                hints.model, hints.params = w, params
+                dt = _dtype_of(w) or _dtype_of(line)
+                if dt:
+                    hints.dtype, hints.bytes_per_param = dt
+                said = True
+                break
+    elif not hints.dtype:
+        dt = _dtype_of(line) if re.search(r"--(?:dtype|quantization)|torch_dtype|quant", line) else None
+        if dt:
+            hints.dtype, hints.bytes_per_param = dt
+    m = _TP.search(line)
+    if m:
+        hints.tensor_parallel, hints.parallel_stated, said = int(m.group("n")), True, True
+    m = _PP.search(line)
+    if m:
+        hints.pipeline_parallel, hints.parallel_stated, said = int(m.group("n")), True, True
+    m = _UTIL.search(line)
+    if m:
+        hints.gpu_memory_utilization, said = float(m.group("v")), True
+    m = _WEIGHTS_TOOK.search(line)
+    if m:
+        size = parse_size(m.group("v"))
+        if size:
+            hints.weights_measured, said = size, True
+    m = _VISIBLE.search(line)
+    if m:
+        hints.gpu_count, said = len(m.group("ids").split(",")), True
+    m = _GPU_SPEC.search(line)
+    if m:
+        hints.gpu_model = m.group("gpu").upper()
+        mem = m.group("mem")
+        gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
+        hints.gpu_memory_bytes = int(gib * (1 << 30))
+        if m.group("n") and 1 <= int(m.group("n")) <= 1024:
+            hints.gpu_count = int(m.group("n"))
+        said = True
+    m = _GPU_COUNT.search(line)
+    if m and hints.gpu_count is None:
+        hints.gpu_count, said = int(m.group("n")), True
+    if not hints.engine:
+        for name, rx in _ENGINES:
+            if rx.search(line):
+                hints.engine = name
+                break
+    return said
+
+
+# ---------------------------------------------------------------------------------------------
+# the streaming parser
+# ---------------------------------------------------------------------------------------------
+
+CONTEXT_LINES = 120  # frames this many lines around an event belong to its traceback
+MAX_FRAMES = 4000  # bounded memory on huge logs
+MAX_EVENTS = 10_000
+
+
+class OomParser:
+    """Feed cleaned lines; ``result()`` gives the OOM events with their phases, and the hints."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._frames: deque[tuple[int, Frame]] = deque(maxlen=MAX_FRAMES)
+        self._last_frame: tuple[int, Frame] | None = None
+        self._events: list[OomEvent] = []
+        self._open: OomEvent | None = None
+        self._open_text = ""
+        self._open_lines = 0
+        self._prose: list[int] = []
+        self.hints = ModelHints()
+        self._hint_lines = 0
+        self._dropped = 0
+
+    # -- feeding ----------------------------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        self._n += 1
+        if parse_hints_line(line, self.hints):
+            self._hint_lines += 1
+        m = _TRACE_FRAME.search(line) or _BARE_FRAME.search(line)
+        if m:
+            fr = Frame(m.group("path"), m.group("func"))
+            self._last_frame = (self._n, fr)
+            self._frames.append(self._last_frame)
+            self._continue(line, is_frame=True)
+            return
+        if self._last_frame is not None and self._last_frame[0] == self._n - 1 and line.startswith(" "):
+            # the code line under a frame
+            idx, fr = self._last_frame
+            coded = Frame(fr.path, fr.func, line.strip()[:200])
+            if self._frames and self._frames[-1][0] == idx:
+                self._frames[-1] = (idx, coded)
+        if self._continue(line, is_frame=False):
+            return
+        self._scan(line)
+
+    def _continue(self, line: str, *, is_frame: bool) -> bool:
+        """Join a wrapped allocator message's next line; True when the line was consumed."""
+        if self._open is None:
+            return False
+        if is_frame or _HEAD.search(line) or self._open_lines >= 4 or not _needs_more(self._open_text):
+            self._close()
+            return False
+        self._open_text += " " + line.strip()
+        self._open_lines += 1
+        if not _needs_more(self._open_text):
+            self._close()
+        return True
+
+    def _close(self) -> None:
+        if self._open is None:
+            return
+        ev = parse_allocator_message(self._open_text)
+        ev.line_no = self._open.line_no
+        self._add(ev)
+        self._open = None
+        self._open_text = ""
+        self._open_lines = 0
+
+    def _add(self, ev: OomEvent) -> None:
+        # the same message is often printed twice (the log line, then the exception's last line)
+        for prev in self._events[-3:]:
+            if prev.key() == ev.key() and ev.line_no - prev.line_no <= CONTEXT_LINES:
+                if prev.truncated and not ev.truncated:
+                    self._events[self._events.index(prev)] = ev
+                return
+        if len(self._events) >= MAX_EVENTS:
+            self._dropped += 1
+            return
+        self._events.append(ev)
+
+    def _scan(self, line: str) -> None:
+        fw = self._framework(line)
+        if fw is not None:
+            fw.line_no = self._n
+            self._add(fw)
+            return
+        head = _HEAD.search(line)
+        if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation", line,
+                               re.IGNORECASE) or re.search(r"OutOfMemoryError\s*[:(]", line)):
+            self._open = OomEvent(kind="allocator", line_no=self._n)
+            self._open_text = line
+            self._open_lines = 0
+            if not _needs_more(line):
+                self._close()
+            return
+        if _PROSE.search(line) and not _HINT.search(line):
+            self._prose.append(self._n)
+
+    def _framework(self, line: str) -> OomEvent | None:
+        if _FW_SAMPLER.search(line):
+            return OomEvent(kind="framework", phase="warmup", phase_from="vLLM sampler warm-up",
+                            reason="sampler warm-up with max_num_seqs dummy requests", message=line.strip())
+        m = _FW_TGI.search(line)
+        if m:
+            return OomEvent(kind="framework", phase="warmup", phase_from="TGI warm-up",
+                            reason=f"{m.group('n')} prefill tokens", prefill_tokens=int(m.group("n")),
+                            message=line.strip())
+        m = _FW_KV_TOKENS.search(line)
+        if m:
+            return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
+                            reason="KV cache cannot hold one max-length sequence",
+                            max_model_len=int(m.group("need")), kv_cache_max_tokens=int(m.group("have")),
+                            message=line.strip())
+        m = _FW_KV_BYTES.search(line)
+        if m:
+            return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
+                            reason="KV cache cannot hold one max-length sequence",
+                            kv_cache_needed=parse_size(m.group("need")),
+                            kv_cache_available=parse_size(m.group("have")), message=line.strip())
+        if _FW_NO_CACHE.search(line):
+            return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
+                            reason="no memory left for KV-cache blocks", kv_cache_available=0,
+                            message=line.strip())
+        m = _FW_STARTUP_FREE.search(line)
+        if m:
+            unit = m.group("unit") or "GiB"
+            free = parse_size(m.group("free")) if m.group("free") else (
+                parse_size(f"{m.group('free_n')} {unit}") if m.group("free_n") else None)
+            total = parse_size(f"{m.group('total')} {unit}")
+            return OomEvent(kind="framework", phase="loading", phase_from="vLLM start-up memory check",
+                            reason="free memory at start-up below gpu_memory_utilization", free=free,
+                            total=total, message=line.strip())
+        return None
+
+    # -- results ----------------------------------------------------------------------------
+
+    def result(self) -> OomResult:
+        self._close()
+        events = list(self._events)
+        problems: list[str] = []
+        prose = 0
+        if not events and self._prose:
+            prose = len(self._prose)
+            events.append(OomEvent(kind="prose", line_no=self._prose[0],
+                                   message="an out-of-memory error is mentioned in prose"))
+            problems.append("an out-of-memory error is mentioned but no allocator message was found, "
+                            "so there are no memory numbers")
+        frames = list(self._frames)
+        for ev in events:
+            if ev.phase != "unknown":
+                continue
+            near = [fr for idx, fr in frames if -CONTEXT_LINES <= idx - ev.line_no <= CONTEXT_LINES]
+            ev.phase, ev.phase_from = phase_of(near)
+        for ev in events:
+            if ev.truncated:
+                problems.append(f"the out-of-memory message at line {ev.line_no} is cut short "
+                                f"(missing: {', '.join(ev.missing)})")
+        if self._dropped:
+            problems.append(f"{self._dropped} further out-of-memory events were not kept")
+        return OomResult(events, self.hints, problems, prose)
+
+    @property
+    def hint_lines(self) -> int:
+        return self._hint_lines

@@ -1,0 +1,180 @@
+"""Attach for real: the demo service under load, py-spy and psutil against live processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from analyzer.attach import AttachOptions, attach
+from analyzer.model import CaptureStatus
+from examples.demo import PATHOLOGIES, DemoService, background_load
+
+pytestmark = pytest.mark.integration
+
+WINDOW_S = {"recompile": 10.0}
+
+
+def _no_leftovers(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    assert not alive, f"demo service {pid} still running"
+
+
+@pytest.mark.parametrize("pathology", ["cpu-preprocess", "recompile", "queueing", "healthy"])
+def test_attach_names_the_demo_pathology(pathology: str, tmp_path) -> None:
+    spec = PATHOLOGIES[pathology]
+    window = WINDOW_S.get(pathology, 6.0)
+    with DemoService(pathology) as svc, background_load(svc.url, spec, window + 60) as load:
+        deadline = time.monotonic() + 60
+        while load.running and time.monotonic() < deadline:  # steady state: requests are flowing
+            if svc_has_served(svc.url):
+                break
+            time.sleep(0.5)
+        time.sleep(2.0)
+        session, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=window, output=str(tmp_path / "s")))
+        pid = svc.pid
+    _no_leftovers(pid)
+    expected = spec.expected_category
+    got = diagnosis.primary.value if diagnosis.primary else None
+    detail = [(f.code, round(f.impact, 2), f.message) for f in diagnosis.findings]
+    assert got == expected, f"{pathology}: expected {expected}, got {got}: {detail}"
+    assert {c.collector: c.status for c in diagnosis.captures}["py-spy"] is CaptureStatus.OK
+    assert os.path.exists(os.path.join(session.path, "manifest.json"))
+    assert os.path.exists(os.path.join(session.path, "diagnosis.json"))
+
+
+def svc_has_served(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _python_child(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], start_new_session=True)
+
+
+def test_target_exiting_mid_window_is_kept_as_partial(tmp_path) -> None:
+    child = _python_child("""
+        import time
+        end = time.time() + 2.5
+        while time.time() < end:
+            sum(i * i for i in range(1000))
+    """)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    session, diagnosis = attach(AttachOptions(pid=child.pid, duration_s=20, output=str(tmp_path / "s")))
+    child.wait()
+    assert time.monotonic() - t0 < 15  # the window ends when the target does
+    caps = {c.collector: c for c in diagnosis.captures}
+    assert caps["process"].status is CaptureStatus.PARTIAL
+    assert "target exited" in caps["process"].reason
+    assert any(e.key == "cpu.active_samples" and e.value > 0 for e in diagnosis.evidence)
+
+
+def test_ctrl_c_stops_early_and_still_writes_the_verdict(tmp_path) -> None:
+    child = _python_child("""
+        import time
+        while True:
+            sum(i * i for i in range(1000))
+    """)
+    try:
+        out = tmp_path / "s"
+        cli = subprocess.Popen([sys.executable, "-m", "analyzer.cli", "attach", "--pid", str(child.pid),
+                                "--duration", "60", "-o", str(out), "--format", "json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not (out / "process.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)
+        cli.send_signal(signal.SIGINT)
+        stdout, stderr = cli.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert cli.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    import json
+
+    doc = json.loads(stdout)
+    caps = {c["collector"]: c for c in doc["captures"]}
+    assert caps["py-spy"]["status"] == "partial"
+    assert "stopped early" in caps["py-spy"]["reason"]
+    assert (out / "manifest.json").exists() and (out / "diagnosis.json").exists()
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_attach_to_another_users_process_is_refused_with_the_remedy() -> None:
+    """Drop to an unprivileged user in a forked child and attach to this (root-owned) process."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another user")  # pragma: no cover
+    target = os.getpid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(r)
+        code = 99
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115 - the child exits right after
+            from analyzer.cli import main
+
+            code = main(["attach", "--pid", str(target), "--duration", "1"])
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(w)
+    err = b""
+    while chunk := os.read(r, 65536):
+        err += chunk
+    _, status = os.waitpid(pid, 0)
+    text = err.decode()
+    assert os.waitstatus_to_exitcode(status) == 2, text
+    assert "another user" in text and "CAP_SYS_PTRACE" in text and "kubectl debug" in text
+    assert "Traceback" not in text
+
+
+def test_attach_follows_worker_processes(tmp_path) -> None:
+    """The pid an engineer knows is often the parent: samples come from its busy child."""
+    child = _python_child("""
+        import multiprocessing as mp, time
+        def work():
+            while True:
+                sum(i * i for i in range(1000))
+        if __name__ == "__main__":
+            mp.set_start_method("fork")
+            p = mp.Process(target=work, name="worker")
+            p.start()
+            time.sleep(60)
+    """)
+    try:
+        time.sleep(1.0)
+        kids = psutil.Process(child.pid).children()
+        assert kids
+        _, diagnosis = attach(AttachOptions(pid=child.pid, duration_s=3, output=str(tmp_path / "s")))
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    threads = next(e.value for e in diagnosis.evidence if e.key == "cpu.threads")
+    assert any(t["pid"] == kids[0].pid and t["active_ratio"] > 0.5 for t in threads), (threads, kids)
+    assert diagnosis.target is not None and kids[0].pid in diagnosis.target.children
+    assert threading.active_count() >= 1

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import os
+
+from analyzer.derive import cpu_profile
+from collectors.pyspy import explain_failure, parse_dump, parse_raw, parse_raw_line
+from tests.conftest import DATA
+
+
+def _read(name: str) -> list[str]:
+    with open(os.path.join(DATA, "pyspy", name), encoding="utf-8") as fh:
+        return fh.readlines()
+
+
+def test_parse_plain_thread_line() -> None:
+    s = parse_raw_line("thread (2282): busyworker;Thread.run (threading.py:982);busy (t.py:4) 39")
+    assert s is not None
+    assert (s.tid, s.thread, s.count, s.pid) == (2282, "busyworker", 39, 0)
+    assert [f.function for f in s.frames] == ["Thread.run", "busy"]
+    assert s.frames[-1].file == "t.py" and s.frames[-1].line == 4
+
+
+def test_parse_subprocess_prefix_takes_innermost_process() -> None:
+    samples = parse_raw(_read("subprocesses_parent_child.raw"))
+    assert samples and all(s.pid == 2526 for s in samples)
+    assert all(s.process.endswith("t2.py") for s in samples)
+    assert samples[0].thread == "MainThread"
+
+
+def test_parse_frozen_module_frames_and_garbage() -> None:
+    s = parse_raw_line('process 1:"python -m x; y";thread (0x1f): main;_run_code (<frozen runpy>:88) 2')
+    assert s is not None and s.tid == 0x1F and s.process == "python -m x; y"
+    assert s.frames[0].file == "<frozen runpy>" and s.frames[0].line == 88
+    assert parse_raw_line("py-spy> Sampling process 100 times a second") is None
+    assert parse_raw_line("") is None
+
+
+def test_queueing_profile_has_one_saturated_worker() -> None:
+    samples = parse_raw(_read("queueing_one_worker_demo.raw"))
+    ev = {e.key: e for e in cpu_profile.derive(samples, window_s=5.0, rate_hz=100)}
+    assert ev["workers.busy_count"].value == 1
+    assert ev["workers.busiest_active_ratio"].value > 0.9
+    assert "model-worker" in ev["workers.busiest_active_ratio"].detail
+    assert ev["cpu.forward_share"].value > 0.6
+    shares = sum(ev[k].value for k in ev if k.startswith("cpu.") and k.endswith("_share"))
+    assert abs(shares - 1.0) < 1e-6
+
+
+def test_empty_profile_gives_zero_activity_not_missing() -> None:
+    ev = {e.key: e for e in cpu_profile.derive([], window_s=5.0, rate_hz=100)}
+    assert ev["cpu.active_samples"].value == 0
+    assert ev["workers.active_mean"].value == 0.0
+    assert "cpu.preprocess_share" not in ev
+
+
+def test_parse_dump_reads_activity_and_gil() -> None:
+    doc = [{"pid": 7, "thread_id": 1, "os_thread_id": 11, "thread_name": "w", "active": True, "owns_gil": True,
+            "frames": [{"name": "busy", "short_filename": "t.py"}]},
+           {"pid": 7, "thread_id": 2, "os_thread_id": 12, "thread_name": "idle", "active": False,
+            "owns_gil": False, "frames": []}, "junk"]
+    states = parse_dump(doc, 7)
+    assert [(t.tid, t.active, t.owns_gil) for t in states] == [(11, True, True), (12, False, False)]
+    assert states[0].leaf == "busy (t.py)"
+    assert parse_dump({"not": "a list"}, 1) == []
+
+
+def test_explain_failure_names_the_cause() -> None:
+    assert "ptrace" in explain_failure("Error: Permission denied (os error 13)", 1)
+    assert "exited" in explain_failure("Error: No such process (os error 3)", 1)
+    assert "no Python" in explain_failure("Error: Failed to find python version from target process", 1)
+
+
+def test_command_line_with_newlines_spans_physical_lines() -> None:
+    lines = ['process 5:"python -c \n', "import time\n", 'while True: pass";thread (5): MainThread;<module> (<string>:3) 7\n',
+             "thread (6): other;run (x.py:1) 2\n"]
+    samples = parse_raw(lines)
+    assert [(s.pid, s.tid, s.count) for s in samples] == [(5, 5, 7), (0, 6, 2)]
+    assert "import time" in samples[0].process
