@@ -8,7 +8,6 @@ PATHOLOGY ?= cpu-preprocess
 
 $(BIN)/diagnose: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build of torch first, from its exact version (a bare `torch` pulls a multi-GB CUDA build)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[demo,dev]'
@@ -33,7 +32,7 @@ lint: venv
 	$(BIN)/mypy analyzer rules
 
 docs: venv
-	$(BIN)/python -m analyzer.rulesdoc docs/rules
+	$(BIN)/python -m analyzer.rulesdoc docs
 
 score: venv
 	$(PY) ../shared/eval/score_incidents.py ../shared/data/incidents/dev.jsonl --diagnose $(BIN)/diagnose --show-failures

@@ -58,7 +58,28 @@ def page(rule: type[Rule]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(folder: str) -> list[str]:
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def activities_page() -> str:
+    """docs/activities.md: the stack-classification table, generated from the code."""
+    from analyzer.derive import activities
+
+    doc = inspect.cleandoc(activities.__doc__ or "")
+    lines = ["# Activities: how a sampled stack is classified", "", doc, "",
+             "| activity | file pattern | function pattern | what |", "|---|---|---|---|",
+             f"| `{activities.COMPILE.activity.value}` (any frame) | `{_cell(activities.COMPILE.file)}` | | "
+             f"{activities.COMPILE.note} |"]
+    for p in activities.PATTERNS:
+        lines.append(f"| `{p.activity.value}` | `{_cell(p.file or '(any)')}` | `{_cell(p.function or '(any)')}` "
+                     f"| {p.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(docs_root: str) -> list[str]:
+    """Write ``docs_root/rules/*.md`` (one page per rule, plus an index) and ``docs_root/activities.md``."""
+    folder = os.path.join(docs_root, "rules")
     os.makedirs(folder, exist_ok=True)
     written = []
     index = ["# Rules", "", "| code | name | category | summary |", "|---|---|---|---|"]
@@ -70,7 +91,10 @@ def write_docs(folder: str) -> list[str]:
         index.append(f"| [{r.code}]({r.code}.md) | {r.name} | `{r.category.value}` | {sections(r)['summary']} |")
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(index) + "\n")
-    return written
+    path = os.path.join(docs_root, "activities.md")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(activities_page())
+    return [*written, path]
 
 
 def print_rules(code: str | None, fmt: str) -> int:
@@ -97,5 +121,5 @@ def print_rules(code: str | None, fmt: str) -> int:
 
 
 if __name__ == "__main__":
-    for p in write_docs(sys.argv[1] if len(sys.argv) > 1 else "docs/rules"):
+    for p in write_docs(sys.argv[1] if len(sys.argv) > 1 else "docs"):
         print(p)

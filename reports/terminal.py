@@ -58,7 +58,9 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
     target = diagnosis.target
     if target:
         window = f", {diagnosis.window.seconds:.1f} s window" if diagnosis.window else ""
-        console.print(f"[bold]diagnose[/bold] pid {target.pid} ({' '.join(target.cmdline)[:80]}){window}")
+        cmd = " ".join(target.cmdline)
+        cmd = cmd if len(cmd) <= 100 else cmd[:99] + "…"
+        console.print(f"[bold]diagnose[/bold] pid {target.pid} ({cmd}){window}")
     primary = diagnosis.primary
     if primary is None:
         console.print(Panel("No significant bottleneck found in the evidence given.",
@@ -89,9 +91,12 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
             table.add_row(i.path, i.status, i.reason)
         console.print(table)
     if diagnosis.skipped:
-        table = Table(title="Rules skipped (not enough evidence)", title_justify="left")
-        table.add_column("rule")
-        table.add_column("why")
+        by_reason: dict[str, list[str]] = {}
         for s in diagnosis.skipped:
-            table.add_row(s.code, s.reason)
+            by_reason.setdefault(s.reason, []).append(s.code)
+        table = Table(title="Rules skipped (not enough evidence)", title_justify="left")
+        table.add_column("rules")
+        table.add_column("why")
+        for reason, codes in by_reason.items():
+            table.add_row(", ".join(codes), reason)
         console.print(table)
