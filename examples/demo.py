@@ -1,9 +1,9 @@
 """Start the demo service as a subprocess and drive load at it (used by `diagnose demo` and tests).
 
-    with DemoService("queueing") as svc:
-        with background_load(svc.url, PATHOLOGIES["queueing"], duration_s=15) as load:
-            ...  # attach to svc.pid
-        print(load.result)
+with DemoService("queueing") as svc:
+    with background_load(svc.url, PATHOLOGIES["queueing"], duration_s=15) as load:
+        ...  # attach to svc.pid
+    print(load.result)
 """
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ PATHOLOGIES: dict[str, PathologySpec] = {
     ),
     "healthy": PathologySpec(
         name="healthy",
-        description="The same one-worker design with a small fast model under light load; "
-        "nothing is saturated.",
+        description="The same one-worker design with a small fast model under light load; nothing is saturated.",
         concurrency=1,
         think_s=0.05,
         expected_category=None,

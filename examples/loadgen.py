@@ -152,9 +152,7 @@ def run_load(
             if think_s > 0:
                 stop_event.wait(think_s)
 
-    threads = [
-        threading.Thread(target=client, args=(i,), name=f"loadgen-{i}", daemon=True) for i in range(concurrency)
-    ]
+    threads = [threading.Thread(target=client, args=(i,), name=f"loadgen-{i}", daemon=True) for i in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:
