@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import threading
 
 from analyzer.errors import DiagnoseError
@@ -35,17 +38,23 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
     if spec is None:
         raise DiagnoseError(f"there is no demo pathology {pathology!r}.",
                             f"Choose one of: {', '.join(PATHOLOGIES)}.")
+    workdir = tempfile.mkdtemp(prefix="diagnose-demo-")
+    stage_log = os.path.join(workdir, "stages.jsonl")
+    open(stage_log, "w").close()  # attach reads the log from its current end
     try:
-        with DemoService(pathology) as svc:
+        with DemoService(pathology, extra_args=["--stage-log", stage_log]) as svc:
             print(f"demo: started the '{pathology}' service (pid {svc.pid}, {svc.url}); "
                   f"driving load with {spec.concurrency} client(s)", file=sys.stderr)
             with background_load(svc.url, spec, WARMUP_S + duration_s + 30) as load:
                 threading.Event().wait(WARMUP_S)
-                session, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=duration_s, output=output),
-                                            stop)
+                opts = AttachOptions(pid=svc.pid, duration_s=duration_s, output=output, logs=[stage_log],
+                                     metrics=[f"{svc.url}/metrics"])
+                session, diagnosis = attach(opts, stop)
             return session.path, diagnosis, load.result
     except ServiceStartError as exc:
         raise DiagnoseError(f"the demo service did not start: {exc}", "Run `make venv` to install it.") from exc
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
@@ -41,7 +41,7 @@ class TextSource(Protocol):
 
 
 # Each module exposes ``sources() -> list[TextSource]`` (fresh instances per input).
-SOURCE_MODULES: tuple[Callable[[], list[TextSource]], ...] = (
+SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     oom.sources,
     compile_log.sources,
     timing.sources,

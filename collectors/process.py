@@ -46,7 +46,8 @@ def probe(pid: int) -> Availability:
 def alive(pid: int) -> bool:
     """Running (a zombie waiting to be reaped by its parent has exited)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status: str = psutil.Process(pid).status()
+        return status != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
