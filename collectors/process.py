@@ -46,8 +46,7 @@ def probe(pid: int) -> Availability:
 def alive(pid: int) -> bool:
     """Running (a zombie waiting to be reaped by its parent has exited)."""
     try:
-        status: str = psutil.Process(pid).status()
-        return status != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
