@@ -1,0 +1,143 @@
+"""Attach to services nobody here wrote: LitServe and FastAPI/uvicorn stacks, as users run them."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from analyzer.attach import AttachOptions, attach
+
+pytestmark = pytest.mark.integration
+HERE = os.path.join(os.path.dirname(__file__), "foreign")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(port: int, path: str, body: dict, timeout: float = 120.0) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+@contextmanager
+def service(script: str, ready: Callable[[int], bool]) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, script), str(port)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{script} exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            try:
+                if ready(port):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"{script} did not become ready")
+        yield proc, port
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def load(port: int, path: str, payload: Callable[[int], dict], clients: int, seconds: float) -> Iterator[list[int]]:
+    stop = threading.Event()
+    done: list[int] = []
+    counter = itertools.count()
+    end = time.monotonic() + seconds
+
+    def client() -> None:
+        while not stop.is_set() and time.monotonic() < end:
+            try:
+                done.append(_post(port, path, payload(next(counter))))
+            except OSError:
+                time.sleep(0.1)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=130)
+
+
+def _jpeg() -> str:
+    from PIL import Image
+
+    img = Image.effect_noise((1024, 768), 64).convert("RGB")
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _wait_for(done: list[int], n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(done) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(done) >= n, "the service served nothing"
+
+
+def test_litserve_image_decoding_is_cpu_preprocessing(tmp_path) -> None:
+    image = _jpeg()
+    with service("litserve_image.py", lambda p: _post(p, "/predict", {"image": image}, 30) == 200) as (proc, port):
+        with load(port, "/predict", lambda i: {"image": image}, clients=3, seconds=60) as done:
+            _wait_for(done, 3, 30)
+            _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=6, output=str(tmp_path / "s")))
+    assert diagnosis.primary is not None and diagnosis.primary.value == "cpu_preprocessing", diagnosis.findings
+    assert diagnosis.target is not None and diagnosis.target.children  # LitServe's worker processes
+
+
+def test_fastapi_single_worker_under_heavy_concurrency_is_queueing(tmp_path) -> None:
+    with service("fastapi_single_worker.py", lambda p: _post(p, "/predict", {}, 10) == 200) as (proc, port):
+        with load(port, "/predict", lambda i: {}, clients=24, seconds=60) as done:
+            _wait_for(done, 10, 30)
+            _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=6, output=str(tmp_path / "s")))
+    assert diagnosis.primary is not None and diagnosis.primary.value == "queueing", diagnosis.findings
+
+
+def test_fastapi_compiled_model_with_changing_shapes_is_recompilation(tmp_path) -> None:
+    lengths = [17, 33, 49, 65, 81, 97, 113, 129, 145, 161, 177, 193]
+
+    def payload(i: int) -> dict:
+        return {"tokens": [1] * lengths[i % len(lengths)]}
+
+    with service("fastapi_compiled_varying_shapes.py",
+                 lambda p: socket.create_connection(("127.0.0.1", p), 1).close() is None) as (proc, port):
+        with load(port, "/embed", payload, clients=2, seconds=120) as done:
+            _wait_for(done, 1, 90)
+            _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=8, output=str(tmp_path / "s")))
+    assert diagnosis.primary is not None and diagnosis.primary.value == "recompilation", diagnosis.findings
