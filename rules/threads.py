@@ -19,7 +19,8 @@ class ThreadOversubscription(Rule):
     on N cores context-switch constantly, caches thrash and per-request latency rises while total
     throughput falls.
 
-    How it decides: ``threads.busy_count`` (threads using ≥ 10 % of a core) is at least
+    How it decides: ``threads.busy_count`` (threads runnable — running or waiting in the run
+    queue — for ≥ 10 % of the window: demand, since oversubscribed threads each *get* little CPU) is at least
     ``min_ratio`` × ``host.cores`` and ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait),
     from /proc/PID/task/TID/schedstat) is at least ``min_wait``. Involuntary context switches
     corroborate it.
@@ -38,7 +39,7 @@ class ThreadOversubscription(Rule):
     name = "thread-oversubscription"
     category = Category.THREAD_OVERSUBSCRIPTION
     requires = ("host.cores", "threads.busy_count", "proc.runqueue_wait_ratio")
-    optional = ("proc.involuntary_switches_per_s", "proc.threads", "proc.processes")
+    optional = ("threads.runnable_mean", "proc.involuntary_switches_per_s", "proc.threads", "proc.processes")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -52,9 +53,11 @@ class ThreadOversubscription(Rule):
         if cores <= 0 or busy < t.min_ratio * cores or wait < t.min_wait:
             return None
         invol = ev.value("proc.involuntary_switches_per_s")
+        runnable = ev.value("threads.runnable_mean")
         msg = (
-            f"{busy:.0f} threads are busy on {cores:.0f} cores; they wait {pct(wait)} of their "
-            "runnable time in the run queue"
+            f"{busy:.0f} threads are busy on {cores:.0f} cores"
+            + (f" ({runnable:.1f} want a CPU at any moment)" if runnable is not None else "")
+            + f"; they wait {pct(wait)} of their runnable time in the run queue"
             + (f", with {invol:.0f} involuntary context switches per second" if invol is not None else "")
             + "."
         )

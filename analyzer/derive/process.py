@@ -8,7 +8,7 @@ from typing import Any
 from analyzer.model import Evidence, Quality, Window
 
 SOURCE = "psutil"
-BUSY_OS_THREAD = 0.10  # an OS thread using ≥ 10 % of a core is busy (torch/OpenMP pools included)
+BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)
 
 
 def _index(rec: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -86,15 +86,23 @@ def derive(
             old = ta.get(int(t[0]))
             if old is None:
                 continue
-            used = (t[1] + t[2]) - (old[1] + old[2])
-            if used / wall >= BUSY_OS_THREAD:
-                busy += 1
             if len(t) >= 5 and t[3] is not None and old[3] is not None:
                 have_sched = True
-                run_total += max(0, int(t[3]) - int(old[3]))
-                wait_total += max(0, int(t[4]) - int(old[4]))
-    out.append(ev("threads.busy_count", busy, "threads", f"OS threads using ≥ {BUSY_OS_THREAD:.0%} of a core"))
+                run = max(0, int(t[3]) - int(old[3]))
+                wait = max(0, int(t[4]) - int(old[4]))
+                run_total += run
+                wait_total += wait
+                # demand, not consumption: an oversubscribed thread runs little but is runnable long
+                wanted = (run + wait) / 1e9
+            else:
+                wanted = (t[1] + t[2]) - (old[1] + old[2])
+            if wanted / wall >= BUSY_OS_THREAD:
+                busy += 1
+    out.append(ev("threads.busy_count", busy, "threads",
+                  f"OS threads runnable (running or waiting for a CPU) ≥ {BUSY_OS_THREAD:.0%} of the window"))
     if have_sched and run_total + wait_total > 0:
+        out.append(ev("threads.runnable_mean", (run_total + wait_total) / 1e9 / wall, "threads",
+                      "threads wanting a CPU on average (run + run-queue wait, from schedstat)"))
         out.append(ev("proc.runqueue_wait_ratio", wait_total / (run_total + wait_total), "ratio",
                       "time runnable threads waited for a CPU / (run + wait), from schedstat"))
     return out

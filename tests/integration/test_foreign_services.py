@@ -141,3 +141,23 @@ def test_fastapi_compiled_model_with_changing_shapes_is_recompilation(tmp_path) 
             _wait_for(done, 1, 90)
             _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=8, output=str(tmp_path / "s")))
     assert diagnosis.primary is not None and diagnosis.primary.value == "recompilation", diagnosis.findings
+
+
+def test_worker_processes_with_full_width_thread_pools_are_oversubscribed(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "oversubscribed_workers.py")],
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        import psutil
+
+        while len(psutil.Process(proc.pid).children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)
+        _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=5, output=str(tmp_path / "s")))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert diagnosis.primary is not None and diagnosis.primary.value == "thread_oversubscription", \
+        diagnosis.findings
+    f = diagnosis.findings[0]
+    assert f.code == "THR001" and "threads are busy on" in f.message

@@ -12,7 +12,7 @@ def _sample(ts: float, cpu: float, threads: list[list], inflight: int, invol: in
 
 
 def test_oversubscribed_threads_and_runqueue_wait() -> None:
-    # 8 threads each using 0.5 s of CPU over 2 s, each waiting 1 s in the run queue per 1 s run
+    # 8 threads each running 1 s and waiting 1 s in the run queue over 2 s
     a = _sample(0.0, 0.0, [[t, 0.0, 0.0, 0, 0] for t in range(8)], 2)
     b = _sample(2.0, 4.0, [[t, 0.5, 0.0, 10**9, 10**9] for t in range(8)], 6, invol=4000)
     ev = {e.key: e.value for e in derive([a, b], {"cores": 2})}
