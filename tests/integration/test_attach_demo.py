@@ -81,7 +81,7 @@ def test_target_exiting_mid_window_is_kept_as_partial(tmp_path) -> None:
     """)
     time.sleep(0.5)
     t0 = time.monotonic()
-    session, diagnosis = attach(AttachOptions(pid=child.pid, duration_s=20, output=str(tmp_path / "s")))
+    _, diagnosis = attach(AttachOptions(pid=child.pid, duration_s=20, output=str(tmp_path / "s")))
     child.wait()
     assert time.monotonic() - t0 < 15  # the window ends when the target does
     caps = {c.collector: c for c in diagnosis.captures}

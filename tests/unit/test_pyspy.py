@@ -71,7 +71,8 @@ def test_explain_failure_names_the_cause() -> None:
 
 
 def test_command_line_with_newlines_spans_physical_lines() -> None:
-    lines = ['process 5:"python -c \n', "import time\n", 'while True: pass";thread (5): MainThread;<module> (<string>:3) 7\n',
+    lines = ['process 5:"python -c \n', "import time\n",
+             'while True: pass";thread (5): MainThread;<module> (<string>:3) 7\n',
              "thread (6): other;run (x.py:1) 2\n"]
     samples = parse_raw(lines)
     assert [(s.pid, s.tid, s.count) for s in samples] == [(5, 5, 7), (0, 6, 2)]
