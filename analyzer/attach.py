@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import tarfile
@@ -32,7 +31,7 @@ from analyzer import pipeline
 from analyzer.derive.session import PYSPY_META
 from analyzer.errors import AttachError, DiagnoseError
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session, Target, Window
-from analyzer.redact import redact_argv
+from analyzer.redact import redact_argv, redact_command, redact_text
 from collectors import process as process_collector
 from collectors import pyspy
 from reports import json_report
@@ -139,24 +138,17 @@ class LogTail:
         self.start_offset = max(0, size - LOG_TAIL_BEFORE_BYTES)
 
     def finish(self, dest: str) -> None:
-        with open(self.path, "rb") as src, open(dest, "wb") as out:
+        """Copy from the start offset to the end, secrets redacted line by line, bounded in size."""
+        left = LOG_MAX_BYTES
+        with open(self.path, "rb") as src, open(dest, "w", encoding="utf-8") as out:
             src.seek(self.start_offset)
             if self.start_offset:
                 src.readline()  # drop the partial first line
-            shutil.copyfileobj(_Limited(src, LOG_MAX_BYTES), out)
-
-
-class _Limited:
-    def __init__(self, fh: Any, limit: int) -> None:
-        self.fh, self.left = fh, limit
-
-    def read(self, n: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        n = self.left if n < 0 else min(n, self.left)
-        data: bytes = self.fh.read(n)
-        self.left -= len(data)
-        return data
+            for raw in src:
+                left -= len(raw)
+                if left < 0:
+                    break
+                out.write(redact_text(raw.decode("utf-8", errors="replace")))
 
 
 def scrape(url: str, timeout_s: float = 5.0) -> str:
@@ -246,6 +238,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         captures.append(Capture("py-spy", CaptureStatus.FAILED, res.reason, _pyspy_remedy(res.reason), window,
                                 tuple(res.files)))
     else:
+        pyspy.rewrite_commands(os.path.join(folder, pyspy.RAW_FILE), redact_command)
         status = CaptureStatus.PARTIAL if (res.partial or partial_reason) else CaptureStatus.OK
         captures.append(Capture("py-spy", status, partial_reason or res.reason, "", window, tuple(res.files)))
         write_json_atomic(os.path.join(folder, PYSPY_META),

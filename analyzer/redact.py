@@ -39,3 +39,8 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
             continue
         out.append(redact_text(arg))
     return tuple(out)
+
+
+def redact_command(cmd: str) -> str:
+    """A command line as one string (py-spy's ``process N:"…"`` prefix)."""
+    return " ".join(redact_argv(cmd.split(" ")))

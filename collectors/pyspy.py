@@ -257,6 +257,18 @@ def record(
     return RecordResult(True, partial, reason, files, reported)
 
 
+def rewrite_commands(path: str, redact: Callable[[str], str]) -> None:
+    """Rewrite the ``process N:"cmdline"`` prefixes of a raw profile through ``redact`` (secrets)."""
+    rx = re.compile(r'(process \d+:")(.*?)(";)', re.DOTALL)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    text = rx.sub(lambda m: m.group(1) + redact(m.group(2)) + m.group(3), text)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def take_dumps(exe: str, pids: list[int], path: str) -> None:
     """Append one ``dump --json`` snapshot per pid; a failed dump is skipped (best effort)."""
     for p in dict.fromkeys(pids):
