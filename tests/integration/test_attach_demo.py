@@ -178,3 +178,26 @@ def test_attach_follows_worker_processes(tmp_path) -> None:
     assert any(t["pid"] == kids[0].pid and t["active_ratio"] > 0.5 for t in threads), (threads, kids)
     assert diagnosis.target is not None and kids[0].pid in diagnosis.target.children
     assert threading.active_count() >= 1
+
+
+def test_attach_copies_the_log_window_and_scrapes_metrics(tmp_path) -> None:
+    stage_log = tmp_path / "stages.jsonl"
+    stage_log.write_text('{"ts": 1, "note": "written before the window"}\n' * 10)
+    spec = PATHOLOGIES["healthy"]
+    with DemoService("healthy", extra_args=["--stage-log", str(stage_log)]) as svc, \
+            background_load(svc.url, spec, 40):
+        time.sleep(1.0)
+        session, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=3, output=str(tmp_path / "s"),
+                                                  logs=[str(stage_log)], metrics=[f"{svc.url}/metrics",
+                                                                                  "http://127.0.0.1:9/metrics"]))
+    caps = [(c.collector, c.status, c.files) for c in diagnosis.captures]
+    logs = [c for c in caps if c[0] == "log"]
+    assert logs and logs[0][1] is CaptureStatus.OK
+    copied = (tmp_path / "s" / logs[0][2][0]).read_text()
+    assert "stages_ms" in copied  # requests served during the window are in the copy
+    metrics = [c for c in diagnosis.captures if c.collector == "metrics"]
+    assert metrics[0].status is CaptureStatus.OK
+    body = (tmp_path / "s" / metrics[0].files[0]).read_text()
+    assert body.count("# scrape at") == 2 and "vllm:" in body
+    assert metrics[1].status is CaptureStatus.FAILED and "could not scrape" in metrics[1].reason
+    assert os.path.exists(os.path.join(session.path, "manifest.json"))
