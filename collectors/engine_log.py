@@ -30,6 +30,7 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import re
@@ -39,23 +40,29 @@ from dataclasses import dataclass, field
 MAX_SAMPLES = 100_000  # per-request values kept for percentiles; beyond, a fixed-seed reservoir
 
 # -- vLLM stats lines ----------------------------------------------------------------------------
-_V_FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("prompt_tps", re.compile(r"Avg prompt throughput:\s*([\d.]+)")),
-    ("gen_tps", re.compile(r"Avg generation throughput:\s*([\d.]+)")),
-    ("running", re.compile(r"\bRunning:\s*(\d+)")),
-    ("swapped", re.compile(r"\bSwapped:\s*(\d+)")),
-    ("waiting", re.compile(r"\b(?:Pending|Waiting):\s*(\d+)")),
-    ("kv_pct", re.compile(r"GPU KV cache usage:\s*([\d.]+)\s*%")),
-    ("cpu_kv_pct", re.compile(r"CPU KV cache usage:\s*([\d.]+)\s*%")),
-    # V1 "Prefix cache hit rate: 12.0%", V0 "GPU prefix cache hit rate: 12.00%"
-    ("prefix_pct", re.compile(r"(?<!External )(?:GPU )?[Pp]refix cache hit rate:\s*(?:GPU:\s*)?([\d.]+)\s*%")),
-)
+# "label: value unit" fields, split on ", "; a field is known by how its (lower-cased) label ends.
+# V1 "Prefix cache hit rate: 12.0%", V0 "GPU prefix cache hit rate: 12.00%" or
+# "Prefix cache hit rate: GPU: 12.00%, CPU: 0.00%"; "External prefix cache hit rate" is not ours.
+_V_LABELS: dict[str, str] = {
+    "avg prompt throughput": "prompt_tps",
+    "avg generation throughput": "gen_tps",
+    "running": "running",
+    "swapped": "swapped",
+    "pending": "waiting",
+    "waiting": "waiting",
+    "gpu kv cache usage": "kv_pct",
+    "cpu kv cache usage": "cpu_kv_pct",
+    "prefix cache hit rate": "prefix_pct",
+    "gpu prefix cache hit rate": "prefix_pct",
+}
+_V_UNITS = (" tokens/s", " reqs", "%")
 _PREEMPT = re.compile(r"is preempted by PreemptionMode\.(\w+)|\bpreempted\b", re.IGNORECASE)
 _PREEMPT_CUM = re.compile(r"total_num_cumulative_preemption=(\d+)")
 
 # -- configuration -------------------------------------------------------------------------------
 _CONF = re.compile(
-    r"(?:--)?\b(max[_-]num[_-]seqs|max[_-]num[_-]batched[_-]tokens)\b['\"]?\s*(?:[=:]\s*|\s+)(\d+)\b"
+    r"(?:--)?\b(max[_-]num[_-]seqs|max[_-]num[_-]batched[_-]tokens|max[_-]running[_-]requests)\b['\"]?"
+    r"\s*(?:[=:]\s*|\s+)(\d+)\b"
 )
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _GPU_BLOCKS = re.compile(r"#\s*GPU blocks:\s*([\d,]+)")
@@ -65,7 +72,8 @@ _KV_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
 _BENCH_START = re.compile(r"=+\s*Serving Benchmark Result\s*=+")
 _BENCH_END = re.compile(r"^=+\s*$")
 _BENCH_ROW = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s+(-?[\d.,]+|inf)\s*$")
-_LAT_ROW = re.compile(r"^(Mean|Median|Std|P\d+(?:\.\d+)?)\s+(TTFT|TPOT|ITL|E2EL)\s*\(ms\)$")
+# vLLM names end-to-end latency "E2EL", SGLang's bench_serving "E2E Latency"
+_LAT_ROW = re.compile(r"^(Mean|Median|Std|P\d+(?:\.\d+)?)\s+(TTFT|TPOT|ITL|E2EL|E2E Latency)\s*\(ms\)$")
 _THROUGHPUT = re.compile(
     r"^Throughput:\s*([\d.]+)\s*requests/s,\s*([\d.]+)\s*total tokens/s(?:,\s*([\d.]+)\s*output tokens/s)?"
 )
@@ -79,7 +87,9 @@ _SG_IN = re.compile(r"input throughput \(token/s\):\s*([\d.]+)")
 _SG_RETRACT = re.compile(r"#retracted[_-]reqs?:\s*(\d+)")
 
 # -- TGI -----------------------------------------------------------------------------------------
-_TGI_DUR = re.compile(r"\b(total|validation|queue|inference|time_per_token)(?:_time)?=\"?([\d.]+)\s*(ns|µs|us|ms|s|m)\"?")
+_TGI_DUR = re.compile(
+    r"\b(total|validation|queue|inference|time_per_token)(?:_time)?=\"?([\d.]+)\s*(ns|µs|us|ms|s|m)\"?"
+)
 _TGI_OVERLOADED = re.compile(r"Model is overloaded")
 _DUR_SCALE_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
@@ -170,13 +180,26 @@ def parse_vllm_stats(line: str) -> StatsSample | None:
     if "Running:" not in line or ("Pending:" not in line and "Waiting:" not in line):
         return None
     got: dict[str, float] = {}
-    for name, rx in _V_FIELDS:
-        m = rx.search(line)
-        if m:
-            try:
-                got[name] = float(m.group(1))
-            except ValueError:
-                continue
+    for part in line.split(", "):
+        label, sep, value = part.rpartition(": ")
+        if not sep:
+            continue
+        # the first field carries the log prefix: "…] Engine 000: Avg prompt throughput"
+        tail = label.rpartition("] ")[2].lower()
+        name = _V_LABELS.get(tail) or _V_LABELS.get(tail.rpartition(": ")[2])
+        if name is None and tail.endswith("prefix cache hit rate: gpu"):
+            name = "prefix_pct"
+        if name is None or name in got:
+            continue
+        value = value.strip().rstrip(".")
+        for unit in _V_UNITS:
+            if value.endswith(unit):
+                value = value[: -len(unit)]
+                break
+        try:
+            got[name] = float(value)
+        except ValueError:
+            continue
     if "running" not in got or "waiting" not in got:
         return None
     return StatsSample(
@@ -251,7 +274,7 @@ class BenchmarkResult:
         out: dict[str, float] = {}
         for label, value in self.rows.items():
             m = _LAT_ROW.match(label)
-            if not m or m.group(2) != metric:
+            if not m or m.group(2).replace("E2E Latency", "E2EL") != metric:
                 continue
             stat = m.group(1)
             if stat == "Mean":
@@ -359,17 +382,18 @@ class EngineLogParser:
                 hit = True
         if "preempt" in line or "Preempt" in line:
             hit = self._feed_preempt(line) or hit
-        if "max" in line and ("num_seqs" in line or "num-seqs" in line or "batched" in line):
+        if "max" in line and ("num_seqs" in line or "num-seqs" in line or "batched" in line or "running" in line):
             for m in _CONF.finditer(line):
                 key = m.group(1).replace("-", "_")
-                self.config[key] = int(m.group(2))
+                # SGLang's max_running_requests is the same limit as vLLM's max_num_seqs
+                self.config["max_num_seqs" if key == "max_running_requests" else key] = int(m.group(2))
                 hit = True
         if "Maximum concurrency" in line or "GPU blocks" in line or "KV cache size" in line:
             hit = self._feed_capacity(line) or hit
         if "retracted" in line:
-            m = _SG_RETRACT.search(line)
-            if m:
-                self.retracted += int(m.group(1))
+            rm = _SG_RETRACT.search(line)
+            if rm:
+                self.retracted += int(rm.group(1))
                 self.engines.setdefault("sglang")
                 hit = True
         if "_time" in line:
@@ -388,11 +412,11 @@ class EngineLogParser:
             self.benchmark_blocks += 1
             hit = True
         if line.startswith("Throughput:"):
-            m = _THROUGHPUT.match(line)
-            if m:
-                self.offline_throughput = {"rps": float(m.group(1)), "total_tokens_per_s": float(m.group(2))}
-                if m.group(3):
-                    self.offline_throughput["output_tokens_per_s"] = float(m.group(3))
+            tm = _THROUGHPUT.match(line)
+            if tm:
+                self.offline_throughput = {"rps": float(tm.group(1)), "total_tokens_per_s": float(tm.group(2))}
+                if tm.group(3):
+                    self.offline_throughput["output_tokens_per_s"] = float(tm.group(3))
                 hit = True
         if hit:
             self.recognised += 1
@@ -469,15 +493,15 @@ class EngineLogParser:
             return True  # a section rule such as ----Time to First Token----
         m = _BENCH_ROW.match(line)
         if not m:
+            if ":" in line and len(line) < 120:
+                return True  # a row with a text value ("Backend: sglang", "…concurrency: not set")
             # the block ended without its closing rule (a pasted excerpt): keep what we have
             self._close_bench()
             return self.feed(line)
         value = m.group(2)
         if value != "inf":
-            try:
+            with contextlib.suppress(ValueError):
                 rows[m.group(1).strip()] = _num(value)
-            except ValueError:
-                pass
         self.recognised += 1
         return True
 

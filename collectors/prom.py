@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,7 +30,7 @@ MAX_LINES_PER_SCRAPE = 50_000  # a real engine exposes a few thousand lines; bey
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     GAUGE = "gauge"
     COUNTER = "counter"  # cumulative total; `_total` suffix optional in the exposition
     HISTOGRAM = "histogram"  # `_bucket{le=…}`, `_sum`, `_count` (a summary's `{quantile=…}` also accepted)
@@ -96,11 +96,12 @@ ALIASES: tuple[Alias, ...] = (
                     "tgi_request_queue_duration"), Kind.HISTOGRAM, "ms", 1000.0),
     Alias("prefill", ("vllm:request_prefill_time_seconds",), Kind.HISTOGRAM, "ms", 1000.0),
     Alias("decode", ("vllm:request_decode_time_seconds",), Kind.HISTOGRAM, "ms", 1000.0),
-    Alias("compute", ("tgi_request_inference_duration",), Kind.HISTOGRAM, "ms", 1000.0),
+    # TGI "inference" is prefill + decode of a continuously batched request, not one execution
+    Alias("inference", ("tgi_request_inference_duration",), Kind.HISTOGRAM, "ms", 1000.0),
     Alias("preprocess", ("tgi_request_validation_duration",), Kind.HISTOGRAM, "ms", 1000.0),
     # Triton summaries (quantile labels), µs
     Alias("queue", ("nv_inference_queue_summary_us",), Kind.HISTOGRAM, "ms", 1e-3),
-    Alias("compute", ("nv_inference_compute_infer_summary_us",), Kind.HISTOGRAM, "ms", 1e-3),
+    Alias("compute_infer", ("nv_inference_compute_infer_summary_us",), Kind.HISTOGRAM, "ms", 1e-3),
     Alias("e2e", ("nv_inference_request_summary_us",), Kind.HISTOGRAM, "ms", 1e-3),
     # -- request size histograms (tokens) ------------------------------------------------------
     Alias("prompt_len", ("vllm:request_prompt_tokens", "sglang:prompt_tokens_histogram",
@@ -457,8 +458,8 @@ def _histograms(parsed: list[_Samples]) -> dict[str, Histogram]:
                     qs[q] = got
         else:
             for labels, v, _ in last.get((c, "quantile"), []):
-                q = _le(labels.get("quantile", ""))
-                if q is not None and q in QUANTILES:
-                    qs[q] = v
+                lq = _le(labels.get("quantile", ""))
+                if lq is not None and lq in QUANTILES:
+                    qs[lq] = v
         out[c] = Histogram(count=n_last, total=s_last, quantiles=qs, windowed=windowed)
     return out

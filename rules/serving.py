@@ -1,7 +1,469 @@
-"""Rules of this family are added by a later issue."""
+"""Queueing seen by the serving engine and the load generator: waiting requests, Little's law."""
 
 from __future__ import annotations
 
-from rules.base import Rule
+from dataclasses import dataclass
 
-RULES: tuple[type[Rule], ...] = ()
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from rules.base import Rule, bar, pct, present, severity_for
+
+_CAPACITY_FIXES = (
+    Fix(
+        "Add serving capacity",
+        (
+            "Run more replicas behind the load balancer (or more model instances: Triton "
+            "instance_group count, vLLM data parallel --data-parallel-size)",
+            "Shard a large model over more GPUs (--tensor-parallel-size) so each replica serves more requests",
+        ),
+        Risk.NEEDS_VALIDATION,
+    ),
+    Fix(
+        "Admit only what the server can serve",
+        (
+            "Cap concurrent requests at the gateway (or the client's --max-concurrency) near the "
+            "server's capacity and answer 429/503 beyond it, so waiting time stays bounded",
+            "Autoscale on the queue depth (vllm:num_requests_waiting, nv_inference_pending_request_count)",
+        ),
+        Risk.SAFE,
+    ),
+)
+
+
+def _num(ev: EvidenceSet, key: str) -> float | None:
+    return ev.value(key)
+
+
+def _low_quality(ev: EvidenceSet, *keys: str) -> bool:
+    for k in keys:
+        got = ev.get(k)
+        if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
+            return True
+    return False
+
+
+class EngineQueueSaturated(Rule):
+    """The serving engine's scheduler queue holds requests it cannot admit.
+
+    What it detects: vLLM / SGLang / TGI report requests *waiting* (``Pending``/``Waiting``,
+    ``#queue-req``, ``tgi_queue_size``) next to the running batch, in most of the stats lines or
+    scrapes, and names what caps the running batch: the KV cache (usage ≥ ``kv_full``, preemptions,
+    swapping), the sequence limit (``max_num_seqs``: running pinned at the stated value, or at
+    vLLM's default 256 when none is stated while the KV cache has room), or neither (compute or the
+    per-step token budget).
+
+    Why it matters: a waiting request's time to first token is the time until a running one
+    finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
+    unchanged, so tuning kernels or prompts does not help.
+
+    How it decides: ``serving.waiting_max`` ≥ ``min_waiting``; the queue is present in at least
+    ``min_queued_share`` of the samples (when there are ``min_samples`` or more); and the waiting
+    requests are at least ``min_wait_ratio`` of the running ones. The waiting share
+    W / (W + R), with W the mean waiting count where requests waited and R the running count
+    then, is the part of the requests in the server that are not being served; the impact is that
+    share times the share of samples with a queue.
+
+    Evidence: serving.waiting_max, serving.running_max; optionally serving.waiting_mean,
+    serving.queued_sample_ratio, serving.stat_samples, serving.running_when_queued_mean,
+    serving.running_when_queued_max, serving.kv_cache_usage_when_queued_mean_ratio,
+    serving.kv_cache_usage_max_ratio, serving.preemptions, serving.swapped_max,
+    serving.max_num_seqs, serving.max_num_batched_tokens, latency.ttft_ms.p99, stage.queue_ms.mean.
+
+    Fix: by cause: more KV-cache memory (``--gpu-memory-utilization``, tensor parallelism,
+    ``--kv-cache-dtype fp8``, a shorter ``--max-model-len``); a higher ``--max-num-seqs`` when the
+    cache has room; more replicas and admission control otherwise.
+
+    False positives: the start of a burst (everything arrives at once and the queue drains within
+    seconds) looks the same in a single stats line; with several lines the ``min_queued_share``
+    check separates a passing burst from a standing queue.
+    """
+
+    code = "QUE002"
+    name = "engine-queue-saturated"
+    category = Category.QUEUEING
+    requires = ("serving.waiting_max", "serving.running_max")
+    optional = (
+        "serving.waiting_mean",
+        "serving.queued_sample_ratio",
+        "serving.stat_samples",
+        "serving.running_when_queued_mean",
+        "serving.running_when_queued_max",
+        "serving.kv_cache_usage_when_queued_mean_ratio",
+        "serving.kv_cache_usage_max_ratio",
+        "serving.preemptions",
+        "serving.swapped_max",
+        "serving.max_num_seqs",
+        "serving.max_num_batched_tokens",
+        "latency.ttft_ms.p99",
+        "stage.queue_ms.mean",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_waiting: float = 4.0  # a few requests waiting for the next scheduler step is arrival jitter
+        min_queued_share: float = 0.3  # a queue in under a third of the samples is a passing burst
+        min_samples: float = 3.0  # fewer stats lines than this cannot tell a burst from a standing queue
+        min_wait_ratio: float = 0.1  # under 10 % of the running batch waiting barely delays anyone
+        kv_full: float = 0.95  # vLLM keeps a few blocks free (watermark): ≥ 95 % means no room to admit
+        cap_near: float = 0.95  # running within 5 % of max_num_seqs: the sequence limit holds admission
+        default_max_num_seqs: float = 256.0  # vLLM's default sequence limit when the log does not say
+        kv_room: float = 0.8  # below 80 % KV usage the cache could hold more sequences
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        waiting_max = _num(ev, "serving.waiting_max") or 0.0
+        running_max = _num(ev, "serving.running_max") or 0.0
+        if waiting_max < t.min_waiting:
+            return None
+        samples = _num(ev, "serving.stat_samples") or 1.0
+        queued_share = _num(ev, "serving.queued_sample_ratio")
+        if queued_share is None:
+            queued_share = 1.0
+        if samples >= t.min_samples and queued_share < t.min_queued_share:
+            return None
+        waiting_mean = _num(ev, "serving.waiting_mean")
+        waiting = waiting_mean / queued_share if waiting_mean is not None and queued_share > 0 else waiting_max
+        running = _num(ev, "serving.running_when_queued_mean")
+        if running is None:
+            running = _num(ev, "serving.running_mean") or running_max
+        if waiting < t.min_wait_ratio * max(running, 1.0):
+            return None
+        share = waiting / (waiting + running) if waiting + running > 0 else 0.0
+        impact = share * queued_share
+
+        kv = _num(ev, "serving.kv_cache_usage_when_queued_mean_ratio")
+        if kv is None:
+            kv = _num(ev, "serving.kv_cache_usage_max_ratio")
+        preempt = _num(ev, "serving.preemptions") or 0.0
+        swapped = _num(ev, "serving.swapped_max") or 0.0
+        cap = _num(ev, "serving.max_num_seqs")
+        running_peak = _num(ev, "serving.running_when_queued_max") or running_max
+        cause, fixes = self._cause(t, kv, preempt, swapped, cap, running_peak)
+
+        msg = (
+            f"{waiting:.0f} requests wait in the engine queue while {running:.0f} run"
+            + (f" (queue present in {pct(queued_share)} of {samples:.0f} samples)" if samples > 1 else "")
+            + f": {pct(share)} of the requests in the server are waiting, not being served. "
+            + cause
+        )
+        ttft = _num(ev, "latency.ttft_ms.p99")
+        queue_ms = _num(ev, "stage.queue_ms.mean")
+        if queue_ms is not None:
+            msg += f" Requests spend {queue_ms:.0f} ms queued on average."
+        elif ttft is not None:
+            msg += f" p99 time to first token is {ttft:.0f} ms, most of it waiting for a slot."
+        if samples < t.min_samples:
+            confidence = Confidence.HEURISTIC
+        elif ttft is not None or queue_ms is not None:
+            confidence = Confidence.CORRELATED
+        else:
+            confidence = Confidence.MEASURED
+        why = f"waiting |{bar(share)}| {waiting:.0f}\nrunning |{bar(1 - share)}| {running:.0f}"
+        if kv is not None:
+            why += f"\nKV used |{bar(kv)}| {pct(kv)}"
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=confidence,
+            title="Requests wait in the serving engine's queue",
+            message=msg,
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=[*fixes, *_CAPACITY_FIXES],
+        )
+
+    @staticmethod
+    def _cause(
+        t: EngineQueueSaturated.Thresholds,
+        kv: float | None,
+        preempt: float,
+        swapped: float,
+        cap: float | None,
+        running_peak: float,
+    ) -> tuple[str, list[Fix]]:
+        kv_fix = Fix(
+            "Give the KV cache more room",
+            (
+                "Raise --gpu-memory-utilization (e.g. 0.90 → 0.95) if nothing else shares the GPU",
+                "Quantise the KV cache: --kv-cache-dtype fp8 (about twice the sequences per GB)",
+                "Shard over more GPUs (--tensor-parallel-size 2) or cap --max-model-len to the lengths you serve",
+            ),
+            Risk.NEEDS_VALIDATION,
+        )
+        if (kv is not None and kv >= t.kv_full) or preempt > 0 or swapped > 0:
+            parts = []
+            if kv is not None:
+                parts.append(f"the GPU KV cache is {pct(kv)} full")
+            if preempt > 0:
+                parts.append(f"{preempt:.0f} requests were preempted")
+            if swapped > 0:
+                parts.append(f"{swapped:.0f} were swapped to CPU")
+            return (
+                "Admission is limited by KV-cache capacity: " + ", ".join(parts) + ", so no more sequences fit.",
+                [kv_fix],
+            )
+        seq_fix = Fix(
+            "Raise the sequence limit",
+            (
+                "Increase --max-num-seqs (SGLang: --max-running-requests) while the KV cache has room; "
+                "check TTFT and inter-token latency after each step, larger batches decode slower per token",
+            ),
+            Risk.NEEDS_VALIDATION,
+        )
+        room = f" while the KV cache is only {pct(kv)} used" if kv is not None else ""
+        if cap is not None and running_peak >= t.cap_near * cap:
+            return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
+                    "not memory, holds requests back.", [seq_fix])
+        if (cap is None and t.cap_near * t.default_max_num_seqs <= running_peak <= t.default_max_num_seqs
+                and (kv is None or kv < t.kv_room)):
+            return (f"The running batch sits at {running_peak:.0f}, vLLM's default max_num_seqs="
+                    f"{t.default_max_num_seqs:.0f}{room}: the sequence limit, not memory, holds requests back.",
+                    [seq_fix])
+        return (
+            "Neither the KV cache nor a sequence limit is full"
+            + (f" (KV cache {pct(kv)} used)" if kv is not None else "")
+            + ": the engine is bound by compute or its per-step token budget (max_num_batched_tokens).",
+            [],
+        )
+
+
+class LittlesLawQueueing(Rule):
+    """A closed-loop load keeps far more requests in flight than the server can serve at once.
+
+    What it detects: a benchmark (perf_analyzer, wrk, ab, vLLM bench) whose in-flight requests N
+    (the client's concurrency; by Little's law throughput × latency) are many times the requests
+    the server has in service S = throughput × per-request compute time: the rest wait.
+
+    Why it matters: once N exceeds S, extra concurrency adds only waiting time: latency grows as
+    N / throughput while throughput stays flat. The model is not slow; it is offered more than it
+    can take.
+
+    How it decides: N = ``bench.concurrency``; X = ``throughput.rps``; L = ``latency.e2e_ms.mean``.
+    S = X × ``stage.compute_ms.mean`` (or, with only the server's queue time, N × (1 − queue/L);
+    or, from a concurrency sweep, X × ``bench.unloaded_latency_ms``, the latency at concurrency 1,
+    an upper bound of the service time).
+    Fires when N / S ≥ ``min_oversubscription`` and the waiting share 1 − S/N ≥
+    ``min_waiting_share``. When N / X is within ``closed_loop_tolerance`` of L the client is
+    closed-loop and the figures are consistent (confidence correlated), else heuristic. Impact is
+    the waiting share.
+
+    Evidence: bench.concurrency, throughput.rps, latency.e2e_ms.mean and stage.compute_ms.mean,
+    stage.queue_ms.mean or bench.unloaded_latency_ms; optionally latency.server_ms.mean, bench.server_batch_mean,
+    latency.e2e_ms.p99, bench.client_delayed.
+
+    Fix: lower the offered concurrency to about S (latency falls to the compute time at the same
+    throughput) or add capacity: more model instances, larger dynamic batches, more replicas.
+
+    False positives: a server whose per-request compute is itself slow, at modest concurrency
+    (N a few times S), also queues; there the compute is what to fix and N / S stays below
+    ``min_oversubscription`` (see QUE004's note). A client that sends requests with think time is
+    not closed-loop; the consistency check lowers the confidence then.
+    """
+
+    code = "QUE003"
+    name = "littles-law-queueing"
+    category = Category.QUEUEING
+    requires = ("bench.concurrency", "throughput.rps", "latency.e2e_ms.mean")
+    requires_any = (("stage.compute_ms.mean",), ("stage.queue_ms.mean",), ("bench.unloaded_latency_ms",))
+    optional = (
+        "stage.compute_ms.mean",
+        "stage.queue_ms.mean",
+        "bench.unloaded_latency_ms",
+        "latency.server_ms.mean",
+        "bench.server_batch_mean",
+        "latency.e2e_ms.p99",
+        "bench.client_delayed",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_oversubscription: float = 8.0  # N ≥ 8 × S: the queue is many service times long, not a few
+        min_waiting_share: float = 0.5  # at least half of each request's time is waiting
+        closed_loop_tolerance: float = 0.35  # N / X within 35 % of the measured latency: Little's law holds
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        n = _num(ev, "bench.concurrency") or 0.0
+        x = _num(ev, "throughput.rps") or 0.0
+        lat = _num(ev, "latency.e2e_ms.mean") or 0.0
+        if n <= 0 or x <= 0 or lat <= 0:
+            return None
+        compute = _num(ev, "stage.compute_ms.mean")
+        queue = _num(ev, "stage.queue_ms.mean")
+        server = _num(ev, "latency.server_ms.mean") or lat
+        unloaded = _num(ev, "bench.unloaded_latency_ms")
+        if compute is not None and compute > 0:
+            in_service = x * compute / 1000.0
+            basis = f"{x:.1f} req/s × {compute:.2f} ms compute"
+        elif queue is not None and server > 0:
+            in_service = n * max(0.0, 1.0 - queue / server)
+            basis = f"{n:.0f} × (1 − {queue:.1f} ms queue / {server:.1f} ms)"
+        elif unloaded is not None and unloaded > 0:
+            in_service = x * unloaded / 1000.0
+            basis = f"{x:.1f} req/s × {unloaded:.2f} ms latency at concurrency 1"
+        else:
+            return None
+        in_service = max(in_service, 1e-9)
+        over = n / in_service
+        waiting = max(0.0, 1.0 - in_service / n)
+        if over < t.min_oversubscription or waiting < t.min_waiting_share:
+            return None
+        little_ms = n / x * 1000.0
+        consistent = abs(little_ms - lat) <= t.closed_loop_tolerance * lat
+        msg = (
+            f"The client keeps {n:.0f} requests in flight but the server has only about {in_service:.1f} in "
+            f"service ({basis}): {over:.0f}× oversubscribed, so about {pct(waiting)} of each request's "
+            f"{lat:.1f} ms is waiting."
+            + (f" Little's law agrees: {n:.0f} / {x:.1f} req/s = {little_ms:.1f} ms." if consistent else
+               f" (N / throughput = {little_ms:.1f} ms differs from the measured latency: not a closed loop.)")
+            + (f" The server executes {_num(ev, 'bench.server_batch_mean'):.1f} requests per batch."
+               if _num(ev, "bench.server_batch_mean") else "")
+        )
+        lo, hi = max(1.0, in_service), 2 * max(1.0, in_service)
+        return self.finding(
+            severity=severity_for(waiting),
+            confidence=Confidence.CORRELATED if consistent else Confidence.HEURISTIC,
+            title="Offered concurrency far above what the server serves at once",
+            message=msg,
+            impact=waiting,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"waiting |{bar(waiting)}| {pct(waiting)}\nserved  |{bar(1 - waiting)}| {pct(1 - waiting)}",
+            fixes=[
+                Fix(
+                    "Offer the concurrency the server can serve",
+                    (
+                        f"Lower the client's concurrency towards {lo:.0f}-{hi:.0f} "
+                        "in flight (perf_analyzer --concurrency-range, the gateway's limit): latency falls to "
+                        "about the compute time at the same throughput",
+                    ),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Serve more at once",
+                    (
+                        "Triton: raise instance_group count or enable/enlarge dynamic_batching "
+                        "(max_batch_size, preferred_batch_size, max_queue_delay_microseconds)",
+                        "Add replicas behind the load balancer",
+                    ),
+                    Risk.NEEDS_VALIDATION,
+                ),
+            ],
+        )
+
+
+class QueueShareOfLatency(Rule):
+    """Most of the server-side request time is spent waiting in the queue.
+
+    What it detects: a server-side breakdown (Triton's queue vs compute, from perf_analyzer or
+    ``nv_inference_*`` counters; vLLM's ``request_queue_time`` vs end-to-end histograms; TGI's
+    ``queue_time``) in which ``stage.queue.share`` of the request time is at least ``min_share``.
+
+    Why it matters: the time is lost before the model sees the request; faster kernels shorten
+    only the small compute part.
+
+    How it decides: ``stage.queue.share`` ≥ ``min_share``. Guard: when the server's per-request
+    execution time (``stage.compute_ms.mean``, Triton's compute input + infer + output) is known
+    and the queue is shorter than ``min_queue_to_compute`` × that time, the queue is only the few
+    requests ahead each taking that long: the server is compute-bound at modest concurrency, and
+    the rule returns an informational note (category queueing, severity info) pointing at the
+    compute time instead. LLM prefill/decode times are not used for the guard: under continuous
+    batching a request's decode overlaps hundreds of others. Impact is the queue share.
+
+    Evidence: stage.queue.share; optionally stage.queue_ms.mean, stage.compute_ms.mean,
+    latency.server_ms.mean, latency.e2e_ms.mean, stage.compute.share, bench.concurrency.
+
+    Fix: add capacity or batch more per execution (Triton instance_group, dynamic batching;
+    vLLM --max-num-seqs / replicas); bound the queue (Triton ``default_queue_policy`` with
+    ``max_queue_size``, a gateway limit) so latency stays bounded.
+
+    False positives: a closed-loop benchmark at far more concurrency than production shows a queue
+    that production never sees; compare with the production concurrency before adding capacity.
+    """
+
+    code = "QUE004"
+    name = "queue-share-of-latency"
+    category = Category.QUEUEING
+    requires = ("stage.queue.share",)
+    optional = (
+        "stage.queue_ms.mean",
+        "stage.compute_ms.mean",
+        "latency.server_ms.mean",
+        "latency.e2e_ms.mean",
+        "stage.compute.share",
+        "bench.concurrency",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.5  # half of the request time in the queue: waiting is the larger part
+        min_queue_to_compute: float = 8.0  # a queue under 8 executions long is a few requests ahead, each slow
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = _num(ev, "stage.queue.share") or 0.0
+        if share < t.min_share:
+            return None
+        queue = _num(ev, "stage.queue_ms.mean")
+        compute = _num(ev, "stage.compute_ms.mean")
+        total = _num(ev, "latency.server_ms.mean") or _num(ev, "latency.e2e_ms.mean")
+        evidence = present(ev, *self.requires, *self.optional)
+        if queue is not None and compute is not None and compute > 0 and queue < t.min_queue_to_compute * compute:
+            conc = _num(ev, "bench.concurrency")
+            return self.finding(
+                severity=Severity.INFO,
+                confidence=Confidence.MEASURED,
+                title="Queue time follows from slow compute, not from too little capacity",
+                message=(
+                    f"Requests queue {queue:.1f} ms ({pct(share)} of the server time) but each takes "
+                    f"{compute:.1f} ms of compute: the queue is only {queue / compute:.1f} executions long"
+                    + (f" at concurrency {conc:.0f}" if conc is not None else "")
+                    + ". The server is compute-bound; shortening the compute time shortens the queue with it."
+                ),
+                impact=share,
+                evidence=evidence,
+                fixes=[
+                    Fix(
+                        "Make each execution faster, then re-measure the queue",
+                        (
+                            "Profile the model's execution (backend, CPU vs GPU placement, batch size 1 vs dynamic "
+                            "batching); a slow backend or a CPU-placed model shows up as compute, not queue",
+                        ),
+                        Risk.NEEDS_VALIDATION,
+                    )
+                ],
+            )
+        msg = (
+            f"{pct(share)} of the server-side request time is spent queued"
+            + (f" ({queue:.1f} ms of {total:.1f} ms)" if queue is not None and total is not None else "")
+            + (f", against {compute:.2f} ms of compute ({queue / compute:.0f}× as long)"
+               if queue is not None and compute else "")
+            + ": requests wait for a free model instance or batch slot."
+        )
+        low = _low_quality(ev, "stage.queue.share", "stage.queue_ms.mean")
+        return self.finding(
+            severity=severity_for(share),
+            confidence=Confidence.HEURISTIC if low else Confidence.MEASURED,
+            title="Requests spend most of their time in the server's queue",
+            message=msg,
+            impact=share,
+            evidence=evidence,
+            why=f"queue   |{bar(share)}| {pct(share)}\nother   |{bar(1 - share)}| {pct(1 - share)}",
+            fixes=[
+                Fix(
+                    "Serve more requests per unit of time",
+                    (
+                        "Triton: more instances (instance_group count) or dynamic batching with a larger "
+                        "max_batch_size; vLLM/SGLang: a higher --max-num-seqs if the KV cache has room",
+                        "Add replicas when one GPU is already busy",
+                    ),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix(
+                    "Bound the queue",
+                    (
+                        "Triton: dynamic_batching { default_queue_policy { max_queue_size: N, "
+                        "timeout_action: REJECT } }; a gateway limit with 429 for the rest",
+                    ),
+                    Risk.SAFE,
+                ),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency)

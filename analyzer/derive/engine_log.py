@@ -14,8 +14,9 @@ from collectors.engine_log import EngineLogParser, EngineLogSummary, Series, per
 
 KIND = "engine_log"
 
-# TGI span field → normalised stage name (see the stage vocabulary in the evidence conventions)
-_TGI_STAGES = {"queue": "queue", "validation": "preprocess", "inference": "compute"}
+# TGI span field → stage name. TGI's "inference" is prefill + decode of a continuously batched
+# request, not one execution of the model, so it stays "inference" rather than "compute".
+_TGI_STAGES = {"queue": "queue", "validation": "preprocess", "inference": "inference"}
 _BENCH_METRICS = {"TTFT": "ttft", "TPOT": "tpot", "ITL": "itl", "E2EL": "e2e"}
 
 
@@ -60,7 +61,10 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
     def series(prefix: str, ser: Series, unit: str, what: str) -> None:
         if ser.count == 0:
             return
-        ev(f"{prefix}_max", ser.max, unit, f"largest {what} over {ser.count} {engines} stats line(s)", few)
+        top = ser.max
+        if top is not None and unit == "requests" and top.is_integer():
+            top = int(top)
+        ev(f"{prefix}_max", top, unit, f"largest {what} over {ser.count} {engines} stats line(s)", few)
         ev(f"{prefix}_mean", ser.mean, unit, f"mean {what} over {ser.count} {engines} stats line(s)", few)
 
     if s.samples:
@@ -68,7 +72,7 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         series("serving.running", s.running, "requests", "running requests")
         series("serving.waiting", s.waiting, "requests", "waiting (pending/queued) requests")
         if s.swapped.count:
-            ev("serving.swapped_max", s.swapped.max, "requests", "largest swapped-out request count", few)
+            ev("serving.swapped_max", int(s.swapped.max or 0), "requests", "largest swapped-out request count", few)
         if s.kv_usage.count:
             ev("serving.kv_cache_usage_max_ratio", s.kv_usage.max, "ratio",
                "largest GPU KV-cache usage (fraction of the KV pool)", few)
@@ -78,11 +82,11 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         ev("serving.queued_sample_ratio", s.queued_samples / s.samples, "ratio",
            "share of stats lines with at least one request waiting", few)
         if s.waiting.last is not None:
-            ev("serving.waiting_last", s.waiting.last, "requests", "waiting requests on the last stats line", few)
+            ev("serving.waiting_last", int(s.waiting.last), "requests", "waiting requests on the last stats line", few)
         if s.running_when_queued.count:
             ev("serving.running_when_queued_mean", s.running_when_queued.mean, "requests",
                "mean running requests on the lines where requests were waiting", few)
-            ev("serving.running_when_queued_max", s.running_when_queued.max, "requests",
+            ev("serving.running_when_queued_max", int(s.running_when_queued.max or 0), "requests",
                "most running requests on a line where requests were waiting", few)
         if s.kv_when_queued.count:
             ev("serving.kv_cache_usage_when_queued_mean_ratio", s.kv_when_queued.mean, "ratio",

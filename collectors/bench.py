@@ -1,0 +1,318 @@
+"""Load-generator output: Triton ``perf_analyzer``, ``wrk`` and ApacheBench (``ab``) summaries.
+
+A pure, streaming parser: ``BenchParser.feed(line)`` per cleaned line, ``BenchParser.results()``
+at the end. Each measured load level becomes one ``BenchLevel`` (times in milliseconds).
+
+perf_analyzer (one block per concurrency level, or the closing summary lines only)::
+
+    Request concurrency: 1000
+      Client:
+        Request count: 72262
+        Throughput: 4005.66 infer/sec
+        Avg latency: 247602 usec (standard deviation 9319 usec)
+        p50 latency: 245439 usec
+        …
+      Server:
+        Inference count: 72262
+        Execution count: 4518
+        Successful request count: 72262
+        Avg request latency: 247496 usec (overhead 844 usec + queue 242704 usec + compute input
+          2241 usec + compute infer 1613 usec + compute output 9 usec)
+    Inferences/Second vs. Client Average Batch Latency
+    Concurrency: 1000, throughput: 4005.66 infer/sec, latency 247602 usec
+
+wrk: ``12 threads and 400 connections``, ``Latency 635.91us 0.89ms 12.92ms 93.69%``, the
+``Latency Distribution`` percent lines, ``Requests/sec: 748868.53``.
+ab: ``Concurrency Level: 10``, ``Requests per second: 810.37 [#/sec] (mean)``, ``Time per request:
+12.340 [ms] (mean)``, ``Complete requests: 1000`` and the ``50%  12`` percentile lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_UNIT_MS = {"usec": 1e-3, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "msec": 1.0, "s": 1000.0, "sec": 1000.0,
+            "m": 60_000.0, "ns": 1e-6}
+
+_NUM = r"(-?[\d.]+(?:e[-+]?\d+)?)"
+_PA_SETTINGS = re.compile(r"\*\*\*\s*Measurement Settings\s*\*\*\*")
+_PA_BATCH = re.compile(r"^Batch size:\s*(\d+)")
+_PA_CONC = re.compile(r"^Request concurrency:\s*(\d+)")
+_PA_RATE = re.compile(r"^Request Rate:\s*" + _NUM)
+_PA_COUNT = re.compile(r"^Request count:\s*(\d+)")
+_PA_TPUT = re.compile(r"^Throughput:\s*" + _NUM + r"\s*infer/sec")
+_PA_AVG = re.compile(r"^Avg latency:\s*" + _NUM + r"\s*(usec|ms|sec)(?:\s*\(standard deviation\s*" + _NUM + r")?")
+_PA_PCT = re.compile(r"^p(\d+) latency:\s*" + _NUM + r"\s*(usec|ms|sec)")
+_PA_TRANSPORT = re.compile(r"^Avg (HTTP|gRPC) time:\s*" + _NUM + r"\s*(usec|ms|sec)")
+_PA_INFER = re.compile(r"^Inference count:\s*(\d+)")
+_PA_EXEC = re.compile(r"^Execution count:\s*(\d+)")
+_PA_SUCCESS = re.compile(r"^Successful request count:\s*(\d+)")
+_PA_SERVER = re.compile(r"^Avg request latency:\s*" + _NUM + r"\s*(usec|ms|sec)\s*(.*)$")
+_PA_PART = re.compile(r"(overhead|queue|compute input|compute infer|compute output)\s+" + _NUM + r"\s*(usec|ms|sec)")
+_PA_SUMMARY = re.compile(
+    r"^Concurrency:\s*(\d+),\s*throughput:\s*" + _NUM + r"\s*infer/sec,\s*latency\s*" + _NUM + r"\s*(usec|ms|sec)"
+)
+_PA_DELAYED = re.compile(r"Delayed Request Count:\s*(\d+)|not able to keep up with the desired load", re.I)
+
+_WRK_CONNS = re.compile(r"^(\d+)\s+threads and\s+(\d+)\s+connections")
+_WRK_LAT = re.compile(r"^Latency\s+" + _NUM + r"(us|ms|s|m)\s+" + _NUM + r"(us|ms|s|m)\s+" + _NUM + r"(us|ms|s|m)")
+_WRK_DIST = re.compile(r"^(\d+(?:\.\d+)?)%\s+" + _NUM + r"(us|ms|s|m)$")
+_WRK_REQS = re.compile(r"^(\d+)\s+requests in\s+" + _NUM + r"(us|ms|s|m)")
+_WRK_RPS = re.compile(r"^Requests/sec:\s*" + _NUM)
+
+_AB_CONC = re.compile(r"^Concurrency Level:\s*(\d+)")
+_AB_DONE = re.compile(r"^Complete requests:\s*(\d+)")
+_AB_RPS = re.compile(r"^Requests per second:\s*" + _NUM)
+_AB_TPR = re.compile(r"^Time per request:\s*" + _NUM + r"\s*\[ms\]\s*\(mean\)\s*$")
+_AB_PCT = re.compile(r"^(\d+)%\s+(\d+)(?:\s*\(longest request\))?$")
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * _UNIT_MS[unit]
+
+
+@dataclass
+class BenchLevel:
+    """One measured load level. Latencies in ms; throughput in inferences (requests × batch) per s."""
+
+    tool: str
+    concurrency: int | None = None
+    request_rate: float | None = None  # open-loop mode (perf_analyzer --request-rate-range)
+    batch_size: int = 1
+    request_count: int | None = None
+    throughput: float | None = None
+    latency_mean: float | None = None
+    latency_std: float | None = None
+    percentiles: dict[str, float] = field(default_factory=dict)  # "p50" → ms
+    transport_ms: float | None = None
+    server_inferences: int | None = None
+    server_executions: int | None = None
+    server_requests: int | None = None
+    server_latency: float | None = None
+    server_parts: dict[str, float] = field(default_factory=dict)  # "queue" → ms
+    server_breakdown_complete: bool = True
+    delayed: bool = False
+
+    @property
+    def requests_per_s(self) -> float | None:
+        if self.throughput is None:
+            return None
+        return self.throughput / max(1, self.batch_size)
+
+
+class BenchParser:
+    """Stream cleaned lines in; measured levels out. Never raises on odd input."""
+
+    def __init__(self) -> None:
+        self.levels: list[BenchLevel] = []
+        self.summaries: dict[int, tuple[float, float]] = {}  # concurrency → (throughput, latency ms)
+        self.batch_size = 1
+        self.recognised = 0
+        self.delayed_warnings = 0
+        self._section = ""  # "client" | "server" | "composing"
+        self._cur: BenchLevel | None = None
+        self._wrk: BenchLevel | None = None
+        self._ab: BenchLevel | None = None
+        self._dist: str = ""  # "wrk" | "ab" while reading a percentile list
+
+    def feed(self, line: str) -> bool:
+        s = line.strip()
+        if not s:
+            return False
+        hit = self._perf_analyzer(s) or self._wrk_line(s) or self._ab_line(s)
+        if hit:
+            self.recognised += 1
+        return hit
+
+    # -- perf_analyzer ------------------------------------------------------------------------
+    def _level(self) -> BenchLevel:
+        if self._cur is None:
+            self._cur = BenchLevel("perf_analyzer", batch_size=self.batch_size)
+            self.levels.append(self._cur)
+        return self._cur
+
+    def _perf_analyzer(self, s: str) -> bool:
+        if "Measurement Settings" in s and _PA_SETTINGS.search(s):
+            return True
+        m = _PA_BATCH.match(s)
+        if m:
+            self.batch_size = int(m.group(1))
+            return True
+        m = _PA_CONC.match(s) or _PA_RATE.match(s)
+        if m:
+            lvl = BenchLevel("perf_analyzer", batch_size=self.batch_size)
+            if s.startswith("Request concurrency"):
+                lvl.concurrency = int(m.group(1))
+            else:
+                lvl.request_rate = float(m.group(1))
+            self._cur = lvl
+            self.levels.append(lvl)
+            self._section = ""
+            return True
+        if s == "Client:":
+            self._section = "client"
+            return self._cur is not None
+        if s == "Server:":
+            self._section = "server"
+            return self._cur is not None
+        if s.startswith("Composing models"):
+            self._section = "composing"
+            return self._cur is not None
+        if ("Delayed" in s or "keep up" in s) and _PA_DELAYED.search(s):
+            self.delayed_warnings += 1
+            if self._cur is not None:
+                self._cur.delayed = True
+            return True
+        m = _PA_SUMMARY.match(s)
+        if m:
+            self.summaries[int(m.group(1))] = (float(m.group(2)), _ms(m.group(3), m.group(4)))
+            return True
+        if self._cur is None or self._section == "composing":
+            return False
+        lvl = self._cur
+        if self._section == "client":
+            return self._client(lvl, s)
+        if self._section == "server":
+            return self._server(lvl, s)
+        return False
+
+    def _client(self, lvl: BenchLevel, s: str) -> bool:
+        m = _PA_COUNT.match(s)
+        if m:
+            lvl.request_count = int(m.group(1))
+            return True
+        m = _PA_TPUT.match(s)
+        if m:
+            lvl.throughput = float(m.group(1))
+            return True
+        m = _PA_AVG.match(s)
+        if m:
+            lvl.latency_mean = _ms(m.group(1), m.group(2))
+            if m.group(3):
+                lvl.latency_std = _ms(m.group(3), m.group(2))
+            return True
+        m = _PA_PCT.match(s)
+        if m:
+            lvl.percentiles[f"p{m.group(1)}"] = _ms(m.group(2), m.group(3))
+            return True
+        m = _PA_TRANSPORT.match(s)
+        if m:
+            lvl.transport_ms = _ms(m.group(2), m.group(3))
+            return True
+        return False
+
+    def _server(self, lvl: BenchLevel, s: str) -> bool:
+        m = _PA_INFER.match(s)
+        if m:
+            lvl.server_inferences = int(m.group(1))
+            return True
+        m = _PA_EXEC.match(s)
+        if m:
+            lvl.server_executions = int(m.group(1))
+            return True
+        m = _PA_SUCCESS.match(s)
+        if m:
+            lvl.server_requests = int(m.group(1))
+            return True
+        m = _PA_SERVER.match(s)
+        if m and lvl.server_latency is None:
+            lvl.server_latency = _ms(m.group(1), m.group(2))
+            rest = m.group(3)
+            for pm in _PA_PART.finditer(rest):
+                lvl.server_parts[pm.group(1).replace(" ", "_")] = _ms(pm.group(2), pm.group(3))
+            lvl.server_breakdown_complete = rest.rstrip().endswith(")") and "compute_output" in lvl.server_parts
+            return True
+        return False
+
+    # -- wrk ----------------------------------------------------------------------------------------
+    def _wrk_level(self) -> BenchLevel:
+        if self._wrk is None:
+            self._wrk = BenchLevel("wrk")
+            self.levels.append(self._wrk)
+        return self._wrk
+
+    def _wrk_line(self, s: str) -> bool:
+        if s.startswith("Running ") and " test @ " in s:
+            self._wrk = BenchLevel("wrk")
+            self.levels.append(self._wrk)
+            self._dist = ""
+            return True
+        m = _WRK_CONNS.match(s)
+        if m:
+            self._wrk_level().concurrency = int(m.group(2))
+            return True
+        m = _WRK_LAT.match(s)
+        if m and self._wrk is not None:
+            self._wrk.latency_mean = _ms(m.group(1), m.group(2))
+            self._wrk.latency_std = _ms(m.group(3), m.group(4))
+            return True
+        if s == "Latency Distribution" and self._wrk is not None:
+            self._dist = "wrk"
+            return True
+        if self._dist == "wrk" and self._wrk is not None:
+            m = _WRK_DIST.match(s)
+            if m:
+                q = m.group(1).rstrip("0").rstrip(".") if "." in m.group(1) else m.group(1)
+                self._wrk.percentiles[f"p{q}"] = _ms(m.group(2), m.group(3))
+                return True
+            self._dist = ""
+        m = _WRK_REQS.match(s)
+        if m and self._wrk is not None:
+            self._wrk.request_count = int(m.group(1))
+            return True
+        m = _WRK_RPS.match(s)
+        if m and self._wrk is not None:
+            self._wrk.throughput = float(m.group(1))
+            return True
+        return False
+
+    # -- ApacheBench --------------------------------------------------------------------------------
+    def _ab_line(self, s: str) -> bool:
+        m = _AB_CONC.match(s)
+        if m:
+            self._ab = BenchLevel("ab", concurrency=int(m.group(1)))
+            self.levels.append(self._ab)
+            return True
+        if self._ab is None:
+            return False
+        m = _AB_DONE.match(s)
+        if m:
+            self._ab.request_count = int(m.group(1))
+            return True
+        m = _AB_RPS.match(s)
+        if m:
+            self._ab.throughput = float(m.group(1))
+            return True
+        m = _AB_TPR.match(s)
+        if m and self._ab.latency_mean is None:  # the first one is per request; the second per concurrency
+            self._ab.latency_mean = float(m.group(1))
+            return True
+        if s.startswith("Percentage of the requests served within"):
+            self._dist = "ab"
+            return True
+        if self._dist == "ab":
+            m = _AB_PCT.match(s)
+            if m:
+                self._ab.percentiles[f"p{m.group(1)}"] = float(m.group(2))
+                return True
+            self._dist = ""
+        return False
+
+    # ------------------------------------------------------------------------------------------
+    def matched(self) -> bool:
+        return any(_useful(lvl) for lvl in self.levels) or bool(self.summaries)
+
+    def results(self) -> list[BenchLevel]:
+        """Measured levels in the order they appear; summary-only levels filled in from the summary."""
+        out = [lvl for lvl in self.levels if _useful(lvl)]
+        have = {lvl.concurrency for lvl in out if lvl.tool == "perf_analyzer"}
+        for conc, (tput, lat) in sorted(self.summaries.items()):
+            if conc not in have:
+                out.append(BenchLevel("perf_analyzer", concurrency=conc, batch_size=self.batch_size,
+                                      throughput=tput, latency_mean=lat))
+        return out
+
+
+def _useful(lvl: BenchLevel) -> bool:
+    return lvl.throughput is not None or lvl.latency_mean is not None or lvl.server_latency is not None

@@ -1,0 +1,216 @@
+"""Serving-engine logs: vLLM V0/V1, SGLang, TGI, benchmark blocks → serving.* evidence."""
+
+from __future__ import annotations
+
+import io
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.engine_log import EngineLogSource
+from collectors.engine_log import EngineLogParser, parse_sglang_batch, parse_tgi_request, parse_vllm_stats
+from collectors.logtext import clean_lines, iter_text_lines
+from tests.conftest import DATA
+
+LOGS = os.path.join(DATA, "logs")
+
+
+def _f(x: object) -> float:
+    assert isinstance(x, int | float)
+    return float(x)
+
+
+def _source(lines: list[str]) -> EngineLogSource:
+    src = EngineLogSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    return src
+
+
+def _ev(name: str) -> dict[str, object]:
+    with open(os.path.join(LOGS, name), encoding="utf-8") as fh:
+        src = _source(fh.readlines())
+    return {e.key: e.value for e in src.evidence(name)}
+
+
+def test_vllm_v0_stats_line() -> None:
+    s = parse_vllm_stats(
+        "Avg prompt throughput: 209.6 tokens/s, Avg generation throughput: 567.4 tokens/s, Running: 36 reqs, "
+        "Swapped: 0 reqs, Pending: 78 reqs, GPU KV cache usage: 99.1%, CPU KV cache usage: 0.0%"
+    )
+    assert s is not None
+    assert (s.running, s.waiting, s.swapped) == (36, 78, 0)
+    assert s.kv_usage_ratio is not None and abs(s.kv_usage_ratio - 0.991) < 1e-9
+    assert s.prompt_tokens_per_s == 209.6 and s.generation_tokens_per_s == 567.4
+
+
+def test_vllm_v1_stats_line_with_prefix_cache() -> None:
+    s = parse_vllm_stats(
+        "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 45.2 tokens/s, Running: 1 reqs, "
+        "Waiting: 3 reqs, GPU KV cache usage: 0.3%, Prefix cache hit rate: 12.5%, External prefix cache hit rate: 1.0%"
+    )
+    assert s is not None and s.waiting == 3 and s.swapped is None
+    assert s.prefix_hit_ratio == 0.125
+
+
+def test_not_a_stats_line() -> None:
+    assert parse_vllm_stats("Running: the model") is None
+    assert parse_sglang_batch("a batch of cookies") is None
+    assert parse_tgi_request("queue_time is a nice metric") is None
+
+
+def test_kv_full_incident_vllm_3561() -> None:
+    ev = _ev("vllm_v0_pending_kv_cache_full.txt")
+    assert ev["serving.waiting_max"] == 78 and ev["serving.running_max"] == 36
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.991
+    assert ev["serving.queued_sample_ratio"] == 1.0
+
+
+def test_benchmark_block_and_stats_line_vllm_pr8804() -> None:
+    ev = _ev("vllm_benchmark_running_capped_low_kv.txt")
+    assert ev["requests.count"] == 1000
+    assert ev["throughput.rps"] == 49.18
+    assert ev["latency.ttft_ms.mean"] == 4090.94
+    assert ev["latency.ttft_ms.p50"] == 3477.49
+    assert ev["latency.ttft_ms.p99"] == 12854.2
+    assert ev["latency.tpot_ms.p99"] == 301.38
+    assert ev["latency.itl_ms.mean"] == 188.7
+    assert abs(_f(ev["tokens.input_mean"]) - 215.196) < 1e-9
+    assert ev["serving.running_max"] == 255 and ev["serving.waiting_max"] == 624
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.073
+
+
+def test_benchmark_block_with_e2el_and_percentiles() -> None:
+    lines = [
+        "============ Serving Benchmark Result ============",
+        "Successful requests:                     200",
+        "Maximum request concurrency:             64",
+        "Benchmark duration (s):                  30.00",
+        "Request throughput (req/s):              6.67",
+        "---------------Time to First Token----------------",
+        "Mean TTFT (ms):                          900.10",
+        "Median TTFT (ms):                        850.00",
+        "P90 TTFT (ms):                           1500.00",
+        "P99 TTFT (ms):                           2100.50",
+        "----------------End-to-end Latency----------------",
+        "Mean E2EL (ms):                          9000.00",
+        "P99 E2EL (ms):                           15000.00",
+        "==================================================",
+    ]
+    src = _source(lines)
+    ev = {e.key: e.value for e in src.evidence("bench")}
+    assert ev["bench.concurrency"] == 64
+    assert ev["latency.ttft_ms.p90"] == 1500.0 and ev["latency.e2e_ms.p99"] == 15000.0
+    assert src.problems() == []
+
+
+def test_benchmark_block_cut_short_is_partial() -> None:
+    lines = ["============ Serving Benchmark Result ============", "Successful requests:  10",
+             "Mean TTFT (ms):   123.0"]
+    src = _source(lines)
+    assert src.problems()
+    assert any(e.key == "latency.ttft_ms.mean" and e.value == 123.0 for e in src.evidence("cut"))
+
+
+def test_v1_docker_log_config_and_capacity() -> None:
+    ev = _ev("vllm_v1_docker_waiting_kv_full.txt")
+    assert ev["serving.max_num_seqs"] == 128
+    assert ev["serving.kv_capacity_tokens"] == 116496
+    assert ev["serving.kv_max_concurrency"] == 14.22
+    assert ev["serving.stat_samples"] == 4
+    assert ev["serving.waiting_max"] == 263
+    assert ev["serving.prefix_cache_hit_ratio"] == 0.042
+
+
+def test_preemptions_use_the_cumulative_counter() -> None:
+    ev = _ev("vllm_v0_preemption_recompute.txt")
+    assert ev["serving.preemptions"] == 51  # vLLM warns only every 50th preemption
+    assert ev["serving.kv_gpu_blocks"] == 7281
+
+
+def test_sglang_batches_kv_fraction_and_prefix_ratio() -> None:
+    ev = _ev("sglang_queue_retract.txt")
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.99  # token usage is already a fraction
+    assert ev["serving.waiting_max"] == 265 and ev["serving.running_max"] == 124
+    assert ev["serving.preemptions"] == 3
+    assert abs(_f(ev["serving.prefix_cache_hit_ratio"]) - 3072 / (11402 + 3072)) < 1e-9
+
+
+def test_tgi_spans_give_stage_breakdown() -> None:
+    ev = _ev("tgi_request_spans_queue.txt")
+    assert ev["requests.count"] == 3
+    assert abs(_f(ev["stage.queue_ms.mean"]) - (4931.48 + 5201.12 + 5100.1) / 3) < 1e-6
+    assert 0.7 < _f(ev["stage.queue.share"]) < 0.8
+    assert ev["serving.rejected_overloaded"] == 1
+
+
+def test_healthy_log_reports_a_rare_queue() -> None:
+    ev = _ev("vllm_v0_healthy_short_burst.txt")
+    assert ev["serving.waiting_max"] == 6
+    assert abs(_f(ev["serving.queued_sample_ratio"]) - 1 / 6) < 1e-9
+
+
+def test_unrelated_text_is_not_matched() -> None:
+    p = EngineLogParser()
+    for line in ["hello", "the preempted meeting", "Throughput: great", "max_num_seqs is a knob"]:
+        p.feed(line)
+    assert not p.matched()
+
+
+def test_source_is_reusable_for_problems_and_evidence() -> None:
+    with open(os.path.join(LOGS, "vllm_benchmark_running_capped_low_kv.txt"), encoding="utf-8") as fh:
+        src = _source(fh.readlines())
+    assert src.matched()
+    assert src.problems() == []
+    first = src.evidence("x")
+    assert first == src.evidence("x")
+
+
+with open(os.path.join(LOGS, "vllm_v1_docker_waiting_kv_full.txt"), encoding="utf-8") as _fh:
+    SAMPLE = _fh.read()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=2000))
+def test_fuzz_random_text(text: str) -> None:
+    src = _source(text.splitlines())
+    src.evidence("fuzz")
+    src.problems()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=0, max_value=len(SAMPLE)), st.binary(max_size=200))
+def test_fuzz_truncated_and_binary(cut: int, junk: bytes) -> None:
+    text = SAMPLE[:cut] + junk.decode("latin-1") + SAMPLE[:cut].encode("utf-8").decode("utf-8", "replace")
+    src = _source(text.splitlines())
+    src.evidence("fuzz")
+    src.problems()
+
+
+def test_huge_line_and_mixed_encoding() -> None:
+    raw = ("Running: 1 reqs, Pending: 2 reqs, " * 50_000).encode() + b"\xff\xfe caf\xe9 \n"
+    src = _source(list(iter_text_lines(io.BytesIO(raw))))
+    src.evidence("huge")
+
+
+def test_sglang_bench_serving_block() -> None:
+    lines = [
+        "============ Serving Benchmark Result ============",
+        "Backend:                                 sglang",
+        "Traffic request rate:                    inf",
+        "Max request concurrency:                 not set",
+        "Successful requests:                     500",
+        "Benchmark duration (s):                  60.10",
+        "----------------End-to-End Latency----------------",
+        "Mean E2E Latency (ms):                   20100.00",
+        "Median E2E Latency (ms):                 19000.00",
+        "---------------Time to First Token----------------",
+        "Mean TTFT (ms):                          9000.00",
+        "==================================================",
+        "INFO 01-01 00:00:00 unrelated line",
+    ]
+    ev = {e.key: e.value for e in _source(lines).evidence("x")}
+    assert ev["requests.count"] == 500
+    assert ev["latency.e2e_ms.mean"] == 20100.0 and ev["latency.e2e_ms.p50"] == 19000.0
+    assert ev["latency.ttft_ms.mean"] == 9000.0

@@ -1,0 +1,151 @@
+"""`nsys stats` text (table, CSV, 2021 layout, expert rules) and copy statements in prose."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.nsys_stats import NsysStatsSource, TransferReportSource
+from collectors.logtext import clean_lines
+from collectors.nsys_stats import copy_direction, scan_transfer_statement
+from tests.conftest import DATA
+
+NSYS = os.path.join(DATA, "nsys_stats")
+REPORTS = os.path.join(DATA, "reports")
+
+
+def _f(x: object) -> float:
+    assert isinstance(x, int | float)
+    return float(x)
+
+
+def _read(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return fh.readlines()
+
+
+def _ev(path: str, cls: type[NsysStatsSource] | type[TransferReportSource] = NsysStatsSource) -> dict[str, object]:
+    src = cls()
+    for line in clean_lines(_read(path)):
+        src.feed(line)
+    return {e.key: e.value for e in src.evidence(path)} if src.matched() else {}
+
+
+def test_copy_direction_names() -> None:
+    assert copy_direction("[CUDA memcpy Host-to-Device]") == "h2d"
+    assert copy_direction("[CUDA memcpy HtoD]") == "h2d"
+    assert copy_direction("[CUDA memcpy DtoH]") == "d2h"
+    assert copy_direction("[CUDA memcpy Device-to-Device]") == "d2d"
+    assert copy_direction("[CUDA memset]") == "memset"
+    assert copy_direction("[CUDA memcpy Peer-to-Peer]") == "p2p"
+
+
+def test_copy_dominated_table_layout() -> None:
+    ev = _ev(os.path.join(NSYS, "copy_dominated_vector_add_table.txt"))
+    assert abs(_f(ev["gpu.kernel_time_ms"]) - 0.536542) < 1e-9
+    assert abs(_f(ev["copy.h2d_time_ms"]) - 61.322687) < 1e-9
+    assert abs(_f(ev["copy.d2h_time_ms"]) - 30.323492) < 1e-9
+    assert ev["copy.h2d_bytes"] == 800_000_000 and ev["copy.d2h_bytes"] == 400_000_000
+    assert ev["copy.count"] == 12
+    assert _f(ev["copy.time_share"]) > 0.99
+    assert abs(_f(ev["api.sync_time_ms"]) - 77.010743) < 1e-9  # cudaEventSynchronize
+    assert ev["api.memcpy_calls"] == 12  # cudaMemcpyAsync_v3020, version suffix stripped
+
+
+def test_compute_bound_csv() -> None:
+    ev = _ev(os.path.join(NSYS, "compute_bound_training_csv.txt"))
+    assert abs(_f(ev["gpu.kernel_time_ms"]) - 535.20065) < 1e-6
+    assert ev["gpu.kernel_count"] == 4010
+    assert _f(ev["copy.time_share"]) < 0.02
+    assert ev["copy.h2d_count"] == 34
+
+
+def test_2021_layout_sizes_in_kib() -> None:
+    ev = _ev(os.path.join(NSYS, "old_gpukernsum_2021_layout.txt"))
+    assert ev["copy.h2d_bytes"] == 12_000 * 1024
+    assert ev["copy.count"] == 6000 and ev["copy.mean_bytes"] == 4096.0
+    assert abs(_f(ev["api.sync_time_ms"]) - 213.512301) < 1e-9
+
+
+def test_pageable_rule_rows() -> None:
+    ev = _ev(os.path.join(NSYS, "pageable_async_rule.txt"))
+    assert ev == {"copy.pageable_async_count": 3}
+
+
+def test_time_unit_in_header() -> None:
+    lines = [" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):", "",
+             " Time (%)  Total Time (us)  Instances  Avg (us)  Name",
+             " --------  ---------------  ---------  --------  ----",
+             "    100.0        2,000.000         10   200.000  k(int)", ""]
+    src = NsysStatsSource()
+    for line in lines:
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert ev["gpu.kernel_time_ms"] == 2.0
+
+
+def test_repeated_report_uses_the_first() -> None:
+    lines = _read(os.path.join(NSYS, "copy_dominated_vector_add_table.txt"))
+    src = NsysStatsSource()
+    for line in clean_lines(lines + lines):
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert ev["copy.count"] == 12
+    assert src.problems()
+
+
+def test_transfer_statements_from_incidents() -> None:
+    ev = _ev(os.path.join(REPORTS, "transfer_if_node_memcpy_nsight_3x.txt"), TransferReportSource)
+    assert ev["copy.reported_latency_factor"] == 3.0 and ev["copy.reported_in_profile"] == 1
+    ev = _ev(os.path.join(REPORTS, "transfer_if_node_d2h_h2d_round_trip.txt"), TransferReportSource)
+    assert ev["copy.reported_round_trip"] == 1
+    # a write-up that mentions transfers without a profile or a round trip is not a report of them
+    assert _ev(os.path.join(REPORTS, "no_transfer_claim_preprocess_kernel.txt"), TransferReportSource) == {}
+
+
+def test_transfer_statement_needs_prose() -> None:
+    assert scan_transfer_statement("cudaMemcpy  12  trace") is None
+    st_ = scan_transfer_statement("The nsys timeline shows HtoD memcpy before every kernel, 2.5x slower overall.")
+    assert st_ is not None and st_.in_profile and st_.factor == 2.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=80),
+                          st.sampled_from(_read(os.path.join(NSYS, "copy_dominated_vector_add_table.txt"))
+                                          + _read(os.path.join(NSYS, "old_gpukernsum_2021_layout.txt")))),
+                max_size=60))
+def test_fuzz_shuffled_report_lines(lines: list[str]) -> None:
+    for cls in (NsysStatsSource, TransferReportSource):
+        src = cls()
+        for line in clean_lines(lines):
+            src.feed(line)
+        src.evidence("fuzz")
+        src.problems()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(min_value=0, max_value=4000), st.binary(max_size=300))
+def test_fuzz_truncated_and_binary(cut: int, junk: bytes) -> None:
+    sample = "".join(_read(os.path.join(NSYS, "copy_dominated_vector_add_table.txt")))
+    text = sample[:cut] + junk.decode("cp1252", "replace")
+    src = NsysStatsSource()
+    for line in clean_lines(text.splitlines()):
+        src.feed(line)
+    src.evidence("fuzz")
+
+
+def test_huge_line_and_mixed_encoding() -> None:
+    import io
+
+    from collectors.logtext import iter_text_lines
+
+    raw = (b" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):\n\n Time (%)  Total Time (ns)  Instances  Name\n"
+           b" --------  ---------------  ---------  ----\n    100.0  " + b"1" * 500_000 + b"  3  k\xff\xfe(int)\n"
+           + "Nsight zeigt Speicherübertragungen".encode("latin-1") * 10_000 + b"\n")
+    for cls in (NsysStatsSource, TransferReportSource):
+        src = cls()
+        for line in clean_lines(iter_text_lines(io.BytesIO(raw))):
+            src.feed(line)
+        src.evidence("huge")

@@ -1,0 +1,180 @@
+"""Prometheus exposition: the alias table, scrape splitting, deltas and bucket percentiles."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.prom import PromSource
+from collectors.logtext import clean_lines
+from collectors.prom import ALIASES, BY_NAME, Kind, PromBuffer, interpolate_quantile, lookup
+from tests.conftest import DATA
+
+METRICS = os.path.join(DATA, "metrics")
+
+
+def _f(x: object) -> float:
+    assert isinstance(x, int | float)
+    return float(x)
+
+
+def _source(lines: list[str], src: PromSource | None = None) -> PromSource:
+    src = src or PromSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    return src
+
+
+def _ev(name: str) -> dict[str, object]:
+    with open(os.path.join(METRICS, name), encoding="utf-8") as fh:
+        src = _source(fh.readlines())
+    assert src.matched()
+    return {e.key: e.value for e in src.evidence(name)}
+
+
+def _close(a: object, b: float, tol: float = 1e-6) -> bool:
+    return isinstance(a, int | float) and math.isclose(float(a), b, rel_tol=tol, abs_tol=tol)
+
+
+def test_alias_table_is_consistent() -> None:
+    assert all(a.names and a.unit and a.combine in ("sum", "max") for a in ALIASES)
+    assert len(BY_NAME) == sum(len(a.names) for a in ALIASES)
+    # both vLLM names of the KV-cache gauge and the inter-token histogram map to one series
+    assert BY_NAME["vllm:gpu_cache_usage_perc"].canonical == BY_NAME["vllm:kv_cache_usage_perc"].canonical
+    assert (BY_NAME["vllm:time_per_output_token_seconds"].canonical
+            == BY_NAME["vllm:inter_token_latency_seconds"].canonical)
+
+
+def test_lookup_suffixes() -> None:
+    hit = lookup("vllm:num_preemptions_total")
+    assert hit is not None and hit[0].canonical == "preemptions" and hit[1] == "total"
+    hit = lookup("vllm:time_to_first_token_seconds_bucket")
+    assert hit is not None and hit[0].kind is Kind.HISTOGRAM and hit[1] == "bucket"
+    # Triton's nv_inference_count is a counter, not the _count of a histogram
+    hit = lookup("nv_inference_count")
+    assert hit is not None and hit[0].canonical == "triton_inferences" and hit[1] == "total"
+    assert lookup("python_gc_objects_collected_total") is None
+
+
+def test_interpolate_quantile() -> None:
+    buckets = [(0.1, 10.0), (1.0, 60.0), (10.0, 100.0), (math.inf, 100.0)]
+    assert _close(interpolate_quantile(0.5, buckets), 0.1 + 0.9 * (50 - 10) / 50)
+    assert _close(interpolate_quantile(0.05, buckets), 0.05)
+    assert _close(interpolate_quantile(0.99, buckets), 1.0 + 9.0 * (99 - 60) / 40)
+    # the answer lies in +Inf: report the highest finite bound
+    assert interpolate_quantile(0.99, [(1.0, 1.0), (math.inf, 10.0)]) == 1.0
+    assert interpolate_quantile(0.5, []) is None
+    assert interpolate_quantile(0.5, [(1.0, 0.0), (math.inf, 0.0)]) is None
+
+
+def test_vllm_v1_two_scrapes_use_the_window() -> None:
+    ev = _ev("vllm_v1_two_scrapes_queue_kv_full.txt")
+    assert ev["serving.metric_scrapes"] == 2
+    assert ev["requests.count"] == 600  # finished between the scrapes, not since start
+    assert ev["serving.preemptions"] == 57
+    assert _close(ev["throughput.rps"], 10.0)  # 600 requests over 60 s
+    assert _close(ev["serving.prefix_cache_hit_ratio"], 4e4 / 5e5)
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.99
+    assert ev["serving.waiting_max"] == 412 and ev["serving.running_max"] == 128
+    assert 0.6 < _f(ev["stage.queue.share"]) < 0.7
+    assert 4000 < _f(ev["stage.queue_ms.p50"]) < 12000
+    assert 300 < _f(ev["tokens.input_mean"]) < 1800
+    assert {"latency.ttft_ms.p99", "latency.itl_ms.p50", "stage.prefill_ms.mean", "stage.decode_ms.mean"} <= set(ev)
+
+
+def test_vllm_v0_single_scrape_old_names() -> None:
+    ev = _ev("vllm_v0_single_scrape_healthy.txt")
+    assert ev["serving.metric_scrapes"] == 1
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.21
+    assert ev["serving.waiting_max"] == 0
+    assert "latency.itl_ms.mean" in ev  # from the old time_per_output_token name
+    assert "throughput.rps" not in ev  # one scrape: no rate
+
+
+def test_triton_concatenated_scrapes_split_by_repetition() -> None:
+    ev = _ev("triton_two_scrapes_concatenated.txt")
+    assert ev["serving.metric_scrapes"] == 2
+    assert ev["requests.count"] == 1440679 - 1200345
+    assert 240 < _f(ev["stage.queue_ms.mean"]) < 245
+    assert 3.5 < _f(ev["stage.compute_ms.mean"]) < 4.0
+    assert 0.97 < _f(ev["stage.queue.share"]) < 0.99
+    assert _close(ev["bench.server_batch_mean"], (1440679 - 1200345) / (90042 - 75021))
+    assert ev["serving.waiting_max"] == 984
+
+
+def test_sglang_and_tgi() -> None:
+    ev = _ev("sglang_single_scrape_queue.txt")
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.98 and ev["serving.waiting_max"] == 317
+    ev = _ev("tgi_single_scrape.txt")
+    assert ev["serving.waiting_max"] == 41 and ev["serving.running_max"] == 32
+    assert _close(ev["stage.queue.share"], 2710.5 / 4035.1)
+    assert "stage.inference_ms.mean" in ev
+
+
+def test_scrape_comment_and_three_scrapes_keep_first_and_last() -> None:
+    lines = []
+    for i, (w, t) in enumerate(((5, 100), (50, 200), (9, 300))):
+        lines += [f"# scrape at {1700000000 + 10 * i}", f'vllm:num_requests_waiting{{model_name="m"}} {w}',
+                  f'vllm:request_success_total{{model_name="m"}} {t}']
+    src = _source(lines)
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert ev["serving.metric_scrapes"] == 3
+    assert ev["serving.waiting_max"] == 9  # the middle scrape is not kept
+    assert _close(ev["throughput.rps"], 200 / 20)
+
+
+def test_log_lines_and_unknown_metrics_are_ignored() -> None:
+    buf = PromBuffer()
+    for line in ["INFO 03-18 12:34:52 llm_engine.py:706] Running: 3 reqs", "took: 23.7",
+                 "python_gc_objects_collected_total 1", "process_cpu_seconds_total 12.0", "vllm:num_requests_waiting"]:
+        assert not buf.feed(line)
+    assert not buf.matched()
+
+
+def test_bad_line_is_counted_not_fatal() -> None:
+    src = _source(['vllm:num_requests_waiting{model_name="m"} 4', 'vllm:num_requests_running{model_name=m} 2',
+                   'vllm:num_requests_running{model_name="m"} 3'])
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert ev["serving.waiting_max"] == 4 and ev["serving.running_max"] == 3
+    assert any("could not be parsed" in p for p in src.problems())
+
+
+def test_buffer_is_bounded() -> None:
+    src = PromSource()
+    src._buf = PromBuffer(max_lines=5)
+    _source([f'vllm:num_requests_waiting{{engine="{i}"}} 1' for i in range(50)], src)
+    assert any("line limit" in p for p in src.problems())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.text(max_size=80),
+    st.sampled_from(sorted(BY_NAME)).map(lambda n: n + "_bucket{le=\"0.5\"} 3"),
+    st.sampled_from(sorted(BY_NAME)).map(lambda n: n + " 1e3"),
+    st.sampled_from(sorted(BY_NAME)).map(lambda n: "# TYPE " + n + " histogram"),
+), max_size=40))
+def test_fuzz_mixed_metric_lines(lines: list[str]) -> None:
+    src = _source(lines)
+    src.evidence("fuzz")
+    src.problems()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.binary(max_size=500))
+def test_fuzz_binary(junk: bytes) -> None:
+    src = _source([*junk.decode("utf-8", "replace").splitlines(), 'vllm:num_requests_waiting{a="\xff"} 1'])
+    src.evidence("fuzz")
+
+
+def test_huge_line_and_mixed_encoding() -> None:
+    import io
+
+    from collectors.logtext import iter_text_lines
+
+    raw = b'vllm:num_requests_waiting{model_name="' + b"\xe9\xff" * 400_000 + b'"} 3\n' + "é".encode("latin-1") + b"\n"
+    src = _source(list(iter_text_lines(io.BytesIO(raw))))
+    src.evidence("huge")
+    src.problems()

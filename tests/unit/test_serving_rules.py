@@ -1,0 +1,135 @@
+"""QUE002/QUE003/QUE004 on evidence from real incident excerpts and constructed edge cases."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from analyzer.derive.bench import BenchSource
+from analyzer.derive.engine_log import EngineLogSource
+from analyzer.derive.prom import PromSource
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Severity
+from collectors.logtext import clean_lines
+from rules.engine import run_rules
+from rules.serving import EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
+from tests.conftest import DATA
+
+MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency)
+SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource}
+
+
+def _evidence(rel: str) -> EvidenceSet:
+    folder = rel.split("/")[0]
+    src = SOURCES[folder]()
+    with open(os.path.join(DATA, rel), encoding="utf-8") as fh:
+        for line in clean_lines(fh.readlines()):
+            src.feed(line)
+    return EvidenceSet(src.evidence(rel))
+
+
+def _findings(ev: EvidenceSet) -> dict[str, Finding]:
+    findings, _ = run_rules(ev, rules=MINE)
+    return {f.code: f for f in findings}
+
+
+def _set(**values: float) -> EvidenceSet:
+    return EvidenceSet(Evidence(k.replace("__", "."), v, "", "test") for k, v in values.items())
+
+
+@pytest.mark.parametrize(
+    ("rel", "codes"),
+    [
+        ("logs/vllm_v0_pending_kv_cache_full.txt", {"QUE002"}),  # vllm-3561
+        ("logs/vllm_benchmark_running_capped_low_kv.txt", {"QUE002"}),  # vllm-pr8804
+        ("bench/perf_analyzer_concurrency1000_queue_dominates.txt", {"QUE003", "QUE004"}),  # triton-7986
+        ("logs/vllm_v1_docker_waiting_kv_full.txt", {"QUE002"}),
+        ("logs/vllm_v0_preemption_recompute.txt", {"QUE002"}),
+        ("logs/sglang_queue_retract.txt", {"QUE002"}),
+        ("logs/tgi_request_spans_queue.txt", {"QUE004"}),
+        ("metrics/vllm_v1_two_scrapes_queue_kv_full.txt", {"QUE002", "QUE004"}),
+        ("metrics/triton_two_scrapes_concatenated.txt", {"QUE004"}),
+        ("logs/vllm_v0_healthy_short_burst.txt", set()),
+        ("metrics/vllm_v0_single_scrape_healthy.txt", set()),
+        ("bench/wrk_latency_400_connections.txt", set()),  # no server breakdown: QUE003 cannot judge
+    ],
+)
+def test_queueing_findings_on_samples(rel: str, codes: set[str]) -> None:
+    found = {c for c, f in _findings(_evidence(rel)).items() if f.severity is not Severity.INFO}
+    assert found == codes
+
+
+def test_kv_bound_cause_and_fix() -> None:
+    f = _findings(_evidence("logs/vllm_v0_pending_kv_cache_full.txt"))["QUE002"]
+    assert "99 % full" in f.message and "78 requests wait" in f.message
+    assert any("kv-cache-dtype fp8" in s for fx in f.fixes for s in fx.steps)
+    assert f.confidence is Confidence.HEURISTIC  # one stats line
+
+
+def test_default_sequence_cap_cause() -> None:
+    f = _findings(_evidence("logs/vllm_benchmark_running_capped_low_kv.txt"))["QUE002"]
+    assert "max_num_seqs=256" in f.message and "7 % used" in f.message
+    assert "--max-num-seqs" in f.fixes[0].steps[0]
+
+
+def test_stated_sequence_cap() -> None:
+    ev = _set(serving__waiting_max=40, serving__waiting_mean=30, serving__queued_sample_ratio=1.0,
+              serving__stat_samples=10, serving__running_max=64, serving__running_when_queued_mean=64,
+              serving__running_when_queued_max=64, serving__max_num_seqs=64,
+              serving__kv_cache_usage_when_queued_mean_ratio=0.4)
+    f = _findings(ev)["QUE002"]
+    assert "max_num_seqs=64" in f.message and f.confidence is Confidence.MEASURED
+
+
+def test_compute_bound_engine_cause() -> None:
+    ev = _set(serving__waiting_max=40, serving__waiting_mean=30, serving__queued_sample_ratio=1.0,
+              serving__stat_samples=10, serving__running_max=20, serving__running_when_queued_mean=18,
+              serving__kv_cache_usage_when_queued_mean_ratio=0.5)
+    assert "compute" in _findings(ev)["QUE002"].message
+
+
+def test_passing_burst_is_not_saturation() -> None:
+    ev = _set(serving__waiting_max=50, serving__waiting_mean=5, serving__queued_sample_ratio=0.1,
+              serving__stat_samples=20, serving__running_max=100)
+    assert "QUE002" not in _findings(ev)
+
+
+def test_slow_compute_is_not_queueing_triton_3386() -> None:
+    findings = _findings(_evidence("bench/perf_analyzer_slow_compute_modest_concurrency.txt"))
+    assert "QUE003" not in findings
+    note = findings["QUE004"]
+    assert note.severity is Severity.INFO and note.category is Category.QUEUEING
+    assert "209.5 ms of compute" in note.message
+
+
+def test_littles_law_numbers_triton_7986() -> None:
+    f = _findings(_evidence("bench/perf_analyzer_concurrency1000_queue_dominates.txt"))["QUE003"]
+    assert f.confidence is Confidence.CORRELATED
+    assert "1000 requests in flight" in f.message and "15.4 in service" in f.message
+    assert f.impact > 0.95
+
+
+def test_littles_law_from_queue_share_and_from_sweep() -> None:
+    ev = _set(bench__concurrency=200, throughput__rps=100, latency__e2e_ms__mean=2000, stage__queue_ms__mean=1950,
+              latency__server_ms__mean=1990)
+    assert "QUE003" in _findings(ev)
+    ev = _set(bench__concurrency=64, throughput__rps=403.5, latency__e2e_ms__mean=158.6,
+              bench__unloaded_latency_ms=4.75)
+    assert "QUE003" in _findings(ev)
+    ev = _set(bench__concurrency=4, throughput__rps=402.1, latency__e2e_ms__mean=9.9, bench__unloaded_latency_ms=4.75)
+    assert "QUE003" not in _findings(ev)
+
+
+def test_open_loop_lowers_confidence() -> None:
+    ev = _set(bench__concurrency=1000, throughput__rps=4000, latency__e2e_ms__mean=90, stage__compute_ms__mean=1.0)
+    assert _findings(ev)["QUE003"].confidence is Confidence.HEURISTIC
+
+
+def test_dev_incidents_end_to_end() -> None:
+    from analyzer import pipeline
+
+    for rel in ("logs/vllm_v0_pending_kv_cache_full.txt", "logs/vllm_benchmark_running_capped_low_kv.txt",
+                "bench/perf_analyzer_concurrency1000_queue_dominates.txt"):
+        assert pipeline.analyze([os.path.join(DATA, rel)]).primary is Category.QUEUEING, rel
+    d = pipeline.analyze([os.path.join(DATA, "bench/perf_analyzer_slow_compute_modest_concurrency.txt")])
+    assert d.primary in (None, Category.GPU_COMPUTE, Category.CPU_PREPROCESSING)
