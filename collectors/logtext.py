@@ -23,28 +23,32 @@ _GLUED = re.compile(
     r"|(?<=\S)\s+(?=\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[^\]]*\]\s)"
     r"|\r"
 )
-_PREFIXES = (
-    re.compile(r"^[\w.-]{1,64}\s{1,32}\|\s?"),  # docker compose: "vllm-1  | "
-    re.compile(r"^\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker\w*|RayWorkerWrapper)\s+pid=\d+\)\s*"),
-    re.compile(r"^\[rank\d+\]:\s*"),
-    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"),  # ISO
-    re.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"),  # syslog
+# One anchored alternation, tried repeatedly (prefixes nest: "vllm-1  | (APIServer pid=7) …").
+_PREFIX = re.compile(
+    r"[\w.-]{1,64}\s{1,32}\|\s?"  # docker compose: "vllm-1  | "
+    r"|\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker\w*|RayWorkerWrapper)\s+pid=\d+\)\s*"
+    r"|\[rank\d+\]:\s*"
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"  # ISO 8601
+    r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog
 )
+_LEVEL_TOKENS = ("INFO ", "WARNING ", "WARN ", "ERROR ", "DEBUG ", "CRITICAL ")
 
 
 def strip_prefixes(line: str) -> str:
     """Remove container, process and rank prefixes (repeatedly: they nest)."""
     for _ in range(4):
-        before = line
-        for rx in _PREFIXES:
-            line = rx.sub("", line, count=1)
-        if line == before:
+        m = _PREFIX.match(line)
+        if m is None or not m.end():
             break
+        line = line[m.end():]
     return line
 
 
 def split_glued(line: str) -> list[str]:
     """Split a physical line into records at glued log-level tokens and carriage returns."""
+    # Cheap substring checks first: the regex only runs on lines that may hold a second record.
+    if "\r" not in line and "[20" not in line and not any(line.find(t, 1) > 0 for t in _LEVEL_TOKENS):
+        return [line]
     parts = [p for p in _GLUED.split(line) if p and p.strip()]
     return parts or [line]
 
