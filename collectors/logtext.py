@@ -77,9 +77,9 @@ def iter_text_lines(stream: BinaryIO) -> Iterator[str]:
             lines.append(pending[: MAX_LINE_CHARS])
             pending = b""
         for ln in lines:
-            yield ln.decode("utf-8", errors="replace")
+            yield ln[: MAX_LINE_CHARS * 4].decode("utf-8", errors="replace")
     if pending:
-        yield pending.decode("utf-8", errors="replace")
+        yield pending[: MAX_LINE_CHARS * 4].decode("utf-8", errors="replace")
 
 
 def looks_binary(head: bytes) -> bool:
