@@ -65,6 +65,16 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         think_s=0.0,
         expected_category="queueing",
     ),
+    "prefill": PathologySpec(
+        name="prefill",
+        description="Streaming text generation (a small decoder LM with a KV cache, one engine thread, "
+        "continuous batching without chunked prefill): prompts of 64-4096 tokens, whose whole-prompt "
+        "prefill (attention is quadratic in the prompt) dominates time to first token and stalls the "
+        "other requests' decodes.",
+        concurrency=4,
+        think_s=0.0,
+        expected_category="prefill_ttft",
+    ),
     "healthy": PathologySpec(
         name="healthy",
         description="The same one-worker design with a small fast model under light load; nothing is saturated.",

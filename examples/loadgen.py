@@ -5,6 +5,9 @@ for ``think_s``, and sends the next, until ``duration_s`` is over, ``max_request
 ``stop`` event is set.
 
     python -m examples.loadgen --url http://127.0.0.1:8000 --pathology queueing --concurrency 16 --duration 10
+
+For ``prefill`` each request is a prompt of 64-4096 words with a streamed reply; the client reads
+it line by line and records its time to first token (``LoadResult.ttft_p50_ms``/``ttft_p99_ms``).
 """
 
 from __future__ import annotations
@@ -22,10 +25,18 @@ from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
 ALLOWED_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+NDJSON = "application/x-ndjson"  # the content type of streamed (one JSON line per token) replies
 MAX_DURATION_S = 3600.0
 DEFAULT_MAX_REQUESTS = 1_000_000
 JPEG_SIZE = (640, 480)
 TOKENS_PER_REQUEST = {"queueing": 128, "healthy": 64}
+PROMPT_WORDS_RANGE = (64, 4096)  # prefill: prompt lengths (one token per word), uniformly drawn
+PREFILL_MAX_TOKENS_RANGE = (16, 48)  # prefill: tokens generated per request, uniformly drawn
+# Client i sends its first request after i x this many seconds, so that the clients do not all
+# arrive at once (a synchronised start would keep them in lock-step, each behind another's prefill).
+START_STAGGER_S = {"prefill": 1.0}
+_SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "ze", "an", "el", "or", "ut", "ix", "ba")
+_WORDS = tuple(a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES[:8])  # 2048 words
 
 
 @dataclass(frozen=True)
@@ -36,8 +47,11 @@ class LoadResult:
     p50_ms: float
     p99_ms: float
     duration_s: float
+    # time to first token, measured by the client on streamed replies (None when nothing streamed)
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
 
 
@@ -57,16 +71,43 @@ def make_jpeg(width: int = JPEG_SIZE[0], height: int = JPEG_SIZE[1], seed: int =
     return buf.getvalue()
 
 
+def make_prompt(rng: random.Random, words: int) -> str:
+    """A prompt of ``words`` words (the demo tokeniser makes one token of each)."""
+    return " ".join(rng.choices(_WORDS, k=words))
+
+
 def make_payload(pathology: str, rng: random.Random) -> tuple[bytes, str]:
     """The body and content type of one /infer request for ``pathology``."""
     if pathology == "cpu-preprocess":
         return make_jpeg(), "image/jpeg"
+    if pathology == "prefill":
+        words = rng.randint(*PROMPT_WORDS_RANGE)
+        max_tokens = rng.randint(*PREFILL_MAX_TOKENS_RANGE)
+        doc = {"prompt": make_prompt(rng, words), "max_tokens": max_tokens, "stream": True}
+        return json.dumps(doc).encode(), "application/json"
     if pathology == "recompile":
         # No batch size: the service's batcher picks a new one for every request.
         return json.dumps({"request": rng.randrange(1 << 30)}).encode(), "application/json"
     n = TOKENS_PER_REQUEST.get(pathology, 64)
     doc = {"tokens": [rng.randrange(32000) for _ in range(n)]}
     return json.dumps(doc).encode(), "application/json"
+
+
+def _read_stream(resp: http.client.HTTPResponse, t0: float) -> tuple[bool, float | None]:
+    """Read a streamed NDJSON reply line by line: (completed without error, ms to the first token)."""
+    ttft_ms: float | None = None
+    done = False
+    for raw in resp:
+        line = raw.strip()
+        if not line:
+            continue
+        doc = json.loads(line)
+        if "token" in doc and ttft_ms is None:
+            ttft_ms = (time.perf_counter() - t0) * 1e3
+        if "error" in doc:
+            return False, ttft_ms
+        done = done or bool(doc.get("done"))
+    return done, ttft_ms
 
 
 def _check_target(base_url: str) -> tuple[str, int]:
@@ -110,6 +151,7 @@ def run_load(
     stop_event = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     latencies_ms: list[float] = []
+    ttfts_ms: list[float] = []
     errors = 0
     sent = 0
 
@@ -127,17 +169,22 @@ def run_load(
     def client(idx: int) -> None:
         nonlocal errors
         rng = random.Random(idx)
+        stop_event.wait(idx * START_STAGGER_S.get(pathology, 0.0))
         while time.perf_counter() < deadline and not stop_event.is_set() and take_ticket():
             body, content_type = make_payload(pathology, rng)
             t0 = time.perf_counter()
             ok = False
+            ttft_ms: float | None = None
             conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
             try:
                 conn.request("POST", "/infer", body=body, headers={"Content-Type": content_type})
                 resp = conn.getresponse()
-                resp.read()
-                ok = resp.status == 200
-            except (OSError, http.client.HTTPException):
+                if resp.status == 200 and (resp.getheader("Content-Type") or "").startswith(NDJSON):
+                    ok, ttft_ms = _read_stream(resp, t0)
+                else:
+                    resp.read()
+                    ok = resp.status == 200
+            except (OSError, ValueError, http.client.HTTPException):
                 ok = False
             finally:
                 conn.close()
@@ -145,6 +192,8 @@ def run_load(
             with lock:
                 if ok:
                     latencies_ms.append(elapsed_ms)
+                    if ttft_ms is not None:
+                        ttfts_ms.append(ttft_ms)
                 else:
                     errors += 1
             if not ok:
@@ -159,6 +208,7 @@ def run_load(
         t.join()
     elapsed = time.perf_counter() - start
     lat = sorted(latencies_ms)
+    ttft = sorted(ttfts_ms)
     return LoadResult(
         requests=len(lat) + errors,
         errors=errors,
@@ -166,6 +216,8 @@ def run_load(
         p50_ms=round(_percentile(lat, 0.50), 3),
         p99_ms=round(_percentile(lat, 0.99), 3),
         duration_s=round(elapsed, 3),
+        ttft_p50_ms=round(_percentile(ttft, 0.50), 3) if ttft else None,
+        ttft_p99_ms=round(_percentile(ttft, 0.99), 3) if ttft else None,
     )
 
 

@@ -8,9 +8,11 @@ Once it serves it prints exactly one line to stdout, ``READY port=<N> pid=<PID>`
 else goes to stderr. Endpoints:
 
 * ``GET /healthz``  -> 200 ``{"status": "ok", ...}``
-* ``POST /infer``   -> a real inference, JSON reply with a summary of the result
+* ``POST /infer``   -> a real inference, JSON reply with a summary of the result (``prefill``:
+  a streamed generation, see below)
 * ``GET /stats``    -> JSON counters (in flight, queue depth, completed, compiles, ...)
-* ``GET /metrics``  -> Prometheus text with vLLM-compatible names
+* ``GET /metrics``  -> Prometheus text with vLLM's metric names and buckets, computed from the
+  real request timings (see ``Metrics``)
 
 Pathologies (what a profiler attached to this process should see):
 
@@ -28,12 +30,25 @@ Pathologies (what a profiler attached to this process should see):
 ``healthy``
     The same design as ``queueing`` with a small, fast model (~5-10 ms); under light load nothing
     is saturated.
+``prefill``
+    Streaming text generation with a small GPT-style decoder (8 layers, KV cache) run by ONE
+    ``model-worker`` engine thread that does continuous batching WITHOUT chunked prefill and
+    without a prefix cache: each step prefills at most one new prompt in a single forward
+    (causal attention over the whole prompt, so the cost grows faster than the prompt length),
+    then decodes one token for every running request. The body is
+    ``{"prompt": "text", "max_tokens": 64, "stream": true}`` (or ``"prompt_tokens": [ids]``);
+    the word-level tokeniser makes one token per word. The reply is chunked NDJSON, one line
+    ``{"index", "token", "text"}`` per token as it is generated, then a summary line with
+    ``"done": true`` and the request's ttft/queue/prefill/decode times (``"stream": false``: one
+    JSON reply). Prompts of thousands of tokens take seconds to prefill, dominate time to first
+    token, and stall the other requests' token streams.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import contextlib
 import io
 import itertools
@@ -41,26 +56,29 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from PIL import Image, ImageFilter, ImageOps
 from torch import nn
+from torch.nn import functional as F
 
 log = logging.getLogger("examples.service")
 
-PATHOLOGY_NAMES: tuple[str, ...] = ("cpu-preprocess", "recompile", "queueing", "healthy")
+PATHOLOGY_NAMES: tuple[str, ...] = ("cpu-preprocess", "recompile", "queueing", "healthy", "prefill")
 
 IMAGE_SIZE = 224
 RESIZE_SHORT_SIDE = 256
@@ -153,6 +171,107 @@ class FeatureMLP(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
+@dataclass(frozen=True)
+class DecoderConfig:
+    vocab: int
+    d_model: int
+    n_heads: int
+    d_hidden: int
+    n_layers: int
+    max_model_len: int
+
+
+# ~15 M parameters. On one CPU thread a 4k-token prompt takes ~1.5-2.5 s to prefill (a 512-token one
+# ~0.2 s: attention is quadratic in the prompt), one decode step of 4 sequences ~10-40 ms.
+PREFILL_MODEL = DecoderConfig(vocab=8192, d_model=320, n_heads=5, d_hidden=1280, n_layers=8, max_model_len=8192)
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [heads, capacity, head_dim]
+
+
+class DecoderLayer(nn.Module):
+    """A pre-norm transformer decoder layer: causal multi-head self-attention, then a GELU MLP."""
+
+    def __init__(self, d_model: int, n_heads: int, d_hidden: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.up = nn.Linear(d_model, d_hidden)
+        self.down = nn.Linear(d_hidden, d_model)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + self.down(F.gelu(self.up(self.norm2(x))))
+        return out
+
+    def prefill(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x ``[1, L, d]``: attention of every prompt position over all earlier ones (O(L²)); fills the cache."""
+        _, length, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(1, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        cache[0][:, :length] = k[0]
+        cache[1][:, :length] = v[0]
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(1, length, d))
+        return self._mlp(x)
+
+    def decode(
+        self, x: torch.Tensor, positions: list[int], caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """x ``[B, d]``: one new token per sequence, attending over its own cached keys and values."""
+        batch, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, 3, self.n_heads, self.head_dim).unbind(1)
+        out = []
+        for b, (pos, (kc, vc)) in enumerate(zip(positions, caches, strict=True)):
+            kc[:, pos] = k[b]
+            vc[:, pos] = v[b]
+            a = F.scaled_dot_product_attention(q[b][None, :, None], kc[None, :, : pos + 1], vc[None, :, : pos + 1])
+            out.append(a.reshape(d))
+        x = x + self.proj(torch.stack(out))
+        return self._mlp(x)
+
+
+class TinyDecoderLM(nn.Module):
+    """A small GPT-style language model with a KV cache: ``prefill`` a prompt, then ``decode`` token by token."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_model_len, cfg.d_model)
+        self.layers = nn.ModuleList(DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_hidden) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+
+    def new_cache(self, capacity: int) -> KVCache:
+        heads, head_dim = self.cfg.n_heads, self.cfg.d_model // self.cfg.n_heads
+        return [
+            (torch.empty(heads, capacity, head_dim), torch.empty(heads, capacity, head_dim))
+            for _ in range(self.cfg.n_layers)
+        ]
+
+    def _decoder_layers(self) -> list[DecoderLayer]:
+        return [cast(DecoderLayer, m) for m in self.layers]
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(h), self.embed.weight)  # the LM head is tied to the embedding
+
+    def prefill(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """ids ``[L]`` → logits ``[vocab]`` of the next token; the whole prompt in one forward."""
+        length = ids.shape[0]
+        x = (self.embed(ids) + self.pos(torch.arange(length)))[None]
+        for layer, layer_cache in zip(self._decoder_layers(), cache, strict=True):
+            x = layer.prefill(x, layer_cache)
+        return self._logits(x[0, -1])
+
+    def decode(self, tokens: list[int], positions: list[int], caches: list[KVCache]) -> torch.Tensor:
+        """One decode step for a batch of sequences → logits ``[B, vocab]``."""
+        x = self.embed(torch.tensor(tokens)) + self.pos(torch.tensor(positions))
+        for i, layer in enumerate(self._decoder_layers()):
+            x = layer.decode(x, positions, [c[i] for c in caches])
+        return self._logits(x)
+
+
 def summarize_logits(logits: torch.Tensor) -> dict[str, Any]:
     """The JSON result of an inference: top class and its probability per row."""
     probs = torch.softmax(logits.float(), dim=-1)
@@ -221,15 +340,39 @@ def preprocess(data: bytes) -> np.ndarray:
 # Request bookkeeping and metrics (vLLM-compatible names)
 # --------------------------------------------------------------------------------------------
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Bucket bounds follow vLLM's (vllm/v1/metrics/loggers.py). The request-latency families (e2e,
+# queue, prefill, decode, inference) start at 0.3 s in vLLM; the fine bounds below 0.3 s are
+# added here so that the millisecond-scale pathologies (healthy, queueing) keep usable quantiles.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+               5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0,
+                           2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+                           1920.0, 7680.0)
 
 
-@dataclass
+def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to ``max_value``."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
 class _Histogram:
-    buckets: tuple[float, ...] = _LATENCY_BUCKETS
-    counts: list[int] = field(default_factory=lambda: [0] * len(_LATENCY_BUCKETS))
-    total: float = 0.0
-    n: int = 0
+    """A cumulative Prometheus histogram (``le`` buckets, ``_sum``, ``_count``); not locked itself."""
+
+    def __init__(self, buckets: tuple[float, ...] = REQUEST_LATENCY_BUCKETS) -> None:
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.total = 0.0
+        self.n = 0
 
     def observe(self, value: float) -> None:
         self.total += value
@@ -238,59 +381,172 @@ class _Histogram:
             if value <= b:
                 self.counts[i] += 1
 
+    def exposition(self, name: str, help_: str, label: str) -> list[str]:
+        lines = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
+        for b, c in zip(self.buckets, self.counts, strict=True):
+            lines.append(f'{name}_bucket{{{label},le="{float(b)!r}"}} {c}')
+        lines.append(f'{name}_bucket{{{label},le="+Inf"}} {self.n}')
+        lines.append(f"{name}_sum{{{label}}} {self.total!r}")
+        lines.append(f"{name}_count{{{label}}} {self.n}")
+        return lines
+
+
+@dataclass(frozen=True)
+class GenerationTimings:
+    """What a finished text-generation request measured, in seconds (vLLM's definitions).
+
+    ``ttft_s``: arrival → first token; ``prefill_s``: scheduled → first token; ``decode_s``: first
+    → last token; ``inference_s``: scheduled → last token; ``itl_s``: the gaps between tokens.
+    """
+
+    ttft_s: float
+    prefill_s: float
+    decode_s: float
+    inference_s: float
+    itl_s: tuple[float, ...]
+    output_tokens: int
+
+
+# (attribute, exposed name, help, buckets)
+_HISTOGRAMS: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
+    ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    ("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+     REQUEST_LATENCY_BUCKETS),
+    ("queue_time", "vllm:request_queue_time_seconds",
+     "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS),
+    ("inference_time", "vllm:request_inference_time_seconds",
+     "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS),
+    ("prefill_time", "vllm:request_prefill_time_seconds",
+     "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS),
+    ("decode_time", "vllm:request_decode_time_seconds",
+     "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS),
+    ("prompt_len", "vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+     build_1_2_5_buckets(8192)),
+    ("generation_len", "vllm:request_generation_tokens", "Number of generation tokens processed.",
+     build_1_2_5_buckets(8192)),
+)
+
+# (attribute, exposed name, help)
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("completed", "vllm:request_success_total", "Count of successfully processed requests."),
+    ("prompt_tokens", "vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+    ("generation_tokens", "vllm:generation_tokens_total", "Number of generation tokens processed."),
+    ("preemptions", "vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+    ("prefix_cache_queries", "vllm:prefix_cache_queries_total",
+     "Prefix cache queries, in terms of number of queried tokens."),
+    ("prefix_cache_hits", "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+)
+
 
 class Metrics:
-    """Thread-safe counters and gauges of the service."""
+    """Thread-safe counters and histograms of the service, exposed with vLLM's metric names.
+
+    Every pathology exposes every family; a family that has no meaning for a pathology (time to
+    first token for an image classifier, the KV cache of a model without one) stays at zero.
+    As in vLLM, token counters are counted when the engine processes the tokens, time to first
+    token and inter-token latency when each token is produced, and the other histograms when a
+    request finishes.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.completed = 0
         self.errors = 0
-        self.e2e = _Histogram()
-        self.queue_time = _Histogram()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.preemptions = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.ttft = _Histogram(TTFT_BUCKETS)
+        self.itl = _Histogram(ITL_BUCKETS)
+        self.e2e = _Histogram(REQUEST_LATENCY_BUCKETS)
+        self.queue_time = _Histogram(REQUEST_LATENCY_BUCKETS)
+        self.inference_time = _Histogram(REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = _Histogram(REQUEST_LATENCY_BUCKETS)
+        self.decode_time = _Histogram(REQUEST_LATENCY_BUCKETS)
+        self.prompt_len = _Histogram(build_1_2_5_buckets(8192))
+        self.generation_len = _Histogram(build_1_2_5_buckets(8192))
         self.started = time.time()
 
     def begin(self) -> None:
         with self._lock:
             self.in_flight += 1
 
-    def end(self, *, ok: bool, e2e_s: float, queue_s: float | None) -> None:
+    def count_tokens(
+        self,
+        *,
+        prompt: int = 0,
+        generation: int = 0,
+        prefix_queries: int = 0,
+        prefix_hits: int = 0,
+        preemptions: int = 0,
+    ) -> None:
+        """Add tokens the engine has just processed (called from the engine, once per step)."""
+        with self._lock:
+            self.prompt_tokens += prompt
+            self.generation_tokens += generation
+            self.prefix_cache_queries += prefix_queries
+            self.prefix_cache_hits += prefix_hits
+            self.preemptions += preemptions
+
+    def observe_token(self, *, ttft_s: float | None = None, itl_s: float | None = None) -> None:
+        """A generated token reached the client: its time to first token, or its gap to the previous one."""
+        with self._lock:
+            if ttft_s is not None:
+                self.ttft.observe(ttft_s)
+            if itl_s is not None:
+                self.itl.observe(itl_s)
+
+    def end(
+        self,
+        *,
+        ok: bool,
+        e2e_s: float,
+        queue_s: float | None,
+        prompt_tokens: int | None = None,
+        generation: GenerationTimings | None = None,
+    ) -> None:
+        """Close one request: the histograms of a successful one, the error count otherwise.
+
+        ``generation`` feeds the prefill, decode, inference and generation-length histograms; its
+        time to first token and inter-token gaps were observed already, through ``observe_token``.
+        """
         with self._lock:
             self.in_flight -= 1
-            if ok:
-                self.completed += 1
-                self.e2e.observe(e2e_s)
-                if queue_s is not None:
-                    self.queue_time.observe(queue_s)
-            else:
+            if not ok:
                 self.errors += 1
+                return
+            self.completed += 1
+            self.e2e.observe(e2e_s)
+            if queue_s is not None:
+                self.queue_time.observe(queue_s)
+            if prompt_tokens is not None:
+                self.prompt_len.observe(prompt_tokens)
+            if generation is not None:
+                g = generation
+                self.prefill_time.observe(g.prefill_s)
+                self.decode_time.observe(g.decode_s)
+                self.inference_time.observe(g.inference_s)
+                self.generation_len.observe(g.output_tokens)
 
-    def prometheus(self, model_name: str, running: int, waiting: int) -> str:
+    def prometheus(self, model_name: str, running: int, waiting: int, kv_cache_usage: float = 0.0) -> str:
+        """The Prometheus text exposition (format 0.0.4) of every family."""
         label = f'model_name="{model_name}"'
         lines: list[str] = []
         with self._lock:
-            lines += [
-                "# HELP vllm:num_requests_running Number of requests currently being processed.",
-                "# TYPE vllm:num_requests_running gauge",
-                f"vllm:num_requests_running{{{label}}} {running}",
-                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-                "# TYPE vllm:num_requests_waiting gauge",
-                f"vllm:num_requests_waiting{{{label}}} {waiting}",
-                "# HELP vllm:request_success_total Count of successfully processed requests.",
-                "# TYPE vllm:request_success_total counter",
-                f"vllm:request_success_total{{{label}}} {self.completed}",
-            ]
-            for name, hist, help_ in (
-                ("vllm:e2e_request_latency_seconds", self.e2e, "End to end request latency in seconds."),
-                ("vllm:request_queue_time_seconds", self.queue_time, "Time spent waiting in the queue."),
+            for name, help_, value in (
+                ("vllm:num_requests_running", "Number of requests in model execution batches.", running),
+                ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting),
+                ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv_cache_usage),
             ):
-                lines += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
-                for b, c in zip(hist.buckets, hist.counts, strict=True):
-                    lines.append(f'{name}_bucket{{{label},le="{b}"}} {c}')
-                lines.append(f'{name}_bucket{{{label},le="+Inf"}} {hist.n}')
-                lines.append(f"{name}_sum{{{label}}} {hist.total}")
-                lines.append(f"{name}_count{{{label}}} {hist.n}")
+                lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{{{label}}} {value!r}"]
+            for attr, name, help_ in _COUNTERS:
+                value = getattr(self, attr)
+                lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name}{{{label}}} {value}"]
+            for attr, name, help_, _buckets in _HISTOGRAMS:
+                lines += getattr(self, attr).exposition(name, help_, label)
         return "\n".join(lines) + "\n"
 
 
@@ -332,12 +588,20 @@ class InferenceResult:
     body: dict[str, Any]
     stages_ms: dict[str, float]
     queue_s: float | None = None
+    prompt_tokens: int | None = None  # tokens the model read, for models that read tokens
 
 
 class Pathology:
     """One way of serving /infer. Subclasses implement ``warmup`` and ``infer``."""
 
     name: str = ""
+
+    def bind_metrics(self, metrics: Metrics) -> None:
+        """The server's metrics, for pathologies whose engine counts tokens as it processes them."""
+
+    def kv_cache_usage(self) -> float:
+        """Fraction 0..1 of the KV cache in use (0 for models without one)."""
+        return 0.0
 
     def warmup(self) -> None:
         raise NotImplementedError
@@ -609,7 +873,7 @@ class WorkerQueuePathology(Pathology):
             "forward": (job.finished - job.started) * 1e3,
             "postprocess": (t2 - t1) * 1e3,
         }
-        return InferenceResult(out, stages, queue_s=queue_s)
+        return InferenceResult(out, stages, queue_s=queue_s, prompt_tokens=int(tokens.shape[1]))
 
     def running_waiting(self, in_flight: int) -> tuple[int, int]:
         running = 1 if self.worker.busy else 0
@@ -622,6 +886,361 @@ class WorkerQueuePathology(Pathology):
         self.worker.stop()
 
 
+# --------------------------------------------------------------------------------------------
+# prefill: streaming text generation, continuous batching WITHOUT chunked prefill
+# --------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+KV_BLOCK_SIZE = 16  # tokens per KV-cache block, as vLLM's default
+KV_CACHE_BLOCKS = 2048  # the notional KV-cache pool: 32768 tokens
+DEFAULT_MAX_TOKENS = 128
+MAX_MAX_TOKENS = 1024
+STOP_TIMEOUT_S = 30.0  # the longest prefill takes a few seconds
+
+
+def tokenize(text: str, vocab: int) -> list[int]:
+    """A word-level tokeniser: each word or punctuation mark hashes (CRC-32) to an id in [1, vocab)."""
+    return [1 + zlib.crc32(w.lower().encode()) % (vocab - 1) for w in _WORD.findall(text)]
+
+
+def detokenize(token: int) -> str:
+    return f" t{token}"
+
+
+@dataclass(eq=False)
+class GenRequest:
+    """One generation request as the engine sees it; times are ``time.perf_counter()`` values."""
+
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    arrival: float  # the HTTP handler received it
+    stream: bool = True
+    seed: int = 0
+    queued: float = 0.0  # tokenised and handed to the engine
+    scheduled: float = 0.0  # the engine started its prefill
+    output: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    cache: KVCache | None = None
+    generator: torch.Generator | None = None
+    error: BaseException | None = None
+    finished: bool = False
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    events: queue.Queue[tuple[int, float] | None] = field(default_factory=queue.Queue)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    def timings(self) -> GenerationTimings:
+        first, last = self.token_times[0], self.token_times[-1]
+        gaps = tuple(b - a for a, b in itertools.pairwise(self.token_times))
+        return GenerationTimings(
+            ttft_s=first - self.arrival,
+            prefill_s=first - self.scheduled,
+            decode_s=last - first,
+            inference_s=last - self.scheduled,
+            itl_s=gaps,
+            output_tokens=len(self.output),
+        )
+
+
+class GenerationEngine(threading.Thread):
+    """The one ``model-worker`` thread of a text-generation server: a step-wise scheduler.
+
+    Continuous batching as vLLM does it with chunked prefill OFF and no prefix cache. Each step
+    admits the waiting requests whose WHOLE prompts fit in the step's token budget
+    (``max_num_batched_tokens``, by default the model's context length), prefills each prompt in
+    one forward, decodes one token for every running request, and hands out all the step's
+    tokens at its end. A long prompt's prefill therefore holds up the requests waiting behind it,
+    the short prompts scheduled in the same step, and the token streams of the running requests.
+    KV-cache blocks are accounted against a notional pool of ``kv_blocks`` × ``block_size``
+    tokens; a request is admitted only when its prompt fits, so the engine never preempts.
+    """
+
+    def __init__(
+        self,
+        model: TinyDecoderLM,
+        *,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int | None = None,
+        kv_blocks: int = KV_CACHE_BLOCKS,
+        block_size: int = KV_BLOCK_SIZE,
+    ) -> None:
+        super().__init__(name="model-worker", daemon=True)
+        self.model = model
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens or model.cfg.max_model_len
+        self.kv_blocks = kv_blocks
+        self.block_size = block_size
+        self.on_tokens: Callable[..., None] | None = None
+        self._cv = threading.Condition()
+        self.waiting: collections.deque[GenRequest] = collections.deque()
+        self.running: list[GenRequest] = []
+        self.prefilling: list[GenRequest] = []
+        self._stopping = False
+        self.steps = 0
+        self.prefills = 0
+
+    # -- called from the HTTP handler threads ------------------------------------------------
+
+    def submit(self, req: GenRequest) -> None:
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the engine is shutting down")
+            req.queued = time.perf_counter()
+            self.waiting.append(req)
+            self._cv.notify()
+
+    def cancel(self, req: GenRequest) -> None:
+        req.cancelled.set()
+        with self._cv:
+            self._cv.notify()
+
+    def blocks_needed(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def kv_cache_usage(self) -> float:
+        with self._cv:
+            used = sum(self.blocks_needed(r.num_tokens) for r in (*self.running, *self.prefilling))
+        return min(1.0, used / self.kv_blocks)
+
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting); the requests being prefilled count as running, as in vLLM."""
+        with self._cv:
+            return len(self.running) + len(self.prefilling), len(self.waiting)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+
+    # -- the engine thread ---------------------------------------------------------------------
+
+    def _count(self, **tokens: int) -> None:
+        if self.on_tokens is not None:
+            self.on_tokens(**tokens)
+
+    def _finish(self, req: GenRequest, error: BaseException | None = None) -> None:
+        if req.finished:
+            return
+        req.error = error
+        req.finished = True
+        req.cache = None  # free the KV cache
+        req.events.put(None)
+
+    @staticmethod
+    def _sample(req: GenRequest, logits: torch.Tensor) -> int:
+        probs = torch.softmax(logits.float(), dim=-1)
+        return int(torch.multinomial(probs, 1, generator=req.generator))
+
+    def _deliver(self, req: GenRequest, token: int, now: float) -> None:
+        req.output.append(token)
+        req.token_times.append(now)
+        req.events.put((token, now))
+        if len(req.output) >= req.max_tokens:
+            self._finish(req)
+
+    def _admit(self) -> list[GenRequest]:
+        """Under the lock: drop cancelled requests, then schedule the waiting ones that fit this step."""
+        for r in [r for r in self.waiting if r.cancelled.is_set()]:
+            self.waiting.remove(r)
+            self._finish(r)
+        for r in [r for r in self.running if r.cancelled.is_set() or r.finished]:
+            self.running.remove(r)
+            self._finish(r)
+        admitted: list[GenRequest] = []
+        budget = self.max_num_batched_tokens - len(self.running)  # one token per running decode
+        blocks = sum(self.blocks_needed(r.num_tokens) for r in self.running)
+        while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
+            nxt = self.waiting[0]
+            n = len(nxt.prompt)
+            busy = bool(self.running or admitted)
+            if busy and (n > budget or blocks + self.blocks_needed(n + 1) > self.kv_blocks):
+                break  # FIFO: the next prompt waits for a later step
+            self.waiting.popleft()
+            nxt.scheduled = time.perf_counter()
+            admitted.append(nxt)
+            budget -= n
+            blocks += self.blocks_needed(n + 1)
+        self.prefilling = admitted
+        return admitted
+
+    def _prefill(self, req: GenRequest) -> int | None:
+        """The whole prompt in one forward; the first token, or None when it failed."""
+        try:
+            req.generator = torch.Generator().manual_seed(req.seed)
+            req.cache = self.model.new_cache(len(req.prompt) + req.max_tokens)
+            with torch.no_grad():
+                logits = self.model.prefill(torch.tensor(req.prompt, dtype=torch.long), req.cache)
+                token = self._sample(req, logits)
+        except Exception as exc:
+            log.exception("prefill failed")
+            self._finish(req, exc)
+            return None
+        self.prefills += 1
+        return token
+
+    def _decode(self, batch: list[GenRequest]) -> list[int] | None:
+        """One decode step for the running requests; their next tokens, or None when it failed."""
+        try:
+            caches: list[KVCache] = []
+            for r in batch:
+                assert r.cache is not None, "a running request has its KV cache"
+                caches.append(r.cache)
+            with torch.no_grad():
+                logits = self.model.decode([r.output[-1] for r in batch], [r.num_tokens - 1 for r in batch], caches)
+                return [self._sample(r, row) for r, row in zip(batch, logits, strict=True)]
+        except Exception as exc:
+            log.exception("decode step failed")
+            for r in batch:
+                self._finish(r, exc)
+            return None
+
+    def _step(self, admitted: list[GenRequest], batch: list[GenRequest]) -> None:
+        out: list[tuple[GenRequest, int]] = []
+        prompt_tokens = 0
+        for req in admitted:  # every whole prompt first: the running requests wait for them all
+            token = self._prefill(req)
+            if token is not None:
+                out.append((req, token))
+                prompt_tokens += len(req.prompt)
+        batch = [r for r in batch if not r.finished and not r.cancelled.is_set()]
+        if batch:
+            tokens = self._decode(batch)
+            if tokens is not None:
+                out += zip(batch, tokens, strict=True)
+        # counted before the tokens go out, so a client holding its reply finds them counted
+        self._count(prompt=prompt_tokens, generation=len(out), prefix_queries=prompt_tokens, prefix_hits=0)
+        now = time.perf_counter()
+        for req, token in out:
+            self._deliver(req, token, now)
+
+    def run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and not self.waiting and not self.running:
+                    self._cv.wait()
+                if self._stopping:
+                    break
+                admitted = self._admit()
+                batch = list(self.running)
+            self._step(admitted, batch)
+            with self._cv:
+                self.steps += 1
+                self.prefilling = []
+                self.running = [r for r in (*self.running, *admitted) if not r.finished]
+        with self._cv:
+            pending = [*self.waiting, *self.running]
+            self.waiting.clear()
+            self.running.clear()
+        for r in pending:
+            self._finish(r, RuntimeError("the engine stopped"))
+
+
+class PrefillPathology(Pathology):
+    """Streaming generation where the prefill of long prompts dominates time to first token."""
+
+    name = "prefill"
+
+    def __init__(self, cfg: DecoderConfig = PREFILL_MODEL) -> None:
+        torch.manual_seed(0)
+        self.cfg = cfg
+        self.model = TinyDecoderLM(cfg).eval()
+        self.engine = GenerationEngine(self.model)
+        self.engine.start()
+        self._ids = itertools.count(1)
+
+    def bind_metrics(self, metrics: Metrics) -> None:
+        self.engine.on_tokens = metrics.count_tokens
+
+    def warmup(self) -> None:
+        for n in (64, 1024):
+            req = self.make_request(list(range(1, n + 1)), 8, time.perf_counter())
+            self.engine.submit(req)
+            for _ in self.tokens(req):
+                pass
+
+    def make_request(self, prompt: list[int], max_tokens: int, arrival: float, stream: bool = True) -> GenRequest:
+        n = next(self._ids)
+        return GenRequest(f"gen-{n}", prompt, max_tokens, arrival, stream=stream, seed=n)
+
+    def submit(self, body: bytes, arrival: float) -> GenRequest:
+        """Parse and tokenise a request, hand it to the engine; raises BadRequest."""
+        doc = _parse_json(body)
+        if isinstance(doc.get("prompt"), str) and doc["prompt"].strip():
+            prompt = tokenize(doc["prompt"], self.cfg.vocab)
+        elif isinstance(doc.get("prompt_tokens"), list) and doc["prompt_tokens"] and all(
+            isinstance(t, int) for t in doc["prompt_tokens"]
+        ):
+            prompt = [t % self.cfg.vocab for t in doc["prompt_tokens"]]
+        else:
+            raise BadRequest("body needs 'prompt' (non-empty text) or 'prompt_tokens' (a list of integers)")
+        if not prompt:
+            raise BadRequest("the prompt has no tokens")
+        max_tokens = doc.get("max_tokens", DEFAULT_MAX_TOKENS)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= MAX_MAX_TOKENS:
+            raise BadRequest(f"'max_tokens' must be an integer in [1, {MAX_MAX_TOKENS}]")
+        stream = doc.get("stream", True)
+        if not isinstance(stream, bool):
+            raise BadRequest("'stream' must be true or false")
+        if len(prompt) + max_tokens > self.cfg.max_model_len:
+            raise BadRequest(
+                f"this model's maximum context length is {self.cfg.max_model_len} tokens; the prompt has "
+                f"{len(prompt)} and max_tokens is {max_tokens}"
+            )
+        req = self.make_request(prompt, max_tokens, arrival, stream)
+        try:
+            self.engine.submit(req)
+        except RuntimeError as exc:
+            raise BadRequest(str(exc)) from exc
+        return req
+
+    def tokens(self, req: GenRequest) -> Iterator[tuple[int, float]]:
+        """The request's tokens as the engine produces them: (token id, perf_counter time)."""
+        while True:
+            try:
+                item = req.events.get(timeout=JOB_TIMEOUT_S)
+            except queue.Empty:
+                raise TimeoutError("the model worker did not produce a token in time") from None
+            if item is None:
+                if req.error is not None:
+                    raise req.error
+                if req.cancelled.is_set():
+                    raise RuntimeError("the request was cancelled")
+                return
+            yield item
+
+    def cancel(self, req: GenRequest) -> None:
+        self.engine.cancel(req)
+
+    def infer(self, body: bytes, content_type: str) -> InferenceResult:
+        raise NotImplementedError("prefill streams its replies; the HTTP handler calls submit() and tokens()")
+
+    def running_waiting(self, in_flight: int) -> tuple[int, int]:
+        return self.engine.counts()
+
+    def kv_cache_usage(self) -> float:
+        return self.engine.kv_cache_usage()
+
+    def stats(self) -> dict[str, Any]:
+        running, waiting = self.engine.counts()
+        return {
+            "queue_depth": waiting,
+            "running": running,
+            "kv_cache_usage": round(self.engine.kv_cache_usage(), 4),
+            "kv_cache_tokens": self.engine.kv_blocks * self.engine.block_size,
+            "engine_steps": self.engine.steps,
+            "prefills": self.engine.prefills,
+        }
+
+    def close(self) -> None:
+        # Wait for the step in progress: a daemon thread still inside a torch kernel when the
+        # interpreter exits aborts the process.
+        self.engine.stop()
+        self.engine.join(timeout=STOP_TIMEOUT_S)
+
+
 def make_pathology(name: str) -> Pathology:
     if name == "cpu-preprocess":
         return CpuPreprocessPathology()
@@ -631,6 +1250,8 @@ def make_pathology(name: str) -> Pathology:
         return WorkerQueuePathology("queueing", QUEUEING_MODEL)
     if name == "healthy":
         return WorkerQueuePathology("healthy", HEALTHY_MODEL)
+    if name == "prefill":
+        return PrefillPathology()
     raise ValueError(f"unknown pathology {name!r}; choose one of {', '.join(PATHOLOGY_NAMES)}")
 
 
@@ -651,6 +1272,7 @@ class InferenceServer(ThreadingHTTPServer):
         super().__init__(address, InferenceHandler)
         self.pathology = pathology
         self.metrics = Metrics()
+        pathology.bind_metrics(self.metrics)
         self.stage_log = stage_log
         self._handler_ids = itertools.count(1)
 
@@ -700,33 +1322,60 @@ class InferenceHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.OK, doc)
         elif path == "/metrics":
             running, waiting = srv.pathology.running_waiting(srv.metrics.in_flight)
-            text = srv.metrics.prometheus(srv.pathology.name, running, waiting)
+            kv = srv.pathology.kv_cache_usage()
+            text = srv.metrics.prometheus(srv.pathology.name, running, waiting, kv)
             self._send(HTTPStatus.OK, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such path {path}"})
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_BODY_BYTES:
+            raise BadRequest(f"Content-Length must be in [0, {MAX_BODY_BYTES}]")
+        return self.rfile.read(length)
+
+    def _start_chunked(self, content_type: str) -> None:
+        """Send the headers of a streamed (chunked, HTTP/1.1) reply; the connection closes after it."""
+        self.protocol_version = "HTTP/1.1"
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%X\r\n%b\r\n" % (len(data), data))
+
+    def _end_chunked(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         if path != "/infer":
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such path {path}"})
             return
+        if isinstance(self.server.pathology, PrefillPathology):
+            self._generate(self.server.pathology)
+            return
         srv = self.server
         t0 = time.perf_counter()
         srv.metrics.begin()
-        ok, queue_s = False, None
+        ended = False
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length < 0 or length > MAX_BODY_BYTES:
-                raise BadRequest(f"Content-Length must be in [0, {MAX_BODY_BYTES}]")
-            body = self.rfile.read(length)
+            body = self._read_body()
             content_type = (self.headers.get("Content-Type") or "").lower()
             result = srv.pathology.infer(body, content_type)
-            queue_s = result.queue_s
             latency_ms = (time.perf_counter() - t0) * 1e3
+            # Record the request before its reply goes out, so that a client holding the reply
+            # finds it in /stats, /metrics and the stage log.
+            if result.prompt_tokens is not None:
+                srv.metrics.count_tokens(prompt=result.prompt_tokens)
+            ended = True
+            srv.metrics.end(ok=True, e2e_s=latency_ms / 1e3, queue_s=result.queue_s, prompt_tokens=result.prompt_tokens)
+            srv.stage_log.write("ok", result.stages_ms, e2e_ms=round(latency_ms, 3))
             reply = {"pathology": srv.pathology.name, "latency_ms": round(latency_ms, 3), **result.body}
             self._send_json(HTTPStatus.OK, reply)
-            ok = True
-            srv.stage_log.write("ok", result.stages_ms, e2e_ms=round(latency_ms, 3))
         except BadRequest as exc:
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except (BrokenPipeError, ConnectionResetError):
@@ -736,7 +1385,92 @@ class InferenceHandler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
         finally:
-            srv.metrics.end(ok=ok, e2e_s=time.perf_counter() - t0, queue_s=queue_s)
+            if not ended:
+                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+
+    def _generate(self, pathology: PrefillPathology) -> None:
+        """POST /infer of a text-generation pathology: one NDJSON line per token, then a summary line."""
+        srv = self.server
+        t0 = time.perf_counter()
+        srv.metrics.begin()
+        streaming, ended = False, False
+        req: GenRequest | None = None
+        try:
+            req = pathology.submit(self._read_body(), arrival=t0)
+            if req.stream:
+                self._start_chunked("application/x-ndjson")
+                streaming = True
+            previous = 0.0
+            for i, (token, at) in enumerate(pathology.tokens(req)):
+                if i == 0:
+                    srv.metrics.observe_token(ttft_s=at - req.arrival)
+                else:
+                    srv.metrics.observe_token(itl_s=at - previous)
+                previous = at
+                if streaming:
+                    line = {"index": i, "token": token, "text": detokenize(token)}
+                    self._chunk(json.dumps(line).encode() + b"\n")
+            timings = req.timings()
+            latency_ms = (time.perf_counter() - t0) * 1e3
+            stages_ms = {
+                "preprocess": (req.queued - req.arrival) * 1e3,  # read, parse, tokenise
+                "queue": (req.scheduled - req.queued) * 1e3,
+                "prefill": timings.prefill_s * 1e3,
+                "decode": timings.decode_s * 1e3,
+            }
+            summary: dict[str, Any] = {
+                "done": True,
+                "pathology": pathology.name,
+                "request_id": req.request_id,
+                "prompt_tokens": len(req.prompt),
+                "output_tokens": len(req.output),
+                "ttft_ms": round(timings.ttft_s * 1e3, 3),
+                "latency_ms": round(latency_ms, 3),
+                **{f"{k}_ms": round(v, 3) for k, v in stages_ms.items()},
+            }
+            # The request is finished: record it before the last line goes out, so that a client
+            # holding its complete reply finds it in /metrics and in the stage log.
+            ended = True
+            srv.metrics.end(
+                ok=True,
+                e2e_s=latency_ms / 1e3,
+                queue_s=req.scheduled - req.queued,
+                prompt_tokens=len(req.prompt),
+                generation=timings,
+            )
+            srv.stage_log.write(
+                "ok",
+                stages_ms,
+                e2e_ms=round(latency_ms, 3),
+                ttft_ms=round(timings.ttft_s * 1e3, 3),
+                input_tokens=len(req.prompt),
+                output_tokens=len(req.output),
+            )
+            if streaming:
+                self._chunk(json.dumps(summary).encode() + b"\n")
+                self._end_chunked()
+            else:
+                summary["tokens"] = req.output
+                summary["text"] = "".join(detokenize(t) for t in req.output)
+                self._send_json(HTTPStatus.OK, summary)
+        except BadRequest as exc:
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:
+            log.exception("generation failed")
+            error = {"error": f"{type(exc).__name__}: {exc}"}
+            with contextlib.suppress(OSError):
+                if streaming:
+                    self._chunk(json.dumps(error).encode() + b"\n")
+                    self._end_chunked()
+                else:
+                    self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, error)
+        finally:
+            if not ended:
+                if req is not None:
+                    pathology.cancel(req)
+                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,13 +50,14 @@ def _assert_gone(pid: int) -> None:
 
 
 def test_pathology_specs_are_consistent() -> None:
-    assert set(PATHOLOGIES) == {"cpu-preprocess", "recompile", "queueing", "healthy"}
+    assert set(PATHOLOGIES) == {"cpu-preprocess", "recompile", "queueing", "healthy", "prefill"}
     categories = {name: spec.expected_category for name, spec in PATHOLOGIES.items()}
     assert categories == {
         "cpu-preprocess": "cpu_preprocessing",
         "recompile": "recompilation",
         "queueing": "queueing",
         "healthy": None,
+        "prefill": "prefill_ttft",
     }
     for name, spec in PATHOLOGIES.items():
         assert spec.name == name
@@ -98,6 +99,14 @@ def test_payloads() -> None:
     assert ctype == "application/json" and len(json.loads(body)["tokens"]) == 128
     body, ctype = make_payload("cpu-preprocess", random.Random(0))
     assert ctype == "image/jpeg" and body == jpeg
+    rng = random.Random(0)
+    lengths = []
+    for _ in range(50):
+        body, ctype = make_payload("prefill", rng)
+        doc = json.loads(body)
+        assert ctype == "application/json" and doc["stream"] is True and 16 <= doc["max_tokens"] <= 48
+        lengths.append(len(doc["prompt"].split()))
+    assert 64 <= min(lengths) < 1000 and 3000 < max(lengths) <= 4096  # widely varying prompt lengths
 
 
 def test_preprocess_pipeline_shape() -> None:
@@ -204,3 +213,200 @@ def test_demo_service_reports_a_failed_start() -> None:
         svc.start()
     assert svc.proc is not None
     _assert_gone(svc.proc.pid)
+
+
+# --------------------------------------------------------------------------------------------
+# prefill: streaming generation and the vLLM-compatible metrics
+# --------------------------------------------------------------------------------------------
+
+_HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+)
+_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+_COUNTERS = (
+    "vllm:request_success",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:num_preemptions",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+)
+
+
+def _families(text: str) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _sample(fams: dict[str, Any], family: str, sample: str) -> float:
+    values = [s.value for s in fams[family].samples if s.name == sample]
+    assert len(values) == 1, (sample, values)
+    return values[0]
+
+
+def _check_exposition(text: str, model_name: str) -> dict[str, Any]:
+    """Every vLLM family parses with its type; histograms are cumulative and end in +Inf = _count."""
+    fams = _families(text)
+    for name in _HISTOGRAMS:
+        fam = fams[name]
+        assert fam.type == "histogram", name
+        buckets = [s for s in fam.samples if s.name == name + "_bucket"]
+        assert all(s.labels["model_name"] == model_name for s in fam.samples)
+        assert buckets[-1].labels["le"] == "+Inf"
+        counts = [s.value for s in buckets]
+        assert counts == sorted(counts), name
+        bounds = [float(s.labels["le"]) for s in buckets]
+        assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds)
+        assert counts[-1] == _sample(fams, name, name + "_count")
+    for name in _GAUGES:
+        assert fams[name].type == "gauge", name
+    for name in _COUNTERS:
+        assert fams[name].type == "counter", name
+    kv = _sample(fams, "vllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc")
+    assert 0.0 <= kv <= 1.0
+    return fams
+
+
+def test_metrics_exposition_without_a_process() -> None:
+    from examples.service import GenerationTimings, Metrics
+
+    m = Metrics()
+    _check_exposition(m.prometheus("m", 0, 0), "m")
+    m.begin()
+    m.count_tokens(prompt=1000, generation=1, prefix_queries=1000)
+    m.observe_token(ttft_s=0.8)
+    m.count_tokens(generation=2)
+    m.observe_token(itl_s=0.02)
+    m.observe_token(itl_s=0.03)
+    g = GenerationTimings(ttft_s=0.8, prefill_s=0.6, decode_s=0.05, inference_s=0.65, itl_s=(0.02, 0.03),
+                          output_tokens=3)
+    m.end(ok=True, e2e_s=0.9, queue_s=0.2, prompt_tokens=1000, generation=g)
+    fams = _check_exposition(m.prometheus("m", 1, 2, 0.25), "m")
+    assert _sample(fams, "vllm:num_requests_waiting", "vllm:num_requests_waiting") == 2
+    assert _sample(fams, "vllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc") == 0.25
+    assert _sample(fams, "vllm:prompt_tokens", "vllm:prompt_tokens_total") == 1000
+    assert _sample(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 3
+    assert _sample(fams, "vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total") == 0
+    assert _sample(fams, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count") == 2
+    assert _sample(fams, "vllm:request_prefill_time_seconds", "vllm:request_prefill_time_seconds_sum") == 0.6
+    ttft = {s.labels["le"]: s.value for s in fams["vllm:time_to_first_token_seconds"].samples
+            if s.name.endswith("_bucket")}
+    assert ttft["0.75"] == 0 and ttft["1.0"] == 1 and ttft["+Inf"] == 1
+
+
+def test_decoder_kv_cache_matches_a_full_prefill() -> None:
+    import torch
+
+    from examples.service import DecoderConfig, TinyDecoderLM, detokenize, tokenize
+
+    torch.manual_seed(0)
+    model = TinyDecoderLM(DecoderConfig(vocab=97, d_model=32, n_heads=4, d_hidden=64, n_layers=2,
+                                        max_model_len=64)).eval()
+    ids = torch.randint(1, 97, (12,))
+    with torch.no_grad():
+        a, b = model.new_cache(16), model.new_cache(16)
+        model.prefill(ids[:7], a)
+        model.prefill(ids[:4], b)
+        # one batched decode step of two sequences of different lengths ...
+        logits = model.decode([int(ids[7]), int(ids[4])], [7, 4], [a, b])
+        # ... equals prefilling each one token longer
+        assert torch.allclose(logits[0], model.prefill(ids[:8], model.new_cache(16)), atol=1e-4)
+        assert torch.allclose(logits[1], model.prefill(ids[:5], model.new_cache(16)), atol=1e-4)
+    tokens = tokenize("Hello, world! hello", 97)
+    assert len(tokens) == 5 and tokens[0] == tokens[4] and all(1 <= t < 97 for t in tokens)  # words, ",", "!"
+    assert detokenize(5) == " t5"
+
+
+def _stream(port: int, doc: dict[str, Any]) -> tuple[http.client.HTTPResponse, list[tuple[float, dict[str, Any]]]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", "/infer", body=json.dumps(doc).encode(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        lines = [(time.perf_counter(), json.loads(raw)) for raw in resp if raw.strip()]
+        return resp, lines
+    finally:
+        conn.close()
+
+
+def test_prefill_service_streams_tokens_and_exposes_vllm_metrics(tmp_path, monkeypatch) -> None:
+    import examples.loadgen as loadgen
+
+    stage_log = tmp_path / "stages.jsonl"
+    with DemoService("prefill", extra_args=["--stage-log", str(stage_log)]) as svc:
+        pid = svc.pid
+        prompt_tokens, output_tokens = 0, 0
+        for words, max_tokens in ((40, 5), (600, 3)):
+            prompt = " ".join(f"w{i % 97}" for i in range(words))
+            resp, lines = _stream(svc.port, {"prompt": prompt, "max_tokens": max_tokens})
+            assert resp.status == 200 and resp.getheader("Transfer-Encoding") == "chunked"
+            assert resp.getheader("Content-Type") == "application/x-ndjson"
+            tokens, summary = [d for _, d in lines[:-1]], lines[-1][1]
+            assert [t["index"] for t in tokens] == list(range(max_tokens))
+            assert all(isinstance(t["token"], int) and t["text"] for t in tokens)
+            assert summary["done"] is True and summary["prompt_tokens"] == words
+            assert summary["output_tokens"] == max_tokens
+            assert 0 < summary["prefill_ms"] <= summary["ttft_ms"] <= summary["latency_ms"]
+            assert lines[0][0] <= lines[-2][0]  # the first token arrived before the last one
+            prompt_tokens += words
+            output_tokens += max_tokens
+        status, doc = _request(svc.port, "POST", "/infer",
+                               json.dumps({"prompt_tokens": [1, 2, 3], "max_tokens": 4, "stream": False}).encode())
+        assert status == 200 and len(doc["tokens"]) == 4 and doc["prompt_tokens"] == 3
+        prompt_tokens += 3
+        output_tokens += 4
+        for bad in ({}, {"prompt": ""}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "stream": "yes"},
+                    {"prompt_tokens": list(range(8190)), "max_tokens": 8}):
+            status, doc = _request(svc.port, "POST", "/infer", json.dumps(bad).encode())
+            assert status == 400 and doc["error"], bad
+
+        conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
+        conn.request("GET", "/metrics")
+        fams = _check_exposition(conn.getresponse().read().decode(), "prefill")
+        conn.close()
+        n = 3
+        assert _sample(fams, "vllm:request_success", "vllm:request_success_total") == n
+        assert _sample(fams, "vllm:prompt_tokens", "vllm:prompt_tokens_total") == prompt_tokens
+        assert _sample(fams, "vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total") == prompt_tokens
+        assert _sample(fams, "vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total") == 0
+        assert _sample(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == output_tokens
+        assert _sample(fams, "vllm:num_preemptions", "vllm:num_preemptions_total") == 0
+        for name in ("vllm:time_to_first_token_seconds", "vllm:request_prefill_time_seconds",
+                     "vllm:request_decode_time_seconds", "vllm:request_queue_time_seconds",
+                     "vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens"):
+            assert _sample(fams, name, name + "_count") == n, name
+        itl = "vllm:inter_token_latency_seconds"
+        assert _sample(fams, itl, itl + "_count") == output_tokens - n
+        assert _sample(fams, "vllm:request_prompt_tokens", "vllm:request_prompt_tokens_sum") == prompt_tokens
+        assert _sample(fams, "vllm:num_requests_running", "vllm:num_requests_running") == 0
+
+        # the load generator streams and measures time to first token (short prompts: a fast test)
+        monkeypatch.setattr(loadgen, "PROMPT_WORDS_RANGE", (16, 64))
+        monkeypatch.setattr(loadgen, "PREFILL_MAX_TOKENS_RANGE", (2, 4))
+        monkeypatch.setattr(loadgen, "START_STAGGER_S", {})
+        result = run_load(svc.url, "prefill", 2, 30.0, max_requests=4)
+        assert result.requests == 4 and result.errors == 0
+        assert result.ttft_p50_ms is not None and result.ttft_p99_ms is not None
+        assert 0 < result.ttft_p50_ms <= result.p99_ms
+    _assert_gone(pid)
+
+    records = [json.loads(line) for line in stage_log.read_text().splitlines()]
+    assert len(records) == n + 4
+    for rec in records:
+        assert set(rec["stages_ms"]) == {"preprocess", "queue", "prefill", "decode"}
+        assert rec["status"] == "ok" and rec["input_tokens"] > 0 and rec["output_tokens"] > 0
+        assert rec["ttft_ms"] >= rec["stages_ms"]["prefill"] > 0
+        assert rec["e2e_ms"] >= rec["ttft_ms"]
+
+
+def test_loadgen_result_has_no_ttft_for_unary_replies() -> None:
+    result = LoadResult(requests=1, errors=0, throughput_rps=1.0, p50_ms=1.0, p99_ms=1.0, duration_s=1.0)
+    assert result.ttft_p50_ms is None and result.to_dict()["ttft_p99_ms"] is None
