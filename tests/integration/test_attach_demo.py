@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from analyzer.attach import AttachOptions, attach
+from analyzer.demo import run_pathology
 from analyzer.model import CaptureStatus
 from examples.demo import PATHOLOGIES, DemoService, background_load
 
@@ -35,37 +36,22 @@ def _no_leftovers(pid: int) -> None:
     assert not alive, f"demo service {pid} still running"
 
 
-@pytest.mark.parametrize("pathology", ["cpu-preprocess", "recompile", "queueing", "healthy"])
-def test_attach_names_the_demo_pathology(pathology: str, tmp_path) -> None:
+@pytest.mark.parametrize("pathology", ["cpu-preprocess", "recompile", "queueing", "prefill", "healthy"])
+def test_demo_names_its_pathology(pathology: str, tmp_path) -> None:
+    """`diagnose demo`'s own code path: service + load + attach (py-spy, psutil, stage log, /metrics)."""
     spec = PATHOLOGIES[pathology]
-    window = WINDOW_S.get(pathology, 6.0)
-    with DemoService(pathology) as svc, background_load(svc.url, spec, window + 60) as load:
-        deadline = time.monotonic() + 60
-        while load.running and time.monotonic() < deadline:  # steady state: requests are flowing
-            if svc_has_served(svc.url):
-                break
-            time.sleep(0.5)
-        time.sleep(2.0)
-        session, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=window, output=str(tmp_path / "s")))
-        pid = svc.pid
-    _no_leftovers(pid)
+    path, diagnosis, load = run_pathology(pathology, WINDOW_S.get(pathology, 6.0), str(tmp_path / "s"))
+    assert diagnosis.target is not None
+    _no_leftovers(diagnosis.target.pid)
     expected = spec.expected_category
     got = diagnosis.primary.value if diagnosis.primary else None
     detail = [(f.code, round(f.impact, 2), f.message) for f in diagnosis.findings]
     assert got == expected, f"{pathology}: expected {expected}, got {got}: {detail}"
-    assert {c.collector: c.status for c in diagnosis.captures}["py-spy"] is CaptureStatus.OK
-    assert os.path.exists(os.path.join(session.path, "manifest.json"))
-    assert os.path.exists(os.path.join(session.path, "diagnosis.json"))
-
-
-def svc_has_served(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    caps = {c.collector: c.status for c in diagnosis.captures}
+    assert caps["py-spy"] is CaptureStatus.OK and caps["metrics"] is CaptureStatus.OK
+    assert os.path.exists(os.path.join(path, "manifest.json"))
+    assert os.path.exists(os.path.join(path, "diagnosis.json"))
+    assert load is not None
 
 
 def _python_child(code: str) -> subprocess.Popen[bytes]:
