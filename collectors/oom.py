@@ -52,8 +52,8 @@ _UNIT_BYTES = {
     "t": 1 << 40,
 }
 
-SIZE = r"(?:\d+(?:\.\d+)?|\.\d+)\s?(?:[KMGT]i?B|bytes?|B)"
-_SIZE_RX = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s?([KMGT]i?B|bytes?|B|[KMGT])\b", re.IGNORECASE)
+SIZE = r"(?<![\d.])(?:\d+(?:\.\d+)?|\.\d+)\s?(?:[KMGT]i?B|bytes?|B)"
+_SIZE_RX = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?|\.\d+)\s?([KMGT]i?B|bytes?|B|[KMGT])\b", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int | None:
@@ -125,7 +125,6 @@ class ModelHints:
     params: float | None = None  # parameter count
     bytes_per_param: float | None = None
     dtype: str = ""
-    dtype_assumed: bool = False
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     parallel_stated: bool = False
@@ -136,6 +135,9 @@ class ModelHints:
     gpu_memory_utilization: float | None = None
     weights_measured: int | None = None  # "Loading model weights took 14.99 GB"
     engine: str = ""
+    cpu_loading_pct: float | None = None  # "CPU usage goes to 95 % while loading the model"
+    cpu_after_loading_pct: float | None = None
+    cpu_after_loading_normal: bool = False  # "… and back to normal once the model is up"
 
     @property
     def weights_estimate(self) -> int | None:
@@ -147,9 +149,10 @@ class ModelHints:
 @dataclass
 class OomResult:
     events: list[OomEvent]
-    hints: ModelHints
     problems: list[str]
     prose_mentions: int = 0
+    alloc_retries: int | None = None  # torch.cuda.memory_stats()["num_alloc_retries"] / memory_summary()
+    fragmentation_statements: list[str] = field(default_factory=list)  # the report says fragmentation caused it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +168,6 @@ _HEAD = re.compile(
     re.IGNORECASE,
 )
 _F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
-_F_DEVICE = re.compile(r"\((?P<dev>GPU|NPU|XPU|HIP|MLU)\s*(?P<idx>\d+);|\b(?P<dev2>GPU|NPU|XPU)\s+(?P<idx2>\d+)\s+has a total")
 _F_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+total capacity|total capac\w*\s+of\s+(?P<v2>{SIZE})", re.IGNORECASE)
 _F_ALREADY = re.compile(rf"(?P<v>{SIZE})\s+already allocated", re.IGNORECASE)
 _F_FREE = re.compile(rf"of which\s+(?P<v>{SIZE})\s+(?:is\s+)?free|;\s*(?P<v2>{SIZE})\s+free\b", re.IGNORECASE)
@@ -193,17 +195,40 @@ _FW_KV_BYTES = re.compile(
     re.IGNORECASE,
 )
 _FW_STARTUP_FREE = re.compile(
-    rf"Free memory on device\s*\((?P<free>{SIZE})?\s*/?\s*(?P<free_n>[\d.]+)?\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>GiB|GB)?\)"
-    r".{0,40}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
+    r"Free memory on device\s*\((?P<free>[\d.]+)\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>[KMGT]i?B)\)"
+    r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
     re.IGNORECASE,
 )
+# the report's own analysis naming fragmentation as the cause (never PyTorch's standard hint)
+_FRAG_CAUSAL = re.compile(
+    r"(?:due to|caused by|because of|results? (?:from|of)|resulting from|comes? from)\s+(?:the\s+)?(?:\S+\s+){0,3}?"
+    r"fragment\w*"
+    r"|fragmentation\s+(?:\S+\s+){0,4}?(?:caus|lead|result|trigger|make|made)\w*"
+    r"|(?:increas\w*|grow\w*|severe|heavy|significant\w*|substantial\w*|worse)\s+(?:\S+\s+){0,2}?fragmentation"
+    r"|(?:resolv|fix|solv)\w*\s+(?:\S+\s+){0,6}?\S*expandable_segments"
+    r"|expandable_segments:True\S*\s+(?:\S+\s+){0,4}?(?:fix|resolv|solv|help|work)\w*",
+    re.IGNORECASE,
+)
+_FRAG_VETO = re.compile(
+    r"\bnot\s+(?:\S+\s+){0,2}fragmentation|\bno\s+fragmentation|rules?\s+out\s+fragmentation|"
+    r"(?:isn't|is not|wasn't|was not)\s+(?:\S+\s+){0,2}fragmentation|didn't help|did not help|no effect",
+    re.IGNORECASE,
+)
+_STANDARD_HINT = re.compile(r"If reserved|try setting|See documentation for Memory Management", re.IGNORECASE)
+# substrings one of which every line the OOM parser acts on contains (lower case)
+_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "cache blocks", "kv cache")
+_RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足", re.IGNORECASE)
 # PyTorch's own hint, printed with every OOM: never evidence of anything by itself
 _HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
 
-_TRACE_FRAME = re.compile(r'^\s*File\s+"(?P<path>[^"]+)",\s+line\s+\d+,\s+in\s+(?P<func>[\w<>.]+)')
+_TRACE_FRAME = re.compile(r'\bFile\s+"(?P<path>[^"]+)",\s+line\s+\d+,\s+in\s+(?P<func>[\w<>.]+)')
 _BARE_FRAME = re.compile(r"^\s*(?P<path>[\w./-]+\.py):\d+,?\s+in\s+(?P<func>[\w<>.]+)\s*$")
+# a log-record prefix in front of traceback lines: "ERROR 10-11 12:27:29 engine.py:157] "
+_RECORD_PREFIX = re.compile(
+    r"^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d{2}-\d{2}\s+[\d:.]+\s+(?:\[[^\]]*\]\s*)?[\w.]+:\d+\]\s?"
+)
 
 
 def _size(rx: re.Pattern[str], text: str, *groups: str) -> int | None:
@@ -217,19 +242,20 @@ def _size(rx: re.Pattern[str], text: str, *groups: str) -> int | None:
     return None
 
 
+_DEVICE_HEAD = re.compile(r"\b(CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+out of memory", re.IGNORECASE)
+_DEVICE_INDEX = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*(?P<i>\d+);|\b(?:GPU|NPU|XPU)\s+(?P<j>\d+)\s+has a total")
+_LEGACY_OPEN = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*\d+;")
+
+
 def parse_allocator_message(text: str) -> OomEvent:
     """Read every field of one allocator message on its own, so a truncated one still yields some."""
     ev = OomEvent(kind="allocator", message=text.strip()[:2000])
-    head = _HEAD.search(text)
-    if head and head.groupdict().get("dev"):
-        ev.device = head.group("dev").upper()
-    m = _F_DEVICE.search(text)
+    m = _DEVICE_HEAD.search(text)
     if m:
-        ev.device = ev.device if ev.device not in ("", "CUDA") else ""
-        ev.device = ev.device or (m.group("dev") or m.group("dev2") or "").upper()
-        ev.device_index = int(m.group("idx") or m.group("idx2"))
-    if ev.device == "CUDA":
-        ev.device = "GPU"
+        ev.device = {"CUDA": "GPU", "HIP": "GPU"}.get(m.group(1).upper(), m.group(1).upper())
+    m = _DEVICE_INDEX.search(text)
+    if m:
+        ev.device_index = int(m.group("i") or m.group("j"))
     ev.requested = _size(_F_REQUESTED, text)
     if ev.requested is None:
         jm = _JAX_BYTES.search(text)
@@ -238,8 +264,10 @@ def parse_allocator_message(text: str) -> OomEvent:
     ev.total = _size(_F_TOTAL, text, "v", "v2")
     ev.free = _size(_F_FREE, text, "v", "v2")
     ev.limit = _size(_F_ALLOWED, text)
-    legacy = _F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
-    modern = "has a total capac" in text or _F_BY_PYTORCH.search(text) is not None
+    legacy = (_F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
+              or _LEGACY_OPEN.search(text) is not None)
+    modern = re.search(r"has a total capac", text, re.IGNORECASE) is not None or _F_BY_PYTORCH.search(text)
+    expected: dict[str, int | None]
     if legacy:
         ev.allocated = _size(_F_ALREADY, text)
         ev.reserved = _size(_F_RESERVED_TOTAL, text)
@@ -254,25 +282,28 @@ def parse_allocator_message(text: str) -> OomEvent:
         ev.process_used = _size(_F_THIS_PROCESS, text)
         if ev.allocated is not None and ev.reserved_unallocated is not None:
             ev.reserved = ev.allocated + ev.reserved_unallocated
-        ev.other_processes = [(int(p.group("pid")), parse_size(p.group("v")) or 0) for p in _F_PROCESS.finditer(text)]
+        ev.other_processes = [(int(p.group("pid")), parse_size(p.group("v")) or 0)
+                              for p in _F_PROCESS.finditer(text)]
         expected = {"requested": ev.requested, "total": ev.total, "free": ev.free,
-                    "process_used": ev.process_used if ev.process_used is not None or not ev.other_processes
-                    else 0, "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
+                    "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
+        if not ev.other_processes:
+            expected["process_used"] = ev.process_used
+    elif ev.requested is not None and _F_REQUESTED.search(text) and not _JAX_BYTES.search(text):
+        # "Tried to allocate X" and nothing after it: the device numbers were cut off
+        expected = {"total": None, "free": None, "allocated": None}
     else:
-        expected = {"requested": ev.requested}
-    if ev.process_used is None and ev.other_processes and not _F_THIS_PROCESS.search(text):
-        # some releases list the failing process as "Process N has …" too; the rest are others
-        pass
+        expected = {}
     ev.missing = tuple(k for k, v in expected.items() if v is None)
-    ev.truncated = bool(ev.missing) and (legacy or modern)
+    ev.truncated = bool(ev.missing)
     return ev
 
 
 def _needs_more(text: str) -> bool:
     """Whether an allocator message looks cut at a line break (a wrapped paste), not finished."""
-    if "already allocated" in text or "(GPU" in text or "(NPU" in text:
-        return ")" not in text.split("(", 1)[-1]
-    if "has a total capac" in text:
+    m = _LEGACY_OPEN.search(text)
+    if m:
+        return ")" not in text[m.end():]
+    if re.search(r"has a total capac", text, re.IGNORECASE):
         return "unallocated" not in text
     return bool(re.search(r"Tried to allocate\s*$|Tried to allocate [^.(]*$", text))
 
@@ -307,13 +338,30 @@ _SERVING_FUNCS = {
     "process_input_queue", "run_model", "model_forward", "_model_forward", "__call__",
 }
 _MODEL_PATH = re.compile(r"/models?/|modeling_|/layers?[/.]|/nn/modules/|model_executor")
-_TO_DEVICE = re.compile(r"\.(?:to|cuda|npu)\(\s*(?:['\"]?(?:cuda|npu|xpu)|device|self\.device|[a-z_]*device)|\.cuda\(\)")
+_TO_DEVICE = re.compile(
+    r"\.(?:to|cuda|npu)\(\s*(?:['\"]?(?:cuda|npu|xpu)|device|self\.device|[a-z_]*device)|\.cuda\(\)"
+)
 _PARAM_CODE = re.compile(r"\bParameter\(|torch\.empty\(|torch\.zeros\(|torch\.randn\(")
 _STARTUP_FUNCS = {"<module>", "main", "__init__", "setup", "init", "_init", "start", "launch"}
 
 
-def frame_phase(fr: Frame) -> str | None:
-    """The phase one frame alone says the process was in, or None."""
+_CALLEE = re.compile(r"([A-Za-z_]\w*)\s*\(")
+
+
+def frame_phase(fr: Frame) -> tuple[str, str] | None:
+    """The phase one frame (or the call on its code line) says the process was in, and which name said it."""
+    best: tuple[str, str] | None = None
+    own = _own_phase(fr)
+    if own is not None:
+        best = (own, fr.func)
+    for callee in _CALLEE.findall(fr.code):
+        ph = _own_phase(Frame("", callee))
+        if ph is not None and (best is None or PHASES.index(ph) < PHASES.index(best[0])):
+            best = (ph, f"{fr.func} → {callee}()")
+    return best
+
+
+def _own_phase(fr: Frame) -> str | None:
     func = fr.func.rsplit(".", 1)[-1]
     path = fr.path.replace("\\", "/")
     if func in _LOADING_FUNCS or any(p in path for p in _LOADING_PATHS):
@@ -334,15 +382,15 @@ def frame_phase(fr: Frame) -> str | None:
 
 
 def phase_of(frames: list[Frame]) -> tuple[str, str]:
-    """The phase of a traceback (precedence loading > profile_run > warmup > serving) and the frame."""
+    """The phase of a traceback (precedence loading > profile_run > warmup > serving) and what said it."""
     best: tuple[int, str, str] | None = None
     for fr in frames:
-        ph = frame_phase(fr)
-        if ph is None:
+        got = frame_phase(fr)
+        if got is None:
             continue
-        rank = PHASES.index(ph)
+        rank = PHASES.index(got[0])
         if best is None or rank < best[0]:
-            best = (rank, ph, f"{fr.func} ({fr.path.rsplit('/', 1)[-1]})")
+            best = (rank, got[0], f"{got[1]} in {fr.path.replace(chr(92), '/').rsplit('/', 1)[-1]}")
     if best is None:
         return "unknown", ""
     return best[1], best[2]
@@ -361,7 +409,7 @@ _FAMILIES = (
     "chat", "instruct", "coder",
 )
 _PARAMS = re.compile(r"(?<![\w.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])")
-_WORD = re.compile(r"[^\s'\"`,;()\[\]{}<>=]+")
+_WORD = re.compile(r"[A-Za-z0-9_./:+-]+")
 _LAUNCH = re.compile(
     r"vllm\s+serve\s+(?P<m1>\S+)|--model(?:[=\s]+)(?P<m2>\S+)|--model-id(?:[=\s]+)(?P<m3>\S+)"
     r"|--model-path(?:[=\s]+)(?P<m4>\S+)|\bLLM\(\s*(?:model\s*=\s*)?['\"](?P<m5>[^'\"]+)['\"]"
@@ -369,12 +417,12 @@ _LAUNCH = re.compile(
 )
 _TP = re.compile(
     r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
-    r"\s*[=\s]\s*(?P<n>\d+)"
+    r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
 )
 _PP = re.compile(r"(?:--pipeline[-_]parallel[-_]size|-pp|pipeline_parallel_size)\s*[=\s]\s*(?P<n>\d+)")
 _UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*(?P<v>0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
 _WEIGHTS_TOOK = re.compile(
-    rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE}|\d+(?:\.\d+)?\s?(?:GB|GiB))",
+    rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE})",
     re.IGNORECASE,
 )
 _VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
@@ -386,12 +434,14 @@ _GPU_MODELS: dict[str, float] = {  # GiB of device memory of common accelerators
 }
 _GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
 _GPU_SPEC = re.compile(
-    rf"(?:(?P<n>\d+)\s*(?:x|×|\*|张|块|台|个)?\s*(?:NVIDIA\s+)?)?(?:Tesla\s+|RTX\s+|GeForce\s+RTX\s+)?"
-    rf"(?P<gpu>{_GPU_NAME})(?![\w])(?:[\s-]*(?:SXM\d?|PCIe|NVL)?[\s-]*(?P<mem>\d+)\s?G(?:i?B)?\b)?"
-    rf"(?:\s*(?:GPUs?|cards?|显卡|卡))?",
+    rf"(?:(?<![A-Za-z0-9.])(?P<n>\d+)\s*(?:(?:x|×|\*|张|块|台|个)\s*)?|(?<![A-Za-z0-9.]))(?:NVIDIA\s+)?"
+    rf"(?P<pre>Tesla\s+|GeForce\s+RTX\s+|RTX\s+|GeForce\s+|Ascend\s+)?"
+    rf"(?P<gpu>{_GPU_NAME})(?![a-zA-Z0-9]|\.\d)(?:[\s-]*(?:(?:SXM\d?|PCIe|NVL)[\s-]*)?(?P<mem>\d+)\s?G(?:i?B)?\b)?"
+    rf"(?P<suf>\s*(?:GPUs?|cards?|显卡|卡))?",
     re.IGNORECASE,
 )
-_GPU_COUNT = re.compile(r"(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
+_GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
+_ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference")
 _ENGINES = (
     ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
     ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b")),
@@ -432,64 +482,111 @@ def _model_params(word: str, line: str) -> float | None:
     return None
 
 
-def parse_hints_line(line: str, hints: ModelHints) -> bool:
-    """Update ``hints`` from one line; True when the line said something about model or hardware."""
+_CPU_PCT = re.compile(r"(?<![A-Za-z])CPU(?![A-Za-z])[^%\d]{0,40}?(?P<pct>\d{1,4}(?:\.\d+)?)\s*%", re.IGNORECASE)
+_LOADING_WORDS = re.compile(
+    r"\bload(?:ing|s)?\b.{0,30}\b(?:model|weights?|checkpoints?|safetensors)|\b(?:model|weights?)\s+load(?:ing)?"
+    r"|读取模型|加载模型|模型加载|读取权重|加载权重",
+    re.IGNORECASE,
+)
+_AFTER_LOADING = re.compile(
+    r"(?:after|once)\b.{0,60}\b(?:loaded|deployed|started|up|ready|serving)\b.{0,60}\b(?:normal|drops?|idle|low)"
+    r"|部署好后.{0,20}正常|加载完.{0,20}正常|启动后.{0,20}正常|恢复正常|回复正常",
+    re.IGNORECASE,
+)
+
+
+def _cpu_hints(line: str, hints: ModelHints) -> bool:
+    """CPU load reported around weight loading (a common worry that is healthy)."""
     said = False
-    launch = _LAUNCH.search(line)
-    if launch:
-        hints.launch_seen = True
-        said = True
-        name = next(g for g in launch.groups() if g)
-        params = _model_params(name, line)
-        if params is not None and (not hints.model or not hints.parallel_stated or hints.params is None):
-            hints.model, hints.params = name, params
-            dt = _dtype_of(name) or _dtype_of(line)
-            if dt:
-                hints.dtype, hints.bytes_per_param, hints.dtype_assumed = dt[0], dt[1], False
+    m = _CPU_PCT.search(line)
+    if m and _LOADING_WORDS.search(line):
+        hints.cpu_loading_pct, said = float(m.group("pct")), True
+    if _AFTER_LOADING.search(line) and (hints.cpu_loading_pct is not None or re.search(r"CPU", line)):
+        hints.cpu_after_loading_normal, said = True, True
+    return said
+
+
+_PARAMS_QUICK = re.compile(r"\d\s?[bBmM](?![a-zA-Z0-9])")
+_GPU_QUICK = re.compile(rf"(?:{_GPU_NAME})(?![a-z0-9]|\.\d)")  # on the lower-cased line
+
+
+def parse_hints_line(line: str, hints: ModelHints) -> bool:
+    """Update ``hints`` from one line; True when the line said something about model or hardware.
+
+    Cheap substring checks guard every regex: most lines of a big log mention none of this.
+    """
+    said = False
+    low = line.lower()
+    if "--model" in low or "serve" in low or "llm(" in low or "from_pretrained" in low:
+        launch = _LAUNCH.search(line)
+        if launch:
+            said = True
+            name = next(g for g in launch.groups() if g)
+            params = _model_params(name, line)
+            if params is not None and not hints.launch_seen:
+                # the model on a launch command line beats one named in prose
+                hints.model, hints.params = name, params
+                dt = _dtype_of(name) or _dtype_of(line)
+                hints.dtype, hints.bytes_per_param = dt if dt else ("", None)
+            hints.launch_seen = True
     if hints.params is None:
-        for w in _WORD.findall(line):
-            params = _model_params(w, line)
-            if params is not None:
-                hints.model, hints.params = w, params
-                dt = _dtype_of(w) or _dtype_of(line)
-                if dt:
-                    hints.dtype, hints.bytes_per_param = dt
-                said = True
-                break
-    elif not hints.dtype:
-        dt = _dtype_of(line) if re.search(r"--(?:dtype|quantization)|torch_dtype|quant", line) else None
+        if _PARAMS_QUICK.search(line):
+            for w in _WORD.findall(line):
+                params = _model_params(w, line)
+                if params is not None:
+                    hints.model, hints.params = w, params
+                    dt = _dtype_of(w) or _dtype_of(line)
+                    if dt:
+                        hints.dtype, hints.bytes_per_param = dt
+                    said = True
+                    break
+    elif not hints.dtype and any(w in low for w in ("dtype", "quantiz", "weight", "checkpoint", "precision")):
+        dt = _dtype_of(line)
         if dt:
             hints.dtype, hints.bytes_per_param = dt
-    m = _TP.search(line)
-    if m:
-        hints.tensor_parallel, hints.parallel_stated, said = int(m.group("n")), True, True
-    m = _PP.search(line)
-    if m:
-        hints.pipeline_parallel, hints.parallel_stated, said = int(m.group("n")), True, True
-    m = _UTIL.search(line)
-    if m:
-        hints.gpu_memory_utilization, said = float(m.group("v")), True
-    m = _WEIGHTS_TOOK.search(line)
-    if m:
-        size = parse_size(m.group("v"))
+            said = True
+    if "tensor" in low or "-tp" in low or "tp_size" in low or "shard" in low or "TP" in line or "pipeline" in low \
+            or "-pp" in low:
+        m = _TP.search(line)
+        if m:
+            hints.tensor_parallel, hints.parallel_stated, said = int(m.group("n") or m.group("m")), True, True
+        m = _PP.search(line)
+        if m:
+            hints.pipeline_parallel, hints.parallel_stated, said = int(m.group("n")), True, True
+    if "utilization" in low:
+        m = _UTIL.search(line)
+        if m:
+            hints.gpu_memory_utilization, said = float(m.group("v")), True
+    if "weights" in low:
+        m = _WEIGHTS_TOOK.search(line)
+        size = parse_size(m.group("v")) if m else None
         if size:
             hints.weights_measured, said = size, True
-    m = _VISIBLE.search(line)
-    if m:
-        hints.gpu_count, said = len(m.group("ids").split(",")), True
-    m = _GPU_SPEC.search(line)
-    if m:
-        hints.gpu_model = m.group("gpu").upper()
-        mem = m.group("mem")
-        gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
-        hints.gpu_memory_bytes = int(gib * (1 << 30))
-        if m.group("n") and 1 <= int(m.group("n")) <= 1024:
-            hints.gpu_count = int(m.group("n"))
+    if "CUDA_VISIBLE_DEVICES" in line:
+        m = _VISIBLE.search(line)
+        if m:
+            hints.gpu_count, said = len(m.group("ids").split(",")), True
+    if _GPU_QUICK.search(low):
+        m = next((g for g in _GPU_SPEC.finditer(line)
+                  if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")), None)
+        if m:
+            hints.gpu_model = m.group("gpu").upper()
+            mem = m.group("mem")
+            gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
+            hints.gpu_memory_bytes = int(gib * (1 << 30))
+            if m.group("n") and 1 <= int(m.group("n")) <= 1024:
+                hints.gpu_count = int(m.group("n"))
+            said = True
+    if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
+        m = _GPU_COUNT.search(line)
+        if m:
+            hints.gpu_count, said = int(m.group("n")), True
+    cpu_context = ("cpu" in low and ("load" in low or "读取" in line or "加载" in line)) or (
+        hints.cpu_loading_pct is not None and not hints.cpu_after_loading_normal
+        and ("normal" in low or "正常" in line or "after" in low or "once" in low))
+    if cpu_context and _cpu_hints(line, hints):
         said = True
-    m = _GPU_COUNT.search(line)
-    if m and hints.gpu_count is None:
-        hints.gpu_count, said = int(m.group("n")), True
-    if not hints.engine:
+    if not hints.engine and any(w in low for w in _ENGINE_WORDS):
         for name, rx in _ENGINES:
             if rx.search(line):
                 hints.engine = name
@@ -518,29 +615,33 @@ class OomParser:
         self._open_text = ""
         self._open_lines = 0
         self._prose: list[int] = []
-        self.hints = ModelHints()
-        self._hint_lines = 0
         self._dropped = 0
+        self._retries: int | None = None
+        self.fragmentation_statements: list[str] = []
+        self._fragmentation_vetoed = False
 
     # -- feeding ----------------------------------------------------------------------------
 
     def feed(self, line: str) -> None:
         self._n += 1
-        if parse_hints_line(line, self.hints):
-            self._hint_lines += 1
-        m = _TRACE_FRAME.search(line) or _BARE_FRAME.search(line)
+        if "retries" in line:
+            m = _RETRIES.search(line)
+            if m:
+                self._retries = max(self._retries or 0, int(m.group("n")))
+        body = _RECORD_PREFIX.sub("", line, count=1) if line[:1] in "IWEDC" else line
+        m = (_TRACE_FRAME.search(body) if 'File "' in body else None) or (
+            _BARE_FRAME.search(body) if ".py:" in body else None)
         if m:
             fr = Frame(m.group("path"), m.group("func"))
             self._last_frame = (self._n, fr)
             self._frames.append(self._last_frame)
-            self._continue(line, is_frame=True)
+            self._continue(body, is_frame=True)
             return
-        if self._last_frame is not None and self._last_frame[0] == self._n - 1 and line.startswith(" "):
-            # the code line under a frame
-            idx, fr = self._last_frame
-            coded = Frame(fr.path, fr.func, line.strip()[:200])
-            if self._frames and self._frames[-1][0] == idx:
-                self._frames[-1] = (idx, coded)
+        last = self._last_frame
+        if last is not None and last[0] == self._n - 1 and body.strip() and self._frames \
+                and self._frames[-1][0] == last[0]:
+            # the code line printed under a frame
+            self._frames[-1] = (last[0], Frame(last[1].path, last[1].func, body.strip()[:200]))
         if self._continue(line, is_frame=False):
             return
         self._scan(line)
@@ -581,6 +682,16 @@ class OomParser:
         self._events.append(ev)
 
     def _scan(self, line: str) -> None:
+        low = line.lower()
+        if ("fragment" in low or "expandable_segments" in low) and not _STANDARD_HINT.search(line):
+            if _FRAG_VETO.search(line):
+                self._fragmentation_vetoed = True
+            else:
+                m = _FRAG_CAUSAL.search(line)
+                if m and len(self.fragmentation_statements) < 20:
+                    self.fragmentation_statements.append(m.group(0)[:160])
+        if not any(w in low for w in _TRIGGERS) and not any(w in line for w in ("显存", "内存")):
+            return
         fw = self._framework(line)
         if fw is not None:
             fw.line_no = self._n
@@ -625,9 +736,8 @@ class OomParser:
                             message=line.strip())
         m = _FW_STARTUP_FREE.search(line)
         if m:
-            unit = m.group("unit") or "GiB"
-            free = parse_size(m.group("free")) if m.group("free") else (
-                parse_size(f"{m.group('free_n')} {unit}") if m.group("free_n") else None)
+            unit = m.group("unit")
+            free = parse_size(f"{m.group('free')} {unit}")
             total = parse_size(f"{m.group('total')} {unit}")
             return OomEvent(kind="framework", phase="loading", phase_from="vLLM start-up memory check",
                             reason="free memory at start-up below gpu_memory_utilization", free=free,
@@ -659,8 +769,17 @@ class OomParser:
                                 f"(missing: {', '.join(ev.missing)})")
         if self._dropped:
             problems.append(f"{self._dropped} further out-of-memory events were not kept")
-        return OomResult(events, self.hints, problems, prose)
+        frag = [] if self._fragmentation_vetoed else list(self.fragmentation_statements)
+        return OomResult(events, problems, prose, self._retries, frag)
 
-    @property
-    def hint_lines(self) -> int:
-        return self._hint_lines
+
+class HintsParser:
+    """Feed cleaned lines; ``hints`` collects what the text says about the model and hardware."""
+
+    def __init__(self) -> None:
+        self.hints = ModelHints()
+        self.lines = 0
+
+    def feed(self, line: str) -> None:
+        if parse_hints_line(line, self.hints):
+            self.lines += 1

@@ -1,7 +1,706 @@
-"""Rules of this family are added by a later issue."""
+"""Out of memory: which of the four causes it is, told apart with the allocator's own numbers.
+
+The four rules read the same ``mem.*`` keys and are built to be mutually exclusive on clear
+evidence: weights that cannot fit (MEM001), a runtime peak on top of weights that fit (MEM002),
+memory the caching allocator holds but cannot use (MEM003), memory held by someone else (MEM004).
+Each one checks the others' decisive signal before claiming the incident, so one OOM gets one
+cause. The fragmentation hint PyTorch prints with *every* OOM (``If reserved but unallocated memory
+is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) is never evidence.
+"""
 
 from __future__ import annotations
 
-from rules.base import Rule
+import math
+from dataclasses import dataclass
 
-RULES: tuple[type[Rule], ...] = ()
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from rules.base import Rule, bar, pct, present
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+
+def gib(n: float) -> str:
+    """Bytes as the allocator prints them."""
+    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class MemView:
+    """The numbers every memory rule reads, with the fallbacks between sources resolved."""
+
+    total: float | None
+    total_key: str
+    free: float | None
+    allocated: float | None
+    reserved: float | None
+    unallocated: float | None
+    requested: float | None
+    used: float | None
+    others: float | None
+    weights: float | None
+    weights_key: str
+    parallel: int
+    phase: str
+    oom: bool
+
+    @property
+    def weights_per_device(self) -> float | None:
+        return None if self.weights is None else self.weights / max(1, self.parallel)
+
+    def share(self, n: float | None) -> float | None:
+        if n is None or not self.total:
+            return None
+        return n / self.total
+
+    def external(self) -> tuple[float | None, bool]:
+        """Bytes held outside this process' PyTorch allocator, and whether that is exact.
+
+        Exact when the message names other processes or this process' total use; otherwise
+        (the legacy message) device use minus PyTorch's reservation, which also counts this
+        process' own CUDA context and non-PyTorch allocations.
+        """
+        if self.others is not None:
+            return self.others, True
+        if self.used is not None and self.total is not None and self.free is not None:
+            return max(0.0, self.total - self.free - self.used), True
+        if self.reserved is not None and self.total is not None and self.free is not None:
+            return max(0.0, self.total - self.free - self.reserved), False
+        return None, False
+
+
+def read_mem(ev: EvidenceSet) -> MemView:
+    total_key = next((k for k in ("mem.device_total_bytes", "gpu.memory_total_bytes", "gpu.spec_memory_bytes")
+                      if ev.value(k) is not None), "")
+    allocated = ev.value("mem.allocated_bytes")
+    reserved = ev.value("mem.reserved_bytes")
+    unalloc = ev.value("mem.reserved_minus_allocated_bytes")
+    if unalloc is None and allocated is not None and reserved is not None:
+        unalloc = max(0.0, reserved - allocated)
+    weights_key = next((k for k in ("mem.weights_bytes", "mem.weights_estimate_bytes") if ev.value(k) is not None), "")
+    tp = int(ev.value("mem.tensor_parallel", 1.0) or 1)
+    pp = int(ev.value("mem.pipeline_parallel", 1.0) or 1)
+    phase_ev = ev.get("mem.oom_phase")
+    phase = str(phase_ev.value) if isinstance(phase_ev, Evidence) else "unknown"
+    # a measured weight size from the engine is already per device
+    parallel = 1 if weights_key == "mem.weights_bytes" else max(1, tp) * max(1, pp)
+    return MemView(
+        total=ev.value(total_key) if total_key else None,
+        total_key=total_key,
+        free=ev.value("mem.device_free_bytes"),
+        allocated=allocated,
+        reserved=reserved,
+        unallocated=unalloc,
+        requested=ev.value("mem.requested_bytes"),
+        used=ev.value("mem.process_used_bytes"),
+        others=ev.value("mem.other_processes_bytes"),
+        weights=ev.value(weights_key) if weights_key else None,
+        weights_key=weights_key,
+        parallel=parallel,
+        phase=phase,
+        oom=(ev.value("mem.oom_count", 0.0) or 0.0) > 0,
+    )
+
+
+def weights_too_big(m: MemView, share: float) -> bool:
+    ws = m.share(m.weights_per_device)
+    return ws is not None and ws >= share
+
+
+def is_external(m: MemView, exact_share: float, rough_share: float) -> bool:
+    held, exact = m.external()
+    s = m.share(held)
+    return s is not None and s >= (exact_share if exact else rough_share)
+
+
+def is_fragmented(m: MemView, share_total: float, share_reserved: float, min_bytes: float) -> bool:
+    """Reserved-but-unallocated is large and the failed request would have fit in it."""
+    u = m.unallocated
+    if u is None or u < min_bytes:
+        return False
+    large = (m.total is not None and u >= share_total * m.total) or (
+        m.reserved is not None and m.reserved > 0 and u >= share_reserved * m.reserved)
+    fits = m.requested is None or m.requested <= u + (m.free or 0.0)
+    return bool(large and fits)
+
+
+def _share(x: float) -> str:
+    return f"{100 * x:.1f} %" if x < 0.01 else pct(x)
+
+
+def _numbers(m: MemView) -> str:
+    """The allocator's picture in one sentence (only the numbers that were reported)."""
+    parts = []
+    if m.requested is not None:
+        parts.append(f"a request for {gib(m.requested)} failed")
+    if m.allocated is not None and m.total is not None:
+        parts.append(f"PyTorch had {gib(m.allocated)} allocated of {gib(m.total)} ({pct(m.allocated / m.total)})")
+    elif m.total is not None:
+        parts.append(f"the device has {gib(m.total)}")
+    if m.free is not None:
+        parts.append(f"{gib(m.free)} free")
+    return ", ".join(parts)
+
+
+_MEM_KEYS = (
+    "mem.oom_phase", "mem.requested_bytes", "mem.device_total_bytes", "mem.device_free_bytes",
+    "mem.allocated_bytes", "mem.reserved_bytes", "mem.reserved_minus_allocated_bytes",
+    "mem.process_used_bytes", "mem.other_processes_bytes",
+)
+
+
+class OomWeights(Rule):
+    """The model's weights alone do not fit on one device.
+
+    What it detects: an out-of-memory error raised while the weights are loaded or the model is
+    constructed (``load_model``, ``load_weights``, ``from_pretrained``, ``torch.empty`` in a layer's
+    ``__init__``, ``.to(device)`` at start-up), or a model whose weights per device (parameters ×
+    bytes per parameter ÷ tensor×pipeline parallelism) reach the device's capacity.
+
+    Why it matters: no batch size, cache or allocator setting helps; the model must be sharded,
+    quantised or put on a bigger device. Serving frameworks do not shard on their own: vLLM with
+    eight visible GPUs and no ``--tensor-parallel-size`` loads everything onto GPU 0.
+
+    How it decides: the OOM phase is ``loading``, or the weights per device are at least
+    ``weights_share`` of the device (``mem.weights_bytes`` as the engine reported it, else
+    ``mem.weights_estimate_bytes`` from a parameter count in the model name). A loading-phase OOM
+    is not claimed when another process holds at least ``external_share`` of the device (MEM004),
+    when the allocator holds a large reserved-but-unallocated pool the request would have fit in
+    (MEM003), or when the weights are known to be under ``fits_share`` of the device.
+
+    Evidence: mem.oom_count; optionally mem.oom_phase, mem.weights_bytes, mem.weights_estimate_bytes,
+    model.params, mem.tensor_parallel, mem.pipeline_parallel, gpu.count (or gpu.count_stated), the
+    allocator numbers.
+
+    Fix: shard across GPUs (``--tensor-parallel-size N``, ``device_map="auto"``), quantise (AWQ,
+    GPTQ, FP8), offload part of the weights to CPU, or use a larger device.
+
+    False positives: a parameter count in prose about another model; a start-up OOM caused by a
+    previous run still holding the GPU (checked: MEM004 evidence vetoes it).
+    """
+
+    code = "MEM001"
+    name = "oom-weights"
+    category = Category.OOM_WEIGHTS
+    requires = ("mem.oom_count",)
+    optional = (
+        *_MEM_KEYS, "mem.weights_bytes", "mem.weights_estimate_bytes", "model.params", "mem.tensor_parallel",
+        "mem.pipeline_parallel", "gpu.count", "gpu.count_stated", "gpu.spec_memory_bytes",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        weights_share: float = 0.9  # weights filling 90 % of a device leave no room for activations or KV cache
+        fits_share: float = 0.5  # weights under half the device fit: a loading OOM then has another cause
+        external_share: float = 0.25  # MEM004's bar: another process holds a quarter of the device
+        external_rough_share: float = 0.3  # the same from a legacy message (includes our own context)
+        frag_share_total: float = 0.10  # MEM003's bar: a tenth of the device stranded in the cache
+        frag_share_reserved: float = 0.20  # MEM003's bar: a fifth of PyTorch's reservation unusable
+        frag_min_bytes: float = 256 * MIB  # MEM003's bar: below this the stranded memory cannot matter
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        m = read_mem(ev)
+        if not m.oom:
+            return None
+        by_size = weights_too_big(m, t.weights_share)
+        by_phase = m.phase == "loading"
+        if not (by_size or by_phase):
+            return None
+        if not by_size:
+            ws = m.share(m.weights_per_device)
+            if ws is not None and ws < t.fits_share:
+                return None
+            if is_external(m, t.external_share, t.external_rough_share):
+                return None
+            if is_fragmented(m, t.frag_share_total, t.frag_share_reserved, t.frag_min_bytes):
+                return None
+        phase_ev = ev.get("mem.oom_phase")
+        where = phase_ev.detail if isinstance(phase_ev, Evidence) and phase_ev.detail else ""
+        msg = []
+        if by_phase:
+            msg.append("The out-of-memory error was raised while the model's weights were being loaded"
+                       + (f" ({where.removeprefix('from the traceback: ')})" if where else "") + ".")
+        else:
+            msg.append("An out-of-memory error was raised and the model's weights do not fit the device.")
+        nums = _numbers(m)
+        if nums:
+            msg.append(nums[0].upper() + nums[1:] + ".")
+        per = m.weights_per_device
+        if per is not None:
+            what = "as the engine reported" if m.weights_key == "mem.weights_bytes" else "estimated from the model name"
+            w_ev = ev.get(m.weights_key)
+            detail = w_ev.detail if isinstance(w_ev, Evidence) and m.weights_key != "mem.weights_bytes" else ""
+            line = f"The weights take about {gib(per)} per device ({what}"
+            line += f": {detail}" if detail else ""
+            line += f", split over {m.parallel} device(s)" if m.parallel > 1 else ""
+            line += ")"
+            if m.total:
+                line += f", {per / m.total:.1f}× the {gib(m.total)} device"
+            msg.append(line + ".")
+        gpus = ev.value("gpu.count") or ev.value("gpu.count_stated")
+        tp = ev.value("mem.tensor_parallel")
+        if gpus is not None and gpus > 1 and (tp is None or tp < gpus):
+            msg.append(f"{gpus:.0f} GPUs are available but tensor parallelism is {tp or 1:.0f}: "
+                       "the engine does not spread the model by itself.")
+        need = _shards_needed(m, t.weights_share)
+        steps = [f"Shard the model: vLLM --tensor-parallel-size {need}" if need else
+                 "Shard the model: vLLM --tensor-parallel-size N (N GPUs), SGLang --tp N, TGI --num-shard N",
+                 "With transformers: from_pretrained(..., device_map='auto') to spread layers over GPUs"]
+        confidence = Confidence.CORRELATED if (by_size and by_phase) else Confidence.HEURISTIC
+        if m.weights_key == "mem.weights_bytes" and by_size:
+            confidence = Confidence.MEASURED
+        why = ""
+        if per is not None and m.total:
+            why = f"weights |{bar(per / m.total)}| {gib(per)} of {gib(m.total)}"
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=confidence,
+            title="The weights do not fit on the device",
+            message=" ".join(msg),
+            impact=0.9,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=[
+                Fix("Spread the weights over more GPUs", tuple(steps), Risk.SAFE),
+                Fix(
+                    "Shrink the weights",
+                    ("Serve a quantised checkpoint (AWQ/GPTQ 4-bit ≈ 0.5 byte per parameter, FP8 ≈ 1 byte): "
+                     "vLLM --quantization awq|gptq|fp8",
+                     "Or offload part of the weights: vLLM --cpu-offload-gb N (slower)"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix("Use a device with more memory",
+                    ("Pick a GPU whose memory exceeds the per-device weights by at least 20 % for KV cache "
+                     "and activations",), Risk.SAFE),
+            ],
+        )
+
+
+def _shards_needed(m: MemView, share: float) -> int | None:
+    """The power-of-two tensor-parallel size that brings the weights under ``share`` of one device."""
+    if m.weights is None or not m.total or m.weights_key == "mem.weights_bytes":
+        return None
+    n = max(1, math.ceil(m.weights / (share * 0.8 * m.total)))
+    return 1 << (n - 1).bit_length()
+
+
+class OomRuntimePeak(Rule):
+    """The runtime peak (activations, KV cache, batch × sequence length) exceeds the memory left.
+
+    What it detects: an out-of-memory error after the weights were loaded: in vLLM's profiling
+    run (``profile_run``, ``determine_num_available_blocks``, ``_dummy_run``), in warm-up or
+    CUDA-graph capture (``capture_model``, sampler warm-up, TGI's prefill warm-up), or while serving
+    (``execute_model``, ``run_engine_loop``, ``generate``); a KV cache too small for one
+    max-length sequence; or, with no traceback, PyTorch holding most of the device while the weights
+    are known to fit.
+
+    Why it matters: the weights fit, so the fix is to bound the working set: fewer concurrent
+    sequences, shorter maximum length, smaller prefill chunks, or less memory promised to the KV
+    cache, not a bigger GPU.
+
+    How it decides: ``mem.oom_phase`` is ``profile_run``, ``warmup`` or ``serving``; or the phase is
+    unknown, PyTorch had at least ``busy_share`` of the device allocated and the weights per device
+    are known to be under ``weights_share`` (or are unknown: then with thin confidence, since a
+    runtime peak is the most common way a process fills its device). Vetoed when the weights alone
+    reach ``weights_share`` (MEM001), another process holds ``external_share`` (MEM004), or the
+    request would have fit in a large reserved-but-unallocated pool (MEM003).
+
+    Evidence: mem.oom_count, mem.oom_phase; optionally the allocator numbers,
+    mem.gpu_memory_utilization_ratio, mem.kv_cache_*, mem.max_model_len, mem.prefill_tokens_failed,
+    mem.oom_reason, mem.weights_bytes, mem.weights_estimate_bytes.
+
+    Fix: lower ``--max-num-seqs`` / ``--max-num-batched-tokens`` / ``--max-model-len`` (TGI:
+    ``--max-batch-prefill-tokens``), enable chunked prefill, leave headroom
+    (``--gpu-memory-utilization`` 0.85-0.9), skip CUDA graphs (``--enforce-eager``) when capture OOMs.
+
+    False positives: a serving-time OOM that is really fragmentation with modest numbers (MEM003
+    catches the clear cases); a leak that grows until it fails (the phase says serving, the fix is
+    the leak).
+    """
+
+    code = "MEM002"
+    name = "oom-runtime-peak"
+    category = Category.OOM_PEAK
+    requires = ("mem.oom_count", "mem.oom_phase")
+    optional = (
+        *_MEM_KEYS[1:], "mem.gpu_memory_utilization_ratio", "mem.kv_cache_needed_bytes",
+        "mem.kv_cache_available_bytes", "mem.kv_cache_max_tokens", "mem.max_model_len",
+        "mem.prefill_tokens_failed", "mem.oom_reason", "mem.private_pools_bytes", "mem.weights_bytes",
+        "mem.weights_estimate_bytes",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        busy_share: float = 0.8  # PyTorch holding 80 % of the device with weights that fit: the rest is runtime
+        weights_share: float = 0.9  # MEM001's bar: weights this large are the cause, not the peak
+        high_utilization: float = 0.9  # vLLM gpu_memory_utilization above this leaves little outside KV cache
+        external_share: float = 0.25  # MEM004's bar
+        external_rough_share: float = 0.3  # MEM004's bar from a legacy message
+        frag_share_total: float = 0.10  # MEM003's bar
+        frag_share_reserved: float = 0.20  # MEM003's bar
+        frag_min_bytes: float = 256 * MIB  # MEM003's bar
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        m = read_mem(ev)
+        if not m.oom:
+            return None
+        by_phase = m.phase in ("profile_run", "warmup", "serving")
+        ws = m.share(m.weights_per_device)
+        alloc_share = m.share(m.allocated)
+        busy = m.phase == "unknown" and alloc_share is not None and alloc_share >= t.busy_share
+        by_numbers = busy and ws is not None and ws < t.weights_share
+        # nothing says where it failed nor how big the model is: runtime peaks are by far the
+        # most common cause of a process filling its device, so say so, thinly
+        by_default = busy and ws is None
+        if not (by_phase or by_numbers or by_default):
+            return None
+        if weights_too_big(m, t.weights_share):
+            return None
+        if is_external(m, t.external_share, t.external_rough_share):
+            return None
+        if is_fragmented(m, t.frag_share_total, t.frag_share_reserved, t.frag_min_bytes):
+            return None
+        phase_ev = ev.get("mem.oom_phase")
+        where = ""
+        if isinstance(phase_ev, Evidence) and phase_ev.detail.startswith("from the traceback: "):
+            where = phase_ev.detail.removeprefix("from the traceback: ")
+        reason_ev = ev.get("mem.oom_reason")
+        reason = str(reason_ev.value) if isinstance(reason_ev, Evidence) else ""
+        util = ev.value("mem.gpu_memory_utilization_ratio")
+        msg = {
+            "profile_run": "The out-of-memory error was raised in the engine's profiling run, which pushes the "
+                           "largest configured batch (max_num_seqs dummy sequences × max length) through the model "
+                           "to size the KV cache: that peak does not fit next to the weights.",
+            "warmup": "The out-of-memory error was raised during warm-up (dummy batches or CUDA-graph capture "
+                      "at the largest configured batch): the configured peak does not fit next to the weights.",
+            "serving": "The out-of-memory error was raised while serving, after the weights were loaded: the "
+                       "working set of a batch (activations, sampler buffers, KV blocks) exceeded what was left.",
+            "unknown": "PyTorch held most of the device when the out-of-memory error was raised, while the "
+                       "weights alone fit: the runtime working set is what overflowed.",
+            "default": "PyTorch held most of the device when the out-of-memory error was raised: most likely the "
+                       "runtime working set (batch × sequence length, activations, KV cache) overflowed.",
+        }[m.phase if m.phase in ("profile_run", "warmup", "serving") else ("unknown" if by_numbers else "default")]
+        parts = [msg]
+        if where:
+            parts.append(f"(Traceback: {where}.)")
+        if reason:
+            parts.append(f"The framework said: {reason}.")
+        nums = _numbers(m)
+        if nums:
+            parts.append(nums[0].upper() + nums[1:] + ".")
+        if m.unallocated is not None and m.reserved and m.unallocated < t.frag_share_reserved * m.reserved:
+            parts.append(f"Only {gib(m.unallocated)} ({_share(m.unallocated / m.reserved)} of PyTorch's reservation) "
+                         "was reserved but unallocated, so this is not fragmentation.")
+        if util is not None and util >= t.high_utilization:
+            parts.append(f"gpu_memory_utilization is {util:.3g}: the KV cache takes nearly everything, leaving "
+                         f"{pct(1 - util)} of the device for activations and other processes.")
+        kv_need, kv_have = ev.value("mem.kv_cache_needed_bytes"), ev.value("mem.kv_cache_available_bytes")
+        if kv_need is not None and kv_have is not None:
+            parts.append(f"One max-length sequence needs {gib(kv_need)} of KV cache; {gib(kv_have)} is available.")
+        max_len, kv_tokens = ev.value("mem.max_model_len"), ev.value("mem.kv_cache_max_tokens")
+        if max_len is not None and kv_tokens is not None:
+            parts.append(f"max_model_len is {max_len:.0f} tokens but the KV cache holds {kv_tokens:.0f}.")
+        fixes = [
+            Fix(
+                "Bound the peak batch",
+                ("vLLM: lower --max-num-seqs (default 256; e.g. 64) and --max-num-batched-tokens; "
+                 "multimodal models: also --limit-mm-per-prompt",
+                 "vLLM: cap --max-model-len to what requests need; enable --enable-chunked-prefill",
+                 "TGI: lower --max-batch-prefill-tokens / --max-batch-total-tokens; SGLang: --chunked-prefill-size, "
+                 "--max-running-requests"),
+                Risk.SAFE,
+            ),
+            Fix(
+                "Leave headroom outside the KV cache",
+                ("vLLM: lower --gpu-memory-utilization (e.g. 0.85) so activations, sampler and CUDA graphs fit; "
+                 "SGLang: lower --mem-fraction-static",
+                 "If CUDA-graph capture is what fails: --enforce-eager, or fewer capture sizes"),
+                Risk.NEEDS_VALIDATION,
+            ),
+        ]
+        conf = Confidence.MEASURED if (by_phase and m.total is not None) else Confidence.HEURISTIC
+        count_ev = ev.get("mem.oom_count")
+        if isinstance(count_ev, Evidence) and count_ev.quality is Quality.LOW:
+            conf = Confidence.THIN  # an OOM mentioned in prose: no allocator numbers
+        if by_default and not by_phase:
+            conf = Confidence.THIN
+            parts.append("Neither the phase nor the model's size is known: if the weights alone come close to the "
+                         "device's size, it is MEM001 (oom-weights) instead.")
+        why = ""
+        if alloc_share is not None:
+            why = f"allocated |{bar(alloc_share)}| {pct(alloc_share)} of the device"
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=conf,
+            title="The runtime peak does not fit in memory",
+            message=" ".join(parts),
+            impact=0.85,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=fixes,
+        )
+
+
+class OomFragmentation(Rule):
+    """The caching allocator holds memory it cannot use: fragmentation.
+
+    What it detects: PyTorch's caching allocator has reserved far more than it has allocated
+    (``reserved − allocated`` large), and the failed request would have fit in that gap plus the
+    free memory; or the allocator retried ``cudaMalloc`` after flushing its cache many times.
+
+    Why it matters: memory is not short, it is cut into blocks of the wrong sizes, typically by
+    allocations whose sizes vary from request to request (variable sequence lengths, multimodal
+    inputs); more memory only delays the next failure.
+
+    How it decides: ``mem.reserved_bytes − mem.allocated_bytes`` is at least ``min_bytes`` and at
+    least ``share_total`` of the device or ``share_reserved`` of the reservation, and the request
+    (``mem.requested_bytes``, when known) is no larger than it plus ``mem.device_free_bytes``; or
+    ``mem.alloc_retries`` is at least ``min_retries``. PyTorch's generic hint about
+    ``expandable_segments`` is printed with every OOM and is not evidence.
+
+    Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.alloc_retries,
+    mem.reserved_minus_allocated_bytes, mem.requested_bytes, mem.device_free_bytes,
+    mem.device_total_bytes, mem.oom_count, mem.oom_phase.
+
+    Fix: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (or ``max_split_size_mb``), lower
+    ``gpu_memory_utilization``, cap sequence length so block sizes vary less, restart policy.
+
+    False positives: a snapshot taken right after a large batch freed its activations (the cache
+    is reused by the next one); check the numbers at the moment of an OOM.
+    """
+
+    code = "MEM003"
+    name = "oom-fragmentation"
+    category = Category.OOM_FRAGMENTATION
+    requires = ("mem.reserved_bytes", "mem.allocated_bytes")
+    optional = (
+        "mem.alloc_retries", "mem.reserved_minus_allocated_bytes", "mem.requested_bytes", "mem.device_free_bytes",
+        "mem.device_total_bytes", "mem.oom_count", "mem.oom_phase",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        share_total: float = 0.10  # a tenth of the device stranded in cached blocks is more than noise
+        share_reserved: float = 0.20  # a fifth of PyTorch's own reservation unusable is fragmentation
+        min_bytes: float = 256 * MIB  # below this the stranded memory could not hold a typical block anyway
+        min_retries: float = 10  # each retry flushes the whole cache; a few at start-up are normal
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        m = read_mem(ev)
+        retries = ev.value("mem.alloc_retries")
+        fragmented = is_fragmented(m, t.share_total, t.share_reserved, t.min_bytes)
+        thrashing = retries is not None and retries >= t.min_retries
+        if not (fragmented or thrashing):
+            return None
+        u = m.unallocated or 0.0
+        parts = []
+        if m.reserved:
+            parts.append(f"PyTorch reserved {gib(m.reserved)} but had only {gib(m.allocated or 0.0)} allocated: "
+                         f"{gib(u)} ({pct(u / m.reserved)} of the reservation) sat in cached blocks it could not use.")
+        if m.requested is not None and fragmented:
+            parts.append(f"The failed request ({gib(m.requested)}) would have fit in that gap"
+                         + (f" plus the {gib(m.free)} free" if m.free else "") + ".")
+        if thrashing:
+            parts.append(f"The allocator retried cudaMalloc {retries:.0f} times after flushing its cache.")
+        if not m.oom:
+            parts.append("No out-of-memory error was seen yet.")
+        impact = 0.9 if m.oom else min(0.9, max(m.share(u) or 0.0, 0.3 if thrashing else 0.0))
+        why = f"unusable |{bar(u / m.reserved)}| {pct(u / m.reserved)} of reserved" if m.reserved else ""
+        return self.finding(
+            severity=Severity.CRITICAL if m.oom else Severity.MAJOR,
+            confidence=Confidence.MEASURED,
+            title="Allocator fragmentation",
+            message=" ".join(parts),
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=[
+                Fix(
+                    "Let the allocator grow segments instead of splitting them",
+                    ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the service's environment "
+                     "(Ascend: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True)",
+                     "On older PyTorch: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Make block sizes vary less and keep headroom",
+                    ("Cap --max-model-len / pad inputs to a few bucketed lengths so allocation sizes repeat",
+                     "Lower --gpu-memory-utilization a little (e.g. 0.9 → 0.85) to leave unreserved headroom"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix("Restart before it fails",
+                    ("If fragmentation grows with uptime, restart workers on a schedule or after N requests "
+                     "until the cause is fixed",), Risk.SAFE),
+            ],
+        )
+
+
+class OomExternal(Rule):
+    """Memory on the device is held by another process or a leaked context.
+
+    What it detects: at the moment of the OOM this process held little of the device while it was
+    full: the message lists other processes holding memory, or device use minus this process' use
+    (or, in the legacy message, minus PyTorch's reservation) is a large share of the device; vLLM's
+    start-up check that free memory is below ``gpu_memory_utilization``.
+
+    Why it matters: nothing in this service's configuration will fix it; another service, a
+    zombie from a previous run, a notebook, or extra CUDA contexts of this service's own workers on
+    the same GPU take the memory.
+
+    How it decides: ``mem.other_processes_bytes`` (or total − free − this process' use) is at least
+    ``external_share`` of the device; from the legacy message, total − free − reserved is at least
+    ``rough_share`` (it includes this process' own CUDA context, hence the higher bar).
+
+    Evidence: mem.oom_count and one of mem.other_processes_bytes or mem.process_used_bytes with
+    mem.device_total_bytes, or mem.reserved_bytes with mem.device_total_bytes and
+    mem.device_free_bytes; optionally mem.device_free_bytes, mem.allocated_bytes, gpu.processes.
+
+    Fix: find and stop the holder (``nvidia-smi --query-compute-apps=pid,process_name,used_memory
+    --format=csv``), kill zombies, pin each worker to its own GPU (``CUDA_VISIBLE_DEVICES``), set
+    ``torch.cuda.set_device`` before any CUDA call so workers do not open contexts on GPU 0.
+
+    False positives: a process whose own non-PyTorch memory (NCCL buffers, cuBLAS workspaces,
+    another framework in the same process) is large; the message cannot tell them apart.
+    """
+
+    code = "MEM004"
+    name = "oom-external"
+    category = Category.OOM_EXTERNAL
+    requires = ("mem.oom_count",)
+    requires_any = (
+        ("mem.other_processes_bytes",),
+        ("mem.process_used_bytes", "mem.device_total_bytes", "mem.device_free_bytes"),
+        ("mem.reserved_bytes", "mem.device_total_bytes", "mem.device_free_bytes"),
+    )
+    optional = (*_MEM_KEYS, "gpu.processes")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        external_share: float = 0.25  # a quarter of the device held elsewhere is what tipped it over
+        rough_share: float = 0.3  # legacy message: also counts our own context (~0.5-1 GiB), so a higher bar
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        m = read_mem(ev)
+        if not m.oom:
+            return None
+        held, exact = m.external()
+        if held is None:
+            return None
+        if not m.total:
+            if not (m.others and m.used is not None and m.others > m.used):
+                return None
+            share = 0.0
+        else:
+            share = held / m.total
+            if share < (t.external_share if exact else t.rough_share):
+                return None
+        parts = [f"{gib(held)}"
+                 + (f" ({pct(share)} of the {gib(m.total)} device)" if m.total else "")
+                 + (" was held by other processes" if exact else " was in use outside PyTorch's reservation")
+                 + " when the out-of-memory error was raised"]
+        if m.used is not None:
+            parts[0] += f", while this process used {gib(m.used)}"
+        elif m.reserved is not None:
+            parts[0] += f", while this process' PyTorch reservation was {gib(m.reserved)}"
+        parts[0] += "."
+        others_ev = ev.get("mem.other_processes_bytes")
+        if isinstance(others_ev, Evidence) and others_ev.detail:
+            parts.append(f"({others_ev.detail}.)")
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEASURED if exact else Confidence.HEURISTIC,
+            title="Another process holds the device's memory",
+            message=" ".join(parts),
+            impact=0.85,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"elsewhere |{bar(share)}| {pct(share)}" if m.total else "",
+            fixes=[
+                Fix(
+                    "Find and stop the holder",
+                    ("nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                     "Kill stale or zombie processes from earlier runs (fuser -v /dev/nvidia*)",
+                     "Give each service its own GPU (CUDA_VISIBLE_DEVICES) or a MIG slice"),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Stop this service's workers from opening extra contexts",
+                    ("Call torch.cuda.set_device(local_rank) before any CUDA work in each worker",
+                     "Do not touch CUDA in the parent before forking workers"),
+                    Risk.SAFE,
+                ),
+            ],
+        )
+
+
+class OomFragmentationReported(Rule):
+    """The incident report itself blames allocator fragmentation for the OOM (no numbers to check).
+
+    What it detects: an out-of-memory error reported together with the author's own analysis that
+    fragmentation caused it ("due to memory fragmentation", "fragmentation … leading to OOMs",
+    "resolved by setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), when no allocator
+    numbers were pasted to check it against.
+
+    Why it matters: when the only evidence is the report's analysis, the tool should still point at
+    the fix it implies and say how to confirm it, rather than stay silent.
+
+    How it decides: ``mem.fragmentation_reported`` (causal statements about fragmentation, never
+    PyTorch's standard hint, vetoed by any "not fragmentation" / "did not help") is at least
+    ``min_statements`` and an OOM was reported, and the allocator's reserved/allocated numbers are
+    absent (with numbers, MEM003 decides). Confidence is always thin.
+
+    Evidence: mem.fragmentation_reported, mem.oom_count; optionally mem.oom_phase, mem.reserved_bytes,
+    mem.allocated_bytes.
+
+    Fix: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``PYTORCH_NPU_ALLOC_CONF`` on Ascend);
+    confirm with ``torch.cuda.memory_stats()`` (reserved vs allocated, ``num_alloc_retries``) or a
+    memory snapshot (``torch.cuda.memory._record_memory_history``).
+
+    False positives: a report whose author guessed wrong; the confirmation step is part of the fix.
+    """
+
+    code = "MEM005"
+    name = "oom-fragmentation-reported"
+    category = Category.OOM_FRAGMENTATION
+    requires = ("mem.fragmentation_reported", "mem.oom_count")
+    optional = ("mem.oom_phase", "mem.reserved_bytes", "mem.allocated_bytes")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_statements: float = 1  # one causal statement by the reporter; the thin confidence says how little that is
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        n = ev.value("mem.fragmentation_reported", 0.0) or 0.0
+        if n < t.min_statements or (ev.value("mem.oom_count", 0.0) or 0.0) <= 0:
+            return None
+        if ev.value("mem.reserved_bytes") is not None and ev.value("mem.allocated_bytes") is not None:
+            return None  # the allocator's numbers are there: MEM003 judges them
+        got = ev.get("mem.fragmentation_reported")
+        said = got.detail.removeprefix("the text itself blames fragmentation: ") if isinstance(got, Evidence) else ""
+        return self.finding(
+            severity=Severity.MAJOR,
+            confidence=Confidence.THIN,
+            title="Fragmentation, as the report says",
+            message=(f"An out-of-memory error is reported and the report attributes it to allocator fragmentation "
+                     f"({n:.0f} statement(s), e.g. {said}); no allocator numbers were given to confirm it."),
+            impact=0.5,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[
+                Fix(
+                    "Let the allocator grow segments instead of splitting them",
+                    ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (Ascend: "
+                     "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True)",),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Confirm with numbers",
+                    ("Log torch.cuda.memory_stats(): reserved_bytes.all.current vs allocated_bytes.all.current and "
+                     "num_alloc_retries; a large, growing gap is fragmentation",
+                     "Record a snapshot: torch.cuda.memory._record_memory_history(), then _dump_snapshot() and view "
+                     "it at pytorch.org/memory_viz"),
+                    Risk.SAFE,
+                ),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported)

@@ -1,7 +1,191 @@
-"""Rules of this family are added by a later issue."""
+"""Time to first token dominated by prefill."""
 
 from __future__ import annotations
 
-from rules.base import Rule
+from dataclasses import dataclass
 
-RULES: tuple[type[Rule], ...] = ()
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from rules.base import Rule, bar, pct, present, severity_for
+
+_METRICS = ("queue", "ttft", "prefill", "e2e")
+
+
+def _first(ev: EvidenceSet, *keys: str) -> tuple[float | None, str]:
+    for k in keys:
+        v = ev.value(k)
+        if v is not None:
+            return v, k
+    return None, ""
+
+
+def _ms(x: float) -> str:
+    if x >= 1000:
+        return f"{x / 1000:.2f} s"
+    return f"{x:.0f} ms" if x >= 10 else f"{x:.2g} ms"
+
+
+class PrefillBoundTtft(Rule):
+    """Time to first token is dominated by prefill.
+
+    What it detects: the prompt's prefill is most of the time to first token (or of the whole
+    request); or waiting grows with prompt length and not with concurrency (long prompts' prefill
+    blocks the prompts behind them); or prompts of many thousand tokens with a TTFT of seconds.
+
+    Why it matters: prefill is compute-bound and grows with prompt length (quadratically in
+    attention); without chunking, one long prefill also stalls every running decode. Adding
+    replicas for "queueing" does not help; shorter or cached prompts and chunked prefill do.
+
+    How it decides: (1) the prefill share, ``stage.prefill.share`` or ``stage.prefill_ms`` over
+    ``latency.ttft_ms``, is at least ``min_share`` while TTFT (when known) is at least
+    ``min_ttft_ms``; or (2) a load-condition table shows the wait (queue or TTFT) at least
+    ``min_prompt_ratio`` × longer for long prompts than for short ones while concurrency alone moves
+    it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least ``long_prompt_tokens``
+    and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
+    (``serving.waiting_max`` under ``max_waiting``).
+
+    Evidence: one of stage.prefill.share, stage.prefill_ms.* with latency.ttft_ms.*,
+    scaling.<queue|ttft|prefill|e2e>_ms.prompt_length_ratio, tokens.input_mean with
+    latency.ttft_ms.*; optionally serving.prefix_cache_hit_ratio, scaling.*.concurrency_ratio,
+    serving.waiting_max.
+
+    Fix: chunked prefill (``--enable-chunked-prefill``, a ``--max-num-batched-tokens`` budget) so
+    long prompts stop blocking; prefix caching (``--enable-prefix-caching``; keep the shared prefix
+    byte-identical; for API providers, keep the cache warm within its TTL); shorter prompts; more
+    tensor parallelism for prefill-heavy loads.
+
+    False positives: a healthy service where prefill is naturally most of a fast TTFT (hence
+    ``min_ttft_ms``); a benchmark client that queues requests itself before sending them.
+    """
+
+    code = "TTF001"
+    name = "prefill-bound-ttft"
+    category = Category.PREFILL_TTFT
+    requires = ()
+    requires_any = (
+        ("stage.prefill.share",),
+        ("stage.prefill_ms.mean", "latency.ttft_ms.mean"),
+        ("stage.prefill_ms.p50", "latency.ttft_ms.p50"),
+        *((f"scaling.{m}_ms.prompt_length_ratio",) for m in _METRICS),
+        ("tokens.input_mean", "latency.ttft_ms.mean"),
+        ("tokens.input_mean", "latency.ttft_ms.p50"),
+    )
+    optional = (
+        "stage.prefill.share", "stage.prefill_ms.p50", "stage.prefill_ms.mean", "latency.ttft_ms.p50",
+        "latency.ttft_ms.mean", "latency.e2e_ms.p50", "latency.e2e_ms.mean", "tokens.input_mean",
+        "serving.prefix_cache_hit_ratio", "serving.waiting_max",
+        *(f"scaling.{m}_ms.{k}" for m in _METRICS for k in ("prompt_length_ratio", "concurrency_ratio",
+                                                              "long_prompt_p50", "short_prompt_max")),
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.5  # prefill more than half of TTFT (or of the request) is what to fix first
+        min_ttft_ms: float = 500.0  # under half a second, prefill dominating a TTFT is normal and fine
+        min_prompt_ratio: float = 10.0  # long prompts waiting 10× longer than short ones: prefill blocks them
+        max_concurrency_ratio: float = 3.0  # while concurrency alone barely moves the wait: not a capacity queue
+        long_prompt_tokens: float = 4000.0  # prompts this long take seconds to prefill on most GPUs
+        slow_ttft_ms: float = 2000.0  # a TTFT above 2 s is what users report
+        max_waiting: float = 1.0  # requests waiting in the engine's queue point to queueing instead
+        low_cache_hit: float = 0.5  # under half of prompt tokens from the prefix cache: caching would help
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        ttft, ttft_key = _first(ev, "latency.ttft_ms.p50", "latency.ttft_ms.mean")
+        prefill, _ = _first(ev, "stage.prefill_ms.p50", "stage.prefill_ms.mean")
+        share = ev.value("stage.prefill.share")
+        of_ttft = prefill / ttft if (prefill is not None and ttft) else None
+        best_share = max((s for s in (share, of_ttft) if s is not None), default=None)
+        slow_enough = ttft is None or ttft >= t.min_ttft_ms
+        parts: list[str] = []
+        impact = 0.0
+        confidence = Confidence.MEASURED
+        if best_share is not None and best_share >= t.min_share and slow_enough:
+            impact = min(0.95, best_share)
+            what = "time to first token" if of_ttft is not None and of_ttft >= (share or 0) else "the request"
+            whole = ttft if ttft else _first(ev, "latency.e2e_ms.p50", "latency.e2e_ms.mean")[0]
+            parts.append(f"Prefill is {pct(best_share)} of {what}"
+                         + (f" ({_ms(prefill)} of {_ms(whole)})" if prefill is not None and whole else
+                            f" ({_ms(prefill)} per request)" if prefill is not None else "") + ".")
+        else:
+            scaled = self._scaling(ev, t)
+            if scaled is not None:
+                impact, text = scaled
+                confidence = Confidence.CORRELATED
+                parts.append(text)
+            else:
+                tokens = ev.value("tokens.input_mean")
+                waiting = ev.value("serving.waiting_max")
+                if (tokens is None or ttft is None or tokens < t.long_prompt_tokens or ttft < t.slow_ttft_ms
+                        or (waiting is not None and waiting >= t.max_waiting)):
+                    return None
+                impact = 0.5
+                confidence = Confidence.HEURISTIC
+                parts.append(f"Prompts of about {tokens:,.0f} tokens meet a time to first token of {_ms(ttft)} "
+                             f"({tokens / (ttft / 1000):,.0f} prompt tokens/s) with no request queue in evidence: "
+                             "the prefill of long prompts is the time to first token.")
+        if confidence is Confidence.MEASURED:
+            ttft_ev = ev.get(ttft_key) if ttft_key else None
+            if isinstance(ttft_ev, Evidence) and ttft_ev.quality is not Quality.GOOD:
+                confidence = Confidence.HEURISTIC
+        hit = ev.value("serving.prefix_cache_hit_ratio")
+        if hit is not None and hit < t.low_cache_hit:
+            parts.append(f"Only {pct(hit)} of prompt tokens were served from the prefix cache.")
+        tokens = ev.value("tokens.input_mean")
+        if tokens is not None and "tokens meet" not in " ".join(parts):
+            parts.append(f"Prompts average {tokens:,.0f} tokens.")
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=confidence,
+            title="Time to first token is prefill-bound",
+            message=" ".join(parts),
+            impact=impact,
+            evidence=present(ev, *self.optional),
+            why=f"prefill |{bar(impact)}| {pct(impact)}",
+            fixes=[
+                Fix(
+                    "Stop long prefills from blocking",
+                    ("vLLM: --enable-chunked-prefill with --max-num-batched-tokens 2048-8192 (smaller favours "
+                     "TTFT of others and decode latency, larger favours throughput)",
+                     "SGLang: --chunked-prefill-size; TGI: --max-batch-prefill-tokens"),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Do not prefill the same prefix twice",
+                    ("vLLM: --enable-prefix-caching; keep the shared system prompt/tools byte-identical and first",
+                     "Hosted APIs: mark the stable prefix cacheable and keep it warm within the provider's cache "
+                     "TTL (e.g. a cheap refresh before it expires)"),
+                    Risk.SAFE,
+                ),
+                Fix(
+                    "Make prefill cheaper",
+                    ("Trim prompts (fewer/shorter retrieved chunks, summarised history)",
+                     "More tensor parallelism or a faster GPU for prefill-heavy traffic; disaggregated prefill "
+                     "for mixed loads"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+            ],
+        )
+
+    @staticmethod
+    def _scaling(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds) -> tuple[float, str] | None:
+        for m in _METRICS:
+            ratio = ev.value(f"scaling.{m}_ms.prompt_length_ratio")
+            if ratio is None or ratio < t.min_prompt_ratio:
+                continue
+            conc = ev.value(f"scaling.{m}_ms.concurrency_ratio")
+            if conc is not None and conc >= t.max_concurrency_ratio:
+                continue
+            long_v = ev.value(f"scaling.{m}_ms.long_prompt_p50")
+            short_max = ev.value(f"scaling.{m}_ms.short_prompt_max")
+            label = {"queue": "Queue time", "ttft": "Time to first token", "e2e": "Latency"}.get(m, m.title())
+            text = f"{label} grows {ratio:,.0f}× with long prompts"
+            if long_v is not None and short_max is not None:
+                text += f" (median {_ms(long_v)} against at most {_ms(short_max)} for short prompts)"
+            if conc is not None:
+                text += f", while raising concurrency with short prompts moves it only {conc:.1f}×"
+            text += (": requests wait for earlier prompts' prefill, not for capacity. Long prompts are "
+                     "prefilled whole and serialise behind each other.")
+            return min(0.8, 1.0 - 1.0 / ratio), text
+        return None
+
+
+RULES: tuple[type[Rule], ...] = (PrefillBoundTtft,)

@@ -14,6 +14,7 @@ from rules import prefill as _prefill
 from rules import queueing as _queueing
 from rules import serving as _serving
 from rules import shapes as _shapes
+from rules import stages as _stages
 from rules import threads as _threads
 from rules import transfer as _transfer
 from rules.base import Rule
@@ -27,6 +28,7 @@ RULES: tuple[type[Rule], ...] = (
     *_shapes.RULES,
     *_serving.RULES,
     *_prefill.RULES,
+    *_stages.RULES,
     *_transfer.RULES,
     *_healthy.RULES,
 )

@@ -1,9 +1,205 @@
-"""Text source: oom (to be written)."""
+"""Out-of-memory messages and model hints → ``mem.*`` evidence.
+
+Two text sources:
+
+* ``oom``: PyTorch allocator messages (every historical form), framework OOMs (vLLM, TGI),
+  prose mentions, with the phase read from the traceback around them. The numbers come from the
+  *decisive* event: the last one that carries allocator numbers (the crash that ended the run).
+* ``model-hints``: what the text says about the model and the hardware: the parameter count in a
+  model name with its dtype (→ ``mem.weights_estimate_bytes``), tensor/pipeline parallelism, the GPU
+  count and model, vLLM's ``gpu_memory_utilization``, measured weight sizes, the serving engine.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from analyzer.model import Evidence, Quality
+from collectors.oom import HintsParser, OomEvent, OomParser, OomResult
+
+GIB = 1 << 30
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.1f} MiB"
+
+
+def _decisive(events: list[OomEvent]) -> OomEvent:
+    """The event whose numbers speak for the incident: the last one with the most fields."""
+
+    def weight(ev: OomEvent) -> int:
+        fields = (ev.requested, ev.total, ev.free, ev.allocated, ev.reserved, ev.process_used)
+        return sum(v is not None for v in fields) + (ev.kind != "prose")
+
+    best = events[-1]
+    for ev in reversed(events):
+        if weight(ev) > weight(best):
+            best = ev
+    return best
+
+
+def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
+    """(this process' bytes, other processes' bytes) from the message's process list."""
+    used = ev.process_used
+    others = [b for _, b in ev.other_processes]
+    if used is None and others and ev.reserved is not None:
+        # some releases list the failing process among "Process N has …": it is the one holding
+        # at least what PyTorch reserved, and the closest to it
+        mine = [b for b in others if b >= ev.reserved]
+        if mine:
+            own = min(mine)
+            others.remove(own)
+            used = own
+    if ev.kind == "framework" and ev.total is not None and ev.free is not None and ev.phase == "loading":
+        return None, max(0, ev.total - ev.free)  # in use before this process allocated anything
+    return used, (sum(others) if ev.other_processes else None)
+
+
+class OomSource:
+    """Text source for out-of-memory events."""
+
+    kind = "oom"
+
+    def __init__(self) -> None:
+        self._parser = OomParser()
+        self._result: OomResult | None = None
+
+    def feed(self, line: str) -> None:
+        self._parser.feed(line)
+
+    def _done(self) -> OomResult:
+        if self._result is None:
+            self._result = self._parser.result()
+        return self._result
+
+    def matched(self) -> bool:
+        res = self._done()
+        return bool(res.events) or res.alloc_retries is not None or bool(res.fragmentation_statements)
+
+    def problems(self) -> list[str]:
+        return list(self._done().problems)
+
+    def evidence(self, source: str) -> list[Evidence]:
+        res = self._done()
+        out: list[Evidence] = []
+        if res.alloc_retries is not None:
+            out.append(Evidence("mem.alloc_retries", res.alloc_retries, "retries", source,
+                                detail="cudaMalloc retries (the allocator freed its cache and tried again)"))
+        if res.fragmentation_statements:
+            out.append(Evidence("mem.fragmentation_reported", len(res.fragmentation_statements), "statements", source,
+                                quality=Quality.LOW,
+                                detail=f"the text itself blames fragmentation: '{res.fragmentation_statements[0]}'"))
+        if not res.events:
+            return out
+        ev = _decisive(res.events)
+        quality = Quality.PARTIAL if ev.truncated else Quality.GOOD
+        if ev.kind == "prose":
+            quality = Quality.LOW
+        where = f"{ev.device} {ev.device_index}" if ev.device and ev.device_index is not None else ev.device
+
+        def add(key: str, value: object, unit: str, detail: str = "") -> None:
+            out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
+
+        kinds = {e.kind for e in res.events}
+        count_detail = (
+            "mentioned in prose; no allocator message" if kinds == {"prose"}
+            else f"{len(res.events)} out-of-memory event(s)" + (f" on {where}" if where else "")
+        )
+        add("mem.oom_count", len(res.events), "events", count_detail)
+        add("mem.oom_phase", ev.phase, "phase", f"from the traceback: {ev.phase_from}" if ev.phase_from
+            else "no traceback frame told the phase")
+        for key, value in (
+            ("mem.requested_bytes", ev.requested),
+            ("mem.device_total_bytes", ev.total),
+            ("mem.device_free_bytes", ev.free),
+            ("mem.allocated_bytes", ev.allocated),
+            ("mem.reserved_bytes", ev.reserved),
+            ("mem.reserved_minus_allocated_bytes", ev.reserved_unallocated),
+            ("mem.private_pools_bytes", ev.private_pools),
+            ("mem.allocation_limit_bytes", ev.limit),
+            ("mem.kv_cache_needed_bytes", ev.kv_cache_needed),
+            ("mem.kv_cache_available_bytes", ev.kv_cache_available),
+        ):
+            if value is not None:
+                add(key, int(value), "bytes")
+        used, others = _split_processes(ev)
+        if used is not None:
+            add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
+        if others is not None:
+            pids = ", ".join(f"pid {pid} {_gib(b)}" for pid, b in ev.other_processes[:8])
+            add("mem.other_processes_bytes", int(others), "bytes",
+                pids or "in use before this process allocated (start-up check)")
+        if ev.kv_cache_max_tokens is not None:
+            add("mem.kv_cache_max_tokens", ev.kv_cache_max_tokens, "tokens")
+        if ev.max_model_len is not None:
+            add("mem.max_model_len", ev.max_model_len, "tokens")
+        if ev.prefill_tokens is not None:
+            add("mem.prefill_tokens_failed", ev.prefill_tokens, "tokens")
+        if ev.reason:
+            add("mem.oom_reason", ev.reason, "text", ev.message[:300])
+        return out
+
+
+class HintsSource:
+    """Text source for model-size and hardware hints."""
+
+    kind = "model-hints"
+
+    def __init__(self) -> None:
+        self._parser = HintsParser()
+
+    def feed(self, line: str) -> None:
+        self._parser.feed(line)
+
+    def matched(self) -> bool:
+        h = self._parser.hints
+        return any(v is not None for v in (h.params, h.weights_measured, h.gpu_memory_utilization,
+                                           h.tensor_parallel, h.gpu_count, h.gpu_memory_bytes,
+                                           h.cpu_loading_pct))
+
+    def problems(self) -> list[str]:
+        return []
+
+    def evidence(self, source: str) -> list[Evidence]:
+        h = self._parser.hints
+        out: list[Evidence] = []
+
+        def add(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
+            out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
+
+        if h.params is not None:
+            add("model.params", int(h.params), "params", f"from the model name {h.model}")
+            est = h.weights_estimate
+            if est is not None:
+                dtype = h.dtype or "16-bit assumed, no dtype stated"
+                add("mem.weights_estimate_bytes", est, "bytes",
+                    f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
+                    Quality.GOOD if h.dtype else Quality.LOW)
+        if h.weights_measured is not None:
+            add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
+        if h.tensor_parallel is not None:
+            add("mem.tensor_parallel", h.tensor_parallel, "gpus", "as stated")
+        elif h.launch_seen:
+            add("mem.tensor_parallel", 1, "gpus", "not set on the launch command line (defaults to 1)")
+        if h.pipeline_parallel is not None:
+            add("mem.pipeline_parallel", h.pipeline_parallel, "gpus", "as stated")
+        if h.gpu_count is not None:
+            add("gpu.count_stated", h.gpu_count, "gpus", "as stated (visible devices or a GPU count in the text)")
+        if h.gpu_memory_bytes is not None:
+            add("gpu.spec_memory_bytes", h.gpu_memory_bytes, "bytes",
+                f"{h.gpu_model}: device memory from the GPU's name")
+        if h.gpu_memory_utilization is not None:
+            add("mem.gpu_memory_utilization_ratio", h.gpu_memory_utilization, "ratio", "as configured")
+        if h.engine:
+            add("serving.engine", h.engine, "name", "named in the text")
+        if h.cpu_loading_pct is not None:
+            add("cpu.loading_util_pct", h.cpu_loading_pct, "pct", "CPU use reported while the model loads",
+                Quality.LOW)
+            if h.cpu_after_loading_normal:
+                add("cpu.after_loading_normal", 1, "flag", "CPU use reported back to normal once the model is up",
+                    Quality.LOW)
+        return out
+
 
 def sources() -> list[Any]:
-    return []
+    return [OomSource(), HintsSource()]

@@ -1,9 +1,260 @@
-"""Text source: timing (to be written)."""
+"""Per-request timing → ``stage.*``, ``latency.*``, ``tokens.*``, ``shape.*`` and ``scaling.*`` evidence.
+
+Sources inside one input are ranked: a stage-timing JSONL (one record per request) beats span
+listings, which beat tables, which beat figures quoted in prose; the first to give a key keeps it.
+
+Keys beyond the shared convention:
+
+* ``shape.calls``, ``shape.extreme_calls``, ``shape.spike_calls``, ``shape.new_extreme_spikes``,
+  ``shape.spike_on_extreme_ratio``, ``shape.extreme_latency_ms.median``,
+  ``shape.in_range_latency_ms.median``, ``shape.first_call_ms``, ``shape.extreme_time_share``:
+  calls timed with their input shapes, against new minima/maxima of the input size;
+* ``scaling.<metric>_ms.prompt_length_ratio`` / ``.concurrency_ratio`` (and ``.long_prompt_p50``,
+  ``.long_prompt_max``, ``.short_prompt_max``): how a latency metric moves with prompt length and
+  with concurrency across the rows of a load-condition table;
+* ``latency.call_ms.*``: per-call timings with no shape; ``compare.speedup_ratio``: a variant
+  table's slow/fast ratio.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from analyzer.model import Evidence, Quality
+from collectors.timing import (
+    ConditionTable,
+    Series,
+    StageTable,
+    TimingParser,
+    TimingRecords,
+    VariantTable,
+    analyze_table,
+    shape_spikes,
+)
+
+
+class _Out:
+    """Evidence by key, first writer wins (sources are added best first)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: dict[str, Evidence] = {}
+
+    def add(self, key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return
+        self.items.setdefault(key, Evidence(key, value, unit, self.source, quality=quality, detail=detail))
+
+    def series(self, prefix: str, s: Series, detail: str, quality: Quality = Quality.GOOD) -> None:
+        if not s.n:
+            return
+        self.add(f"{prefix}.p50", s.quantile(0.5), "ms", detail, quality)
+        if s.n >= 2:
+            self.add(f"{prefix}.p99", s.quantile(0.99), "ms", detail, quality)
+        self.add(f"{prefix}.mean", s.mean, "ms", detail, quality)
+
+
+def _low(n: int) -> Quality:
+    return Quality.LOW if n < 10 else Quality.GOOD
+
+
+class TimingSource:
+    """Text source for stage timings, spans, per-call timing lines and timing tables."""
+
+    kind = "timing"
+
+    def __init__(self) -> None:
+        self._p = TimingParser()
+        self._rec: TimingRecords | None = None
+        self._tables: list[StageTable | VariantTable | ConditionTable] | None = None
+
+    def feed(self, line: str) -> None:
+        self._p.feed(line)
+
+    def _records(self) -> TimingRecords:
+        if self._rec is None:
+            self._rec = self._p.records()
+        return self._rec
+
+    def _analyzed(self) -> list[StageTable | VariantTable | ConditionTable]:
+        if self._tables is None:
+            self._tables = [a for t in self._records().tables if (a := analyze_table(t)) is not None]
+        return self._tables
+
+    def matched(self) -> bool:
+        r = self._records()
+        return bool(
+            r.stage_log.requests
+            or sum(s.n for s in r.spans.values()) >= 2
+            or len(r.calls) >= 3
+            or r.untagged.n >= 3
+            or self._analyzed()
+            or r.usage.lines
+            or r.prose_ttft_ms.n
+        )
+
+    def problems(self) -> list[str]:
+        r = self._records()
+        out = []
+        if r.unit_assumed:
+            out.append(f"{r.unit_assumed} timing value(s) had no unit and were read as seconds")
+        if r.stage_log.bad_lines:
+            out.append(f"{r.stage_log.bad_lines} stage-timing line(s) were not valid JSON")
+        return out
+
+    def evidence(self, source: str) -> list[Evidence]:
+        r = self._records()
+        out = _Out(source)
+        self._stage_log(r, out)
+        self._spans(r, out)
+        self._calls(r, out)
+        for t in self._analyzed():
+            if isinstance(t, StageTable):
+                self._stage_table(t, out)
+            elif isinstance(t, VariantTable):
+                self._variant_table(t, out)
+            else:
+                self._condition_table(t, out)
+        self._usage(r, out)
+        if r.prose_ttft_ms.n:
+            out.add("latency.ttft_ms.mean", r.prose_ttft_ms.mean, "ms", "quoted in prose", Quality.LOW)
+        if r.prose_prompt_tokens.n:
+            out.add("tokens.input_mean", r.prose_prompt_tokens.mean, "tokens", "prompt length quoted in prose",
+                    Quality.LOW)
+        return list(out.items.values())
+
+    # -- per source ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _stage_log(r: TimingRecords, out: _Out) -> None:
+        log = r.stage_log
+        if not log.requests:
+            return
+        q = _low(log.requests)
+        detail = f"stage-timing log, {log.requests} request(s)"
+        out.add("requests.count", log.requests, "requests", detail)
+        for stage, s in sorted(log.stages.items()):
+            out.series(f"stage.{stage}_ms", s, detail, q)
+            if log.e2e_total > 0:
+                out.add(f"stage.{stage}.share", log.stage_totals.get(stage, 0.0) / log.e2e_total, "ratio",
+                        "share of end-to-end time summed over requests", q)
+        out.series("latency.e2e_ms", log.e2e, detail, q)
+        out.series("latency.ttft_ms", log.ttft, detail, q)
+        if log.input_tokens.n:
+            out.add("tokens.input_mean", log.input_tokens.mean, "tokens", detail, q)
+        if log.output_tokens.n:
+            out.add("tokens.output_mean", log.output_tokens.mean, "tokens", detail, q)
+        if log.batch.n:
+            out.add("batch.size_mean", log.batch.mean, "requests", detail, q)
+        span = log.ts_max - log.ts_min
+        if log.requests >= 2 and span > 0:
+            out.add("throughput.rps", (log.requests - 1) / span, "rps", f"over {span:.1f} s of log", q)
+        if log.errors:
+            out.add("requests.error_ratio", log.errors / log.requests, "ratio", detail, q)
+
+    @staticmethod
+    def _spans(r: TimingRecords, out: _Out) -> None:
+        if not r.spans or sum(s.n for s in r.spans.values()) < 2:
+            return
+        total = sum(s.total for s in r.spans.values())
+        for stage, s in sorted(r.spans.items()):
+            detail = f"{s.n} span(s) named {stage}"
+            out.series(f"stage.{stage}_ms", s, detail, _low(s.n))
+            if len(r.spans) >= 2 and total > 0:
+                out.add(f"stage.{stage}.share", s.total / total, "ratio", "share of the listed spans' total time",
+                        _low(s.n))
+
+    @staticmethod
+    def _calls(r: TimingRecords, out: _Out) -> None:
+        every = Series()
+        for c in r.calls:
+            every.add(c.ms)
+        src = every if every.n >= r.untagged.n else r.untagged
+        if src.n >= 3:
+            out.series("latency.call_ms", src, f"{src.n} timed call(s)", _low(src.n))
+            out.add("latency.call_ms.max", src.max, "ms", f"{src.n} timed call(s)")
+        st = shape_spikes(r.calls)
+        if st is None:
+            return
+        q = Quality.LOW if st.calls < 6 else Quality.GOOD
+        unit = " (bare numbers read as seconds)" if st.unit_assumed else ""
+        lo, hi = st.sizes_seen
+        detail = f"{st.calls} calls timed with their input shapes, sizes {lo}..{hi} elements{unit}"
+        out.add("shape.calls", st.calls, "calls", detail, q)
+        out.add("shape.extreme_calls", st.extreme_calls, "calls",
+                "calls after the first whose input size was a new minimum or maximum", q)
+        out.add("shape.spike_calls", st.spike_calls, "calls",
+                f"calls after the first at ≥ 3× the median latency ({st.median_ms:.4g} ms)", q)
+        out.add("shape.new_extreme_spikes", st.new_extreme_spikes, "calls", "spikes on a new size extreme", q)
+        ratio = st.spike_on_extreme_ratio
+        if ratio is not None:
+            out.add("shape.spike_on_extreme_ratio", ratio, "ratio", "share of spikes that hit a new size extreme", q)
+        out.add("shape.first_call_ms", st.first_ms, "ms", "the first call (initial build)" + unit, q)
+        if st.extreme_median_ms is not None:
+            out.add("shape.extreme_latency_ms.median", st.extreme_median_ms, "ms", "calls on a new size extreme" + unit,
+                    q)
+        if st.in_range_median_ms is not None:
+            out.add("shape.in_range_latency_ms.median", st.in_range_median_ms, "ms",
+                    "calls within the size range already seen" + unit, q)
+        if st.min_shape and st.max_shape:
+            out.add("shape.range", "x".join(map(str, st.min_shape)) + ".." + "x".join(map(str, st.max_shape)), "shape",
+                    "smallest and largest input shape seen", q)
+        out.add("shape.extreme_time_share", st.extreme_time_share, "ratio",
+                "share of all call time spent in the first call and new-extreme calls", q)
+
+    @staticmethod
+    def _stage_table(t: StageTable, out: _Out) -> None:
+        total = t.total_ms or sum(r.ms for r in t.rows)
+        of = (f"the table's total ({t.total_label})" if t.total_label else "the table's summed stages")
+        for row in t.rows:
+            detail = f"table row '{row.label}'"
+            out.add(f"stage.{row.stage}_ms.mean", row.ms, "ms", detail)
+            share = row.share if row.share is not None else (row.ms / total if total else None)
+            if share is not None:
+                out.add(f"stage.{row.stage}.share", share, "ratio", f"{detail}: share of {of}")
+        if t.total_ms is not None:
+            key = "latency.ttft_ms.mean" if t.total_is_ttft else "latency.e2e_ms.mean"
+            out.add(key, t.total_ms, "ms", f"table total '{t.total_label}'")
+
+    @staticmethod
+    def _variant_table(t: VariantTable, out: _Out) -> None:
+        how = "from fps" if t.from_fps else "per item"
+        detail = (f"lower bound: changing only the {t.stage} path ({', '.join(t.evidence_words[:4])}) cut "
+                  f"{t.slow_ms:.4g} → {t.fast_ms:.4g} ms {how} ('{t.slow_label}' → '{t.fast_label}')")
+        out.add(f"stage.{t.stage}.share", t.delta_share, "ratio", detail)
+        out.add(f"stage.{t.stage}_ms.mean", t.slow_ms - t.fast_ms, "ms", detail)
+        out.add("latency.e2e_ms.mean", t.slow_ms, "ms", f"per item on the slow variant '{t.slow_label}'")
+        out.add("compare.speedup_ratio", t.slow_ms / t.fast_ms if t.fast_ms > 0 else math.inf, "ratio",
+                f"'{t.slow_label}' vs '{t.fast_label}'")
+
+    @staticmethod
+    def _condition_table(t: ConditionTable, out: _Out) -> None:
+        base = f"scaling.{t.metric}_ms"
+        detail = f"across {t.rows} load conditions of a table"
+        if t.prompt_length_ratio is not None:
+            out.add(f"{base}.prompt_length_ratio", t.prompt_length_ratio, "ratio",
+                    f"{t.metric} with long prompts over short prompts, {detail}")
+        if t.concurrency_ratio is not None:
+            out.add(f"{base}.concurrency_ratio", t.concurrency_ratio, "ratio",
+                    f"{t.metric} at the highest over the lowest concurrency, same prompt class, {detail}")
+        if t.long_value_ms is not None:
+            out.add(f"{base}.long_prompt_p50", t.long_value_ms, "ms", detail)
+        if t.long_max_ms is not None:
+            out.add(f"{base}.long_prompt_max", t.long_max_ms, "ms", detail)
+        if t.short_max_ms is not None:
+            out.add(f"{base}.short_prompt_max", t.short_max_ms, "ms", detail)
+
+    @staticmethod
+    def _usage(r: TimingRecords, out: _Out) -> None:
+        u = r.usage
+        if u.lines and u.prompt > 0:
+            out.add("serving.prefix_cache_hit_ratio", u.cached / u.prompt, "ratio",
+                    f"cached prompt tokens over all prompt tokens in {u.lines} usage record(s)", _low(u.lines))
+        if u.per_line_prompt.n:
+            out.add("tokens.input_mean", u.per_line_prompt.mean, "tokens",
+                    f"prompt tokens in {u.per_line_prompt.n} usage record(s)", _low(u.per_line_prompt.n))
 
 
 def sources() -> list[Any]:
-    return []
+    return [TimingSource()]

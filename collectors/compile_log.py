@@ -1,0 +1,267 @@
+"""torch.compile logs → recompile, guard-failure, limit and graph-break records.
+
+Pure parsing, streamed line by line (``CompileLogParser.feed``). It reads
+
+* ``TORCH_LOGS=recompiles`` in the old logging format (``torch._dynamo.guards.__recompiles:
+  [DEBUG] Recompiling function forward in file:line``) and the glog format of 2.2+
+  (``V0601 12:00:00.123 140 torch/_dynamo/guards.py:2611] [0/1] [__recompiles] Recompiling …``),
+  with the ``triggered by the following guard failure(s):`` list under it, old
+  (``- tensor 'L['x']' size mismatch at index 0. expected 4, actual 8``) and new
+  (``- 0/1: …``, ``- 0/0: L['x'].size()[0] == 4``) forms;
+* frame/compile ids ``[0/3]`` (the fourth compile of frame 0);
+* the recompile limit: ``torch._dynamo hit config.cache_size_limit (8)``,
+  ``… hit config.recompile_limit (8)``, ``Dynamo recompile limit exceeded``,
+  ``FailOnRecompileLimitHit`` (a hard failure under ``fullgraph=True``);
+* graph breaks (``Graph break in user code at …``, ``Graph break: …``, explain's
+  ``Graph Break Count: N``).
+
+Guard failures are grouped by input, kind and dimension, with the values seen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+MAX_VALUES = 64  # distinct values kept per reason group
+MAX_GROUPS = 256
+
+
+@dataclass
+class ReasonGroup:
+    """Guard failures of one kind on one input (and dimension)."""
+
+    input: str
+    kind: str  # size, stride, dtype, device, value, type, id, len, global_state, other
+    dim: int | None = None
+    count: int = 0
+    values: list[str] = field(default_factory=list)
+    example: str = ""
+
+    def add(self, *vals: str) -> None:
+        self.count += 1
+        for v in vals:
+            if v and v not in self.values and len(self.values) < MAX_VALUES:
+                self.values.append(v)
+
+    def describe(self) -> str:
+        where = f" at dim {self.dim}" if self.dim is not None else ""
+        seen = ", ".join(self.values[:8]) + (", …" if len(self.values) > 8 else "")
+        return f"{self.input} {self.kind}{where} changed {self.count}× (seen: {seen})" if seen else \
+            f"{self.input} {self.kind}{where} changed {self.count}×"
+
+
+@dataclass
+class CompileLog:
+    recompiles: int = 0  # "Recompiling function" records
+    compile_ids: dict[int, int] = field(default_factory=dict)  # frame id → highest compile id
+    functions: dict[str, int] = field(default_factory=dict)  # "forward (x.py:12)" → recompiles
+    reasons: dict[tuple[str, str, int | None], ReasonGroup] = field(default_factory=dict)
+    limit_hit: bool = False
+    limit: int | None = None
+    limit_kind: str = ""  # "cache_size_limit", "recompile_limit", "accumulated_…"
+    fullgraph_failure: bool = False
+    graph_breaks: int = 0
+    graph_break_count_reported: int | None = None
+    first_ts: float | None = None
+    last_recompile_ts: float | None = None
+    lines: int = 0
+
+    @property
+    def recompile_count(self) -> int:
+        by_ids = sum(self.compile_ids.values())
+        return max(self.recompiles, by_ids)
+
+    @property
+    def graph_break_count(self) -> int:
+        return max(self.graph_breaks, self.graph_break_count_reported or 0)
+
+    def grouped(self) -> list[ReasonGroup]:
+        return sorted(self.reasons.values(), key=lambda g: (-g.count, g.input, g.kind))
+
+
+_RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
+_TRIGGERED = re.compile(r"triggered by the following guard failure")
+_GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
+_LAST_REASON = re.compile(r"(?:last reason|reasons?):\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
+_IDS = re.compile(r"\[(?P<frame>\d+)/(?P<compile>\d+)(?:_\d+)?\]")
+_GLOG = re.compile(r"^[VIWEF](?P<md>\d{4})\s+(?P<t>\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+\d+\s+\S*torch/")
+_BRACKET_TS = re.compile(r"^\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:[,.](?P<frac>\d+))?\]")
+_LIMIT = re.compile(
+    r"hit config\.(?P<kind>(?:accumulated_)?(?:cache_size|recompile)_limit)\s*\((?P<n>\d+)\)"
+    r"|(?P<exceeded>(?:Dynamo )?recompile limit exceeded|cache_size_limit reached|RecompileLimitExceeded)"
+    r"|(?P<fail>FailOnRecompileLimitHit)",
+    re.IGNORECASE,
+)
+_LIMIT_VALUE = re.compile(
+    r"(?P<kind>(?:accumulated_)?(?:recompile|cache_size)_limit)[^()\n]{0,40}\((?:currently set to\s+)?(?P<n>\d+)\)"
+)
+_LIMIT_TYPE = re.compile(r"Limit type:\s*(?P<kind>\w+)")
+_FULLGRAPH = re.compile(r"fullgraph=True|FailOnRecompileLimitHit|Hard failure")
+_GRAPH_BREAK = re.compile(r"\bGraph break(?:\s+in user code|\s*:|\s+\(|\s+due to|\s+from)")
+_GRAPH_BREAK_COUNT = re.compile(r"Graph Break Count:\s*(?P<n>\d+)", re.IGNORECASE)
+
+_R_TENSOR = re.compile(
+    r"tensor '(?P<in>.+?)' (?P<kind>size|stride|dtype|device|requires_grad|dispatch key set|rank|ndim|"
+    r"dimensionality)(?: mismatch)?(?: at index (?P<dim>\d+))?\.?\s*expected (?P<exp>[^,]+?),\s*actual (?P<act>\S+)"
+)
+_R_SIZE_EQ = re.compile(
+    r"(?P<in>L\[[^\]]+\](?:\.\w+|\[[^\]]+\])*?)\.(?P<kind>size|stride)\(\)\[(?P<dim>\d+)\]\s*(?:==|!=|<=|>=|<|>)\s*"
+    r"(?P<v>-?\d+)"
+)
+_R_SYM = re.compile(
+    r"(?:Eq|Ne|Le|Ge|Lt|Gt)\((?P<in>L\[[^\]]+\](?:\.\w+|\[[^\]]+\])*?)\.(?P<kind>size|stride)\(\)\[(?P<dim>\d+)\],\s*"
+    r"(?P<v>-?\d+)\)"
+)
+_R_LEN = re.compile(r"len\((?P<in>[^)]+)\)\s*==\s*(?P<v>\d+)")
+_R_VALUE = re.compile(r"^(?P<in>L\[[^\]]+\](?:\.\w+|\[[^\]]+\])*)\s*==\s*(?P<v>.+)$")
+_R_CHECK = re.compile(r"___check_(?P<kind>obj_id|type_id|tensors)\((?P<in>[^,)]+)")
+_R_GLOBAL = re.compile(r"GLOBAL_STATE changed:\s*(?P<what>.+)")
+
+
+def _input_name(raw: str) -> str:
+    """``L['x']`` → ``x``; ``L['self'].layers[0]`` → ``self.layers[0]``."""
+    return re.sub(r"^[LG]\['([^']+)'\]", r"\1", raw.strip())
+
+
+def classify_reason(reason: str) -> tuple[str, str, int | None, tuple[str, ...]]:
+    """A guard-failure line → (input, kind, dim, values)."""
+    m = _R_TENSOR.search(reason)
+    if m:
+        dim = int(m.group("dim")) if m.group("dim") else None
+        return _input_name(m.group("in")), m.group("kind"), dim, (m.group("exp").strip(), m.group("act").strip(". "))
+    m = _R_SIZE_EQ.search(reason) or _R_SYM.search(reason)
+    if m:
+        return _input_name(m.group("in")), m.group("kind"), int(m.group("dim")), (m.group("v"),)
+    m = _R_LEN.search(reason)
+    if m:
+        return _input_name(m.group("in")), "len", None, (m.group("v"),)
+    m = _R_CHECK.search(reason)
+    if m:
+        kind = {"obj_id": "id", "type_id": "type", "tensors": "tensor"}[m.group("kind")]
+        return _input_name(m.group("in")), kind, None, ()
+    m = _R_GLOBAL.search(reason)
+    if m:
+        return "global state", "global_state", None, (m.group("what").strip(),)
+    m = _R_VALUE.search(reason.split("  #", 1)[0])
+    if m:
+        return _input_name(m.group("in")), "value", None, (m.group("v").strip()[:40],)
+    return reason[:80], "other", None, ()
+
+
+def _timestamp(line: str) -> float | None:
+    m = _GLOG.search(line)
+    if m:
+        md, t = m.group("md"), m.group("t")
+        hh, mm, ss = t.split(":")
+        day = int(md[:2]) * 31 + int(md[2:])  # months as 31 days: good enough for a span within a run
+        return day * 86400 + int(hh) * 3600 + int(mm) * 60 + float(ss)
+    m = _BRACKET_TS.search(line)
+    if m:
+        try:
+            ts = datetime.strptime(m.group("ts").replace("T", " "), "%Y-%m-%d %H:%M:%S").timestamp()
+        except ValueError:
+            return None
+        return ts + (float("0." + m.group("frac")) if m.group("frac") else 0.0)
+    return None
+
+
+class CompileLogParser:
+    """Feed cleaned lines; ``log`` holds what was recognised."""
+
+    def __init__(self) -> None:
+        self.log = CompileLog()
+        self._in_list = False  # inside a "triggered by the following guard failure(s):" list
+
+    def _reason(self, text: str) -> None:
+        inp, kind, dim, vals = classify_reason(text)
+        key = (inp, kind, dim)
+        group = self.log.reasons.get(key)
+        if group is None:
+            if len(self.log.reasons) >= MAX_GROUPS:
+                return
+            group = self.log.reasons[key] = ReasonGroup(inp, kind, dim, example=text[:200])
+        group.add(*vals)
+
+    def feed(self, line: str) -> None:
+        log = self.log
+        torch_line = "torch" in line
+        if torch_line and log.first_ts is None:
+            log.first_ts = _timestamp(line)
+        if "Recompiling" in line:
+            m = _RECOMPILING.search(line)
+            if m:
+                log.recompiles += 1
+                where = m.group("where").rsplit("/", 1)[-1]
+                name = f"{m.group('func')} ({where})"
+                log.functions[name] = log.functions.get(name, 0) + 1
+                ts = _timestamp(line)
+                if ts is not None:
+                    log.last_recompile_ts = ts
+                self._ids(line)
+                self._in_list = False
+                log.lines += 1
+                return
+        if "triggered by" in line and _TRIGGERED.search(line):
+            self._in_list = True
+            log.lines += 1
+            return
+        if self._in_list:
+            item = _GUARD_ITEM.search(re.sub(r"^.*?\[__recompiles(?:_verbose)?\]", "", line))
+            if item:
+                self._reason(item.group("reason").strip())
+                log.lines += 1
+                return
+            self._in_list = False
+        low = line.lower()
+        if "limit" in low:
+            self._limit(line)
+        elif log.limit_hit and "fullgraph" in low:
+            log.fullgraph_failure = True
+        if log.limit_hit and "reason" in low:
+            m = _LAST_REASON.search(line)
+            if m:
+                self._reason(m.group("reason").strip())
+        if "graph break" in low:
+            m = _GRAPH_BREAK_COUNT.search(line)
+            if m:
+                log.graph_break_count_reported = max(log.graph_break_count_reported or 0, int(m.group("n")))
+                log.lines += 1
+            elif _GRAPH_BREAK.search(line):
+                log.graph_breaks += 1
+                log.lines += 1
+        if torch_line and _GLOG.search(line):
+            self._ids(line)
+
+    def _limit(self, line: str) -> None:
+        log = self.log
+        m = _LIMIT.search(line)
+        if m:
+            log.limit_hit = True
+            if m.group("n"):
+                log.limit, log.limit_kind = int(m.group("n")), m.group("kind")
+            if m.group("fail"):
+                log.fullgraph_failure = True
+            log.lines += 1
+        m = _LIMIT_VALUE.search(line)
+        if m:
+            log.limit = int(m.group("n"))
+            log.limit_kind = log.limit_kind or m.group("kind")
+            log.lines += 1
+        m = _LIMIT_TYPE.search(line)
+        if m and "limit" in m.group("kind"):
+            log.limit_kind = m.group("kind")
+        if log.limit_hit and _FULLGRAPH.search(line):
+            log.fullgraph_failure = True
+
+    def _ids(self, line: str) -> None:
+        m = _IDS.search(line)
+        if m:
+            frame, compile_id = int(m.group("frame")), int(m.group("compile"))
+            self.log.compile_ids[frame] = max(self.log.compile_ids.get(frame, 0), compile_id)
+
+    def matched(self) -> bool:
+        log = self.log
+        return bool(log.recompiles or log.limit_hit or log.graph_break_count or log.reasons
+                    or (log.compile_ids and any(log.compile_ids.values())))

@@ -1,0 +1,881 @@
+"""Per-request timing in its many shapes → plain records.
+
+Pure parsing, streamed line by line (``TimingParser.feed``), bounded memory. It reads
+
+* the stage-timing JSONL of DESIGN.md (``{"ts": …, "stages_ms": {"queue": 3.1, …}, "ttft_ms": …}``);
+* span listings (``queue: 0.03 ms``, ``prefill=170ms``, ``span=decode … duration=60ms``);
+* per-call timing lines (``cost:100.49``, ``took: 1.23s``, ``time: 45 ms``) and the input shapes
+  printed with them or just before them (``logmel:(1444,80) cost:…``, ``input_ids (1, 10)``), for
+  the engine-rebuild signature: slow calls exactly when the input size is a new minimum or maximum;
+* Markdown/ASCII tables: stage breakdowns (rows of stages with ms and share columns), variant
+  comparisons (``| PIL reference | 76.25 fps | 13.11 ms/frame |`` vs a faster path) and load
+  conditions (rows of concurrency / prompt length with a latency metric);
+* token usage fields (``cache_read_tokens``, ``cache_write_tokens``, ``prompt_tokens``,
+  ``cached_tokens``) and prose figures of TTFT and prompt length.
+
+A bare number with no unit is taken as seconds (what ``time.time() - t0`` prints), unless the key
+says ``_ms``; every such assumption is reported by the derive step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
+MAX_CALLS = 100_000
+MAX_TABLES = 64
+CONTEXT_LINES = 14
+
+# ---------------------------------------------------------------------------------------------
+# series
+# ---------------------------------------------------------------------------------------------
+
+
+class Series:
+    """A stream of numbers: exact count/sum/max, percentiles from a deterministic reservoir."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.max = -math.inf
+        self.min = math.inf
+        self._keep: list[float] = []
+        self._rng: random.Random | None = None
+
+    def add(self, x: float) -> None:
+        if not math.isfinite(x):
+            return
+        self.n += 1
+        self.total += x
+        self.max = max(self.max, x)
+        self.min = min(self.min, x)
+        if len(self._keep) < RESERVOIR:
+            self._keep.append(x)
+        else:
+            if self._rng is None:
+                self._rng = random.Random(0)
+            j = self._rng.randrange(self.n)
+            if j < RESERVOIR:
+                self._keep[j] = x
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    def quantile(self, q: float) -> float:
+        if not self._keep:
+            return 0.0
+        xs = sorted(self._keep)
+        pos = q * (len(xs) - 1)
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+# ---------------------------------------------------------------------------------------------
+# units and stage names
+# ---------------------------------------------------------------------------------------------
+
+_TO_MS = {
+    "ns": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "usec": 1e-3, "ms": 1.0, "msec": 1.0, "millisecond": 1.0,
+    "milliseconds": 1.0, "s": 1000.0, "sec": 1000.0, "secs": 1000.0, "second": 1000.0, "seconds": 1000.0,
+    "min": 60_000.0, "mins": 60_000.0, "minute": 60_000.0, "minutes": 60_000.0,
+}
+TIME_UNIT = r"(?:ns|us|µs|μs|usec|ms|msec|milliseconds?|s|secs?|seconds?|mins?|minutes?)"
+
+
+def to_ms(value: float, unit: str | None, default: str = "s") -> float:
+    return value * _TO_MS.get((unit or default).lower(), 1000.0)
+
+
+_STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bd2h\b|device[- ]to[- ]host|copy[- ]?out|download", re.I), "d2h"),
+    (re.compile(r"\bh2d\b|host[- ]to[- ]device|copy[- ]?in|upload|\bmemcpy\b|\btransfer", re.I), "h2d"),
+    (re.compile(r"prefill|prompt processing|first (?:model )?(?:event|token|byte|chunk)|\bttft\b|time to first", re.I),
+     "prefill"),
+    (re.compile(r"\bqueue|queueing|queuing|admission|\bwait(?:ing)?\b|scheduling delay", re.I), "queue"),
+    (re.compile(r"post[- _]?process|detokeni[sz]|\bnms\b|serialize response|postproc", re.I), "postprocess"),
+    (re.compile(r"pre[- _]?process|tokeni[sz]|image decode|decode image|jpeg decode|\bresize|normali[sz]|preproc"
+                r"|\bparse\b|deserializ", re.I), "preprocess"),
+    (re.compile(r"\bdecode\b|decoding|generation|token generation|\bgenerate\b", re.I), "decode"),
+    (re.compile(r"network|\brpc\b|transport|\bhttp\b|round[- ]trip", re.I), "network"),
+    (re.compile(r"inference|forward|\bmodel\b|compute|execute|\binfer\b|\bkernel", re.I), "compute"),
+)
+
+
+def _snake(text: str) -> str:
+    words = re.findall(r"[A-Za-z0-9]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", text))
+    return "_".join(w.lower() for w in words[:4]) or "other"
+
+
+def clean_label(cell: str) -> str:
+    """Strip Markdown emphasis, code ticks and parenthesised detail from a table label."""
+    text = re.sub(r"[*_`~]{1,3}(?=\S)|(?<=\S)[*_`~]{1,3}", "", cell).strip()
+    text = " ".join(re.sub(r"\([^)]*\)", " ", text).split())
+    return text.strip(" :-")
+
+
+@functools.lru_cache(maxsize=1024)
+def normalize_stage(label: str) -> str:
+    """A stage label → one of the convention's names, else lower_snake of the label."""
+    text = clean_label(label) or label
+    for rx, name in _STAGE_PATTERNS:
+        if rx.search(text):
+            return name
+    return _snake(text)
+
+
+def known_stage(label: str) -> str | None:
+    text = clean_label(label) or label
+    for rx, name in _STAGE_PATTERNS:
+        if rx.search(text):
+            return name
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One timed call with the input size (elements of its largest input) it ran on."""
+
+    size: int
+    ms: float
+    shapes: tuple[tuple[int, ...], ...]
+    unit_assumed: bool
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    context: list[str]
+    line_no: int
+
+
+@dataclass
+class StageLog:
+    requests: int = 0
+    stages: dict[str, Series] = field(default_factory=dict)
+    stage_totals: dict[str, float] = field(default_factory=dict)
+    e2e: Series = field(default_factory=Series)
+    e2e_total: float = 0.0
+    ttft: Series = field(default_factory=Series)
+    input_tokens: Series = field(default_factory=Series)
+    output_tokens: Series = field(default_factory=Series)
+    batch: Series = field(default_factory=Series)
+    errors: int = 0
+    ts_min: float = math.inf
+    ts_max: float = -math.inf
+    bad_lines: int = 0
+
+
+@dataclass
+class Usage:
+    lines: int = 0
+    cached: float = 0.0
+    prompt: float = 0.0
+    per_line_prompt: Series = field(default_factory=Series)
+
+
+@dataclass
+class TimingRecords:
+    stage_log: StageLog
+    spans: dict[str, Series]
+    calls: list[Call]
+    untagged: Series  # timing lines with no shape
+    tables: list[Table]
+    usage: Usage
+    prose_ttft_ms: Series
+    prose_prompt_tokens: Series
+    unit_assumed: int
+
+
+# ---------------------------------------------------------------------------------------------
+# line patterns
+# ---------------------------------------------------------------------------------------------
+
+_SHAPE = re.compile(
+    r"torch\.Size\(\[(?P<a>\d+(?:\s*,\s*\d+)*)\]\)"
+    r"|shape\s*[=:]?\s*[\[(](?P<b>\d+(?:\s*,\s*\d+)*),?[\])]"
+    r"|(?<![\w\]])\((?P<c>\d+(?:\s*,\s*\d+)+),?\)"
+)
+_SIZE_KV = re.compile(
+    r"(?<![\w.])(?:batch_size|batch|bs|seq_len|seqlen|sequence_length|seq_length|input_len|input_length|prompt_len|"
+    r"length|len|num_tokens|n_tokens)\s*[:=]\s*(?P<n>\d+)\b",
+    re.IGNORECASE,
+)
+_TIMING = re.compile(
+    r"(?<![\w.])(?P<agg>(?:avg|mean|median|p\d{2,3}|min|max|total|std|average)[\s_.-]*)?"
+    r"(?P<key>cost|took|time taken|elapsed(?:_time)?|latency|duration|runtime|run time|inference time|infer time|"
+    r"time|time_ms|latency_ms|elapsed_ms|cost_ms|duration_ms)"
+    rf"(?P<sep>\s*[:=]\s*|\s+)(?P<v>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<u>{TIME_UNIT})?(?![\w/:-])",
+    re.IGNORECASE,
+)
+_SPAN = re.compile(
+    r"(?:span[=:\s]+|\[)?(?P<stage>queue|queueing|preprocess(?:ing)?|pre-processing|tokeni[sz](?:e|ation)|h2d|"
+    r"prefill|decode|d2h|postprocess(?:ing)?|post-processing|detokeni[sz](?:e|ation)|inference|forward|network)"
+    r"\]?(?P<ms_key>_ms)?\s*(?:[:=]\s*)?(?:[^\d\s]{1,3}\s*)?(?P<v>\d+(?:\.\d+)?)\s*"
+    rf"(?P<u>{TIME_UNIT})?(?![\w/%])",
+    re.IGNORECASE,
+)
+_SPAN_NAMED = re.compile(
+    r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
+    rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
+    re.IGNORECASE,
+)
+# substrings that gate the regexes (lower case): most lines of a big log contain none of them
+_SPAN_WORDS = ("queue", "preprocess", "pre-process", "tokeni", "h2d", "prefill", "decode", "d2h", "postprocess",
+               "post-process", "detokeni", "inference", "forward", "network", "span")
+_TIMING_WORDS = ("cost", "took", "time", "elapsed", "latency", "duration")
+_PROSE_WORDS = ("ttft", "first token", "context", "prompt", "input")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_BORDER = re.compile(r"^\s*[|+][-=:+| ]+[|+]\s*$")
+_USAGE_FIELDS = re.compile(
+    r"['\"`]?(?P<k>cache_read_(?:input_)?tokens|cache_(?:write|creation)_(?:input_)?tokens|cached_tokens|"
+    r"prompt_tokens|input_tokens|completion_tokens|output_tokens)['\"`]?\s*[:=]\s*(?P<v>\d+)"
+)
+_PROSE_TTFT = re.compile(
+    r"(?:\bTTFT\b|time to first token|time for first token|first[- ]token latency)[^.\d|]{0,40}?"
+    rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\b",
+    re.IGNORECASE,
+)
+_PROSE_PROMPT = re.compile(
+    r"(?:(?:context|prompts?|input)[\s(:=~]{0,4}(?:length|len|of|size)?[\s(:=~]{0,4}(?P<a>\d+(?:\.\d+)?)\s*(?P<ak>[kK])?\b"
+    r"|(?<![\d.])(?P<b>\d+(?:\.\d+)?)\s*(?P<bk>[kK])?[- ]?tokens?\s+(?:prompts?|context|inputs?))",
+    re.IGNORECASE,
+)
+_AGG_LINE = re.compile(r"\busec\b|perf_analyzer|Avg request latency|Request concurrency", re.IGNORECASE)
+
+
+def _ms(v: str, unit: str | None, ms_key: bool) -> tuple[float, bool]:
+    """The value in ms and whether the unit was assumed."""
+    if unit:
+        return to_ms(float(v), unit), False
+    if ms_key:
+        return float(v), False
+    return to_ms(float(v), "s"), True
+
+
+class TimingParser:
+    """Feed cleaned lines; ``records()`` gives everything recognised."""
+
+    def __init__(self) -> None:
+        self.stage_log = StageLog()
+        self.spans: dict[str, Series] = {}
+        self.calls: list[Call] = []
+        self.untagged = Series()
+        self.tables: list[Table] = []
+        self.usage = Usage()
+        self.prose_ttft = Series()
+        self.prose_prompt = Series()
+        self.unit_assumed = 0
+        self._pending_shapes: list[tuple[int, ...]] = []
+        self._context: deque[str] = deque(maxlen=CONTEXT_LINES)
+        self._table: Table | None = None
+        self._n = 0
+        self.lines = 0
+
+    # -- feeding ----------------------------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        self._n += 1
+        stripped = line.strip()
+        head = stripped[:1]
+        if head in ("|", "+"):
+            if _TABLE_ROW.match(line) or (self._table is not None and _TABLE_BORDER.match(line)):
+                self._table_line(stripped)
+                return
+            if head == "+" and _TABLE_BORDER.match(line):
+                self._table = Table([], [], list(self._context), self._n)
+                return
+        self._end_table()
+        if head == "{" and self._json(stripped):
+            return
+        if stripped:
+            self._context.append(stripped)
+        low = line.lower()
+        if "_tokens" in low:
+            self._usage(line)
+        if ("usec" in low or "latency" in low or "concurrency" in low) and _AGG_LINE.search(line):
+            return
+        shapes = self._shapes(line) if ("(" in line or "shape" in low or "len" in low or "batch" in low
+                                        or "bs" in low or "tokens" in low) else []
+        spanned = any(w in low for w in _SPAN_WORDS) and self._spans(line)
+        timed = spanned or (any(w in low for w in _TIMING_WORDS) and self._timing(line, shapes))
+        if shapes and not timed:
+            self._pending_shapes.extend(shapes)
+            del self._pending_shapes[:-16]
+        if any(w in low for w in _PROSE_WORDS):
+            self._prose(line, low)
+
+    def _shapes(self, line: str) -> list[tuple[int, ...]]:
+        out = []
+        for m in _SHAPE.finditer(line):
+            dims = tuple(int(d) for d in re.findall(r"\d+", m.group("a") or m.group("b") or m.group("c")))
+            if dims and all(d < 10**9 for d in dims) and len(dims) <= 8:
+                out.append(dims)
+        kv = tuple(int(m.group("n")) for m in _SIZE_KV.finditer(line))[:8]
+        if kv and all(d < 10**9 for d in kv):
+            out.append(kv)  # batch=4 seq_len=128: one input of 4 × 128
+        return out
+
+    def _timing(self, line: str, shapes: list[tuple[int, ...]]) -> bool:
+        for m in _TIMING.finditer(line):
+            if m.group("agg"):
+                continue
+            if m.group("sep").isspace() and not m.group("u"):
+                continue  # "took 3" without a unit or a colon is prose
+            ms, assumed = _ms(m.group("v"), m.group("u"), m.group("key").lower().endswith("_ms"))
+            if not math.isfinite(ms):
+                continue
+            call_shapes = shapes or self._pending_shapes
+            self._pending_shapes = []
+            if assumed:
+                self.unit_assumed += 1
+            if call_shapes and len(self.calls) < MAX_CALLS:
+                size = max(math.prod(s) for s in call_shapes)
+                self.calls.append(Call(size, ms, tuple(call_shapes), assumed))
+            else:
+                self.untagged.add(ms)
+            self.lines += 1
+            return True
+        return False
+
+    def _spans(self, line: str) -> bool:
+        """Stage spans on the line; True when there was one (then it is not a per-call timing)."""
+        m = _SPAN_NAMED.search(line)
+        if m and known_stage(m.group("stage")):
+            ms, assumed = _ms(m.group("v"), m.group("u"), bool(m.group("ms_key")))
+            self._span(normalize_stage(m.group("stage")), ms, assumed)
+            return True
+        found = False
+        for m in _SPAN.finditer(line):
+            if not (m.group("u") or m.group("ms_key")):
+                continue  # a stage word next to a bare number is prose, not a span
+            ms, assumed = _ms(m.group("v"), m.group("u"), bool(m.group("ms_key")))
+            self._span(normalize_stage(m.group("stage")), ms, assumed)
+            found = True
+        return found
+
+    def _span(self, stage: str, ms: float, assumed: bool) -> None:
+        if not math.isfinite(ms):
+            return
+        if stage not in self.spans:
+            self.spans[stage] = Series()
+        self.spans[stage].add(ms)
+        self.unit_assumed += assumed
+        self.lines += 1
+
+    def _usage(self, line: str) -> None:
+        fields: dict[str, int] = {}
+        for m in _USAGE_FIELDS.finditer(line):
+            fields.setdefault(m.group("k").lower(), int(m.group("v")))
+        if not fields:
+            return
+        read = next((v for k, v in fields.items() if k.startswith("cache_read")), None)
+        write = next((v for k, v in fields.items() if k.startswith(("cache_write", "cache_creation"))), None)
+        cached = fields.get("cached_tokens")
+        if read is not None or write is not None:
+            # Anthropic-style: input_tokens is the uncached, unwritten remainder
+            prompt = (read or 0) + (write or 0) + fields.get("input_tokens", 0)
+            hit = read or 0
+        elif "prompt_tokens" in fields:
+            prompt, hit = fields["prompt_tokens"], cached or 0
+        elif "input_tokens" in fields:
+            prompt, hit = fields["input_tokens"], cached or 0
+        else:
+            return
+        if cached is None and read is None and write is None:
+            # no cache field at all: the prompt length is known, the hit ratio is not
+            self.usage.per_line_prompt.add(float(prompt))
+            self.lines += 1
+            return
+        self.usage.lines += 1
+        self.usage.cached += hit
+        self.usage.prompt += prompt
+        self.usage.per_line_prompt.add(float(prompt))
+        self.lines += 1
+
+    def _prose(self, line: str, low: str) -> None:
+        if "ttft" in low or "first token" in low or "first-token" in low:
+            m = _PROSE_TTFT.search(line)
+            if m:
+                self.prose_ttft.add(to_ms(float(m.group("v")), m.group("u")))
+        if "token" in low or "k" in low:
+            m = _PROSE_PROMPT.search(line)
+            if m:
+                v = float(m.group("a") or m.group("b"))
+                k = m.group("ak") or m.group("bk")
+                tokens = v * 1000 if k else v
+                if 16 <= tokens <= 10_000_000:
+                    self.prose_prompt.add(tokens)
+
+    # -- JSON lines -------------------------------------------------------------------------
+
+    def _json(self, text: str) -> bool:
+        if "stages_ms" not in text and '"duration' not in text and "end_time" not in text:
+            return False
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            self.stage_log.bad_lines += 1
+            return "stages_ms" in text
+        if not isinstance(doc, dict):
+            return False
+        if isinstance(doc.get("stages_ms"), dict):
+            self._stage_record(doc)
+            return True
+        name = doc.get("name")
+        dur = _span_duration_ms(doc)
+        if isinstance(name, str) and dur is not None and known_stage(name):
+            self._span(normalize_stage(name), dur, False)
+            return True
+        return False
+
+    def _stage_record(self, doc: dict[str, object]) -> None:
+        log = self.stage_log
+        stages = doc["stages_ms"]
+        assert isinstance(stages, dict)
+        total = 0.0
+        for name, raw in stages.items():
+            v = _num(raw)
+            if v is None or v < 0:
+                continue
+            stage = normalize_stage(str(name))
+            series = log.stages.get(stage)
+            if series is None:
+                series = log.stages[stage] = Series()
+            series.add(v)
+            log.stage_totals[stage] = log.stage_totals.get(stage, 0.0) + v
+            total += v
+        e2e = _num(doc.get("e2e_ms"))
+        e2e = e2e if e2e is not None and e2e >= total * 0.5 else total
+        log.e2e.add(e2e)
+        log.e2e_total += e2e
+        for key, series in (("ttft_ms", log.ttft), ("input_tokens", log.input_tokens),
+                            ("output_tokens", log.output_tokens), ("batch_size", log.batch)):
+            v = _num(doc.get(key))
+            if v is not None:
+                series.add(v)
+        ts = _num(doc.get("ts"))
+        if ts is not None:
+            log.ts_min, log.ts_max = min(log.ts_min, ts), max(log.ts_max, ts)
+        status = doc.get("status")
+        if isinstance(status, str) and status.lower() not in ("ok", "success", "200"):
+            log.errors += 1
+        log.requests += 1
+        self.lines += 1
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def _table_line(self, stripped: str) -> None:
+        if self._table is None:
+            self._table = Table([], [], list(self._context), self._n)
+        if _TABLE_BORDER.match(stripped):
+            return
+        cells = [c.strip() for c in stripped.strip("|").split("|")]
+        if not self._table.header:
+            self._table.header = cells
+        elif len(self._table.rows) < 200:
+            self._table.rows.append(cells)
+
+    def _end_table(self) -> None:
+        t = self._table
+        if t is None:
+            return
+        self._table = None
+        if t.header and t.rows and len(self.tables) < MAX_TABLES:
+            self.tables.append(t)
+            self.lines += 1 + len(t.rows)
+
+    def records(self) -> TimingRecords:
+        self._end_table()
+        return TimingRecords(self.stage_log, self.spans, self.calls, self.untagged, self.tables, self.usage,
+                             self.prose_ttft, self.prose_prompt, self.unit_assumed)
+
+
+def _num(raw: object) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    return float(raw) if math.isfinite(raw) else None
+
+
+def _span_duration_ms(doc: dict[str, object]) -> float | None:
+    for key, scale in (("duration_ms", 1.0), ("duration_us", 1e-3), ("duration_ns", 1e-6), ("duration", 1.0)):
+        v = _num(doc.get(key))
+        if v is not None:
+            return v * scale
+    start, end = _num(doc.get("start_time")), _num(doc.get("end_time"))
+    if start is not None and end is not None and end >= start:
+        span = end - start
+        # OpenTelemetry exports nanoseconds since the epoch; others seconds
+        return span * 1e-6 if start > 1e15 else span * 1000.0
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis: the engine-rebuild signature
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpikeStats:
+    calls: int
+    extreme_calls: int  # after the first call: a new minimum or maximum of the input size
+    spike_calls: int  # after the first call: ≥ spike_factor × the median latency
+    new_extreme_spikes: int
+    first_ms: float
+    median_ms: float
+    extreme_median_ms: float | None
+    in_range_median_ms: float | None
+    extreme_time_share: float  # share of all call time spent in the first call and new-extreme calls
+    unit_assumed: bool
+    sizes_seen: tuple[int, int]
+    min_shape: tuple[int, ...] = ()  # the largest input of the smallest call
+    max_shape: tuple[int, ...] = ()  # the largest input of the largest call
+
+    @property
+    def spike_on_extreme_ratio(self) -> float | None:
+        return self.new_extreme_spikes / self.spike_calls if self.spike_calls else None
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def shape_spikes(calls: list[Call], spike_factor: float = 3.0) -> SpikeStats | None:
+    """Latency spikes against new input-size extremes (the first call is the initial build)."""
+    if len(calls) < 3:
+        return None
+    lo = hi = calls[0].size
+    median = _median([c.ms for c in calls])
+    extreme_ms: list[float] = []
+    in_range_ms: list[float] = []
+    spikes = both = 0
+    for c in calls[1:]:
+        extreme = c.size < lo or c.size > hi
+        lo, hi = min(lo, c.size), max(hi, c.size)
+        spike = median > 0 and c.ms >= spike_factor * median
+        spikes += spike
+        both += spike and extreme
+        (extreme_ms if extreme else in_range_ms).append(c.ms)
+    total = sum(c.ms for c in calls)
+    share = (calls[0].ms + sum(extreme_ms)) / total if total > 0 else 0.0
+    return SpikeStats(
+        calls=len(calls),
+        extreme_calls=len(extreme_ms),
+        spike_calls=spikes,
+        new_extreme_spikes=both,
+        first_ms=calls[0].ms,
+        median_ms=median,
+        extreme_median_ms=_median(extreme_ms) if extreme_ms else None,
+        in_range_median_ms=_median(in_range_ms) if in_range_ms else None,
+        extreme_time_share=share,
+        unit_assumed=any(c.unit_assumed for c in calls),
+        sizes_seen=(lo, hi),
+        min_shape=_largest(min(calls, key=lambda c: c.size)),
+        max_shape=_largest(max(calls, key=lambda c: c.size)),
+    )
+
+
+def _largest(c: Call) -> tuple[int, ...]:
+    return max(c.shapes, key=math.prod) if c.shapes else ()
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis: tables
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellValue:
+    value: float  # the representative value (median if given, else mean of a range, else the number)
+    low: float
+    high: float
+    unit: str  # "ms", "s", "%", "fps", "" …
+    approx: bool = False
+
+
+_NUM = r"(?<![\d.,])[-−]?\d+(?:[.,]\d+)?"
+_CELL_MMM = re.compile(rf"min\s*(?P<lo>{_NUM}).{{0,40}}?med(?:ian)?\s*(?P<med>{_NUM}).{{0,40}}?max\s*(?P<hi>{_NUM})",
+                       re.I)
+_CELL_RANGE = re.compile(rf"(?P<lo>{_NUM})\s*(?:–|—|-|to|~)\s*(?P<hi>{_NUM})")
+_CELL_ONE = re.compile(rf"(?P<approx>[~≈]\s*)?(?P<v>{_NUM})")
+_CELL_UNIT = re.compile(rf"(?P<u>%|fps|it/s|req/s|rps|tok/s|tokens/s|{TIME_UNIT})$", re.I)
+
+
+def _f(s: str) -> float:
+    return float(s.replace("−", "-").replace(",", "."))
+
+
+def parse_cell(cell: str) -> CellValue | None:
+    text = " ".join(re.sub(r"[*_`]", "", cell).split())
+    if not text or not re.search(r"\d", text) or len(text) > 200:
+        return None
+    um = _CELL_UNIT.search(text)
+    unit = um.group("u").lower() if um else ""
+    m = _CELL_MMM.search(text)
+    if m:
+        return CellValue(_f(m.group("med")), _f(m.group("lo")), _f(m.group("hi")), unit)
+    m = _CELL_RANGE.fullmatch(re.sub(rf"(?:{TIME_UNIT}|%)$", "", text, flags=re.I).rstrip())
+    if m:
+        lo, hi = _f(m.group("lo")), _f(m.group("hi"))
+        return CellValue((lo + hi) / 2, lo, hi, unit)
+    m = _CELL_ONE.search(text)
+    if m and re.fullmatch(rf"[~≈]?\s*[+]?{_NUM}\s*(?:%|fps|it/s|req/s|rps|tok/s|tokens/s|x|×|{TIME_UNIT})?", text,
+                          re.I):
+        v = _f(m.group("v"))
+        return CellValue(v, v, v, unit, bool(m.group("approx")))
+    return None
+
+
+@dataclass(frozen=True)
+class StageRow:
+    stage: str
+    label: str
+    ms: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class StageTable:
+    rows: tuple[StageRow, ...]
+    total_ms: float | None
+    total_label: str
+    total_is_ttft: bool
+
+
+@dataclass(frozen=True)
+class VariantTable:
+    stage: str  # the stage the variants differ in
+    slow_label: str
+    fast_label: str
+    slow_ms: float
+    fast_ms: float
+    from_fps: bool
+    evidence_words: tuple[str, ...]
+
+    @property
+    def delta_share(self) -> float:
+        return (self.slow_ms - self.fast_ms) / self.slow_ms if self.slow_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ConditionTable:
+    metric: str  # normalised stage/metric name of the timed column: queue, ttft, e2e, …
+    prompt_length_ratio: float | None
+    concurrency_ratio: float | None
+    long_value_ms: float | None
+    long_max_ms: float | None
+    short_max_ms: float | None
+    rows: int
+
+
+_STAGE_HEADERS = re.compile(r"^(?:stage|phase|step|component|span|segment|part|breakdown|where)s?$", re.I)
+_MS_HEADER = re.compile(r"\bms\b|millisec|\btime\b|latency|duration|\(s\)|seconds|\bsec\b", re.I)
+_SHARE_HEADER = re.compile(r"share|%|percent|fraction|of total|ratio", re.I)
+_FPS_HEADER = re.compile(r"\bfps\b|frames?/s|it/s|throughput|img/s|images/s|req/s|rps", re.I)
+_PER_ITEM_MS = re.compile(r"ms\s*/\s*(?:frame|image|img|item|request|req|batch|call|sample)|latency|\bms\b", re.I)
+_DELTA_ROW = re.compile(r"^(?:Δ|delta|diff|difference|change|speed-?up|improvement|gain|ratio)\b", re.I)
+_TOTAL_ROW = re.compile(r"^(?:total|sum|overall|e2e|end[- ]to[- ]end|all)\b", re.I)
+_TTFT_LABEL = re.compile(r"first\w*(?:event|token|byte|chunk)|\bttft\b|time[- _]?to[- _]?first", re.I)
+_CONDITION_WORDS = re.compile(
+    r"\bload\b|concurren|\bc\s*=\s*\d|\bidle\b|sequential|prompts?\b|requests?\b|\bbatch|\bqps\b|\brps\b|"
+    r"input len|context", re.I)
+_METRIC_HEADERS = re.compile(r"queue|ttft|first token|latency|e2e|itl|tpot|prefill|decode|wait", re.I)
+
+_VARIANT_STAGE_WORDS: dict[str, re.Pattern[str]] = {
+    "preprocess": re.compile(
+        r"pre[- _]?process\w*|\bresiz\w*|normali[sz]\w*|\bPIL\b|pillow|opencv|\bcv2\b|torchvision\.transforms|"
+        r"letterbox|image decod\w*|jpeg|tokeni[sz]\w*", re.I),
+    "h2d": re.compile(r"\bh2d\b|host[- ]to[- ]device|pinned|pin_memory|memcpy|\bcopies\b|\bcopy\b|transfers?", re.I),
+    "postprocess": re.compile(r"post[- _]?process\w*|\bnms\b|detokeni[sz]\w*", re.I),
+}
+_CPU_PATH = re.compile(r"\bPIL\b|pillow|\bcpu\b|numpy|opencv|\bcv2\b|reference|baseline|before|=\s*false|\boff\b", re.I)
+_GPU_PATH = re.compile(r"\bgpu\b|cuda|triton|kernel|dali|nvjpeg|=\s*true|\bon\b|after|fast", re.I)
+
+
+def _concurrency(text: str) -> float | None:
+    m = re.search(r"\bc\s*=\s*(\d+)|(\d+)\s+concurren\w*|concurren\w*\s*[:=]?\s*(\d+)", text, re.I)
+    if m:
+        return float(next(g for g in m.groups() if g))
+    if re.search(r"\bidle\b|sequential|single request|one at a time", text, re.I):
+        return 1.0
+    return None
+
+
+def _prompt_class(text: str) -> tuple[str | None, float | None]:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([kK])?[- ]?tokens?", text)
+    tokens = None
+    if m:
+        tokens = float(m.group(1)) * (1000 if m.group(2) else 1)
+    if tokens is not None and tokens >= 1000:
+        return "long", tokens
+    if tokens is not None and tokens <= 256:
+        return "short", tokens
+    if re.search(r"\blong(?:er)?\s+(?:prompts?|context|inputs?)", text, re.I):
+        return "long", tokens
+    if re.search(r"\bshort(?:er)?\s+(?:prompts?|inputs?)", text, re.I):
+        return "short", tokens
+    return None, tokens
+
+
+def _cell_ms(cell: CellValue, header: str) -> float:
+    unit = cell.unit if cell.unit not in ("", "%") else ("s" if re.search(r"\(s\)|seconds|\bsec\b", header, re.I)
+                                                          else "ms")
+    return to_ms(cell.value, unit, "ms")
+
+
+def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None:
+    """What one table says about timing, or None when it is not a timing table."""
+    header = [clean_label(h) for h in t.header]
+    if len(header) < 2 or not t.rows:
+        return None
+    rows = [(r + [""] * len(header))[: len(header)] for r in t.rows]
+    labels = [clean_label(r[0]) for r in rows]
+    first = header[0]
+    if _STAGE_HEADERS.match(first):
+        return _stage_table(header, rows, labels)
+    fps_cols = [i for i, h in enumerate(header) if i and _FPS_HEADER.search(h)]
+    ms_cols = [i for i, h in enumerate(header) if i and _PER_ITEM_MS.search(h)]
+    body = [(lab, r) for lab, r in zip(labels, rows, strict=True) if not _DELTA_ROW.match(lab)]
+    if (fps_cols or ms_cols) and not any(_CONDITION_WORDS.search(lab) for lab, _ in body) and len(body) >= 2:
+        got = _variant_table(header, body, fps_cols, ms_cols, t.context)
+        if got is not None:
+            return got
+    metric_cols = [i for i, h in enumerate(header) if i and (_METRIC_HEADERS.search(h) or _MS_HEADER.search(h))]
+    if metric_cols and (re.search(r"load|concurren|condition|scenario|setup|workload", first, re.I)
+                        or sum(bool(_CONDITION_WORDS.search(" ".join(r))) for r in rows) >= 2):
+        return _condition_table(header, rows, metric_cols[-1])
+    if sum(known_stage(lab) is not None for lab in labels) >= 2 and ms_cols:
+        return _stage_table(header, rows, labels)
+    return None
+
+
+def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) -> StageTable | None:
+    ms_col = next((i for i, h in enumerate(header) if i and _MS_HEADER.search(h) and not _SHARE_HEADER.search(h)),
+                  None)
+    share_col = next((i for i, h in enumerate(header) if i and _SHARE_HEADER.search(h)), None)
+    if ms_col is None:
+        ms_col = next((i for i in range(1, len(header)) if any(
+            (c := parse_cell(r[i])) is not None and c.unit not in ("%",) for r in rows)), None)
+    if ms_col is None:
+        return None
+    out: list[StageRow] = []
+    total_ms: float | None = None
+    total_label = ""
+    for lab, r in zip(labels, rows, strict=True):
+        cell = parse_cell(r[ms_col])
+        if cell is None:
+            continue
+        ms = _cell_ms(cell, header[ms_col])
+        share = None
+        if share_col is not None:
+            sc = parse_cell(r[share_col])
+            if sc is not None:
+                share = sc.value / 100.0 if (sc.unit == "%" or sc.value > 1.0) else sc.value
+        has_shares = share_col is not None and any(parse_cell(x[share_col]) for x in rows)
+        if _TOTAL_ROW.match(lab) or (has_shares and share is None and _TTFT_LABEL.search(r[0])):
+            total_ms, total_label = ms, lab
+            continue
+        out.append(StageRow(normalize_stage(lab), lab, ms, share))
+    if len(out) < 2 and total_ms is None:
+        return None
+    return StageTable(tuple(out), total_ms, total_label, bool(total_label and _TTFT_LABEL.search(total_label)))
+
+
+def _variant_table(header: list[str], body: list[tuple[str, list[str]]], fps_cols: list[int],
+                   ms_cols: list[int], context: list[str]) -> VariantTable | None:
+    variants: list[tuple[str, float, bool]] = []
+    for lab, r in body:
+        ms: float | None = None
+        from_fps = False
+        for i in ms_cols:
+            c = parse_cell(r[i])
+            if c is not None and c.value > 0:
+                ms = _cell_ms(c, header[i])
+                break
+        if ms is None:
+            for i in fps_cols:
+                c = parse_cell(r[i])
+                if c is not None and c.value > 0 and c.unit != "%":
+                    ms, from_fps = 1000.0 / c.value, True
+                    break
+        if ms is not None:
+            variants.append((lab, ms, from_fps))
+    if len(variants) < 2:
+        return None
+    slow = max(variants, key=lambda v: v[1])
+    fast = min(variants, key=lambda v: v[1])
+    if slow[1] <= fast[1]:
+        return None
+    text = "\n".join([*context, slow[0], fast[0]])
+    hits = {stage: rx.findall(text) for stage, rx in _VARIANT_STAGE_WORDS.items()}
+    ranked = sorted(hits.items(), key=lambda kv: -len(kv[1]))
+    stage, words = ranked[0]
+    runner_up = len(ranked[1][1]) if len(ranked) > 1 else 0
+    if len(words) < 2 or len(words) <= runner_up:
+        return None
+    if stage == "preprocess" and _GPU_PATH.search(slow[0]) and _CPU_PATH.search(fast[0]) \
+            and not _CPU_PATH.search(slow[0]):
+        return None  # the slow variant is the GPU path: nothing says the CPU is the problem
+    return VariantTable(stage, slow[0], fast[0], slow[1], fast[1], slow[2] or fast[2],
+                        tuple(dict.fromkeys(w.lower() for w in words)))
+
+
+def _condition_table(header: list[str], rows: list[list[str]], col: int) -> ConditionTable | None:
+    metric = header[col]
+    name = "ttft" if re.search(r"ttft|first token", metric, re.I) else normalize_stage(metric)
+    if re.search(r"\be2e\b|end[- ]to[- ]end|^latency$", metric, re.I):
+        name = "e2e"
+    parsed = []
+    for r in rows:
+        cell = parse_cell(r[col])
+        if cell is None:
+            continue
+        desc = " ".join(c for i, c in enumerate(r) if i != col)
+        desc_cols = " ".join(f"{header[i]} {c}" for i, c in enumerate(r) if i != col)
+        pclass, _tokens = _prompt_class(desc_cols)
+        conc = _concurrency(desc)
+        if conc is None:
+            for i, h in enumerate(header):
+                if i != col and re.search(r"concurren", h, re.I):
+                    m = re.match(r"\s*(\d+)", r[i])
+                    conc = float(m.group(1)) if m else None
+        high = CellValue(cell.high, cell.high, cell.high, cell.unit)
+        parsed.append((pclass, conc, _cell_ms(cell, metric), _cell_ms(high, metric)))
+    if len(parsed) < 2:
+        return None
+    longs = [p for p in parsed if p[0] == "long"]
+    shorts = [p for p in parsed if p[0] != "long"] if longs else [p for p in parsed if p[0] == "short"]
+    ratio = None
+    long_v = long_max = short_max = None
+    if longs and shorts:
+        long_v = _median([p[2] for p in longs])
+        long_max = max(p[3] for p in longs)
+        short_max = max(p[3] for p in shorts)
+        base = max(p[2] for p in shorts)
+        ratio = long_v / base if base > 0 else math.inf
+    conc_ratio = None
+    pool = shorts if shorts else parsed
+    with_c = [p for p in pool if p[1] is not None]
+    if len({p[1] for p in with_c}) >= 2:
+        lo = min(with_c, key=lambda p: (p[1], p[2]))
+        hi = max(with_c, key=lambda p: (p[1], p[2]))
+        if lo[2] > 0:
+            conc_ratio = hi[2] / lo[2]
+    if ratio is None and conc_ratio is None:
+        return None
+    return ConditionTable(name, ratio, conc_ratio, long_v, long_max, short_max, len(parsed))

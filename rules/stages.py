@@ -1,0 +1,249 @@
+"""Rules over per-stage timings that are not about prefill: where the request's time goes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from rules.base import Rule, bar, pct, present, severity_for
+
+# the category a stage's time belongs to
+STAGE_CATEGORY: dict[str, Category] = {
+    "queue": Category.QUEUEING,
+    "preprocess": Category.CPU_PREPROCESSING,
+    "postprocess": Category.CPU_PREPROCESSING,
+    "h2d": Category.PCIE_TRANSFER,
+    "d2h": Category.PCIE_TRANSFER,
+    "prefill": Category.PREFILL_TTFT,
+    "compute": Category.GPU_COMPUTE,
+    "decode": Category.GPU_COMPUTE,
+}
+
+
+def _ms(x: float) -> str:
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
+
+
+def _confidence(ev: EvidenceSet, key: str) -> Confidence:
+    got = ev.get(key)
+    if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
+        return Confidence.THIN
+    return Confidence.MEASURED
+
+
+class PreprocessDominatesLatency(Rule):
+    """Pre-processing takes a large share of each request's latency.
+
+    What it detects: the ``preprocess`` stage (decode, resize, normalise, tokenise, parse) is a
+    large share of end-to-end time, from a stage-timing log, a stage table, spans, or a before/after
+    comparison where only the pre-processing path changed (its delta is a measured lower bound).
+
+    Why it matters: pre-processing usually runs on the CPU in the request path, serialised behind
+    the GIL, while the accelerator waits; a faster GPU or model changes nothing.
+
+    How it decides: ``stage.preprocess.share`` is at least ``min_share``. Impact is the share.
+
+    Evidence: stage.preprocess.share; optionally stage.preprocess_ms.p50, stage.preprocess_ms.mean,
+    stage.preprocess_ms.p99, latency.e2e_ms.mean, latency.e2e_ms.p50, compare.speedup_ratio,
+    cpu.preprocess_share.
+
+    Fix: move the work to the GPU (a fused kernel, ``torchvision.io.decode_jpeg(device='cuda')``,
+    DALI), a process pool, or a faster library; batch it; cache it.
+
+    False positives: a pipeline whose pre-processing is already on the GPU shows up here when the
+    stage is named ``preprocess``; the fix then is kernel fusion, not moving work off the CPU.
+    """
+
+    code = "STG001"
+    name = "preprocess-dominates-latency"
+    category = Category.CPU_PREPROCESSING
+    requires = ("stage.preprocess.share",)
+    optional = (
+        "stage.preprocess_ms.p50", "stage.preprocess_ms.mean", "stage.preprocess_ms.p99", "latency.e2e_ms.p50",
+        "latency.e2e_ms.mean", "compare.speedup_ratio", "cpu.preprocess_share",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.2  # a fifth of every request spent preparing inputs is more than a GPU pipeline needs
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = ev.value("stage.preprocess.share", 0.0) or 0.0
+        if share < t.min_share:
+            return None
+        got = ev.get("stage.preprocess.share")
+        detail = got.detail if isinstance(got, Evidence) else ""
+        lower = detail.startswith("lower bound")
+        ms = ev.value("stage.preprocess_ms.p50") or ev.value("stage.preprocess_ms.mean")
+        e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
+        msg = f"Pre-processing is {'at least ' if lower else ''}{pct(share)} of end-to-end latency"
+        if ms is not None and e2e is not None:
+            msg += f" ({'≥ ' if lower else ''}{_ms(ms)} of {_ms(e2e)} per item)"
+        msg += "."
+        if lower:
+            msg += f" Measured as a before/after delta: {detail.removeprefix('lower bound: ')}."
+        speed = ev.value("compare.speedup_ratio")
+        if speed is not None and lower:
+            msg += f" The faster path is {speed:.2f}× the throughput."
+        return self.finding(
+            severity=severity_for(share),
+            confidence=_confidence(ev, "stage.preprocess.share"),
+            title="Pre-processing is a large share of latency",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"preprocess |{bar(share)}| {pct(share)}{' (lower bound)' if lower else ''}",
+            fixes=[
+                Fix(
+                    "Take pre-processing off the CPU request path",
+                    ("Do resize/normalise as one fused GPU op (a Triton/CUDA kernel or torch ops on the device); "
+                     "decode JPEG on the GPU with torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI",
+                     "Or run it in a process pool / DataLoader workers so it overlaps the model"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix(
+                    "Make the CPU path cheaper",
+                    ("Replace PIL with pillow-simd or OpenCV (cv2.resize with INTER_LINEAR)",
+                     "Resize once to the model's input size; avoid float64 and per-pixel Python loops"),
+                    Risk.SAFE,
+                ),
+            ],
+        )
+
+
+class TransferDominatesLatency(Rule):
+    """Host↔device copies take a large share of each request's latency.
+
+    What it detects: the ``h2d`` and ``d2h`` stages together are a large share of end-to-end time.
+
+    Why it matters: copies from pageable memory are slow and synchronous; redundant round trips
+    (device → host → device) double them; the GPU idles while they run.
+
+    How it decides: ``stage.h2d.share`` + ``stage.d2h.share`` is at least ``min_share``.
+
+    Evidence: stage.h2d.share or stage.d2h.share; optionally stage.h2d_ms.p50, stage.d2h_ms.p50,
+    latency.e2e_ms.p50.
+
+    Fix: pinned memory (``pin_memory=True``, ``tensor.pin_memory()``) and ``non_blocking=True``;
+    keep data on the device between stages (ONNX Runtime I/O binding); copy once, in bulk.
+
+    False positives: large outputs that must come back to the host (images, embeddings) are real
+    work; the fix then is to shrink them (fp16, compression) rather than to avoid the copy.
+    """
+
+    code = "STG002"
+    name = "transfer-dominates-latency"
+    category = Category.PCIE_TRANSFER
+    requires = ()
+    requires_any = (("stage.h2d.share",), ("stage.d2h.share",))
+    optional = ("stage.h2d.share", "stage.d2h.share", "stage.h2d_ms.p50", "stage.d2h_ms.p50", "latency.e2e_ms.p50")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.2  # copies above a fifth of latency: the link, not the model, sets the pace
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        h2d = ev.value("stage.h2d.share", 0.0) or 0.0
+        d2h = ev.value("stage.d2h.share", 0.0) or 0.0
+        share = h2d + d2h
+        if share < t.min_share:
+            return None
+        return self.finding(
+            severity=severity_for(share),
+            confidence=_confidence(ev, "stage.h2d.share" if h2d >= d2h else "stage.d2h.share"),
+            title="Host↔device copies are a large share of latency",
+            message=(f"Copies take {pct(share)} of end-to-end latency (host→device {pct(h2d)}, device→host "
+                     f"{pct(d2h)})."),
+            impact=share,
+            evidence=present(ev, *self.optional),
+            why=f"h2d |{bar(h2d)}| {pct(h2d)}\nd2h |{bar(d2h)}| {pct(d2h)}",
+            fixes=[
+                Fix("Copy from pinned memory, asynchronously",
+                    ("DataLoader(pin_memory=True) or tensor.pin_memory(); .to('cuda', non_blocking=True)",),
+                    Risk.SAFE),
+                Fix("Keep data on the device",
+                    ("ONNX Runtime: bind inputs/outputs on the device (io_binding) so nothing round-trips",
+                     "Do pre/post-processing on the GPU so only the final result is copied back"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+class StageDominatesTail(Rule):
+    """One stage accounts for most of the gap between median and tail latency.
+
+    What it detects: p99 latency well above p50, and one stage whose own p99 − p50 spread explains
+    most of that gap.
+
+    Why it matters: the tail is what users and SLOs see; it usually has one cause (queueing
+    bursts, a slow pre-processing path for large inputs, recompiles), and per-stage percentiles name
+    it directly.
+
+    How it decides: ``latency.e2e_ms.p99`` is at least ``min_tail_ratio`` × ``latency.e2e_ms.p50``,
+    and a stage's ``stage.<s>_ms.p99 − stage.<s>_ms.p50`` is at least ``min_explained`` of the
+    end-to-end gap. The finding takes that stage's category (queue → queueing, preprocess →
+    cpu_preprocessing, h2d/d2h → pcie_transfer, prefill → prefill_ttft, compute/decode →
+    gpu_compute). Impact is the tail gap's share of p99 times the explained share.
+
+    Evidence: latency.e2e_ms.p50, latency.e2e_ms.p99, stage.<s>_ms.p50 and stage.<s>_ms.p99 of the
+    stages above.
+
+    Fix: depends on the stage; the finding names it and the matching rule's fix applies.
+
+    False positives: stage spreads do not add up exactly (the slowest requests of each stage need
+    not be the same requests); with few requests p99 is one request.
+    """
+
+    code = "STG003"
+    name = "stage-dominates-tail"
+    category = Category.QUEUEING  # the actual category is the dominating stage's
+    requires = ("latency.e2e_ms.p50", "latency.e2e_ms.p99")
+    optional = ("requests.count",)
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_tail_ratio: float = 2.0  # p99 at least twice p50: the tail is a problem of its own
+        min_explained: float = 0.5  # one stage explains at least half of the gap
+        min_requests: float = 20  # fewer requests make p99 a single request
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        p50 = ev.value("latency.e2e_ms.p50", 0.0) or 0.0
+        p99 = ev.value("latency.e2e_ms.p99", 0.0) or 0.0
+        n = ev.value("requests.count")
+        if p50 <= 0 or p99 < t.min_tail_ratio * p50 or (n is not None and n < t.min_requests):
+            return None
+        gap = p99 - p50
+        best: tuple[float, str] | None = None
+        for stage in STAGE_CATEGORY:
+            s50, s99 = ev.value(f"stage.{stage}_ms.p50"), ev.value(f"stage.{stage}_ms.p99")
+            if s50 is None or s99 is None:
+                continue
+            explained = (s99 - s50) / gap
+            if best is None or explained > best[0]:
+                best = (explained, stage)
+        if best is None or best[0] < t.min_explained:
+            return None
+        explained, stage = best
+        explained = min(1.0, explained)
+        impact = (gap / p99) * explained
+        category = STAGE_CATEGORY[stage]
+        s50, s99 = ev.value(f"stage.{stage}_ms.p50") or 0.0, ev.value(f"stage.{stage}_ms.p99") or 0.0
+        finding = self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.MEASURED if n is None or n >= 100 else Confidence.THIN,
+            title=f"The {stage} stage makes the latency tail",
+            message=(f"p99 latency is {_ms(p99)} against a median of {_ms(p50)}; the {stage} stage goes from "
+                     f"{_ms(s50)} at p50 to {_ms(s99)} at p99, {pct(explained)} of that gap."),
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional, f"stage.{stage}_ms.p50", f"stage.{stage}_ms.p99"),
+            why=f"{stage} |{bar(explained)}| {pct(explained)} of the p99-p50 gap",
+            fixes=[Fix(f"Fix the {stage} stage's slow cases first",
+                       (f"See the findings of category {category.value} for the concrete change",
+                        f"Compare the slowest requests' {stage} time with their inputs (size, length) to find the "
+                        "trigger"), Risk.SAFE)],
+        )
+        return dataclasses.replace(finding, category=category)
+
+
+RULES: tuple[type[Rule], ...] = (PreprocessDominatesLatency, TransferDominatesLatency, StageDominatesTail)

@@ -1,0 +1,97 @@
+"""torch.compile logs → compile.* evidence: recompiles, grouped guard failures, the limit, graph breaks."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.compile_log import CompileLogSource
+from collectors.compile_log import CompileLogParser, classify_reason
+from collectors.logtext import clean_lines
+from tests.conftest import DATA
+
+
+def _source(name: str) -> CompileLogSource:
+    src = CompileLogSource()
+    with open(os.path.join(DATA, "compile_logs", name), encoding="utf-8") as fh:
+        for line in clean_lines(fh.readlines()):
+            src.feed(line)
+    return src
+
+
+def _ev(name: str) -> dict[str, object]:
+    return {e.key: e.value for e in _source(name).evidence(name)}
+
+
+def test_guard_reasons_in_every_form() -> None:
+    assert classify_reason("tensor 'L['x']' size mismatch at index 0. expected 4, actual 8") == (
+        "x", "size", 0, ("4", "8"))
+    assert classify_reason("tensor 'x' dtype mismatch. expected Float, actual Half") == (
+        "x", "dtype", None, ("Float", "Half"))
+    assert classify_reason("L['x'].size()[1] == 128") == ("x", "size", 1, ("128",))
+    assert classify_reason("Ne(L['x'].size()[0], 1)") == ("x", "size", 0, ("1",))
+    assert classify_reason("L['n_tokens'] == 128") == ("n_tokens", "value", None, ("128",))
+    assert classify_reason("len(L['args']) == 2") == ("args", "len", None, ("2",))
+    assert classify_reason("___check_obj_id(L['self'].training, 7636)")[1] == "id"
+    assert classify_reason("GLOBAL_STATE changed: grad_mode ")[1] == "global_state"
+
+
+def test_glog_recompiles_with_limit() -> None:
+    ev = _ev("recompiles_glog_batch_size_varies.txt")
+    assert ev["compile.recompiles"] == 8  # compile id [0/8] on the limit line
+    assert ev["compile.limit_hit"] == 1 and ev["compile.recompile_limit"] == 8
+    reasons = ev["compile.recompile_reasons"]
+    assert isinstance(reasons, list)
+    top = reasons[0]
+    assert (top["input"], top["kind"], top["dim"]) == ("x", "size", 1)
+    assert top["count"] == 4 and "1536" in top["values"] and "128" in top["values"]
+    assert any(r["input"] == "n_tokens" and r["kind"] == "value" for r in reasons)
+    rate = ev["compile.recompile_rate_per_min"]
+    assert isinstance(rate, float) and rate > 1.0
+
+
+def test_old_format() -> None:
+    ev = _ev("recompiles_torch2_1_old_format.txt")
+    assert ev["compile.recompiles"] == 2 and ev["compile.limit_hit"] == 0
+    kinds = {(r["input"], r["kind"]) for r in ev["compile.recompile_reasons"]}  # type: ignore[attr-defined]
+    assert kinds == {("input_ids", "size"), ("input_ids", "dtype")}
+
+
+def test_recompile_limit_exceeded_under_fullgraph() -> None:
+    src = _source("recompile_limit_exceeded_fullgraph.txt")
+    ev = {e.key: e for e in src.evidence("t")}
+    assert ev["compile.limit_hit"].value == 1
+    assert ev["compile.recompile_limit"].value == 8
+    assert ev["compile.fullgraph_failure"].value == 1
+    assert ev["compile.recompiles"].detail.startswith("at least")
+    assert src.problems()
+
+
+def test_graph_breaks_counted_once_each() -> None:
+    ev = _ev("graph_breaks_only.txt")
+    assert ev["compile.graph_breaks"] == 2
+    assert "compile.recompiles" not in ev
+
+
+def test_progress_counters_are_not_compile_ids() -> None:
+    p = CompileLogParser()
+    for line in ["[1/3] Building CXX object", "[2/3] Linking", "step [5/10] loss=0.3"]:
+        p.feed(line)
+    assert not p.matched()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+    st.text(max_size=200),
+    st.sampled_from(["Recompiling function forward in /a.py:1", "    triggered by the following guard failure(s):",
+                     "    - 0/0: tensor 'L['x']' size mismatch at index 0. expected 4, actual",
+                     "torch._dynamo hit config.recompile_limit (", "Graph break in user code at"])), max_size=40))
+def test_fuzz_never_raises(lines: list[str]) -> None:
+    src = CompileLogSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    if src.matched():
+        src.evidence("fuzz")
+    src.problems()

@@ -1,0 +1,105 @@
+"""OOM samples end to end: each of the four causes told apart, one cause per incident, with numbers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from analyzer import loose
+from analyzer.model import Category, EvidenceSet, Finding, Severity
+from rules.engine import run_rules
+from rules.registry import RULES
+from tests.conftest import DATA
+
+
+def _findings(folder: str, name: str) -> list[Finding]:
+    res = loose.analyze_path(os.path.join(DATA, folder, name))
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    return list(findings)
+
+
+def _real(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity is not Severity.INFO]
+
+
+@pytest.mark.parametrize(("name", "code", "category"), [
+    ("oom_weights_legacy_message_layer_init_llama70b.txt", "MEM001", Category.OOM_WEIGHTS),
+    ("oom_weights_qwen72b_eight_gpus_no_tp.txt", "MEM001", Category.OOM_WEIGHTS),
+    ("oom_weights_npu_legacy_from_pretrained.txt", "MEM001", Category.OOM_WEIGHTS),
+    ("oom_peak_serving_engine_loop_high_gpu_util.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_peak_profile_run_prose_no_message.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_framework_tgi_prefill_warmup.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_framework_vllm_kv_cache_too_small.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_fragmentation_torch2_4_serving.txt", "MEM003", Category.OOM_FRAGMENTATION),
+    ("oom_external_other_process_torch2_4.txt", "MEM004", Category.OOM_EXTERNAL),
+    ("oom_external_vllm_startup_check.txt", "MEM004", Category.OOM_EXTERNAL),
+    ("oom_fragmentation_reported_in_prose_npu.txt", "MEM005", Category.OOM_FRAGMENTATION),
+    ("oom_fragmentation_reported_startup_mxfp4.txt", "MEM005", Category.OOM_FRAGMENTATION),
+])
+def test_one_cause_per_oom(name: str, code: str, category: Category) -> None:
+    real = _real(_findings("oom", name))
+    mem = [f for f in real if f.code.startswith("MEM")]
+    assert [f.code for f in mem] == [code], [(f.code, f.message) for f in mem]
+    assert real[0].category is category
+
+
+def test_weights_message_names_the_missing_tensor_parallelism() -> None:
+    (f,) = _real(_findings("oom", "oom_weights_qwen72b_eight_gpus_no_tp.txt"))
+    assert "8 GPUs are available but tensor parallelism is 1" in f.message
+    assert "134.11 GiB" in f.message and "79.33 GiB" in f.message
+    assert any("--tensor-parallel-size 4" in s for fx in f.fixes for s in fx.steps)
+
+
+def test_peak_message_rules_out_fragmentation_with_the_numbers() -> None:
+    (f,) = _real(_findings("oom", "oom_peak_serving_engine_loop_high_gpu_util.txt"))
+    assert "612 MiB" in f.message and "not fragmentation" in f.message
+    assert "gpu_memory_utilization is 0.941" in f.message
+
+
+def test_fragmentation_message_shows_the_fit() -> None:
+    (f,) = _real(_findings("oom", "oom_fragmentation_torch2_4_serving.txt"))
+    assert "10.12 GiB" in f.message and "would have fit" in f.message
+    assert f.fixes[0].steps[0].startswith("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_external_message_names_the_other_process() -> None:
+    (f,) = _real(_findings("oom", "oom_external_other_process_torch2_4.txt"))
+    assert "pid 31337" in f.message and "14.20 GiB" in f.message
+
+
+def test_truncated_message_still_judged_and_input_partial() -> None:
+    res = loose.analyze_path(os.path.join(DATA, "oom", "oom_truncated_wrapped_legacy.txt"))
+    assert res.inputs[0].status == "partial" and "cut short" in res.inputs[0].reason
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    assert findings and findings[0].code == "MEM002"
+
+
+def test_cpu_while_loading_is_info_only() -> None:
+    findings = _findings("oom", "cpu_high_only_while_loading_weights_zh.txt")
+    assert [f.code for f in findings] == ["HLT002"] and findings[0].severity is Severity.INFO
+
+
+@pytest.mark.parametrize("name", ["vllm_preallocation_process_line_small_model.txt",
+                                  "vllm_table_l4_ninety_percent.txt", "query_csv_gpu_and_apps.txt"])
+def test_vllm_preallocation_is_a_healthy_note(name: str) -> None:
+    findings = _findings("nvsmi", name)
+    assert [f.code for f in findings] == ["HLT001"]
+    assert findings[0].severity is Severity.INFO and "not a leak" in findings[0].message
+
+
+def test_busy_triton_gpu_is_not_called_vllm_preallocation() -> None:
+    assert not [f for f in _findings("nvsmi", "two_gpus_old_driver_busy.txt") if f.code == "HLT001"]
+
+
+def test_bare_message_defaults_to_runtime_peak_thinly() -> None:
+    from analyzer.model import Confidence
+
+    res = loose.analyze_lines("bare", [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+        "23.65 GiB of which 10.00 MiB is free. Including non-PyTorch memory, this process has 23.60 GiB memory in use. "
+        "Of the allocated memory 22.90 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but "
+        "unallocated."])
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    assert [f.code for f in findings] == ["MEM002"]
+    assert findings[0].confidence is Confidence.THIN and "MEM001" in findings[0].message

@@ -1,0 +1,289 @@
+"""OOM messages in every historical form, framework OOMs, phases and model hints → mem.* evidence."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.oom import HintsSource, OomSource
+from analyzer.model import Quality
+from collectors.logtext import clean_lines
+from collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
+from tests.conftest import DATA
+
+GiB = 1 << 30
+MiB = 1 << 20
+OOM = os.path.join(DATA, "oom")
+
+
+def _lines(name: str) -> list[str]:
+    with open(os.path.join(OOM, name), encoding="utf-8") as fh:
+        return list(clean_lines(fh.readlines()))
+
+
+def _evidence(name: str) -> dict[str, object]:
+    srcs = [OomSource(), HintsSource()]
+    for line in _lines(name):
+        for s in srcs:
+            s.feed(line)
+    return {e.key: e.value for s in srcs if s.matched() for e in s.evidence(name)}
+
+
+def _near(x: object, want: float, tol: float = 0.01) -> bool:
+    assert isinstance(x, int | float)
+    return abs(float(x) - want) <= tol * abs(want)
+
+
+def test_sizes_in_every_unit() -> None:
+    assert parse_size("79.35 GiB") == int(79.35 * GiB)
+    assert parse_size("145.19 MiB") == int(145.19 * MiB)
+    assert parse_size("512.00 KiB") == 512 * 1024
+    assert parse_size("2 GB") == 2_000_000_000
+    assert parse_size("300 MB") == 300_000_000
+    assert parse_size("4096 bytes") == 4096
+    assert parse_size("no size here") is None
+
+
+def test_legacy_message() -> None:
+    ev = parse_allocator_message(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB (GPU 0; 79.35 GiB total "
+        "capacity; 78.58 GiB already allocated; 145.19 MiB free; 78.58 GiB reserved in total by PyTorch) If reserved "
+        "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
+    )
+    assert (ev.device, ev.device_index) == ("GPU", 0)
+    assert ev.requested == 160 * MiB
+    assert ev.total == int(79.35 * GiB) and ev.free == int(145.19 * MiB)
+    assert ev.allocated == ev.reserved == int(78.58 * GiB)
+    assert ev.reserved_unallocated == 0
+    assert not ev.truncated
+
+
+def test_legacy_message_with_allowed_limit() -> None:
+    ev = parse_allocator_message(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 23.69 GiB total capacity; 10.1 GiB "
+        "already allocated; 11.2 GiB free; 12.0 GiB allowed; 10.5 GiB reserved in total by PyTorch)"
+    )
+    assert ev.device_index == 1 and ev.limit == 12 * GiB and ev.reserved_unallocated == int(10.5 * GiB) - int(
+        10.1 * GiB)
+
+
+def test_modern_message_with_typo_and_private_pools() -> None:
+    ev = parse_allocator_message(
+        "OutOfMemoryError('CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacty of 79.15 GiB "
+        "of which 2.19 MiB is free. Including non-PyTorch memory, this process has 79.12 GiB memory in use. Of the "
+        "allocated memory 71.57 GiB is allocated by PyTorch, with 39.77 MiB allocated in private pools (e.g., CUDA "
+        "Graphs), and 611.60 MiB is reserved by PyTorch but unallocated.')"
+    )
+    assert ev.total == int(79.15 * GiB) and ev.free == int(2.19 * MiB)
+    assert ev.process_used == int(79.12 * GiB)
+    assert ev.allocated == int(71.57 * GiB)
+    assert ev.private_pools == int(39.77 * MiB)
+    assert ev.reserved_unallocated == int(611.60 * MiB)
+    assert ev.reserved == ev.allocated + ev.reserved_unallocated
+    assert not ev.truncated
+
+
+def test_modern_message_lists_other_processes() -> None:
+    ev = parse_allocator_message(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.06 GiB is "
+        "free. Process 31337 has 14.20 GiB memory in use. Process 4242 has 512.00 MiB memory in use. Including "
+        "non-PyTorch memory, this process has 8.37 GiB memory in use. Of the allocated memory 7.80 GiB is allocated "
+        "by PyTorch, and 120.51 MiB is reserved by PyTorch but unallocated."
+    )
+    assert ev.other_processes == [(31337, int(14.20 * GiB)), (4242, 512 * MiB)]
+    assert ev.process_used == int(8.37 * GiB)
+
+
+def test_npu_variant() -> None:
+    ev = parse_allocator_message(
+        "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 56.37 GiB "
+        "already allocated; 56.37 GiB current active; 1.25 GiB free; 58.49 GiB reserved in total by PyTorch)"
+    )
+    assert ev.device == "NPU" and ev.total == int(60.97 * GiB) and ev.reserved == int(58.49 * GiB)
+
+
+def test_truncated_message_is_partial_and_says_so() -> None:
+    src = OomSource()
+    for line in _lines("oom_truncated_wrapped_legacy.txt"):
+        src.feed(line)
+    assert src.matched()
+    assert any("cut short" in p and "reserved" in p for p in src.problems())
+    ev = {e.key: e for e in src.evidence("t")}
+    assert ev["mem.device_total_bytes"].quality is Quality.PARTIAL
+    assert "mem.reserved_bytes" not in ev
+
+
+def test_message_wrapped_over_lines_is_joined() -> None:
+    p = OomParser()
+    for line in [
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity;",
+        "6.32 GiB already allocated; 9.94 MiB free; 6.50 GiB reserved in total by PyTorch)",
+        "next unrelated line",
+    ]:
+        p.feed(line)
+    r = p.result()
+    assert len(r.events) == 1
+    e = r.events[0]
+    assert e.allocated == int(6.32 * GiB) and e.reserved == int(6.5 * GiB) and not e.truncated
+
+
+def test_duplicate_message_counts_once() -> None:
+    msg = ("CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which 2.19 "
+           "MiB is free. Including non-PyTorch memory, this process has 79.12 GiB memory in use. Of the allocated "
+           "memory 71.57 GiB is allocated by PyTorch, and 611.60 MiB is reserved by PyTorch but unallocated.")
+    p = OomParser()
+    p.feed(f"ERROR 10-11 12:27:29 engine.py:157] OutOfMemoryError('{msg}')")
+    p.feed("Traceback (most recent call last):")
+    p.feed(f"torch.OutOfMemoryError: {msg}")
+    assert len(p.result().events) == 1
+
+
+def _phase(fr: Frame) -> str:
+    got = frame_phase(fr)
+    return got[0] if got else ""
+
+
+def test_frame_phases() -> None:
+    assert frame_phase(Frame("vllm/model_executor/model_loader/loader.py", "load_model")) == (
+        "loading", "load_model")
+    assert _phase(Frame("x/vllm/model_executor/models/llama.py", "__init__")) == "loading"
+    assert _phase(Frame("layers.py", "__init__", "self.weight = Parameter(torch.empty(")) == "loading"
+    assert _phase(Frame("train.py", "main", "model = model.to(device)")) == "loading"
+    assert _phase(Frame("vllm/worker/worker.py", "determine_num_available_blocks")) == "profile_run"
+    assert _phase(Frame("vllm/worker/model_runner.py", "capture_model")) == "warmup"
+    got = frame_phase(Frame("vllm/engine/multiprocessing/engine.py", "start", "self.run_engine_loop()"))
+    assert got == ("serving", "start → run_engine_loop()")
+    assert frame_phase(Frame("utils.py", "helper")) is None
+
+
+def test_real_legacy_oom_while_constructing_layers_is_loading() -> None:
+    ev = _evidence("oom_weights_legacy_message_layer_init_llama70b.txt")
+    assert ev["mem.oom_phase"] == "loading"
+    assert ev["mem.oom_count"] == 1
+    assert _near(ev["mem.device_total_bytes"], 79.35 * GiB)
+    assert ev["mem.reserved_minus_allocated_bytes"] == 0
+
+
+def test_real_modern_oom_in_engine_loop_is_serving() -> None:
+    ev = _evidence("oom_peak_serving_engine_loop_high_gpu_util.txt")
+    assert ev["mem.oom_phase"] == "serving"
+    assert _near(ev["mem.allocated_bytes"], 71.57 * GiB)
+    assert _near(ev["mem.reserved_minus_allocated_bytes"], 611.6 * MiB)
+    assert _near(ev["mem.private_pools_bytes"], 39.77 * MiB)
+    assert ev["mem.gpu_memory_utilization_ratio"] == 0.941
+
+
+def test_prose_oom_with_profile_run_traceback() -> None:
+    src = OomSource()
+    for line in _lines("oom_peak_profile_run_prose_no_message.txt"):
+        src.feed(line)
+    ev = {e.key: e for e in src.evidence("t")}
+    assert ev["mem.oom_phase"].value == "profile_run"
+    assert ev["mem.oom_count"].quality is Quality.LOW
+    assert any("no allocator message" in p for p in src.problems())
+
+
+def test_pytorch_hint_alone_is_not_an_oom() -> None:
+    p = OomParser()
+    p.feed("If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert p.result().events == []
+
+
+def test_framework_messages() -> None:
+    tgi = _evidence("oom_framework_tgi_prefill_warmup.txt")
+    assert tgi["mem.oom_phase"] == "warmup" and tgi["mem.prefill_tokens_failed"] == 4096
+    kv = _evidence("oom_framework_vllm_kv_cache_too_small.txt")
+    assert kv["mem.oom_phase"] == "profile_run"
+    assert kv["mem.max_model_len"] == 32768 and kv["mem.kv_cache_max_tokens"] == 21936
+    assert _near(kv["mem.weights_bytes"], 14.9888e9)
+    startup = _evidence("oom_external_vllm_startup_check.txt")
+    assert _near(startup["mem.other_processes_bytes"], (79.19 - 30.12) * GiB)
+    p = OomParser()
+    p.feed("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try "
+           "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
+    assert p.result().events[0].phase == "warmup"
+
+
+def test_alloc_retries_from_memory_summary() -> None:
+    src = OomSource()
+    src.feed("|  cudaMalloc retries: 37                    |  cudaMalloc OOMs: 2                          |")
+    assert src.matched()
+    assert {e.key: e.value for e in src.evidence("t")}["mem.alloc_retries"] == 37
+
+
+def test_model_hints_from_launch_line_and_gpus() -> None:
+    ev = _evidence("oom_weights_qwen72b_eight_gpus_no_tp.txt")
+    assert ev["model.params"] == 72_000_000_000
+    assert ev["mem.weights_estimate_bytes"] == 144_000_000_000
+    assert ev["mem.tensor_parallel"] == 1
+    assert ev["gpu.count_stated"] == 8
+    assert ev["gpu.spec_memory_bytes"] == 80 * GiB
+
+
+def test_model_hints_dtype_parallelism_and_moe() -> None:
+    h = HintsParser()
+    for line in [
+        "vllm serve Qwen/Qwen3-30B-A3B-AWQ --tensor-parallel-size 2 --gpu-memory-utilization 0.85",
+        "Also tried Llama-2-13b-chat-hf on one RTX 4090",
+    ]:
+        h.feed(line)
+    hints = h.hints
+    assert hints.params == 30e9 and hints.bytes_per_param == 0.5  # A3B is the active count, not the size
+    assert hints.tensor_parallel == 2 and hints.gpu_memory_utilization == 0.85
+    assert hints.gpu_model == "4090" and hints.gpu_memory_bytes == 24 * GiB
+
+
+def test_model_hints_ignore_numbers_that_are_not_model_sizes() -> None:
+    h = HintsParser()
+    for line in ["Mean TTFT (ms): 4090.94", "alignment of 16B", "took 4 bit flips"]:
+        h.feed(line)
+    assert h.hints.params is None and h.hints.gpu_model == ""
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=30))
+def test_fuzz_text_never_raises(lines: list[str]) -> None:
+    srcs = [OomSource(), HintsSource()]
+    for line in clean_lines(lines):
+        for s in srcs:
+            s.feed(line)
+    for s in srcs:
+        if s.matched():
+            s.evidence("fuzz")
+        s.problems()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=1, max_value=400), st.binary(max_size=200))
+def test_fuzz_truncated_binary_and_huge(cut: int, junk: bytes) -> None:
+    msg = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB. GPU 0 has a total capacty of "
+           "79.33 GiB of which 351.81 MiB is free. Including non-PyTorch memory, this process has 78.97 GiB memory in "
+           "use. Of the allocated memory 78.33 GiB is allocated by PyTorch, and 12.36 MiB is reserved by PyTorch but "
+           "unallocated.")
+    lines = [msg[:cut], junk.decode("latin-1"), "x" * 100_000 + msg, msg.encode().decode("utf-8", "replace")]
+    src = OomSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    assert src.matched()
+    src.evidence("fuzz")
+    src.problems()
+
+
+def test_fragmentation_blamed_by_the_report_but_not_by_pytorchs_hint() -> None:
+    ev = _evidence("oom_fragmentation_reported_in_prose_npu.txt")
+    assert ev["mem.fragmentation_reported"] == 2
+    hint_only = _evidence("oom_peak_serving_engine_loop_high_gpu_util.txt")
+    assert "mem.fragmentation_reported" not in hint_only
+    p = OomParser()
+    for line in ["We hit OOM. It is not due to fragmentation: expandable_segments:True did not help."]:
+        p.feed(line)
+    assert p.result().fragmentation_statements == []
+
+
+def test_quantised_moe_on_two_gpus_fits_so_the_reported_cause_stands() -> None:
+    ev = _evidence("oom_fragmentation_reported_startup_mxfp4.txt")
+    assert ev["mem.weights_estimate_bytes"] == 60_000_000_000  # 120B × 0.5 byte (mxfp4)
+    assert ev["mem.tensor_parallel"] == 2 and ev["gpu.count_stated"] == 2
+    assert ev["mem.fragmentation_reported"] >= 1  # type: ignore[operator]

@@ -1,0 +1,221 @@
+"""Per-request timing: stage JSONL, spans, shape-tagged call timings, timing tables, usage fields."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.derive.timing import TimingSource
+from analyzer.model import Quality
+from collectors.logtext import clean_lines
+from collectors.timing import (
+    Call,
+    ConditionTable,
+    StageTable,
+    Table,
+    TimingParser,
+    VariantTable,
+    analyze_table,
+    normalize_stage,
+    parse_cell,
+    shape_spikes,
+)
+from tests.conftest import DATA
+
+TIMING = os.path.join(DATA, "timing")
+
+
+def _source(name: str) -> TimingSource:
+    src = TimingSource()
+    with open(os.path.join(TIMING, name), encoding="utf-8") as fh:
+        for line in clean_lines(fh.readlines()):
+            src.feed(line)
+    return src
+
+
+def _ev(name: str) -> dict[str, object]:
+    return {e.key: e.value for e in _source(name).evidence(name)}
+
+
+def _f(x: object) -> float:
+    assert isinstance(x, int | float)
+    return float(x)
+
+
+def test_stage_names_normalised() -> None:
+    assert normalize_stage("Pre-processing") == "preprocess"
+    assert normalize_stage("tokenize") == "preprocess"
+    assert normalize_stage("**Model, to first event**") == "prefill"
+    assert normalize_stage("queue_time") == "queue"
+    assert normalize_stage("forward") == "compute"
+    assert normalize_stage("Host-to-device copy") == "h2d"
+    assert normalize_stage("Engine construction (MCP handshake 30)") == "engine_construction"
+
+
+def test_cells() -> None:
+    c = parse_cell("**min 0.03 / med 461 / max 1031 ms**")
+    assert c is not None and (c.value, c.low, c.high, c.unit) == (461.0, 0.03, 1031.0, "ms")
+    c = parse_cell("0.02–0.07 ms")
+    assert c is not None and (c.low, c.high) == (0.02, 0.07)
+    c = parse_cell("**~1100**")
+    assert c is not None and c.value == 1100 and c.approx
+    c = parse_cell("89%")
+    assert c is not None and c.unit == "%"
+    assert parse_cell("PIL reference") is None
+
+
+def test_stage_log_jsonl() -> None:
+    ev = _ev("stage_log_preprocess_dominates.jsonl")
+    assert ev["requests.count"] == 60
+    assert 0.6 < _f(ev["stage.preprocess.share"]) < 0.8
+    assert _f(ev["stage.preprocess_ms.p99"]) > _f(ev["stage.preprocess_ms.p50"])
+    assert {"stage.queue_ms.p50", "stage.h2d.share", "stage.compute_ms.mean", "latency.e2e_ms.p99",
+            "throughput.rps"} <= set(ev)
+    llm = _ev("stage_log_llm_healthy.jsonl")
+    assert llm["tokens.input_mean"] == 300 and llm["tokens.output_mean"] == 128
+    assert _f(llm["latency.ttft_ms.p50"]) < 60 and _f(llm["stage.decode.share"]) > 0.8
+
+
+def test_stage_log_tolerates_bad_lines() -> None:
+    src = TimingSource()
+    good = json.dumps({"ts": 1.0, "stages_ms": {"parse": 1.0, "forward": 4.0}, "e2e_ms": 5.5})
+    for line in [good, '{"ts": 2.0, "stages_ms": {"queue": ', good.replace("1.0", "true")]:
+        src.feed(line)
+    ev = {e.key: e for e in src.evidence("t")}
+    assert ev["requests.count"].value == 2
+    assert ev["stage.preprocess_ms.mean"].quality is Quality.LOW
+    assert any("not valid JSON" in p for p in src.problems())
+
+
+def test_span_listing() -> None:
+    ev = _ev("spans_queue_prefill_decode.txt")
+    assert _f(ev["stage.prefill_ms.p50"]) == 880.0
+    assert abs(_f(ev["stage.prefill.share"]) - 2630 / (6.2 + 2630 + 935)) < 1e-6
+    assert "latency.call_ms.p50" not in ev
+
+
+def test_shape_spikes_on_new_extremes() -> None:
+    ev = _ev("trt_rebuild_on_new_shape_extreme.txt")
+    assert ev["shape.calls"] == 14
+    assert ev["shape.extreme_calls"] == 5 and ev["shape.new_extreme_spikes"] == 5 and ev["shape.spike_calls"] == 5
+    assert ev["shape.spike_on_extreme_ratio"] == 1.0
+    assert _f(ev["shape.in_range_latency_ms.median"]) < 100 < _f(ev["shape.extreme_latency_ms.median"])
+    assert _f(ev["shape.first_call_ms"]) > 100_000  # "cost:100.4919" read as seconds
+
+
+def test_shapes_on_lines_before_the_timing() -> None:
+    src = _source("trt_rebuild_every_growing_step.txt")
+    ev = {e.key: e.value for e in src.evidence("t")}
+    assert ev["shape.calls"] == 3 and ev["shape.extreme_calls"] == 2
+    assert "shape.in_range_latency_ms.median" not in ev
+    assert any("read as seconds" in p for p in src.problems())
+
+
+def test_shape_spikes_when_cost_just_grows_with_size() -> None:
+    calls = [Call(s, 0.01 * s, ((s,),), False) for s in (100, 50, 200, 150, 400, 300, 800, 600, 700, 500)]
+    st_ = shape_spikes(calls)
+    assert st_ is not None and st_.new_extreme_spikes <= 1
+
+
+def test_timing_line_units_and_aggregates() -> None:
+    p = TimingParser()
+    for line in ["input (1, 3, 224, 224) time: 45 ms", "input (2, 3, 224, 224) took 1.5s",
+                 "p99 latency: 900 ms", "Avg latency: 1041343 usec", "Loading model weights took 14.99 GB",
+                 "Benchmark duration (s): 20.33", "time=2024-05-01T10:00:00"]:
+        p.feed(line)
+    r = p.records()
+    assert [c.ms for c in r.calls] == [45.0, 1500.0]
+    assert r.calls[0].size == 3 * 224 * 224 and r.untagged.n == 0
+
+
+def test_fps_variant_table_gives_a_preprocess_lower_bound() -> None:
+    ev = _ev("fps_table_pil_preprocess_vs_gpu_kernel.md")
+    assert abs(_f(ev["stage.preprocess.share"]) - (13.11 - 10.02) / 13.11) < 1e-9
+    assert abs(_f(ev["stage.preprocess_ms.mean"]) - 3.09) < 1e-9
+    assert ev["latency.e2e_ms.mean"] == 13.11
+
+
+def test_variant_table_from_fps_only_and_without_a_stage() -> None:
+    t = Table(["variant", "fps"], [["OpenCV CPU resize", "50"], ["GPU resize kernel", "80"]],
+              ["Pre-processing benchmark: resize + normalise"], 1)
+    got = analyze_table(t)
+    assert isinstance(got, VariantTable) and got.from_fps and abs(got.slow_ms - 20.0) < 1e-9
+    t = Table(["", "fps"], [["fp32", "50"], ["fp16", "80"]], ["Model precision comparison"], 1)
+    assert analyze_table(t) is None  # nothing says which stage changed
+
+
+def test_stage_table_with_ttft_total() -> None:
+    ev = _ev("ttft_stage_table_prefill_89pct.md")
+    assert ev["stage.prefill_ms.mean"] == 1100 and ev["stage.prefill.share"] == 0.89
+    assert ev["latency.ttft_ms.mean"] == 1141
+    assert ev["stage.preamble.share"] == 0.06
+    assert abs(_f(ev["serving.prefix_cache_hit_ratio"]) - 15557 / (15557 + 15548)) < 1e-9
+
+
+def test_stage_table_without_shares() -> None:
+    rows = [["Queue", "3"], ["Preprocess", "41"], ["Inference", "12"], ["Total", "56"]]
+    t = Table(["Stage", "p50 (ms)"], rows, [], 1)
+    got = analyze_table(t)
+    assert isinstance(got, StageTable) and got.total_ms == 56 and not got.total_is_ttft
+    assert [r.stage for r in got.rows] == ["queue", "preprocess", "compute"]
+
+
+def test_condition_table_separates_prompt_length_from_concurrency() -> None:
+    ev = _ev("queue_vs_prompt_length_table.md")
+    assert _f(ev["scaling.queue_ms.prompt_length_ratio"]) > 1000
+    assert _f(ev["scaling.queue_ms.concurrency_ratio"]) < 3
+    assert ev["scaling.queue_ms.long_prompt_p50"] == 461.0
+    t = Table(["load", "TTFT"], [["c=1, short prompts", "40 ms"], ["c=64, short prompts", "900 ms"]], [], 1)
+    got = analyze_table(t)
+    assert isinstance(got, ConditionTable) and got.prompt_length_ratio is None and got.concurrency_ratio == 22.5
+
+
+def test_usage_fields_and_prose() -> None:
+    p = TimingParser()
+    for line in ['{"usage": {"prompt_tokens": 1000, "completion_tokens": 20, "prompt_tokens_details": '
+                 '{"cached_tokens": 800}}}',
+                 "Time to first token is around 15 seconds with a long context (16K)"]:
+        p.feed(line)
+    r = p.records()
+    assert r.usage.cached == 800 and r.usage.prompt == 1000
+    assert r.prose_ttft_ms.mean == 15000 and r.prose_prompt_tokens.mean == 16000
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+    st.text(max_size=200),
+    st.sampled_from(["| stage | ms | share |", "|---|---|---|", "| queue | 12 | 10% |", "| prefill | x | |",
+                     "took: 1.5", "input_ids (1, 10)", '{"stages_ms": {"queue": 1}}', "| | fps |", "| a | 0 |",
+                     "cost:0", "| load | queue |", "| c=8 | min 0 / med 0 / max 0 ms |"])), max_size=40))
+def test_fuzz_never_raises(lines: list[str]) -> None:
+    src = TimingSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    if src.matched():
+        src.evidence("fuzz")
+    src.problems()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=120))
+def test_fuzz_binary_truncated_and_huge(junk: bytes, cut: int) -> None:
+    with open(os.path.join(TIMING, "ttft_stage_table_prefill_89pct.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    lines = [*text[: cut * 5].splitlines(), junk.decode("latin-1"), "| " * 40_000, "took: " + "9" * 5000]
+    src = TimingSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    src.evidence("fuzz")
+    src.problems()
+
+
+def test_size_keys_pair_with_latency() -> None:
+    p = TimingParser()
+    p.feed("request 3 seq_len=128 batch=4 latency: 25.5 ms")
+    p.feed("Size(1) shape (2, 3) foo")  # a shape with no timing waits for the next timing line
+    p.feed("elapsed: 2ms")
+    calls = p.records().calls
+    assert [(c.size, c.ms) for c in calls] == [(512, 25.5), (6, 2.0)]
