@@ -214,6 +214,8 @@ _SIZE_KV = re.compile(
     r"length|len|num_tokens|n_tokens)\s*[:=]\s*(?P<n>\d+)\b",
     re.IGNORECASE,
 )
+_PAREN_DIGIT = re.compile(r"\(\s*\d")
+_SIZE_WORDS = ("batch", "bs", "len", "tokens")
 _TIMING = re.compile(
     r"(?<![\w.])(?P<agg>(?:avg|mean|median|p\d{2,3}|min|max|total|std|average)[\s_.-]*)?"
     r"(?P<key>cost|took|time taken|elapsed(?:_time)?|latency|duration|runtime|run time|inference time|infer time|"
@@ -320,10 +322,15 @@ class TimingParser:
 
     def _shapes(self, line: str) -> list[tuple[int, ...]]:
         out = []
-        for m in _SHAPE.finditer(line):
+        low = line.lower()
+        # cheap pre-checks: the shape regexes have no literal prefix and cost ~10 µs a line
+        maybe = "size(" in low or "shape" in low or _PAREN_DIGIT.search(line)
+        for m in _SHAPE.finditer(line) if maybe else ():
             dims = tuple(int(d) for d in re.findall(r"\d+", m.group("a") or m.group("b") or m.group("c")))
             if dims and all(d < 10**9 for d in dims) and len(dims) <= 8:
                 out.append(dims)
+        if ("=" not in line and ":" not in line) or not any(w in low for w in _SIZE_WORDS):
+            return out
         kv = tuple(int(m.group("n")) for m in _SIZE_KV.finditer(line))[:8]
         if kv and all(d < 10**9 for d in kv):
             out.append(kv)  # batch=4 seq_len=128: one input of 4 × 128
