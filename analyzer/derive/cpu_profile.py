@@ -32,7 +32,7 @@ class ThreadProfile:
         return max(self.shares, key=lambda k: self.shares[k]) if self.shares else Activity.OTHER.value
 
 
-def _leafmost_user_frame(sample: StackSample, activity: Activity) -> str:
+def _leaf(sample: StackSample) -> str:
     """The function to blame in a 'hottest' list: the innermost frame of the stack."""
     if not sample.frames:
         return sample.thread or "?"
@@ -68,7 +68,7 @@ def derive(
     for s in samples:
         act = classify([(f.function, f.file) for f in s.frames])
         by_activity[act] += s.count
-        hot[act][_leafmost_user_frame(s, act)] += s.count
+        hot[act][_leaf(s)] += s.count
         per_thread[(s.pid, s.tid)][act] += s.count
         names[(s.pid, s.tid)] = s.thread
     for act in Activity:
