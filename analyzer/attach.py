@@ -32,6 +32,7 @@ from analyzer.derive.session import PYSPY_META
 from analyzer.errors import AttachError, DiagnoseError
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session, Target, Window
 from analyzer.redact import redact_argv, redact_command, redact_text
+from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import pyspy
 from reports import json_report
@@ -207,6 +208,18 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     sampler_thread = threading.Thread(target=sample_loop, name="diagnose-sampler", daemon=True)
     sampler_thread.start()
 
+    gpu_sampler = nvml_collector.NvmlSampler(opts.pid, folder)
+
+    def gpu_loop() -> None:
+        while not stop_sampling.is_set():
+            gpu_sampler.tick()
+            if gpu_sampler.failed:
+                return
+            stop_sampling.wait(gpu_sampler.interval_s)
+
+    gpu_thread = threading.Thread(target=gpu_loop, name="diagnose-nvml", daemon=True)
+    gpu_thread.start()
+
     def should_stop() -> bool:
         if opts.progress:
             opts.progress(min(time.time() - t0, opts.duration_s), opts.duration_s)
@@ -223,6 +236,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     t1 = time.time()
     stop_sampling.set()
     sampler_thread.join(timeout=5)
+    gpu_thread.join(timeout=5)
     window = Window(t0, t1)
     gone = sampler.gone or not process_collector.alive(opts.pid)
     early = stop.is_set()
@@ -257,6 +271,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         partial_reason = partial_reason or "no sample could be taken"
     captures.append(Capture("process", pstatus, partial_reason, "", window,
                             (process_collector.SAMPLES_FILE, process_collector.INFO_FILE)))
+    captures.append(gpu_sampler.close(window))
     captures.extend(_finish_logs(tails, folder, window))
     captures.extend(_finish_metrics(opts.metrics, scrapes_start, folder, window))
 
@@ -358,6 +373,9 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
             session, diagnosis = attach(opts, stop)
     finally:
         signal.signal(signal.SIGINT, previous)
+    for cap in session.captures:
+        if cap.collector == nvml_collector.COLLECTOR and cap.status is CaptureStatus.SKIPPED:
+            print(f"GPU evidence skipped: {cap.reason}.", file=sys.stderr)
     print(f"session written to {session.path}", file=sys.stderr)
     return diagnosis
 

@@ -22,7 +22,10 @@ class QueueingObserved(Rule):
     How it decides: ``conn.inflight_mean`` is at least ``min_inflight`` and at least
     ``min_ratio`` × the number of serving threads (``workers.active_mean``, at least 1), and the
     busiest worker is saturated (``workers.busiest_active_ratio`` ≥ ``min_saturation``) when
-    known. Impact is the waiting share (N - S) / N. When the busy workers spend most of their time
+    known. Impact is the waiting share (N - S) / N. Two better numbers replace the estimate when the
+    service reports them: a batching engine serves ``serving.running_mean`` requests at once (S is at
+    least that), and a measured queue share of latency (``stage.queue.share``, from the stage log or
+    the engine's queue-time histogram) is the waiting share itself. When the busy workers spend most of their time
     pre-processing or compiling (``cpu.preprocess_share``, ``cpu.compile_share``), the queue is a
     symptom of that cause and the impact is discounted accordingly.
 
@@ -46,6 +49,8 @@ class QueueingObserved(Rule):
         "conn.inflight_max",
         "cpu.preprocess_share",
         "cpu.compile_share",
+        "serving.running_mean",
+        "stage.queue.share",
     )
 
     @dataclass(frozen=True)
@@ -54,16 +59,22 @@ class QueueingObserved(Rule):
         min_ratio: float = 3.0  # three requests per serving thread: most of them are waiting
         min_saturation: float = 0.8  # the busiest worker runs ≥ 80 % of the window
         cause_share: float = 0.5  # workers busy ≥ half the time with one activity: that is the cause
+        min_waiting: float = 0.2  # under a fifth of latency spent waiting, the queue is not the bottleneck
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         inflight = ev.value("conn.inflight_mean", 0.0) or 0.0
-        serving = max(1.0, ev.value("workers.active_mean", 0.0) or 0.0)
+        serving = max(1.0, ev.value("workers.active_mean", 0.0) or 0.0, ev.value("serving.running_mean", 0.0) or 0.0)
         saturation = ev.value("workers.busiest_active_ratio")
         if inflight < t.min_inflight or inflight < t.min_ratio * serving:
             return None
         if saturation is not None and saturation < t.min_saturation:
             return None
         waiting = max(0.0, (inflight - serving) / inflight)
+        measured = ev.value("stage.queue.share")
+        if measured is not None:
+            waiting = measured
+        if waiting < t.min_waiting:
+            return None
         impact = waiting
         cause = ""
         for key, label in (("cpu.preprocess_share", "pre-processing"), ("cpu.compile_share", "compiling")):
@@ -74,7 +85,8 @@ class QueueingObserved(Rule):
         msg = (
             f"{inflight:.1f} requests are in flight on average but only {serving:.1f} thread(s) serve them"
             + (f" (busiest worker busy {pct(saturation)} of the window)" if saturation is not None else "")
-            + f": by Little's law about {pct(waiting)} of each request's latency is waiting in a queue."
+            + (f": by Little's law about {pct(waiting)} of each request's latency is waiting in a queue."
+               if measured is None else f"; the service measures {pct(waiting)} of latency spent queued.")
             + cause
         )
         return self.finding(

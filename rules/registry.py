@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rules import compile as _compile
 from rules import cpu as _cpu
+from rules import gpu as _gpu
 from rules import healthy as _healthy
 from rules import memory as _memory
 from rules import prefill as _prefill
@@ -30,6 +31,7 @@ RULES: tuple[type[Rule], ...] = (
     *_prefill.RULES,
     *_stages.RULES,
     *_transfer.RULES,
+    *_gpu.RULES,
     *_healthy.RULES,
 )
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import loose
-from analyzer.derive import cpu_profile, process
+from analyzer.derive import cpu_profile, nvml, process
 from analyzer.model import CaptureStatus, EvidenceSet, InputRecord, Session
+from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import pyspy
 
@@ -43,6 +44,9 @@ def derive(session: Session) -> Derived:
                 out.evidence.explain_missing(prefix, f"{cap.collector} capture {cap.status.value}: {cap.reason}")
             if cap.collector == "py-spy":
                 out.evidence.explain_missing("workers.", f"py-spy capture {cap.status.value}: {cap.reason}")
+            if cap.collector == "nvml":
+                for prefix in nvml.PREFIXES:
+                    out.evidence.explain_missing(prefix, f"nvml capture {cap.status.value}: {cap.reason}")
 
     spy = by_name.get("py-spy")
     if spy and spy.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
@@ -79,6 +83,19 @@ def derive(session: Session) -> Derived:
             out.evidence.explain_missing(
                 "conn.", "the target's process tree listens on no TCP port, so in-flight requests cannot be counted")
         out.inputs.append(InputRecord(path, "psutil samples", proc.status.value, proc.reason))
+
+    gpu = by_name.get("nvml")
+    if gpu and gpu.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
+        path = os.path.join(session.path, nvml_collector.NVML_FILE)
+        gpu_samples = nvml_collector.read_samples(path)
+        pids = (session.target.pid, *session.target.children)
+        for ev in nvml.derive(gpu_samples, pids, gpu.window, partial=gpu.status is CaptureStatus.PARTIAL):
+            out.evidence.add(ev)
+        why = nvml.missing_reason(gpu_samples)
+        if why:
+            for prefix in nvml.PREFIXES:
+                out.evidence.explain_missing(prefix, why)
+        out.inputs.append(InputRecord(path, "NVML samples", gpu.status.value, gpu.reason))
 
     for cap in session.captures:
         if cap.collector not in TEXT_CAPTURES or cap.status not in (CaptureStatus.OK, CaptureStatus.PARTIAL):

@@ -1,0 +1,701 @@
+"""The GPU as NVML sees it while attached: starved, saturated, throttled, on a degraded link, or full
+of someone else's memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules.base import Rule, bar, pct, present, severity_for
+
+GIB = float(1 << 30)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _gbps(n: float) -> str:
+    return f"{n / 1e9:.1f} GB/s" if n >= 1e8 else f"{n / 1e6:.0f} MB/s"
+
+
+def _list(ev: EvidenceSet, key: str) -> list[Any]:
+    got = ev.get(key)
+    return list(got.value) if isinstance(got, Evidence) and isinstance(got.value, list) else []
+
+
+def _detail(ev: EvidenceSet, key: str) -> str:
+    got = ev.get(key)
+    return got.detail if isinstance(got, Evidence) else ""
+
+
+_BATCH = Fix(
+    "Give the GPU more work per step",
+    (
+        "Batch requests before the model (dynamic batching: Triton max_queue_delay_microseconds, "
+        "TorchServe batch_size/max_batch_delay, a vLLM/TGI max batch size that the load can fill)",
+        "Overlap host work with the GPU: prepare batch N+1 while batch N runs (DataLoader workers with "
+        "prefetch, a producer thread, pinned buffers and non_blocking copies on a side stream)",
+    ),
+    Risk.NEEDS_VALIDATION,
+)
+
+
+class GpuStarved(Rule):
+    """The GPU sits idle while the service has work: the host does not feed it fast enough.
+
+    What it detects: NVML utilisation of the target's GPUs is low (a kernel runs only part of the
+    time) while requests are in flight, and names the host-side cause from the same window's
+    py-spy evidence: pre/post-processing, serialisation, or Python/framework overhead launching
+    kernels one by one.
+
+    Why it matters: a starved GPU caps throughput at whatever the host can prepare; adding GPUs or
+    faster kernels changes nothing, and the bursts of utilisation (busy for a batch, idle while the
+    next one is prepared) hide behind a "50 % utilised" dashboard.
+
+    How it decides: ``gpu.util_ratio`` is below ``max_util`` and the service has load:
+    ``conn.inflight_mean`` ≥ ``min_inflight`` or ``serving.running_mean`` ≥ ``min_running`` (or,
+    with neither measured, Python threads busy: ``workers.active_mean`` ≥ ``min_active``). An idle
+    GPU with no requests in flight is not starved, it has nothing to do: no finding. When py-spy
+    shows the Python threads idle as well (``workers.active_mean`` < ``idle_host``), neither the
+    GPU nor the host CPU is what requests wait for (I/O, a lock, a batching timeout): no finding.
+    The cause is attributed, in this order, to pre/post-processing (``cpu.preprocess_share`` ≥
+    ``preprocess_share``), serialisation (``cpu.serialize_share`` ≥ ``serialize_share``) or the
+    model's Python-side forward, i.e. launch overhead (``cpu.forward_share`` ≥ ``forward_share``):
+    confidence *correlated* (NVML and py-spy agree). The rule steps aside for causes other
+    rules own under other categories: compilation (``cpu.compile_share`` ≥ ``compile_share``,
+    CMP rules), host threads blocked in copies and synchronisation (``cpu.copy_sync_share`` ≥
+    ``copy_sync_share``), and a PCIe link carrying at least ``link_busy`` of its capacity (copies
+    starve the GPU: the transfer rules). With load and none of these, the GPU is still idle for
+    the host's sake (nothing else can leave it idle while requests are in flight) and the finding
+    stands with *heuristic* confidence, naming no cause. The category is always
+    ``cpu_preprocessing``: the host's request path. Impact is the GPU's idle share, 1 − util.
+
+    Evidence: gpu.util_ratio and one of conn.inflight_mean, workers.active_mean,
+    serving.running_mean; optionally gpu.util_p10_ratio, gpu.util_p90_ratio, gpu.util_samples,
+    cpu.preprocess_share, cpu.serialize_share, cpu.forward_share, cpu.compile_share,
+    cpu.copy_sync_share, cpu.top.preprocess, pcie.rx_bytes_per_s, pcie.tx_bytes_per_s,
+    pcie.link_capacity_bytes_per_s, gpm.sm_activity_ratio.
+
+    Fix: take the named work off the request path (process pool, GPU decode, faster encoders),
+    batch so that each GPU step does more, overlap preparation of the next batch with the current
+    one, and against launch overhead capture the model in CUDA graphs
+    (``torch.compile(mode="reduce-overhead")``).
+
+    False positives: a service whose load is below one request at a time is simply idle (hence
+    the load check); a utilisation figure from a single nvidia-smi snapshot (``gpu.util_samples``
+    absent or below ``min_samples``) is thin; GPU work the request path does not wait for
+    (another tenant's kernels) raises utilisation and hides starvation, never the reverse.
+    """
+
+    code = "GPU001"
+    name = "gpu-starved"
+    category = Category.CPU_PREPROCESSING
+    requires = ("gpu.util_ratio",)
+    requires_any = (("conn.inflight_mean",), ("workers.active_mean",), ("serving.running_mean",))
+    optional = (
+        "conn.inflight_mean", "serving.running_mean", "workers.active_mean", "gpu.util_p10_ratio",
+        "gpu.util_p90_ratio", "gpu.util_samples", "cpu.preprocess_share", "cpu.serialize_share",
+        "cpu.forward_share", "cpu.compile_share", "cpu.copy_sync_share", "cpu.top.preprocess",
+        "pcie.rx_bytes_per_s", "pcie.tx_bytes_per_s", "pcie.link_capacity_bytes_per_s", "gpm.sm_activity_ratio",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        max_util: float = 0.6  # a GPU idle ≥ 40 % of the time under load has room a host-side fix can fill
+        min_inflight: float = 1.0  # under one request in flight on average: idle for lack of work, not starved
+        min_running: float = 1.0  # the same, counted by the serving engine
+        min_active: float = 0.5  # with no request count, Python threads busy half the time stand for load
+        idle_host: float = 0.2  # Python threads busy under a fifth of the time: the host is not the cause either
+        preprocess_share: float = 0.3  # CPU001's bar: a third of active CPU time in pre/post-processing
+        serialize_share: float = 0.2  # CPU002's bar for serialisation
+        forward_share: float = 0.5  # half the active time issuing the model's ops: launch-bound
+        compile_share: float = 0.3  # compiling a third of the time: the recompilation rules own it
+        copy_sync_share: float = 0.3  # a third of the time blocked in copies/sync: the transfer rules own it
+        link_busy: float = 0.5  # a link half full: copies, not the CPU, keep the GPU waiting
+        min_samples: float = 10  # fewer utilisation readings (1 s at 10 Hz) is a thin measurement
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        util = ev.value("gpu.util_ratio", 1.0) or 0.0
+        if util >= t.max_util:
+            return None
+        inflight = ev.value("conn.inflight_mean")
+        running = ev.value("serving.running_mean")
+        active = ev.value("workers.active_mean")
+        if inflight is not None or running is not None:
+            loaded = (inflight or 0.0) >= t.min_inflight or (running or 0.0) >= t.min_running
+        else:
+            loaded = (active or 0.0) >= t.min_active
+        if not loaded or (active is not None and active < t.idle_host):
+            return None
+        for key, bar_ in (("cpu.compile_share", t.compile_share), ("cpu.copy_sync_share", t.copy_sync_share)):
+            if (ev.value(key, 0.0) or 0.0) >= bar_:
+                return None
+        cap = ev.value("pcie.link_capacity_bytes_per_s")
+        traffic = max(ev.value("pcie.rx_bytes_per_s", 0.0) or 0.0, ev.value("pcie.tx_bytes_per_s", 0.0) or 0.0)
+        if cap and traffic / cap >= t.link_busy:
+            return None
+
+        cause, share, fixes = "", 0.0, [_BATCH]
+        for key, bar_, label in (
+            ("cpu.preprocess_share", t.preprocess_share, "pre/post-processing (decode, resize, tokenise)"),
+            ("cpu.serialize_share", t.serialize_share, "serialising requests and responses"),
+            ("cpu.forward_share", t.forward_share, "Python-side model code issuing kernels one at a time "
+                                                    "(launch overhead)"),
+        ):
+            v = ev.value(key, 0.0) or 0.0
+            if v >= bar_:
+                cause, share = label, v
+                fixes = [_cause_fix(key), _BATCH]
+                break
+        samples = ev.value("gpu.util_samples")
+        if samples is None or samples < t.min_samples:
+            confidence = Confidence.THIN  # one nvidia-smi snapshot may fall between two batches
+        else:
+            confidence = Confidence.CORRELATED if cause else Confidence.HEURISTIC
+
+        idle = 1.0 - util
+        p10, p90 = ev.value("gpu.util_p10_ratio"), ev.value("gpu.util_p90_ratio")
+        load = (f"{inflight:.1f} requests in flight on average" if inflight is not None and inflight >= t.min_inflight
+                else f"{running:.1f} requests running in the engine" if running is not None
+                else f"{active:.1f} Python threads busy")
+        msg = f"The GPU ran kernels only {pct(util)} of the window while the service had {load}"
+        if p10 is not None and p90 is not None and p90 - p10 >= 0.5:
+            msg += (f"; it works in bursts (p10 {pct(p10)}, p90 {pct(p90)}): busy for a batch, idle while the next "
+                    "is prepared")
+        msg += "."
+        if cause:
+            top = _top(ev)
+            msg += (f" The host is the bottleneck: {pct(share)} of its active CPU time is {cause}"
+                    + (f" (hottest: {top})" if top else "") + ".")
+        else:
+            msg += (" Nothing else can leave a GPU idle while requests are in flight, so the host's request path "
+                    "is the bottleneck; attach with py-spy (`diagnose attach` does) to name the cause.")
+        why = f"GPU busy |{bar(util)}| {pct(util)}\nGPU idle |{bar(idle)}| {pct(idle)}"
+        if cause:
+            why += f"\nhost cause |{bar(share)}| {pct(share)}"
+        return self.finding(
+            severity=severity_for(idle),
+            confidence=confidence,
+            title="The GPU is starved by the host",
+            message=msg,
+            impact=idle,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=fixes,
+        )
+
+
+def _top(ev: EvidenceSet) -> str:
+    items = _list(ev, "cpu.top.preprocess")[:2]
+    return "; ".join(f"{i.get('function', '?')} {pct(float(i.get('share', 0.0)))}" if isinstance(i, dict) else str(i)
+                     for i in items)
+
+
+def _cause_fix(key: str) -> Fix:
+    if key == "cpu.preprocess_share":
+        return Fix(
+            "Take pre-processing off the request thread, or onto the GPU",
+            ("Run decode/resize/normalise in a process pool or DataLoader workers so it escapes the GIL",
+             "Decode on the GPU (torchvision.io.decode_jpeg(device='cuda'), NVIDIA DALI) and resize/normalise "
+             "as tensor ops on the device"),
+            Risk.SAFE,
+        )
+    if key == "cpu.serialize_share":
+        return Fix(
+            "Make serialisation cheap",
+            ("Return binary payloads (raw bytes, numpy tobytes, safetensors) instead of JSON lists",
+             "Use orjson or msgspec; pydantic v2 model_validate_json"),
+            Risk.NEEDS_VALIDATION,
+        )
+    return Fix(
+        "Cut the per-kernel launch overhead",
+        ("Capture the model in CUDA graphs: torch.compile(model, mode='reduce-overhead'), or "
+         "torch.cuda.CUDAGraph for a static-shape step; vLLM/TensorRT-LLM use CUDA graphs for decode by default",
+         "Fuse small ops (torch.compile, TensorRT) and batch more requests per forward so each launch does more"),
+        Risk.NEEDS_VALIDATION,
+    )
+
+
+class GpuSaturated(Rule):
+    """The GPU runs kernels all the time: it is the bottleneck (or busy but badly filled).
+
+    What it detects: the target's GPUs run a kernel nearly all the time, steadily; with GPM
+    (Hopper and newer) it tells healthy saturation (most SMs busy) from a GPU that is busy in time
+    but runs kernels too small to fill it.
+
+    Why it matters: NVML utilisation only says that *a* kernel was running; a batch-1 model can
+    show 100 % with most SMs idle. Healthy saturation means the service needs more GPU or cheaper
+    kernels; an under-filled GPU needs bigger batches or fused kernels, not more GPUs.
+
+    How it decides: ``gpu.util_ratio`` ≥ ``min_util`` and, when known, ``gpu.util_p10_ratio`` ≥
+    ``min_p10`` (steady, not bursts). With ``gpm.sm_activity_ratio`` below ``min_sm_activity``:
+    under-filled, impact 1 − SM activity. With it at or above: healthy saturation, severity major
+    and impact ``saturated_impact`` (the capacity limit, not a fault; scaled by the clock left when
+    the GPU is also throttled, ``gpu.throttle_ratio`` ≥ ``throttled`` with the SM clock at least
+    ``min_clock_deficit`` below its maximum, so that GPU003 ranks first), characterised by
+    ``gpm.dram_bw_ratio`` ≥ ``dram_bound`` (memory-bandwidth bound, decode-like) or
+    ``gpm.tensor_activity_ratio`` ≥ ``tensor_heavy`` (tensor-core bound). Without GPM the same
+    finding with heuristic confidence; thin when fewer than ``min_samples`` utilisation readings
+    are known (``gpu.util_samples``; a pasted nvidia-smi snapshot has none).
+
+    Evidence: gpu.util_ratio; optionally gpu.util_p10_ratio, gpu.util_samples,
+    gpm.sm_activity_ratio, gpm.tensor_activity_ratio, gpm.dram_bw_ratio, gpm.sm_occupancy_ratio,
+    gpu.count, gpu.sm_clock_mhz, gpu.sm_clock_max_mhz, gpu.throttle_ratio.
+
+    Fix: saturated: scale out (replicas, tensor parallelism), cheaper arithmetic (FP8/INT8,
+    weight-only quantisation for decode), better kernels (FlashAttention, TensorRT, fused ops).
+    Under-filled: larger batches, fused kernels, CUDA graphs.
+
+    False positives: another tenant's kernels on the same GPU count in device utilisation
+    (``gpu.processes`` shows who is there); a throttled GPU is also "busy" (GPU003 says so).
+    """
+
+    code = "GPU002"
+    name = "gpu-saturated"
+    category = Category.GPU_COMPUTE
+    requires = ("gpu.util_ratio",)
+    optional = (
+        "gpu.util_p10_ratio", "gpu.util_samples", "gpm.sm_activity_ratio", "gpm.tensor_activity_ratio",
+        "gpm.dram_bw_ratio", "gpm.sm_occupancy_ratio", "gpu.count", "gpu.sm_clock_mhz", "gpu.sm_clock_max_mhz",
+        "gpu.throttle_ratio",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_util: float = 0.9  # a kernel runs ≥ 90 % of the time: no room left for the GPU to take more
+        min_p10: float = 0.7  # even the quietest tenth of the window is busy: saturation, not bursts
+        min_sm_activity: float = 0.5  # under half the SMs busy: the kernels are too small to fill the GPU
+        dram_bound: float = 0.6  # ≥ 60 % of peak DRAM bandwidth: memory-bound (LLM decode reads all weights)
+        tensor_heavy: float = 0.4  # tensor cores busy ≥ 40 % of the time: math-bound on tensor cores
+        saturated_impact: float = 0.5  # healthy saturation is a capacity limit: rank it below fixable faults
+        min_samples: float = 10  # fewer utilisation readings than this is a thin measurement
+        throttled: float = 0.2  # GPU003's bar: throttled in a fifth of readings, the clocks explain part of it
+        min_clock_deficit: float = 0.1  # GPU003's bar: clocks ≥ 10 % below max
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        util = ev.value("gpu.util_ratio", 0.0) or 0.0
+        p10 = ev.value("gpu.util_p10_ratio")
+        if util < t.min_util or (p10 is not None and p10 < t.min_p10):
+            return None
+        sm = ev.value("gpm.sm_activity_ratio")
+        tensor = ev.value("gpm.tensor_activity_ratio")
+        dram = ev.value("gpm.dram_bw_ratio")
+        samples = ev.value("gpu.util_samples")
+        thin = samples is None or samples < t.min_samples  # an unknown count: a snapshot, not a window
+        evidence = present(ev, *self.requires, *self.optional)
+        if sm is not None and sm < t.min_sm_activity:
+            impact = 1.0 - sm
+            return self.finding(
+                severity=severity_for(impact),
+                confidence=Confidence.THIN if thin else Confidence.MEASURED,
+                title="The GPU is busy, but most of its SMs are idle",
+                message=(f"A kernel ran {pct(util)} of the window, yet only {pct(sm)} of the SMs were busy on "
+                         "average (GPM): the kernels are too small to fill the GPU (small batches, many tiny ops). "
+                         "More GPUs will not help; more work per kernel will."),
+                impact=impact,
+                evidence=evidence,
+                why=f"time busy |{bar(util)}| {pct(util)}\nSMs busy  |{bar(sm)}| {pct(sm)}",
+                fixes=[
+                    Fix("Put more work in each kernel",
+                        ("Raise the batch size the server forms (dynamic batching; vLLM max_num_seqs / "
+                         "max_num_batched_tokens; Triton preferred_batch_size)",
+                         "Fuse small ops (torch.compile, TensorRT) and capture the step in CUDA graphs",
+                         "Check kernel grid sizes in Nsight Systems/Compute: kernels of a few blocks on a GPU "
+                         "with 100+ SMs leave most of it idle"),
+                        Risk.NEEDS_VALIDATION),
+                ],
+            )
+        if dram is not None and dram >= t.dram_bound:
+            kind = (f"memory-bandwidth bound ({pct(dram)} of peak DRAM bandwidth): typical of LLM decode, "
+                    "which reads every weight for each token")
+        elif tensor is not None and tensor >= t.tensor_heavy:
+            kind = f"tensor-core bound (tensor cores busy {pct(tensor)} of the time)"
+        elif sm is not None:
+            kind = (f"SM bound with little tensor-core use ({pct(tensor or 0.0)}): check that the model runs in "
+                    "FP16/BF16/FP8, not FP32")
+        else:
+            kind = ""
+        if sm is not None:
+            msg = (f"A kernel ran {pct(util)} of the window with {pct(sm)} of the SMs busy (GPM): the GPU is the "
+                   f"bottleneck and it is well used; {kind}.")
+            confidence = Confidence.THIN if thin else Confidence.MEASURED
+        else:
+            msg = (f"A kernel ran {pct(util)} of the window"
+                   + (f" (p10 {pct(p10)})" if p10 is not None else "")
+                   + ": the GPU is the bottleneck. NVML utilisation counts time a kernel runs, not how much of the "
+                   "GPU it fills; this GPU has no GPM metrics to tell.")
+            confidence = Confidence.THIN if thin else Confidence.HEURISTIC
+        impact = t.saturated_impact
+        clock, clock_max = ev.value("gpu.sm_clock_mhz"), ev.value("gpu.sm_clock_max_mhz")
+        deficit = (1.0 - clock / clock_max) if clock is not None and clock_max else 0.0
+        if (ev.value("gpu.throttle_ratio", 0.0) or 0.0) >= t.throttled and deficit >= t.min_clock_deficit:
+            # part of the saturation is lost clock: the throttling finding (GPU003) is the fix to try first
+            impact *= 1.0 - deficit
+            msg += f" Its clocks run {pct(deficit)} below maximum, though: fix the throttling first (GPU003)."
+        why = f"GPU busy |{bar(util)}| {pct(util)}"
+        if sm is not None:
+            why += f"\nSMs busy |{bar(sm)}| {pct(sm)}"
+        return self.finding(
+            severity=Severity.MAJOR,
+            confidence=confidence,
+            title="The GPU is saturated",
+            message=msg,
+            impact=impact,
+            evidence=evidence,
+            why=why,
+            fixes=[
+                Fix("Add GPU capacity",
+                    ("Add replicas behind the load balancer, or shard the model (tensor parallelism) across GPUs",
+                     "Move to a faster GPU generation if the model is compute-bound"),
+                    Risk.SAFE),
+                Fix("Make each request cheaper on the GPU",
+                    ("Lower precision: FP8 (H100+) or INT8; for decode-heavy LLMs weight-only quantisation "
+                     "(AWQ/GPTQ) and an FP8 KV cache cut the bytes read per token",
+                     "Use optimised kernels: FlashAttention, TensorRT / TensorRT-LLM engines, fused ops "
+                     "(torch.compile)"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+class GpuThrottling(Rule):
+    """The GPU lowers its clocks for power or heat while it works.
+
+    What it detects: NVML's clock-event reasons show thermal slowdown, hardware slowdown (power
+    brake, an external signal) or the software power cap for a large share of the window while the
+    GPU is busy, with the SM clock well below its maximum.
+
+    Why it matters: compute-bound work slows in proportion to the clock; a GPU at 1.1 GHz instead
+    of 1.75 takes about 60 % longer per kernel. Thermal and hardware slowdowns are faults of the
+    machine (cooling, airflow, power delivery); a power limit set below the board's default is a
+    configuration someone chose.
+
+    How it decides: ``gpu.throttle_ratio`` (readings with a power-cap, thermal or hardware reason;
+    GpuIdle, ApplicationsClocksSetting and SyncBoost do not count) ≥ ``min_ratio``, the GPU busy
+    (``gpu.util_ratio`` ≥ ``min_util``: clocks of an idle GPU cost nothing) and, when known, the SM
+    clock at least ``min_clock_deficit`` below its maximum. Thermal or hardware reasons in ≥
+    ``min_ratio`` of readings: major (critical when the clock deficit reaches ``critical_deficit``
+    for at least half the window). The power cap alone: major when the enforced limit is below
+    ``lowered_limit`` × the default, otherwise minor (a busy GPU at its rated power is expected to
+    trade clock for power). Impact is the throttled share × the clock deficit: the share of
+    compute time lost.
+
+    Evidence: gpu.throttle_ratio, gpu.util_ratio; optionally gpu.throttle_reasons,
+    gpu.thermal_throttle_ratio, gpu.hw_slowdown_ratio, gpu.power_cap_ratio, gpu.sm_clock_mhz,
+    gpu.sm_clock_max_mhz, gpu.power_w, gpu.power_limit_w, gpu.power_default_limit_w, gpu.temp_c,
+    gpu.temp_slowdown_c, gpu.thermal_violation_ratio, gpu.power_violation_ratio.
+
+    Fix: thermal: airflow, fan curves, inlet temperature, dust, failed fans, data-centre cooling;
+    hardware slowdown: PSU and power-cable health, the BMC's event log; a lowered power limit:
+    ``nvidia-smi -pl <default W>``; at the rated limit: more efficient kernels or lower precision.
+
+    False positives: reasons flagged for an instant at each sample (hence the busy and clock
+    checks); a power-capped GPU running memory-bound work loses little (the clock deficit overstates
+    it); deliberate power capping for energy efficiency (then the finding is right and the choice
+    is the operator's).
+    """
+
+    code = "GPU003"
+    name = "gpu-throttling"
+    category = Category.GPU_COMPUTE
+    requires = ("gpu.throttle_ratio", "gpu.util_ratio")
+    optional = (
+        "gpu.throttle_reasons", "gpu.thermal_throttle_ratio", "gpu.hw_slowdown_ratio", "gpu.power_cap_ratio",
+        "gpu.sm_clock_mhz", "gpu.sm_clock_max_mhz", "gpu.power_w", "gpu.power_limit_w", "gpu.power_default_limit_w",
+        "gpu.temp_c", "gpu.temp_slowdown_c", "gpu.thermal_violation_ratio", "gpu.power_violation_ratio",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_ratio: float = 0.2  # a fifth of the readings throttled: sustained, not a transient
+        min_util: float = 0.3  # a GPU busy under 30 % of the time loses little to lower clocks
+        min_clock_deficit: float = 0.1  # clocks within 10 % of max: GPU Boost's normal range, not throttling
+        critical_deficit: float = 0.3  # clocks ≥ 30 % down: kernels take ≥ 40 % longer
+        lowered_limit: float = 0.95  # an enforced limit under 95 % of the default was lowered on purpose
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        ratio = ev.value("gpu.throttle_ratio", 0.0) or 0.0
+        util = ev.value("gpu.util_ratio", 0.0) or 0.0
+        if ratio < t.min_ratio or util < t.min_util:
+            return None
+        clock, clock_max = ev.value("gpu.sm_clock_mhz"), ev.value("gpu.sm_clock_max_mhz")
+        deficit = (1.0 - clock / clock_max) if clock is not None and clock_max else None
+        if deficit is not None and deficit < t.min_clock_deficit:
+            return None
+        thermal = ev.value("gpu.thermal_throttle_ratio", 0.0) or 0.0
+        hw = ev.value("gpu.hw_slowdown_ratio", 0.0) or 0.0
+        power = ev.value("gpu.power_cap_ratio", 0.0) or 0.0
+        limit, default = ev.value("gpu.power_limit_w"), ev.value("gpu.power_default_limit_w")
+        lowered = limit is not None and default is not None and limit < t.lowered_limit * default
+        temp, slowdown = ev.value("gpu.temp_c"), ev.value("gpu.temp_slowdown_c")
+        clocks = (f"the SM clock averaged {clock:.0f} MHz of {clock_max:.0f} MHz ({pct(deficit)} down)"
+                  if clock is not None and clock_max and deficit is not None else "clocks were lowered")
+        parts: list[str] = []
+        fixes: list[Fix] = []
+        if max(thermal, hw) >= t.min_ratio:
+            heat = thermal >= hw
+            severity = (Severity.CRITICAL if deficit is not None and deficit >= t.critical_deficit
+                        and max(thermal, hw) >= 0.5 else Severity.MAJOR)
+            title = "The GPU throttles: thermal slowdown" if heat else "The GPU throttles: hardware slowdown"
+            parts.append(f"{'Thermal' if heat else 'Hardware'} slowdown held the clocks down in "
+                         f"{pct(max(thermal, hw))} of readings while the GPU was {pct(util)} busy; {clocks}.")
+            if temp is not None:
+                parts.append(f"It reached {temp:.0f} °C" + (f" (slowdown at {slowdown:.0f} °C)." if slowdown else "."))
+            fixes.append(Fix("Fix the cooling or power delivery",
+                             ("Check fans, airflow and inlet temperature (nvidia-smi -q -d TEMPERATURE,PERFORMANCE); "
+                              "clear dust, fix blanking panels, check the rack's cooling",
+                              "Hardware slowdown without heat: check PSUs and GPU power cables, and the BMC/IPMI "
+                              "event log (power brake is asserted by the system)",
+                              "Move the service to another node while the machine is repaired"),
+                             Risk.SAFE))
+        else:
+            severity = Severity.MAJOR if lowered else Severity.MINOR
+            title = "The GPU is held at its power limit"
+            parts.append(f"The software power cap held the clocks down in {pct(power)} of readings while the GPU "
+                         f"was {pct(util)} busy; {clocks}.")
+        if limit is not None:
+            draw = ev.value("gpu.power_w")
+            parts.append((f"Drawing {draw:.0f} W " if draw is not None else "")
+                         + f"against an enforced limit of {limit:.0f} W"
+                         + (f", lowered from the board's default {default:.0f} W." if lowered and default else "."))
+        if lowered and default is not None:
+            fixes.append(Fix("Restore the default power limit",
+                             (f"nvidia-smi -i <gpu> -pl {default:.0f} (as root; persists until reboot, set it in the "
+                              "node's provisioning to keep it)",),
+                             Risk.NEEDS_VALIDATION))
+        fixes.append(Fix("Do the same work with less power",
+                         ("Lower precision (BF16/FP8, INT8) and fused kernels do more per joule",
+                          "Spread load across more GPUs so each runs below its limit"),
+                         Risk.NEEDS_VALIDATION))
+        impact = ratio * (deficit if deficit is not None else 0.15)
+        why = f"throttled |{bar(ratio)}| {pct(ratio)} of readings"
+        if deficit is not None:
+            why += f"\nclock     |{bar(1 - deficit)}| {pct(1 - deficit)} of max"
+        return self.finding(
+            severity=severity,
+            confidence=Confidence.MEASURED,
+            title=title,
+            message=" ".join(parts),
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=why,
+            fixes=fixes,
+        )
+
+
+class PcieLinkDegraded(Rule):
+    """The GPU's PCIe link trained below its rated generation or width, and it carries real traffic.
+
+    What it detects: the link's current generation or width, read while the link is loaded, is
+    below the maximum the GPU and slot support (e.g. gen3 x8 on a gen4 x16 device), while
+    host↔device traffic is substantial.
+
+    Why it matters: every halving of generation or width halves the copy bandwidth: gen3 x8 moves
+    about 7.9 GB/s per direction where gen4 x16 moves 31.5. Copies that fit in the shadow of
+    compute on a healthy link become the bottleneck. Causes are physical or firmware: a card in an
+    x8-wired slot, a riser, dirty contacts, BIOS link settings.
+
+    How it decides: ``pcie.link_gen`` < ``pcie.link_gen_max`` or ``pcie.link_width`` <
+    ``pcie.link_width_max``. An idle GPU drops its link to gen1 to save power and raises it within
+    microseconds under load, so a low generation only counts when read under load
+    (``pcie.loaded_samples`` ≥ ``min_loaded_samples``); width does not change with power states. With
+    the busiest 20 ms reading (``pcie.peak_bytes_per_s``, else the mean) below
+    ``min_traffic_bytes_per_s`` the link is degraded but not the bottleneck: an informational
+    finding. Otherwise impact is the degraded link's mean utilisation × the bandwidth lost
+    (1 − current / rated capacity), at least ``min_impact``. PCIe replays
+    (``pcie.replay_count_delta``) are reported as a sign of a marginal link.
+
+    Evidence: pcie.link_gen, pcie.link_gen_max, pcie.link_width, pcie.link_width_max; optionally
+    pcie.loaded_samples, pcie.tx_bytes_per_s, pcie.rx_bytes_per_s, pcie.peak_bytes_per_s,
+    pcie.link_capacity_bytes_per_s, pcie.link_capacity_max_bytes_per_s, pcie.replay_count_delta,
+    pcie.link_gen_gpu_max.
+
+    Fix: reseat the card, move it to a slot wired x16 to the CPU (not through a switch or the
+    chipset), check risers and cables, set the slot to Auto/GenN in the BIOS; compare ``lspci -vv``
+    LnkCap with LnkSta. Meanwhile cut the traffic: pinned memory, fewer and larger copies, keep
+    tensors on the device.
+
+    False positives: a generation read at idle (excluded); platforms that deliberately bifurcate a
+    slot (then x8 is the design, and the maximum NVML reports is usually x8 too).
+    """
+
+    code = "GPU004"
+    name = "pcie-link-degraded"
+    category = Category.PCIE_TRANSFER
+    requires = ("pcie.link_gen", "pcie.link_gen_max", "pcie.link_width", "pcie.link_width_max")
+    optional = (
+        "pcie.loaded_samples", "pcie.tx_bytes_per_s", "pcie.rx_bytes_per_s", "pcie.peak_bytes_per_s",
+        "pcie.link_capacity_bytes_per_s", "pcie.link_capacity_max_bytes_per_s", "pcie.replay_count_delta",
+        "pcie.link_gen_gpu_max",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_loaded_samples: float = 3  # three readings under load: the link had time to train up
+        min_traffic_bytes_per_s: float = 1e9  # 1 GB/s in a 20 ms reading is real copying, not driver chatter
+        min_impact: float = 0.1  # a degraded link under real traffic costs something even when not full
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        gen, gen_max = ev.value("pcie.link_gen", 0.0) or 0.0, ev.value("pcie.link_gen_max", 0.0) or 0.0
+        width, width_max = ev.value("pcie.link_width", 0.0) or 0.0, ev.value("pcie.link_width_max", 0.0) or 0.0
+        gen_low, width_low = gen < gen_max, width < width_max
+        loaded_n = ev.value("pcie.loaded_samples")
+        loaded = loaded_n is None or loaded_n >= t.min_loaded_samples
+        if gen_low and not loaded:
+            gen_low = False  # read at idle: power saving, not a fault
+        if not gen_low and not width_low:
+            return None
+        tx, rx = ev.value("pcie.tx_bytes_per_s"), ev.value("pcie.rx_bytes_per_s")
+        mean = max(tx or 0.0, rx or 0.0)
+        peak = ev.value("pcie.peak_bytes_per_s", mean) or mean
+        cap = ev.value("pcie.link_capacity_bytes_per_s")
+        cap_max = ev.value("pcie.link_capacity_max_bytes_per_s")
+        replays = ev.value("pcie.replay_count_delta")
+        now = f"gen{gen:.0f} x{width:.0f}" + (f" ({_gbps(cap)} per direction)" if cap else "")
+        rated = f"gen{gen_max:.0f} x{width_max:.0f}" + (f" ({_gbps(cap_max)})" if cap_max else "")
+        msg = f"The GPU's PCIe link runs at {now} instead of {rated}"
+        evidence = present(ev, *self.requires, *self.optional)
+        replay_note = (f" {replays:.0f} PCIe replays (retransmitted packets) in the window point at a marginal "
+                       "connection: riser, slot or contacts." if replays else "")
+        fixes = [
+            Fix("Restore the full link",
+                ("Compare `sudo lspci -vv -s <bus id>` LnkCap with LnkSta, and `nvidia-smi -q -d PCI` "
+                 "(Link Width / Generation, Max vs Current) under load",
+                 "Reseat the card; use a slot wired x16 to the CPU; check risers and cables; set the slot's link "
+                 "speed to Auto or the card's generation in the BIOS"),
+                Risk.SAFE),
+            Fix("Move fewer bytes until then",
+                ("Copy from pinned memory with non_blocking=True, in few large copies; keep tensors on the device "
+                 "between steps",),
+                Risk.SAFE),
+        ]
+        if (tx is None and rx is None) or peak < t.min_traffic_bytes_per_s:
+            return self.finding(
+                severity=Severity.INFO, confidence=Confidence.MEASURED,
+                title="PCIe link below its rating (not loaded now)",
+                message=msg + (f"; traffic peaked at {_gbps(peak)}, so it costs nothing at this load."
+                               if tx is not None or rx is not None else "; no traffic was measured.") + replay_note,
+                impact=0.05, evidence=evidence, fixes=fixes,
+            )
+        direction = "host → device" if (rx or 0.0) >= (tx or 0.0) else "device → host"
+        used = min(1.0, mean / cap) if cap else None
+        lost = 1.0 - cap / cap_max if cap and cap_max else 0.5
+        impact = max(t.min_impact, (used if used is not None else 0.5) * lost)
+        msg += (f" while carrying {_gbps(mean)} {direction} on average (peak {_gbps(peak)})"
+                + (f": {pct(used)} of what the degraded link can move" if used is not None else "")
+                + f". At the rated link the same copies would take {pct(1 - lost)} of the time." + replay_note)
+        why = (f"link now  |{bar(cap / cap_max if cap and cap_max else 0.5)}| {now}\n"
+               + (f"traffic   |{bar((mean / cap_max) if cap_max else 0.0)}| {_gbps(mean)}" if cap_max else ""))
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.MEASURED,
+            title="The GPU's PCIe link is degraded",
+            message=msg,
+            impact=impact,
+            evidence=evidence,
+            why=why,
+            fixes=fixes,
+        )
+
+
+class MemoryHeldByOtherProcess(Rule):
+    """Processes outside the service hold a large part of its GPU's memory.
+
+    What it detects: while attached, NVML lists processes that are not in the target's process
+    tree holding a large share of the memory of the target's GPU.
+
+    Why it matters: that memory is not available to the service: vLLM sizes its KV cache from
+    what is free at start-up (fewer concurrent sequences, more preemption), PyTorch services OOM on
+    the next spike, and a restart may not even start. A stale process from an earlier run, a
+    notebook, or another team's job on a shared GPU is the usual holder.
+
+    How it decides: ``mem.other_processes_share_ratio`` (else ``mem.other_processes_bytes`` /
+    ``gpu.memory_total_bytes``) ≥ ``min_share``. Major when the device is nearly full
+    (``gpu.memory_used_bytes`` ≥ ``full_share`` of it) or others hold ≥ ``major_share``; minor
+    otherwise. Impact is the share held by others. When an out-of-memory error was seen
+    (``mem.oom_count`` ≥ 1), MEM004 owns the incident and reads the same key: no second finding.
+
+    Evidence: mem.other_processes_bytes and mem.other_processes_share_ratio or
+    gpu.memory_total_bytes; optionally gpu.memory_used_bytes, mem.process_used_bytes, gpu.processes,
+    mem.oom_count.
+
+    Fix: find and stop the holder, give each service its own GPU (CUDA_VISIBLE_DEVICES, MIG, a
+    device plugin without time-slicing); when sharing is intended, cap each tenant
+    (``--gpu-memory-utilization``, ``torch.cuda.set_per_process_memory_fraction``).
+
+    False positives: processes of the same service that are not its children (Ray workers of a
+    vLLM deployment, a separate tokeniser or embedding server), the MPS control daemon, and a pid
+    mapping NVML could not resolve (then the key is not produced at all).
+    """
+
+    code = "GPU005"
+    name = "memory-held-by-other-process"
+    category = Category.OOM_EXTERNAL
+    requires = ("mem.other_processes_bytes",)
+    requires_any = (("mem.other_processes_share_ratio",), ("gpu.memory_total_bytes",))
+    optional = (
+        "mem.other_processes_share_ratio", "gpu.memory_total_bytes", "gpu.memory_used_bytes",
+        "mem.process_used_bytes", "gpu.processes", "mem.oom_count",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.25  # a quarter of the device held elsewhere changes what the service can do (as MEM004)
+        major_share: float = 0.5  # others hold most of the device
+        full_share: float = 0.9  # the device ≥ 90 % used: the service has no room to grow
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        if (ev.value("mem.oom_count", 0.0) or 0.0) >= 1:
+            return None
+        others = ev.value("mem.other_processes_bytes", 0.0) or 0.0
+        total = ev.value("gpu.memory_total_bytes")
+        share = ev.value("mem.other_processes_share_ratio")
+        if share is None:
+            if not total:
+                return None
+            share = others / total
+        if share < t.min_share:
+            return None
+        used = ev.value("gpu.memory_used_bytes")
+        mine = ev.value("mem.process_used_bytes")
+        full = used is not None and bool(total) and used / float(total or 1.0) >= t.full_share
+        severity = Severity.MAJOR if full or share >= t.major_share else Severity.MINOR
+        holders = [p for p in _list(ev, "gpu.processes") if isinstance(p, dict) and p.get("is_target") is False]
+        named = ", ".join(f"pid {p.get('pid')}" + (f" ({p['name']})" if p.get("name") else "")
+                          + (f" {_gib(float(p['used_bytes']))}" if p.get("used_bytes") is not None else "")
+                          for p in holders[:4])
+        where = _detail(ev, "gpu.memory_total_bytes").split(",")[0] or "the GPU"
+        msg = (f"Processes outside the service hold {_gib(others)} ({pct(share)}) of {where}"
+               + (f"'s {_gib(total)}" if total else "")
+               + (f": {named}" if named else "") + "."
+               + (f" The service itself holds {_gib(mine)}." if mine is not None else ""))
+        if full and used is not None and total:
+            msg += (f" The device is {pct(used / total)} full: the service cannot grow its batches or KV cache, "
+                    "and its next allocation spike will fail.")
+        return self.finding(
+            severity=severity,
+            confidence=Confidence.MEASURED,
+            title="Another process holds the GPU's memory",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"others |{bar(share)}| {pct(share)}"
+                + (f"\nservice |{bar(mine / total)}| {pct(mine / total)}" if mine is not None and total else ""),
+            fixes=[
+                Fix("Find and stop the holder",
+                    ("nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                     "Kill stale processes from earlier runs (fuser -v /dev/nvidia*); in Kubernetes check for "
+                     "time-sliced or shared GPUs on the node",
+                     "Give each service its own GPU (CUDA_VISIBLE_DEVICES) or a MIG slice"),
+                    Risk.SAFE),
+                Fix("If the GPU is shared on purpose, cap each tenant",
+                    ("vLLM: --gpu-memory-utilization sized to this service's share",
+                     "PyTorch: torch.cuda.set_per_process_memory_fraction(share) in each process"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (GpuStarved, GpuSaturated, GpuThrottling, PcieLinkDegraded, MemoryHeldByOtherProcess)
