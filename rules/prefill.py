@@ -89,8 +89,17 @@ class PrefillBoundTtft(Rule):
         low_cache_hit: float = 0.5  # under half of prompt tokens from the prefix cache: caching would help
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        ttft, ttft_key = _first(ev, "latency.ttft_ms.p50", "latency.ttft_ms.mean")
-        prefill, _ = _first(ev, "stage.prefill_ms.p50", "stage.prefill_ms.mean")
+        # Means first: mean TTFT is the sum of the mean stages, a ratio of medians mixes requests.
+        ttft, ttft_key, prefill = None, None, None
+        for stat in ("mean", "p50"):
+            ttft, ttft_key = _first(ev, f"latency.ttft_ms.{stat}")
+            prefill, _ = _first(ev, f"stage.prefill_ms.{stat}")
+            if ttft is not None and prefill is not None:
+                break
+        if ttft is None:
+            ttft, ttft_key = _first(ev, "latency.ttft_ms.mean", "latency.ttft_ms.p50")
+        if prefill is None:
+            prefill, _ = _first(ev, "stage.prefill_ms.mean", "stage.prefill_ms.p50")
         share = ev.value("stage.prefill.share")
         of_ttft = prefill / ttft if (prefill is not None and ttft) else None
         best_share = max((s for s in (share, of_ttft) if s is not None), default=None)
