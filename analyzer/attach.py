@@ -30,11 +30,11 @@ import psutil
 from analyzer import pipeline
 from analyzer.derive.session import PYSPY_META
 from analyzer.errors import AttachError, DiagnoseError
-from analyzer.model import Capture, CaptureStatus, Diagnosis, Session, Target, Window
+from analyzer.model import Availability, Capture, CaptureStatus, Diagnosis, Session, Target, Window
 from analyzer.redact import redact_argv, redact_command, redact_text
+from collectors import nsys_session, pyspy
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
-from collectors import pyspy
 from reports import json_report
 
 LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
@@ -166,6 +166,7 @@ class AttachOptions:
     rate_hz: int = pyspy.DEFAULT_RATE_HZ
     logs: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
+    nsys: bool = False
     progress: Callable[[float, float], None] | None = None  # (elapsed, total)
 
 
@@ -193,6 +194,11 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     for t in tails:
         t.begin()
     scrapes_start = _scrape_all(opts.metrics)
+    nsys_avail = nsys_session.probe(opts.pid) if opts.nsys else None
+    nsys_window = None
+    if nsys_avail is not None and nsys_avail.ok:
+        nsys_window = nsys_session.NsysWindow(nsys_session.find_nsys() or "nsys")
+        nsys_window.start(folder)
 
     sampler = process_collector.Sampler(opts.pid, folder)
     t0 = time.time()
@@ -272,6 +278,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     captures.append(Capture("process", pstatus, partial_reason, "", window,
                             (process_collector.SAMPLES_FILE, process_collector.INFO_FILE)))
     captures.append(gpu_sampler.close(window))
+    if nsys_avail is not None:
+        captures.append(_finish_nsys(nsys_avail, nsys_window, folder, window))
     captures.extend(_finish_logs(tails, folder, window))
     captures.extend(_finish_metrics(opts.metrics, scrapes_start, folder, window))
 
@@ -337,6 +345,17 @@ def _finish_metrics(urls: list[str], start: dict[str, tuple[float, str | None, s
     return caps
 
 
+def _finish_nsys(avail: Availability, win: nsys_session.NsysWindow | None, folder: str,
+                 window: Window) -> Capture:
+    if win is None:
+        return Capture("nsys", CaptureStatus.SKIPPED, avail.reason, avail.remedy, window)
+    files = win.stop(folder)
+    if not files:
+        return Capture("nsys", CaptureStatus.FAILED, win.error or "nsys capture failed",
+                       "Run `nsys sessions list` to check the launch session.", window)
+    return Capture("nsys", CaptureStatus.OK, "", "", window, tuple(files))
+
+
 def _finish_logs(tails: list[LogTail], folder: str, window: Window) -> list[Capture]:
     caps: list[Capture] = []
     for i, t in enumerate(tails):
@@ -359,7 +378,7 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
-                         logs=list(args.log), metrics=list(args.metrics))
+                         logs=list(args.log), metrics=list(args.metrics), nsys=args.nsys)
     try:
         if sys.stderr.isatty() and args.format == "text":
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

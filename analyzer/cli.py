@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second (default 100)")
     p.add_argument("--log", action="append", default=[], help="a log file of the service to read too")
     p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape")
+    p.add_argument("--nsys", action="store_true",
+                   help="record an Nsight Systems window (the service must run under `nsys launch`)")
     _common(p)
 
     p = sub.add_parser("analyze", help="diagnose sessions or evidence files (logs, metrics, …); - is stdin")
