@@ -59,7 +59,7 @@ def fake_nsys(tmp_path, monkeypatch):
 
 
 def _service(cmd_prefix: list[str]) -> subprocess.Popen[bytes]:
-    code = "import time\nwhile True:\n    sum(i * i for i in range(1000))\n"
+    code = "while True: sum(i * i for i in range(1000))"
     return subprocess.Popen([*cmd_prefix, sys.executable, "-c", code], start_new_session=True)
 
 
@@ -67,9 +67,11 @@ def test_window_is_recorded_and_exported_when_launched_under_nsys(fake_nsys, tmp
     exe, log = fake_nsys
     launcher = _service([str(exe), "launch"])
     try:
-        time.sleep(1.5)
         import psutil
 
+        deadline = time.monotonic() + 20
+        while not psutil.Process(launcher.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.2)
         service_pid = psutil.Process(launcher.pid).children()[0].pid
         assert nsys_session.probe(service_pid).ok
         _, diagnosis = attach(AttachOptions(pid=service_pid, duration_s=2, output=str(tmp_path / "s"), nsys=True))
