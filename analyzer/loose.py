@@ -90,8 +90,15 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
     return result
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
 def analyze_stream(name: str, stream: BinaryIO) -> LooseResult:
     head = stream.peek(8192) if isinstance(stream, io.BufferedReader) else b""
+    if head.startswith(SQLITE_MAGIC):
+        why = "an SQLite database (an Nsight Systems export?) cannot be read from a stream; pass its path"
+        return LooseResult(inputs=[InputRecord(name, "sqlite", "unreadable", why)])
     if head and looks_binary(head):
         return LooseResult(inputs=[InputRecord(name, "binary", "unreadable", "binary content, not a log")])
     return analyze_lines(name, iter_text_lines(stream))
@@ -102,6 +109,13 @@ def analyze_path(path: str) -> LooseResult:
     if path == "-":
         return analyze_stream("<stdin>", sys.stdin.buffer)
     try:
+        with open(path, "rb") as fh:
+            is_sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        if is_sqlite or path.endswith(NSYS_REPORT_SUFFIXES):
+            from analyzer.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export
+
+            evidence, record = nsys.analyze_export(path)
+            return LooseResult(evidence, [record])
         with open(path, "rb") as fh:
             return analyze_stream(path, fh)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rules import compile as _compile
 from rules import cpu as _cpu
 from rules import gpu as _gpu
+from rules import gpu_trace as _gpu_trace
 from rules import healthy as _healthy
 from rules import memory as _memory
 from rules import prefill as _prefill
@@ -32,6 +33,7 @@ RULES: tuple[type[Rule], ...] = (
     *_stages.RULES,
     *_transfer.RULES,
     *_gpu.RULES,
+    *_gpu_trace.RULES,
     *_healthy.RULES,
 )
 

@@ -59,6 +59,8 @@ class CopyDominatedGpuTime(Rule):
     ``min_copy_ms`` (a copy of a few microseconds in a compute-bound trace is not the bottleneck,
     however its share of a tiny capture looks). "Many small copies" when ``copy.count`` ≥
     ``many_copies`` and ``copy.mean_bytes`` < ``small_copy_bytes``. Impact is the copy share.
+    When an Nsight timeline was read (``copy.exposed_share`` present) this rule stands aside:
+    GPU101 judges the copies knowing their overlap with kernels and their memory kind.
 
     Evidence: copy.time_share, copy.time_ms; optionally copy.h2d_time_ms, copy.d2h_time_ms,
     copy.h2d_bytes, copy.d2h_bytes, copy.count, copy.mean_bytes, gpu.kernel_time_ms,
@@ -100,6 +102,8 @@ class CopyDominatedGpuTime(Rule):
         both_ways: float = 0.3  # DtoH and HtoD within ~3× of each other: the same data likely goes and returns
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        if "copy.exposed_share" in ev:
+            return None  # a timeline was read: GPU101 judges the copies, knowing overlap and memory kind
         share = ev.value("copy.time_share", 0.0) or 0.0
         copy_ms = ev.value("copy.time_ms", 0.0) or 0.0
         if share < t.min_share or copy_ms < t.min_copy_ms:
