@@ -15,13 +15,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
 
 sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__file__)))
 
-from analyzer.attach import AttachOptions, attach  # noqa: E402
-from examples.demo import PATHOLOGIES, DemoService  # noqa: E402
-from examples.loadgen import run_load  # noqa: E402
+from analyzer.attach import AttachOptions, attach
+from examples.demo import PATHOLOGIES, DemoService, Load
+from examples.loadgen import run_load
 
 
 def main() -> int:
@@ -37,18 +36,14 @@ def main() -> int:
     with DemoService(args.pathology) as svc, tempfile.TemporaryDirectory() as tmp:
         run_load(svc.url, spec.name, spec.concurrency, 3.0, spec.think_s)  # warm-up
         for i in range(args.pairs):
-            res = run_load(svc.url, spec.name, spec.concurrency, args.window, spec.think_s)
-            plain.append(res.throughput_rps)
-            box: dict[str, float] = {}
-
-            def load() -> None:
-                box["rps"] = run_load(svc.url, spec.name, spec.concurrency, args.window, spec.think_s).throughput_rps
-
-            t = threading.Thread(target=load)
-            t.start()
-            attach(AttachOptions(pid=svc.pid, duration_s=args.window, output=f"{tmp}/s{i}", rate_hz=args.rate))
-            t.join()
-            attached.append(box["rps"])
+            # ABBA order: a drifting machine biases neither side
+            for with_attach in (False, True) if i % 2 == 0 else (True, False):
+                with Load(svc.url, spec, args.window, stop_on_exit=False) as load:
+                    if with_attach:
+                        attach(AttachOptions(pid=svc.pid, duration_s=args.window, output=f"{tmp}/s{i}",
+                                             rate_hz=args.rate))
+                assert load.result is not None
+                (attached if with_attach else plain).append(load.result.throughput_rps)
             print(f"pair {i + 1}: not attached {plain[-1]:.2f} req/s, attached {attached[-1]:.2f} req/s", flush=True)
     ratio = statistics.mean(attached) / statistics.mean(plain)
     print(f"pathology={args.pathology} window={args.window:.0f}s pairs={args.pairs} py-spy rate={args.rate} Hz")

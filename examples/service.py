@@ -883,7 +883,10 @@ class WorkerQueuePathology(Pathology):
         return {"queue_depth": self.worker.jobs.qsize(), "worker_busy": self.worker.busy}
 
     def close(self) -> None:
+        # Join: a daemon thread still inside a torch kernel when the interpreter exits aborts
+        # the process (SIGABRT) instead of the clean exit SIGTERM asks for.
         self.worker.stop()
+        self.worker.join(timeout=STOP_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1264,7 +1267,7 @@ class InferenceServer(ThreadingHTTPServer):
     """ThreadingHTTPServer whose per-connection threads are named ``http-handler-N``."""
 
     daemon_threads = True
-    block_on_close = False
+    block_on_close = True  # server_close() waits for handlers still inside the model (see close())
     request_queue_size = 256
     allow_reuse_address = True
 

@@ -4,39 +4,62 @@ import pytest
 
 from analyzer.derive.activities import Activity, classify
 
-HANDLER = [("_bootstrap", "threading.py"), ("process_request_thread", "socketserver.py"),
-           ("do_POST", "examples/service.py")]
+HANDLER = [
+    ("_bootstrap", "threading.py"),
+    ("process_request_thread", "socketserver.py"),
+    ("do_POST", "examples/service.py"),
+]
 
 
 @pytest.mark.parametrize(
     ("frames", "expected"),
     [
         # image decode inside the request handler: the innermost library (PIL) decides
-        (HANDLER + [("preprocess", "examples/service.py"), ("load", "PIL/ImageFile.py")], Activity.PREPROCESS),
+        ([*HANDLER, ("preprocess", "examples/service.py"), ("load", "PIL/ImageFile.py")], Activity.PREPROCESS),
         # pure-Python pre-processing is claimed by its function name
-        (HANDLER + [("preprocess", "app.py"), ("<genexpr>", "app.py")], Activity.PREPROCESS),
+        ([*HANDLER, ("preprocess", "app.py"), ("<genexpr>", "app.py")], Activity.PREPROCESS),
         # numpy work outside the model
-        (HANDLER + [("normalise_batch", "app.py"), ("mean", "numpy/core/_methods.py")], Activity.PREPROCESS),
+        ([*HANDLER, ("normalise_batch", "app.py"), ("mean", "numpy/core/_methods.py")], Activity.PREPROCESS),
         # the model: a user function named decode_step that calls torch is forward, not preprocessing
-        (HANDLER + [("decode_step", "app.py"), ("_call_impl", "torch/nn/modules/module.py"),
-                    ("forward", "torch/nn/modules/linear.py")], Activity.FORWARD),
+        (
+            [
+                *HANDLER,
+                ("decode_step", "app.py"),
+                ("_call_impl", "torch/nn/modules/module.py"),
+                ("forward", "torch/nn/modules/linear.py"),
+            ],
+            Activity.FORWARD,
+        ),
         # torch's own F.normalize is part of the model
-        (HANDLER + [("forward", "model.py"), ("normalize", "torch/nn/functional.py")], Activity.FORWARD),
+        ([*HANDLER, ("forward", "model.py"), ("normalize", "torch/nn/functional.py")], Activity.FORWARD),
         # any compile frame on the stack claims the sample, wherever it is
-        (HANDLER + [("_fn", "torch/_dynamo/eval_frame.py"), ("__call__", "torch/_dynamo/convert_frame.py"),
-                    ("run", "torch/_dynamo/symbolic_convert.py"), ("subs", "sympy/core/basic.py")],
-         Activity.COMPILE),
-        (HANDLER + [("compile_fx", "torch/_inductor/compile_fx.py"), ("communicate", "subprocess.py")],
-         Activity.COMPILE),
+        (
+            [
+                *HANDLER,
+                ("_fn", "torch/_dynamo/eval_frame.py"),
+                ("__call__", "torch/_dynamo/convert_frame.py"),
+                ("run", "torch/_dynamo/symbolic_convert.py"),
+                ("subs", "sympy/core/basic.py"),
+            ],
+            Activity.COMPILE,
+        ),
+        (
+            [*HANDLER, ("compile_fx", "torch/_inductor/compile_fx.py"), ("communicate", "subprocess.py")],
+            Activity.COMPILE,
+        ),
         # a compiled graph running (eval_frame wrapper + generated code) is forward, not compile
-        (HANDLER + [("_fn", "torch/_dynamo/eval_frame.py"), ("call", "/tmp/torchinductor_root/ab/cab.py")],
-         Activity.FORWARD),
-        (HANDLER + [("respond", "app.py"), ("dumps", "json/__init__.py"), ("encode", "json/encoder.py")],
-         Activity.SERIALIZE),
-        (HANDLER + [("validate", "pydantic/main.py")], Activity.SERIALIZE),
-        (HANDLER + [("synchronize", "torch/cuda/__init__.py")], Activity.COPY_SYNC),
-        (HANDLER + [("parse_request", "http/server.py")], Activity.SERVER),
-        (HANDLER + [("get", "queue.py"), ("wait", "threading.py")], Activity.WAITING),
+        (
+            [*HANDLER, ("_fn", "torch/_dynamo/eval_frame.py"), ("call", "/tmp/torchinductor_root/ab/cab.py")],
+            Activity.FORWARD,
+        ),
+        (
+            [*HANDLER, ("respond", "app.py"), ("dumps", "json/__init__.py"), ("encode", "json/encoder.py")],
+            Activity.SERIALIZE,
+        ),
+        ([*HANDLER, ("validate", "pydantic/main.py")], Activity.SERIALIZE),
+        ([*HANDLER, ("synchronize", "torch/cuda/__init__.py")], Activity.COPY_SYNC),
+        ([*HANDLER, ("parse_request", "http/server.py")], Activity.SERVER),
+        ([*HANDLER, ("get", "queue.py"), ("wait", "threading.py")], Activity.WAITING),
         ([("main", "app.py"), ("loop", "app.py")], Activity.OTHER),
         ([], Activity.OTHER),
     ],
