@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pid", type=int, required=True, help="the service's pid (a parent of workers is fine)")
     p.add_argument("--duration", type=float, default=10.0, help="window in seconds (default 10)")
     p.add_argument("-o", "--output", help="session folder (or .tar.gz) to write")
-    p.add_argument("--rate", type=int, default=100, help="py-spy samples per second (default 100)")
+    p.add_argument("--rate", type=int, default=50, help="py-spy samples per second (default 50)")
     p.add_argument("--log", action="append", default=[], help="a log file of the service to read too")
     p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape")
     p.add_argument("--nsys", action="store_true",

@@ -28,7 +28,7 @@ def main() -> int:
     ap.add_argument("--pathology", default="queueing")
     ap.add_argument("--window", type=float, default=10.0)
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--rate", type=int, default=100, help="py-spy sampling rate")
+    ap.add_argument("--rate", type=int, default=50, help="py-spy sampling rate (diagnose attach default)")
     args = ap.parse_args()
     spec = PATHOLOGIES[args.pathology]
     plain: list[float] = []

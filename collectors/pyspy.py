@@ -29,7 +29,7 @@ from analyzer.model import Availability
 RAW_FILE = "pyspy.raw"
 LOG_FILE = "pyspy.log"
 DUMPS_FILE = "pyspy-dumps.jsonl"
-DEFAULT_RATE_HZ = 100
+DEFAULT_RATE_HZ = 50  # 500 samples of a busy thread in a 10 s window; 100 Hz costs a 2-core box twice the CPU
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,11 @@ def test_ctrl_c_stops_early_and_still_writes_the_verdict(tmp_path) -> None:
         child.wait()
     assert cli.returncode == 0, stderr
     assert "Traceback" not in stderr
+    from collectors import nvml
+
+    if not nvml.probe(child.pid).ok:  # no GPU here: one line says GPU evidence was skipped and why
+        gpu_lines = [ln for ln in stderr.splitlines() if "GPU evidence skipped" in ln]
+        assert len(gpu_lines) == 1 and ":" in gpu_lines[0]
     import json
 
     doc = json.loads(stdout)
