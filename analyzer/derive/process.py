@@ -41,6 +41,9 @@ def derive(
                       "compiled-graph shared objects (inductor kernels) newly mapped during the window"))
     if not samples:
         return out
+    loads = [float(s["loadavg"][0]) for s in samples if s.get("loadavg")]
+    if loads:
+        out.append(ev("host.load_1m", max(loads), "runnable", "the host's 1-minute load average (all processes)"))
     inflight = [int(s.get("conn", {}).get("inflight", 0)) for s in samples]
     listen = sorted({p for s in samples for p in s.get("conn", {}).get("listen_ports", ())})
     if listen:
