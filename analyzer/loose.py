@@ -92,6 +92,7 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
 
 
 def analyze_stream(name: str, stream: BinaryIO) -> LooseResult:
@@ -110,7 +111,13 @@ def analyze_path(path: str) -> LooseResult:
         return analyze_stream("<stdin>", sys.stdin.buffer)
     try:
         with open(path, "rb") as fh:
-            is_sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+            head = fh.read(len(SQLITE_MAGIC))
+        is_sqlite = head == SQLITE_MAGIC
+        if head[:1] == PICKLE_MAGIC:
+            from analyzer.derive import snapshot  # CUDA memory snapshot, read by a restricted unpickler
+
+            evidence, record = snapshot.analyze_snapshot(path)
+            return LooseResult(evidence, [record])
         if is_sqlite or path.endswith(NSYS_REPORT_SUFFIXES):
             from analyzer.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export
 

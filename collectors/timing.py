@@ -162,6 +162,46 @@ class Table:
     line_no: int
 
 
+class Corr:
+    """Streaming Pearson correlation and least-squares slope of y on x (exact, O(1) memory)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        self.n += 1
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.syy += y * y
+        self.sxy += x * y
+
+    def _cov(self) -> tuple[float, float, float]:
+        n = self.n
+        return (self.sxy - self.sx * self.sy / n, self.sxx - self.sx**2 / n, self.syy - self.sy**2 / n)
+
+    @property
+    def r(self) -> float | None:
+        if self.n < 3:
+            return None
+        cxy, cxx, cyy = self._cov()
+        if cxx <= 0 or cyy <= 0:
+            return None
+        return cxy / math.sqrt(cxx * cyy)
+
+    @property
+    def slope(self) -> float | None:
+        if self.n < 3:
+            return None
+        cxy, cxx, _ = self._cov()
+        return cxy / cxx if cxx > 0 else None
+
+
+FIRST_REQUESTS = 5  # the cold-start window: the first requests after the log starts
+MAX_SHAPES = 10_000  # distinct (batch size, input tokens) pairs remembered for "new shape"
+
+
 @dataclass
 class StageLog:
     requests: int = 0
@@ -177,6 +217,13 @@ class StageLog:
     ts_min: float = math.inf
     ts_max: float = -math.inf
     bad_lines: int = 0
+    first_e2e: list[float] = field(default_factory=list)
+    e2e_by_index: list[tuple[int, float]] = field(default_factory=list)
+    shapes_seen: set[tuple[float, float]] = field(default_factory=set)
+    new_shape: Series = field(default_factory=Series)
+    ttft_vs_input: Corr = field(default_factory=Corr)
+    e2e_vs_input: Corr = field(default_factory=Corr)
+    ttft_vs_queue: Corr = field(default_factory=Corr)
 
 
 @dataclass
@@ -449,6 +496,33 @@ class TimingParser:
             return True
         return False
 
+    @staticmethod
+    def _per_request(log: StageLog, doc: dict[str, object], e2e: float, stages: dict[object, object]) -> None:
+        """Order-dependent figures: cold start, new shapes, latency against input size."""
+        index = log.requests  # requests are counted after this record
+        if len(log.first_e2e) < FIRST_REQUESTS:
+            log.first_e2e.append(e2e)
+        # a bounded, evenly thinned list of (index, e2e): the second half is chosen at the end
+        log.e2e_by_index.append((index, e2e))
+        if len(log.e2e_by_index) > 2 * RESERVOIR:
+            log.e2e_by_index = log.e2e_by_index[::2]
+        tokens, batch = _num(doc.get("input_tokens")), _num(doc.get("batch_size"))
+        if tokens is not None or batch is not None:
+            shape = (batch or 0.0, tokens or 0.0)
+            if shape not in log.shapes_seen:
+                if index >= FIRST_REQUESTS:
+                    log.new_shape.add(e2e)
+                if len(log.shapes_seen) < MAX_SHAPES:
+                    log.shapes_seen.add(shape)
+        ttft = _num(doc.get("ttft_ms"))
+        if tokens is not None:
+            log.e2e_vs_input.add(tokens, e2e)
+            if ttft is not None:
+                log.ttft_vs_input.add(tokens, ttft)
+        queue = _num(stages.get("queue"))
+        if ttft is not None and queue is not None:
+            log.ttft_vs_queue.add(queue, ttft)
+
     def _stage_record(self, doc: dict[str, object]) -> None:
         log = self.stage_log
         stages = doc["stages_ms"]
@@ -469,6 +543,7 @@ class TimingParser:
         e2e = e2e if e2e is not None and e2e >= total * 0.5 else total
         log.e2e.add(e2e)
         log.e2e_total += e2e
+        self._per_request(log, doc, e2e, stages)
         for key, series in (("ttft_ms", log.ttft), ("input_tokens", log.input_tokens),
                             ("output_tokens", log.output_tokens), ("batch_size", log.batch)):
             v = _num(doc.get(key))

@@ -6,6 +6,7 @@ Retired codes go into ``RETIRED`` so that nobody gives them a new meaning.
 
 from __future__ import annotations
 
+from rules import cold_start as _cold_start
 from rules import compile as _compile
 from rules import cpu as _cpu
 from rules import gpu as _gpu
@@ -31,6 +32,7 @@ RULES: tuple[type[Rule], ...] = (
     *_serving.RULES,
     *_prefill.RULES,
     *_stages.RULES,
+    *_cold_start.RULES,
     *_transfer.RULES,
     *_gpu.RULES,
     *_gpu_trace.RULES,

@@ -25,6 +25,7 @@ from analyzer.model import Evidence, Quality
 from collectors.timing import (
     ConditionTable,
     Series,
+    StageLog,
     StageTable,
     TimingParser,
     TimingRecords,
@@ -152,6 +153,41 @@ class TimingSource:
             out.add("throughput.rps", (log.requests - 1) / span, "rps", f"over {span:.1f} s of log", q)
         if log.errors:
             out.add("requests.error_ratio", log.errors / log.requests, "ratio", detail, q)
+        TimingSource._order_figures(log, out, q)
+
+    @staticmethod
+    def _order_figures(log: StageLog, out: _Out, q: Quality) -> None:
+        """Cold start, new shapes and latency against input size (STG004, STG005)."""
+        if log.requests >= 20:
+            first = log.first_e2e
+            out.add("latency.first_requests_ms.mean", sum(first) / len(first), "ms",
+                    f"the first {len(first)} requests of the log", q)
+            out.add("latency.first_requests_ms.max", max(first), "ms", "", q)
+            out.add("latency.first_requests.count", len(first), "requests", "", q)
+            late = sorted(v for i, v in log.e2e_by_index if i >= log.requests / 2)
+            if late:
+                out.add("latency.steady_ms.p50", late[len(late) // 2], "ms",
+                        "end-to-end p50, second half of the log", q)
+        if 3 <= log.new_shape.n < log.requests / 2:
+            out.add("latency.new_shape_ms.mean", log.new_shape.mean, "ms",
+                    "requests with a (batch size, input tokens) pair not seen before", q)
+            out.add("latency.new_shape.count", log.new_shape.n, "requests", "", q)
+        c = log.e2e_vs_input
+        if c.n >= 3:
+            cq = _low(c.n)
+            out.add("scaling.input_size.requests", c.n, "requests", "requests with an input size and a latency", cq)
+            if log.input_tokens.min > 0:
+                out.add("scaling.input_size.range_ratio", log.input_tokens.max / log.input_tokens.min, "ratio", "", cq)
+            for name, corr in (("e2e", c), ("ttft", log.ttft_vs_input)):
+                if corr.r is not None:
+                    out.add(f"scaling.{name}_ms.input_size_corr", corr.r, "ratio",
+                            f"Pearson r of {name} against input tokens over {corr.n} requests", cq)
+                if corr.slope is not None:
+                    out.add(f"scaling.{name}_ms.per_1k_input_ms", 1000 * corr.slope, "ms",
+                            "least-squares slope per 1,000 input tokens", cq)
+            if log.ttft_vs_queue.r is not None:
+                out.add("scaling.ttft_ms.queue_corr", log.ttft_vs_queue.r, "ratio",
+                        "Pearson r of each request's TTFT against its own queue time", _low(log.ttft_vs_queue.n))
 
     @staticmethod
     def _spans(r: TimingRecords, out: _Out) -> None:

@@ -1,0 +1,76 @@
+"""A CUDA memory snapshot → the ``mem.*`` evidence the OOM rules (MEM001-MEM005) read.
+
+Keys: ``mem.reserved_bytes``, ``mem.allocated_bytes``, ``mem.reserved_minus_allocated_bytes``
+(inactive blocks), ``mem.private_pools_bytes``, ``mem.largest_free_block_bytes``,
+``mem.weights_bytes`` / ``mem.activations_bytes`` (a heuristic split by allocation stack),
+``mem.snapshot_top_blocks`` (a list of the largest blocks with their stacks),
+``mem.free_fragmentation_ratio`` (1 − largest free block / all free); and, when the snapshot's
+``device_traces`` hold an OOM event, ``mem.oom_count``, ``mem.requested_bytes``,
+``mem.device_free_bytes`` and ``mem.oom_phase`` (from the OOM's stack). The snapshot does not say
+how large the device is, so ``mem.device_total_bytes`` is never emitted here.
+"""
+
+from __future__ import annotations
+
+from analyzer.model import Evidence, InputRecord, Quality
+from collectors.snapshot import Breakdown, SnapshotError, load_breakdown, top_block_records
+
+KIND = "torch_memory_snapshot"
+MIB = 1 << 20
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:,.0f} MiB"
+
+
+def analyze_snapshot(path: str, name: str | None = None) -> tuple[list[Evidence], InputRecord]:
+    """Read a ``_dump_snapshot`` pickle safely: its evidence and its input record (never raises on content)."""
+    source = name or path
+    try:
+        b = load_breakdown(path)
+    except SnapshotError as exc:
+        return [], InputRecord(source, KIND, "unreadable", str(exc))
+    evidence = derive(b, source)
+    return evidence, InputRecord(source, KIND, "partial" if b.problems else "ok", "; ".join(b.problems))
+
+
+def derive(b: Breakdown, source: str) -> list[Evidence]:
+    out: list[Evidence] = []
+    dev = f"device {b.device}" if b.device is not None else "the snapshot"
+
+    def add(key: str, value: object, unit: str, detail: str, quality: Quality = Quality.GOOD) -> None:
+        out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
+
+    if not b.segments:
+        return out
+    add("mem.reserved_bytes", b.reserved_bytes, "bytes", f"memory snapshot of {dev}: {b.segments} segment(s)")
+    awaiting = f", {_mib(b.awaiting_free_bytes)} awaiting free" if b.awaiting_free_bytes else ""
+    add("mem.allocated_bytes", b.allocated_bytes, "bytes", f"memory snapshot: active blocks{awaiting}")
+    add("mem.reserved_minus_allocated_bytes", b.inactive_bytes, "bytes",
+        f"memory snapshot: {b.inactive_blocks} inactive block(s) in {len(b.fragmented_segments)} segment(s)")
+    add("mem.largest_free_block_bytes", b.largest_free_block_bytes, "bytes",
+        "memory snapshot: the largest inactive block; a larger request needs a new segment")
+    if b.inactive_bytes:
+        add("mem.free_fragmentation_ratio", 1.0 - b.largest_free_block_bytes / b.inactive_bytes, "ratio",
+            "1 − largest inactive block / all inactive memory: 0 when free memory is one piece")
+    add("mem.private_pools_bytes", b.private_pools_bytes, "bytes",
+        f"memory snapshot: {b.private_pools} private pool(s) (CUDA graphs, MemPool)")
+    if b.blocks_with_stack:
+        how = ("heuristic: allocation stacks through model loading (from_pretrained, load_state_dict, "
+               "_apply, .to/.cuda)")
+        add("mem.weights_bytes", b.weights_bytes, "bytes", how, Quality.PARTIAL if b.other_bytes else Quality.GOOD)
+        add("mem.activations_bytes", b.activations_bytes, "bytes",
+            f"heuristic: allocation stacks through forward/serving frames; {_mib(b.other_bytes)} unattributed")
+    if b.top_blocks:
+        add("mem.snapshot_top_blocks", top_block_records(b.top_blocks), "blocks",
+            f"the {len(b.top_blocks)} largest active blocks with the stacks that allocated them")
+    if b.ooms:
+        last = b.ooms[-1]
+        add("mem.oom_count", len(b.ooms), "events", "OOM events in the snapshot's device_traces")
+        add("mem.requested_bytes", last.requested_bytes, "bytes",
+            f"the last OOM event's request; largest inactive block was {_mib(b.largest_free_block_bytes)}")
+        if last.device_free_bytes is not None:
+            add("mem.device_free_bytes", last.device_free_bytes, "bytes", "what CUDA reported free at the OOM")
+        if last.phase != "unknown":
+            add("mem.oom_phase", last.phase, "phase", f"from the traceback: {last.phase_frame}")
+    return out
