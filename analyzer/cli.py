@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?", help="a rule code (CPU001) or name")
     p.add_argument("--format", choices=("text", "json", "md"), default="text")
 
+    p = sub.add_parser("enable", help="what to add at the next deploy to make the next incident diagnosable")
+    p.add_argument("service", nargs="?", help="pytorch, vllm, sglang, tgi or triton (none: list them)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
     p = sub.add_parser("demo", help="start the bundled demo service, drive load, attach, diagnose")
     p.add_argument("--pathology", default="cpu-preprocess", help="which pathology to start (see --list)")
     p.add_argument("--list", action="store_true", help="list the pathologies and exit")
@@ -98,6 +102,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return emit(diagnosis, args.format, args.fail_on)
 
 
+def cmd_enable(args: argparse.Namespace) -> int:
+    from analyzer import enable
+
+    return enable.print_enable(args.service, args.format)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from analyzer import demo
 
@@ -111,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             ap.print_help(sys.stderr)
             return 2
-        handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo}
+        handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo,
+                   "enable": cmd_enable}
         return handler[args.command](args)
     except DiagnoseError as exc:
         print(f"diagnose: {exc}", file=sys.stderr)

@@ -136,3 +136,15 @@ def test_console_script_runs_without_torch(tmp_path) -> None:
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["primary"] == "recompilation"
+
+
+def test_enable_prints_each_recipe_with_costs(capsys) -> None:
+    code, out, _ = run(["enable"], capsys)
+    assert code == 0 and {"pytorch", "vllm", "sglang", "tgi", "triton"} <= set(out.split())
+    code, out, _ = run(["enable", "pytorch"], capsys)
+    assert code == 0 and "probe.install" in out and "TORCH_LOGS=recompiles" in out and "nsys launch" in out
+    assert out.count("cost:") >= 5
+    code, out, _ = run(["enable", "vllm", "--format", "json"], capsys)
+    assert code == 0 and any("/metrics" in s["how"] or "metrics" in s["what"] for s in json.loads(out)["steps"])
+    code, _, err = run(["enable", "tensorflow"], capsys)
+    assert code == 2 and "no recipe" in err
