@@ -191,7 +191,9 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     tree = [p.pid for p in process_collector.process_tree(opts.pid)]
     modules_before = process_collector.compiled_modules(tree)
     tails = [LogTail(p) for p in opts.logs]
-    for t in tails:
+    given = {os.path.realpath(p) for p in opts.logs}
+    probe_tails = [LogTail(p) for p in probe_outputs(opts.pid) if os.path.realpath(p) not in given]
+    for t in (*tails, *probe_tails):
         t.begin()
     scrapes_start = _scrape_all(opts.metrics)
     nsys_avail = nsys_session.probe(opts.pid) if opts.nsys else None
@@ -281,6 +283,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     if nsys_avail is not None:
         captures.append(_finish_nsys(nsys_avail, nsys_window, folder, window))
     captures.extend(_finish_logs(tails, folder, window))
+    captures.extend(_finish_logs(probe_tails, folder, window, collector="probe"))
     captures.extend(_finish_metrics(opts.metrics, scrapes_start, folder, window))
 
     target = Target(
@@ -356,16 +359,35 @@ def _finish_nsys(avail: Availability, win: nsys_session.NsysWindow | None, folde
     return Capture("nsys", CaptureStatus.OK, "", "", window, tuple(files))
 
 
-def _finish_logs(tails: list[LogTail], folder: str, window: Window) -> list[Capture]:
+def probe_outputs(pid: int) -> list[str]:
+    """Files the in-process probe of the target's tree announced (stage log, compile log)."""
+    from collectors import torch_probe
+
+    found: list[str] = []
+    for p in process_collector.process_tree(pid):
+        doc = torch_probe.find_announcement(p.pid)
+        if not doc:
+            continue
+        for key in ("stages_path", "compile_log_path"):
+            path = doc.get(key)
+            if isinstance(path, str) and path:
+                if not os.path.isabs(path):  # relative to the target's working directory
+                    path = os.path.join(f"/proc/{p.pid}/cwd", path)
+                if os.path.isfile(path) and path not in found:
+                    found.append(path)
+    return found
+
+
+def _finish_logs(tails: list[LogTail], folder: str, window: Window, collector: str = "log") -> list[Capture]:
     caps: list[Capture] = []
     for i, t in enumerate(tails):
-        name = f"log-{i}-{os.path.basename(t.path)}"
+        name = f"{collector}-{i}-{os.path.basename(t.path)}"
         try:
             t.finish(os.path.join(folder, name))
-            caps.append(Capture("log", CaptureStatus.OK, "", "", window, (name,)))
+            caps.append(Capture(collector, CaptureStatus.OK, "", "", window, (name,)))
         except OSError as exc:
-            caps.append(Capture("log", CaptureStatus.FAILED, f"could not read {t.path}: {exc.strerror}",
-                                "Check the path and permissions of --log.", window))
+            caps.append(Capture(collector, CaptureStatus.FAILED, f"could not read {t.path}: {exc.strerror}",
+                                "Check the path and permissions of the file.", window))
     return caps
 
 

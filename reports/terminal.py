@@ -53,6 +53,34 @@ def _finding_block(f: Finding, primary: bool) -> Panel:
     return Panel(body, title=head, subtitle=sub, border_style=_SEV_STYLE[f.severity], title_align="left")
 
 
+def stage_rows(diagnosis: Diagnosis) -> list[tuple[str, float | None, float | None, float | None]]:
+    """(stage, p50 ms, p99 ms, share of end-to-end) for every stage with timings, by share."""
+    ev = {e.key: e.value for e in diagnosis.evidence}
+    stages = sorted({k[len("stage."):].split("_ms.")[0] for k in ev if k.startswith("stage.") and "_ms." in k})
+
+    def num(key: str) -> float | None:
+        v = ev.get(key)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    rows = [(s, num(f"stage.{s}_ms.p50"), num(f"stage.{s}_ms.p99"), num(f"stage.{s}.share")) for s in stages]
+    return sorted(rows, key=lambda r: -(r[3] or 0.0))
+
+
+def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
+    rows = stage_rows(diagnosis)
+    if not rows:
+        return
+    table = Table(title="Request stages (ms)", title_justify="left")
+    for col in ("stage", "p50", "p99", "share of latency"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    top = rows[0][0] if rows[0][3] else None
+    for stage, p50, p99, share in rows:
+        label = f"{stage}  ← largest share" if stage == top else stage
+        table.add_row(label, "-" if p50 is None else f"{p50:,.1f}", "-" if p99 is None else f"{p99:,.1f}",
+                      "-" if share is None else f"{100 * share:.0f} %")
+    console.print(table)
+
+
 def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None = None) -> None:
     console = Console(file=file, width=width, highlight=False, soft_wrap=False)
     target = diagnosis.target
@@ -71,6 +99,7 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
     for f in diagnosis.findings:
         console.print(_finding_block(f, primary is not None and first and f.severity is not Severity.INFO))
         first = False
+    _stage_table(diagnosis, console)
     partial = [c for c in diagnosis.captures if c.status.value != "ok"]
     if partial:
         table = Table(title="Captures not complete", title_justify="left", show_lines=False)
