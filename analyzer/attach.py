@@ -366,7 +366,11 @@ def probe_outputs(pid: int) -> list[str]:
     found: list[str] = []
     for p in process_collector.process_tree(pid):
         doc = torch_probe.find_announcement(p.pid)
-        if not doc:
+        try:
+            stale = float(doc.get("started", 0)) < p.create_time() - 1.0 if doc else True
+        except (TypeError, ValueError, psutil.Error):
+            stale = True
+        if not doc or stale:  # a killed service leaves its announcement behind; a new pid may reuse it
             continue
         for key in ("stages_path", "compile_log_path"):
             path = doc.get(key)

@@ -76,6 +76,8 @@ from PIL import Image, ImageFilter, ImageOps
 from torch import nn
 from torch.nn import functional as F
 
+from collectors import torch_probe
+
 log = logging.getLogger("examples.service")
 
 PATHOLOGY_NAMES: tuple[str, ...] = ("cpu-preprocess", "recompile", "queueing", "healthy", "prefill")
@@ -548,34 +550,6 @@ class Metrics:
             for attr, name, help_, _buckets in _HISTOGRAMS:
                 lines += getattr(self, attr).exposition(name, help_, label)
         return "\n".join(lines) + "\n"
-
-
-class StageLog:
-    """Optional JSONL stage-timing log, one line per request (the format `diagnose` reads)."""
-
-    def __init__(self, path: str | None) -> None:
-        self._lock = threading.Lock()
-        self._fh = open(path, "a", encoding="utf-8", buffering=1) if path else None  # noqa: SIM115
-        self._ids = itertools.count(1)
-
-    def write(self, status: str, stages_ms: dict[str, float], **extra: Any) -> None:
-        if self._fh is None:
-            return
-        record = {
-            "ts": round(time.time(), 4),
-            "request_id": f"r-{next(self._ids)}",
-            "status": status,
-            "stages_ms": {k: round(v, 3) for k, v in stages_ms.items()},
-            **extra,
-        }
-        with self._lock:
-            self._fh.write(json.dumps(record) + "\n")
-
-    def close(self) -> None:
-        if self._fh is not None:
-            with self._lock:
-                self._fh.close()
-                self._fh = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -1271,7 +1245,8 @@ class InferenceServer(ThreadingHTTPServer):
     request_queue_size = 256
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], pathology: Pathology, stage_log: StageLog) -> None:
+    def __init__(self, address: tuple[str, int], pathology: Pathology,
+                 stage_log: torch_probe.Probe | None) -> None:
         super().__init__(address, InferenceHandler)
         self.pathology = pathology
         self.metrics = Metrics()
@@ -1376,7 +1351,8 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 srv.metrics.count_tokens(prompt=result.prompt_tokens)
             ended = True
             srv.metrics.end(ok=True, e2e_s=latency_ms / 1e3, queue_s=result.queue_s, prompt_tokens=result.prompt_tokens)
-            srv.stage_log.write("ok", result.stages_ms, e2e_ms=round(latency_ms, 3))
+            if srv.stage_log is not None:
+                srv.stage_log.emit(result.stages_ms, status="ok", e2e_ms=round(latency_ms, 3))
             reply = {"pathology": srv.pathology.name, "latency_ms": round(latency_ms, 3), **result.body}
             self._send_json(HTTPStatus.OK, reply)
         except BadRequest as exc:
@@ -1441,14 +1417,15 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 prompt_tokens=len(req.prompt),
                 generation=timings,
             )
-            srv.stage_log.write(
-                "ok",
-                stages_ms,
-                e2e_ms=round(latency_ms, 3),
-                ttft_ms=round(timings.ttft_s * 1e3, 3),
-                input_tokens=len(req.prompt),
-                output_tokens=len(req.output),
-            )
+            if srv.stage_log is not None:
+                srv.stage_log.emit(
+                    stages_ms,
+                    status="ok",
+                    e2e_ms=round(latency_ms, 3),
+                    ttft_ms=round(timings.ttft_s * 1e3, 3),
+                    input_tokens=len(req.prompt),
+                    output_tokens=len(req.output),
+                )
             if streaming:
                 self._chunk(json.dumps(summary).encode() + b"\n")
                 self._end_chunked()
@@ -1515,7 +1492,9 @@ def main(argv: list[str] | None = None) -> int:
     threading.current_thread().name = "main"
     torch.set_num_threads(max(1, args.torch_threads))
     cleanup_cache = _private_inductor_cache() if args.pathology == "recompile" else (lambda: None)
-    stage_log = StageLog(args.stage_log)
+    # the in-process probe writes the stage log (also when started with DIAGNOSE_PROBE=PATH)
+    stage_log = (torch_probe.install(args.stage_log, service=f"demo-{args.pathology}") if args.stage_log
+                 else torch_probe.get())
     pathology: Pathology | None = None
     server: InferenceServer | None = None
     try:
@@ -1541,7 +1520,8 @@ def main(argv: list[str] | None = None) -> int:
             server.server_close()
         if pathology is not None:
             pathology.close()
-        stage_log.close()
+        if stage_log is not None:
+            stage_log.close()
         cleanup_cache()
     log.info("stopped")
     return 0

@@ -192,3 +192,22 @@ def test_attach_copies_the_log_window_and_scrapes_metrics(tmp_path) -> None:
     assert body.count("# scrape at") == 2 and "vllm:" in body
     assert metrics[1].status is CaptureStatus.FAILED and "could not scrape" in metrics[1].reason
     assert os.path.exists(os.path.join(session.path, "manifest.json"))
+
+
+def test_attach_finds_the_probe_and_reports_stage_percentiles(tmp_path) -> None:
+    """A service that installed the probe needs no flags: attach finds its stage log."""
+    stage_log = tmp_path / "stages.jsonl"
+    spec = PATHOLOGIES["queueing"]
+    with DemoService("queueing", extra_args=["--stage-log", str(stage_log)]) as svc, \
+            background_load(svc.url, spec, 40):
+        time.sleep(2.0)
+        _, diagnosis = attach(AttachOptions(pid=svc.pid, duration_s=4, output=str(tmp_path / "s")))
+    probe = [c for c in diagnosis.captures if c.collector == "probe"]
+    assert probe and probe[0].status is CaptureStatus.OK
+    keys = {e.key: e.value for e in diagnosis.evidence}
+    assert keys["stage.queue_ms.p50"] > 0 and "stage.queue_ms.p99" in keys and "stage.queue.share" in keys
+    from reports.terminal import stage_rows
+
+    rows = stage_rows(diagnosis)
+    assert rows[0][0] == "queue"  # the queueing demo's requests spend most of their time waiting
+    assert diagnosis.primary is not None and diagnosis.primary.value == "queueing"
