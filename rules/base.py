@@ -18,6 +18,7 @@ from analyzer.model import (
     EvidenceSet,
     Finding,
     Fix,
+    Quality,
     Severity,
 )
 
@@ -126,3 +127,17 @@ def bar(share: float, width: int = 30) -> str:
 
 def pct(x: float) -> str:
     return f"{100 * x:.0f} %"
+
+
+def fmt_ms(x: float) -> str:
+    """A duration for a message: seconds from 1 s up, else milliseconds with 3 significant digits."""
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
+
+
+def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:
+    """Whether any of ``keys`` that is present was derived from too little or partial data."""
+    for k in keys:
+        got = ev.get(k)
+        if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
+            return True
+    return False

@@ -9,20 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
-from rules.base import Rule, bar, pct, present
-
-
-def _ms(x: float) -> str:
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
-
-
-def _thin(ev: EvidenceSet, *keys: str) -> bool:
-    for k in keys:
-        got = ev.get(k)
-        if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
-            return True
-    return False
+from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules.base import Rule, any_low_quality, bar, fmt_ms, pct, present
 
 
 class ColdStart(Rule):
@@ -88,20 +76,20 @@ class ColdStart(Rule):
             ratio = slow / steady
             worst = max(worst, ratio)
             extra_total += (slow - steady) * (n or 1.0)
-            parts.append(f"The {f'{n:.0f} ' if n else ''}{what} took {_ms(slow)} on average, "
-                         f"{ratio:.1f}× the steady-state median of {_ms(steady)}.")
+            parts.append(f"The {f'{n:.0f} ' if n else ''}{what} took {fmt_ms(slow)} on average, "
+                         f"{ratio:.1f}× the steady-state median of {fmt_ms(steady)}.")
         if not parts:
             return None
         peak = ev.value("latency.first_requests_ms.max")
         if peak is not None and peak > steady:
-            parts.append(f"The slowest of the first requests took {_ms(peak)}.")
+            parts.append(f"The slowest of the first requests took {fmt_ms(peak)}.")
         total = ev.value("requests.count")
         share = extra_total / (extra_total + steady * total) if total else None
         if share is not None:
             parts.append(f"The extra time is {pct(share)} of all request time in the log.")
         parts.append("Compilation or initialisation runs on live requests: there is no warm-up before traffic.")
         impact = max(t.min_impact, min(0.7, share if share is not None else t.min_impact))
-        confidence = Confidence.THIN if _thin(ev, *self.requires, *self.optional) else Confidence.MEASURED
+        confidence = Confidence.THIN if any_low_quality(ev, *self.requires, *self.optional) else Confidence.MEASURED
         return self.finding(
             severity=_severity(worst),
             confidence=confidence,
@@ -204,7 +192,7 @@ class LatencyScalesWithInputSize(Rule):
         parts[0] += "."
         slope = ev.value(f"scaling.{metric}_ms.per_1k_input_ms")
         if slope is not None:
-            parts.append(f"Each 1,000 more input tokens (or size units) add about {_ms(slope)}.")
+            parts.append(f"Each 1,000 more input tokens (or size units) add about {fmt_ms(slope)}.")
         if q is not None:
             parts.append(f"Its correlation with the request's own queue time is only {q:.2f}: "
                          "the input's processing (prefill), not waiting, makes slow requests slow.")
@@ -212,7 +200,7 @@ class LatencyScalesWithInputSize(Rule):
             parts.append("Queue time per request is not in evidence, so queueing is not ruled out.")
         impact = min(t.max_impact, r * r)
         confidence = Confidence.CORRELATED if q is not None else Confidence.HEURISTIC
-        if _thin(ev, *self.requires, f"scaling.{metric}_ms.input_size_corr"):
+        if any_low_quality(ev, *self.requires, f"scaling.{metric}_ms.input_size_corr"):
             confidence = Confidence.THIN
         return self.finding(
             severity=Severity.MAJOR if impact >= 0.5 else Severity.MINOR,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
-from rules.base import Rule, bar, pct, present, severity_for
+from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules.base import Rule, any_low_quality, bar, pct, present, severity_for
 
 _CAPACITY_FIXES = (
     Fix(
@@ -31,14 +31,6 @@ _CAPACITY_FIXES = (
 
 def _num(ev: EvidenceSet, key: str) -> float | None:
     return ev.value(key)
-
-
-def _low_quality(ev: EvidenceSet, *keys: str) -> bool:
-    for k in keys:
-        got = ev.get(k)
-        if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
-            return True
-    return False
 
 
 class EngineQueueSaturated(Rule):
@@ -435,7 +427,7 @@ class QueueShareOfLatency(Rule):
                if queue is not None and compute else "")
             + ": requests wait for a free model instance or batch slot."
         )
-        low = _low_quality(ev, "stage.queue.share", "stage.queue_ms.mean")
+        low = any_low_quality(ev, "stage.queue.share", "stage.queue_ms.mean")
         return self.finding(
             severity=severity_for(share),
             confidence=Confidence.HEURISTIC if low else Confidence.MEASURED,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
 
 
 def _reasons(ev: EvidenceSet) -> list[dict[str, Any]]:
@@ -14,10 +14,6 @@ def _reasons(ev: EvidenceSet) -> list[dict[str, Any]]:
     if isinstance(got, Evidence) and isinstance(got.value, list):
         return [r for r in got.value if isinstance(r, dict)]
     return []
-
-
-def _ms(x: float) -> str:
-    return f"{x / 1000:.1f} s" if x >= 1000 else f"{x:.3g} ms"
 
 
 class RecompilesFromLog(Rule):
@@ -195,17 +191,17 @@ class EngineRebuildOnNewShape(Rule):
                 return None
             confidence = Confidence.MEASURED if calls >= 6 else Confidence.THIN
             msg = (f"{both:.0f} of {calls:.0f} calls were spikes and {pct(ratio)} of the spikes hit a new minimum or "
-                   f"maximum of the input size: calls on a new extreme took {_ms(ext_ms)} (median) against "
-                   f"{_ms(in_ms)} for sizes already seen, {ext_ms / max(in_ms, 1e-9):.0f}× slower.")
+                   f"maximum of the input size: calls on a new extreme took {fmt_ms(ext_ms)} (median) against "
+                   f"{fmt_ms(in_ms)} for sizes already seen, {ext_ms / max(in_ms, 1e-9):.0f}× slower.")
         else:
             if extremes < t.min_extreme_calls or ext_ms is None or ext_ms < t.rebuild_floor_ms:
                 return None
             confidence = Confidence.THIN
             msg = (f"Each of the {calls:.0f} calls ran on an input larger (or smaller) than all before it, and those "
-                   f"calls took {_ms(ext_ms)} (median): no call on an already-seen shape exists to compare with, "
+                   f"calls took {fmt_ms(ext_ms)} (median): no call on an already-seen shape exists to compare with, "
                    "but a per-call cost this large on an input barely larger than the last is an engine build.")
         if first is not None:
-            msg += f" The first call took {_ms(first)}."
+            msg += f" The first call took {fmt_ms(first)}."
         msg += f" {pct(share)} of all call time went to the first and new-extreme calls."
         rng = ev.get("shape.range")
         seen = str(rng.value) if isinstance(rng, Evidence) else ""

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
 
 # the category a stage's time belongs to
 STAGE_CATEGORY: dict[str, Category] = {
@@ -19,10 +19,6 @@ STAGE_CATEGORY: dict[str, Category] = {
     "compute": Category.GPU_COMPUTE,
     "decode": Category.GPU_COMPUTE,
 }
-
-
-def _ms(x: float) -> str:
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
 
 
 def _confidence(ev: EvidenceSet, key: str) -> Confidence:
@@ -79,7 +75,7 @@ class PreprocessDominatesLatency(Rule):
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
         msg = f"Pre-processing is {'at least ' if lower else ''}{pct(share)} of end-to-end latency"
         if ms is not None and e2e is not None:
-            msg += f" ({'≥ ' if lower else ''}{_ms(ms)} of {_ms(e2e)} per item)"
+            msg += f" ({'≥ ' if lower else ''}{fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
         msg += "."
         if lower:
             msg += f" Measured as a before/after delta: {detail.removeprefix('lower bound: ')}."
@@ -233,8 +229,8 @@ class StageDominatesTail(Rule):
             severity=severity_for(impact),
             confidence=Confidence.MEASURED if n is None or n >= 100 else Confidence.THIN,
             title=f"The {stage} stage makes the latency tail",
-            message=(f"p99 latency is {_ms(p99)} against a median of {_ms(p50)}; the {stage} stage goes from "
-                     f"{_ms(s50)} at p50 to {_ms(s99)} at p99, {pct(explained)} of that gap."),
+            message=(f"p99 latency is {fmt_ms(p99)} against a median of {fmt_ms(p50)}; the {stage} stage goes from "
+                     f"{fmt_ms(s50)} at p50 to {fmt_ms(s99)} at p99, {pct(explained)} of that gap."),
             impact=impact,
             evidence=present(ev, *self.requires, *self.optional, f"stage.{stage}_ms.p50", f"stage.{stage}_ms.p99"),
             why=f"{stage} |{bar(explained)}| {pct(explained)} of the p99-p50 gap",
