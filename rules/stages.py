@@ -176,8 +176,9 @@ class StageDominatesTail(Rule):
     bursts, a slow pre-processing path for large inputs, recompiles), and per-stage percentiles name
     it directly.
 
-    How it decides: ``latency.e2e_ms.p99`` is at least ``min_tail_ratio`` × ``latency.e2e_ms.p50``,
-    and a stage's ``stage.<s>_ms.p99 − stage.<s>_ms.p50`` is at least ``min_explained`` of the
+    How it decides: ``latency.e2e_ms.p99`` is at least ``min_tail_ratio`` × ``latency.e2e_ms.p50``
+    and at least ``min_tail_gap_ms`` above it (a 13 ms median with a 40 ms p99 on a busy host is
+    jitter, not a bottleneck), and a stage's ``stage.<s>_ms.p99 − stage.<s>_ms.p50`` is at least ``min_explained`` of the
     end-to-end gap. The finding takes that stage's category (queue → queueing, preprocess →
     cpu_preprocessing, h2d/d2h → pcie_transfer, prefill → prefill_ttft, compute/decode →
     gpu_compute). Impact is the tail gap's share of p99 times the explained share.
@@ -202,6 +203,7 @@ class StageDominatesTail(Rule):
         min_tail_ratio: float = 2.0  # p99 at least twice p50: the tail is a problem of its own
         min_explained: float = 0.5  # one stage explains at least half of the gap
         min_requests: float = 20  # fewer requests make p99 a single request
+        min_tail_gap_ms: float = 100.0  # a p99 within 100 ms of the median is not what users page about
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         p50 = ev.value("latency.e2e_ms.p50", 0.0) or 0.0
@@ -210,6 +212,8 @@ class StageDominatesTail(Rule):
         if p50 <= 0 or p99 < t.min_tail_ratio * p50 or (n is not None and n < t.min_requests):
             return None
         gap = p99 - p50
+        if gap < t.min_tail_gap_ms:
+            return None
         best: tuple[float, str] | None = None
         for stage in STAGE_CATEGORY:
             s50, s99 = ev.value(f"stage.{stage}_ms.p50"), ev.value(f"stage.{stage}_ms.p99")
