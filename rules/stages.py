@@ -178,8 +178,8 @@ class StageDominatesTail(Rule):
 
     How it decides: ``latency.e2e_ms.p99`` is at least ``min_tail_ratio`` × ``latency.e2e_ms.p50``
     and at least ``min_tail_gap_ms`` above it (a 13 ms median with a 40 ms p99 on a busy host is
-    jitter, not a bottleneck), and a stage's ``stage.<s>_ms.p99 − stage.<s>_ms.p50`` is at least ``min_explained`` of the
-    end-to-end gap. The finding takes that stage's category (queue → queueing, preprocess →
+    jitter, not a bottleneck), and a stage's ``stage.<s>_ms.p99 − stage.<s>_ms.p50`` is at least
+    ``min_explained`` of the end-to-end gap. The finding takes that stage's category (queue → queueing, preprocess →
     cpu_preprocessing, h2d/d2h → pcie_transfer, prefill → prefill_ttft, compute/decode →
     gpu_compute). Impact is the tail gap's share of p99 times the explained share.
 
