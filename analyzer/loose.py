@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
-from analyzer.derive import bench, compile_log, engine_log, nsys_stats, nvsmi, oom, prom, timing
+from analyzer.derive import bench, compile_log, engine_log, nsys_stats, nvsmi, oom, probe_state, prom, timing
 from analyzer.model import Evidence, InputRecord
 from collectors.logtext import clean_lines, iter_text_lines, looks_binary
 
@@ -42,6 +42,7 @@ class TextSource(Protocol):
 
 # Each module exposes ``sources() -> list[TextSource]`` (fresh instances per input).
 SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
+    probe_state.sources,  # first: the allocator's own numbers beat the numbers in an OOM message
     oom.sources,
     compile_log.sources,
     timing.sources,
