@@ -32,8 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_UNIT_MS = {"usec": 1e-3, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "msec": 1.0, "s": 1000.0, "sec": 1000.0,
-            "m": 60_000.0, "ns": 1e-6}
+from collectors.units import to_ms
 
 _NUM = r"(-?[\d.]+(?:e[-+]?\d+)?)"
 _PA_SETTINGS = re.compile(r"\*\*\*\s*Measurement Settings\s*\*\*\*")
@@ -69,7 +68,7 @@ _AB_PCT = re.compile(r"^(\d+)%\s+(\d+)(?:\s*\(longest request\))?$")
 
 
 def _ms(value: str, unit: str) -> float:
-    return float(value) * _UNIT_MS[unit]
+    return to_ms(float(value), unit)
 
 
 @dataclass

@@ -37,6 +37,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from collectors.units import to_ms
+
 MAX_SAMPLES = 100_000  # per-request values kept for percentiles; beyond, a fixed-seed reservoir
 
 # -- vLLM stats lines ----------------------------------------------------------------------------
@@ -91,7 +93,6 @@ _TGI_DUR = re.compile(
     r"\b(total|validation|queue|inference|time_per_token)(?:_time)?=\"?([\d.]+)\s*(ns|µs|us|ms|s|m)\"?"
 )
 _TGI_OVERLOADED = re.compile(r"Model is overloaded")
-_DUR_SCALE_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def _num(text: str) -> float:
@@ -256,7 +257,7 @@ def parse_tgi_request(line: str) -> dict[str, float] | None:
     out: dict[str, float] = {}
     for m in _TGI_DUR.finditer(line):
         try:
-            out[m.group(1)] = float(m.group(2)) * _DUR_SCALE_MS[m.group(3)]
+            out[m.group(1)] = to_ms(float(m.group(2)), m.group(3))
         except ValueError:
             continue
     return out if ("queue" in out or "inference" in out) else None

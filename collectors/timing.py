@@ -27,6 +27,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from collectors.units import TIME_UNIT, to_ms
+
 RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
 MAX_CALLS = 100_000
 MAX_TABLES = 64
@@ -81,18 +83,6 @@ class Series:
 # ---------------------------------------------------------------------------------------------
 # units and stage names
 # ---------------------------------------------------------------------------------------------
-
-_TO_MS = {
-    "ns": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "usec": 1e-3, "ms": 1.0, "msec": 1.0, "millisecond": 1.0,
-    "milliseconds": 1.0, "s": 1000.0, "sec": 1000.0, "secs": 1000.0, "second": 1000.0, "seconds": 1000.0,
-    "min": 60_000.0, "mins": 60_000.0, "minute": 60_000.0, "minutes": 60_000.0,
-}
-TIME_UNIT = r"(?:ns|us|µs|μs|usec|ms|msec|milliseconds?|s|secs?|seconds?|mins?|minutes?)"
-
-
-def to_ms(value: float, unit: str | None, default: str = "s") -> float:
-    return value * _TO_MS.get((unit or default).lower(), 1000.0)
-
 
 _STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bd2h\b|device[- ]to[- ]host|copy[- ]?out|download", re.I), "d2h"),
