@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from analyzer.model import (
     Category,
@@ -23,10 +23,6 @@ from analyzer.model import (
 )
 
 
-class Thresholds(Protocol):
-    """A frozen dataclass of numbers, each field documented with why it has that value."""
-
-
 class Rule:
     """Base class of every rule; subclasses set the class attributes and implement ``check``."""
 
@@ -38,7 +34,7 @@ class Rule:
     # any one of these groups is enough (for rules that can decide from several sources);
     # when set, ``requires`` lists the keys every group needs in common (may be empty).
     requires_any: ClassVar[tuple[tuple[str, ...], ...]] = ()
-    Thresholds: ClassVar[type[Any]]
+    Thresholds: ClassVar[type[Any]]  # a frozen dataclass of numbers, each field with a `# why` comment
 
     def check(self, ev: EvidenceSet, t: Any) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
