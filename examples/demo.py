@@ -307,23 +307,5 @@ class Load:
             raise self.error
 
 
-def background_load(
-    url: str,
-    spec: PathologySpec,
-    duration_s: float,
-    *,
-    concurrency: int | None = None,
-    think_s: float | None = None,
-    max_requests: int | None = None,
-    stop_on_exit: bool = True,
-) -> Load:
-    """``with background_load(url, spec, duration_s) as handle: ...`` then ``handle.result``."""
-    return Load(
-        url,
-        spec,
-        duration_s,
-        concurrency=concurrency,
-        think_s=think_s,
-        max_requests=max_requests,
-        stop_on_exit=stop_on_exit,
-    )
+# ``with background_load(url, spec, duration_s) as handle: ...`` then ``handle.result``.
+background_load = Load
