@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from analyzer import loose
+from analyzer import loose, session_io
 from analyzer.derive import session as session_derive
 from analyzer.errors import InputError
 from analyzer.model import (
@@ -21,7 +21,7 @@ from analyzer.model import (
 )
 from rules.engine import run_rules
 
-MANIFEST = "manifest.json"
+MANIFEST = session_io.MANIFEST
 
 
 def judge(
@@ -43,10 +43,6 @@ def judge(
         window=window,
         evidence=tuple(evidence),
     )
-
-
-def is_session(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 
 def load_session(path: str) -> Session:
@@ -71,17 +67,13 @@ def analyze(
     target: Target | None = None
     window: Window | None = None
     for path in paths:
-        if path != "-" and os.path.isdir(path):
-            if not is_session(path):
-                raise InputError(
-                    f"{path} is a folder without a manifest.json, so it is not a diagnose session.",
-                    "Pass a session folder written by `diagnose attach`, or the evidence files themselves.",
-                )
-            session = load_session(path)
-            target = target or session.target
-            window = window or session.window
-            captures.extend(session.captures)
-            derived = session_derive.derive(session)
+        if path != "-" and (os.path.isdir(path) or session_io.is_packed(path)):
+            with session_io.opened(path) as folder:
+                session = load_session(folder)
+                target = target or session.target
+                window = window or session.window
+                captures.extend(session.captures)
+                derived = session_derive.derive(session)
             evidence = evidence.merged(derived.evidence)
             inputs.extend(derived.inputs)
             continue

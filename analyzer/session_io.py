@@ -1,0 +1,89 @@
+"""Open a session for reading, whether it is a folder or a packed ``.tar.gz``.
+
+A packed session came from somebody else's machine (a ticket attachment), so it is untrusted:
+it is extracted with tarfile's ``data`` filter (no absolute paths, no ``..``, no links out of the
+folder, no devices), with a cap on members and bytes, into a private temporary folder that is
+removed when the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+
+from analyzer.errors import InputError
+
+MANIFEST = "manifest.json"
+PACK_SUFFIXES = (".tar.gz", ".tgz")
+MAX_MEMBERS = 10_000
+MAX_UNPACKED_BYTES = 4 * 2**30
+
+
+def is_packed(path: str) -> bool:
+    return path.endswith(PACK_SUFFIXES) and os.path.isfile(path)
+
+
+def is_session(path: str) -> bool:
+    return is_packed(path) or (os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST)))
+
+
+def _session_root(top: str, origin: str) -> str:
+    if os.path.isfile(os.path.join(top, MANIFEST)):
+        return top
+    found = [os.path.join(top, d) for d in sorted(os.listdir(top))
+             if os.path.isfile(os.path.join(top, d, MANIFEST))]
+    if len(found) != 1:
+        raise InputError(f"{origin} does not hold one diagnose session (no single folder with a manifest.json).",
+                         "Pack the session folder itself: `diagnose pack SESSION`.")
+    return found[0]
+
+
+def _extract(path: str, dest: str) -> None:
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = []
+            total = 0
+            for member in tar:
+                members.append(member)
+                total += max(0, member.size)
+                if len(members) > MAX_MEMBERS or total > MAX_UNPACKED_BYTES:
+                    raise InputError(f"{path} unpacks to more than {MAX_MEMBERS:,} files or "
+                                     f"{MAX_UNPACKED_BYTES / 2**30:.0f} GiB, which no session does.",
+                                     "Check that this is the file `diagnose pack` or `attach -o X.tar.gz` wrote.")
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(f"{path} is not a readable .tar.gz session ({exc}).",
+                         "Pass the file `diagnose pack` or `attach -o X.tar.gz` wrote, or the session folder.") from exc
+
+
+@contextlib.contextmanager
+def opened(path: str) -> Iterator[str]:
+    """Yield a folder holding the session's files (the folder itself, or a private extraction)."""
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, MANIFEST)):
+            raise InputError(f"{path} is a folder without a manifest.json, so it is not a diagnose session.",
+                             "Pass a session folder written by `diagnose attach` (or its .tar.gz).")
+        yield path
+        return
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist.", "Check the path of the session folder or .tar.gz.")
+    if not path.endswith(PACK_SUFFIXES):
+        raise InputError(f"{path} is neither a session folder nor a packed session (.tar.gz).",
+                         "Pass the folder `diagnose attach -o` wrote, or its .tar.gz.")
+    tmp = tempfile.mkdtemp(prefix="diagnose-session-")
+    try:
+        _extract(path, tmp)
+        yield _session_root(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unpack_to(path: str, dest_parent: str) -> str:
+    """Extract a packed session under ``dest_parent`` for as long as the caller keeps it; returns its folder."""
+    tmp = tempfile.mkdtemp(prefix="session-", dir=dest_parent)
+    _extract(path, tmp)
+    return _session_root(tmp, path)
