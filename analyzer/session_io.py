@@ -1,8 +1,9 @@
 """Open a session for reading, whether it is a folder or a packed ``.tar.gz``.
 
 A packed session came from somebody else's machine (a ticket attachment), so it is untrusted:
-it is extracted with tarfile's ``data`` filter (no absolute paths, no ``..``, no links out of the
-folder, no devices), with a cap on members and bytes, into a private temporary folder that is
+only plain files and folders under relative paths are accepted (an absolute path, ``..``, a
+link or a device refuses the whole archive), extraction runs with tarfile's ``data`` filter as a
+second guard, with a cap on members and bytes, into a private temporary folder that is
 removed when the ``with`` block ends.
 """
 
@@ -48,6 +49,10 @@ def _extract(path: str, dest: str) -> None:
             members = []
             total = 0
             for member in tar:
+                parts = member.name.replace("\\", "/").split("/")
+                if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                    raise tarfile.TarError(f"it holds {member.name!r}, which is not a plain file inside the "
+                                           "session folder (sessions hold no links, devices or paths outside)")
                 members.append(member)
                 total += max(0, member.size)
                 if len(members) > MAX_MEMBERS or total > MAX_UNPACKED_BYTES:

@@ -1,0 +1,101 @@
+"""Sessions open from a folder or a packed .tar.gz; a hostile archive is refused, never extracted outside."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from analyzer import pipeline, session_io
+from analyzer.cli import main
+from analyzer.errors import InputError
+
+SESSIONS = Path(__file__).resolve().parent.parent / "data" / "sessions"
+PREFILL = SESSIONS / "prefill_long_prompts_demo"
+
+
+def _pack(folder: Path, out: Path, arcname: str | None = None) -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(folder, arcname=arcname or folder.name)
+    return out
+
+
+def test_packed_session_analyzes_like_the_folder(tmp_path: Path) -> None:
+    packed = _pack(PREFILL, tmp_path / "s.tar.gz")
+    a = pipeline.analyze([str(PREFILL)])
+    b = pipeline.analyze([str(packed)])
+    assert b.primary is not None and a.primary is not None
+    assert b.primary.value == a.primary.value == "prefill_ttft"
+    assert [f.code for f in b.findings] == [f.code for f in a.findings]
+    assert b.target == a.target
+
+
+def test_extraction_is_removed_after_use(tmp_path: Path) -> None:
+    packed = _pack(PREFILL, tmp_path / "s.tgz")
+    with session_io.opened(str(packed)) as folder:
+        assert os.path.isfile(os.path.join(folder, "manifest.json"))
+        seen = folder
+    assert not os.path.exists(seen)
+
+
+def test_a_pack_of_the_files_without_the_folder_opens(tmp_path: Path) -> None:
+    packed = _pack(PREFILL, tmp_path / "flat.tar.gz", arcname=".")
+    with session_io.opened(str(packed)) as folder:
+        assert os.path.isfile(os.path.join(folder, "manifest.json"))
+
+
+def _evil(tmp_path: Path, member: tarfile.TarInfo, data: bytes = b"x") -> Path:
+    out = tmp_path / "evil.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        manifest = (PREFILL / "manifest.json").read_bytes()
+        ok = tarfile.TarInfo("s/manifest.json")
+        ok.size = len(manifest)
+        tar.addfile(ok, io.BytesIO(manifest))
+        member.size = len(data) if member.isfile() else 0
+        tar.addfile(member, io.BytesIO(data) if member.isfile() else None)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink_out"])
+def test_hostile_archives_are_refused_and_write_nothing_outside(tmp_path: Path, kind: str) -> None:
+    victim = tmp_path / "victim.txt"
+    if kind == "dotdot":
+        member = tarfile.TarInfo("s/../../victim.txt")
+    elif kind == "absolute":
+        member = tarfile.TarInfo(str(victim))
+    else:
+        member = tarfile.TarInfo("s/link")
+        member.type = tarfile.SYMTYPE
+        member.linkname = str(victim)
+    packed = _evil(tmp_path, member)
+    with pytest.raises(InputError) as err, session_io.opened(str(packed)):
+        pass
+    assert "not a readable .tar.gz session" in str(err.value)
+    assert not victim.exists()
+
+
+def test_not_a_tarball_is_one_sentence_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bogus = tmp_path / "broken.tar.gz"
+    bogus.write_bytes(b"this is not gzip")
+    assert main(["analyze", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("diagnose: ") and "not a readable .tar.gz session" in err
+    assert "Traceback" not in err
+
+
+def test_archive_without_a_session_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "other.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        info = tarfile.TarInfo("notes/readme.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(InputError, match="does not hold one diagnose session"), session_io.opened(str(out)):
+        pass
+
+
+def test_folder_without_manifest_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"without a manifest\.json"), session_io.opened(str(tmp_path)):
+        pass
