@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -183,6 +182,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     out = opts.output or default_output(opts.pid)
     pack = out.endswith(".tar.gz")
     folder = out[: -len(".tar.gz")] if pack else out
+    if pack and os.path.lexists(out):  # checked before the window: the pack step never overwrites
+        raise DiagnoseError(f"{out} already exists.", "Remove it or pass another -o name.")
     os.makedirs(folder, exist_ok=True)
 
     info = process_collector.target_info(opts.pid)
@@ -298,9 +299,10 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     diagnosis = pipeline.analyze([folder])
     with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
         fh.write(json_report.render(diagnosis))
-    if pack:
-        with tarfile.open(out, "w:gz") as tar:
-            tar.add(folder, arcname=os.path.basename(folder))
+    if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
+        from reports.pack import pack as pack_session
+
+        pack_session(folder, out)
     return session, diagnosis
 
 

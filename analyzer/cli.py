@@ -1,4 +1,4 @@
-"""The command line: ``diagnose attach|analyze|rules|demo``.
+"""The command line: ``diagnose attach|analyze|report|compare|pack|dashboard|rules|enable|demo``.
 
 ``main(argv) -> int`` never lets a traceback reach the user: every failure the user can act on is
 a ``DiagnoseError`` printed as one sentence with its remedy, exit code 2.
@@ -8,14 +8,18 @@ Exit codes: 0 done, 1 findings at or above ``--fail-on``, 2 bad usage or input.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from analyzer.errors import DiagnoseError
-from analyzer.model import TOOL_VERSION, Diagnosis, Severity
+from analyzer.errors import DiagnoseError, InputError
+from analyzer.model import TOOL_VERSION, Diagnosis, Evidence, Severity
 
 FORMATS = ("text", "json")
+REPORT_FORMATS = ("md", "html", "json")
+REPORT_SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +53,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="diagnose sessions or evidence files (logs, metrics, …); - is stdin")
     p.add_argument("paths", nargs="+", help="session folders or evidence files; - reads stdin")
     _common(p)
+
+    p = sub.add_parser("report", help="a session as Markdown (for a ticket), one self-contained HTML file, or JSON")
+    p.add_argument("session", help="session folder or packed .tar.gz")
+    p.add_argument("--format", choices=REPORT_FORMATS,
+                   help="md, html or json (default: from the -o suffix, else md)")
+    p.add_argument("-o", "--output", help="file to write (default: stdout)")
+
+    p = sub.add_parser("compare", help="two sessions before/after a change: metrics and findings side by side")
+    p.add_argument("before", help="session folder or .tar.gz before the change")
+    p.add_argument("after", help="session folder or .tar.gz after the change")
+    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+
+    p = sub.add_parser("pack", help="pack a session into a .tar.gz for a ticket, secrets and payloads redacted")
+    p.add_argument("session", help="session folder (or a .tar.gz to clean again)")
+    p.add_argument("-o", "--output", help="the .tar.gz to write (default: SESSION.tar.gz beside the folder)")
+    p.add_argument("--keep-payloads", action="store_true",
+                   help="keep prompts and outputs in logs (secrets are still redacted)")
+
+    p = sub.add_parser("dashboard", help="the interactive report in the browser (127.0.0.1, a free port)")
+    p.add_argument("sessions", nargs="+", help="session folders or .tar.gz (two or more: compare them)")
+    p.add_argument("--port", type=int, help="port to listen on (default: a free one)")
+    p.add_argument("--no-browser", action="store_true", help="print the URL only, do not open a browser")
 
     p = sub.add_parser("rules", help="the rule catalogue, or one rule's page")
     p.add_argument("code", nargs="?", help="a rule code (CPU001) or name")
@@ -102,6 +128,147 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return emit(diagnosis, args.format, args.fail_on)
 
 
+def _session(path: str) -> None:
+    """An ``InputError`` (one sentence and remedy) unless ``path`` is a session folder or .tar.gz."""
+    from analyzer import session_io
+
+    if not session_io.is_session(path):
+        with session_io.opened(path):  # raises the sentence that fits: no such path, no manifest, …
+            pass
+
+
+def relabel(diagnosis: Diagnosis, folder: str, path: str) -> Diagnosis:
+    """Sources under a private extraction of a packed session, named after the .tar.gz instead."""
+    import dataclasses
+
+    if folder == path:
+        return diagnosis
+    prefix = folder.rstrip(os.sep) + os.sep
+
+    def name(p: str) -> str:
+        return os.path.join(path, p[len(prefix):]) if p.startswith(prefix) else p
+
+    def evs(items: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+        return tuple(dataclasses.replace(ev, source=name(ev.source)) for ev in items)
+
+    return dataclasses.replace(
+        diagnosis,
+        evidence=evs(diagnosis.evidence),
+        findings=tuple(dataclasses.replace(f, evidence=evs(f.evidence)) for f in diagnosis.findings),
+        inputs=tuple(dataclasses.replace(i, path=name(i.path)) for i in diagnosis.inputs),
+    )
+
+
+def analyze_session(path: str) -> Diagnosis:
+    from analyzer import pipeline, session_io
+
+    _session(path)
+    with session_io.opened(path) as folder:
+        return relabel(pipeline.analyze([folder]), folder, path)
+
+
+def _report_format(args: argparse.Namespace) -> str:
+    if args.format:
+        return str(args.format)
+    if not args.output:
+        return "md"
+    suffix = os.path.splitext(args.output)[1].lower()
+    if suffix not in REPORT_SUFFIXES:
+        raise InputError(f"cannot tell the report format from the name {args.output}.",
+                         "Name the file .md, .html or .json, or pass --format md|html|json.")
+    return REPORT_SUFFIXES[suffix]
+
+
+def _check_output_folder(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"the folder {parent} for {os.path.basename(path)} does not exist.",
+                         "Create it first or write the report somewhere else with -o.")
+    if os.path.isdir(path):
+        raise InputError(f"{path} is a folder, not a file to write the report to.",
+                         "Pass a file name with -o, e.g. -o report.html.")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.output:
+        _check_output_folder(args.output)
+    fmt = _report_format(args)
+    if fmt == "html":
+        import dataclasses
+
+        from analyzer import session_io
+        from reports import data, html
+
+        _session(args.session)
+        with session_io.opened(args.session) as folder:
+            loaded = data.load(folder)
+            loaded = dataclasses.replace(loaded, path=args.session, label=data.label_of(args.session),
+                                         diagnosis=relabel(loaded.diagnosis, folder, args.session))
+            out = html.render(loaded)
+    elif fmt == "json":
+        from reports import json_report
+
+        out = json_report.render(analyze_session(args.session))
+    else:
+        from reports import markdown
+
+        out = markdown.render(analyze_session(args.session))
+    if not args.output:
+        sys.stdout.write(out)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(out)
+    except OSError as exc:
+        raise InputError(f"could not write {args.output} ({exc.strerror or exc}).",
+                         "Check that the folder is writable, or pass another -o.") from exc
+    print(f"{fmt} report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analyzer.session_io import PACK_SUFFIXES
+    from reports import compare
+
+    def label(p: str) -> str:
+        base = os.path.basename(os.path.normpath(p))
+        for suffix in PACK_SUFFIXES:
+            base = base.removesuffix(suffix)
+        return base
+
+    before, after = analyze_session(args.before), analyze_session(args.after)
+    lb, la = label(args.before), label(args.after)
+    if lb == la:
+        lb, la = f"before ({lb})", f"after ({la})"
+    c = compare.compare(before, after, lb, la)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(compare.to_json(c), indent=2, ensure_ascii=False) + "\n")
+    elif args.format == "md":
+        sys.stdout.write(compare.render_markdown(c))
+    else:
+        sys.stdout.write(compare.render_text(c))
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from reports import pack
+
+    out = pack.pack(args.session, args.output, keep_payloads=args.keep_payloads)
+    what = "secrets redacted, request payloads kept" if args.keep_payloads else \
+        "secrets and request payloads redacted"
+    print(f"packed to {out} ({what}; pack.json inside lists what was changed)", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    if args.port is not None and not 0 < args.port < 65536:
+        raise InputError(f"--port {args.port} is not a TCP port.", "Pass a port between 1 and 65535, or none.")
+    from dashboard import launch
+
+    return launch.run(list(args.sessions), port=args.port, open_browser=not args.no_browser)
+
+
 def cmd_enable(args: argparse.Namespace) -> int:
     from analyzer import enable
 
@@ -122,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.print_help(sys.stderr)
             return 2
         handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo,
-                   "enable": cmd_enable}
+                   "enable": cmd_enable, "report": cmd_report, "compare": cmd_compare, "pack": cmd_pack,
+                   "dashboard": cmd_dashboard}
         return handler[args.command](args)
     except DiagnoseError as exc:
         print(f"diagnose: {exc}", file=sys.stderr)
