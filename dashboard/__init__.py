@@ -1,1 +1,5 @@
-"""The interactive Streamlit report (a later issue)."""
+"""The interactive Streamlit + plotly report: ``diagnose dashboard SESSION…`` (see ``dashboard.launch``).
+
+The only package that imports streamlit. Pages hold presentation only; the tables and figures
+come from ``reports.data``, ``reports.figures`` and ``reports.compare``.
+"""
