@@ -268,7 +268,8 @@ def chart(c: Comparison) -> go.Figure:
     if not both:
         fig.add_annotation(text="No metric was measured in both sessions.", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
-        fig.update_layout(title=f"{c.before} → {c.after}", xaxis={"visible": False}, yaxis={"visible": False})
+        fig.update_layout(title=f"{c.before} → {c.after}", xaxis={"visible": False}, yaxis={"visible": False},
+                          height=200)
         return fig
     names = [r.metric for r in both]
     fig.add_bar(name=c.before, x=names, y=[1.0] * len(both), marker_color="#aec7e8",
@@ -281,6 +282,6 @@ def chart(c: Comparison) -> go.Figure:
                 + ": %{customdata[0]} (%{customdata[1]}, %{customdata[2]})<extra></extra>")
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
     fig.update_layout(barmode="group", title=f"{c.after} relative to {c.before} (before = 1)",
-                      yaxis_title="after / before", legend_title_text="session", margin={"b": 140})
+                      yaxis_title="after / before", legend_title_text="session", margin={"b": 140}, height=460)
     fig.update_xaxes(tickangle=-35)
     return fig

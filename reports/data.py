@@ -66,7 +66,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "metrics": ("name", "labels", "unit", "kind", "first", "last", "delta"),
 }
 TABLES: tuple[str, ...] = tuple(COLUMNS)
-MEMORY_PARTS = ("weights", "activations", "kv_cache", "fragmentation", "other", "free")
+MEMORY_PARTS = ("weights", "activations", "kv_cache", "fragmentation", "other", "outside_pytorch", "free")
+# outside_pytorch: device total − reserved − free (the CUDA context, non-PyTorch allocations, other processes)
 
 PROBE_HINT = ("Add the in-process probe to the service (`from collectors import torch_probe; "
               "torch_probe.install(PATH)`) and attach again")
@@ -703,7 +704,7 @@ def _free_rows(diagnosis: Diagnosis, reserved: float) -> list[dict[str, Any]]:
     elif free is not None:
         rows.append({"part": "free", "bytes": free, "source": _ev_source(diagnosis, "mem.device_free_bytes")})
         if total is not None and total - reserved - free > 0:
-            rows.append({"part": "other", "bytes": total - reserved - free,
+            rows.append({"part": "outside_pytorch", "bytes": total - reserved - free,
                          "source": f"device total ({total_src}) − reserved − free: the CUDA context, "
                                    "non-PyTorch allocations and other processes"})
     return rows

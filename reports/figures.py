@@ -43,11 +43,12 @@ def _absent(title: str, why: str) -> Chart:
     return Chart(title, None, why or f"No data for “{title}” in this session.")
 
 
-def _layout(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
+DEFAULT_HEIGHT = 420  # every figure carries a height: a responsive plot in a div without one collapses
+
+
+def _layout(fig: go.Figure, title: str, height: int = DEFAULT_HEIGHT) -> go.Figure:
     fig.update_layout(title={"text": title, "x": 0.01}, template=TEMPLATE, margin={"l": 60, "r": 20, "t": 50, "b": 40},
-                      legend={"orientation": "h", "y": -0.15})
-    if height:
-        fig.update_layout(height=height)
+                      legend={"orientation": "h", "y": -0.15}, height=height)
     return fig
 
 

@@ -176,7 +176,8 @@ def test_idle_gaps_top_kernels_copies(gpu: data.SessionData) -> None:
 
 def test_memory_breakdown(gpu: data.SessionData) -> None:
     fig = _fig(figures.memory_breakdown(gpu))
-    assert [tr.name for tr in fig.data] == ["weights", "activations", "fragmentation", "other", "free"]
+    names = [tr.name for tr in fig.data]
+    assert names == ["weights", "activations", "fragmentation", "other", "outside_pytorch", "free"]
     assert sum(tr.x[0] for tr in fig.data) == pytest.approx(gpu.memory_breakdown["bytes"].sum() / GIB)
 
 
