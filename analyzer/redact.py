@@ -10,6 +10,8 @@ _SECRET_NAME = r"(?:api[_-]?key|token|secret|password|passwd|pwd|auth|credential
 _FLAG = re.compile(rf"^--?[\w-]*{_SECRET_NAME}[\w-]*$", re.IGNORECASE)
 _ASSIGN = re.compile(rf"(?P<k>\b[\w.-]*{_SECRET_NAME}[\w.-]*\s*[=:]\s*)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;&]+)",
                      re.IGNORECASE)
+# names that contain a secret word but hold counts and settings, which are evidence, not secrets
+_NOT_SECRET = re.compile(r"tokens|token_?ids?|tokeni[sz]|token_?count|per_\w*token", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _KNOWN_TOKENS = re.compile(
     r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -22,7 +24,8 @@ def redact_text(text: str) -> str:
     text = _KNOWN_TOKENS.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _URL_CRED.sub(lambda m: f"{m.group('s')}{REDACTED}@", text)
-    return _ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+    return _ASSIGN.sub(lambda m: m.group(0) if _NOT_SECRET.search(m.group("k")) else f"{m.group('k')}{REDACTED}",
+                       text)
 
 
 def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -33,7 +36,7 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if _FLAG.match(arg):
+        if _FLAG.match(arg) and not _NOT_SECRET.search(arg.split("=", 1)[0]):
             out.append(arg)
             hide_next = True
             continue

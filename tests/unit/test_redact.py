@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from analyzer.redact import REDACTED, redact_argv, redact_command, redact_text
 from collectors.pyspy import parse_raw, rewrite_commands
 
@@ -28,3 +30,27 @@ def test_pyspy_raw_command_lines_are_rewritten(tmp_path) -> None:
     rewrite_commands(str(raw), redact_command)
     assert "abc123" not in raw.read_text()
     assert parse_raw(raw.read_text().splitlines(True))[0].count == 3
+
+
+@pytest.mark.parametrize("text", [
+    "prompt_tokens: 12, input_tokens=4096, max_tokens=256",
+    "Received request r-1: prompt_token_ids: [1, 2, 3], num_tokens=3",
+    "tokenizer='meta-llama/Llama-3-8B' tokenizer_mode=auto",
+    "generation throughput: 41.2 tokens/s, time_per_output_token_ms=12",
+])
+def test_counts_and_settings_named_like_secrets_are_kept(text: str) -> None:
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("HF_TOKEN=abcdef123456", "abcdef123456"),
+    ("auth_token: 'zzz-very-secret'", "zzz-very-secret"),
+    ("access_token=tok123 max_tokens=5", "tok123"),
+])
+def test_real_secret_names_are_still_redacted(text: str, secret: str) -> None:
+    assert secret not in redact_text(text)
+
+
+def test_count_flags_keep_their_value_but_token_flags_do_not() -> None:
+    assert redact_argv(["serve", "--max-tokens", "256", "--hf-token", "abc123"]) == (
+        "serve", "--max-tokens", "256", "--hf-token", "***")
