@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from analyzer.errors import DiagnoseError, InputError
-from analyzer.model import TOOL_VERSION, Diagnosis, Evidence, Severity
+from analyzer.model import TOOL_VERSION, Diagnosis, Severity
 
 FORMATS = ("text", "json")
 REPORT_FORMATS = ("md", "html", "json")
@@ -137,34 +137,12 @@ def _session(path: str) -> None:
             pass
 
 
-def relabel(diagnosis: Diagnosis, folder: str, path: str) -> Diagnosis:
-    """Sources under a private extraction of a packed session, named after the .tar.gz instead."""
-    import dataclasses
-
-    if folder == path:
-        return diagnosis
-    prefix = folder.rstrip(os.sep) + os.sep
-
-    def name(p: str) -> str:
-        return os.path.join(path, p[len(prefix):]) if p.startswith(prefix) else p
-
-    def evs(items: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
-        return tuple(dataclasses.replace(ev, source=name(ev.source)) for ev in items)
-
-    return dataclasses.replace(
-        diagnosis,
-        evidence=evs(diagnosis.evidence),
-        findings=tuple(dataclasses.replace(f, evidence=evs(f.evidence)) for f in diagnosis.findings),
-        inputs=tuple(dataclasses.replace(i, path=name(i.path)) for i in diagnosis.inputs),
-    )
-
-
 def analyze_session(path: str) -> Diagnosis:
     from analyzer import pipeline, session_io
 
     _session(path)
     with session_io.opened(path) as folder:
-        return relabel(pipeline.analyze([folder]), folder, path)
+        return pipeline.relabel(pipeline.analyze([folder]), folder, path)
 
 
 def _report_format(args: argparse.Namespace) -> str:
@@ -194,17 +172,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         _check_output_folder(args.output)
     fmt = _report_format(args)
     if fmt == "html":
-        import dataclasses
-
-        from analyzer import session_io
         from reports import data, html
 
         _session(args.session)
-        with session_io.opened(args.session) as folder:
-            loaded = data.load(folder)
-            loaded = dataclasses.replace(loaded, path=args.session, label=data.label_of(args.session),
-                                         diagnosis=relabel(loaded.diagnosis, folder, args.session))
-            out = html.render(loaded)
+        out = html.render(data.load(args.session))
     elif fmt == "json":
         from reports import json_report
 

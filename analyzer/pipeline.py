@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
     Diagnosis,
+    Evidence,
     EvidenceSet,
     InputRecord,
     Session,
@@ -84,3 +86,22 @@ def analyze(
         inputs.extend(result.inputs)
     return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
 
+
+def relabel(diagnosis: Diagnosis, folder: str, path: str) -> Diagnosis:
+    """Sources under a private extraction of a packed session, named after the .tar.gz instead."""
+    if folder == path:
+        return diagnosis
+    prefix = folder.rstrip(os.sep) + os.sep
+
+    def name(p: str) -> str:
+        return os.path.join(path, p[len(prefix):]) if p.startswith(prefix) else p
+
+    def evs(items: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+        return tuple(dataclasses.replace(ev, source=name(ev.source)) for ev in items)
+
+    return dataclasses.replace(
+        diagnosis,
+        evidence=evs(diagnosis.evidence),
+        findings=tuple(dataclasses.replace(f, evidence=evs(f.evidence)) for f in diagnosis.findings),
+        inputs=tuple(dataclasses.replace(i, path=name(i.path)) for i in diagnosis.inputs),
+    )

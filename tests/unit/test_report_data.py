@@ -271,6 +271,10 @@ def test_packed_session_gives_the_same_tables(gpu: data.SessionData, gpu_dir: st
     for name in data.TABLES:
         pd.testing.assert_frame_equal(d.table(name), gpu.table(name), obj=name)
     assert [f.code for f in d.diagnosis.findings] == [f.code for f in gpu.diagnosis.findings]
+    # sources and inputs are named after the archive, never the private extraction that is gone now
+    named = [e.source for e in d.diagnosis.evidence] + [i.path for i in d.diagnosis.inputs]
+    assert any(n.startswith(packed + os.sep) for n in named)
+    assert not any("diagnose-session-" in n for n in named)
 
 
 @pytest.mark.parametrize("kind", ["absent", "no_manifest", "plain_file", "corrupt_tar", "bad_manifest"])
