@@ -9,8 +9,10 @@ target exits during the window, what was captured is kept and marked partial.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -34,6 +36,7 @@ from analyzer.redact import redact_argv, redact_command, redact_text
 from collectors import nsys_session, pyspy
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
+from collectors import snapshot as snapshot_collector
 from reports import json_report
 
 LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
@@ -285,6 +288,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         captures.append(_finish_nsys(nsys_avail, nsys_window, folder, window))
     captures.extend(_finish_logs(tails, folder, window))
     captures.extend(_finish_logs(probe_tails, folder, window, collector="probe"))
+    captures.extend(_copy_snapshots(probe_snapshots(opts.pid), folder, window))
     captures.extend(_finish_metrics(opts.metrics, scrapes_start, folder, window))
 
     target = Target(
@@ -361,27 +365,84 @@ def _finish_nsys(avail: Availability, win: nsys_session.NsysWindow | None, folde
     return Capture("nsys", CaptureStatus.OK, "", "", window, tuple(files))
 
 
-def probe_outputs(pid: int) -> list[str]:
-    """Files the in-process probe of the target's tree announced (stage log, compile log)."""
+def _announcements(pid: int) -> list[tuple[int, dict[str, Any]]]:
+    """(pid, announcement) of every process of the tree whose probe announced itself since it started."""
     from collectors import torch_probe
 
-    found: list[str] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     for p in process_collector.process_tree(pid):
         doc = torch_probe.find_announcement(p.pid)
         try:
             stale = float(doc.get("started", 0)) < p.create_time() - 1.0 if doc else True
         except (TypeError, ValueError, psutil.Error):
             stale = True
-        if not doc or stale:  # a killed service leaves its announcement behind; a new pid may reuse it
-            continue
+        if doc and not stale:  # a killed service leaves its announcement behind; a new pid may reuse it
+            out.append((p.pid, doc))
+    return out
+
+
+def _announced_path(pid: int, doc: dict[str, Any], key: str) -> str | None:
+    path = doc.get(key)
+    if not isinstance(path, str) or not path:
+        return None
+    return path if os.path.isabs(path) else os.path.join(f"/proc/{pid}/cwd", path)  # the target's cwd
+
+
+def probe_outputs(pid: int) -> list[str]:
+    """Files the in-process probe of the target's tree announced (stage log, compile log)."""
+    found: list[str] = []
+    for p, doc in _announcements(pid):
         for key in ("stages_path", "compile_log_path"):
-            path = doc.get(key)
-            if isinstance(path, str) and path:
-                if not os.path.isabs(path):  # relative to the target's working directory
-                    path = os.path.join(f"/proc/{p.pid}/cwd", path)
-                if os.path.isfile(path) and path not in found:
-                    found.append(path)
+            path = _announced_path(p, doc, key)
+            if path and os.path.isfile(path) and path not in found:
+                found.append(path)
     return found
+
+
+PROBE_SNAPSHOTS_KEPT = 2
+
+
+def probe_snapshots(pid: int) -> list[str]:
+    """The newest CUDA memory snapshots the probe dumped at an OOM of this run of the service.
+
+    The probe writes them beside its stage log as ``STAGES.oom-PID-N.pickle``; only the current
+    processes' own (by pid in the name, written after the process started) are taken.
+    """
+    found: list[tuple[float, str]] = []
+    for p, doc in _announcements(pid):
+        stages = _announced_path(p, doc, "stages_path")
+        if not stages:
+            continue
+        try:
+            started = psutil.Process(p).create_time()
+        except psutil.Error:
+            continue
+        for path in glob.glob(f"{glob.escape(stages)}.oom-{p}-*.pickle"):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if st.st_mtime >= started and 0 < st.st_size <= snapshot_collector.MAX_FILE_BYTES:
+                found.append((st.st_mtime, path))
+    return [path for _, path in sorted(found, reverse=True)[:PROBE_SNAPSHOTS_KEPT]]
+
+
+def _copy_snapshots(paths: list[str], folder: str, window: Window) -> list[Capture]:
+    """Copy the probe's OOM snapshots as they are (allocator state and stack frames; read by a safe unpickler)."""
+    names: list[str] = []
+    for i, src in enumerate(paths):
+        name = f"probe-snapshot-{i}.pickle"
+        try:
+            shutil.copyfile(src, os.path.join(folder, name))
+            names.append(name)
+        except OSError:
+            continue
+    if not paths:
+        return []
+    if not names:
+        return [Capture("probe", CaptureStatus.FAILED, f"could not copy the probe's OOM snapshot {paths[0]}",
+                        "Check the permissions of the probe's output folder.", window)]
+    return [Capture("probe", CaptureStatus.OK, "", "", window, tuple(names))]
 
 
 def _finish_logs(tails: list[LogTail], folder: str, window: Window, collector: str = "log") -> list[Capture]:
