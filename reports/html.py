@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from analyzer.model import Diagnosis, Finding
 from analyzer.redact import redact_argv
-from reports import json_report
-from reports.markdown import first_sentence, format_value, primary_finding, source_name, utc_time
+from reports import json_report, markdown
+from reports.markdown import first_sentence, format_value, primary_finding, source_name
 from reports.terminal import stage_rows
 
 if TYPE_CHECKING:
@@ -177,22 +177,8 @@ def _health(d: Diagnosis) -> str:
 
 
 def _environment(d: Diagnosis) -> str:
-    rows: list[list[str]] = []
-    t = d.target
-    if t is not None:
-        rows.append(["target pid", e(t.pid)])
-        if t.children:
-            rows.append(["child pids", e(", ".join(str(c) for c in t.children))])
-        if t.cmdline:
-            rows.append(["command line (redacted)", f"<code>{e(' '.join(redact_argv(t.cmdline)))}</code>"])
-        if t.python:
-            rows.append(["python", f"<code>{e(t.python)}</code>"])
-        if t.user:
-            rows.append(["user", e(t.user)])
-        rows.append(["GPUs", e(", ".join(t.gpus)) if t.gpus else "none recorded"])
-    if d.window is not None:
-        rows.append(["window", e(f"{utc_time(d.window.start)} → {utc_time(d.window.end)} ({d.window.seconds:.1f} s)")])
-    rows.append(["tool version", e(f"diagnose {d.tool_version}")])
+    rows = [[e(label), f"<code>{e(value)}</code>" if as_code else e(value)]
+            for label, value, as_code in markdown.environment(d)]
     return _table(["", ""], rows)
 
 

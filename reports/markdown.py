@@ -203,24 +203,30 @@ def utc_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _environment(diagnosis: Diagnosis) -> list[str]:
-    rows: list[list[str]] = []
+def environment(diagnosis: Diagnosis) -> list[tuple[str, str, bool]]:
+    """(label, plain value, shown as code) rows of the environment, shared by the Markdown and HTML reports."""
+    rows: list[tuple[str, str, bool]] = []
     t = diagnosis.target
     if t is not None:
-        rows.append(["target pid", str(t.pid)])
+        rows.append(("target pid", str(t.pid), False))
         if t.children:
-            rows.append(["child pids", cell(", ".join(str(c) for c in t.children))])
+            rows.append(("child pids", ", ".join(str(c) for c in t.children), False))
         if t.cmdline:
-            rows.append(["command line (redacted)", code_cell(" ".join(redact_argv(t.cmdline)))])
+            rows.append(("command line (redacted)", " ".join(redact_argv(t.cmdline)), True))
         if t.python:
-            rows.append(["python", code_cell(t.python)])
+            rows.append(("python", t.python, True))
         if t.user:
-            rows.append(["user", cell(t.user)])
-        rows.append(["GPUs", cell(", ".join(t.gpus)) if t.gpus else "none recorded"])
+            rows.append(("user", t.user, False))
+        rows.append(("GPUs", ", ".join(t.gpus) if t.gpus else "none recorded", False))
     w = diagnosis.window
     if w is not None:
-        rows.append(["window", f"{utc_time(w.start)} → {utc_time(w.end)} ({w.seconds:.1f} s)"])
-    rows.append(["tool version", cell(f"diagnose {diagnosis.tool_version}")])
+        rows.append(("window", f"{utc_time(w.start)} → {utc_time(w.end)} ({w.seconds:.1f} s)", False))
+    rows.append(("tool version", f"diagnose {diagnosis.tool_version}", False))
+    return rows
+
+
+def _environment(diagnosis: Diagnosis) -> list[str]:
+    rows = [[label, code_cell(value) if as_code else cell(value)] for label, value, as_code in environment(diagnosis)]
     return ["## Environment", "", *table(["", ""], rows), ""]
 
 
