@@ -69,8 +69,10 @@ def activities_page() -> str:
     doc = inspect.cleandoc(activities.__doc__ or "")
     lines = ["# Activities: how a sampled stack is classified", "", doc, "",
              "| activity | file pattern | function pattern | what |", "|---|---|---|---|",
-             f"| `{activities.COMPILE.activity.value}` (any frame) | `{_cell(activities.COMPILE.file)}` | | "
-             f"{activities.COMPILE.note} |"]
+             f"| `{activities.COMPILE.activity.value}` (any frame leafward of running compiled code) | "
+             f"`{_cell(activities.COMPILE.file)}` | | {activities.COMPILE.note} |",
+             f"| (stops the compile search) | `{_cell(activities.RUNS_COMPILED.file)}` | | "
+             f"{activities.RUNS_COMPILED.note} |"]
     for p in activities.PATTERNS:
         lines.append(f"| `{p.activity.value}` | `{_cell(p.file or '(any)')}` | `{_cell(p.function or '(any)')}` "
                      f"| {p.note} |")

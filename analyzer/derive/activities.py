@@ -5,9 +5,12 @@ on the frame's file path and one on its function name. It is documented in docs/
 and meant to be extended: add a row, add a test case.
 
 How a stack is classified:
-1. If any frame is graph compilation (dynamo tracing, AOT autograd, inductor lowering/codegen,
-   triton, TensorRT builders) the sample is ``compile``: compiling is on the stack of whatever
-   triggered it, so no other frame may claim it.
+1. Walking from the leaf, if a graph-compilation frame (dynamo tracing, AOT autograd, inductor
+   lowering/codegen, triton, TensorRT builders) comes before any frame that *runs* compiled code
+   (inductor's runtime and generated modules, AOT autograd's runtime wrappers), the sample is
+   ``compile``: compiling is on the stack of whatever triggered it, so no other frame may claim it.
+   A compiler frame rootward of running compiled code is only the wrapper every call into an
+   already-compiled graph passes through, and does not count.
 2. Otherwise walk from the leaf (innermost frame) towards the root; the first frame that matches
    a row decides. Leaf first, because the innermost library call says what the CPU is doing: a
    user function ``decode_step`` that calls the model is ``forward`` (torch is innermost), while
@@ -91,14 +94,22 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(Activity.WAITING, r"", r"^(sleep|select|poll|epoll|accept|recv|wait)$", "blocking calls by name"),
 )
 
+# frames that execute an already-compiled graph (not compile one)
+RUNS_COMPILED = Pattern(Activity.FORWARD, r"torch/_inductor/(runtime/|output_code)|torchinductor_"
+                        r"|torch/_functorch/_aot_autograd/(runtime_wrappers|subclass_codegen)", "",
+                        "running a compiled graph")
+
 _COMPILED = [(p, re.compile(p.file) if p.file else None, re.compile(p.function) if p.function else None)
              for p in PATTERNS]
 _COMPILE_RX = re.compile(COMPILE.file)
+_RUNS_COMPILED_RX = re.compile(RUNS_COMPILED.file)
 
 
 def classify(frames: Sequence[tuple[str, str]]) -> Activity:
     """Classify a stack given as (function, file) pairs, root first."""
-    for _, file in frames:
+    for _, file in reversed(frames):
+        if _RUNS_COMPILED_RX.search(file):
+            break  # executing a compiled graph: compiler frames rootward of it are call wrappers
         if _COMPILE_RX.search(file):
             return Activity.COMPILE
     for function, file in reversed(frames):

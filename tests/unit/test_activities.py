@@ -32,7 +32,7 @@ HANDLER = [
         ),
         # torch's own F.normalize is part of the model
         ([*HANDLER, ("forward", "model.py"), ("normalize", "torch/nn/functional.py")], Activity.FORWARD),
-        # any compile frame on the stack claims the sample, wherever it is
+        # a compile frame claims the sample, wherever it is (nothing runs compiled code leafward of it)
         (
             [
                 *HANDLER,
@@ -51,6 +51,21 @@ HANDLER = [
         (
             [*HANDLER, ("_fn", "torch/_dynamo/eval_frame.py"), ("call", "/tmp/torchinductor_root/ab/cab.py")],
             Activity.FORWARD,
+        ),
+        # AOT autograd's runtime wrapper is on the stack of every call into a compiled graph: running, not compiling
+        (
+            [*HANDLER, ("_fn", "torch/_dynamo/eval_frame.py"), ("forward", "torch/_functorch/aot_autograd.py"),
+             ("runtime_wrapper", "torch/_functorch/_aot_autograd/runtime_wrappers.py"),
+             ("__call__", "torch/_inductor/output_code.py"), ("call", "/tmp/torchinductor_root/ab/cab.py"),
+             ("addmm", "torch/_ops.py")],
+            Activity.FORWARD,
+        ),
+        # …but a recompile triggered from inside a compiled region is compile again
+        (
+            [*HANDLER, ("runtime_wrapper", "torch/_functorch/_aot_autograd/runtime_wrappers.py"),
+             ("forward", "model.py"), ("__call__", "torch/_dynamo/convert_frame.py"),
+             ("run", "torch/_dynamo/symbolic_convert.py")],
+            Activity.COMPILE,
         ),
         (
             [*HANDLER, ("respond", "app.py"), ("dumps", "json/__init__.py"), ("encode", "json/encoder.py")],
