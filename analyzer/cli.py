@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="start the bundled demo service, drive load, attach, diagnose")
     p.add_argument("--pathology", default="cpu-preprocess", help="which pathology to start (see --list)")
+    p.add_argument("--fixed", action="store_true",
+                   help="the same service and load with the fix diagnose recommends applied")
     p.add_argument("--list", action="store_true", help="list the pathologies and exit")
     p.add_argument("--duration", type=float, default=10.0, help="attach window in seconds (default 10)")
     p.add_argument("-o", "--output", help="session folder to write")

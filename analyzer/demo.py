@@ -1,5 +1,8 @@
 """``diagnose demo``: start the bundled demo service with one pathology, drive load, attach, diagnose.
 
+``--fixed`` runs the same service and load with the fix diagnose recommends for the pathology
+applied, for a before/after (``diagnose compare``) of a pathology and its fix.
+
 Every process it starts (the service, its children, the load) is cleaned up on the way out,
 including on Ctrl-C and errors.
 """
@@ -28,8 +31,11 @@ def _require_demo_extra() -> None:
 
 
 def run_pathology(pathology: str, duration_s: float, output: str | None,
-                  stop: threading.Event | None = None) -> tuple[str, Diagnosis, object]:
-    """Start the service, load it, attach for ``duration_s``; returns (session path, diagnosis, load)."""
+                  stop: threading.Event | None = None, *, fixed: bool = False) -> tuple[str, Diagnosis, object]:
+    """Start the service, load it, attach for ``duration_s``; returns (session path, diagnosis, load).
+
+    ``fixed``: the service with the pathology's fix applied (``PathologySpec.fix``), same load.
+    """
     _require_demo_extra()
     from analyzer.attach import AttachOptions, attach
     from examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
@@ -42,8 +48,8 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
     stage_log = os.path.join(workdir, "stages.jsonl")
     open(stage_log, "w").close()  # attach reads the log from its current end
     try:
-        with DemoService(pathology, extra_args=["--stage-log", stage_log]) as svc:
-            print(f"demo: started the '{pathology}' service (pid {svc.pid}, {svc.url}); "
+        with DemoService(pathology, extra_args=["--stage-log", stage_log], fixed=fixed) as svc:
+            print(f"demo: started the '{svc.label}' service (pid {svc.pid}, {svc.url}); "
                   f"driving load with {spec.concurrency} client(s)", file=sys.stderr)
             with background_load(svc.url, spec, WARMUP_S + duration_s + 30) as load:
                 threading.Event().wait(WARMUP_S)
@@ -61,11 +67,14 @@ def run_demo(args: argparse.Namespace) -> int:
     from analyzer.cli import emit
     from examples.demo import PATHOLOGIES
 
+    fixed = bool(getattr(args, "fixed", False))
     if args.list:
         for spec in PATHOLOGIES.values():
             print(f"{spec.name:<16} expect {spec.expected_category or 'no bottleneck':<20} {spec.description}")
+            if spec.fix:
+                print(f"{'  --fixed':<44} {spec.fix}")
         return 0
-    path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output)
+    path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output, fixed=fixed)
     code = emit(diagnosis, args.format, args.fail_on)
     if load is not None:
         print(f"demo: load during the run: {load}", file=sys.stderr)

@@ -4,6 +4,9 @@ with DemoService("queueing") as svc:
     with background_load(svc.url, PATHOLOGIES["queueing"], duration_s=15) as load:
         ...  # attach to svc.pid
     print(load.result)
+
+``DemoService("queueing", fixed=True)`` starts the same service with the fix diagnose recommends
+for the pathology applied (``PathologySpec.fix`` says what changes); drive it with the same load.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class PathologySpec:
     concurrency: int
     think_s: float
     expected_category: str | None
+    fix: str = ""  # what ``--fixed`` changes: the fix diagnose recommends for the pathology, applied
 
 
 PATHOLOGIES: dict[str, PathologySpec] = {
@@ -48,6 +52,9 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         concurrency=3,
         think_s=0.0,
         expected_category="cpu_preprocessing",
+        fix="CPU001/STG001's fix: JPEG decoded at reduced scale, one crop-and-resize, one vectorised float32 "
+        "normalisation (~5x cheaper): p99 and throughput improve ~3-7x; pre-processing stays the largest CPU "
+        "share (the CNN forward is ~2 ms).",
     ),
     "recompile": PathologySpec(
         name="recompile",
@@ -56,6 +63,8 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         concurrency=2,
         think_s=0.0,
         expected_category="recompilation",
+        fix="CMP001's fix: torch.compile(dynamic=True), both graphs (batch 1 and symbolic) compiled before "
+        "READY: no recompiles while serving, p99 from seconds to milliseconds.",
     ),
     "queueing": PathologySpec(
         name="queueing",
@@ -64,6 +73,8 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         concurrency=16,
         think_s=0.0,
         expected_category="queueing",
+        fix="QUE001's fix: one model worker per core (2-4) on the shared queue, each batching the waiting "
+        "requests into one forward (dynamic batching, up to 8): the queue drains at the same load.",
     ),
     "prefill": PathologySpec(
         name="prefill",
@@ -74,6 +85,8 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         concurrency=4,
         think_s=0.0,
         expected_category="prefill_ttft",
+        fix="TTF001's fix: chunked prefill, a 512-token budget per engine step (decodes first, then prompt "
+        "chunks): inter-token and queue p99 fall ~4x; time to first token does not (one CPU thread).",
     ),
     "healthy": PathologySpec(
         name="healthy",
@@ -81,6 +94,7 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         concurrency=1,
         think_s=0.05,
         expected_category=None,
+        fix="Nothing to fix: the same service as healthy.",
     ),
 }
 
@@ -99,7 +113,7 @@ def _drain(stream: IO[str], tail: collections.deque[str], ready: queue.Queue[str
 
 
 class DemoService:
-    """Run ``python -m examples.service --pathology NAME`` in its own process group.
+    """Run ``python -m examples.service --pathology NAME [--fixed]`` in its own process group.
 
     Entering starts the service and waits for its ``READY`` line; leaving terminates the whole
     process group (SIGTERM, then SIGKILL after a grace period) so that no process is left.
@@ -113,10 +127,12 @@ class DemoService:
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
         extra_args: list[str] | None = None,
+        fixed: bool = False,
     ) -> None:
         if pathology not in PATHOLOGIES:
             raise ValueError(f"unknown pathology {pathology!r}; choose one of {', '.join(PATHOLOGIES)}")
         self.pathology = pathology
+        self.fixed = fixed
         self.python = python
         self.env = dict(env) if env is not None else None
         self.ready_timeout_s = ready_timeout_s
@@ -130,6 +146,10 @@ class DemoService:
     @property
     def spec(self) -> PathologySpec:
         return PATHOLOGIES[self.pathology]
+
+    @property
+    def label(self) -> str:
+        return f"{self.pathology} --fixed" if self.fixed else self.pathology
 
     @property
     def pid(self) -> int:
@@ -151,6 +171,8 @@ class DemoService:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         cmd = [self.python, "-m", "examples.service", "--pathology", self.pathology, "--port", "0"]
+        if self.fixed:
+            cmd.append("--fixed")
         cmd += self.extra_args
         self.proc = subprocess.Popen(
             cmd,
@@ -182,13 +204,13 @@ class DemoService:
                 rc = self.proc.returncode
                 self.stop()
                 raise ServiceStartError(
-                    f"the demo service ({self.pathology}) exited with status {rc} before it was ready; "
+                    f"the demo service ({self.label}) exited with status {rc} before it was ready; "
                     f"stderr tail:\n{self.stderr_tail()}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
                 raise ServiceStartError(
-                    f"the demo service ({self.pathology}) was not ready after {self.ready_timeout_s:.0f} s; "
+                    f"the demo service ({self.label}) was not ready after {self.ready_timeout_s:.0f} s; "
                     f"stderr tail:\n{self.stderr_tail()}"
                 )
         fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
