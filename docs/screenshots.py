@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,44 +25,17 @@ if ROOT not in sys.path:
 
 from analyzer.errors import DiagnoseError  # noqa: E402
 from dashboard import launch  # noqa: E402
+from tests.chromium import ChromiumMissing, chromium  # noqa: E402
 
 DEFAULT_SESSION = os.path.join(ROOT, "tests", "data", "sessions", "prefill_long_prompts_demo")
 # (page url path, file name, text that shows the page has rendered)
 PAGES = (("", "dashboard-overview.png", "Capture health"),
          ("timeline", "dashboard-timeline.png", "charts have data"),
          ("requests", "dashboard-requests.png", "charts have data"))
+COMPARE = ("compare", "dashboard-compare.png", "Lost (")
 WIDTH = 1400
 MAX_HEIGHT = 3200
 WAIT_S = 60.0
-
-
-@contextmanager
-def browser(offline: bool = False) -> Iterator[Any]:
-    """Headless Chromium with the flags of tests/chromium.py (no sandbox, no GPU, no background network)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if not binary or not driver_path:
-        raise SystemExit("screenshots: chromium and chromedriver are not installed "
-                         "(apt-get install chromium chromium-driver).")
-    profile = tempfile.mkdtemp(prefix="diagnose-screenshots-")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-extensions", "--disable-default-apps", "--hide-scrollbars",
-                 f"--user-data-dir={profile}", f"--window-size={WIDTH},1000"):
-        opts.add_argument(flag)
-    if offline:
-        opts.add_argument("--host-resolver-rules=MAP * ~NOTFOUND")
-    driver = webdriver.Chrome(options=opts, service=Service(driver_path))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
@@ -106,9 +76,9 @@ def save(driver: Any, target: str) -> str:
     return target
 
 
-def shoot_dashboard(driver: Any, url: str, out: str) -> list[str]:
+def shoot_dashboard(driver: Any, url: str, out: str, pages: tuple[tuple[str, str, str], ...]) -> list[str]:
     saved = []
-    for path, name, marker in PAGES:
+    for path, name, marker in pages:
         driver.set_window_size(WIDTH, 1000)
         driver.get(f"{url}/{path}")
         wait_until(f"{marker!r} on /{path}", functools.partial(has_text, driver, marker))
@@ -138,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("session", nargs="?", default=DEFAULT_SESSION, help="session folder or .tar.gz")
     ap.add_argument("--html", help="an HTML report file to screenshot too (diagnose report SESSION -o X.html)")
+    ap.add_argument("--after", help="a second session: the dashboard compares SESSION (before) with it, and "
+                    "the Compare page is saved as dashboard-compare.png")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"), help="folder for the PNGs (docs/img)")
     args = ap.parse_args(argv)
     if args.html and not os.path.isfile(args.html):
@@ -145,16 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     try:
-        proc, url = launch.start([args.session])
+        proc, url = launch.start([args.session, *([args.after] if args.after else [])])
     except DiagnoseError as exc:
         print(f"screenshots: {exc}", file=sys.stderr)
         return exc.exit_code
     try:
-        with browser() as driver:
-            saved = shoot_dashboard(driver, url, args.out)
+        pages = PAGES + ((COMPARE,) if args.after else ())
+        with chromium(width=WIDTH) as driver:
+            saved = shoot_dashboard(driver, url, args.out, pages)
         if args.html:
-            with browser(offline=True) as driver:  # offline: the report must draw without the network
+            with chromium(offline=True, width=WIDTH) as driver:  # offline: the report must draw without the network
                 saved.append(shoot_html(driver, args.html, args.out))
+    except ChromiumMissing as exc:
+        print(f"screenshots: {exc}.", file=sys.stderr)
+        return 2
     finally:
         launch.stop(proc)
     for path in saved:
