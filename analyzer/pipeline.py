@@ -21,6 +21,7 @@ from analyzer.model import (
     Target,
     Window,
 )
+from analyzer.redact import redact_argv
 from rules.engine import run_rules
 
 MANIFEST = session_io.MANIFEST
@@ -47,16 +48,25 @@ def judge(
     )
 
 
-def load_session(path: str) -> Session:
+def load_session(path: str, label: str | None = None) -> Session:
+    """The session in folder ``path`` (``label``: what the user passed, e.g. the .tar.gz, for messages).
+
+    The target's command line is redacted again: a session from another machine or an older tool
+    may carry a secret in it, and every report and page shows it.
+    """
     try:
         with open(os.path.join(path, MANIFEST), encoding="utf-8") as fh:
             doc = json.load(fh)
-        return Session.from_manifest(path, doc)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not isinstance(doc, dict):
+            raise ValueError("manifest.json is not a JSON object")
+        session = Session.from_manifest(path, doc)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(
-            f"{path} is not a readable diagnose session ({exc}).",
-            "Pass the folder that `diagnose attach` wrote (it holds manifest.json).",
+            f"{label or path} is not a readable diagnose session ({type(exc).__name__}: {str(exc)[:200]}).",
+            "Pass the folder that `diagnose attach` wrote (it holds manifest.json), or its .tar.gz.",
         ) from exc
+    target = dataclasses.replace(session.target, cmdline=redact_argv(session.target.cmdline))
+    return dataclasses.replace(session, target=target)
 
 
 def analyze(
@@ -71,7 +81,7 @@ def analyze(
     for path in paths:
         if path != "-" and (os.path.isdir(path) or session_io.is_packed(path)):
             with session_io.opened(path) as folder:
-                session = load_session(folder)
+                session = load_session(folder, label=path)
                 target = target or session.target
                 window = window or session.window
                 captures.extend(session.captures)

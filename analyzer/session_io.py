@@ -14,6 +14,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 
 from analyzer.errors import InputError
@@ -60,7 +61,7 @@ def _extract(path: str, dest: str) -> None:
                                      f"{MAX_UNPACKED_BYTES / 2**30:.0f} GiB, which no session does.",
                                      "Check that this is the file `diagnose pack` or `attach -o X.tar.gz` wrote.")
             tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path} is not a readable .tar.gz session ({exc}).",
                          "Pass the file `diagnose pack` or `attach -o X.tar.gz` wrote, or the session folder.") from exc
 

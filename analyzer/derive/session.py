@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import loose
 from analyzer.derive import cpu_profile, nvml, process
-from analyzer.model import CaptureStatus, EvidenceSet, InputRecord, Session
+from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import pyspy
@@ -34,6 +35,60 @@ def _read_json(path: str) -> dict[str, Any]:
         return {}
 
 
+def _pyspy(session: Session, cap: Capture) -> list[Evidence]:
+    meta = _read_json(os.path.join(session.path, PYSPY_META))
+    with open(os.path.join(session.path, pyspy.RAW_FILE), encoding="utf-8", errors="replace") as fh:
+        samples = pyspy.parse_raw(list(fh))
+    window_s = float(meta.get("window_s") or (cap.window.seconds if cap.window else session.window.seconds))
+    return list(cpu_profile.derive(
+        samples,
+        window_s=window_s,
+        rate_hz=float(meta.get("rate_hz") or pyspy.DEFAULT_RATE_HZ),
+        dumps=pyspy.read_dumps(os.path.join(session.path, pyspy.DUMPS_FILE)),
+        window=cap.window,
+        partial=cap.status is CaptureStatus.PARTIAL,
+    ))
+
+
+def _process(session: Session, cap: Capture) -> list[Evidence]:
+    path = os.path.join(session.path, process_collector.SAMPLES_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    info = _read_json(os.path.join(session.path, process_collector.INFO_FILE))
+    cache = info.get("inductor_cache_files") or [None, None]
+    return list(process.derive(
+        process_collector.read_samples(path),
+        info,
+        window=cap.window,
+        partial=cap.status is CaptureStatus.PARTIAL,
+        cache_files=(cache[0], cache[1]),
+    ))
+
+
+def _nvml(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
+    path = os.path.join(session.path, nvml_collector.NVML_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    gpu_samples = nvml_collector.read_samples(path)
+    pids = (session.target.pid, *session.target.children)
+    evidence = list(nvml.derive(gpu_samples, pids, cap.window, partial=cap.status is CaptureStatus.PARTIAL))
+    why = nvml.missing_reason(gpu_samples)
+    if why:
+        for prefix in nvml.PREFIXES:
+            out.evidence.explain_missing(prefix, why)
+    return evidence
+
+
+# collector → (its main file, input kind, evidence prefixes it provides)
+_CAPTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "py-spy": (pyspy.RAW_FILE, "py-spy raw profile", ("cpu.", "workers.")),
+    "process": (process_collector.SAMPLES_FILE, "psutil samples", ("proc.", "conn.")),
+    "nvml": (nvml_collector.NVML_FILE, "NVML samples", ("gpu.", *nvml.PREFIXES)),
+}
+# a damaged or missing file costs its own capture's evidence, never the whole diagnosis
+_DAMAGE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
 def derive(session: Session) -> Derived:
     out = Derived()
     by_name = {c.collector: c for c in session.captures}
@@ -48,54 +103,34 @@ def derive(session: Session) -> Derived:
                 for prefix in nvml.PREFIXES:
                     out.evidence.explain_missing(prefix, f"nvml capture {cap.status.value}: {cap.reason}")
 
-    spy = by_name.get("py-spy")
-    if spy and spy.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
-        raw = os.path.join(session.path, pyspy.RAW_FILE)
-        meta = _read_json(os.path.join(session.path, PYSPY_META))
-        with open(raw, encoding="utf-8", errors="replace") as fh:
-            samples = pyspy.parse_raw(list(fh))
-        window_s = float(meta.get("window_s") or (spy.window.seconds if spy.window else session.window.seconds))
-        for ev in cpu_profile.derive(
-            samples,
-            window_s=window_s,
-            rate_hz=float(meta.get("rate_hz") or pyspy.DEFAULT_RATE_HZ),
-            dumps=pyspy.read_dumps(os.path.join(session.path, pyspy.DUMPS_FILE)),
-            window=spy.window,
-            partial=spy.status is CaptureStatus.PARTIAL,
-        ):
+    steps: dict[str, Callable[[Capture], list[Evidence]]] = {
+        "py-spy": lambda c: _pyspy(session, c),
+        "process": lambda c: _process(session, c),
+        "nvml": lambda c: _nvml(session, c, out),
+    }
+    for collector, step in steps.items():
+        found = by_name.get(collector)
+        if not found or found.status not in (CaptureStatus.OK, CaptureStatus.PARTIAL):
+            continue
+        cap = found
+        name, kind, prefixes = _CAPTURES[collector]
+        path = os.path.join(session.path, name)
+        try:
+            evidence = step(found)
+        except _DAMAGE as exc:
+            why = (f"{name} is listed in the manifest but missing from the session"
+                   if isinstance(exc, FileNotFoundError) else
+                   f"{name} could not be read ({type(exc).__name__}: {str(exc)[:200]})")
+            for prefix in prefixes:
+                out.evidence.explain_missing(prefix, f"{collector} capture damaged: {why}")
+            out.inputs.append(InputRecord(path, kind, "failed", why))
+            continue
+        for ev in evidence:
             out.evidence.add(ev)
-        out.inputs.append(InputRecord(raw, "py-spy raw profile", spy.status.value, spy.reason))
-
-    proc = by_name.get("process")
-    if proc and proc.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
-        path = os.path.join(session.path, process_collector.SAMPLES_FILE)
-        info = _read_json(os.path.join(session.path, process_collector.INFO_FILE))
-        cache = info.get("inductor_cache_files") or [None, None]
-        for ev in process.derive(
-            process_collector.read_samples(path),
-            info,
-            window=proc.window,
-            partial=proc.status is CaptureStatus.PARTIAL,
-            cache_files=(cache[0], cache[1]),
-        ):
-            out.evidence.add(ev)
-        if "conn.inflight_mean" not in out.evidence:
+        if collector == "process" and "conn.inflight_mean" not in out.evidence:
             out.evidence.explain_missing(
                 "conn.", "the target's process tree listens on no TCP port, so in-flight requests cannot be counted")
-        out.inputs.append(InputRecord(path, "psutil samples", proc.status.value, proc.reason))
-
-    gpu = by_name.get("nvml")
-    if gpu and gpu.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
-        path = os.path.join(session.path, nvml_collector.NVML_FILE)
-        gpu_samples = nvml_collector.read_samples(path)
-        pids = (session.target.pid, *session.target.children)
-        for ev in nvml.derive(gpu_samples, pids, gpu.window, partial=gpu.status is CaptureStatus.PARTIAL):
-            out.evidence.add(ev)
-        why = nvml.missing_reason(gpu_samples)
-        if why:
-            for prefix in nvml.PREFIXES:
-                out.evidence.explain_missing(prefix, why)
-        out.inputs.append(InputRecord(path, "NVML samples", gpu.status.value, gpu.reason))
+        out.inputs.append(InputRecord(path, kind, cap.status.value, cap.reason))
 
     for cap in session.captures:
         if cap.collector not in TEXT_CAPTURES or cap.status not in (CaptureStatus.OK, CaptureStatus.PARTIAL):

@@ -99,3 +99,60 @@ def test_archive_without_a_session_is_refused(tmp_path: Path) -> None:
 def test_folder_without_manifest_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"without a manifest\.json"), session_io.opened(str(tmp_path)):
         pass
+
+
+def test_a_corrupted_archive_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    packed = _pack(PREFILL, tmp_path / "s.tar.gz")
+    blob = bytearray(packed.read_bytes())
+    for i in range(200, len(blob) - 200, 997):  # flip bytes inside the deflate stream
+        blob[i] ^= 0x5A
+    packed.write_bytes(bytes(blob))
+    assert main(["report", str(packed)]) == 2
+    err = capsys.readouterr().err
+    assert "not a readable .tar.gz session" in err and "Traceback" not in err
+
+
+def test_a_file_missing_from_the_session_costs_only_its_capture(tmp_path: Path) -> None:
+    """A truncated archive or a copied folder without pyspy.raw: the rest is still diagnosed."""
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(PREFILL, folder)
+    (folder / "pyspy.raw").unlink()
+    (folder / "process.jsonl").write_text('{"ts": "soon", "processes": 7}\n')
+    d = pipeline.analyze([str(folder)])
+    assert d.primary is not None and d.primary.value == "prefill_ttft"  # from the stage log and metrics
+    failed = {os.path.basename(i.path): i.reason for i in d.inputs if i.status == "failed"}
+    assert "missing from the session" in failed["pyspy.raw"]
+    assert "could not be read" in failed["process.jsonl"]
+    assert any("missing from the session" in s.reason for s in d.skipped)  # CPU rules say why they could not run
+
+
+@pytest.mark.parametrize("manifest", ["[]", '{"schema": "diagnose/session/v1", "target": null, "window": {}}', "{"])
+def test_a_broken_manifest_is_one_sentence_naming_the_archive(
+        tmp_path: Path, manifest: str, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(manifest)
+    packed = _pack(folder, tmp_path / "s.tar.gz")
+    for path in (folder, packed):
+        assert main(["analyze", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{path} is not a readable diagnose session" in err and "Traceback" not in err
+        assert "diagnose-session-" not in err  # never the private extraction folder
+
+
+def test_a_secret_left_in_a_manifest_never_reaches_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(PREFILL, folder)
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["target"]["cmdline"] += ["--api-key", "s3cr3t-value-42", "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx"]
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    for fmt in ("json", "md", "html"):
+        assert main(["report", str(folder), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "s3cr3t-value-42" not in out and "hf_abcdefghij" not in out
+        assert "--api-key" in out
