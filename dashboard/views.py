@@ -18,7 +18,7 @@ from analyzer.model import Diagnosis, Evidence, Finding, Severity
 from dashboard import state
 from reports import compare as report_compare
 from reports import data as report_data
-from reports import figures
+from reports import figures, markdown
 
 # Streamlit's coloured-text markdown (not emoji: a browser without an emoji font shows boxes)
 _SEVERITY_MARK = {Severity.CRITICAL: ":red[**critical**]", Severity.MAJOR: ":orange[**major**]",
@@ -49,23 +49,8 @@ def table(frame: pd.DataFrame) -> None:
 
 
 def format_value(ev: Evidence) -> str:
-    """An evidence value for people: ratios as %, bytes as MiB/GiB, lists as a row count."""
-    v = ev.value
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        if ev.unit == "ratio":
-            return f"{100 * v:.1f} %"
-        return f"{v:,.4g} {ev.unit}".strip()
-    if isinstance(v, int):
-        if ev.unit == "bytes":
-            return f"{v / 2**30:.2f} GiB" if v >= 2**30 else f"{v / 2**20:.1f} MiB"
-        return f"{v:,} {ev.unit}".strip()
-    if isinstance(v, list):
-        return f"[{len(v)} rows]"
-    if isinstance(v, dict):
-        return f"{{{len(v)} keys}}"
-    return f"{v} {ev.unit}".strip()
+    """An evidence value for people, exactly as the Markdown and HTML reports write it."""
+    return markdown.format_value(ev.value, ev.unit)
 
 
 def _evidence_frame(evidence: Sequence[Evidence]) -> pd.DataFrame:
@@ -81,15 +66,15 @@ def verdict(diagnosis: Diagnosis) -> None:
         st.success("**Verdict:** no significant bottleneck found in the evidence given.")
         return
     top = next(f for f in diagnosis.findings if f.severity is not Severity.INFO)
-    st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {top.title}")
+    st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {markdown.text(top.title)}")
 
 
 def finding(rank: int, f: Finding, expanded: bool) -> None:
-    head = f"{rank}. {_SEVERITY_MARK[f.severity]} {f.category.value} — {f.title}"
+    head = f"{rank}. {_SEVERITY_MARK[f.severity]} {f.category.value} — {markdown.text(f.title)}"
     with st.expander(head, expanded=expanded):
         st.caption(f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · "
                    f"impact {100 * f.impact:.0f} %")
-        st.markdown(f.message)
+        st.markdown(markdown.text(f.message))  # session strings in a message must not render as markup
         if f.why:
             st.code(f.why, language=None)
         if f.evidence:
@@ -98,8 +83,8 @@ def finding(rank: int, f: Finding, expanded: bool) -> None:
         if f.fixes:
             st.markdown("**Fix**")
             for fix in f.fixes:
-                steps = "".join(f"\n    - {step}" for step in fix.steps)
-                st.markdown(f"- **{fix.summary}** `[{fix.risk.value}]`{steps}")
+                steps = "".join(f"\n    - {markdown.text(step)}" for step in fix.steps)
+                st.markdown(f"- **{markdown.text(fix.summary)}** `[{fix.risk.value}]`{steps}")
 
 
 def overview() -> None:
@@ -111,7 +96,7 @@ def overview() -> None:
     target = d.target
     if target is not None:
         cmd = " ".join(target.cmdline)
-        st.caption(f"{data.label}: pid {target.pid} ({cmd[:160]}), {data.window_s:.1f} s window")
+        st.caption(markdown.text(f"{data.label}: pid {target.pid} ({cmd[:160]}), {data.window_s:.1f} s window"))
     verdict(d)
     show_chart(figures.findings_impact(data), key="overview-impact")
 
@@ -174,7 +159,8 @@ def chart_page(name: str, tables: Sequence[tuple[str, str]] = ()) -> None:
 
 
 def _finding_lines(found: Sequence[Finding]) -> str:
-    return "\n".join(f"- {_SEVERITY_MARK[f.severity]} **{f.category.value}** — {f.code} {f.title}" for f in found)
+    return "\n".join(f"- {_SEVERITY_MARK[f.severity]} **{f.category.value}** — {f.code} {markdown.text(f.title)}"
+                     for f in found)
 
 
 def compare_page() -> None:
@@ -201,7 +187,7 @@ def compare_page() -> None:
     if before is None or after is None:
         return
     c = report_compare.compare(before.diagnosis, after.diagnosis, names[before_path], names[after_path])
-    st.markdown(f"**{report_compare.headline(c)}**")
+    st.markdown(f"**{markdown.text(report_compare.headline(c))}**")
 
     st.header("Measurements")
     if c.rows:
@@ -215,9 +201,10 @@ def compare_page() -> None:
                 "Attach with the same collectors on both sides, e.g. `diagnose attach --pid PID --log LOG`.")
 
     st.header("Findings")
-    st.subheader(f"Gained ({len(c.gained)}): in {c.after}, not in {c.before}")
+    before_name, after_name = markdown.text(c.before), markdown.text(c.after)
+    st.subheader(f"Gained ({len(c.gained)}): in {after_name}, not in {before_name}")
     st.markdown(_finding_lines(c.gained) or "None.")
-    st.subheader(f"Lost ({len(c.lost)}): in {c.before}, gone from {c.after}")
+    st.subheader(f"Lost ({len(c.lost)}): in {before_name}, gone from {after_name}")
     st.markdown(_finding_lines(c.lost) or "None.")
     st.subheader(f"Kept ({len(c.kept)})")
     st.markdown(_finding_lines([a for _, a in c.kept]) or "None.")

@@ -11,6 +11,7 @@ dashboard's Compare page. Everything here is pure: no I/O, no printing.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -192,16 +193,19 @@ def render_text(c: Comparison, width: int = 110) -> str:
     """Plain text (rich tables, no colour codes), for the terminal."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     buf = io.StringIO()
+    # markup off: session labels and finding titles are data ("a[red]b", "[/x]" must print as written)
     console = Console(file=buf, width=width, color_system=None, highlight=False, soft_wrap=False)
+    console.print = functools.partial(console.print, markup=False)  # type: ignore[method-assign]
     console.print(f"diagnose compare: {c.before} → {c.after}")
     console.print(headline(c))
     t = Table(title="Metrics", title_justify="left")
     for col in ("metric", c.before, c.after, "change", "verdict"):
-        t.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+        t.add_column(Text(col), justify="left" if col in ("metric", "verdict") else "right")
     for r in c.rows:
-        t.add_row(r.metric, _val(r.before, r.unit), _val(r.after, r.unit), _change(r), r.verdict)
+        t.add_row(*(Text(x) for x in (r.metric, _val(r.before, r.unit), _val(r.after, r.unit), _change(r), r.verdict)))
     if c.rows:
         console.print(t)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,16 @@ def test_chart_without_common_metrics_says_so() -> None:
     assert "No metric was measured in both sessions." in fig.layout.annotations[0].text
     assert "No metric was measured in either session." in compare.render_text(
         compare.compare(Diagnosis(findings=()), Diagnosis(findings=())))
+
+
+def test_labels_and_titles_print_as_written_not_as_markup(tmp_path) -> None:
+    import shutil
+
+    cmp = compare
+    sessions_dir = Path(DATA) / "sessions"
+    odd = tmp_path / "a[red]b[bold]"
+    shutil.copytree(sessions_dir / "queueing_one_worker_demo", odd)
+    before = pipeline.analyze([str(odd)])
+    after = pipeline.analyze([str(sessions_dir / "healthy_light_load_demo")])
+    out = cmp.render_text(cmp.compare(before, after, odd.name, "after[/bold]"))
+    assert "a[red]b[bold]" in out and "after[/bold]" in out

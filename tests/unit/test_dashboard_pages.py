@@ -361,3 +361,28 @@ def test_importing_the_page_modules_reads_nothing(monkeypatch: pytest.MonkeyPatc
         monkeypatch.delitem(sys.modules, f"dashboard.{script}", raising=False)
         importlib.import_module(f"dashboard.{script}")
     assert calls == []
+
+
+def test_no_page_shows_the_secret_in_the_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The GPU fixture's command line carries a fake API key: the caption shows the command, never the key."""
+    from tests import sessions
+
+    path = sessions.gpu_session(tmp_path)
+    assert sessions.SECRET in (Path(path) / "manifest.json").read_text()  # planted
+    at = app(monkeypatch, path)
+    for script in ("page_overview.py", *CHART_PAGES.values()):
+        page = texts(open_page(at, script))
+        assert sessions.SECRET[:12] not in page, script  # not even the start of it (the caption is cut)
+        if script == "page_overview.py":
+            assert "gpu_session: pid" in page
+
+
+def test_session_strings_render_as_written_and_values_as_in_the_reports() -> None:
+    from analyzer.model import Evidence
+    from dashboard import views
+    from reports import markdown
+
+    for value, unit in ((100_000_000.0, "bytes"), (0, "bytes"), (0.1234, "ratio"), (12, "requests")):
+        ev = Evidence(key="k", value=value, unit=unit, source="s")
+        assert views.format_value(ev) == markdown.format_value(value, unit)
+    assert markdown.text("slow in __init__ of *model*") == r"slow in \_\_init\_\_ of \*model\*"
