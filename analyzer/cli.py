@@ -239,7 +239,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise InputError(f"--port {args.port} is not a TCP port.", "Pass a port between 1 and 65535, or none.")
     from dashboard import launch
 
-    return launch.run(list(args.sessions), port=args.port, open_browser=not args.no_browser)
+    # a browser only where one can show: on a headless host webbrowser may start a console browser that blocks
+    has_display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin")
+    return launch.run(list(args.sessions), port=args.port, open_browser=has_display and not args.no_browser)
 
 
 def cmd_enable(args: argparse.Namespace) -> int:
