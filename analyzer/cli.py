@@ -174,10 +174,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         _check_output_folder(args.output)
     fmt = _report_format(args)
     if fmt == "html":
-        from reports import data, html
+        from analyzer import tables
+        from reports import html
 
         _session(args.session)
-        out = html.render(data.load(args.session))
+        out = html.render(tables.load(args.session))
     elif fmt == "json":
         from reports import json_report
 

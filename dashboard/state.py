@@ -2,7 +2,7 @@
 
 Sessions come from the command line (``streamlit run dashboard/app.py -- SESSION…``) or, when it
 is set, from ``DIAGNOSE_SESSIONS`` (``os.pathsep``-separated; AppTest sets it). Loading a session
-is ``reports.data.load``, cached per path (and modification time) for the life of the server.
+is ``analyzer.tables.load``, cached per path (and modification time) for the life of the server.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 
 import streamlit as st
 
+from analyzer import tables
 from analyzer.errors import DiagnoseError
 from reports import data as report_data
 
@@ -57,7 +58,7 @@ def _stamp(path: str) -> int:
 @st.cache_resource(max_entries=16, show_spinner="Reading the session…")
 def _load(path: str, stamp: int) -> report_data.SessionData:
     del stamp  # part of the cache key only
-    return report_data.load(path)
+    return tables.load(path)
 
 
 def load(path: str) -> tuple[report_data.SessionData | None, str]:

@@ -1,49 +1,30 @@
-"""A session → tables: the one place that turns a recorded session into pandas frames.
+"""A session as tables: the ``SessionData`` every report (HTML, the dashboard) draws from.
 
-Every report (HTML, Markdown, the dashboard) reads a ``SessionData``: the diagnosis plus one table
-per kind of evidence over time. Each table always exists with its columns, empty when the evidence
-is absent, and then ``missing[table]`` says in one sentence why, and how to get it. The raw files
-are read with the parsers the analyzer uses (no second parser for a format), and every table is
-bounded, so a long session still gives small frames. Labels pass through the redaction the
-analyzer uses (``analyzer.redact``): no secret reaches a table, so none reaches a figure.
+``SessionData`` holds the diagnosis plus one pandas table per kind of evidence over time. Each
+table always exists with its columns (``COLUMNS``), empty when the evidence is absent, and then
+``missing[table]`` says in one sentence why, and how to get it. Every table is bounded, so a long
+session still gives small frames, and its labels already went through the analyzer's redaction
+(``analyzer.redact``): no secret reaches a table, so none reaches a figure.
+
+This module only describes the tables; it reads no session. ``analyzer.tables.load(path)`` fills
+a ``SessionData`` from a session folder or ``.tar.gz`` with the collectors' own parsers (the
+analyzer side of the layering: presenters in ``reports`` and ``dashboard`` import no collector).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from analyzer import pipeline, session_io
-from analyzer.derive import activities
-from analyzer.derive import nvml as nvml_derive
-from analyzer.errors import InputError
-from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
-from analyzer.redact import redact_command, redact_text
-from collectors import engine_log, nvml, process, prom, pyspy, timing
-from collectors.compile_log import CompileLogParser
-from collectors.logtext import clean_lines, looks_binary
-from reports.terminal import stage_rows
+from analyzer.model import Diagnosis
+from analyzer.redact import redact_text
 
-MAX_REQUESTS = 10_000  # the latest requests kept (by completion); percentiles come from the evidence
-MAX_STACKS = 300  # the py-spy stacks with the most samples
-MAX_FRAMES = 40  # frames kept per stack (the innermost ones: they say what the CPU was doing)
-MAX_PROCESS_ROWS = 20_000  # process samples × processes
-MAX_GPU_ROWS = 20_000
-MAX_EVENTS = 1_000
-MAX_MEMORY_ROWS = 10_000
-MAX_KERNELS = 50
-MAX_METRICS = 500
-SQLITE_MAGIC = b"SQLite format 3\x00"
-PICKLE_MAGIC = b"\x80"
-TEXT_CAPTURES = ("log", "metrics", "probe")
-OK = (CaptureStatus.OK, CaptureStatus.PARTIAL)
+PACK_SUFFIXES = (".tar.gz", ".tgz")  # analyzer.session_io.PACK_SUFFIXES (a test keeps them equal)
+FIRST_REQUESTS = 5  # collectors.timing.FIRST_REQUESTS: the cold-start requests (a test keeps them equal)
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "process": ("t", "pid", "name", "cpu_cores", "rss_bytes", "threads"),
@@ -51,11 +32,14 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "gpu": ("t", "gpu", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "pcie_tx_bytes_s",
             "pcie_rx_bytes_s", "power_w", "sm_clock_mhz"),
     "gpu_processes": ("gpu", "pid", "name", "used_bytes", "is_target"),
-    "requests": ("request_id", "t_end", "e2e_ms", "ttft_ms", "input_tokens", "output_tokens", "status", "order"),
-    "stages": ("request_id", "stage", "ms", "position"),
+    # seq: unique per request in the session (ids repeat across workers' logs); source: the log's file name
+    "requests": ("request_id", "t_end", "e2e_ms", "ttft_ms", "input_tokens", "output_tokens", "status", "order",
+                 "seq", "source"),
+    "stages": ("request_id", "stage", "ms", "position", "seq"),
     "stage_stats": ("stage", "p50_ms", "p99_ms", "share"),
     "profile": ("pid", "process", "tid", "thread", "activity", "frames", "samples"),
-    "events": ("t", "kind", "detail"),
+    # t: NaN when the source gave no time; count: the occurrences the row stands for (one line, or a total)
+    "events": ("t", "kind", "detail", "count"),
     "memory": ("t", "device", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "weights_bytes",
                "total_bytes"),
     "memory_breakdown": ("part", "bytes", "source"),
@@ -69,19 +53,16 @@ TABLES: tuple[str, ...] = tuple(COLUMNS)
 MEMORY_PARTS = ("weights", "activations", "kv_cache", "fragmentation", "other", "outside_pytorch", "free")
 # outside_pytorch: device total − reserved − free (the CUDA context, non-PyTorch allocations, other processes)
 
-PROBE_HINT = ("Add the in-process probe to the service (`from collectors import torch_probe; "
-              "torch_probe.install(PATH)`) and attach again")
-NSYS_HINT = ("Start the service under `nsys launch` and attach with `diagnose attach --nsys` to record "
-             "an Nsight Systems timeline")
 
-
-def _empty(table: str) -> pd.DataFrame:
+def empty_table(table: str) -> pd.DataFrame:
+    """Table ``table`` with its columns and no row."""
     return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[table]})
 
 
-def _frame(table: str, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def make_table(table: str, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Table ``table`` from row dicts (keys outside its columns are dropped)."""
     if not rows:
-        return _empty(table)
+        return empty_table(table)
     return pd.DataFrame(list(rows), columns=list(COLUMNS[table]))
 
 
@@ -94,24 +75,27 @@ class SessionData:
     diagnosis: Diagnosis
     t0: float
     window_s: float
-    process: pd.DataFrame = field(default_factory=lambda: _empty("process"))
-    inflight: pd.DataFrame = field(default_factory=lambda: _empty("inflight"))
-    gpu: pd.DataFrame = field(default_factory=lambda: _empty("gpu"))
-    gpu_processes: pd.DataFrame = field(default_factory=lambda: _empty("gpu_processes"))
-    requests: pd.DataFrame = field(default_factory=lambda: _empty("requests"))
-    stages: pd.DataFrame = field(default_factory=lambda: _empty("stages"))
-    stage_stats: pd.DataFrame = field(default_factory=lambda: _empty("stage_stats"))
-    profile: pd.DataFrame = field(default_factory=lambda: _empty("profile"))
-    events: pd.DataFrame = field(default_factory=lambda: _empty("events"))
-    memory: pd.DataFrame = field(default_factory=lambda: _empty("memory"))
-    memory_breakdown: pd.DataFrame = field(default_factory=lambda: _empty("memory_breakdown"))
-    kernels: pd.DataFrame = field(default_factory=lambda: _empty("kernels"))
-    copies: pd.DataFrame = field(default_factory=lambda: _empty("copies"))
-    gpu_busy: pd.DataFrame = field(default_factory=lambda: _empty("gpu_busy"))
-    gap_hist: pd.DataFrame = field(default_factory=lambda: _empty("gap_hist"))
-    metrics: pd.DataFrame = field(default_factory=lambda: _empty("metrics"))
+    process: pd.DataFrame = field(default_factory=lambda: empty_table("process"))
+    inflight: pd.DataFrame = field(default_factory=lambda: empty_table("inflight"))
+    gpu: pd.DataFrame = field(default_factory=lambda: empty_table("gpu"))
+    gpu_processes: pd.DataFrame = field(default_factory=lambda: empty_table("gpu_processes"))
+    requests: pd.DataFrame = field(default_factory=lambda: empty_table("requests"))
+    stages: pd.DataFrame = field(default_factory=lambda: empty_table("stages"))
+    stage_stats: pd.DataFrame = field(default_factory=lambda: empty_table("stage_stats"))
+    profile: pd.DataFrame = field(default_factory=lambda: empty_table("profile"))
+    events: pd.DataFrame = field(default_factory=lambda: empty_table("events"))
+    memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
+    memory_breakdown: pd.DataFrame = field(default_factory=lambda: empty_table("memory_breakdown"))
+    kernels: pd.DataFrame = field(default_factory=lambda: empty_table("kernels"))
+    copies: pd.DataFrame = field(default_factory=lambda: empty_table("copies"))
+    gpu_busy: pd.DataFrame = field(default_factory=lambda: empty_table("gpu_busy"))
+    gap_hist: pd.DataFrame = field(default_factory=lambda: empty_table("gap_hist"))
+    metrics: pd.DataFrame = field(default_factory=lambda: empty_table("metrics"))
     missing: dict[str, str] = field(default_factory=dict)
     host_cores: int | None = None  # CPUs the target may run on (process-info.json), when recorded
+    # the whole py-spy profile, of which ``profile`` keeps the stacks with the most samples (0: not counted)
+    profile_samples: int = 0
+    profile_stacks: int = 0
 
     def has(self, table: str) -> bool:
         """Whether ``table`` holds at least one row."""
@@ -125,618 +109,13 @@ class SessionData:
         return frame
 
 
-# ---------------------------------------------------------------------------------------------
-# loading
-# ---------------------------------------------------------------------------------------------
-
-
 def label_of(path: str) -> str:
+    """A session's short name: its folder name, or its archive's name without ``.tar.gz``."""
     base = os.path.basename(os.path.normpath(path))
-    for suffix in session_io.PACK_SUFFIXES:
+    for suffix in PACK_SUFFIXES:
         if base.endswith(suffix):
             return base[: -len(suffix)]
     return base
-
-
-def load(path: str) -> SessionData:
-    """Read a session folder or packed ``.tar.gz``; ``InputError`` when it is not one."""
-    if not isinstance(path, str) or not path:
-        raise InputError("No session path was given.", "Pass a session folder written by `diagnose attach`.")
-    with session_io.opened(path) as folder:
-        session = pipeline.load_session(folder)
-        diagnosis = pipeline.relabel(pipeline.analyze([folder]), folder, path)  # sources named after the .tar.gz
-        return build(path, session, diagnosis)
-
-
-def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
-    """The tables of an opened session (``session.path`` must still exist)."""
-    data = SessionData(path=path, label=label_of(path), diagnosis=diagnosis, t0=session.window.start,
-                       window_s=session.window.seconds)
-    reader = _Reader(session, data)
-    steps: tuple[tuple[Callable[[], None], tuple[str, ...]], ...] = (
-        (reader.process, ("process", "inflight")), (reader.gpu, ("gpu", "gpu_processes")),
-        (reader.profile, ("profile",)), (reader.text_captures, ("requests", "stages", "events", "memory", "metrics")),
-        (reader.nsys, ("kernels", "copies", "gpu_busy", "gap_hist")),
-        (reader.memory_breakdown, ("memory_breakdown",)), (reader.stage_stats, ("stage_stats",)))
-    for step, tables in steps:
-        try:
-            step()
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged file: its tables stay empty
-            for name in tables:
-                reader.why[name] = (f"No {name.replace('_', ' ')} data: a file of the session could not be read "
-                                    f"({type(exc).__name__}: {redact_text(str(exc))[:200]}). Record the session again.")
-    reader.explain()
-    return data
-
-
-def _num(x: Any) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return math.nan
-    v = float(x)
-    return v if math.isfinite(v) else math.nan
-
-
-def _is_file_kind(path: str, magic: bytes) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(magic)) == magic
-    except OSError:
-        return False
-
-
-def _text_lines(path: str) -> Iterator[str]:
-    with open(path, "rb") as fh:
-        if looks_binary(fh.read(8192)):
-            return
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        yield from clean_lines(fh)
-
-
-def _short_file(file: str) -> str:
-    parts = file.replace("\\", "/").rsplit("/", 2)
-    return "/".join(parts[-2:]) if len(parts) > 1 else file
-
-
-class _Reader:
-    """Fills one ``SessionData`` from the session's files, noting why each table is empty."""
-
-    def __init__(self, session: Session, data: SessionData) -> None:
-        self.s = session
-        self.d = data
-        self.caps: dict[str, list[Capture]] = {}
-        for c in session.captures:
-            self.caps.setdefault(c.collector, []).append(c)
-        self.why: dict[str, str] = {}
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def cap(self, name: str) -> Capture | None:
-        caps = self.caps.get(name)
-        return caps[0] if caps else None
-
-    def ok_files(self, collectors: Iterable[str]) -> list[str]:
-        out: list[str] = []
-        for name in collectors:
-            for c in self.caps.get(name, ()):
-                if c.status in OK:
-                    out.extend(os.path.join(self.s.path, f) for f in c.files)
-        return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
-
-    def not_recorded(self, name: str, what: str, hint: str) -> str:
-        """Why collector ``name`` gave nothing: its own reason and remedy when it was skipped or failed."""
-        c = self.cap(name)
-        if c is None:
-            return f"{what}: the session has no {name} capture. {hint}."
-        if c.status not in OK:
-            reason = redact_text(c.reason) or f"the {name} capture {c.status.value}"
-            remedy = redact_text(c.remedy) or hint
-            return f"{what}: {reason.rstrip('.')}. {remedy[:1].upper()}{remedy[1:].rstrip('.')}."
-        return ""
-
-    def rel(self, t: float) -> float:
-        return t - self.d.t0
-
-    # -- psutil ---------------------------------------------------------------------------------
-
-    def process(self) -> None:
-        d = self.d
-        why = self.not_recorded("process", "No process samples", "Attach with `diagnose attach --pid PID`")
-        if why:
-            self.why["process"] = why
-            self.why["inflight"] = why.replace("No process samples", "No in-flight request counts", 1)
-            return
-        folder = self.s.path
-        samples = process.read_samples(os.path.join(folder, process.SAMPLES_FILE))
-        info_path = os.path.join(folder, process.INFO_FILE)
-        info: dict[str, Any] = {}
-        if os.path.isfile(info_path):
-            with open(info_path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-            info = doc if isinstance(doc, dict) else {}
-        cores = int(info.get("cores") or 0) or None
-        host = int(info.get("host_cpus") or 0) or cores
-        d.host_cores = cores or host
-        rows: list[dict[str, Any]] = []
-        conn_rows: list[dict[str, Any]] = []
-        prev: dict[int, tuple[float, float]] = {}
-        listened = False
-        for rec in samples:
-            ts = _num(rec.get("ts"))
-            if math.isnan(ts):
-                continue
-            for p in rec.get("processes") or ():
-                if not isinstance(p, dict) or "pid" not in p:
-                    continue
-                pid = int(p["pid"])
-                cpu = _num(p.get("cpu_user")) + _num(p.get("cpu_system"))
-                used = math.nan
-                if pid in prev and ts > prev[pid][0] and not math.isnan(cpu):
-                    used = max(0.0, (cpu - prev[pid][1]) / (ts - prev[pid][0]))
-                    if host:
-                        used = min(used, float(host))  # cpu_times tick at 10 ms: a short interval can overshoot
-                if not math.isnan(cpu):
-                    prev[pid] = (ts, cpu)
-                rows.append({"t": self.rel(ts), "pid": pid, "name": redact_text(str(p.get("name") or "")),
-                             "cpu_cores": used, "rss_bytes": _num(p.get("rss")),
-                             "threads": _num(p.get("num_threads"))})
-            conn = rec.get("conn")
-            if isinstance(conn, dict) and conn.get("listen_ports"):
-                listened = True
-                conn_rows.append({"t": self.rel(ts), "inflight": _num(conn.get("inflight")),
-                                  "accept_queue": _num(conn.get("accept_queue"))})
-        d.process = _frame("process", rows[-MAX_PROCESS_ROWS:])
-        d.inflight = _frame("inflight", conn_rows[-MAX_PROCESS_ROWS:])
-        if not rows:
-            self.why["process"] = ("No process samples: process.jsonl holds no readable sample (the target "
-                                   "exited as the window began?). Attach again while the service runs.")
-        if not conn_rows:
-            self.why["inflight"] = (
-                "No in-flight request counts: the target's process tree listens on no TCP port"
-                if samples and not listened else "No in-flight request counts: there are no process samples"
-            ) + ". Attach to the server process itself (the one that accepts the connections)."
-
-    # -- NVML -----------------------------------------------------------------------------------
-
-    def gpu(self) -> None:
-        d = self.d
-        why = self.not_recorded("nvml", "No NVML samples", "Run diagnose on the GPU host")
-        if why:
-            self.why["gpu"] = self.why["gpu_processes"] = why
-            return
-        samples = nvml.read_samples(os.path.join(self.s.path, nvml.NVML_FILE))
-        reason = nvml_derive.missing_reason(samples)
-        rows: list[dict[str, Any]] = []
-        for dev, series in sorted(nvml_derive.target_devices(samples).items()):
-            for ts, r in series:
-                tx, rx = _num(r.get("pcie_tx_kbps")), _num(r.get("pcie_rx_kbps"))
-                rows.append({
-                    "t": self.rel(ts), "gpu": dev, "name": redact_text(str(r.get("name") or "")),
-                    "util_pct": _num(r.get("util_gpu_pct")), "mem_util_pct": _num(r.get("util_mem_pct")),
-                    "mem_used_bytes": _num(r.get("mem_used_bytes")), "mem_total_bytes": _num(r.get("mem_total_bytes")),
-                    "pcie_tx_bytes_s": tx * nvml_derive.KIB, "pcie_rx_bytes_s": rx * nvml_derive.KIB,
-                    "power_w": _num(r.get("power_mw")) / 1000.0, "sm_clock_mhz": _num(r.get("sm_clock_mhz")),
-                })
-        rows.sort(key=lambda r: (r["t"], r["gpu"]))
-        d.gpu = _frame("gpu", rows[-MAX_GPU_ROWS:])
-        pids = {self.s.target.pid, *self.s.target.children}
-        if samples:
-            for s in samples:
-                pids.update(int(p) for p in (*s.get("tree", ()), *s.get("tree_ids", ())))
-        procs: list[dict[str, Any]] = []
-        if samples:
-            for dev in samples[-1].get("devices") or ():
-                for p in dev.get("processes") or ():
-                    pid = int(p.get("pid", -1))
-                    procs.append({"gpu": int(dev.get("index", -1)), "pid": pid,
-                                  "name": redact_text(str(p.get("name") or "")),
-                                  "used_bytes": _num(p.get("used_bytes")),
-                                  "is_target": bool(p.get("is_target")) or pid in pids})
-        d.gpu_processes = _frame("gpu_processes", procs)
-        if not rows:
-            self.why["gpu"] = f"No NVML samples of the target's GPUs: {reason or 'NVML recorded no reading'}. " \
-                              "Attach on the host (or container) where the service's GPUs are visible."
-        if not procs:
-            self.why["gpu_processes"] = (f"No GPU processes: {reason}." if reason else
-                                         "No GPU processes: NVML listed no process holding GPU memory.") + \
-                " Attach while the service holds its CUDA context, on the host where its GPUs are visible."
-
-    # -- py-spy ---------------------------------------------------------------------------------
-
-    def profile(self) -> None:
-        why = self.not_recorded("py-spy", "No CPU profile", "pip install py-spy and attach again")
-        if why:
-            self.why["profile"] = why
-            return
-        raw = os.path.join(self.s.path, pyspy.RAW_FILE)
-        with open(raw, encoding="utf-8", errors="replace") as fh:
-            samples = pyspy.parse_raw(fh)
-        agg: Counter[tuple[int, str, int, str, str, tuple[str, ...]]] = Counter()
-        commands: dict[str, str] = {}
-        for s in samples:
-            act = activities.classify([(f.function, f.file) for f in s.frames]).value
-            frames = tuple(f"{f.function} ({_short_file(f.file)}:{f.line})" if f.file else f.function
-                           for f in s.frames)[-MAX_FRAMES:]
-            if s.process not in commands:
-                cmd = redact_command(s.process)  # redacted first: a cut must not leave half a secret
-                commands[s.process] = cmd if len(cmd) <= 120 else cmd[:119] + "…"
-            thread = redact_text(s.thread) if s.thread else f"thread {s.tid}"
-            agg[(s.pid, commands[s.process], s.tid, thread, act, tuple(redact_text(f) for f in frames))] += s.count
-        rows = [{"pid": k[0], "process": k[1], "tid": k[2], "thread": k[3], "activity": k[4], "frames": k[5],
-                 "samples": n} for k, n in agg.most_common(MAX_STACKS)]
-        self.d.profile = _frame("profile", rows)
-        if not rows:
-            self.why["profile"] = ("No CPU profile: py-spy recorded no active Python sample in the window (the "
-                                   "service was idle). Attach while it serves load.")
-
-    # -- stage logs, probe lines, metrics scrapes, compile and engine logs ------------------------
-
-    def text_captures(self) -> None:
-        d = self.d
-        files = [p for p in self.ok_files(TEXT_CAPTURES)
-                 if not _is_file_kind(p, SQLITE_MAGIC) and not _is_file_kind(p, PICKLE_MAGIC)]
-        requests: list[dict[str, Any]] = []
-        stages: list[tuple[str, list[tuple[str, float]]]] = []
-        memory: list[dict[str, Any]] = []
-        events: list[dict[str, Any]] = []
-        metrics_rows: list[dict[str, Any]] = []
-        seq = 0
-        for path in files:
-            buf = prom.PromBuffer()
-            comp = CompileLogParser()
-            eng = engine_log.EngineLogParser()
-            compile_prev: int | None = None
-            for line in _text_lines(path):
-                buf.feed(line)
-                comp.feed(line)
-                eng.feed(line)
-                stripped = line.strip()
-                if not stripped.startswith("{"):
-                    continue
-                if '"stages_ms"' not in stripped and '"cuda_memory"' not in stripped and \
-                        '"oom"' not in stripped and '"compile"' not in stripped:
-                    continue
-                try:
-                    doc = json.loads(stripped)
-                except ValueError:
-                    continue
-                if not isinstance(doc, dict):
-                    continue
-                ts = _num(doc.get("ts"))
-                t = self.rel(ts) if not math.isnan(ts) else math.nan
-                if isinstance(doc.get("stages_ms"), dict):
-                    req, parts = _request_row(doc, t, seq)
-                    seq += 1
-                    requests.append(req)
-                    stages.append((req["request_id"], parts))
-                    if len(requests) > 2 * MAX_REQUESTS:
-                        del requests[:MAX_REQUESTS]
-                        del stages[:MAX_REQUESTS]
-                state = doc.get("cuda_memory")
-                if isinstance(state, dict):
-                    memory.extend(_memory_rows(state, t))
-                oom = doc.get("oom")
-                if isinstance(oom, dict):
-                    msg = redact_text(str(oom.get("message") or "CUDA out of memory"))
-                    events.append({"t": t, "kind": "oom", "detail": msg.splitlines()[0][:200] if msg else "OOM"})
-                    if isinstance(oom.get("cuda_memory"), dict):
-                        memory.extend(_memory_rows(oom["cuda_memory"], t))
-                comp_doc = doc.get("compile")
-                if isinstance(comp_doc, dict):
-                    events.extend(_compile_events(comp_doc, compile_prev, t))
-                    n = comp_doc.get("recompiles")
-                    if isinstance(n, int) and not isinstance(n, bool):
-                        compile_prev = n
-            if buf.matched():
-                metrics_rows.extend(_metric_rows(buf.result()))
-            log = comp.log
-            n_logged = log.recompile_count
-            if n_logged and not any(e["kind"] == "recompile" for e in events):
-                top = ", ".join(f"{fn} ×{c}" for fn, c in sorted(log.functions.items(), key=lambda kv: -kv[1])[:3])
-                events.append({"t": math.nan, "kind": "recompile",
-                               "detail": redact_text(f"{n_logged} recompile(s) in {os.path.basename(path)}"
-                                                     + (f": {top}" if top else ""))})
-            if eng.matched():
-                n_pre = eng.summary().preemptions
-                if n_pre:
-                    events.append({"t": math.nan, "kind": "preemption",
-                                   "detail": f"{n_pre} preemption(s) in {os.path.basename(path)}"})
-        pre = next((r for r in metrics_rows if r["name"] == "preemptions"), None)
-        if pre is not None and _num(pre["delta"]) > 0 and not any(e["kind"] == "preemption" for e in events):
-            events.append({"t": math.nan, "kind": "preemption",
-                           "detail": f"{pre['delta']:.0f} preemption(s) between the metrics scrapes"})
-        requests = requests[-MAX_REQUESTS:]
-        stages = stages[-MAX_REQUESTS:]
-        # arrival order: completion time minus latency (the log is written at completion)
-        arrival = sorted(range(len(requests)), key=lambda i: (_arrival(requests[i]), requests[i]["_seq"]))
-        for order, i in enumerate(arrival):
-            requests[i]["order"] = order
-        d.requests = _frame("requests", requests)
-        d.stages = _frame("stages", [{"request_id": rid, "stage": st, "ms": ms, "position": pos}
-                                     for rid, parts in stages for pos, (st, ms) in enumerate(parts)])
-        events.sort(key=lambda e: (math.isnan(e["t"]), e["t"] if not math.isnan(e["t"]) else 0.0))
-        d.events = _frame("events", events[:MAX_EVENTS])
-        memory.sort(key=lambda r: (math.isnan(r["t"]), r["t"] if not math.isnan(r["t"]) else 0.0, r["device"]))
-        d.memory = _frame("memory", memory[-MAX_MEMORY_ROWS:])
-        d.metrics = _frame("metrics", metrics_rows[:MAX_METRICS])
-        logs = ("no `stages_ms` line is in the session's logs" if self.caps.get("log") or self.caps.get("probe")
-                else "the session has no log of the service")
-        if not requests:
-            self.why["requests"] = self.why["stages"] = (
-                f"No per-request timings: {logs}. {PROBE_HINT} "
-                "(it writes one line per request), or pass the service's stage log with `diagnose attach --log PATH`.")
-        if not events:
-            self.why["events"] = ("No recompile, OOM or preemption events were recorded in the window (none "
-                                  "happened, or nothing logged them). The probe logs compiles and OOMs; pass "
-                                  "a `TORCH_LOGS=recompiles` or engine log with `--log PATH` to see them.")
-        if not memory:
-            self.why["memory"] = ("No CUDA allocator readings over time: they come from the in-process probe "
-                                  f"of a service that uses CUDA. {PROBE_HINT} on the GPU host.")
-        if not metrics_rows:
-            failed = self.not_recorded("metrics", "No Prometheus metrics", "Check the metrics URL") \
-                if self.caps.get("metrics") else ""
-            self.why["metrics"] = failed or (
-                "No Prometheus metrics: the session holds no scrape of a known serving metric. "
-                "Pass the service's endpoint with `diagnose attach --metrics URL/metrics`.")
-
-    # -- Nsight Systems ---------------------------------------------------------------------------
-
-    def nsys(self) -> None:
-        d = self.d
-        exports = [p for p in self.ok_files(("nsys", "probe", "log")) if _is_file_kind(p, SQLITE_MAGIC)]
-        names = ("kernels", "copies", "gpu_busy", "gap_hist")
-        if not exports:
-            why = self.not_recorded("nsys", "No Nsight Systems timeline", NSYS_HINT) or \
-                "No Nsight Systems timeline: the nsys capture wrote no SQLite export. " + NSYS_HINT + "."
-            for n in names:
-                self.why[n] = why
-            return
-        from collectors import nsys  # sqlite3 + numpy: only for a session that has an export
-
-        kernels: list[dict[str, Any]] = []
-        copies: dict[tuple[str, str, str], list[float]] = {}
-        busy: list[dict[str, Any]] = []
-        hist: list[dict[str, Any]] = []
-        problems: list[str] = []
-        for path in exports:
-            try:
-                trace = nsys.read_export(path, top_kernels=MAX_KERNELS, name_filter=redact_text)
-            except nsys.NsysError as exc:
-                problems.append(f"{os.path.basename(path)}: {redact_text(str(exc))}")
-                continue
-            kernel_ns = sum(k.total_ns for k in trace.kernels) or 1
-            all_kernel_ns = sum(dv.kernel_ns for dv in trace.devices) or kernel_ns
-            for k in trace.kernels:
-                kernels.append({"name": redact_text(k.name)[:120], "count": k.count, "total_ms": k.total_ns / 1e6,
-                                "share": k.total_ns / all_kernel_ns, "tiny_count": k.tiny_count})
-            for c in trace.copies:
-                acc = copies.setdefault((c.direction, c.host_kind, c.api), [0.0, 0.0, 0.0])
-                acc[0] += c.count
-                acc[1] += c.bytes
-                acc[2] += c.ns / 1e6
-            for dv in trace.devices:
-                busy.append({"device": dv.device, "name": redact_text(dv.name), "window_ms": dv.window_ns / 1e6,
-                             "busy_ms": dv.busy_ns / 1e6, "kernel_busy_ms": dv.kernel_busy_ns / 1e6,
-                             "idle_ms": dv.gaps.total_ns / 1e6, "gaps": dv.gaps.count,
-                             "longest_gap_ms": dv.gaps.longest_ns / 1e6})
-                for i, bucket in enumerate(nsys.GAP_BUCKETS):
-                    hist.append({"device": dv.device, "bucket": bucket, "count": dv.gaps.hist_count[i],
-                                 "total_ms": dv.gaps.hist_ns[i] / 1e6})
-        kernels.sort(key=lambda r: -r["total_ms"])
-        d.kernels = _frame("kernels", kernels[:MAX_KERNELS])
-        d.copies = _frame("copies", sorted(
-            ({"direction": k[0], "host_kind": k[1], "api": k[2], "count": int(v[0]), "bytes": int(v[1]), "ms": v[2]}
-             for k, v in copies.items() if v[0] > 0), key=lambda r: -r["bytes"]))
-        d.gpu_busy = _frame("gpu_busy", busy)
-        d.gap_hist = _frame("gap_hist", hist)
-        bad = f" ({'; '.join(problems)[:300]})" if problems else ""
-        for n in names:
-            if not self.d.has(n):
-                what = {"kernels": "no CUDA kernel", "copies": "no memory copy", "gpu_busy": "no GPU activity",
-                        "gap_hist": "no GPU activity"}[n]
-                self.why[n] = (f"No {n.replace('_', ' ')} data: the Nsight Systems export holds {what}{bad}. "
-                               "Trace CUDA (`nsys launch --trace=cuda,nvtx`) while the service serves load.")
-
-    # -- memory breakdown -------------------------------------------------------------------------
-
-    def memory_breakdown(self) -> None:
-        d = self.d
-        rows: list[dict[str, Any]] = []
-        snaps = [p for p in self.ok_files(("probe", "log", "snapshot", "nsys")) if _is_file_kind(p, PICKLE_MAGIC)]
-        if snaps:
-            from collectors import snapshot  # restricted unpickler: loaded only for a session with a snapshot
-
-            for path in snaps:
-                try:
-                    b = snapshot.load_breakdown(path)
-                except snapshot.SnapshotError:
-                    continue
-                if not b.segments:
-                    continue
-                src = f"CUDA memory snapshot {os.path.basename(path)}"
-                for part, v in (("weights", b.weights_bytes), ("activations", b.activations_bytes),
-                                ("fragmentation", b.inactive_bytes), ("other", b.other_bytes)):
-                    rows.append({"part": part, "bytes": float(v), "source": src})
-                rows.extend(_free_rows(d.diagnosis, float(b.reserved_bytes)))
-                break
-        if not rows:
-            rows = _breakdown_from_evidence(d.diagnosis)
-        d.memory_breakdown = _frame("memory_breakdown", [r for r in rows if r["bytes"] >= 0])
-        if not rows:
-            self.why["memory_breakdown"] = (
-                "No GPU memory breakdown: it needs a CUDA memory snapshot "
-                "(`torch.cuda.memory._dump_snapshot`), the probe's allocator readings or an OOM message. "
-                f"{PROBE_HINT}, or pass the snapshot or OOM log with `--log PATH`.")
-
-    # -- stage statistics -------------------------------------------------------------------------
-
-    def stage_stats(self) -> None:
-        rows = [{"stage": s, "p50_ms": _nan(p50), "p99_ms": _nan(p99), "share": _nan(share)}
-                for s, p50, p99, share in stage_rows(self.d.diagnosis)]
-        self.d.stage_stats = _frame("stage_stats", rows)
-        if not rows:
-            self.why["stage_stats"] = ("No stage timings in the evidence: no stage log, span log or serving "
-                                       f"histogram gave per-stage latencies. {PROBE_HINT}, or pass a stage log "
-                                       "with `diagnose attach --log PATH`.")
-
-    def explain(self) -> None:
-        for name in TABLES:
-            if self.d.has(name):
-                self.d.missing.pop(name, None)
-            else:
-                self.d.missing.setdefault(name, self.why.get(name) or f"No {name.replace('_', ' ')} data in this "
-                                          "session. Attach again with the collector that records it.")
-
-
-# ---------------------------------------------------------------------------------------------
-# row builders (pure)
-# ---------------------------------------------------------------------------------------------
-
-
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else float(v)
-
-
-def _request_row(doc: Mapping[str, Any], t: float, seq: int) -> tuple[dict[str, Any], list[tuple[str, float]]]:
-    """One stage-log record, read as the timing parser reads it (``collectors.timing``)."""
-    parts: list[tuple[str, float]] = []
-    total = 0.0
-    for name, raw in dict(doc["stages_ms"]).items():
-        v = _num(raw)
-        if math.isnan(v) or v < 0:
-            continue
-        parts.append((timing.normalize_stage(str(name)), v))
-        total += v
-    e2e = _num(doc.get("e2e_ms"))
-    e2e = e2e if not math.isnan(e2e) and e2e >= total * 0.5 else total  # the rule timing.py applies
-    rid = doc.get("request_id")
-    status = doc.get("status")
-    return ({"request_id": redact_text(str(rid)) if rid is not None else f"#{seq}", "t_end": t, "e2e_ms": e2e,
-             "ttft_ms": _num(doc.get("ttft_ms")), "input_tokens": _num(doc.get("input_tokens")),
-             "output_tokens": _num(doc.get("output_tokens")),
-             "status": redact_text(str(status)) if status is not None else "", "order": seq, "_seq": seq}, parts)
-
-
-def _arrival(req: Mapping[str, Any]) -> float:
-    t = req["t_end"]
-    if isinstance(t, float) and math.isnan(t):
-        return float(req["_seq"])
-    return float(t) - float(req["e2e_ms"]) / 1000.0
-
-
-def _compile_events(doc: Mapping[str, Any], prev: int | None, t: float) -> list[dict[str, Any]]:
-    """A probe ``compile`` line → a recompile event (the count went up) or else a compile event."""
-    delta = doc.get("delta") if isinstance(doc.get("delta"), dict) else {}
-    assert isinstance(delta, dict)
-    n = doc.get("recompiles")
-    new = 0
-    if isinstance(n, int) and not isinstance(n, bool):
-        if prev is not None:
-            new = n - prev
-        else:  # the first line in the window: only what its delta says is new
-            new = sum(v for k, v in delta.items() if str(k).startswith("recompiles.") and isinstance(v, int))
-    if new > 0:
-        reasons = doc.get("recent_reasons") or []
-        why = redact_text(str(reasons[-1]))[:200] if isinstance(reasons, list) and reasons else "guard failure"
-        return [{"t": t, "kind": "recompile", "detail": f"{new} recompile(s), {n} in all: {why}"}]
-    graphs = delta.get("stats.unique_graphs")
-    if isinstance(graphs, int) and not isinstance(graphs, bool) and graphs > 0:
-        return [{"t": t, "kind": "compile", "detail": f"{graphs} graph(s) compiled"}]
-    return []
-
-
-def _memory_rows(state: Mapping[str, Any], t: float) -> list[dict[str, Any]]:
-    devices = state.get("devices")
-    if not isinstance(devices, dict):
-        return []
-    rows = []
-    for key, dev in devices.items():
-        if not isinstance(dev, dict):
-            continue
-        rows.append({"t": t, "device": str(key), "allocated_bytes": _num(dev.get("allocated_bytes.all.current")),
-                     "reserved_bytes": _num(dev.get("reserved_bytes.all.current")),
-                     "inactive_split_bytes": _num(dev.get("inactive_split_bytes.all.current")),
-                     "weights_bytes": _num(dev.get("weights_bytes")), "total_bytes": _num(dev.get("total_bytes"))})
-    return rows
-
-
-def _metric_rows(r: prom.PromResult) -> list[dict[str, Any]]:
-    labels = ",".join(r.engines)
-    units = {a.canonical: a.unit for a in prom.ALIASES}
-    rows: list[dict[str, Any]] = []
-    for name, values in sorted(r.gauges.items()):
-        if values:
-            rows.append({"name": name, "labels": labels, "unit": units.get(name, ""), "kind": "gauge",
-                         "first": values[0], "last": values[-1], "delta": values[-1] - values[0]})
-    for name, c in sorted(r.counters.items()):
-        rows.append({"name": name, "labels": labels, "unit": units.get(name, ""), "kind": "counter",
-                     "first": c.first if c.windowed else math.nan, "last": c.last, "delta": c.delta})
-    for name, h in sorted(r.histograms.items()):
-        for q, v in sorted(h.quantiles.items()):
-            rows.append({"name": f"{name}.p{round(q * 100)}", "labels": labels, "unit": units.get(name, ""),
-                         "kind": "histogram", "first": math.nan, "last": v, "delta": math.nan})
-        rows.append({"name": f"{name}.count", "labels": labels, "unit": "count", "kind": "histogram",
-                     "first": math.nan, "last": h.count, "delta": math.nan})
-    return rows
-
-
-def _ev_num(diagnosis: Diagnosis, key: str) -> float | None:
-    for e in diagnosis.evidence:
-        if e.key == key and isinstance(e.value, int | float) and not isinstance(e.value, bool):
-            return float(e.value)
-    return None
-
-
-def _ev_source(diagnosis: Diagnosis, key: str) -> str:
-    for e in diagnosis.evidence:
-        if e.key == key:
-            return redact_text(os.path.basename(e.source) or e.source)
-    return ""
-
-
-def _free_rows(diagnosis: Diagnosis, reserved: float) -> list[dict[str, Any]]:
-    """Free device memory, and what neither the allocator nor the free pool holds (CUDA context, others)."""
-    total, free = _ev_num(diagnosis, "mem.device_total_bytes"), _ev_num(diagnosis, "mem.device_free_bytes")
-    total_src = _ev_source(diagnosis, "mem.device_total_bytes")
-    rows: list[dict[str, Any]] = []
-    if free is None and total is not None and total >= reserved:
-        free = total - reserved
-        rows.append({"part": "free", "bytes": free, "source": f"device total ({total_src}) minus reserved"})
-    elif free is not None:
-        rows.append({"part": "free", "bytes": free, "source": _ev_source(diagnosis, "mem.device_free_bytes")})
-        if total is not None and total - reserved - free > 0:
-            rows.append({"part": "outside_pytorch", "bytes": total - reserved - free,
-                         "source": f"device total ({total_src}) − reserved − free: the CUDA context, "
-                                   "non-PyTorch allocations and other processes"})
-    return rows
-
-
-def _breakdown_from_evidence(diagnosis: Diagnosis) -> list[dict[str, Any]]:
-    """Weights / activations / KV / fragmentation / free from the probe's or an OOM message's numbers."""
-    get: Callable[[str], float | None] = lambda k: _ev_num(diagnosis, k)  # noqa: E731
-    allocated, reserved = get("mem.allocated_bytes"), get("mem.reserved_bytes")
-    if allocated is None and reserved is None:
-        return []
-    src = _ev_source(diagnosis, "mem.allocated_bytes" if allocated is not None else "mem.reserved_bytes")
-    rows: list[dict[str, Any]] = []
-    weights = get("mem.weights_bytes")
-    kv = get("mem.kv_cache_available_bytes")
-    rest = allocated
-    if weights is not None and allocated is not None and weights <= allocated:
-        rows.append({"part": "weights", "bytes": weights, "source": _ev_source(diagnosis, "mem.weights_bytes")})
-        rest = allocated - weights
-    if kv is not None and rest is not None and kv <= rest:
-        rows.append({"part": "kv_cache", "bytes": kv, "source": _ev_source(diagnosis, "mem.kv_cache_available_bytes")})
-        rest -= kv
-    if rest is not None:
-        rows.append({"part": "activations" if weights is not None else "other", "bytes": rest, "source": src})
-    frag = get("mem.reserved_minus_allocated_bytes")
-    if frag is None and allocated is not None and reserved is not None:
-        frag = max(0.0, reserved - allocated)
-    if frag is not None:
-        rows.append({"part": "fragmentation", "bytes": frag, "source": src})
-    if reserved is not None:
-        rows.extend(_free_rows(diagnosis, reserved))
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------

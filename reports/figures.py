@@ -13,17 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.timing import FIRST_REQUESTS
-from reports.data import MEMORY_PARTS, SessionData
+from reports.data import FIRST_REQUESTS, MEMORY_PARTS, SessionData
 
 TEMPLATE = "plotly_white"
 GIB = float(1 << 30)
 MB = 1e6
 SEVERITY_COLOURS = {"critical": "#b2182b", "major": "#ef8a62", "minor": "#fddbc7", "info": "#67a9cf"}
 EVENT_COLOURS = {"oom": "#b2182b", "recompile": "#e08214", "preemption": "#8073ac", "compile": "#999999"}
+EVENT_NOUNS = {"oom": ("OOM", "OOMs"), "recompile": ("recompile", "recompiles"),
+               "preemption": ("preemption", "preemptions"), "compile": ("compile", "compiles")}
 ICICLE_FRAMES = 12  # innermost frames shown per stack
 ICICLE_NODES = 3_000
 
@@ -137,19 +139,11 @@ def timeline(d: SessionData) -> Chart:
         for tr in traces:
             fig.add_trace(tr, row=i, col=1)
         fig.update_yaxes(title_text=label, row=i, col=1)
-    timed = d.events.dropna(subset=["t"]) if d.has("events") else d.events
-    for _, ev in timed.iterrows():
-        colour = EVENT_COLOURS.get(str(ev["kind"]), "#444444")
-        fig.add_vline(x=float(ev["t"]), line_dash="dash", line_color=colour, line_width=1, row="all", col=1)
-    if not timed.empty:  # a legend entry per event kind, with the details on hover
-        for kind, g in timed.groupby("kind"):
-            fig.add_trace(go.Scatter(x=g["t"], y=[0] * len(g), mode="markers", name=f"event: {kind}",
-                                     marker={"symbol": "x", "size": 10, "color": EVENT_COLOURS.get(str(kind), "#444")},
-                                     text=g["detail"], hovertemplate="%{text}<extra>" + str(kind) + "</extra>"),
-                          row=1, col=1)
     fig.update_xaxes(title_text="seconds since the window began", row=len(rows), col=1)
     fig.update_xaxes(range=[0, max(d.window_s, 1e-3)])
-    return Chart(title, _layout(fig, title, height=220 * len(rows) + 80), why)
+    bottom = fig.layout[f"yaxis{len(rows)}" if len(rows) > 1 else "yaxis"].domain[0]
+    note = _event_markers(fig, d, span=(bottom, fig.layout.yaxis.domain[1]), row=1)
+    return Chart(title, _layout(fig, title, height=220 * len(rows) + 80), " ".join(x for x in (why, note) if x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,18 +170,25 @@ def slow_requests(d: SessionData, n: int = 10) -> Chart:
     if not d.has("requests") or not d.has("stages"):
         return _absent(title, _why(d, "requests", "stages"))
     slow = d.requests.nlargest(n, "e2e_ms")
-    ids = [str(x) for x in slow["request_id"]]
-    st = d.stages[d.stages["request_id"].astype(str).isin(ids)]
+    # keyed by ``seq`` (unique): two workers' logs both number their requests r-1, r-2, …
+    seqs = list(slow["seq"])
+    keys = [f"#{s}" for s in seqs]
+    labels = [str(x) for x in slow["request_id"]]
+    where = [[label, str(src)] for label, src in zip(labels, slow["source"], strict=True)]
+    st = d.stages[d.stages["seq"].isin(seqs)]
     stage_order = list(st.sort_values("position")["stage"].drop_duplicates())
     fig = go.Figure()
     for stage in stage_order:
-        part = st[st["stage"] == stage].groupby("request_id")["ms"].sum()
-        fig.add_trace(go.Bar(name=stage, orientation="h", y=ids, x=[float(part.get(i, 0.0)) for i in ids],
-                             hovertemplate="%{y}: " + stage + " %{x:,.1f} ms<extra></extra>"))
+        part = st[st["stage"] == stage].groupby("seq")["ms"].sum()
+        fig.add_trace(go.Bar(name=stage, orientation="h", y=keys, x=[float(part.get(s, 0.0)) for s in seqs],
+                             customdata=where,
+                             hovertemplate="%{customdata[0]} (%{customdata[1]}): " + stage
+                                           + " %{x:,.1f} ms<extra></extra>"))
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(ids)), title="request")
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(keys)), tickmode="array",
+                     tickvals=keys, ticktext=labels, title="request")
     fig.update_xaxes(title="ms")
-    return Chart(title, _layout(fig, title, height=max(300, 80 + 30 * len(ids))))
+    return Chart(title, _layout(fig, title, height=max(300, 80 + 30 * len(keys))))
 
 
 def latency_vs_input(d: SessionData) -> Chart:
@@ -243,7 +244,7 @@ def cpu_icicle(d: SessionData) -> Chart:
         return _absent(title, _why(d, "profile"))
     # node key (parent id, depth, label) → id; ids stay short so the figure's JSON stays small
     ids: dict[tuple[str, int, str], str] = {}
-    labels: list[str] = ["all samples"]
+    labels: list[str] = [_stacks_label(d)]
     parents: list[str] = [""]
     values: list[int] = [int(d.profile["samples"].sum())]
     for row in d.profile.itertuples(index=False):
@@ -272,6 +273,17 @@ def cpu_icicle(d: SessionData) -> Chart:
         branchvalues="total", maxdepth=5,
         hovertemplate="%{label}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>"))
     return Chart(title, _layout(fig, title, height=600))
+
+
+def _stacks_label(d: SessionData) -> str:
+    """The icicle's root: the stacks it shows and their share of all samples (the table keeps the top ones)."""
+    kept, kept_samples = len(d.profile), int(d.profile["samples"].sum())
+    total = max(d.profile_samples, kept_samples)
+    if d.profile_stacks <= kept or total <= kept_samples:
+        return f"all {kept:,} stacks ({kept_samples:,} samples)"
+    pct = 100.0 * kept_samples / total
+    shown = f"{pct:.0f}" if pct < 99.5 else f"{min(pct, 99.9):.1f}"
+    return f"top {kept:,} of {d.profile_stacks:,} stacks ({shown} % of {total:,} samples)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,10 +411,10 @@ def memory_over_time(d: SessionData) -> Chart:
             if not total.empty:
                 fig.add_hline(y=float(total.iloc[-1]) / GIB, line_dash="dot",
                               annotation_text=f"cuda:{dev} capacity")
-        _event_lines(fig, d)
         fig.update_xaxes(title="seconds since the window began", range=[0, max(d.window_s, 1e-3)])
         fig.update_yaxes(title="GiB")
-        return Chart(title, _layout(fig, title))
+        note = _event_markers(fig, d, span=(0.0, 1.0))
+        return Chart(title, _layout(fig, title), note)
     if d.has("process") and d.process["rss_bytes"].notna().any():
         host_title = "Host memory (RSS) over time: not GPU memory"
         fig = go.Figure()
@@ -415,12 +427,77 @@ def memory_over_time(d: SessionData) -> Chart:
     return _absent(title, _why(d, "memory", "process"))
 
 
-def _event_lines(fig: go.Figure, d: SessionData) -> None:
+# ---------------------------------------------------------------------------------------------
+# event markers (timeline, memory over time)
+# ---------------------------------------------------------------------------------------------
+
+
+def event_split(d: SessionData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The events (drawn, untimed, outside): in the window, with no time, timed outside the window."""
+    e = d.events
+    if e.empty:
+        return e, e, e
+    t = pd.to_numeric(e["t"], errors="coerce")
+    inside = t.between(0.0, max(float(d.window_s), 0.0))
+    return e[inside], e[t.isna()], e[t.notna() & ~inside]
+
+
+def _kinds(events: pd.DataFrame) -> str:
+    """``3 recompiles and 2 preemptions``: the occurrences the rows stand for, by kind."""
+    counts = pd.to_numeric(events["count"], errors="coerce").fillna(1).clip(lower=1)
+    by_kind = counts.groupby(events["kind"].astype(str), sort=False).sum()
+    order = [k for k in EVENT_NOUNS if k in by_kind.index] + [k for k in by_kind.index if k not in EVENT_NOUNS]
+    parts = []
+    for kind in order:
+        n = int(by_kind[kind])
+        one, many = EVENT_NOUNS.get(kind, (kind, kind + "s"))
+        parts.append(f"{n:,} {one if n == 1 else many}")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def event_note(d: SessionData) -> str:
+    """The events a chart cannot place on its time axis, in one or two sentences (or "")."""
+    _, untimed, outside = event_split(d)
+    notes = []
+    if not untimed.empty:
+        notes.append(f"{_kinds(untimed)} without timestamps (not drawn).")
+    if not outside.empty:
+        notes.append(f"{_kinds(outside)} timed outside the window (not drawn).")
+    return " ".join(notes)
+
+
+def _event_markers(fig: go.Figure, d: SessionData, span: tuple[float, float], row: int | None = None) -> str:
+    """One dashed line per event in the window, all added at once, with a hover marker per event
+    (a trace per kind); the events that cannot be placed are named in a note. Returns the note.
+
+    The lines are layout shapes from ``span[0]`` to ``span[1]`` of the plotting area (paper
+    coordinates: across every row of a figure with shared x axes). They are set in one
+    ``update_layout``: ``add_vline`` per event copies every shape each time (1,000 events never end).
+    """
     if not d.has("events"):
-        return
-    for _, ev in d.events.dropna(subset=["t"]).iterrows():
-        fig.add_vline(x=float(ev["t"]), line_dash="dash", line_width=1,
-                      line_color=EVENT_COLOURS.get(str(ev["kind"]), "#444444"))
+        return ""
+    drawn, untimed, _ = event_split(d)
+    note = event_note(d)
+    if note:
+        details = "<br>".join(str(x) for x in untimed["detail"].head(10))
+        fig.add_annotation(text=note.replace(". ", ".<br>"), xref="paper", yref="paper", x=1.0, y=1.0,
+                           xanchor="right", yanchor="bottom", showarrow=False, align="right",
+                           font={"size": 11, "color": "#5b6475"}, hovertext=details or None)
+    if drawn.empty:
+        return note
+    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": t, "x1": t, "y0": span[0], "y1": span[1],
+               "line": {"dash": "dash", "width": 1, "color": EVENT_COLOURS.get(str(kind), "#444444")}}
+              for t, kind in zip(drawn["t"].astype(float), drawn["kind"], strict=True)]
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes])
+    for kind, g in drawn.groupby("kind", sort=True):  # a legend entry per event kind, the details on hover
+        trace = go.Scatter(x=g["t"], y=[0] * len(g), mode="markers", name=f"event: {kind}",
+                           marker={"symbol": "x", "size": 10, "color": EVENT_COLOURS.get(str(kind), "#444")},
+                           text=g["detail"], hovertemplate="%{text}<extra>" + str(kind) + "</extra>")
+        if row is None:
+            fig.add_trace(trace)
+        else:
+            fig.add_trace(trace, row=row, col=1)
+    return note
 
 
 # ---------------------------------------------------------------------------------------------

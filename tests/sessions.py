@@ -14,6 +14,10 @@ carry GPU evidence in the formats the collectors write, copied from this repo's 
   state every second, compile counters with two recompiles, and an OOM with its allocator state;
 * ``oom-snapshot.pickle``: a CUDA memory snapshot (tests/data/snapshots, fragmentation OOM).
 
+``demo_copy`` / ``add_log``: a writable demo session with more logs listed in its manifest (a second
+worker's stage log reusing request ids, ``TORCH_LOGS`` recompiles with and without times, vLLM
+preemption warnings: ``second_worker_lines``, ``torch_log_lines``, ``vllm_preemption_lines``).
+
 The target's command line (in the manifest and in the py-spy profile's process lines) carries a
 fake API key, ``SECRET``, so that tests can check that no report shows it.
 """
@@ -211,3 +215,74 @@ def empty_session(tmp_path: Any, name: str = "empty_session") -> str:
     with open(os.path.join(folder, "manifest.json"), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
     return folder
+
+
+def demo_copy(tmp_path: Any, name: str = "session", cpu_demo: str = "prefill_long_prompts_demo") -> str:
+    """A writable copy of a recorded demo session under ``tmp_path``; returns its path."""
+    folder = os.path.join(str(tmp_path), name)
+    shutil.copytree(demo_session(cpu_demo), folder)
+    return folder
+
+
+def add_log(folder: str, filename: str, lines: list[str], collector: str = "log") -> str:
+    """Write ``lines`` to ``folder/filename`` and list the file under the ``collector`` capture of the manifest."""
+    with open(os.path.join(folder, filename), "w", encoding="utf-8") as fh:
+        fh.write("".join(line + "\n" for line in lines))
+    manifest = _read_manifest(folder)
+    cap = next((c for c in manifest["captures"] if c["collector"] == collector), None)
+    if cap is None:
+        cap = {"collector": collector, "status": "ok", "reason": "", "remedy": "",
+               "window": manifest["window"], "files": []}
+        manifest["captures"].append(cap)
+    cap["files"].append(filename)
+    manifest["files"] = sorted({*manifest.get("files", ()), filename})
+    with open(os.path.join(folder, "manifest.json"), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2)
+    return os.path.join(folder, filename)
+
+
+def window_of(folder: str) -> tuple[float, float]:
+    w = _read_manifest(folder)["window"]
+    return float(w["start"]), float(w["end"])
+
+
+def second_worker_lines(folder: str, scale: float = 0.5) -> list[str]:
+    """The stage log of a second worker that numbers its requests r-1, r-2, … too (the first worker's ids,
+    every stage ``scale`` times as long)."""
+    with open(os.path.join(folder, "log-0-stages.jsonl"), encoding="utf-8") as fh:
+        docs = [json.loads(line) for line in fh if '"stages_ms"' in line]
+    out = []
+    for doc in docs:
+        doc = dict(doc, stages_ms={k: round(v * scale, 3) for k, v in doc["stages_ms"].items()},
+                   e2e_ms=round(doc["e2e_ms"] * scale, 3))
+        out.append(json.dumps(doc))
+    return out
+
+
+def glog_time(ts: float) -> str:
+    """``V1130 07:30:47.123456``: glog's prefix for epoch ``ts`` (local time, as TORCH_LOGS writes it)."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ts).strftime("V%m%d %H:%M:%S.%f")
+
+
+def torch_log_lines(timed: list[float], untimed: int = 0) -> list[str]:
+    """``TORCH_LOGS=recompiles`` output: one glog-format recompile at each epoch time of ``timed`` (with
+    its guard failure) and ``untimed`` recompiles in the old logging format, which carries no time."""
+    lines: list[str] = []
+    for i, ts in enumerate(timed, start=1):
+        lines += [f"{glog_time(ts)} 140 torch/_dynamo/guards.py:2611] [0/{i}] [__recompiles] "
+                  "Recompiling function forward in /app/model.py:12",
+                  f"{glog_time(ts)} 140 torch/_dynamo/guards.py:2611] [0/{i}] [__recompiles]     "
+                  "triggered by the following guard failure(s):",
+                  f"{glog_time(ts)} 140 torch/_dynamo/guards.py:2611] [0/{i}] [__recompiles]     "
+                  f"- 0/{i - 1}: tensor 'L['x']' size mismatch at index 0. expected {8 * i}, actual {8 * i + 8}"]
+    lines += ["torch._dynamo.guards.__recompiles: [DEBUG] Recompiling function decode in /app/model.py:40"] * untimed
+    return lines
+
+
+def vllm_preemption_lines(n: int) -> list[str]:
+    """vLLM scheduler warnings: ``n`` preemptions (the parser counts them; it reads no time from them)."""
+    return [f"WARNING 11-30 07:30:{10 + i:02d} scheduler.py:1089] Sequence group {i} is preempted by "
+            "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+            f"total_num_cumulative_preemption={i + 1}" for i in range(n)]

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analyzer import tables
 from analyzer.errors import DiagnoseError
 from dashboard import launch, state
-from reports import data as report_data
 from reports import figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_overview_names_the_verdict_with_findings_evidence_and_fixes(monkeypatch
     assert at.title[0].value == "Overview"
     assert "the bottleneck is `prefill_ttft`" in at.error[0].value  # the verdict banner
     assert len(at.error) == 1, "only the verdict is shown as an alert; nothing failed"
-    finding = report_data.load(PREFILL).diagnosis.findings[0]
+    finding = tables.load(PREFILL).diagnosis.findings[0]
     expander = at.expander[0]
     assert "prefill_ttft" in expander.label and finding.title in expander.label
     inside = "\n".join(str(m.value) for m in expander.markdown)
@@ -133,7 +133,7 @@ def test_overview_of_an_empty_session_shows_why_captures_are_missing(monkeypatch
     assert any("Rules skipped" in e.label for e in at.expander)
     # no findings: the impact chart is replaced by its missing sentence
     assert not charts(at)
-    assert figures.findings_impact(report_data.load(empty)).missing in [i.value for i in at.info]
+    assert figures.findings_impact(tables.load(empty)).missing in [i.value for i in at.info]
 
 
 # --- Chart pages --------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_overview_of_an_empty_session_shows_why_captures_are_missing(monkeypatch
 
 def expect_page(at: AppTest, page: str, path: str) -> tuple[int, list[str]]:
     """Each chart of the page is drawn, or its missing sentence is shown; returns (charts, missing sentences)."""
-    data = report_data.load(path)
+    data = tables.load(path)
     expected = [fn(data) for fn in figures.PAGES[page]]
     drawn = [c for c in expected if c.figure is not None]
     missing = [c.missing for c in expected if c.figure is None]
@@ -354,7 +354,7 @@ def test_importing_the_page_modules_reads_nothing(monkeypatch: pytest.MonkeyPatc
     import importlib
 
     calls: list[str] = []
-    monkeypatch.setattr(report_data, "load", lambda path: calls.append(path))
+    monkeypatch.setattr(tables, "load", lambda path: calls.append(path))
     monkeypatch.setenv("DIAGNOSE_SESSIONS", PREFILL)
     state._load.clear()  # a cached load would hide a page that reads at import
     for script in ("page_overview", *(Path(s).stem for s in CHART_PAGES.values()), "page_compare"):

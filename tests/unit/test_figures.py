@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 
+from analyzer import tables
 from collectors.timing import FIRST_REQUESTS
 from reports import data, figures
+from reports.data import make_table
 from tests import sessions
 
 GIB = float(1 << 30)
@@ -20,17 +24,17 @@ ALL: list[Callable[[data.SessionData], figures.Chart]] = [
 
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory: pytest.TempPathFactory) -> data.SessionData:
-    return data.load(sessions.gpu_session(tmp_path_factory.mktemp("gpu")))
+    return tables.load(sessions.gpu_session(tmp_path_factory.mktemp("gpu")))
 
 
 @pytest.fixture(scope="module")
 def demo() -> data.SessionData:
-    return data.load(sessions.demo_session())
+    return tables.load(sessions.demo_session())
 
 
 @pytest.fixture(scope="module")
 def empty(tmp_path_factory: pytest.TempPathFactory) -> data.SessionData:
-    return data.load(sessions.empty_session(tmp_path_factory.mktemp("empty")))
+    return tables.load(sessions.empty_session(tmp_path_factory.mktemp("empty")))
 
 
 def _fig(chart: figures.Chart) -> go.Figure:
@@ -86,11 +90,14 @@ def test_timeline_rows_and_event_markers(gpu: data.SessionData) -> None:
     assert list(util.y) == list(gpu.gpu["util_pct"])
     rx = next(tr for tr in fig.data if "host→GPU" in str(tr.name))
     assert list(rx.y) == pytest.approx(list(gpu.gpu["pcie_rx_bytes_s"] / 1e6))
-    # one dashed line per timed event, in every row
+    # one dashed line per timed event, across every row (bottom of the last to top of the first)
     lines = [s for s in fig.layout.shapes if s.type == "line"]
-    assert sorted({round(s.x0, 6) for s in lines}) == sorted(round(t, 6) for t in gpu.events["t"])
-    assert len(lines) == 4 * len(gpu.events)
-    assert {tr.name for tr in fig.data if str(tr.name).startswith("event:")} == {"event: recompile", "event: oom"}
+    assert [s.x0 for s in lines] == pytest.approx(list(gpu.events["t"]))
+    assert len(lines) == len(gpu.events) == 3
+    assert {(s.yref, s.y0, s.y1) for s in lines} == {("paper", fig.layout.yaxis4.domain[0], fig.layout.yaxis.domain[1])}
+    marks = [tr for tr in fig.data if str(tr.name).startswith("event:")]
+    assert {tr.name for tr in marks} == {"event: recompile", "event: oom"}
+    assert sorted(x for tr in marks for x in tr.text) == sorted(gpu.events["detail"])  # hover: each event's detail
 
 
 def test_timeline_without_gpu_names_the_missing_rows(demo: data.SessionData) -> None:
@@ -113,11 +120,13 @@ def test_stage_percentiles(demo: data.SessionData) -> None:
 def test_slow_requests_waterfall(demo: data.SessionData) -> None:
     fig = _fig(figures.slow_requests(demo, n=5))
     slow = demo.requests.nlargest(5, "e2e_ms")
-    assert list(fig.data[0].y) == [str(x) for x in slow["request_id"]]
+    assert list(fig.data[0].y) == [f"#{s}" for s in slow["seq"]]  # keyed by the unique seq
+    assert list(fig.layout.yaxis.tickvals) == list(fig.data[0].y)
+    assert list(fig.layout.yaxis.ticktext) == [str(x) for x in slow["request_id"]]  # labelled by the request id
     assert [tr.name for tr in fig.data] == ["preprocess", "queue", "prefill", "decode"]
     totals = [sum(tr.x[i] for tr in fig.data) for i in range(5)]
-    by_request = demo.stages.groupby("request_id")["ms"].sum()
-    assert totals == pytest.approx([by_request[r] for r in slow["request_id"]])
+    by_request = demo.stages.groupby("seq")["ms"].sum()
+    assert totals == pytest.approx([by_request[r] for r in slow["seq"]])
     assert fig.layout.barmode == "stack"
 
 
@@ -142,6 +151,7 @@ def test_cpu_icicle_adds_up_to_the_samples(demo: data.SessionData) -> None:
     ic = fig.data[0]
     values = dict(zip(ic.ids, ic.values, strict=True))
     assert ic.values[0] == demo.profile["samples"].sum()
+    assert ic.labels[0] == f"all {len(demo.profile)} stacks ({ic.values[0]} samples)"  # the table kept every stack
     children = [i for i, p in zip(ic.ids, ic.parents, strict=True) if p == ic.ids[0]]
     assert {ic.labels[int(i)] for i in children} == set(demo.profile["activity"])
     assert sum(values[i] for i in children) == ic.values[0]
@@ -184,7 +194,9 @@ def test_memory_breakdown(gpu: data.SessionData) -> None:
 def test_memory_over_time_probe_then_host_rss(gpu: data.SessionData, demo: data.SessionData) -> None:
     fig = _fig(figures.memory_over_time(gpu))
     names = [tr.name for tr in fig.data]
-    assert names == ["cuda:0 allocated", "cuda:0 reserved", "cuda:0 weights"]
+    assert names == ["cuda:0 allocated", "cuda:0 reserved", "cuda:0 weights", "event: oom", "event: recompile"]
+    events = [s for s in fig.layout.shapes if s.yref == "paper"]
+    assert [s.x0 for s in events] == pytest.approx(list(gpu.events["t"]))
     assert list(fig.data[1].y) == pytest.approx(list(gpu.memory["reserved_bytes"] / GIB))
     chart = figures.memory_over_time(demo)
     host = _fig(chart)
@@ -204,3 +216,41 @@ def test_all_charts_order(tmp_path: Path, demo: data.SessionData) -> None:
     charts = figures.all_charts(demo)
     assert [c.title for c in charts][:2] == ["Findings by impact", "Timeline"]
     assert len(charts) == len(ALL)
+
+
+def _with_events(d: data.SessionData, n: int) -> data.SessionData:
+    kinds = ("recompile", "oom", "preemption", "compile")
+    rows = [{"t": d.window_s * i / n, "kind": kinds[i % 4], "detail": f"event {i}", "count": 1} for i in range(n)]
+    return dataclasses.replace(d, events=make_table("events", rows))
+
+
+def test_max_events_draw_one_marker_each(gpu: data.SessionData) -> None:
+    """1,000 events (the table's cap): one line and one hover point each, set at once (add_vline per event
+    copies every shape each time: 100 events took over a minute, 1,000 never finished)."""
+    d = _with_events(gpu, tables.MAX_EVENTS)
+    for fn in (figures.timeline, figures.memory_over_time):
+        chart = fn(d)
+        fig = _fig(chart)
+        lines = [s for s in fig.layout.shapes if s.yref == "paper"]
+        assert len(lines) == tables.MAX_EVENTS, fn.__name__
+        marks = [tr for tr in fig.data if str(tr.name).startswith("event:")]
+        assert sum(len(tr.x) for tr in marks) == tables.MAX_EVENTS
+        assert {x for tr in marks for x in tr.text} == {f"event {i}" for i in range(tables.MAX_EVENTS)}
+        assert chart.missing == ""
+
+
+def test_events_without_a_time_are_named_not_drawn(gpu: data.SessionData) -> None:
+    rows = [{"t": 1.0, "kind": "oom", "detail": "CUDA out of memory", "count": 1},
+            {"t": math.nan, "kind": "recompile", "detail": "3 recompile(s) in log-1.log", "count": 3},
+            {"t": math.nan, "kind": "preemption", "detail": "2 preemption(s) in log-1.log", "count": 2},
+            {"t": gpu.window_s + 60, "kind": "oom", "detail": "later", "count": 1}]
+    d = dataclasses.replace(gpu, events=make_table("events", rows))
+    note = "3 recompiles and 2 preemptions without timestamps (not drawn). 1 OOM timed outside the window (not drawn)."
+    assert figures.event_note(d) == note
+    for fn in (figures.timeline, figures.memory_over_time):
+        chart = fn(d)
+        fig = _fig(chart)
+        assert chart.missing == note
+        assert [s.x0 for s in fig.layout.shapes if s.yref == "paper"] == [1.0]
+        notes = [a for a in fig.layout.annotations if "without timestamps" in str(a.text)]
+        assert len(notes) == 1 and "3 recompile(s) in log-1.log" in notes[0].hovertext

@@ -11,6 +11,7 @@ from pathlib import Path
 import plotly.offline
 import pytest
 
+from analyzer import tables
 from analyzer.model import Category, Confidence, Diagnosis, Finding, Severity, Target
 from reports import data, html, json_report
 from tests.conftest import DATA
@@ -56,7 +57,7 @@ def _parse(page: str) -> _Page:
 
 @pytest.fixture(scope="module")
 def prefill_html() -> str:
-    return html.render(data.load(PREFILL))
+    return html.render(tables.load(PREFILL))
 
 
 def test_plotly_is_inlined_once_and_nothing_is_fetched(prefill_html: str) -> None:
@@ -79,7 +80,7 @@ def test_the_diagnosis_json_is_embedded_and_reads_back(prefill_html: str) -> Non
     blocks = [body for attrs, body in page.scripts if attrs.get("id") == "diagnosis"]
     assert len(blocks) == 1
     doc = json.loads(blocks[0])
-    d = data.load(PREFILL).diagnosis
+    d = tables.load(PREFILL).diagnosis
     assert doc == json.loads(json_report.render(d))
     assert Diagnosis.from_json(doc).primary is Category.PREFILL_TTFT
 
@@ -107,7 +108,7 @@ def test_verdict_findings_and_every_section(prefill_html: str) -> None:
 
 
 def test_rendering_is_deterministic(prefill_html: str) -> None:
-    assert html.render(data.load(PREFILL)) == prefill_html
+    assert html.render(tables.load(PREFILL)) == prefill_html
 
 
 def test_nothing_from_the_session_is_inserted_unescaped(tmp_path: Path) -> None:

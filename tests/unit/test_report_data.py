@@ -1,7 +1,10 @@
-"""reports.data: a session → tables, checked against the raw files through the repo's own parsers."""
+"""analyzer.tables → reports.data: a session as tables, checked against the raw files through the repo's own
+parsers; and the layering that keeps the presenters (reports, dashboard) off the collectors."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 import math
 import os
@@ -12,10 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analyzer import session_io, tables
 from analyzer.derive.activities import Activity, classify
 from analyzer.errors import InputError
-from collectors import nsys, nvml, process, pyspy, snapshot
-from reports import data
+from collectors import nsys, nvml, process, pyspy, snapshot, timing
+from collectors.compile_log import CompileLogParser
+from reports import data, figures
 from reports.terminal import stage_rows
 from tests import sessions
 
@@ -25,7 +30,7 @@ GIB = 1 << 30
 
 @pytest.fixture(scope="module")
 def demo() -> data.SessionData:
-    return data.load(DEMO)
+    return tables.load(DEMO)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +40,7 @@ def gpu_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def gpu(gpu_dir: str) -> data.SessionData:
-    return data.load(gpu_dir)
+    return tables.load(gpu_dir)
 
 
 def _stage_lines(path: str) -> list[dict[str, object]]:
@@ -72,12 +77,14 @@ def test_demo_requests_are_the_stage_log_lines(demo: data.SessionData) -> None:
         assert row["ttft_ms"] == pytest.approx(doc["ttft_ms"])
         assert row["input_tokens"] == doc["input_tokens"]
         assert row["t_end"] == pytest.approx(float(doc["ts"]) - demo.t0)
-        stages = demo.stages[demo.stages["request_id"] == doc["request_id"]].sort_values("position")
+        stages = demo.stages[demo.stages["seq"] == row["seq"]].sort_values("position")
+        assert set(stages["request_id"]) == {doc["request_id"]}
         assert list(stages["stage"]) == list(doc["stages_ms"])
         assert list(stages["ms"]) == pytest.approx(list(doc["stages_ms"].values()))
     # arrival order: the earliest start (completion − latency) is order 0
     start = demo.requests["t_end"] - demo.requests["e2e_ms"] / 1000
     assert demo.requests.loc[start.idxmin(), "order"] == 0
+    assert demo.requests["seq"].is_unique and set(demo.requests["source"]) == {"log-0-stages.jsonl"}
 
 
 def test_demo_stage_stats_are_the_terminal_rows(demo: data.SessionData) -> None:
@@ -150,7 +157,7 @@ def test_demo_gpu_tables_are_empty_and_say_why(demo: data.SessionData) -> None:
 
 @pytest.mark.parametrize("name", sessions.DEMOS)
 def test_every_demo_session_loads_with_consistent_tables(name: str) -> None:
-    d = data.load(sessions.demo_session(name))
+    d = tables.load(sessions.demo_session(name))
     _check_shape(d)
     assert d.label == name
     assert d.has("process") and d.has("profile")
@@ -231,6 +238,7 @@ def test_gpu_session_memory_breakdown_is_the_snapshot(gpu: data.SessionData) -> 
 def test_gpu_session_events_are_the_recompiles_and_the_oom(gpu: data.SessionData) -> None:
     e = gpu.events
     assert list(e["kind"]) == ["recompile", "recompile", "oom"]
+    assert list(e["count"]) == [1, 1, 1]
     lines = sessions.probe_lines(gpu.t0, gpu.t0 + gpu.window_s)
     compile_ts = [ln["ts"] - gpu.t0 for ln in lines if "compile" in ln]
     assert list(e["t"][:2]) == pytest.approx(compile_ts)
@@ -266,7 +274,7 @@ def test_summary_tables(gpu: data.SessionData) -> None:
 
 def test_packed_session_gives_the_same_tables(gpu: data.SessionData, gpu_dir: str, tmp_path: Path) -> None:
     packed = sessions.pack(gpu_dir, str(tmp_path))
-    d = data.load(packed)
+    d = tables.load(packed)
     assert d.path == packed and d.label == "gpu_session"
     for name in data.TABLES:
         pd.testing.assert_frame_equal(d.table(name), gpu.table(name), obj=name)
@@ -292,7 +300,7 @@ def test_bad_input_is_one_input_error(kind: str, tmp_path: Path) -> None:
         path.mkdir()
         (path / "manifest.json").write_text('{"schema": "something/else"}')
     with pytest.raises(InputError) as err:
-        data.load(str(path))
+        tables.load(str(path))
     assert err.value.message and err.value.remedy
 
 
@@ -303,11 +311,11 @@ def test_tar_without_a_session_is_an_input_error(tmp_path: Path) -> None:
     with tarfile.open(out, "w:gz") as tar:
         tar.add(tmp_path / "a", arcname="a")
     with pytest.raises(InputError):
-        data.load(str(out))
+        tables.load(str(out))
 
 
 def test_empty_session_has_every_table_empty_with_the_capture_reasons(tmp_path: Path) -> None:
-    d = data.load(sessions.empty_session(tmp_path))
+    d = tables.load(sessions.empty_session(tmp_path))
     _check_shape(d)
     assert not any(d.has(t) for t in data.TABLES)
     assert d.missing["profile"] == "No CPU profile: py-spy is not installed. Pip install py-spy (it ships as a wheel)."
@@ -319,7 +327,7 @@ def test_damaged_process_file_empties_its_table_with_a_reason(tmp_path: Path) ->
     folder = tmp_path / "s"
     shutil.copytree(DEMO, folder)
     (folder / "process.jsonl").write_text("not json\n{\"ts\": 1}\n")
-    d = data.load(str(folder))
+    d = tables.load(str(folder))
     assert not d.has("process") and not d.has("inflight")
     assert "no readable sample" in d.missing["process"]
     assert d.has("profile") and d.has("requests")
@@ -329,7 +337,7 @@ def test_unreadable_file_empties_its_tables_and_names_the_error(tmp_path: Path) 
     folder = tmp_path / "s"
     shutil.copytree(DEMO, folder)
     (folder / "process-info.json").write_text("{not json")
-    d = data.load(str(folder))
+    d = tables.load(str(folder))
     _check_shape(d)
     assert not d.has("process") and not d.has("inflight")
     assert "could not be read (JSONDecodeError" in d.missing["process"]
@@ -345,8 +353,8 @@ def test_requests_are_bounded_to_the_latest(tmp_path: Path, monkeypatch: pytest.
         for i in range(130):
             fh.write(json.dumps({"ts": t0 + i * 0.05, "request_id": f"q-{i}", "status": "ok",
                                  "stages_ms": {"queue": 1.0, "prefill": 2.0 + i}, "e2e_ms": 3.0 + i}) + "\n")
-    monkeypatch.setattr(data, "MAX_REQUESTS", 50)
-    d = data.load(str(folder))
+    monkeypatch.setattr(tables, "MAX_REQUESTS", 50)
+    d = tables.load(str(folder))
     assert list(d.requests["request_id"]) == [f"q-{i}" for i in range(80, 130)]
     assert sorted(d.requests["order"]) == list(range(50))
     assert len(d.stages) == 100 and set(d.stages["request_id"]) == set(d.requests["request_id"])
@@ -355,4 +363,183 @@ def test_requests_are_bounded_to_the_latest(tmp_path: Path, monkeypatch: pytest.
 
 def test_load_rejects_an_empty_path() -> None:
     with pytest.raises(InputError):
-        data.load("")
+        tables.load("")
+
+
+# -- two workers, lost files, events with and without a time, bounds ------------------------------
+
+
+def _stage_total(doc: dict[str, object]) -> float:
+    stages = doc["stages_ms"]
+    assert isinstance(stages, dict)
+    return float(sum(stages.values()))
+
+
+def test_request_ids_repeated_across_two_stage_logs_stay_apart(tmp_path: Path) -> None:
+    folder = sessions.demo_copy(tmp_path)
+    sessions.add_log(folder, "log-1-stages.jsonl", sessions.second_worker_lines(folder))
+    d = tables.load(folder)
+    first, second = _stage_lines(os.path.join(folder, "log-0-stages.jsonl")), \
+        _stage_lines(os.path.join(folder, "log-1-stages.jsonl"))
+    assert len(d.requests) == len(first) + len(second) == 22
+    assert d.requests["seq"].is_unique and d.requests["request_id"].value_counts().max() == 2
+    assert set(d.stages["seq"]) == set(d.requests["seq"])
+    by_seq = d.stages.groupby("seq")["ms"].sum()
+    for source, docs in (("log-0-stages.jsonl", first), ("log-1-stages.jsonl", second)):
+        rows = d.requests[d.requests["source"] == source].set_index("request_id")
+        for doc in docs:
+            assert by_seq[rows.loc[doc["request_id"], "seq"]] == pytest.approx(_stage_total(doc))
+    # the slowest request's waterfall is its own stages (4,617 ms), not both workers' r-2 added up
+    fig = figures.slow_requests(d, n=22).figure
+    assert fig is not None
+    r2 = next(doc for doc in first if doc["request_id"] == "r-2")
+    totals = [sum(tr.x[i] for tr in fig.data) for i in range(22)]
+    assert totals[0] == pytest.approx(_stage_total(r2))
+    assert totals == pytest.approx([by_seq[s] for s in d.requests.nlargest(22, "e2e_ms")["seq"]])
+    assert list(fig.layout.yaxis.ticktext).count("r-2") == 2  # the label stays the request id
+    assert len(set(fig.data[0].y)) == 22  # the bars are keyed apart
+
+
+@pytest.mark.parametrize("lost", ["log-0-stages.jsonl", "pyspy.raw", "process.jsonl", "metrics-0.prom"])
+def test_a_file_the_manifest_lists_but_the_session_lacks_is_named(lost: str, tmp_path: Path) -> None:
+    folder = sessions.demo_copy(tmp_path)
+    os.remove(os.path.join(folder, lost))
+    d = tables.load(folder)
+    _check_shape(d)
+    table = {"log-0-stages.jsonl": "requests", "pyspy.raw": "profile", "process.jsonl": "process",
+             "metrics-0.prom": "metrics"}[lost]
+    assert not d.has(table)
+    why = d.missing[table]
+    assert f"lists {lost} but the file is not in the session" in why, why
+    assert "stages_ms" not in why and "Copy the whole session" in why
+    if lost == "log-0-stages.jsonl":
+        assert d.missing["stages"] == why and d.has("metrics") and d.has("profile")
+
+
+def test_recompiles_from_torch_logs_are_placed_at_their_time(tmp_path: Path) -> None:
+    folder = sessions.demo_copy(tmp_path)
+    start, _ = sessions.window_of(folder)
+    at = [start + 1.25, start + 2.5, start + 4.0]
+    sessions.add_log(folder, "log-1-engine.log", [*sessions.torch_log_lines([*at, start - 3600], untimed=2),
+                                                  *sessions.vllm_preemption_lines(2)])
+    d = tables.load(folder)
+    e = d.events
+    timed = e.dropna(subset=["t"])
+    assert list(timed["kind"]) == ["recompile"] * 4
+    assert list(timed["t"]) == pytest.approx([-3600, 1.25, 2.5, 4.0], abs=1e-5)
+    assert all("forward (model.py:12)" in x for x in timed["detail"])
+    untimed = e[e["t"].isna()].set_index("kind")
+    assert untimed.loc["recompile", "count"] == 2 and "decode (model.py:40)" in untimed.loc["recompile", "detail"]
+    assert untimed.loc["preemption", "count"] == 2 and "log-1-engine.log" in untimed.loc["preemption", "detail"]
+    chart = figures.timeline(d)
+    assert chart.figure is not None
+    lines = [s for s in chart.figure.layout.shapes if s.type == "line"]
+    assert [s.x0 for s in lines] == pytest.approx([1.25, 2.5, 4.0], abs=1e-5)  # the one an hour early is not drawn
+    note = "2 recompiles and 2 preemptions without timestamps (not drawn)."
+    assert note in chart.missing and "1 recompile timed outside the window (not drawn)." in chart.missing
+    assert any(note.rstrip(".") in str(a.text) for a in chart.figure.layout.annotations)
+
+
+def test_probe_recompiles_are_not_counted_twice_with_torch_logs(gpu_dir: str, tmp_path: Path) -> None:
+    folder = str(tmp_path / "gpu")
+    shutil.copytree(gpu_dir, folder)
+    start, _ = sessions.window_of(folder)
+    sessions.add_log(folder, "log-1-torch.log", sessions.torch_log_lines([start + 1.0, start + 2.0]))
+    assert list(tables.load(folder).events["kind"]) == ["recompile", "recompile", "oom"]  # the probe's
+
+
+@pytest.mark.parametrize(("line_time", "window_start", "expected"), [
+    ("V1130 07:30:47.250000", (2026, 11, 30, 7, 30, 40), (2026, 11, 30, 7, 30, 47.25)),
+    ("V0131 23:59:59.000000", (2026, 1, 31, 23, 59, 50), (2026, 1, 31, 23, 59, 59)),  # day 31: the edge of the code
+    ("V0101 00:00:05.000000", (2026, 12, 31, 23, 59, 50), (2027, 1, 1, 0, 0, 5)),  # across the new year
+])
+def test_glog_time_of_day_lands_on_the_window_date(line_time: str, window_start: tuple[int, ...],
+                                                    expected: tuple[float, ...]) -> None:
+    from datetime import datetime
+
+    parser = CompileLogParser()
+    parser.feed(f"{line_time} 140 torch/_dynamo/guards.py:2611] [0/1] [__recompiles] Recompiling function f in a.py:1")
+    stamp = parser.log.last_recompile_ts
+    assert stamp is not None
+    start = datetime(*window_start).timestamp()  # type: ignore[arg-type]
+    *ymdhm, sec = expected
+    want = datetime(*(int(x) for x in ymdhm)).timestamp() + sec  # type: ignore[arg-type]
+    assert tables._time_of_log(stamp, start, start + 30) == pytest.approx(want)
+
+
+def test_events_are_bounded_and_untimed_totals_kept(tmp_path: Path) -> None:
+    folder = sessions.demo_copy(tmp_path)
+    start, end = sessions.window_of(folder)
+    n = tables.MAX_EVENTS + 200
+    sessions.add_log(folder, "log-1-torch.log", sessions.torch_log_lines(
+        [start + (end - start) * i / n for i in range(n)], untimed=3))
+    e = tables.load(folder).events
+    assert len(e) == tables.MAX_EVENTS
+    assert e["t"].isna().sum() == 1 and e.loc[e["t"].isna(), "count"].iloc[0] == 3
+    assert e["t"].dropna().is_monotonic_increasing
+
+
+def test_icicle_names_the_share_of_samples_it_shows(monkeypatch: pytest.MonkeyPatch, demo: data.SessionData) -> None:
+    assert demo.profile_samples == demo.profile["samples"].sum() and demo.profile_stacks == len(demo.profile)
+    monkeypatch.setattr(tables, "MAX_STACKS", 10)
+    d = tables.load(DEMO)
+    assert len(d.profile) == 10 and d.profile_stacks == len(demo.profile) > 10
+    fig = figures.cpu_icicle(d).figure
+    assert fig is not None
+    kept = int(d.profile["samples"].sum())
+    share = round(100 * kept / demo.profile_samples)
+    assert fig.data[0].labels[0] == f"top 10 of {d.profile_stacks} stacks ({share} % of {demo.profile_samples} samples)"
+    assert fig.data[0].values[0] == kept
+
+
+# -- layering ------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = ("collectors", "analyzer.derive", "analyzer.pipeline", "analyzer.tables")
+SESSION_LOADERS = {"dashboard/state.py"}  # the dashboard's entry point loads sessions, as the CLI does
+
+
+def _imports(path: Path) -> list[str]:
+    package = path.parent.name
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x / from .x import y
+                base = ".".join(filter(None, (package, base)))
+            out += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return out
+
+
+def test_presenters_import_no_collector_nor_pipeline() -> None:
+    files = sorted([*ROOT.glob("reports/*.py"), *ROOT.glob("dashboard/*.py")])
+    assert len(files) > 10
+    offenders = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        allowed = ("analyzer.tables",) if rel in SESSION_LOADERS else ()
+        for name in _imports(path):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN if f not in allowed):
+                offenders.append(f"{rel}: {name}")
+    assert offenders == []
+
+
+def test_report_tables_import_only_the_model_and_redaction() -> None:
+    ours = ("analyzer", "collectors", "rules", "reports", "dashboard")
+    for rel, allowed in (("reports/data.py", {"analyzer.model", "analyzer.redact"}),
+                         ("reports/figures.py", {"reports.data"})):
+        used = {n for n in _imports(ROOT / rel) if n.split(".")[0] in ours}
+        modules = {n for n in used if not any(n.startswith(a + ".") for a in allowed)}
+        assert modules <= allowed, (rel, modules - allowed)
+
+
+def test_constants_copied_into_reports_data_match_their_source() -> None:
+    assert data.PACK_SUFFIXES == session_io.PACK_SUFFIXES
+    assert data.FIRST_REQUESTS == timing.FIRST_REQUESTS
+
+
+def test_sessiondata_fields_are_the_tables() -> None:
+    names = {f.name for f in dataclasses.fields(data.SessionData)}
+    assert set(data.TABLES) <= names
