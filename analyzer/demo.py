@@ -78,5 +78,24 @@ def run_demo(args: argparse.Namespace) -> int:
     code = emit(diagnosis, args.format, args.fail_on)
     if load is not None:
         print(f"demo: load during the run: {load}", file=sys.stderr)
-    print(f"demo: session written to {path}; re-analyse with `diagnose analyze {path}`", file=sys.stderr)
+    md, html_path = write_reports(path)
+    print(f"demo: session written to {path}\n"
+          f"demo: for the ticket {md}; to open anywhere {html_path}\n"
+          f"demo: interactive: diagnose dashboard {path}\n"
+          f"demo: before/after: diagnose demo --pathology {args.pathology}{'' if fixed else ' --fixed'} -o OTHER "
+          f"&& diagnose compare {path} OTHER", file=sys.stderr)
     return code
+
+
+def write_reports(session: str) -> tuple[str, str]:
+    """The Markdown and the single-file HTML report of a session, written beside it (SESSION.md, SESSION.html)."""
+    from analyzer import tables
+    from reports import html, markdown
+
+    data = tables.load(session)
+    base = session.rstrip(os.sep)
+    outputs = ((f"{base}.md", markdown.render(data.diagnosis)), (f"{base}.html", html.render(data)))
+    for out, text in outputs:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return outputs[0][0], outputs[1][0]
