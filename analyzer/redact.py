@@ -12,6 +12,7 @@ _ASSIGN = re.compile(rf"(?P<k>\b[\w.-]*{_SECRET_NAME}[\w.-]*\s*[=:]\s*)(?P<v>\"[
                      re.IGNORECASE)
 # names that contain a secret word but hold counts and settings, which are evidence, not secrets
 _NOT_SECRET = re.compile(r"tokens|token_?ids?|tokeni[sz]|token_?count|per_\w*token", re.IGNORECASE)
+_SECRET_KEY = re.compile(rf"{_SECRET_NAME}|cookie|bearer|passphrase|(?:^|[_.-])pass(?:$|[_.-])", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _KNOWN_TOKENS = re.compile(
     r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -26,6 +27,12 @@ def redact_text(text: str) -> str:
     text = _URL_CRED.sub(lambda m: f"{m.group('s')}{REDACTED}@", text)
     return _ASSIGN.sub(lambda m: m.group(0) if _NOT_SECRET.search(m.group("k")) else f"{m.group('k')}{REDACTED}",
                        text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a field or variable called ``name`` holds a secret (``HF_TOKEN``, ``auth_token``, ``DB_PASS``,
+    ``api-key``, ``Set-Cookie``…), not a count or setting named like one (``max_tokens``, ``tokenizer``)."""
+    return bool(_SECRET_KEY.search(name)) and not _NOT_SECRET.search(name)
 
 
 def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.redact import REDACTED, redact_argv, redact_command, redact_text
+from analyzer.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 from collectors.pyspy import parse_raw, rewrite_commands
 
 
@@ -54,3 +54,17 @@ def test_real_secret_names_are_still_redacted(text: str, secret: str) -> None:
 def test_count_flags_keep_their_value_but_token_flags_do_not() -> None:
     assert redact_argv(["serve", "--max-tokens", "256", "--hf-token", "abc123"]) == (
         "serve", "--max-tokens", "256", "--hf-token", "***")
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "auth_token", "DB_PASS", "api-key", "apiKey", "password",
+                                  "Authorization", "Set-Cookie", "client_secret", "AWS_SECRET_ACCESS_KEY", "pass",
+                                  "smtp.pass", "private_key", "refresh_token", "passphrase"])
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["prompt_tokens", "max_tokens", "input_tokens", "output_tokens", "token_ids",
+                                  "tokenizer", "num_tokens", "time_per_output_token_ms", "model", "passes",
+                                  "bypass", "compass_dir", "status", "request_id"])
+def test_names_that_are_not_secrets(name: str) -> None:
+    assert not is_secret_name(name)
