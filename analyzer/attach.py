@@ -304,7 +304,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
         fh.write(json_report.render(diagnosis))
     if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
-        from reports.pack import pack as pack_session
+        from analyzer.pack import pack as pack_session
 
         pack_session(folder, out)
     return session, diagnosis

@@ -225,7 +225,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from reports import pack
+    from analyzer import pack
 
     out = pack.pack(args.session, args.output, keep_payloads=args.keep_payloads)
     what = "secrets redacted, request payloads kept" if args.keep_payloads else \

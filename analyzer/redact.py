@@ -11,7 +11,10 @@ _FLAG = re.compile(rf"^--?[\w-]*{_SECRET_NAME}[\w-]*$", re.IGNORECASE)
 _ASSIGN = re.compile(rf"(?P<k>\b[\w.-]*{_SECRET_NAME}[\w.-]*\s*[=:]\s*)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;&]+)",
                      re.IGNORECASE)
 # names that contain a secret word but hold counts and settings, which are evidence, not secrets
-_NOT_SECRET = re.compile(r"tokens|token_?ids?|tokeni[sz]|token_?count|per_\w*token", re.IGNORECASE)
+_NOT_SECRET = re.compile(r"tokens|token_?ids?|tokeni[sz]|token_?count|per_\w*token"
+                         r"|#\w*token|(?:new|cached|input|output|prompt|gen(?:eration)?|total|max)[-_]token\b",
+                         re.IGNORECASE)
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?%?")
 _SECRET_KEY = re.compile(rf"{_SECRET_NAME}|cookie|bearer|passphrase|(?:^|[_.-])pass(?:$|[_.-])", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _KNOWN_TOKENS = re.compile(
@@ -25,8 +28,14 @@ def redact_text(text: str) -> str:
     text = _KNOWN_TOKENS.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _URL_CRED.sub(lambda m: f"{m.group('s')}{REDACTED}@", text)
-    return _ASSIGN.sub(lambda m: m.group(0) if _NOT_SECRET.search(m.group("k")) else f"{m.group('k')}{REDACTED}",
-                       text)
+    def assign(m: re.Match[str]) -> str:
+        key = m.group("k")
+        # counts and ratios named like a token (#token: 198432, token_ratio=0.4) are evidence: tokens are not numbers
+        if _NOT_SECRET.search(key) or ("token" in key.lower() and _NUMBER.fullmatch(m.group("v"))):
+            return m.group(0)
+        return f"{key}{REDACTED}"
+
+    return _ASSIGN.sub(assign, text)
 
 
 def is_secret_name(name: str) -> bool:

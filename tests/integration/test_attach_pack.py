@@ -1,4 +1,4 @@
-"""`diagnose attach -o X.tar.gz` packs through reports.pack: a real process, py-spy, a log with prompts."""
+"""`diagnose attach -o X.tar.gz` packs through analyzer.pack: a real process, py-spy, a log with prompts."""
 
 from __future__ import annotations
 

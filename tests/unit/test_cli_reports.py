@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 
@@ -132,14 +133,19 @@ def test_dashboard_subcommand_calls_the_launcher(monkeypatch: pytest.MonkeyPatch
         return 0
 
     monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("DISPLAY", ":0")
     assert main(["dashboard", PREFILL, HEALTHY, "--port", "8765", "--no-browser"]) == 0
     assert main(["dashboard", PREFILL]) == 0
-    assert calls == [([PREFILL, HEALTHY], 8765, False), ([PREFILL], None, True)]
+    monkeypatch.delenv("DISPLAY")
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert main(["dashboard", PREFILL]) == 0  # a headless host: print the URL, open nothing
+    assert calls == [([PREFILL, HEALTHY], 8765, False), ([PREFILL], None, True), ([PREFILL], None, False)]
     code, _, err = run(["dashboard", PREFILL, "--port", "70000"], capsys)
     assert code == 2 and "not a TCP port" in _one_sentence(err)
     code, _, err = run(["dashboard"], capsys)
     assert code == 2 and "sessions" in _one_sentence(err)
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_dashboard_with_a_missing_session_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pipeline, session_io
+from analyzer import pack, pipeline, session_io
 from analyzer.cli import main
 from analyzer.errors import InputError
 from analyzer.redact import redact_text
 from collectors import pyspy, snapshot
-from reports import pack
 from tests.conftest import DATA
 
 PREFILL = Path(DATA) / "sessions" / "prefill_long_prompts_demo"
@@ -405,10 +404,6 @@ def test_the_demo_sessions_diagnose_identically_after_packing(tmp_path: Path, de
     assert _evidence(pack.pack(str(folder))) == _evidence(str(folder))
 
 
-# redact_text takes SGLang's `#new-token: 8192` for a secret (analyzer.redact, not pack): reported, not fixed here
-_KNOWN_REDACT_TEXT_LOSS = {"sglang_queue_retract.txt"}
-
-
 def test_real_logs_attached_to_a_session_diagnose_identically_after_packing(tmp_path: Path) -> None:
     """Every log fixture (engine logs, OOM messages, stage logs, benchmarks, compile logs, nvidia-smi, metrics),
     as `attach --log` copies it: the cleaning must not cost any evidence."""
@@ -417,7 +412,7 @@ def test_real_logs_attached_to_a_session_diagnose_identically_after_packing(tmp_
     n = 0
     for kind in ("logs", "oom", "timing", "bench", "compile_logs", "nvsmi", "metrics"):
         for src in sorted((Path(DATA) / kind).iterdir()):
-            if src.is_file() and src.suffix != ".md" and src.name not in _KNOWN_REDACT_TEXT_LOSS:
+            if src.is_file() and src.suffix != ".md":
                 shutil.copyfile(src, folder / f"log-{n}-{src.name}")
                 _add_capture(folder, "log", f"log-{n}-{src.name}")
                 n += 1

@@ -37,6 +37,8 @@ def test_pyspy_raw_command_lines_are_rewritten(tmp_path) -> None:
     "Received request r-1: prompt_token_ids: [1, 2, 3], num_tokens=3",
     "tokenizer='meta-llama/Llama-3-8B' tokenizer_mode=auto",
     "generation throughput: 41.2 tokens/s, time_per_output_token_ms=12",
+    "Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 1024, token usage: 0.42",
+    "Decode batch. #token: 198432, #retracted_reqs: 3, #new_token_ratio: 0.4000 -> 0.7000",
 ])
 def test_counts_and_settings_named_like_secrets_are_kept(text: str) -> None:
     assert redact_text(text) == text
