@@ -28,7 +28,7 @@ test-integration: venv
 	$(BIN)/python -m pytest -q tests/integration
 
 lint: venv
-	$(BIN)/ruff check analyzer collectors rules reports dashboard examples benchmarks tests
+	$(BIN)/ruff check analyzer collectors rules reports dashboard examples benchmarks tests docs
 	$(BIN)/mypy analyzer rules
 
 docs: venv
