@@ -892,9 +892,10 @@ class RecompilePathology(Pathology):
 class DynamicShapePathology(RecompilePathology):
     """``recompile --fixed``: the same model and micro-batcher with CMP001's fix applied.
 
-    The batch dimension is compiled dynamic (``torch.compile(dynamic=True)``) and both graphs it
-    needs (batch 1, which dynamo specialises, and the symbolic batch) are compiled during warm-up,
-    before READY: after that, no batch size the batcher produces triggers a recompile. The batcher
+    The batch dimension is compiled dynamic (``torch.compile(dynamic=True)``) and every batch size
+    the batcher makes is run once during warm-up, before READY (batch 1, which dynamo specialises,
+    the symbolic batch, and a size equal to another dimension, which duck sizing separates): after
+    that, no batch size the batcher produces triggers a recompile. The batcher
     cycles through sizes 1-64 (``max_batch``) instead of counting up without bound.
     """
 
@@ -910,7 +911,9 @@ class DynamicShapePathology(RecompilePathology):
         return (super()._next_batch_size() - 1) % self.max_batch + 1
 
     def warmup(self) -> None:
-        for _ in range(2):  # batch sizes 1 and 2 from the batcher: the two graphs
+        # every size the batcher makes, once: batch 1 (specialised) and the symbolic batch, plus the
+        # size that equals another dimension (dynamo's duck sizing gives that one its own graph)
+        for _ in range(self.max_batch):
             self._forward(self._next_batch_size())
 
 
