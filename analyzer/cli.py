@@ -201,14 +201,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from analyzer.session_io import PACK_SUFFIXES
+    from analyzer.session_io import label
     from reports import compare
-
-    def label(p: str) -> str:
-        base = os.path.basename(os.path.normpath(p))
-        for suffix in PACK_SUFFIXES:
-            base = base.removesuffix(suffix)
-        return base
 
     before, after = analyze_session(args.before), analyze_session(args.after)
     lb, la = label(args.before), label(args.after)

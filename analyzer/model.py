@@ -16,6 +16,7 @@ from typing import Any
 SCHEMA = "diagnose/diagnosis/v1"
 MANIFEST_SCHEMA = "diagnose/session/v1"
 TOOL_VERSION = "0.1.0"
+FIRST_REQUESTS = 5  # the cold-start window: the first requests after a log starts (timing parser, figures)
 
 
 class Category(StrEnum):

@@ -555,9 +555,7 @@ def pack(session: str, out: str | None = None, keep_payloads: bool = False) -> s
 def _pack_into(session: str, out: str, partial: str, keep_payloads: bool) -> None:
     note = Note(keep_payloads)
     with session_io.opened(session) as folder, tempfile.TemporaryDirectory(prefix="diagnose-pack-") as tmp:
-        name = os.path.basename(os.path.abspath(session))  # `diagnose pack .` names the folder itself
-        for suffix in session_io.PACK_SUFFIXES:
-            name = name.removesuffix(suffix)
+        name = session_io.label(session)  # `diagnose pack .` names the folder itself
         stage = os.path.join(tmp, name or "session")
         try:
             os.makedirs(stage)

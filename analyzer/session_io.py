@@ -25,6 +25,14 @@ MAX_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 4 * 2**30
 
 
+def label(path: str) -> str:
+    """A session's short name: its folder's name, or its archive's name without ``.tar.gz``."""
+    base = os.path.basename(os.path.abspath(path))  # `.` names the folder itself
+    for suffix in PACK_SUFFIXES:
+        base = base.removesuffix(suffix)
+    return base
+
+
 def is_packed(path: str) -> bool:
     return path.endswith(PACK_SUFFIXES) and os.path.isfile(path)
 

@@ -27,7 +27,7 @@ from analyzer.redact import redact_command, redact_text
 from collectors import engine_log, nvml, process, prom, pyspy, timing
 from collectors.compile_log import CompileLogParser
 from collectors.logtext import clean_lines, looks_binary
-from reports.data import TABLES, SessionData, label_of, make_table
+from reports.data import TABLES, SessionData, make_table
 from reports.terminal import stage_rows
 
 MAX_REQUESTS = 10_000  # the latest requests kept (by completion); percentiles come from the evidence
@@ -64,7 +64,7 @@ def load(path: str) -> SessionData:
 
 def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
     """The tables of an opened session (``session.path`` must still exist)."""
-    data = SessionData(path=path, label=label_of(path), diagnosis=diagnosis, t0=session.window.start,
+    data = SessionData(path=path, label=session_io.label(path), diagnosis=diagnosis, t0=session.window.start,
                        window_s=session.window.seconds)
     reader = _Reader(session, data)
     steps: tuple[tuple[Callable[[], None], tuple[str, ...]], ...] = (

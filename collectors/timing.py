@@ -27,6 +27,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from analyzer.model import FIRST_REQUESTS  # the cold-start window
 from collectors.units import TIME_UNIT, to_ms
 
 RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
@@ -188,7 +189,6 @@ class Corr:
         return cxy / cxx if cxx > 0 else None
 
 
-FIRST_REQUESTS = 5  # the cold-start window: the first requests after the log starts
 MAX_SHAPES = 10_000  # distinct (batch size, input tokens) pairs remembered for "new shape"
 
 

@@ -12,7 +12,7 @@ import sys
 
 import streamlit as st
 
-from analyzer import tables
+from analyzer import session_io, tables
 from analyzer.errors import DiagnoseError
 from reports import data as report_data
 
@@ -39,7 +39,7 @@ def labels(paths: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     seen: dict[str, int] = {}
     for path in paths:
-        base = report_data.label_of(path) or path
+        base = session_io.label(path) or path
         seen[base] = seen.get(base, 0) + 1
         out[path] = base if seen[base] == 1 else f"{base} ({seen[base]})"
     return out

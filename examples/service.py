@@ -710,9 +710,12 @@ class CpuPreprocessPathology(Pathology):
         for _ in range(2):
             self._run(make_jpeg())
 
+    def _preprocess(self, jpeg: bytes) -> np.ndarray:
+        return preprocess(jpeg)
+
     def _run(self, jpeg: bytes) -> InferenceResult:
         t0 = time.perf_counter()
-        x = preprocess(jpeg)
+        x = self._preprocess(jpeg)
         t1 = time.perf_counter()
         with torch.no_grad():
             logits = self.model(torch.from_numpy(x).unsqueeze(0))
@@ -772,18 +775,6 @@ class FastPreprocessPathology(CpuPreprocessPathology):
         if self.pool is None:
             return preprocess_fast(jpeg)
         return self.pool.submit(preprocess_fast, jpeg).result(timeout=JOB_TIMEOUT_S)
-
-    def _run(self, jpeg: bytes) -> InferenceResult:
-        t0 = time.perf_counter()
-        x = self._preprocess(jpeg)
-        t1 = time.perf_counter()
-        with torch.no_grad():
-            logits = self.model(torch.from_numpy(x).unsqueeze(0))
-        t2 = time.perf_counter()
-        out = summarize_logits(logits)
-        t3 = time.perf_counter()
-        stages = {"preprocess": (t1 - t0) * 1e3, "forward": (t2 - t1) * 1e3, "postprocess": (t3 - t2) * 1e3}
-        return InferenceResult(out, stages)
 
     def stats(self) -> dict[str, Any]:
         return {"preprocess_pool_workers": self.pool_workers}

@@ -13,18 +13,15 @@ analyzer side of the layering: presenters in ``reports`` and ``dashboard`` impor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from analyzer.model import FIRST_REQUESTS as FIRST_REQUESTS  # re-exported for the figures (cold start)
 from analyzer.model import Diagnosis
 from analyzer.redact import redact_text
-
-PACK_SUFFIXES = (".tar.gz", ".tgz")  # analyzer.session_io.PACK_SUFFIXES (a test keeps them equal)
-FIRST_REQUESTS = 5  # collectors.timing.FIRST_REQUESTS: the cold-start requests (a test keeps them equal)
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "process": ("t", "pid", "name", "cpu_cores", "rss_bytes", "threads"),
@@ -107,15 +104,6 @@ class SessionData:
             raise KeyError(f"no table {name!r}; the tables are {', '.join(TABLES)}")
         frame: pd.DataFrame = getattr(self, name)
         return frame
-
-
-def label_of(path: str) -> str:
-    """A session's short name: its folder name, or its archive's name without ``.tar.gz``."""
-    base = os.path.basename(os.path.normpath(path))
-    for suffix in PACK_SUFFIXES:
-        if base.endswith(suffix):
-            return base[: -len(suffix)]
-    return base
 
 
 # ---------------------------------------------------------------------------------------------

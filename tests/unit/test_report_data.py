@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyzer import session_io, tables
+from analyzer import tables
 from analyzer.derive.activities import Activity, classify
 from analyzer.errors import InputError
 from collectors import nsys, nvml, process, pyspy, snapshot, timing
@@ -536,7 +536,6 @@ def test_report_tables_import_only_the_model_and_redaction() -> None:
 
 
 def test_constants_copied_into_reports_data_match_their_source() -> None:
-    assert data.PACK_SUFFIXES == session_io.PACK_SUFFIXES
     assert data.FIRST_REQUESTS == timing.FIRST_REQUESTS
 
 
