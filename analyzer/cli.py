@@ -140,11 +140,10 @@ def _session(path: str) -> None:
 
 
 def analyze_session(path: str) -> Diagnosis:
-    from analyzer import pipeline, session_io
+    from analyzer import pipeline
 
     _session(path)
-    with session_io.opened(path) as folder:
-        return pipeline.relabel(pipeline.analyze([folder]), folder, path)
+    return pipeline.analyze([path])
 
 
 def _report_format(args: argparse.Namespace) -> str:

@@ -8,8 +8,8 @@ here is a frozen dataclass or an Enum, serialisable to the JSON of schema
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -281,6 +281,14 @@ class EvidenceSet:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def with_sources(self, rename: Callable[[str], str]) -> EvidenceSet:
+        """The same evidence (alternatives and missing reasons kept) with every source renamed."""
+        out = EvidenceSet(missing=self._why_missing)
+        for evs in self._by_key.values():
+            for ev in evs:
+                out.add(replace(ev, source=rename(ev.source)))
+        return out
 
     def merged(self, other: EvidenceSet) -> EvidenceSet:
         out = EvidenceSet(missing=self._why_missing)

@@ -14,7 +14,6 @@ from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
     Diagnosis,
-    Evidence,
     EvidenceSet,
     InputRecord,
     Session,
@@ -81,11 +80,10 @@ def analyze(
     for path in paths:
         if path != "-" and (os.path.isdir(path) or session_io.is_packed(path)):
             with session_io.opened(path) as folder:
-                session = load_session(folder, label=path)
-                target = target or session.target
-                window = window or session.window
-                captures.extend(session.captures)
-                derived = session_derive.derive(session)
+                session, derived = read_session(folder, label=path)
+            target = target or session.target
+            window = window or session.window
+            captures.extend(session.captures)
             evidence = evidence.merged(derived.evidence)
             inputs.extend(derived.inputs)
             continue
@@ -97,21 +95,27 @@ def analyze(
     return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
 
 
-def relabel(diagnosis: Diagnosis, folder: str, path: str) -> Diagnosis:
-    """Sources under a private extraction of a packed session, named after the .tar.gz instead."""
-    if folder == path:
-        return diagnosis
+def read_session(folder: str, label: str | None = None) -> tuple[Session, session_derive.Derived]:
+    """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
+    it was extracted from) names the sources, never the private extraction folder."""
+    session = load_session(folder, label=label)
+    derived = session_derive.derive(session)
+    if label is None or label == folder:
+        return session, derived
     prefix = folder.rstrip(os.sep) + os.sep
 
     def name(p: str) -> str:
-        return os.path.join(path, p[len(prefix):]) if p.startswith(prefix) else p
+        return os.path.join(label, p[len(prefix):]) if p.startswith(prefix) else p
 
-    def evs(items: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
-        return tuple(dataclasses.replace(ev, source=name(ev.source)) for ev in items)
+    renamed = session_derive.Derived(derived.evidence.with_sources(name),
+                                     [dataclasses.replace(i, path=name(i.path)) for i in derived.inputs])
+    return session, renamed
 
-    return dataclasses.replace(
-        diagnosis,
-        evidence=evs(diagnosis.evidence),
-        findings=tuple(dataclasses.replace(f, evidence=evs(f.evidence)) for f in diagnosis.findings),
-        inputs=tuple(dataclasses.replace(i, path=name(i.path)) for i in diagnosis.inputs),
-    )
+
+def analyze_session(folder: str, label: str | None = None,
+                    config: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Session, Diagnosis]:
+    """One opened session (see ``read_session``) and its diagnosis."""
+    session, derived = read_session(folder, label)
+    diagnosis = judge(derived.evidence, inputs=derived.inputs, captures=session.captures, target=session.target,
+                      window=session.window, config=config)
+    return session, diagnosis

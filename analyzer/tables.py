@@ -57,8 +57,7 @@ def load(path: str) -> SessionData:
     if not isinstance(path, str) or not path:
         raise InputError("No session path was given.", "Pass a session folder written by `diagnose attach`.")
     with session_io.opened(path) as folder:
-        session = pipeline.load_session(folder, label=path)
-        diagnosis = pipeline.relabel(pipeline.analyze([folder]), folder, path)  # sources named after the .tar.gz
+        session, diagnosis = pipeline.analyze_session(folder, label=path)  # sources named after the .tar.gz
         return build(path, session, diagnosis)
 
 
