@@ -7,7 +7,6 @@ nothing here computes a number of its own. Every page opens with the empty-state
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,11 +22,6 @@ from reports import figures, markdown
 # Streamlit's coloured-text markdown (not emoji: a browser without an emoji font shows boxes)
 _SEVERITY_MARK = {Severity.CRITICAL: ":red[**critical**]", Severity.MAJOR: ":orange[**major**]",
                   Severity.MINOR: ":violet[minor]", Severity.INFO: ":blue[info]"}
-
-
-def _short_source(source: str) -> str:
-    """A file name rather than a long absolute path (a packed session's paths are a temporary folder)."""
-    return os.path.basename(source) if os.path.isabs(source) else source
 
 
 def column_config(frame: pd.DataFrame) -> dict[str, Any]:
@@ -55,7 +49,7 @@ def format_value(ev: Evidence) -> str:
 
 def _evidence_frame(evidence: Sequence[Evidence]) -> pd.DataFrame:
     return pd.DataFrame(
-        [{"key": e.key, "value": format_value(e), "source": _short_source(e.source), "quality": e.quality.value,
+        [{"key": e.key, "value": format_value(e), "source": markdown.source_name(e.source), "quality": e.quality.value,
           "detail": e.detail} for e in evidence],
         columns=["key", "value", "source", "quality", "detail"])
 
@@ -117,7 +111,7 @@ def overview() -> None:
     table(report_data.capture_table(data))
     if d.inputs:
         st.header("Inputs")
-        table(pd.DataFrame([{**i.to_json(), "path": _short_source(i.path)} for i in d.inputs]))
+        table(pd.DataFrame([{**i.to_json(), "path": markdown.source_name(i.path)} for i in d.inputs]))
 
 
 def show_chart(chart: figures.Chart, key: str) -> bool:
