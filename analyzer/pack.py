@@ -75,6 +75,7 @@ from typing import Any
 
 from analyzer import session_io
 from analyzer.errors import InputError
+from analyzer.loose import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.model import TOOL_VERSION
 from analyzer.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 from collectors.pyspy import rewrite_commands
@@ -82,8 +83,6 @@ from collectors.snapshot import SnapshotError, check_plain, read_snapshot_file
 
 PACK_NOTE = "pack.json"
 PACK_SCHEMA = "diagnose/pack/v1"
-SQLITE_MAGIC = b"SQLite format 3\x00"
-PICKLE_MAGIC = b"\x80"
 NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
 PYSPY_RAW = "pyspy.raw"

@@ -22,6 +22,7 @@ from analyzer import pipeline, session_io
 from analyzer.derive import activities
 from analyzer.derive import nvml as nvml_derive
 from analyzer.errors import InputError
+from analyzer.loose import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
 from analyzer.redact import redact_command, redact_text
 from collectors import engine_log, nvml, process, prom, pyspy, timing
@@ -39,8 +40,6 @@ MAX_EVENTS = 1_000
 MAX_MEMORY_ROWS = 10_000
 MAX_KERNELS = 50
 MAX_METRICS = 500
-SQLITE_MAGIC = b"SQLite format 3\x00"
-PICKLE_MAGIC = b"\x80"
 TEXT_CAPTURES = ("log", "metrics", "probe")
 OK = (CaptureStatus.OK, CaptureStatus.PARTIAL)
 EPOCH_2001 = 1e9  # compile_log stamps below this are glog's month/day/time of day, above it epoch seconds
