@@ -31,6 +31,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default) or json")
     p.add_argument("--fail-on", choices=[s.value for s in Severity] + ["never"], default="never",
                    help="exit 1 when a finding is at or above this severity (default: never)")
+    p.add_argument("-v", "--verbose", action="store_true", help="text output lists every rule that could not judge")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def emit(diagnosis: Diagnosis, fmt: str, fail_on: str) -> int:
+def emit(diagnosis: Diagnosis, fmt: str, fail_on: str, verbose: bool = False) -> int:
     if fmt == "json":
         from reports import json_report
 
@@ -103,7 +104,7 @@ def emit(diagnosis: Diagnosis, fmt: str, fail_on: str) -> int:
     else:
         from reports import terminal
 
-        terminal.render(diagnosis)
+        terminal.render(diagnosis, verbose=verbose)
     if fail_on != "never":
         floor = Severity(fail_on).rank
         if any(f.severity.rank >= floor for f in diagnosis.findings):
@@ -114,7 +115,7 @@ def emit(diagnosis: Diagnosis, fmt: str, fail_on: str) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analyzer import pipeline
 
-    return emit(pipeline.analyze(args.paths), args.format, args.fail_on)
+    return emit(pipeline.analyze(args.paths), args.format, args.fail_on, args.verbose)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -127,7 +128,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from analyzer import attach
 
     diagnosis = attach.attach_cli(args)
-    return emit(diagnosis, args.format, args.fail_on)
+    return emit(diagnosis, args.format, args.fail_on, args.verbose)
 
 
 def _session(path: str) -> None:

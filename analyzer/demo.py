@@ -75,7 +75,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"{'  --fixed':<44} {spec.fix}")
         return 0
     path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output, fixed=fixed)
-    code = emit(diagnosis, args.format, args.fail_on)
+    code = emit(diagnosis, args.format, args.fail_on, args.verbose)
     if load is not None:
         print(f"demo: load during the run: {load}", file=sys.stderr)
     md, html_path = write_reports(path)

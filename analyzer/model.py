@@ -33,6 +33,16 @@ class Category(StrEnum):
     QUEUEING = "queueing"
     GPU_COMPUTE = "gpu_compute"
     THREAD_OVERSUBSCRIPTION = "thread_oversubscription"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    DEVICE_PLACEMENT = "device_placement"
+
+
+class Verdict(StrEnum):
+    """What a diagnosis amounts to; says what a null ``primary`` means."""
+
+    BOTTLENECK = "bottleneck"  # a finding names the primary bottleneck
+    HEALTHY = "healthy"  # the evidence covers the service and nothing significant was found
+    UNDETERMINED = "undetermined"  # too little evidence to judge: see ``next_steps``
 
 
 class Severity(StrEnum):
@@ -272,6 +282,10 @@ class EvidenceSet:
     def keys(self) -> list[str]:
         return sorted(self._by_key)
 
+    def has_prefix(self, *prefixes: str) -> bool:
+        """Whether any key starts with one of ``prefixes`` (``"mem."``, ``"stage."``)."""
+        return any(k.startswith(prefixes) for k in self._by_key)
+
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in self._by_key
 
@@ -410,6 +424,9 @@ class Diagnosis:
     evidence: tuple[Evidence, ...] = ()
     tool_version: str = TOOL_VERSION
     schema: str = SCHEMA
+    # None: not judged yet (a document from an older tool); the pipeline always sets it
+    verdict: Verdict | None = None
+    next_steps: tuple[str, ...] = ()  # what to collect next, most useful first (the exact command)
 
     @property
     def primary(self) -> Category | None:
@@ -425,6 +442,8 @@ class Diagnosis:
             "schema": self.schema,
             "tool_version": self.tool_version,
             "primary": primary.value if primary else None,
+            "verdict": self.overall.value,
+            "next_steps": list(self.next_steps),
             "findings": [f.to_json() for f in self.findings],
             "skipped": [s.to_json() for s in self.skipped],
             "inputs": [i.to_json() for i in self.inputs],
@@ -433,6 +452,14 @@ class Diagnosis:
             "captures": [c.to_json() for c in self.captures],
             "evidence": [e.to_json() for e in self.evidence],
         }
+
+    @property
+    def overall(self) -> Verdict:
+        """The verdict; a document without one reads as ``bottleneck`` when a primary exists, else
+        ``undetermined`` (never "healthy" by default: an old document did not say so)."""
+        if self.verdict is not None:
+            return self.verdict
+        return Verdict.BOTTLENECK if self.primary is not None else Verdict.UNDETERMINED
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> Diagnosis:
@@ -451,6 +478,8 @@ class Diagnosis:
             window=Window(float(w["start"]), float(w["end"])) if w else None,
             evidence=tuple(Evidence.from_json(e) for e in doc.get("evidence", ())),
             tool_version=str(doc.get("tool_version", "")),
+            verdict=Verdict(doc["verdict"]) if doc.get("verdict") else None,
+            next_steps=tuple(str(s) for s in doc.get("next_steps", ())),
         )
 
 

@@ -22,6 +22,7 @@ from analyzer.model import (
 )
 from analyzer.redact import redact_argv
 from rules.engine import run_rules
+from rules.verdict import decide
 
 MANIFEST = session_io.MANIFEST
 
@@ -36,6 +37,7 @@ def judge(
     config: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Diagnosis:
     findings, skipped = run_rules(evidence, config)
+    verdict, steps = decide(evidence, findings, target)
     return Diagnosis(
         findings=findings,
         skipped=skipped,
@@ -44,6 +46,8 @@ def judge(
         target=target,
         window=window,
         evidence=tuple(evidence),
+        verdict=verdict,
+        next_steps=steps,
     )
 
 

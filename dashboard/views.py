@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity
+from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from dashboard import state
 from reports import compare as report_compare
 from reports import data as report_data
@@ -57,7 +57,11 @@ def _evidence_frame(evidence: Sequence[Evidence]) -> pd.DataFrame:
 def verdict(diagnosis: Diagnosis) -> None:
     primary = diagnosis.primary
     if primary is None:
-        st.success("**Verdict:** no significant bottleneck found in the evidence given.")
+        if diagnosis.overall is Verdict.HEALTHY:
+            st.success(f"**Verdict: healthy** — {markdown.HEALTHY_TEXT}")
+            return
+        steps = "\n".join(f"{n}. {markdown.text(s)}" for n, s in enumerate(diagnosis.next_steps, 1))
+        st.warning(f"**Verdict: undetermined** — {markdown.UNDETERMINED_TEXT}" + (f"\n\n{steps}" if steps else ""))
         return
     top = next(f for f in diagnosis.findings if f.severity is not Severity.INFO)
     st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {markdown.text(top.title)}")

@@ -22,10 +22,18 @@ import html
 import json
 from typing import TYPE_CHECKING
 
-from analyzer.model import Diagnosis, Finding
+from analyzer.model import Diagnosis, Finding, Verdict
 from analyzer.redact import redact_argv
 from reports import json_report, markdown
-from reports.markdown import first_sentence, format_value, primary_finding, source_name
+from reports.markdown import (
+    HEALTHY_TEXT,
+    UNDETERMINED_TEXT,
+    first_sentence,
+    format_value,
+    primary_finding,
+    source_name,
+    verdict_title,
+)
 from reports.terminal import stage_rows
 
 if TYPE_CHECKING:
@@ -47,6 +55,7 @@ nav a { color: #2453a6; text-decoration: none; }
 .verdict { font-size: 18px; padding: 14px 18px; border-radius: 6px; background: #fff;
            border-left: 6px solid #b2182b; margin: 12px 0; }
 .verdict.none { border-left-color: #2ca02c; }
+.verdict.thin { border-left-color: #e0a800; }
 .sub { color: var(--muted); font-size: 14px; }
 .finding { background: #fff; border: 1px solid var(--line); border-left: 6px solid #999; border-radius: 6px;
            padding: 14px 18px; margin: 14px 0; }
@@ -105,8 +114,11 @@ def verdict_html(d: Diagnosis) -> str:
     primary = d.primary
     f = primary_finding(d)
     if primary is None or f is None:
-        return '<p class="verdict none" id="verdict"><b>Verdict: no significant bottleneck</b> was found in the ' \
-               "evidence given.</p>"
+        if d.overall is Verdict.HEALTHY:
+            return f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b> — {e(HEALTHY_TEXT)}</p>'
+        steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
+        return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(UNDETERMINED_TEXT)}</p>'
+                + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
     return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b> — '
             f"{e(first_sentence(f.message))} <span class=sub>(impact {_pct(f.impact)}, {e(f.severity.value)}, "
             f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>")
@@ -212,7 +224,6 @@ def render(data: SessionData) -> str:
 
     d = _redacted(data.diagnosis)
     charts = _Charts()
-    primary = d.primary
     sections: list[tuple[str, str, str]] = []  # (id, title, body)
 
     lead = primary_finding(d)
@@ -226,7 +237,7 @@ def render(data: SessionData) -> str:
 
     nav = "".join(f'<a href="#{sid}">{e(title)}</a>' for sid, title, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{e(title)}</h2>{content}</section>' for sid, title, content in sections)
-    head_title = f"diagnose: {data.label} — {primary.value if primary else 'no significant bottleneck'}"
+    head_title = f"diagnose: {data.label} — {verdict_title(d)}"
     window = f" · {data.window_s:.1f} s window" if data.window_s else ""
     pid = f" · pid {d.target.pid}" if d.target else ""
     return "".join([

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity
+from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from analyzer.redact import redact_argv
 from reports.terminal import stage_rows
 
@@ -145,11 +145,23 @@ def primary_finding(diagnosis: Diagnosis) -> Finding | None:
     return next((f for f in diagnosis.findings if f.severity is not Severity.INFO), None)
 
 
+HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
+UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."
+
+
+def verdict_title(diagnosis: Diagnosis) -> str:
+    """``queueing``, ``healthy`` or ``undetermined``: what a report's title names."""
+    primary = diagnosis.primary
+    return primary.value if primary is not None else diagnosis.overall.value
+
+
 def verdict_line(diagnosis: Diagnosis) -> str:
     primary = diagnosis.primary
     f = primary_finding(diagnosis)
     if primary is None or f is None:
-        return "**Verdict: no significant bottleneck** was found in the evidence given."
+        if diagnosis.overall is Verdict.HEALTHY:
+            return f"**Verdict: healthy** — {HEALTHY_TEXT}"
+        return f"**Verdict: undetermined** — {UNDETERMINED_TEXT}"
     return (f"**Verdict: the bottleneck is `{primary.value}`** — {text(first_sentence(f.message))} "
             f"(impact {pct(f.impact)}, {f.severity.value}, confidence {f.confidence.value}; {f.code})")
 
@@ -232,9 +244,9 @@ def _environment(diagnosis: Diagnosis) -> list[str]:
 
 def render(diagnosis: Diagnosis) -> str:
     """The whole report as Markdown text (ends with one newline)."""
-    primary = diagnosis.primary
-    title = f"`{primary.value}`" if primary else "no significant bottleneck"
-    out = [f"# Diagnosis: {title}", "", verdict_line(diagnosis), ""]
+    out = [f"# Diagnosis: `{verdict_title(diagnosis)}`", "", verdict_line(diagnosis), ""]
+    if diagnosis.next_steps:
+        out += ["## Next steps", "", *[f"{n}. {text(step)}" for n, step in enumerate(diagnosis.next_steps, 1)], ""]
 
     out += ["## Findings", ""]
     if not diagnosis.findings:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity
+from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
               Severity.INFO: "cyan"}
@@ -20,7 +21,7 @@ def _fmt_value(ev: Evidence) -> str:
     if isinstance(v, float):
         if ev.unit == "ratio":
             return f"{100 * v:.1f} %"
-        return f"{v:,.3g} {ev.unit}".strip()
+        return (f"{v:,.0f} {ev.unit}" if abs(v) >= 1000 else f"{v:,.3g} {ev.unit}").strip()
     if isinstance(v, int) and not isinstance(v, bool):
         if ev.unit == "bytes":
             return f"{v / 2**30:.2f} GiB" if v >= 2**30 else f"{v / 2**20:.1f} MiB"
@@ -81,20 +82,39 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
     console.print(table)
 
 
-def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None = None) -> None:
+def _verdict(diagnosis: Diagnosis, console: Console) -> None:
+    """The verdict line, and with it the first fix or the next steps: what the reader acts on."""
+    verdict = diagnosis.overall
+    primary = diagnosis.primary
+    if verdict is Verdict.BOTTLENECK and primary is not None:
+        console.print(f"[bold]Verdict:[/bold] the bottleneck is [bold red]{primary.value}[/bold red]")
+        lead = next((f for f in diagnosis.findings if f.severity is not Severity.INFO), None)
+        if lead is not None and lead.fixes:
+            console.print(f"[bold]Fix first:[/bold] {escape(lead.fixes[0].summary)} ({lead.code})")
+        return
+    if verdict is Verdict.HEALTHY:
+        console.print(Panel("healthy: the evidence covers the service and shows no significant bottleneck.",
+                            title="Verdict", border_style="green", title_align="left"))
+        return
+    body = Text("undetermined: the evidence given is too thin to name a bottleneck.\n")
+    if diagnosis.next_steps:
+        body.append("\nNext steps, most useful first\n", style="bold")
+        for i, step in enumerate(diagnosis.next_steps, 1):
+            body.append(f"  {i}. {step}\n")
+    console.print(Panel(body, title="Verdict", border_style="yellow", title_align="left"))
+
+
+def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None = None,
+           verbose: bool = False) -> None:
     console = Console(file=file, width=width, highlight=False, soft_wrap=False)
     target = diagnosis.target
     if target:
         window = f", {diagnosis.window.seconds:.1f} s window" if diagnosis.window else ""
         cmd = " ".join(target.cmdline)
         cmd = cmd if len(cmd) <= 100 else cmd[:99] + "…"
-        console.print(f"[bold]diagnose[/bold] pid {target.pid} ({cmd}){window}")
+        console.print(f"[bold]diagnose[/bold] pid {target.pid} ({escape(cmd)}){window}")
+    _verdict(diagnosis, console)
     primary = diagnosis.primary
-    if primary is None:
-        console.print(Panel("No significant bottleneck found in the evidence given.",
-                            title="Verdict", border_style="green", title_align="left"))
-    else:
-        console.print(f"[bold]Verdict:[/bold] the bottleneck is [bold red]{primary.value}[/bold red]")
     first = True
     for f in diagnosis.findings:
         console.print(_finding_block(f, primary is not None and first and f.severity is not Severity.INFO))
@@ -119,7 +139,9 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
         for i in bad_inputs:
             table.add_row(i.path, i.status, i.reason)
         console.print(table)
-    if diagnosis.skipped:
+    if diagnosis.skipped and not verbose:
+        console.print(f"[dim]{len(diagnosis.skipped)} rules could not judge: --verbose lists them[/dim]")
+    elif diagnosis.skipped:
         by_reason: dict[str, list[str]] = {}
         for s in diagnosis.skipped:
             by_reason.setdefault(s.reason, []).append(s.code)

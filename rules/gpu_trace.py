@@ -565,7 +565,7 @@ class LaunchBound(Rule):
 
     code = "GPU106"
     name = "launch-bound"
-    category = Category.CPU_PREPROCESSING
+    category = Category.LAUNCH_OVERHEAD
     requires = ("trace.kernel_count", "trace.tiny_kernel_ratio", "trace.launch_overhead_ratio",
                 "trace.gpu_busy_ratio", "trace.window_ms")
     optional = ("trace.kernel_mean_us", "trace.idle_gaps.histogram", "api.launch_mean_us", "api.graph_launches",

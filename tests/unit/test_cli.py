@@ -121,7 +121,12 @@ def test_text_report_puts_verdict_first(capsys) -> None:
     code, out, _ = run(["analyze", os.path.join(SESSIONS, "cpu_preprocess_jpeg_demo")], capsys)
     assert code == 0
     first = out.index("Verdict")
-    assert first < out.index("PRIMARY: cpu_preprocessing") < out.index("Fix") < out.index("CPU001")
+    # the verdict, then the first fix to try, then the primary finding with its evidence and fixes
+    assert first < out.index("Fix first:") < out.index("PRIMARY: cpu_preprocessing") < out.index("CPU001 cpu-")
+    # the skipped rules are one line unless --verbose
+    assert "rules could not judge: --verbose lists them" in out and "Rules skipped" not in out
+    _, verbose, _ = run(["analyze", os.path.join(SESSIONS, "cpu_preprocess_jpeg_demo"), "--verbose"], capsys)
+    assert "Rules skipped" in verbose and "could not judge" not in verbose
 
 
 def test_console_script_runs_without_torch(tmp_path) -> None:

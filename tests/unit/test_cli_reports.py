@@ -158,4 +158,4 @@ def test_markdown_report_matches_the_library(capsys: pytest.CaptureFixture[str])
 
     code, out, _ = run(["report", HEALTHY, "--format", "md"], capsys)
     assert code == 0 and out == markdown.render(pipeline.analyze([HEALTHY]))
-    assert "**Verdict: no significant bottleneck**" in out
+    assert "**Verdict: healthy**" in out

@@ -139,6 +139,6 @@ def test_a_session_without_findings_renders(tmp_path: Path) -> None:
     d = Diagnosis(findings=())
     page = _parse(html.render(data.SessionData(path="x", label="empty", diagnosis=d, t0=0.0, window_s=0.0)))
     text = " ".join(" ".join(page.text).split())
-    assert "Verdict: no significant bottleneck was found in the evidence given." in text
+    assert "Verdict: undetermined — the evidence given is too thin to name a bottleneck" in text
     assert "Findings by impact: No findings" in text
     assert [a for a, body in page.scripts if a.get("data-chart")] == []

@@ -30,6 +30,7 @@ from analyzer.model import (
     Severity,
     Skipped,
     Target,
+    Verdict,
     Window,
 )
 from reports import json_report, markdown
@@ -157,11 +158,21 @@ def test_everything_from_the_session_is_escaped_and_tables_keep_their_shape() ->
 
 
 def test_no_findings_says_so() -> None:
+    # no verdict given: never "healthy" by default
     md = markdown.render(Diagnosis(findings=()))
-    assert md.startswith("# Diagnosis: no significant bottleneck\n\n**Verdict: no significant bottleneck**")
+    assert md.startswith("# Diagnosis: `undetermined`\n\n**Verdict: undetermined** — the evidence given is too thin")
     assert "No rule found a problem in the evidence given." in md
     assert "## Request stages" not in md and "## Captures not complete" not in md
     assert md.endswith("| tool version | diagnose 0.1.0 |\n")
+
+
+def test_verdicts_without_a_bottleneck_say_which_they_are() -> None:
+    healthy = markdown.render(Diagnosis(findings=(), verdict=Verdict.HEALTHY))
+    assert healthy.startswith("# Diagnosis: `healthy`\n\n**Verdict: healthy** — the evidence covers the service")
+    assert "## Next steps" not in healthy
+    thin = markdown.render(Diagnosis(findings=(), verdict=Verdict.UNDETERMINED,
+                                     next_steps=("Run `diagnose attach --pid 42 --duration 30`",)))
+    assert "## Next steps\n\n1. Run `diagnose attach --pid 42 --duration 30`\n" in thin
 
 
 @pytest.mark.parametrize(("value", "unit", "shown"), [

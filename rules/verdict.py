@@ -1,0 +1,183 @@
+"""The verdict: what a diagnosis amounts to, and what to collect next when it cannot tell.
+
+``primary`` alone cannot say whether "nothing found" means the service is healthy or the tool saw
+too little. ``decide`` answers that from the evidence itself:
+
+* ``bottleneck`` — a finding (not an informational note) names the primary bottleneck;
+* ``healthy`` — no bottleneck, and either an informational finding explains what the user saw
+  (vLLM's KV-cache pre-allocation is not a leak) or the evidence *covers* the service: at least one
+  coverage family below was measured well enough for its rules to judge, and nothing in the
+  evidence signals a failure (an OOM, recompiles, rejected requests) that no rule could classify;
+* ``undetermined`` — everything else, with ``next_steps``: what to collect, the exact command,
+  most useful first (the steps that match what the evidence hints at come before the general ones).
+
+Pure: reads an ``EvidenceSet`` and findings, never touches a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from analyzer.model import Evidence, EvidenceSet, Finding, Quality, Severity, Target, Verdict
+
+# -- coverage: evidence that watched the service doing its work -------------------------------------
+
+
+def _num(ev: EvidenceSet, key: str) -> float:
+    return ev.value(key, 0.0) or 0.0
+
+
+def _good(ev: EvidenceSet, key: str) -> bool:
+    got = ev.get(key)
+    return isinstance(got, Evidence) and got.quality is Quality.GOOD
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A family of evidence that, measured well, lets the rules judge a whole service."""
+
+    name: str
+    test: Callable[[EvidenceSet], bool]
+
+
+MIN_REQUESTS = 20  # fewer timed requests say little about percentiles or shares
+MIN_STATS = 3  # scheduler stats lines: at least three periodic samples
+MIN_GPU_SAMPLES = 10  # utilisation readings: 1 s at 10 Hz
+
+COVERAGE: tuple[Coverage, ...] = (
+    Coverage("a CPU profile of the live service (py-spy) with its load (psutil)",
+             lambda ev: _good(ev, "workers.active_mean") and "conn.inflight_mean" in ev),
+    Coverage("per-request timings",
+             lambda ev: _num(ev, "requests.count") >= MIN_REQUESTS
+             and ("latency.e2e_ms.p50" in ev or ev.has_prefix("stage."))),
+    Coverage("the serving engine's scheduler statistics",
+             lambda ev: _num(ev, "serving.stat_samples") >= MIN_STATS),
+    Coverage("GPU utilisation sampled over the window",
+             lambda ev: _num(ev, "gpu.util_samples") >= MIN_GPU_SAMPLES),
+    Coverage("a GPU timeline (Nsight Systems or PyTorch profiler)",
+             lambda ev: "trace.gpu_busy_ratio" in ev or "kineto.idle_share" in ev),
+    Coverage("a load test's latency and throughput",
+             lambda ev: "throughput.rps" in ev and ev.has_prefix("latency.")),
+)
+
+
+# -- signals that something failed, which no rule may have classified ------------------------------
+SIGNALS: tuple[tuple[str, str], ...] = (
+    ("mem.oom_count", "an out-of-memory event"),
+    ("compile.recompiles", "recompilations"),
+    ("compile.limit_hit", "the recompile limit being hit"),
+    ("serving.preemptions", "preempted requests"),
+    ("serving.rejected_overloaded", "rejected requests"),
+    ("requests.failed", "failed requests"),
+    ("gpu.xid_events", "GPU XID errors"),
+)
+
+
+def covered_by(ev: EvidenceSet) -> list[str]:
+    """The coverage families present in ``ev``."""
+    return [c.name for c in COVERAGE if c.test(ev)]
+
+
+def signals(ev: EvidenceSet) -> list[str]:
+    """Failure signals present in ``ev`` (a count above zero)."""
+    return [what for key, what in SIGNALS if _num(ev, key) > 0]
+
+
+# -- next steps ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing to collect; ``relevant`` says when the evidence hints that it is the one to take."""
+
+    topic: str
+    text: str
+    relevant: Callable[[EvidenceSet], bool]
+
+
+def _engine(ev: EvidenceSet) -> str:
+    got = ev.get("serving.engine")
+    return str(got.value).lower() if isinstance(got, Evidence) else ""
+
+
+def _steps(pid: str, engine: str) -> tuple[Step, ...]:
+    metrics = {
+        "vllm": "vLLM serves /metrics on its API port",
+        "sglang": "SGLang needs --enable-metrics",
+        "tgi": "TGI serves /metrics on its port",
+        "triton": "Triton serves /metrics on port 8002",
+    }.get(engine, "vLLM, TGI and Triton serve it; SGLang with --enable-metrics")
+    return (
+        Step("memory",
+             "Record the allocator at the OOM: call torch.cuda.memory._record_memory_history(max_entries=100000) "
+             "at start-up and torch.cuda.memory._dump_snapshot('oom.pickle') in the OOM handler (or run `diagnose "
+             "enable pytorch`), then `diagnose analyze oom.pickle`",
+             lambda ev: ev.has_prefix("mem.", "model.")),
+        Step("memory",
+             "While the service runs (and right after the OOM), save `nvidia-smi -q -x > smi.xml` and `diagnose "
+             "analyze smi.xml`: memory per process shows another tenant or a leaked context",
+             lambda ev: ev.has_prefix("mem.", "gpu.")),
+        Step("compile",
+             f"Restart with TORCH_LOGS=recompiles,graph_breaks and attach with the log: `diagnose attach --pid {pid} "
+             "--log service.log` (each recompile and the guard that failed is logged)",
+             lambda ev: ev.has_prefix("compile.", "shape.")),
+        Step("serving",
+             f"Scrape the engine's Prometheus metrics during the slow period ({metrics}): `diagnose attach --pid "
+             f"{pid} --metrics http://127.0.0.1:PORT/metrics`, or `curl -s http://127.0.0.1:PORT/metrics > "
+             "metrics.txt` twice a minute apart and `diagnose analyze metrics.txt`",
+             lambda ev: ev.has_prefix("serving.", "latency.ttft", "tokens.") or bool(_engine(ev))),
+        Step("serving",
+             "Keep the engine's log with its periodic stats lines (vLLM: do not pass --disable-log-stats; SGLang: "
+             "--log-level info) over the slow period and `diagnose analyze engine.log`",
+             lambda ev: ev.has_prefix("serving.", "latency.ttft") or bool(_engine(ev))),
+        Step("live",
+             f"Attach while the problem happens: `diagnose attach --pid {pid} --duration 30 --log LOGFILE --metrics "
+             "http://127.0.0.1:PORT/metrics` (CPU profile, threads, requests in flight, GPU utilisation)",
+             lambda ev: True),
+        Step("gpu",
+             "Sample the GPU over the slow period: `nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,"
+             "memory.total,clocks.sm,power.draw,pcie.link.gen.current,pcie.link.width.current --format=csv -l 1 "
+             "> gpu.csv` and `diagnose analyze gpu.csv`",
+             lambda ev: ev.has_prefix("gpu.", "pcie.")),
+        Step("requests",
+             "Time each request's stages: `diagnose enable pytorch` shows the two probe lines that log queue, "
+             "pre-processing, compute and post-processing per request",
+             lambda ev: ev.has_prefix("latency.", "stage.", "requests.")),
+        Step("gpu",
+             "For GPU-side detail, record a few seconds with the PyTorch profiler (vLLM: VLLM_TORCH_PROFILER_DIR "
+             "and /start_profile) or `nsys profile -t cuda,nvtx,osrt -o trace` + `nsys export --type sqlite`, "
+             "then `diagnose analyze` the trace",
+             lambda ev: ev.has_prefix("trace.", "copy.", "gpu.")),
+    )
+
+
+MAX_STEPS = 5
+
+
+def next_steps(ev: EvidenceSet, target: Target | None = None) -> tuple[str, ...]:
+    """What to collect next, most useful first: the steps the evidence hints at, then the rest."""
+    pid = str(target.pid) if target is not None and target.pid else "PID"
+    steps = _steps(pid, _engine(ev))
+    hinted = [s for s in steps if s.relevant(ev) and s.topic != "live"]
+    general = [s for s in steps if s.topic == "live"]
+    rest = [s for s in steps if s not in hinted and s not in general]
+    ordered = [*hinted, *general, *rest]
+    return tuple(s.text for s in ordered[:MAX_STEPS])
+
+
+def decide(
+    ev: EvidenceSet, findings: Sequence[Finding], target: Target | None = None
+) -> tuple[Verdict, tuple[str, ...]]:
+    """The verdict for ``findings`` judged on ``ev``, and the next steps when it is undetermined."""
+    if any(f.severity is not Severity.INFO for f in findings):
+        return Verdict.BOTTLENECK, ()
+    failing = signals(ev)
+    if not failing and (_explained(findings) or covered_by(ev)):
+        return Verdict.HEALTHY, ()
+    return Verdict.UNDETERMINED, next_steps(ev, target)
+
+
+def _explained(findings: Iterable[Finding]) -> bool:
+    """An informational finding explains what the user saw (a healthy pattern mistaken for a fault)."""
+    return any(f.severity is Severity.INFO for f in findings)
