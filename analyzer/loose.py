@@ -1,31 +1,69 @@
 """Loose evidence: any text an incident leaves behind, its kind sniffed from content.
 
-One streaming pass: every cleaned line is offered to every ``TextSource``; each source decides
+Every cleaned line is offered to the ``TextSource`` objects that may want it; each source decides
 for itself which lines are its own (a file may mix kinds: an OOM traceback inside an engine log).
 A source that matched nothing contributes nothing; an input no source recognised is listed as
 ``unknown`` with the reason, never a crash.
 
-To add a kind: write the parser in ``collectors/`` and a ``TextSource`` in ``analyzer/derive/``,
-and list its module in ``SOURCE_MODULES``.
+Reading is one streaming pass in bounded memory, fast on multi-GB service logs:
+
+* the **head** of an input (its first ``HEAD_BYTES``) is what people paste into a ticket: every
+  line of it goes to every source, tables, prose and all;
+* past the head, a service log is mostly lines no parser wants. One pre-filter decides which lines
+  any source could want: a multi-pattern scan (Aho-Corasick, one pass over the bytes) for each
+  source's ``triggers``, the literal anchors its line recognisers test for anyway. Only the lines
+  holding one (with ``context`` lines before and after, for multi-line records such as a traceback
+  above an OOM message) are decoded, cleaned and fed to that source. Sources without triggers
+  (tables, prose, pasted benchmark output) read the head only.
+* compressed inputs (rotated ``service.log.1.gz``, ``.bz2``, ``.xz``, ``.zst``) are recognised by
+  their magic bytes and streamed, on stdin too.
+
+To add a kind: write the parser in ``collectors/`` and a ``TextSource`` in ``analyzer/derive/``
+(with its ``triggers``), and list its module in ``SOURCE_MODULES``.
 """
 
 from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
+
+import numpy as np
 
 from analyzer.derive import bench, compile_log, engine_log, nsys_stats, nvsmi, oom, probe_state, prom, timing
 from analyzer.model import Evidence, InputRecord
-from collectors.logtext import clean_lines, iter_text_lines, looks_binary
+from collectors.logtext import (
+    DECOMPRESS_ERRORS,
+    MAX_LINE_CHARS,
+    clean_lines,
+    compression_of,
+    decompressed,
+    iter_text_lines,
+    looks_binary,
+    split_glued,
+    strip_prefixes,
+)
+
+Trigger = str | tuple[str, int, int]  # a literal, or (literal, context lines before, lines after)
 
 
 class TextSource(Protocol):
-    """A consumer of cleaned log lines that turns the lines it recognises into evidence."""
+    """A consumer of cleaned log lines that turns the lines it recognises into evidence.
+
+    ``triggers``: past the head of an input, a line is offered only when it holds one of these
+    literal substrings; a trigger given as ``(literal, before, after)`` also brings that many lines
+    before and after (a traceback above an OOM message, the rows under a table's title). Empty: the
+    source reads the head only. A trigger list must cover every line ``feed`` acts on, except in a
+    source marked ``free_text = True``: it reads tables and prose in the head and, past it, only the
+    machine format its triggers name (a stage-timing JSONL log).
+    """
 
     kind: str
+
+    @property
+    def triggers(self) -> tuple[Trigger, ...]: ...
 
     def feed(self, line: str) -> None:
         """Offer one cleaned line; ignore it if it is not this source's."""
@@ -38,6 +76,15 @@ class TextSource(Protocol):
 
     def problems(self) -> list[str]:
         """Why the recognised part is only partial (truncated message, …); empty when whole."""
+
+
+class RawLinesSource(TextSource, Protocol):
+    """A source that takes the tail's wanted lines as they stand (not cleaned), a block at a time,
+    because it can read many of them at once faster than one by one (``feed_raw``); it cleans
+    whatever it reads line by line itself (``collectors.logtext.clean_lines``)."""
+
+    def feed_raw(self, lines: list[str]) -> None:
+        """Physical lines, in order."""
 
 
 # Each module exposes ``sources() -> list[TextSource]`` (fresh instances per input).
@@ -53,6 +100,10 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     nsys_stats.sources,
 )
 
+HEAD_BYTES = 512 * 1024  # pasted evidence (a ticket, an issue: ≤ 64 KiB a comment) fits; every source reads it all
+CHUNK_BYTES = 1 << 20  # the tail is scanned a MiB at a time
+CARRY_BYTES = 256 * 1024  # bytes kept from the previous chunk for context lines before a trigger
+
 
 @dataclass
 class LooseResult:
@@ -67,14 +118,214 @@ def new_sources() -> list[TextSource]:
     return out
 
 
-def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
-    """Run every text source over ``raw_lines`` (physical lines, newline optional)."""
-    sources = new_sources()
+def _triggers(src: TextSource) -> list[tuple[str, int, int]]:
+    """(literal, lines before, lines after) for each of a source's triggers."""
+    return [(t, 0, 0) if isinstance(t, str) else t for t in getattr(src, "triggers", ())]
+
+
+class _Scanner:
+    """Finds every trigger of every source in a chunk of bytes in one pass."""
+
+    def __init__(self, patterns: Sequence[bytes]) -> None:
+        self.patterns = list(patterns)
+        self._ac = None
+        if self.patterns:
+            try:
+                import ahocorasick_rs
+
+                self._ac = ahocorasick_rs.BytesAhoCorasick(self.patterns)
+            except ImportError:  # pragma: no cover - a declared dependency; the fallback keeps it working
+                self._ac = None
+
+    def find(self, data: bytes) -> list[tuple[int, int]]:
+        """(pattern index, start offset) of every occurrence, overlapping ones included."""
+        if not self.patterns:
+            return []
+        if self._ac is not None:
+            return [(p, s) for p, s, _ in self._ac.find_matches_as_indexes(data, overlapping=True)]
+        return scan_with_find(self.patterns, data)
+
+
+def scan_with_find(patterns: Sequence[bytes], data: bytes) -> list[tuple[int, int]]:
+    """The scanner's plain-Python equivalent: one ``bytes.find`` pass per pattern."""
+    out: list[tuple[int, int]] = []
+    for p, pat in enumerate(patterns):
+        i = data.find(pat)
+        while i >= 0:
+            out.append((p, i))
+            i = data.find(pat, i + 1)
+    return out
+
+
+class _Tail:
+    """Feeds the sources the triggered lines (with context) of everything past the head."""
+
+    def __init__(self, sources: Sequence[TextSource], scanner: type[_Scanner] = _Scanner) -> None:
+        self.sources = sources
+        # each distinct literal → the sources it serves, with the context each wants
+        patterns: dict[bytes, list[tuple[int, int, int]]] = {}
+        for i, src in enumerate(sources):
+            for lit, before, after in _triggers(src):
+                patterns.setdefault(lit.encode("utf-8"), []).append((i, before, after))
+        self.owners = list(patterns.values())
+        self.scanner = scanner(list(patterns))
+        # per source: the patterns that want the line alone (mapped in bulk) and those with context
+        self.plain = [np.array([p for p, owners in enumerate(self.owners)
+                                if any(o == (i, 0, 0) for o in owners)], dtype=np.int64)
+                      for i in range(len(sources))]
+        self.with_context = {p for p, owners in enumerate(self.owners) if any(b or a for _, b, a in owners)}
+        self.fed_until = [0] * len(sources)  # global byte offset up to which each source has been fed
+        self.after_pending = [0] * len(sources)  # context lines still owed from the previous chunk
+        self.lines = 0
+
+    def chunk(self, buf: bytes, base: int, new_from: int) -> None:
+        """``buf`` ends at a line end; ``base`` is its global offset; bytes from ``new_from`` are new."""
+        n = len(self.sources)
+        spans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for i, owed in enumerate(self.after_pending):
+            if owed:
+                end = _forward(buf, new_from, owed)
+                spans[i].append((new_from, end))
+                self.after_pending[i] = 0 if end < len(buf) else owed - buf.count(b"\n", new_from, end)
+        found = self.scanner.find(buf[new_from:] if new_from else buf)
+        if found:
+            hits = np.asarray(found, dtype=np.int64)
+            hits[:, 1] += new_from
+            # every line's end: line k runs from ends[k-1] + 1 to ends[k] (its newline) inclusive
+            ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 0x0A)
+            for i in range(n):
+                plain = self.plain[i]
+                if plain.size:
+                    starts = hits[np.isin(hits[:, 0], plain), 1]
+                    if starts.size:
+                        k = np.unique(np.searchsorted(ends, starts))
+                        lo = np.where(k > 0, ends[np.maximum(k - 1, 0)] + 1, 0)
+                        hi = np.where(k < ends.size, ends[np.minimum(k, ends.size - 1)] + 1, len(buf))
+                        spans[i].extend(zip(lo.tolist(), hi.tolist(), strict=True))
+            if self.with_context:
+                for p, start in found:
+                    if p in self.with_context:
+                        self._context(buf, p, start + new_from, spans)
+        text = buf.decode("ascii") if buf.isascii() else None  # byte offsets are str offsets then
+        for i, src_spans in enumerate(spans):
+            if src_spans:
+                self._feed(i, buf, text, base, src_spans)
+
+    def _context(self, buf: bytes, p: int, start: int, spans: list[list[tuple[int, int]]]) -> None:
+        line_start = buf.rfind(b"\n", 0, start) + 1
+        line_end = buf.find(b"\n", start)
+        line_end = len(buf) if line_end < 0 else line_end + 1
+        for i, before, after in self.owners[p]:
+            if not (before or after):
+                continue
+            lo = _backward(buf, line_start, before) if before else line_start
+            hi = _forward(buf, line_end, after) if after else line_end
+            if after and hi >= len(buf):
+                self.after_pending[i] = max(self.after_pending[i], after - buf.count(b"\n", line_end, len(buf)))
+            spans[i].append((lo, hi))
+
+    def _feed(self, i: int, buf: bytes, text: str | None, base: int, spans: list[tuple[int, int]]) -> None:
+        src = self.sources[i]
+        raw_feed = getattr(src, "feed_raw", None)
+        feed = src.feed
+        block: list[str] = []
+        spans.sort()
+        done = self.fed_until[i] - base  # bytes of `buf` before this were fed already
+        for lo, hi in spans:
+            lo = max(lo, done)
+            if lo >= hi:
+                continue
+            done = hi
+            if buf[hi - 1] == 0x0A:  # drop the last line's newline: no empty line after it
+                hi -= 1
+            chunk = text[lo:hi] if text is not None else buf[lo:hi].decode("utf-8", errors="replace")
+            if raw_feed is not None:
+                block.extend(chunk.split("\n"))
+                continue
+            # the same cleaning as clean_lines, inlined: this loop runs for every wanted line
+            for raw in chunk.split("\n") if "\n" in chunk else (chunk,):
+                for part in split_glued(raw[:MAX_LINE_CHARS]):
+                    self.lines += 1
+                    feed(strip_prefixes(part).rstrip())
+        if block and raw_feed is not None:
+            self.lines += len(block)
+            raw_feed([ln[:MAX_LINE_CHARS] for ln in block])
+        self.fed_until[i] = base + done
+
+
+def _forward(buf: bytes, pos: int, lines: int) -> int:
+    """The offset just past ``lines`` more lines from ``pos`` (bounded by the buffer)."""
+    for _ in range(lines):
+        nxt = buf.find(b"\n", pos)
+        if nxt < 0:
+            return len(buf)
+        pos = nxt + 1
+    return pos
+
+
+def _backward(buf: bytes, line_start: int, lines: int) -> int:
+    """The start of the line ``lines`` lines before the one starting at ``line_start``."""
+    pos = line_start
+    for _ in range(lines):
+        if pos <= 0:
+            return 0
+        pos = buf.rfind(b"\n", 0, pos - 1) + 1
+    return pos
+
+
+def read_into(sources: Sequence[TextSource], stream: BinaryIO, head_bytes: int = HEAD_BYTES) -> int:
+    """Stream ``stream`` into ``sources`` (head to all, tail by trigger); the number of lines read."""
     n = 0
-    for line in clean_lines(raw_lines):
-        n += 1
-        for src in sources:
-            src.feed(line)
+    consumed = 0
+    pending = b""
+    # -- the head: every line to every source -----------------------------------------------------
+    eof = False
+    while consumed < head_bytes and not eof:
+        chunk = stream.read(min(CHUNK_BYTES, head_bytes - consumed))
+        eof = not chunk
+        consumed += len(chunk)
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if eof or len(pending) > MAX_LINE_CHARS * 4:
+            lines.append(pending[: MAX_LINE_CHARS * 4])
+            pending = b""
+        for raw in lines:
+            for line in clean_lines((raw[: MAX_LINE_CHARS * 4].decode("utf-8", errors="replace"),)):
+                n += 1
+                for src in sources:
+                    src.feed(line)
+    if eof:
+        return n
+    # -- the tail: triggered lines only -------------------------------------------------------------
+    tail = _Tail(sources)
+    base = consumed - len(pending)  # global offset of `pending`'s first byte
+    for i in range(len(sources)):
+        tail.fed_until[i] = base
+    carry = b""
+    while True:
+        chunk = stream.read(CHUNK_BYTES)
+        if not chunk:
+            break
+        data = pending + chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0 and len(data) < MAX_LINE_CHARS * 4:
+            pending = data
+            continue
+        if cut == 0:  # a line with no end: take what there is
+            cut = len(data)
+        buf = carry + data[:cut]
+        tail.chunk(buf, base - len(carry), len(carry))
+        base += cut
+        pending = data[cut:]
+        carry = buf[-CARRY_BYTES:] if len(buf) > CARRY_BYTES else buf
+        carry = carry[carry.find(b"\n") + 1:] if len(buf) > CARRY_BYTES else carry
+    if pending:
+        buf = carry + pending + b"\n"
+        tail.chunk(buf, base - len(carry), len(carry))
+    return n + tail.lines
+
+
+def _result(name: str, sources: Sequence[TextSource], n: int) -> LooseResult:
     matched = [s for s in sources if s.matched()]
     result = LooseResult()
     if not matched:
@@ -91,19 +342,53 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
     return result
 
 
+def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
+    """Run every text source over ``raw_lines`` (physical lines, newline optional), all of them."""
+    sources = new_sources()
+    n = 0
+    for line in clean_lines(raw_lines):
+        n += 1
+        for src in sources:
+            src.feed(line)
+    return _result(name, sources, n)
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
 
 
-def analyze_stream(name: str, stream: BinaryIO) -> LooseResult:
-    head = stream.peek(8192) if isinstance(stream, io.BufferedReader) else b""
+def _peek(stream: BinaryIO, n: int = 8192) -> bytes:
+    return stream.peek(n)[:n] if isinstance(stream, io.BufferedReader) else b""
+
+
+def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) -> LooseResult:
+    head = _peek(stream)
+    kind = compression_of(head)
+    if kind is not None:
+        try:
+            inner = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, kind)))
+            head = _peek(inner)
+        except DECOMPRESS_ERRORS as exc:
+            return LooseResult(inputs=[InputRecord(name, kind, "unreadable", f"{kind} stream unreadable: {exc}")])
+        stream = inner
     if head.startswith(SQLITE_MAGIC):
         why = "an SQLite database (an Nsight Systems export?) cannot be read from a stream; pass its path"
         return LooseResult(inputs=[InputRecord(name, "sqlite", "unreadable", why)])
     if head and looks_binary(head):
-        return LooseResult(inputs=[InputRecord(name, "binary", "unreadable", "binary content, not a log")])
-    return analyze_lines(name, iter_text_lines(stream))
+        what = f"binary content inside the {kind} stream" if kind else "binary content"
+        return LooseResult(inputs=[InputRecord(name, "binary", "unreadable", f"{what}, not a log")])
+    sources = new_sources()
+    try:
+        n = read_into(sources, stream, head_bytes)
+    except DECOMPRESS_ERRORS as exc:
+        if kind is None:
+            raise
+        res = _result(name, sources, 1)
+        why = f"the {kind} stream is damaged or cut short ({exc}); what came before was read"
+        return LooseResult(res.evidence, [InputRecord(name, res.inputs[0].kind if res.evidence else kind,
+                                                      "partial" if res.evidence else "unreadable", why)])
+    return _result(name, sources, n)
 
 
 def analyze_path(path: str) -> LooseResult:
@@ -130,3 +415,11 @@ def analyze_path(path: str) -> LooseResult:
         why = exc.strerror or str(exc)
         return LooseResult(inputs=[InputRecord(path, "unknown", "unreadable", why)])
 
+
+def iter_lines(stream: BinaryIO) -> Iterator[str]:
+    """Physical lines of a (possibly compressed) stream, decoded; for callers that need them all."""
+    head = _peek(stream)
+    kind = compression_of(head)
+    if kind is not None:
+        stream = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, kind)))
+    return iter_text_lines(stream)

@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from collectors.logtext import clean_lines
 from collectors.units import to_ms
 
 MAX_SAMPLES = 100_000  # per-request values kept for percentiles; beyond, a fixed-seed reservoir
+BULK_MIN = 32  # fewer lines than this in a block: feed them one by one
 
 # -- vLLM stats lines ----------------------------------------------------------------------------
 # "label: value unit" fields, split on ", "; a field is known by how its (lower-cased) label ends.
@@ -57,7 +61,6 @@ _V_LABELS: dict[str, str] = {
     "prefix cache hit rate": "prefix_pct",
     "gpu prefix cache hit rate": "prefix_pct",
 }
-_V_UNITS = (" tokens/s", " reqs", "%")
 _PREEMPT = re.compile(r"is preempted by PreemptionMode\.(\w+)|\bpreempted\b", re.IGNORECASE)
 _PREEMPT_CUM = re.compile(r"total_num_cumulative_preemption=(\d+)")
 
@@ -99,35 +102,95 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-@dataclass
 class Series:
-    """Running aggregate of one numeric series: count, sum, min, max, first, last."""
+    """Running aggregate of one numeric series: count, sum, min, max, first, last.
 
-    count: int = 0
-    total: float = 0.0
-    low: float = math.inf
-    high: float = -math.inf
-    first: float | None = None
-    last: float | None = None
+    ``add`` appends to a buffer that is folded (in C: ``sum``/``min``/``max``) every ``FOLD``
+    values and before any read, so a multi-GB log costs one list append per value, in bounded memory.
+    """
+
+    FOLD = 4096
+    __slots__ = ("_buf", "_count", "_first", "_high", "_last", "_low", "_total")
+
+    def __init__(self) -> None:
+        self._buf: list[float] = []
+        self._count = 0
+        self._total = 0.0
+        self._low = math.inf
+        self._high = -math.inf
+        self._first: float | None = None
+        self._last: float | None = None
 
     def add(self, x: float) -> None:
-        if math.isnan(x) or math.isinf(x):
+        buf = self._buf
+        buf.append(x)
+        if len(buf) >= self.FOLD:
+            self._fold()
+
+    def extend(self, xs: list[float]) -> None:
+        self._buf.extend(xs)
+        if len(self._buf) >= self.FOLD:
+            self._fold()
+
+    def _fold(self) -> None:
+        buf = self._buf
+        if not buf:
             return
-        self.count += 1
-        self.total += x
-        self.low = min(self.low, x)
-        self.high = max(self.high, x)
-        if self.first is None:
-            self.first = x
-        self.last = x
+        if not all(map(math.isfinite, buf)):
+            buf = [x for x in buf if math.isfinite(x)]
+        self._buf = []
+        if not buf:
+            return
+        self._count += len(buf)
+        self._total += sum(buf)
+        self._low = min(self._low, min(buf))
+        self._high = max(self._high, max(buf))
+        if self._first is None:
+            self._first = buf[0]
+        self._last = buf[-1]
+
+    @property
+    def count(self) -> int:
+        self._fold()
+        return self._count
+
+    @property
+    def total(self) -> float:
+        self._fold()
+        return self._total
+
+    @property
+    def low(self) -> float:
+        self._fold()
+        return self._low
+
+    @property
+    def high(self) -> float:
+        self._fold()
+        return self._high
+
+    @property
+    def first(self) -> float | None:
+        self._fold()
+        return self._first
+
+    @property
+    def last(self) -> float | None:
+        self._fold()
+        return self._last
 
     @property
     def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
+        self._fold()
+        return self._total / self._count if self._count else None
 
     @property
     def max(self) -> float | None:
-        return self.high if self.count else None
+        self._fold()
+        return self._high if self._count else None
+
+    def __repr__(self) -> str:
+        return f"Series(count={self.count}, mean={self.mean}, max={self.max})"
 
 
 @dataclass
@@ -160,9 +223,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-@dataclass(frozen=True)
-class StatsSample:
-    """One scheduler stats line (vLLM or SGLang). Fractions are 0..1, not percent."""
+class StatsSample(NamedTuple):
+    """One scheduler stats line (vLLM or SGLang). Fractions are 0..1, not percent.
+
+    A NamedTuple (built in C): one is made for every stats line of a multi-GB log."""
 
     engine: str
     running: int | None = None
@@ -176,37 +240,144 @@ class StatsSample:
     cached_tokens: int | None = None
 
 
-def parse_vllm_stats(line: str) -> StatsSample | None:
-    """A vLLM V0/V1 periodic stats line, or None."""
-    if "Running:" not in line or ("Pending:" not in line and "Waiting:" not in line):
-        return None
+# one field of a stats line: "Label: 12.3 unit" (V0 "Prefix cache hit rate: GPU: 12.00%, CPU: 0.00%" too);
+# a label never holds a digit, so the log prefix ("…] Engine 000: ") is never read as one
+_V_FIELD = re.compile(r"([A-Za-z][A-Za-z ]*):\s*(?:GPU:\s*)?(-?[\d.]+)")
+
+
+def _label_name(label: str) -> str | None:
+    return _V_LABELS.get(label.strip().lower())
+
+
+_NUMBER = re.compile(r"-?[\d.]+")
+_DIGITS = b"0123456789."
+
+
+class _Layout(NamedTuple):
+    """A stats-line layout learned from a line: the label its known fields start at, and which of
+    the whitespace-separated tokens after it (commas and % signs as spaces) carry which field.
+
+    Lines of one layout differ only in their digits, so the line with its digits removed (from the
+    anchor on) is the layout's key: a log repeats one layout millions of times, and each repeat is
+    read with a few C-level string operations instead of a regex per field."""
+
+    anchor: str
+    names: tuple[str, ...]
+    pick: Callable[[list[str]], tuple[str, ...]]
+    idx: tuple[int, ...]  # the token index of each field
+    ntokens: int  # tokens from the anchor to the end of the line
+
+
+_LAYOUTS: dict[bytes, _Layout | None] = {}  # digit-free bytes from the anchor on → layout (None: unusable)
+_ANCHORS: list[str] = []
+MAX_LAYOUTS = 64  # a log with ever-new shapes (free text after the fields) reads them the slow way
+
+
+def _key(tail: str) -> bytes:
+    return tail.encode("utf-8", "replace").translate(None, _DIGITS)
+
+
+def _picker(idx: tuple[int, ...]) -> Callable[[list[str]], tuple[str, ...]]:
+    """The tokens at ``idx``, as a tuple (itemgetter returns a bare item for one index)."""
+    if len(idx) == 1:
+        only = idx[0]
+        return lambda tokens: (tokens[only],)
+    return operator.itemgetter(*idx)
+
+
+def _learn(line: str) -> dict[str, float]:
+    """Read ``line`` field by field (the general path) and remember its layout."""
     got: dict[str, float] = {}
-    for part in line.split(", "):
-        label, sep, value = part.rpartition(": ")
-        if not sep:
-            continue
-        # the first field carries the log prefix: "…] Engine 000: Avg prompt throughput"
-        tail = label.rpartition("] ")[2].lower()
-        name = _V_LABELS.get(tail) or _V_LABELS.get(tail.rpartition(": ")[2])
-        if name is None and tail.endswith("prefix cache hit rate: gpu"):
-            name = "prefix_pct"
+    fields = [m for m in _V_FIELD.finditer(line) if _label_name(m.group(1)) is not None]
+    for m in fields:
+        name = _label_name(m.group(1))
         if name is None or name in got:
             continue
-        value = value.strip().rstrip(".")
-        for unit in _V_UNITS:
-            if value.endswith(unit):
-                value = value[: -len(unit)]
-                break
         try:
-            got[name] = float(value)
+            got[name] = float(m.group(2).rstrip("."))
         except ValueError:
+            return got
+    if fields and len(_LAYOUTS) < MAX_LAYOUTS:
+        pos = fields[0].start(1)
+        tail = line[pos:]
+        layout: _Layout | None = None
+        tokens = tail.replace(",", " ").replace("%", " ").split()
+        # a field's value is the token equal to it (the first such token after its label)
+        idx: list[int] = []
+        names: list[str] = []
+        cursor = 0
+        for m in fields:
+            name = _label_name(m.group(1))
+            if name is None or name in names:
+                continue
+            want = m.group(2)
+            at = next((i for i in range(cursor, len(tokens)) if tokens[i] == want), None)
+            if at is None:
+                break
+            idx.append(at)
+            names.append(name)
+            cursor = at + 1
+        else:
+            if idx:
+                layout = _Layout(fields[0].group(1), tuple(names), _picker(tuple(idx)), tuple(idx), len(tokens))
+        _LAYOUTS[_key(tail)] = layout
+        if layout is not None and layout.anchor not in _ANCHORS:
+            _ANCHORS.append(layout.anchor)
+    return got
+
+
+def layout_of(line: str) -> tuple[str, _Layout] | None:
+    """(the line from its anchor on, its learned layout), or None when no learned layout fits."""
+    for anchor in _ANCHORS:
+        pos = line.find(anchor)
+        if pos >= 0:
+            tail = line[pos:]
+            layout = _LAYOUTS.get(_key(tail))
+            return (tail, layout) if layout is not None else None
+    return None
+
+
+def vllm_values(line: str) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+    """(field names, values) of a stats line of an already learned layout, or None."""
+    for anchor in _ANCHORS:
+        pos = line.find(anchor)
+        if pos < 0:
             continue
-    if "running" not in got or "waiting" not in got:
+        tail = line[pos:]
+        layout = _LAYOUTS.get(_key(tail))
+        if layout is None:
+            return None
+        try:
+            return layout.names, tuple(map(float, layout.pick(tail.replace(",", " ").replace("%", " ").split())))
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+def vllm_fields(line: str) -> dict[str, float] | None:
+    """The known fields of a vLLM V0/V1 stats line (any subset, in any order), or None."""
+    if "Running:" not in line and "Waiting:" not in line and "Pending:" not in line:
+        return None
+    fast = vllm_values(line)
+    got = dict(zip(*fast, strict=True)) if fast is not None else _learn(line)
+    if ("running" not in got and "waiting" not in got) or len(got) < 2:
+        return None
+    return got
+
+
+def _ignore(_: float) -> None:
+    """The adder of a field the aggregates do not keep (CPU KV cache usage)."""
+
+
+def parse_vllm_stats(line: str) -> StatsSample | None:
+    """A vLLM V0/V1 periodic stats line (any subset of its fields, in any order), or None."""
+    got = vllm_fields(line)
+    if got is None:
         return None
     return StatsSample(
         engine="vllm",
-        running=int(got["running"]),
-        waiting=int(got["waiting"]),
+        running=int(got["running"]) if "running" in got else None,
+        waiting=int(got["waiting"]) if "waiting" in got else None,
         swapped=int(got["swapped"]) if "swapped" in got else None,
         kv_usage_ratio=got["kv_pct"] / 100.0 if "kv_pct" in got else None,
         prompt_tokens_per_s=got.get("prompt_tps"),
@@ -335,6 +506,7 @@ class EngineLogParser:
     def __init__(self) -> None:
         self.engines: dict[str, None] = {}
         self.samples = 0
+        self._plans: dict[tuple[str, ...], tuple[list[tuple[Callable[[float], None], float]], int, int, int]] = {}
         self.running = Series()
         self.waiting = Series()
         self.swapped = Series()
@@ -371,11 +543,17 @@ class EngineLogParser:
         if self._bench_rows is not None:
             return self._feed_bench(line)
         hit = False
-        if "Running:" in line:
-            s = parse_vllm_stats(line)
-            if s is not None:
-                self._add_sample(s)
-                hit = True
+        if "Running:" in line or "Waiting:" in line or "Pending:" in line:
+            fast = vllm_values(line)
+            if fast is not None:
+                self._add_values(*fast)
+                self.recognised += 1
+                return True  # a stats line is nothing else
+            got = vllm_fields(line)
+            if got is not None:
+                self._add_vllm(got)
+                self.recognised += 1
+                return True
         if not hit and " batch" in line:
             s = parse_sglang_batch(line)
             if s is not None:
@@ -422,6 +600,141 @@ class EngineLogParser:
         if hit:
             self.recognised += 1
         return hit
+
+    def feed_raw(self, lines: list[str]) -> None:
+        """Physical lines as they stand in the log (not cleaned), many at once: the tail of a big log.
+
+        Stats lines of a learned layout are read in bulk: one split of all of them, each field a
+        column of values aggregated in C. The recogniser reads from a layout's anchor on, so the
+        log prefixes ``clean_lines`` strips do not matter to it; a line holding its anchor twice (two
+        glued records) is cleaned like any other. The aggregates keep the order of the lines: layouts
+        are folded in the order of their last line, and a stats line of an unknown layout (read one
+        by one, which learns its layout) closes the run of lines before it. Every other line is
+        cleaned and fed one by one.
+        """
+        if self._bench_rows is not None or len(lines) < BULK_MIN:
+            for line in clean_lines(lines):
+                self.feed(line)
+            return
+        groups: dict[_Layout, list[str]] = {}
+        last_at: dict[_Layout, int] = {}
+        rest: list[str] = []
+        for k, line in enumerate(lines):
+            if "Running:" in line or "Waiting:" in line or "Pending:" in line:
+                found = layout_of(line)
+                if found is not None and line.count(found[1].anchor) == 1:
+                    groups.setdefault(found[1], []).append(found[0])
+                    last_at[found[1]] = k
+                    continue
+                self._flush(groups, last_at)
+                for clean in clean_lines((line,)):
+                    self.feed(clean)
+                continue
+            rest.append(line)
+        self._flush(groups, last_at)
+        for line in clean_lines(rest):
+            self.feed(line)
+
+    def _flush(self, groups: dict[_Layout, list[str]], last_at: dict[_Layout, int]) -> None:
+        for layout in sorted(groups, key=last_at.__getitem__):
+            self._add_bulk(layout, groups[layout])
+        groups.clear()
+        last_at.clear()
+
+    def _add_bulk(self, layout: _Layout, tails: list[str]) -> None:
+        """Many stats lines of one layout: columns of values, aggregated in bulk."""
+        flat = " ".join(tails).replace(",", " ").replace("%", " ").split()
+        n = layout.ntokens
+        if len(flat) != n * len(tails):  # cannot happen for one layout key; stay exact if it does
+            for tail in tails:
+                self.feed(tail)
+            return
+        try:
+            cols = {name: list(map(float, flat[i::n])) for name, i in zip(layout.names, layout.idx, strict=True)}
+        except ValueError:
+            for tail in tails:
+                self.feed(tail)
+            return
+        if ("running" not in cols and "waiting" not in cols) or len(cols) < 2:
+            return
+        self.engines.setdefault("vllm")
+        self.samples += len(tails)
+        for name, series, scale in (("running", self.running, 1.0), ("waiting", self.waiting, 1.0),
+                                    ("swapped", self.swapped, 1.0), ("kv_pct", self.kv_usage, 0.01),
+                                    ("prefix_pct", self.prefix_hit, 0.01), ("prompt_tps", self.prompt_tps, 1.0),
+                                    ("gen_tps", self.gen_tps, 1.0)):
+            col = cols.get(name)
+            if col is not None:
+                series.extend(col if scale == 1.0 else [v * scale for v in col])
+        waiting = cols.get("waiting")
+        if waiting is not None:
+            queued = [k for k, w in enumerate(waiting) if w]
+            self.queued_samples += len(queued)
+            if queued and "running" in cols:
+                running = cols["running"]
+                self.running_when_queued.extend([running[k] for k in queued])
+            if queued and "kv_pct" in cols:
+                kv = cols["kv_pct"]
+                self.kv_when_queued.extend([kv[k] * 0.01 for k in queued])
+
+    def _plan(self, names: tuple[str, ...]) -> tuple[list[tuple[Callable[[float], None], float]], int, int, int]:
+        """For a layout's fields: (each field's adder and scale), and where running/waiting/kv sit (-1: absent)."""
+        target = {"running": (self.running, 1.0), "waiting": (self.waiting, 1.0), "swapped": (self.swapped, 1.0),
+                  "kv_pct": (self.kv_usage, 0.01), "prefix_pct": (self.prefix_hit, 0.01),
+                  "prompt_tps": (self.prompt_tps, 1.0), "gen_tps": (self.gen_tps, 1.0)}
+        adders: list[tuple[Callable[[float], None], float]] = [
+            (target[n][0].add, target[n][1]) if n in target else (_ignore, 1.0) for n in names]
+        r, w, k = (names.index(n) if n in names else -1 for n in ("running", "waiting", "kv_pct"))
+        plan = (adders, r, w, k)
+        self._plans[names] = plan
+        return plan
+
+    def _add_values(self, names: tuple[str, ...], values: tuple[float, ...]) -> None:
+        """A vLLM stats line of a learned layout: the hot path of a multi-GB log."""
+        plan = self._plans.get(names) or self._plan(names)
+        adders, r, w, k = plan
+        if ("running" in names or "waiting" in names) and len(names) >= 2:
+            if not self.samples:
+                self.engines.setdefault("vllm")
+            self.samples += 1
+            for (add, scale), v in zip(adders, values, strict=True):
+                add(v * scale)
+            if w >= 0 and values[w]:
+                self.queued_samples += 1
+                if r >= 0:
+                    self.running_when_queued.add(values[r])
+                if k >= 0:
+                    self.kv_when_queued.add(values[k] / 100.0)
+
+    def _add_vllm(self, got: dict[str, float]) -> None:
+        """``_add_sample`` for a vLLM stats line's fields, without building a sample (the hot path)."""
+        if self.samples == 0 or "vllm" not in self.engines:
+            self.engines.setdefault("vllm")
+        self.samples += 1
+        running = got.get("running")
+        waiting = got.get("waiting")
+        kv = got.get("kv_pct")
+        if running is not None:
+            self.running.add(running)
+        if waiting is not None:
+            self.waiting.add(waiting)
+        if "swapped" in got:
+            self.swapped.add(got["swapped"])
+        if kv is not None:
+            kv /= 100.0
+            self.kv_usage.add(kv)
+        if "prefix_pct" in got:
+            self.prefix_hit.add(got["prefix_pct"] / 100.0)
+        if "prompt_tps" in got:
+            self.prompt_tps.add(got["prompt_tps"])
+        if "gen_tps" in got:
+            self.gen_tps.add(got["gen_tps"])
+        if waiting:
+            self.queued_samples += 1
+            if running is not None:
+                self.running_when_queued.add(running)
+            if kv is not None:
+                self.kv_when_queued.add(kv)
 
     def _add_sample(self, s: StatsSample) -> None:
         self.engines.setdefault(s.engine)

@@ -123,6 +123,18 @@ _SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORE
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
 
+
+def _family_prefix(name: str) -> str:
+    """``vllm:num_requests_running`` → ``vllm:``; ``tgi_batch_current_size`` → ``tgi_``."""
+    cut = name.find(":")
+    return name[: cut + 1] if cut >= 0 else name[: name.find("_") + 1] or name
+
+
+# literal anchors of every line ``PromBuffer`` keeps: a known family's name prefix, or a comment
+TRIGGERS: tuple[str, ...] = (*sorted({_family_prefix(n) for a in ALIASES for n in a.names}),
+                              "# HELP", "# TYPE", "# scrape")
+
+
 def lookup(sample_name: str) -> tuple[Alias, str] | None:
     """The alias of an exposed sample name and which part it is (value/total/bucket/sum/count)."""
     a = BY_NAME.get(sample_name)

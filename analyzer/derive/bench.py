@@ -17,6 +17,7 @@ class BenchSource:
     """TextSource for perf_analyzer / wrk / ab output (kind ``benchmark``)."""
 
     kind = KIND
+    triggers = ()  # load-test output is pasted or saved on its own: read from the head
 
     def __init__(self) -> None:
         self._parser = BenchParser()

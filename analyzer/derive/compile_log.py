@@ -12,6 +12,8 @@ class CompileLogSource:
     """Text source for TORCH_LOGS=recompiles / graph_breaks output and recompile-limit errors."""
 
     kind = "torch-compile-log"
+    triggers = ("torch", "Recompiling", "recompil", ("triggered by", 0, 30), "limit", "Limit", "LIMIT",
+                "raph break", "raph Break", "GRAPH BREAK", "reason", "Reason", "fullgraph")
 
     def __init__(self) -> None:
         self._p = CompileLogParser()

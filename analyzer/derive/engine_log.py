@@ -24,12 +24,20 @@ class EngineLogSource:
     """TextSource for serving-engine logs (kind ``engine_log``)."""
 
     kind = KIND
+    # the gates of ``EngineLogParser.feed``, as literals
+    triggers = ("Running:", "Waiting:", "Pending:", "-req:", "_req:", "preempt", "Preempt", "num_seqs", "num-seqs",
+                "batched", "max_running",
+                "max-running", "Maximum concurrency", "GPU blocks", "KV cache size", "retracted", "_time",
+                "overloaded", ("Benchmark Result", 0, 60), "Throughput:")  # with the rows of a result block
 
     def __init__(self) -> None:
         self._parser = EngineLogParser()
 
     def feed(self, line: str) -> None:
         self._parser.feed(line)
+
+    def feed_raw(self, lines: list[str]) -> None:
+        self._parser.feed_raw(lines)
 
     def matched(self) -> bool:
         return self._parser.matched()

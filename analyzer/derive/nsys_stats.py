@@ -20,6 +20,7 @@ class NsysStatsSource:
     """TextSource for ``nsys stats`` reports (kind ``nsys_stats``)."""
 
     kind = KIND
+    triggers = ()  # `nsys stats` tables: pasted or saved on their own, read from the head
 
     def __init__(self) -> None:
         self._parser = NsysStatsParser()
@@ -45,6 +46,7 @@ class TransferReportSource:
     """TextSource for prose about host↔device copies seen in a profile (kind ``transfer_report``)."""
 
     kind = REPORT_KIND
+    triggers = ()  # prose: the head
 
     def __init__(self) -> None:
         self.in_profile = 0

@@ -17,6 +17,8 @@ class NvsmiSource:
     """Text source for nvidia-smi output."""
 
     kind = "nvidia-smi"
+    # `nvidia-smi -l` logs repeat the table: the banner and every memory cell carry these
+    triggers = ("NVIDIA-SMI", ("MiB", 1, 0))  # with the GPU name row above a usage row
 
     def __init__(self) -> None:
         self._p = NvsmiParser()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from analyzer.model import Evidence, Quality
-from collectors.oom import HintsParser, OomEvent, OomParser, OomResult
+from collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
 
 GIB = 1 << 30
 
@@ -59,6 +59,13 @@ class OomSource:
     """Text source for out-of-memory events."""
 
     kind = "oom"
+    # past an input's head: the anchors of every message form (and of the report's own words on
+    # fragmentation); the traceback around an event (its phase) comes as context
+    triggers = (*((t, CONTEXT_LINES, CONTEXT_LINES) for t in (
+        "out of memory", "Out of memory", "Out Of Memory", "OUT OF MEMORY", "out-of-memory", "OutOfMemory", "OOM",
+        "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
+        "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
+        "内存")), "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:
         self._parser = OomParser()
@@ -144,6 +151,7 @@ class HintsSource:
     """Text source for model-size and hardware hints."""
 
     kind = "model-hints"
+    triggers = ()  # model names, GPUs and settings: a start-up banner or a pasted report, in the head
 
     def __init__(self) -> None:
         self._parser = HintsParser()

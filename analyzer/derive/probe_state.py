@@ -27,6 +27,7 @@ _STAT = {
 
 class ProbeStateSource:
     kind = "probe-cuda-memory"
+    triggers = ('"cuda_memory"', '"oom"')
 
     def __init__(self) -> None:
         self._last_state: dict[str, Any] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from analyzer.model import Evidence, Quality
+from collectors.prom import TRIGGERS as PROM_TRIGGERS
 from collectors.prom import PromBuffer, PromResult
 
 KIND = "prometheus"
@@ -40,6 +41,7 @@ class PromSource:
     """TextSource for Prometheus text exposition (kind ``prometheus``)."""
 
     kind = KIND
+    triggers = PROM_TRIGGERS
 
     def __init__(self) -> None:
         self._buf = PromBuffer()

@@ -64,6 +64,9 @@ class TimingSource:
     """Text source for stage timings, spans, per-call timing lines and timing tables."""
 
     kind = "timing"
+    # tables, spans and prose are pasted (the head); a stage-timing JSONL log can be any size
+    triggers = ('"stages_ms"',)
+    free_text = True
 
     def __init__(self) -> None:
         self._p = TimingParser()

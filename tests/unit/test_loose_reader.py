@@ -1,0 +1,195 @@
+"""The loose-evidence reader: head to every source, the tail by trigger, compressed streams."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer import loose
+from collectors import engine_log
+from collectors.logtext import clean_lines
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TEXT_FIXTURES = sorted(
+    p for d in ("logs", "compile_logs", "oom", "metrics", "nvsmi", "timing", "bench", "nsys_stats")
+    for p in (DATA / d).iterdir() if p.suffix in (".txt", ".md", ".jsonl")
+)
+
+
+def _values(result: loose.LooseResult) -> dict[str, object]:
+    return {e.key: e.value for e in result.evidence}
+
+
+def _stream(data: bytes) -> io.BufferedReader:
+    return io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
+
+
+def _close(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))  # sums in another order
+    return a == b
+
+
+@pytest.mark.parametrize("path", TEXT_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_prefilter_never_changes_what_a_trigger_source_derives(path: Path) -> None:
+    """Read as a big log's tail (no head at all), every source with triggers derives exactly what it
+    derives when it is offered every line: the trigger lists cover what the parsers read."""
+    data = path.read_bytes()
+    tail_sources = loose.new_sources()
+    loose.read_into(tail_sources, _stream(data), head_bytes=0)
+    for tail_src, full_src in zip(tail_sources, loose.new_sources(), strict=True):
+        if not getattr(tail_src, "triggers", ()):
+            continue  # head-only sources: tables and prose are read from the head
+        for line in clean_lines(data.decode("utf-8", "replace").splitlines()):
+            full_src.feed(line)
+        full = {e.key: e.value for e in full_src.evidence("x")} if full_src.matched() else {}
+        tail = {e.key: e.value for e in tail_src.evidence("x")} if tail_src.matched() else {}
+        if getattr(tail_src, "free_text", False):
+            # tables and prose in the head, one machine format (its triggers) anywhere: past the head
+            # it derives part of what it derives from the whole, never something else
+            assert tail.keys() <= full.keys(), f"{tail_src.kind}: {sorted(tail.keys() - full.keys())}"
+        else:
+            assert full.keys() == tail.keys(), f"{tail_src.kind}: {sorted(full.keys() ^ tail.keys())}"
+        assert all(_close(full[k], tail[k]) for k in tail), tail_src.kind
+
+
+def _big_log(tmp_path: Path, tail: str, filler_mb: float = 3.0) -> Path:
+    """Real-format vLLM request lines (no parser wants them) and then ``tail``."""
+    filler = ('INFO:     172.18.0.1:{p} - "POST /v1/completions HTTP/1.1" 200 OK\n'
+              "INFO 03-18 12:34:52 async_llm_engine.py:120] Finished request cmpl-{i:032x}.\n")
+    lines, size, i = [], 0, 0
+    while size < filler_mb * 1e6:
+        i += 1
+        s = filler.format(p=40000 + i % 20000, i=i)
+        lines.append(s)
+        size += len(s)
+    path = tmp_path / "service.log"
+    path.write_text("".join(lines) + tail, encoding="utf-8")
+    return path
+
+
+OOM_AT_THE_END = """\
+ERROR 10-11 12:27:29 engine.py:157] Traceback (most recent call last):
+ERROR 10-11 12:27:29 engine.py:157]   File "/opt/vllm/vllm/engine/multiprocessing/engine.py", line 155, in start
+ERROR 10-11 12:27:29 engine.py:157]     self.run_engine_loop()
+ERROR 10-11 12:27:29 engine.py:157]   File "/opt/vllm/vllm/worker/model_runner.py", line 1450, in execute_model
+ERROR 10-11 12:27:29 engine.py:157]     hidden_or_intermediate_states = model_executable(
+ERROR 10-11 12:27:29 engine.py:157] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 138.00 MiB. \
+GPU 0 has a total capacity of 79.15 GiB of which 2.19 MiB is free. Including non-PyTorch memory, this process has \
+79.12 GiB memory in use. Of the allocated memory 71.57 GiB is allocated by PyTorch, and 611.60 MiB is reserved by \
+PyTorch but unallocated.
+"""
+
+
+def test_an_oom_at_the_end_of_a_big_log_is_found_with_its_traceback(tmp_path: Path) -> None:
+    path = _big_log(tmp_path, OOM_AT_THE_END)
+    got = _values(loose.analyze_path(str(path)))
+    assert got["mem.oom_count"] == 1
+    assert got["mem.requested_bytes"] == 138 * 2**20
+    assert got["mem.oom_phase"] == "serving"  # the frames above the message came as its context
+
+
+def test_context_lines_cross_chunk_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 4 KiB: the traceback above the message and the result rows below a benchmark title
+    straddle chunk boundaries and still arrive."""
+    monkeypatch.setattr(loose, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(loose, "CARRY_BYTES", 2048)
+    bench = ("============ Serving Benchmark Result ============\n"
+             "Successful requests:                     1000\n"
+             "Benchmark duration (s):                  97.41\n"
+             "Request throughput (req/s):              10.27\n"
+             "Mean TTFT (ms):                          2143.11\n"
+             "P99 TTFT (ms):                           9876.54\n"
+             "==================================================\n")
+    path = _big_log(tmp_path, OOM_AT_THE_END + bench, filler_mb=0.7)
+    got = _values(loose.analyze_path(str(path)))
+    assert got["mem.oom_phase"] == "serving" and got["mem.requested_bytes"] == 138 * 2**20
+    assert got["throughput.rps"] == pytest.approx(10.27)
+    assert got["latency.ttft_ms.p99"] == pytest.approx(9876.54)
+
+
+STATS = [
+    "INFO 03-18 12:34:{s:02d} llm_engine.py:706] Avg prompt throughput: {a:.1f} tokens/s, Avg generation "
+    "throughput: {b:.1f} tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: "
+    "{kv:.1f}%, CPU KV cache usage: 0.0%",
+    "vllm-1  | (APIServer pid=7) INFO 06-02 10:01:{s:02d} [loggers.py:111] Engine 000: Avg prompt throughput: "
+    "{a:.1f} tokens/s, Avg generation throughput: {b:.1f} tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
+    "GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: {h:.1f}%",
+    "INFO 05-01 10:00:{s:02d} metrics.py:341] Avg prompt throughput: {a:.1f} tokens/s, Avg generation throughput: "
+    "{b:.1f} tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: {kv:.1f}%, CPU KV "
+    "cache usage: 0.0%, Prefix cache hit rate: GPU: {h:.2f}%, CPU: 0.00%",
+    "INFO 05-01 10:00:{s:02d} x.py:1] a request line that is not a stats line",
+    "WARNING 03-18 12:35:{s:02d} scheduler.py:1089] Sequence group {r} is preempted by PreemptionMode.RECOMPUTE "
+    "mode because there is not enough KV cache space. total_num_cumulative_preemption={w}",
+]
+
+
+def test_bulk_stats_reading_equals_line_by_line() -> None:
+    rng = random.Random(7)
+    lines = [rng.choice(STATS).format(s=i % 60, a=rng.uniform(0, 9000), b=rng.uniform(0, 3000),
+                                      r=rng.randrange(0, 300), w=rng.choice([0, 0, rng.randrange(1, 90)]),
+                                      kv=rng.uniform(0, 100), h=rng.uniform(0, 100)) for i in range(3000)]
+    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
+    for line in clean_lines(lines):
+        one.feed(line)
+    for k in range(0, len(lines), 700):
+        bulk.feed_raw(lines[k:k + 700])
+    a, b = one.summary(), bulk.summary()
+    assert a.samples == b.samples > 1500 and a.queued_samples == b.queued_samples
+    assert a.preemptions == b.preemptions
+    for name in ("running", "waiting", "swapped", "kv_usage", "prompt_tps", "gen_tps", "prefix_hit",
+                 "running_when_queued", "kv_when_queued"):
+        sa, sb = getattr(a, name), getattr(b, name)
+        assert sa.count == sb.count, name
+        assert _close(sa.total, sb.total) and sa.max == sb.max, name
+        if not name.endswith("_when_queued"):  # the last value read (waiting_last, the prefix hit rate)
+            assert sa.last == sb.last, name
+
+
+def test_a_stats_line_of_a_new_shape_is_learned_from_its_own_fields() -> None:
+    line = "INFO 11-02 09:00:00 [loggers.py:123] Engine 001: Running: 7 reqs, Waiting: 2 reqs, GPU KV cache usage: 88.5%"
+    assert engine_log.vllm_fields(line) == {"running": 7.0, "waiting": 2.0, "kv_pct": 88.5}
+    assert engine_log.vllm_fields(line.replace("7 reqs", "9 reqs")) == {"running": 9.0, "waiting": 2.0, "kv_pct": 88.5}
+    assert engine_log.vllm_fields("Running: the tests") is None
+
+
+PLAIN = (DATA / "logs" / "vllm_v0_pending_kv_cache_full.txt").read_bytes()
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress], ids=["gzip", "bzip2", "xz"])
+def test_rotated_logs_are_read_compressed_from_files_and_stdin(tmp_path: Path, compress) -> None:  # type: ignore[no-untyped-def]
+    expected = _values(loose.analyze_stream("plain", _stream(PLAIN)))
+    packed = compress(PLAIN)
+    path = tmp_path / "service.log.1"
+    path.write_bytes(packed)
+    assert _values(loose.analyze_path(str(path))) == expected
+    res = loose.analyze_stream("<stdin>", _stream(packed))
+    assert _values(res) == expected and res.inputs[0].status == "ok"
+
+
+def test_zstd_is_read_when_zstandard_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    zstandard = pytest.importorskip("zstandard")  # a dev dependency: present in CI
+    packed = zstandard.ZstdCompressor().compress(PLAIN)
+    assert _values(loose.analyze_stream("x.zst", _stream(packed))) == _values(loose.analyze_stream("p", _stream(PLAIN)))
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as on a machine without it
+    rec = loose.analyze_stream("x.zst", _stream(packed)).inputs[0]
+    assert rec.status == "unreadable" and "pip install zstandard" in rec.reason
+
+
+def test_a_damaged_gzip_is_read_up_to_the_damage(tmp_path: Path) -> None:
+    lines = "\n".join(STATS[0].format(s=i % 60, a=1.0, b=2.0, r=i % 50, w=i % 7, kv=50.0, h=1.0)
+                      for i in range(8000))
+    packed = gzip.compress(lines.encode())
+    res = loose.analyze_stream("cut.gz", _stream(packed[: len(packed) // 2]))
+    assert res.inputs[0].status == "partial" and "damaged or cut short" in res.inputs[0].reason
+    assert _values(res)["serving.stat_samples"] > 0
+    junk = loose.analyze_stream("junk.gz", _stream(b"\x1f\x8b" + os.urandom(200)))
+    assert junk.inputs[0].status == "unreadable" and junk.evidence == []
