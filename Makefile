@@ -34,8 +34,15 @@ lint: venv
 docs: venv
 	$(BIN)/python -m analyzer.rulesdoc docs
 
+# the real-incident corpus (tests/data/incidents): train with its failures, validation as a score only
+# (its failures are looked at after a change is done, never tuned to); the shared dev set too
 score: venv
-	$(PY) ../shared/eval/score_incidents.py ../shared/data/incidents/dev.jsonl --diagnose $(BIN)/diagnose --show-failures
+	@echo "== train (tests/data/incidents/train.jsonl)"
+	@$(PY) ../shared/eval/score_incidents.py tests/data/incidents/train.jsonl --diagnose $(BIN)/diagnose --show-failures
+	@echo "== validation (tests/data/incidents/validation.jsonl)"
+	@$(PY) ../shared/eval/score_incidents.py tests/data/incidents/validation.jsonl --diagnose $(BIN)/diagnose
+	@echo "== dev (../shared/data/incidents/dev.jsonl)"
+	@$(PY) ../shared/eval/score_incidents.py ../shared/data/incidents/dev.jsonl --diagnose $(BIN)/diagnose
 
 bench: venv
 	$(BIN)/python benchmarks/attach_overhead.py
