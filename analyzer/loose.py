@@ -32,7 +32,19 @@ from typing import BinaryIO, Protocol, cast
 
 import numpy as np
 
-from analyzer.derive import bench, compile_log, engine_log, nsys_stats, nvsmi, oom, probe_state, prom, timing
+from analyzer.derive import (
+    bench,
+    claims,
+    compile_log,
+    engine_log,
+    llamacpp,
+    nsys_stats,
+    nvsmi,
+    oom,
+    probe_state,
+    prom,
+    timing,
+)
 from analyzer.model import Evidence, InputRecord
 from collectors.logtext import (
     DECOMPRESS_ERRORS,
@@ -95,9 +107,11 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     timing.sources,
     nvsmi.sources,
     engine_log.sources,
+    llamacpp.sources,
     prom.sources,
     bench.sources,
     nsys_stats.sources,
+    claims.sources,  # last: what the text says, when no format above could measure it
 )
 
 HEAD_BYTES = 512 * 1024  # pasted evidence (a ticket, an issue: ≤ 64 KiB a comment) fits; every source reads it all

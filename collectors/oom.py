@@ -164,7 +164,10 @@ _HEAD = re.compile(
     r"|OutOfMemoryError\b"
     r"|CUDA error: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory"
-    r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
+    r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    # the allocator's sentence pasted without its first words: its own structure says what it is
+    r"|(?:Tried|trying) to allocate\s+[\d.]+\s*[KMGT]i?B\b(?=.{0,16}(?:\((?:GPU|NPU|XPU) ?\d+;|GPU \d+ has a total))"
+    r"|CUDA_ERROR_OUT_OF_MEMORY",
     re.IGNORECASE,
 )
 _F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
@@ -195,7 +198,7 @@ _FW_KV_BYTES = re.compile(
     re.IGNORECASE,
 )
 _FW_STARTUP_FREE = re.compile(
-    r"Free memory on device\s*\((?P<free>[\d.]+)\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>[KMGT]i?B)\)"
+    r"Free memory on device(?:\s+[\w:]+)?\s*\((?P<free>[\d.]+)\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>[KMGT]i?B)\)"
     r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
     re.IGNORECASE,
 )
@@ -431,6 +434,9 @@ _GPU_MODELS: dict[str, float] = {  # GiB of device memory of common accelerators
     "a6000": 48, "a40": 48, "a10g": 24, "a10": 24, "l4": 24, "t4": 16, "v100": 32, "4090": 24, "3090": 24,
     "a30": 24, "a5000": 24, "a4000": 16, "mi300x": 192, "mi250": 128, "910b": 64, "b200": 192, "gh200": 96,
     "rtx 6000 ada": 48, "6000 ada": 48, "4080": 16, "3080": 10, "2080": 8, "p100": 16, "k80": 12,
+    "5090": 32, "5080": 16, "4070": 12, "4060": 8, "4050": 6, "3070": 8, "3060": 12, "2070": 8, "2060": 6,
+    "1080 ti": 11, "1080": 8, "1070": 8, "1060": 6, "1660": 6, "p40": 24, "m60": 8,
+    "l20": 48, "rtx pro 6000": 96, "mi210": 64, "mi100": 32, "7900 xtx": 24, "a5500": 24,
 }
 _GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
 _GPU_SPEC = re.compile(
@@ -438,6 +444,11 @@ _GPU_SPEC = re.compile(
     rf"(?P<pre>Tesla\s+|GeForce\s+RTX\s+|RTX\s+|GeForce\s+|Ascend\s+)?"
     rf"(?P<gpu>{_GPU_NAME})(?![a-zA-Z0-9]|\.\d)(?:[\s-]*(?:(?:SXM\d?|PCIe|NVL)[\s-]*)?(?P<mem>\d+)\s?G(?:i?B)?\b)?"
     rf"(?P<suf>\s*(?:GPUs?|cards?|显卡|卡))?",
+    re.IGNORECASE,
+)
+_GPU_MEM_PROSE = re.compile(
+    r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\s*(?:of\s+)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存|graphics"
+    r" card|card)\b|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?(?P<w>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b",
     re.IGNORECASE,
 )
 _GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
@@ -577,6 +588,13 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             if m.group("n") and 1 <= int(m.group("n")) <= 1024:
                 hints.gpu_count = int(m.group("n"))
             said = True
+    if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "card" in low
+                                           or "video memory" in low):
+        m = _GPU_MEM_PROSE.search(line)
+        if m:
+            gib = float(m.group("v") or m.group("w"))
+            if 1 <= gib <= 200:
+                hints.gpu_memory_bytes, said = int(gib * (1 << 30)), True
     if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
         m = _GPU_COUNT.search(line)
         if m:
@@ -599,6 +617,23 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 CONTEXT_LINES = 120  # frames this many lines around an event belong to its traceback
+
+# What a log line (not a traceback frame) says the process was doing: engines and loaders announce
+# their phases. Used only when no frame tells the phase; the nearest such line before the event wins.
+_PHASE_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("loading", re.compile(
+        r"\bLoading (?:the )?(?:model|weights|checkpoint|safetensors|draft model|model modules|pretrained)"
+        r"|Loading checkpoint shards|could not be loaded|failed to load (?:the )?model|while loading|load_model\b"
+        r"|Starting to load model|llm_load_tensors|load_tensors:|loading model from|model loading|加载模型|模型加载",
+        re.IGNORECASE)),
+    ("profile_run", re.compile(r"Memory profiling|profile_run|determine_num_available_blocks|profiling run",
+                               re.IGNORECASE)),
+    ("warmup", re.compile(r"Capturing (?:CUDA |cuda )?graphs?|Capturing batches|warming up|warm-?up\b|\[Warmup\]",
+                          re.IGNORECASE)),
+    ("serving", re.compile(r"Received request|POST /v1/|\bRunning: \d+ reqs|Processed prompts|Avg prompt throughput"
+                           r"|/generate\b|Uvicorn running|Application startup complete|during inference"
+                           r"|while (?:serving|generating|decoding)|generate\(", re.IGNORECASE)),
+)
 MAX_FRAMES = 4000  # bounded memory on huge logs
 MAX_EVENTS = 10_000
 
@@ -619,6 +654,7 @@ class OomParser:
         self._retries: int | None = None
         self.fragmentation_statements: list[str] = []
         self._fragmentation_vetoed = False
+        self._phase_lines: deque[tuple[int, str, str]] = deque(maxlen=MAX_FRAMES)
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -644,6 +680,10 @@ class OomParser:
             self._frames[-1] = (last[0], Frame(last[1].path, last[1].func, body.strip()[:200]))
         if self._continue(line, is_frame=False):
             return
+        for phase, rx in _PHASE_LINES:
+            if rx.search(body):
+                self._phase_lines.append((self._n, phase, body.strip()[:120]))
+                break
         self._scan(line)
 
     def _continue(self, line: str, *, is_frame: bool) -> bool:
@@ -698,7 +738,7 @@ class OomParser:
             self._add(fw)
             return
         head = _HEAD.search(line)
-        if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation", line,
+        if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate", line,
                                re.IGNORECASE) or re.search(r"OutOfMemoryError\s*[:(]", line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
@@ -763,6 +803,12 @@ class OomParser:
                 continue
             near = [fr for idx, fr in frames if -CONTEXT_LINES <= idx - ev.line_no <= CONTEXT_LINES]
             ev.phase, ev.phase_from = phase_of(near)
+            if ev.phase == "unknown":
+                said = [(idx, ph, text) for idx, ph, text in self._phase_lines
+                        if -CONTEXT_LINES <= idx - ev.line_no <= 0]
+                if said:
+                    _, ev.phase, text = said[-1]
+                    ev.phase_from = f"the log line '{text}'"
         for ev in events:
             if ev.truncated:
                 problems.append(f"the out-of-memory message at line {ev.line_no} is cut short "

@@ -14,11 +14,21 @@ from analyzer.model import EvidenceSet, Finding, Severity, Skipped
 from rules.base import Rule
 from rules.registry import RULES
 
+CONTEXT_KEYS = frozenset({"serving.engine"})  # what the text names as context, not a measurement
+
+
+def claims_only(f: Finding) -> bool:
+    """A finding resting only on what a report's prose says (``report.*`` evidence), nothing parsed
+    from a log, table, trace or measurement."""
+    return bool(f.evidence) and all(e.key.startswith("report.") or e.key in CONTEXT_KEYS for e in f.evidence)
+
 
 def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
-    """Most important first: real bottlenecks by score, then informational notes."""
+    """Most important first: real bottlenecks by score, then informational notes. A finding read from
+    structured evidence (a log's lines, a table, a profile, a measurement) ranks before one resting
+    only on what the prose says, whatever their scores."""
     return tuple(
-        sorted(findings, key=lambda f: (f.severity is Severity.INFO, -f.score, f.code))
+        sorted(findings, key=lambda f: (f.severity is Severity.INFO, claims_only(f), -f.score, f.code))
     )
 
 
@@ -40,5 +50,8 @@ def run_rules(
         result = rule.check(evidence, rule_cls.thresholds(config.get(rule_cls.code)))
         if result is not None:
             findings.append(result)
+    # what the prose says adds nothing where structured evidence already names the same bottleneck
+    structured = {f.category for f in findings if not claims_only(f)}
+    findings = [f for f in findings if not (claims_only(f) and f.category in structured)]
     return rank(findings), tuple(skipped)
 

@@ -219,7 +219,8 @@ class OomWeights(Rule):
         msg = []
         if by_phase:
             msg.append("The out-of-memory error was raised while the model's weights were being loaded"
-                       + (f" ({where.removeprefix('from the traceback: ')})" if where else "") + ".")
+                       + (f" ({where.removeprefix('from the traceback: ').removeprefix('from ')})" if where else "")
+                       + ".")
         else:
             msg.append("An out-of-memory error was raised and the model's weights do not fit the device.")
         nums = _numbers(m)
@@ -301,7 +302,9 @@ class OomRuntimePeak(Rule):
     How it decides: ``mem.oom_phase`` is ``profile_run``, ``warmup`` or ``serving``; or the phase is
     unknown, PyTorch had at least ``busy_share`` of the device allocated and the weights per device
     are known to be under ``weights_share`` (or are unknown: then with thin confidence, since a
-    runtime peak is the most common way a process fills its device). Vetoed when the weights alone
+    runtime peak is the most common way a process fills its device). Outside loading, a single
+    request for at least ``huge_request_share`` of the device (or more than it has) is one
+    activation, whatever else is known: weights load tensor by tensor. Vetoed when the weights alone
     reach ``weights_share`` (MEM001), another process holds ``external_share`` (MEM004), or the
     request would have fit in a large reserved-but-unallocated pool (MEM003).
 
@@ -339,6 +342,7 @@ class OomRuntimePeak(Rule):
         frag_share_total: float = 0.10  # MEM003's bar
         frag_share_reserved: float = 0.20  # MEM003's bar
         frag_min_bytes: float = 256 * MIB  # MEM003's bar
+        huge_request_share: float = 0.25  # one allocation of a quarter of the device is no weight tensor
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -352,7 +356,11 @@ class OomRuntimePeak(Rule):
         # nothing says where it failed nor how big the model is: runtime peaks are by far the
         # most common cause of a process filling its device, so say so, thinly
         by_default = busy and ws is None
-        if not (by_phase or by_numbers or by_default):
+        # weights load tensor by tensor; one request for a large part of the device (or more than it
+        # has) is an activation: attention over a long sequence, a big image, a huge batch
+        req_share = m.share(m.requested)
+        by_request = m.phase != "loading" and req_share is not None and req_share >= t.huge_request_share
+        if not (by_phase or by_numbers or by_default or by_request):
             return None
         if weights_too_big(m, t.weights_share):
             return None
@@ -362,8 +370,8 @@ class OomRuntimePeak(Rule):
             return None
         phase_ev = ev.get("mem.oom_phase")
         where = ""
-        if isinstance(phase_ev, Evidence) and phase_ev.detail.startswith("from the traceback: "):
-            where = phase_ev.detail.removeprefix("from the traceback: ")
+        if isinstance(phase_ev, Evidence) and phase_ev.detail.startswith("from "):
+            where = phase_ev.detail.removeprefix("from the traceback: ").removeprefix("from ")
         reason_ev = ev.get("mem.oom_reason")
         reason = str(reason_ev.value) if isinstance(reason_ev, Evidence) else ""
         util = ev.value("mem.gpu_memory_utilization_ratio")
@@ -379,7 +387,11 @@ class OomRuntimePeak(Rule):
                        "weights alone fit: the runtime working set is what overflowed.",
             "default": "PyTorch held most of the device when the out-of-memory error was raised: most likely the "
                        "runtime working set (batch × sequence length, activations, KV cache) overflowed.",
-        }[m.phase if m.phase in ("profile_run", "warmup", "serving") else ("unknown" if by_numbers else "default")]
+            "request": "A single allocation was asked for a large part of the device: no weight tensor is "
+                       "that big, so it is one activation (attention over a long sequence, a large image or "
+                       "video, a huge batch) that does not fit.",
+        }[m.phase if m.phase in ("profile_run", "warmup", "serving")
+          else ("request" if by_request else "unknown" if by_numbers else "default")]
         parts = [msg]
         if where:
             parts.append(f"(Traceback: {where}.)")

@@ -15,6 +15,7 @@ from rules import healthy as _healthy
 from rules import memory as _memory
 from rules import prefill as _prefill
 from rules import queueing as _queueing
+from rules import report as _report
 from rules import serving as _serving
 from rules import shapes as _shapes
 from rules import stages as _stages
@@ -37,6 +38,7 @@ RULES: tuple[type[Rule], ...] = (
     *_gpu.RULES,
     *_gpu_trace.RULES,
     *_healthy.RULES,
+    *_report.RULES,  # last: what a report says, when nothing measured says more
 )
 
 RETIRED: frozenset[str] = frozenset()

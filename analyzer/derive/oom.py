@@ -113,8 +113,10 @@ class OomSource:
             else f"{len(res.events)} out-of-memory event(s)" + (f" on {where}" if where else "")
         )
         add("mem.oom_count", len(res.events), "events", count_detail)
-        add("mem.oom_phase", ev.phase, "phase", f"from the traceback: {ev.phase_from}" if ev.phase_from
-            else "no traceback frame told the phase")
+        told = ("no traceback frame or log line told the phase" if not ev.phase_from
+                else f"from {ev.phase_from}" if ev.phase_from.startswith("the log line")
+                else f"from the traceback: {ev.phase_from}")
+        add("mem.oom_phase", ev.phase, "phase", told)
         for key, value in (
             ("mem.requested_bytes", ev.requested),
             ("mem.device_total_bytes", ev.total),

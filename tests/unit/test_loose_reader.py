@@ -155,7 +155,8 @@ def test_bulk_stats_reading_equals_line_by_line() -> None:
 
 
 def test_a_stats_line_of_a_new_shape_is_learned_from_its_own_fields() -> None:
-    line = "INFO 11-02 09:00:00 [loggers.py:123] Engine 001: Running: 7 reqs, Waiting: 2 reqs, GPU KV cache usage: 88.5%"
+    line = ("INFO 11-02 09:00:00 [loggers.py:123] Engine 001: Running: 7 reqs, Waiting: 2 reqs, "
+            "GPU KV cache usage: 88.5%")
     assert engine_log.vllm_fields(line) == {"running": 7.0, "waiting": 2.0, "kv_pct": 88.5}
     assert engine_log.vllm_fields(line.replace("7 reqs", "9 reqs")) == {"running": 9.0, "waiting": 2.0, "kv_pct": 88.5}
     assert engine_log.vllm_fields("Running: the tests") is None

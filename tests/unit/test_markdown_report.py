@@ -84,7 +84,7 @@ def test_golden_markdown_says_what_a_ticket_needs() -> None:
     assert "| window | 2026-11-30 06:03:29 UTC → 2026-11-30 06:03:37 UTC (8.1 s) |" in md
     sections = [ln for ln in lines if ln.startswith("## ")]
     assert sections == ["## Findings", "## Request stages", "## Captures not complete",
-                        "## Rules skipped (26, not enough evidence)", "## Environment"]
+                        "## Rules skipped (36, not enough evidence)", "## Environment"]
 
 
 def test_golden_json_is_the_diagnosis(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,209 @@
+"""What an incident report says (``collectors.claims``) → ``report.*`` evidence, all of ``low`` quality.
+
+Every key is a claim of the text, not a measurement: a count of statements naming a concept, or the
+numbers the text ties to one (``report.gpu_util_pct_max`` is the largest GPU utilisation the text
+states). The ``report`` rules (``rules/report.py``) judge from them with heuristic confidence, so a
+measured source (a profile, a log's own stats lines, an allocator message) always outranks them.
+Each item's ``detail`` quotes the clause it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from analyzer.model import Evidence, Quality
+from collectors.claims import ClaimParser, Claims
+
+KIND = "report"
+
+
+def _values(c: Claims, concept: str, dim: str) -> list[float]:
+    return [q.value for q in c.bound.get(concept, ()) if q.dim == dim]
+
+
+def _first_quote(c: Claims, *names: str) -> str:
+    for n in names:
+        if n in c.quotes:
+            return f"\"{c.quotes[n]}\""
+    return ""
+
+
+class ReportSource:
+    """TextSource for what a pasted report says (kind ``report``): the head of an input only."""
+
+    kind = KIND
+    triggers = ()  # prose and pasted messages: an incident report fits in the head
+
+    def __init__(self) -> None:
+        self._p = ClaimParser()
+
+    def feed(self, line: str) -> None:
+        self._p.feed(line)
+
+    def matched(self) -> bool:
+        return bool(self._evidence_items("x"))
+
+    def problems(self) -> list[str]:
+        return []
+
+    def evidence(self, source: str) -> list[Evidence]:
+        return self._evidence_items(source)
+
+    def _evidence_items(self, source: str) -> list[Evidence]:
+        c = self._p.claims
+        out: list[Evidence] = []
+
+        def ev(key: str, value: object, unit: str, detail: str) -> None:
+            out.append(Evidence(key, value, unit, source, None, Quality.LOW, detail))
+
+        def count(key: str, n: int, what: str, *quote: str) -> None:
+            if n:
+                ev(key, n, "statements", f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
+
+        def top(key: str, values: Iterable[float], unit: str, what: str, *quote: str,
+                pick: Callable[[Iterable[float]], float] = max) -> None:
+            vals = list(values)
+            if vals:
+                ev(key, pick(vals), unit, f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
+
+        con, msg = c.concepts, c.messages
+        # -- where the work runs ------------------------------------------------------------
+        count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
+              "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        count("report.placement_statements", con["placement_cpu"], "statements that the work runs on the CPU",
+              "placement_cpu")
+        count("report.wrong_gpu_statements", con["wrong_gpu"], "statements about which GPU is used", "wrong_gpu")
+        count("report.offload_statements", con["offload"], "statements about offloading layers", "offload")
+        if c.layers is not None:
+            off, total = c.layers
+            ev("report.gpu_layers_offloaded", off, "layers", f"layers on the GPU (llama.cpp/ollama): "
+               f"{off}/{total if total >= 0 else '?'}")
+            if total > 0:
+                ev("report.gpu_layers_total", total, "layers", "the model's layers")
+        top("report.gpu_util_pct_max", _values(c, "gpu_util", "pct"), "%", "GPU utilisation the text states",
+            "gpu_util")
+        top("report.gpu_util_pct_min", _values(c, "gpu_util", "pct"), "%", "GPU utilisation the text states",
+            "gpu_util", pick=min)
+        top("report.cpu_util_pct_max", _values(c, "cpu_util", "pct"), "%", "CPU utilisation the text states",
+            "cpu_util")
+        # -- requests waiting ---------------------------------------------------------------
+        count("report.sequential_statements", con["sequential"], "statements that requests are served one by one",
+              "sequential")
+        count("report.queue_statements", con["queue"], "statements about queued/waiting requests", "queue")
+        count("report.rejection_messages", msg["slot_unavailable"], "requests rejected for lack of capacity",
+              "msg:slot_unavailable")
+        count("report.preemption_messages", msg["preempted"], "preemption / retraction messages", "msg:preempted")
+        count("report.capacity_settings", con["capacity_cap"], "capacity settings named", "capacity_cap")
+        top("report.queue_ms_max", _values(c, "queue", "time"), "ms", "queue/wait time the text states", "queue")
+        top("report.concurrency_max", [q.value for k in ("concurrency", "queue") for q in c.bound.get(k, ())
+                                       if q.dim in ("count:concurrency", "count:requests")],
+            "requests", "concurrency the text states", "concurrency")
+        # -- prefill / first token ----------------------------------------------------------
+        count("report.prefill_statements", con["prefill"], "statements about prompt processing (prefill)",
+              "prefill")
+        top("report.ttft_ms_max", _values(c, "ttft", "time"), "ms", "time to first token the text states", "ttft")
+        top("report.prefill_ms_max", _values(c, "prefill", "time"), "ms", "prompt-processing time the text states",
+            "prefill")
+        top("report.prefill_tokens_per_s", _values(c, "prefill", "rate"), "tokens/s",
+            "prompt-processing speed the text states", "prefill", pick=min)
+        top("report.prompt_tokens_max", [q.value * (1000 if q.dim == "count:ktokens" else 1)
+                                         for k in ("prompt_len", "prefill", "ttft") for q in c.bound.get(k, ())
+                                         if q.dim in ("count:tokens", "count:ktokens", "bare")],
+            "tokens", "prompt length the text states", "prompt_len", "prefill")
+        top("report.decode_ms_max", _values(c, "decode", "time"), "ms", "generation time the text states", "decode")
+        count("report.prompt_reprocess_messages", msg["prompt_reprocess"], "the whole prompt processed again",
+              "msg:prompt_reprocess")
+        # -- compilation, warm-up and cold starts --------------------------------------------
+        count("report.compile_statements", con["compile"], "statements about compiling / building / warm-up",
+              "compile")
+        count("report.recompile_statements", con["recompile"], "statements about recompiles or shape changes",
+              "recompile")
+        count("report.recompile_limit_messages", msg["recompile_limit"], "recompile-limit messages",
+              "msg:recompile_limit")
+        count("report.engine_build_messages", msg["engine_build"], "engine build / graph capture / warm-up messages",
+              "msg:engine_build")
+        top("report.compile_ms_max", _values(c, "compile", "time") + _values(c, "recompile", "time"), "ms",
+            "compile / build / warm-up time the text states", "compile", "recompile")
+        count("report.first_statements", con["first"], "statements about the first requests (cold start)", "first")
+        if c.first_steady:
+            first, steady = max(c.first_steady, key=lambda p: p[0] / max(p[1], 1e-9))
+            ev("report.first_ms", first, "ms", f"the first request's time the text states: {_first_quote(c, 'first')}")
+            ev("report.steady_ms", steady, "ms", "the later requests' time stated in the same sentence")
+        top("report.first_ms_stated", _values(c, "first", "time"), "ms", "time of the first request(s) stated",
+            "first")
+        top("report.first_factor", [q.value for k in ("first", "compile") for q in c.bound.get(k, ())
+                                    if q.dim == "factor"], "x", "how much slower the first request is, as stated",
+            "first")
+        # -- the host's launch path ---------------------------------------------------------
+        count("report.cuda_graph_statements", con["cuda_graph"], "statements about CUDA graphs / eager mode",
+              "cuda_graph")
+        count("report.cuda_graphs_off_messages", msg["cuda_graphs_off"], "settings that turn CUDA graphs off",
+              "msg:cuda_graphs_off")
+        count("report.launch_statements", con["launch"], "statements about kernel-launch / host overhead", "launch")
+        # -- threads and cores ----------------------------------------------------------------
+        count("report.thread_statements", con["threads"], "statements about thread counts", "threads")
+        count("report.quota_statements", con["quota"], "statements about a CPU quota / limit / throttling", "quota")
+        count("report.contention_statements", con["contention"], "statements about contention", "contention")
+        top("report.threads_max", [q.value for q in c.bound.get("threads", ()) if q.dim in ("count:threads", "bare")]
+            + [q.value for k in ("cpu", "cores") for q in c.bound.get(k, ()) if q.dim == "count:threads"],
+            "threads", "thread count the text states", "threads")
+        top("report.cores_stated", [q.value for k in ("cores", "threads", "cpu") for q in c.bound.get(k, ())
+                                    if q.dim == "count:cores"], "cores", "core count the text states", "cores",
+            pick=min)
+        if len(c.thread_rates) >= 2:
+            best = max(c.thread_rates, key=lambda p: p[1])
+            most = max(c.thread_rates, key=lambda p: p[0])
+            if best[0] < most[0] and most[1] > 0:
+                ev("report.fewer_threads_speedup", best[1] / most[1], "x",
+                   f"{best[0]:.0f} threads give {best[1]:g}/s where {most[0]:.0f} give {most[1]:g}/s")
+                ev("report.threads_best", best[0], "threads", "the thread count with the best rate stated")
+        # -- pre/post-processing --------------------------------------------------------------
+        count("report.preprocess_statements", con["preprocess"] + con["postprocess"],
+              "statements about pre/post-processing", "preprocess", "postprocess")
+        count("report.serialize_statements", con["serialize"], "statements about serialisation", "serialize")
+        top("report.preprocess_ms_max", _values(c, "preprocess", "time"), "ms", "pre-processing time stated",
+            "preprocess")
+        top("report.postprocess_ms_max", _values(c, "postprocess", "time"), "ms", "post-processing time stated",
+            "postprocess")
+        top("report.model_ms", _values(c, "model_time", "time"), "ms", "model/inference time stated", "model_time",
+            pick=min)
+        # -- copies ---------------------------------------------------------------------------
+        count("report.copy_statements", con["copy"], "statements about host↔device copies", "copy")
+        count("report.pcie_link_statements", con["pcie_link"], "statements about the PCIe link", "pcie_link")
+        count("report.ep_memcpy_messages", msg["ep_memcpy"], "ONNX Runtime copies between execution providers",
+              "msg:ep_memcpy")
+        top("report.copy_ms_max", _values(c, "copy", "time"), "ms", "copy time stated", "copy")
+        # -- the GPU itself ---------------------------------------------------------------------
+        count("report.throttle_statements", con["throttle"], "statements about throttling / clocks / heat", "throttle")
+        count("report.saturated_statements", con["saturated"], "statements that the GPU is fully used", "saturated")
+        if con["slow_gpu_model"] and con["fp16"]:
+            ev("report.fp16_on_slow_fp16_gpu", 1, "flag",
+               f"half precision on a GPU without fast FP16: {_first_quote(c, 'slow_gpu_model')}")
+        count("report.slow_gpu_statements", con["slow_gpu_model"], "statements naming an older / embedded GPU",
+              "slow_gpu_model")
+        # -- behaviour by design -----------------------------------------------------------------
+        count("report.preallocation_statements", con["preallocate"], "statements about memory taken up front",
+              "preallocate")
+        count("report.vram_statements", con["vram"], "statements about GPU memory use", "vram")
+        count("report.download_statements", con["download"], "statements about downloading weights", "download")
+        count("report.keep_alive_statements", con["keep_alive"], "statements that a model stays loaded", "keep_alive")
+        count("report.retraction_statements", con["retracted"], "the report withdraws itself", "retracted")
+        count("report.memory_growth_statements", con["memory_grows"], "statements that memory grows", "memory_grows")
+        count("report.oom_statements", con["oom"], "statements about out-of-memory errors", "oom")
+        count("report.held_elsewhere_statements", con["held_elsewhere"],
+              "statements that memory is held outside the failing process", "held_elsewhere")
+        count("report.context_oom_messages", msg["ctx_oom"], "the CUDA context could not be created: device full",
+              "msg:ctx_oom")
+        count("report.slow_statements", con["slow"], "statements that it is slow", "slow")
+        if out:
+            ev("report.clauses", c.clauses, "clauses", "clauses read")
+            if c.title:
+                out.append(Evidence("report.title", c.title, "", source, None, Quality.LOW,
+                                    "the report's first line"))
+                out.append(Evidence("report.title_concepts", sorted(c.title_concepts), "", source, None,
+                                    Quality.LOW, "concepts the first line names"))
+        return out
+
+
+def sources() -> list[ReportSource]:
+    return [ReportSource()]

@@ -1,0 +1,423 @@
+"""What an incident report *says*: quantities tied to concepts, and the framework messages people paste.
+
+Half of what on-call engineers paste is prose around numbers ("prompt eval takes 15 s of 18 s",
+"CPU at 100 % and the GPU at 0 %", "16 threads = 0.83 t/s, 7 threads = 6.56 t/s") and the other
+half is log lines of frameworks no dedicated parser reads (llama.cpp's layer offload, ONNX Runtime's
+provider warnings). This parser reads both by structure, never by one report's wording:
+
+* a **clause** (a sentence, a table row or a log line) is the unit: a quantity belongs to the
+  concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util");
+* **quantities** are a number with a unit of time, size, share, rate or a counted noun
+  (threads, cores, layers, requests, tokens), in English or Chinese;
+* **concepts** come from a domain lexicon (``CONCEPTS``): what an inference engineer names when
+  describing a bottleneck, each a small set of synonyms, with Chinese where reports use it;
+* **framework messages** (``MESSAGES``) are the fixed sentences frameworks print (``offloaded 0/29
+  layers to GPU``, ``FP16 is not supported on CPU``, ``Specified provider 'CUDAExecutionProvider'
+  is not in available provider names``): recognised by their stable text, whatever surrounds them.
+
+Everything here is what the text claims, not a measurement: the deriver marks it ``low`` quality and
+the rules that read it judge with *heuristic* confidence. Pure, stdlib only, streamed line by line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+# -- quantities ---------------------------------------------------------------------------------
+
+NUM = r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+_TIME = {
+    "ns": 1e-6, "nanoseconds": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "usec": 1e-3, "microseconds": 1e-3,
+    "ms": 1.0, "msec": 1.0, "millisecond": 1.0, "milliseconds": 1.0, "毫秒": 1.0,
+    "s": 1e3, "sec": 1e3, "secs": 1e3, "second": 1e3, "seconds": 1e3, "秒": 1e3,
+    "min": 6e4, "mins": 6e4, "minute": 6e4, "minutes": 6e4, "分钟": 6e4,
+    "h": 3.6e6, "hr": 3.6e6, "hrs": 3.6e6, "hour": 3.6e6, "hours": 3.6e6, "小时": 3.6e6,
+}
+_SIZE = {
+    "b": 1, "bytes": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000**2, "mib": 1 << 20, "gb": 1000**3,
+    "gib": 1 << 30, "tb": 1000**4, "tib": 1 << 40, "g": 1 << 30, "m": 1 << 20,
+}
+_RATE = ("tokens/s", "tokens/sec", "token/s", "tok/s", "toks/s", "t/s", "tokens per second", "tokens/second",
+         "it/s", "req/s", "requests/s", "rps", "qps", "fps", "infer/sec", "samples/s", "images/s", "img/s")
+_COUNT = {
+    "thread": "threads", "threads": "threads", "线程": "threads",
+    "core": "cores", "cores": "cores", "cpus": "cores", "vcpus": "cores", "vcpu": "cores", "核": "cores",
+    "layer": "layers", "layers": "layers",
+    "request": "requests", "requests": "requests", "reqs": "requests", "req": "requests", "请求": "requests",
+    "concurrent": "concurrency", "concurrency": "concurrency", "并发": "concurrency", "clients": "concurrency",
+    "users": "concurrency",
+    "token": "tokens", "tokens": "tokens", "tok": "tokens", "k tokens": "ktokens", "token数": "tokens",
+    "process": "processes", "processes": "processes", "workers": "workers", "worker": "workers",
+    "replicas": "replicas", "replica": "replicas", "instances": "instances", "instance": "instances",
+    "gpus": "gpus", "gpu": "gpus", "images": "images", "frames": "frames", "kernels": "kernels",
+}
+
+
+def _alt(words: list[str] | tuple[str, ...]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+_QTY = re.compile(
+    NUM + r"\s?(?:"
+    rf"(?P<rate>{_alt(_RATE)})"
+    r"|(?P<pct>%|percent)"
+    rf"|(?P<size>(?:[KMGT]i?B|bytes|[GM])(?![a-zA-Z]))"
+    rf"|(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/])|毫秒|秒|分钟|小时)"
+    rf"|(?P<count>(?:{_alt([k for k in _COUNT if k.isascii()])})(?![a-zA-Z])|线程|核|请求|并发)"
+    r")",
+    re.IGNORECASE,
+)
+_X = re.compile(NUM + r"\s?(?:x|×|times)(?![a-zA-Z])", re.IGNORECASE)  # "40x longer", "3.5 times"
+# a bare integer right after a length/count word: "输入长度 1200", "prompt length: 4096", "n_threads = 16"
+_BARE = re.compile(r"(?:length|长度|size|count|num_\w+|n_\w+|threads|parallel|concurrency|并发|-t|-np)\s*[:=：]?\s*"
+                   r"(\d{1,3}(?:,\d{3})+|\d+)(?![\d.%\w])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number with its dimension and value in the base unit (ms, bytes, %, per second, count)."""
+
+    dim: str  # time | size | pct | rate | count:<noun> | factor
+    value: float
+    start: int
+    end: int
+    text: str
+
+
+def quantities(clause: str) -> list[Quantity]:
+    """Every quantity in ``clause``, in order."""
+    out: list[Quantity] = []
+    for m in _QTY.finditer(clause):
+        try:
+            n = float(m.group(1).replace(",", ""))
+        except ValueError:
+            continue
+        if m.group("rate"):
+            out.append(Quantity("rate", n, m.start(), m.end(), m.group(0)))
+        elif m.group("pct"):
+            out.append(Quantity("pct", n, m.start(), m.end(), m.group(0)))
+        elif m.group("size"):
+            out.append(Quantity("size", n * _SIZE.get(m.group("size").lower(), 1), m.start(), m.end(), m.group(0)))
+        elif m.group("time"):
+            unit = m.group("time").lower()
+            out.append(Quantity("time", n * _TIME.get(unit, 1e3), m.start(), m.end(), m.group(0)))
+        elif m.group("count"):
+            noun = _COUNT.get(m.group("count").lower(), m.group("count"))
+            out.append(Quantity(f"count:{noun}", n, m.start(), m.end(), m.group(0)))
+    for m in _X.finditer(clause):
+        try:
+            out.append(Quantity("factor", float(m.group(1).replace(",", "")), m.start(), m.end(), m.group(0)))
+        except ValueError:
+            continue
+    taken = [(q.start, q.end) for q in out]
+    for m in _BARE.finditer(clause):
+        if not any(a <= m.start(1) < b for a, b in taken):
+            out.append(Quantity("bare", float(m.group(1).replace(",", "")), m.start(1), m.end(1), m.group(1)))
+    out.sort(key=lambda q: q.start)
+    return out
+
+
+# -- concepts -------------------------------------------------------------------------------------
+
+# name → synonyms (regex alternatives, case-insensitive). Each is what an inference engineer would
+# call the thing; the rules decide what a combination of them means.
+CONCEPTS: dict[str, str] = {
+    "gpu_util": r"gpu[- ]?util\w*|gpu usage|gpu load|gpu activity|gpu busy|sm util\w*|volatile gpu-util"
+                r"|\bgpus?\b(?= (?:\w+ ){0,2}(?:is |was |at |of |stays |sits |only |around |about |~|barely "
+                r"|reaches |peaks at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
+                r"|gpu 利用率|gpu利用率|gpu占用|gpu 占用|显卡利用率|gpu使用率",
+    "cpu_util": r"cpu[- ]?util\w*|cpu usage|cpu load|cpu (?:is |was )?pinned|cores? (?:at|pinned|pegged)"
+                r"|\bcpus?\b(?= (?:\w+ ){0,2}(?:is |was |at |of |stays |sits |only |around |about |~|goes |spikes? "
+                r"|up |to |reaches |peaks at |runs at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
+                r"|cpu使用率|cpu占用|cpu 占用|cpu利用率",
+    "gpu": r"\bgpus?\b|\bcuda\b|显卡|\bvram\b",
+    "cpu": r"\bcpus?\b|processor",
+    "vram": r"vram|gpu memory|gpu mem\b|device memory|显存|memory[- ]usage",
+    "ttft": r"\bttft\b|time[- ]to[- ]first[- ]token|first[- ]token|首token|首字|首个token|首 token|首包",
+    "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt|prompt process\w*|\bpp\d+\b"
+               r"|process(?:es|ing)? (?:the )?prompt|context processing|预填充",
+    "decode": r"\bdecod\w*|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
+              r"|tokens? per second|\btpot\b|\bitl\b|inter[- ]token",
+    "prompt_len": r"prompt (?:length|size|of)|input (?:length|size|tokens?)|context (?:length|size)|long (?:prompt|"
+                  r"context|input)|输入长度|上下文|长文本|input sequence length|prompt tokens|\bisl\b",
+    "queue": r"\bqueu\w*|\bpending\b|\bwaiting\b|排队|等待",
+    "sequential": r"\bsequentially\b|sequential (?:processing|execution|order|manner|requests)|one (?:by|after) "
+                  r"(?:one|another)|one at a time|\bserial(?:ly|ized|ised)\b|execute[sd]? serially"
+                  r"|in series|1 by 1|waits? (?:until|for) the (?:first|previous|other)|blocked until"
+                  r"|not (?:processed|handled|served) (?:concurrently|in parallel|simultaneously)|串行|逐个|依次",
+    "concurrency": r"concurren\w*|in parallel|simultaneous\w*|parallel requests|--parallel|\bslots?\b|并发",
+    "capacity_cap": r"max[_-]num[_-]seqs|max[_-]batch[_-]size|max[_-]running[_-]requests|max[_-]concurrent\w*"
+                    r"|instance[_ ]count|num[_-]?workers?|--parallel|n_parallel|\b-np\b|max_batch_total_tokens",
+    "threads": r"\bthreads?\b|n_threads|num_threads|--threads|\b-t \d|omp_num_threads|mkl_num_threads"
+               r"|intra[_-]?op|inter[_-]?op|set_num_threads|线程",
+    "cores": r"\bcores?\b|logical (?:cpus?|processors?)|vcpus?|hyperthread\w*|\bsmt\b|核",
+    "quota": r"cpu (?:limit|quota|request)s?|--cpus\b|cfs|cgroup|cpu throttl\w*|throttled|limits?\.cpu"
+             r"|resources: ?limits",
+    "contention": r"contention|oversubscri\w*|compet\w* for|too many threads|thread thrash\w*|spin[- ]?wait",
+    "preprocess": r"pre[- _]?process\w*|preproc\w*|image decod\w*|decode image|jpeg|resiz\w*|normali[sz]\w*"
+                  r"|tokeni[sz]\w*|data ?load\w*|image processor|processor\b|前处理|预处理",
+    "postprocess": r"post[- _]?process\w*|postproc\w*|\bnms\b|detokeni[sz]\w*|decode_labels|后处理",
+    "serialize": r"seriali[sz]\w*|deseriali[sz]\w*|json\.(?:dumps|loads)|protobuf|tolist\(\)|base64",
+    "model_time": r"inference time|model time|forward(?: pass)?(?: time)?|\bnet\b|network time|gpu time"
+                  r"|engine time|execute time|compute time|infer time|推理(?:时间|耗时)?",
+    # compiling at run time (JIT, engine builds, graph capture, warm-up), not building the software
+    "compile": r"torch\.compile|recompil\w*|compil(?:ation|ing|es)\b(?! (?:from source|with |it |the (?:library|"
+               r"package|code|binding|project)))|compile[- ]?time|graph capture|captur\w* (?:cuda )?graphs?"
+               r"|cuda ?graph capture|warm-?up\w*|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt "
+               r"|trt )?engine|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
+    "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
+                 r"dynamic shapes?|shape changes?|regenerat\w* (?:the )?(?:engine|cache)",
+    "first": r"(?:the |a )?first (?:request|inference|call|run|time|iteration|image|batch|query|generation|"
+             r"prediction|forward|few|search|prompt)s?|cold[- ]?start|initial (?:requests?|images?|inferences?|"
+             r"calls?)|after (?:a )?(?:restart|deploy\w*|idle|delay)|首次|第一次",
+    "subsequent": r"subsequent|following|after (?:that|the first|warm)|(?:second|2nd|next) (?:request|inference|"
+                  r"call|run|time)|later (?:requests?|calls?|runs?)|from (?:then|there) ?on|steady|warm|之后|后续",
+    "cuda_graph": r"cuda ?graphs?|cudagraphs?|enforce[_-]eager|eager mode|--enforce-eager|graph replay"
+                  r"|use_cuda_graph|disable[_-]cuda[_-]graph",
+    "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
+              r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"
+              r"|small kernels",
+    "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
+            r"|pinned|pageable|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
+            r"|transfer time|copy time|copies|cpu offload\w*|offload\w* to (?:the )?cpu|swap(?:ping)? to cpu",
+    "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b|pcie ?(?:gen ?)?[1-5](?:\.0)?\b|riser",
+    "placement_cpu": r"(?:runs?|running|ran|executed?|falls? back|fell back|stuck|only) (?:entirely |only |all )?"
+                     r"on (?:the )?cpu|cpu[- ]only|not (?:using|use|utili[sz]ing) (?:the )?gpu|gpu (?:is |was )?"
+                     r"not (?:used|utili[sz]ed|being used)|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
+                     r"|no gpu usage|without (?:the )?gpu|device[=:] ?['\"]?cpu|torch\.device\(['\"]cpu"
+                     r"|\.to\(['\"]cpu['\"]\)|cpuexecutionprovider|cuda(?:\.is_available\(\))? (?:is )?(?:not "
+                     r"available|false)|is_available\(\) (?:returns? )?false|没有使用gpu|没用gpu|只用cpu",
+    "wrong_gpu": r"wrong (?:gpu|device|card)|(?:another|other|different|second) (?:gpu|card)(?! memory)"
+                 r"|gpu \d instead|instead of (?:the )?(?:gpu|cuda:?\d)"
+                 r"|(?:ignor\w*|not respect\w*) cuda_visible_devices"
+                 r"|cuda_visible_devices (?:is |was )?(?:ignored|not (?:respected|working|honou?red))"
+                 r"|(?:index|order|enumeration) mismatch|mismatch\w* (?:index|order)",
+    # the report withdrawing itself: a false alarm, the reporter's own mistake, behaviour by design
+    "retracted": r"false alarm|not a (?:server |real |\w+ )?(?:issue|bug|problem) after all|not an? (?:server |real )?"
+                 r"(?:issue|bug)\b(?! with)|my (?:own )?(?:mistake|bad|fault)|user error|works as (?:intended|expected|"
+                 r"designed)|methodology artifact|artifact of (?:the|my) (?:benchmark|measurement|setup)"
+                 r"|(?:solved|resolved|fixed) it myself|never mind|nevermind",
+    "offload": r"offload\w*|device_map|n[_-]gpu[_-]layers|-ngl\b|--n-gpu-layers|gpu layers|partial(?:ly)? offload",
+    # the GPU held below its clocks (a power draw below the limit is not throttling: the GPU is idle)
+    "throttle": r"throttl\w*|power cap|power brake|sw power cap|hw slowdown|thermal\w*|\d{2,3} ?°c\b|overheat"
+                r"|gpu temp\w*|clocks? (?:drop|down|low|fall|fell)|low clocks?|downclock\w*|heat[- ]soak\w*"
+                r"|power mode|nvpmodel|jetson_clocks",
+    "saturated": r"(?:gpu|util\w*|usage) (?:is |was |at |of |stays? |sits? )?(?:near |around |about )?(?:full|100 ?%|"
+                 r"maxed|saturated|pegged)|fully (?:utili[sz]ed|loaded)|compute[- ]bound|flops?[- ]bound",
+    "slow_gpu_model": r"\b(?:p40|p100|p4|k80|m60|m40|t4|gtx ?10\d0|gtx ?9\d0|jetson|xavier|orin|nano|tx2)\b",
+    "fp16": r"fp16|half precision|float16|half\b",
+    "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足",
+    "preallocate": r"pre-?allocat\w*|gpu_memory_utilization|gpu-memory-utilization|mem[_-]fraction\w*"
+                   r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
+                   r"(?:all|the (?:entire|whole)) (?:gpu )?memory|(?:takes|uses|eats|occupies|fills?|consumes?)"
+                   r" (?:up )?(?:all|almost all|most|\d+ ?%) (?:of )?(?:the )?(?:gpu|vram|memory)",
+    "download": r"download\w*|fetching (?:the )?(?:model|weights)|pulling (?:the )?model|from the hub|hf_hub",
+    "keep_alive": r"keep[_-]?alive|stays? loaded|still loaded|model (?:is )?(?:kept|stays|remains) (?:loaded|in memory)"
+                  r"|doesn'?t unload|does not unload|not unloaded",
+    # memory held outside the failing process: leftovers, other tenants, a second instance
+    "held_elsewhere": r"orphan\w*|zombie|(?:stale|leftover|left-over) (?:process\w*|workers?|contexts?)|surviv\w*"
+                      r"|still (?:hold\w*|occup\w*|us(?:es|ing)|ha(?:s|ve) (?:the )?(?:gpu|memory|vram))"
+                      r"|not (?:released|freed)|never (?:released|freed)|doesn'?t (?:release|free)|does not (?:release|"
+                      r"free)|(?:another|other|second|2nd|multiple|two|several) (?:process\w*|instance\w*|server\w*"
+                      r"|models?|containers?|deployments?|tenants?|engines?|jobs?|users?|pods?|workers?|apps?)"
+                      r"|shared (?:gpu|server|machine|node)|held by|occupied by|used by (?:another|other)"
+                      r"|kill -9|no processes? (?:found|running|listed)"
+                      r"|processes? (?:is |are )?not (?:shown|visible|listed)",
+    "slow": r"\bslow\w*|takes? (?:a )?long|too long|latency|\blag\w*|delay\w*|hang\w*|stuck|degrad\w*|regress\w*"
+            r"|very high|慢|耗时",
+    "memory_grows": r"memory (?:keeps? )?(?:grow\w*|increas\w*|leak\w*)|leak\w*|grows? (?:with|over|per|after)"
+                    r"|increas\w* (?:with|over|per|after) (?:each |every )?(?:request|call|inference)",
+    "empty_cache": r"empty_cache|gc\.collect|expandable_segments|max_split_size_mb|fragment\w*",
+    "batch": r"batch[_ ]?size|\bbs\s?=|\bbatch(?:es|ing)?\b|批",
+}
+_CONCEPT_RX = {name: re.compile(rx, re.IGNORECASE) for name, rx in CONCEPTS.items()}
+
+# the kinds of quantity a concept can own (a concept not listed owns any): "8000 input tokens takes
+# 60 seconds before the first token" binds the tokens to the prompt and the seconds to the first token
+_TIMES = ("time", "factor")
+ACCEPTS: dict[str, tuple[str, ...]] = {
+    "gpu_util": ("pct",), "cpu_util": ("pct",),
+    "prompt_len": ("count:tokens", "count:ktokens", "bare"),
+    "ttft": _TIMES, "queue": ("time", "count:requests", "count:concurrency"),
+    "threads": ("count:threads", "count:cores", "rate", "bare"), "cores": ("count:cores", "count:threads", "bare"),
+    "concurrency": ("count:concurrency", "count:requests", "bare", "time"),
+    "compile": _TIMES, "recompile": _TIMES, "first": _TIMES, "subsequent": _TIMES,
+    "preprocess": ("time",), "postprocess": ("time",), "model_time": ("time",), "copy": ("time", "size", "rate"),
+    "decode": ("time", "rate"), "prefill": ("time", "rate", "count:tokens", "count:ktokens"),
+}
+
+# -- framework messages (fixed sentences, whatever surrounds them) --------------------------------
+_OFFLOADED = re.compile(r"offload(?:ed|ing)\s+(\d+)\s*/\s*(\d+)\s+(?:repeating\s+)?layers\s+to\s+GPU", re.I)
+_OFFLOADING = re.compile(r"offloading\s+(\d+)\s+(?:repeating\s+)?layers\s+to\s+GPU", re.I)
+MESSAGES: dict[str, re.Pattern[str]] = {
+    # the work runs on the CPU although a GPU was asked for
+    "cpu_fallback": re.compile(
+        r"FP16 is not supported on CPU"
+        r"|Specified provider '(?:CUDA|Tensorrt|ROCM|DML)ExecutionProvider' is not in available provider"
+        r"|Available providers: \[?'?(?:Azure|CPU)ExecutionProvider'?(?:, ?'?(?:Azure|CPU)ExecutionProvider'?)*\]?\s*$"
+        r"|\bBLAS\s*=\s*0\b"
+        r"|runners=\[cpu\]|no compatible GPUs were discovered|library=cpu\b|no GPU detected"
+        r"|CUDA (?:is )?not available|Torch not compiled with CUDA enabled|cuda\.is_available\(\)\s*(?:returns?\s*)?"
+        r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
+        r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
+        r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
+        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu",
+        re.I),
+    # ONNX Runtime put part of the graph on the CPU and inserted copies between providers
+    "ep_memcpy": re.compile(r"(\d+) Memcpy nodes are added to the graph|Some nodes were not assigned to the "
+                            r"preferred execution providers", re.I),
+    # a recompile / guard-failure message of any torch generation
+    "recompile_limit": re.compile(
+        r"hit (?:config\.)?(?:recompilation cache limit|cache_size_limit|recompile_limit)\s*\(?(\d+)?"
+        r"|torch\._dynamo hit config\.\w+limit|recompilation cache limit \((\d+)\)", re.I),
+    "engine_build": re.compile(
+        r"Building (?:TensorRT |TRT )?engine|engine (?:build|building) (?:took|time)|Building the TensorRT engine"
+        r"|\[TRT\].*(?:Building|Total Time|engine generation)|Capturing (?:CUDA|cuda) graphs?"
+        r"|Capturing batches|Graph capturing finished|torch\.compile takes|Compiling a graph for dynamic shape"
+        r"|Compilation (?:took|time)|CompileTime|\[Warmup\]|warming up|Warming up", re.I),
+    "cuda_graphs_off": re.compile(r"enforce[_-]eager\s*[=:]?\s*True|--enforce-eager|CUDA graphs? (?:is |are )?"
+                                  r"disabled|disable[_-]cuda[_-]graph\s*[=:]?\s*True|cuda graph.{0,20}not "
+                                  r"(?:used|launched|enabled)", re.I),
+    "preempted": re.compile(r"is preempted by PreemptionMode|preempted|retract(?:ed|ing) requests?", re.I),
+    # the CUDA context itself cannot be created: the device is full before the process allocates anything
+    "ctx_oom": re.compile(r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate\w*.{0,40}OUT_OF_MEMORY"
+                          r"|failed to create (?:cuda |CUDA )?context.{0,40}out of memory"
+                          r"|CUDA error: out of memory\s*$", re.I),
+    "slot_unavailable": re.compile(r"slot unavailable|no (?:free|available) slots?|all slots (?:are )?(?:busy|full)"
+                                   r"|Model is overloaded|too many (?:concurrent )?requests|503 Service Unavailable"
+                                   r"|server (?:is )?busy", re.I),
+    # a server processing the whole prompt again instead of reusing its cache
+    "prompt_reprocess": re.compile(r"forcing full prompt re-?processing|prompt re-?processing|re-?process(?:es|ing)? "
+                                   r"the (?:whole |entire |full )?(?:prompt|context)", re.I),
+    "ollama_cpu": re.compile(r"\b100%\s+CPU\b|\bsize_vram\W+0\b", re.I),
+}
+
+
+@dataclass
+class Claims:
+    """What a report says, aggregated over its clauses."""
+
+    clauses: int = 0
+    concepts: Counter[str] = field(default_factory=Counter)
+    messages: Counter[str] = field(default_factory=Counter)
+    quotes: dict[str, str] = field(default_factory=dict)  # concept or message → first clause saying it
+    # concept → the quantities bound to it (value in base units), in order of appearance
+    bound: dict[str, list[Quantity]] = field(default_factory=dict)
+    layers: tuple[int, int] | None = None  # (offloaded, total) from llama.cpp / ollama
+    title: str = ""  # the first non-empty line (an issue title, a log's first line)
+    title_concepts: set[str] = field(default_factory=set)
+    # "N threads: X t/s" pairs: (threads, rate), from comparisons of thread counts
+    thread_rates: list[tuple[float, float]] = field(default_factory=list)
+    first_steady: list[tuple[float, float]] = field(default_factory=list)  # (first ms, later ms) in one clause
+
+
+_CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
+MAX_CLAUSE = 600
+BIND_WINDOW = 48  # characters between a concept and the quantity it owns
+
+
+def clauses_of(line: str) -> list[str]:
+    """A line → its clauses (sentences; a table row or log line stays whole)."""
+    line = line.strip()
+    if not line:
+        return []
+    if line.startswith("|") or line.count("|") >= 3:
+        return [line[:MAX_CLAUSE]]
+    return [c[:MAX_CLAUSE] for c in _CLAUSE_SPLIT.split(line) if c.strip()]
+
+
+# the advice frameworks print with every error: never a claim of the report
+_BOILERPLATE = re.compile(
+    r"reduce GPU memory used by other processes|See documentation for Memory Management|If reserved but "
+    r"unallocated memory is large|Including non-PyTorch memory|PYTORCH_CUDA_ALLOC_CONF|may or may not have an "
+    r"negative impact|It might have negative impact on performance|This can affect the end-to-end performance"
+    r"|Increase gpu_memory_utilization or tensor_parallel_size",
+    re.IGNORECASE,
+)
+
+
+class ClaimParser:
+    """Feed cleaned lines; ``claims`` holds what the text says."""
+
+    def __init__(self) -> None:
+        self.claims = Claims()
+
+    def feed(self, line: str) -> None:
+        c = self.claims
+        if not c.title and line.strip():
+            c.title = line.strip()[:300]
+            c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}
+        for name, rx in MESSAGES.items():
+            if rx.search(line):
+                c.messages[name] += 1
+                c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
+        m = _OFFLOADED.search(line)
+        if m:
+            c.layers = (int(m.group(1)), int(m.group(2)))
+        elif c.layers is None:
+            m = _OFFLOADING.search(line)
+            if m:
+                c.layers = (int(m.group(1)), -1)
+        for clause in clauses_of(line):
+            self._clause(clause)
+
+    def _clause(self, clause: str) -> None:
+        c = self.claims
+        c.clauses += 1
+        if _BOILERPLATE.search(clause):
+            return
+        found: list[tuple[int, int, str]] = []  # (start, end, concept)
+        for name, rx in _CONCEPT_RX.items():
+            for m in rx.finditer(clause):
+                found.append((m.start(), m.end(), name))
+        if not found:
+            return
+        for name in {f[2] for f in found}:
+            c.concepts[name] += 1
+            c.quotes.setdefault(name, clause.strip()[:200])
+        qs = quantities(clause)
+        if not qs:
+            return
+        for q in qs:
+            owner = _nearest(found, q)
+            if owner is not None:
+                c.bound.setdefault(owner, []).append(q)
+        self._pairs(clause, found, qs)
+
+    def _pairs(self, clause: str, found: list[tuple[int, int, str]], qs: list[Quantity]) -> None:
+        """Comparisons inside one clause: thread counts with rates, first vs later timings."""
+        c = self.claims
+        names = {f[2] for f in found}
+        if "threads" in names:
+            threads = [q for q in qs if q.dim == "count:threads"]
+            rates = [q for q in qs if q.dim == "rate"]
+            if len(threads) == 1 and len(rates) == 1:
+                c.thread_rates.append((threads[0].value, rates[0].value))
+        if "first" in names:
+            times = [q.value for q in qs if q.dim == "time"]
+            if len(times) >= 2:
+                c.first_steady.append((times[0], min(times[1:])))
+
+
+def _nearest(found: list[tuple[int, int, str]], q: Quantity) -> str | None:
+    """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie)."""
+    best: tuple[int, int, str] | None = None
+    for start, end, name in found:
+        if name in ("gpu", "cpu", "slow", "batch", "saturated", "vram"):
+            continue  # too broad to own a number on their own (or a number is part of its match)
+        kinds = ACCEPTS.get(name)
+        if kinds is not None and q.dim not in kinds:
+            continue
+        if kinds is None and q.dim == "bare":
+            continue
+        if end <= q.start:
+            dist = q.start - end
+        elif start >= q.end:
+            dist = start - q.end + 1  # a concept after the number: slightly further
+        else:
+            dist = 0
+        if dist <= BIND_WINDOW and (best is None or dist < best[0]):
+            best = (dist, start, name)
+    return best[2] if best else None

@@ -1,0 +1,150 @@
+"""llama.cpp-family timing output: where a generation's time went, prompt processing vs generation.
+
+Recognised (numbers vary; every field is read on its own, so a block pasted in part still counts):
+
+* llama.cpp ``llama_print_timings:`` / ``llama_perf_context_print:`` / llama-server lines::
+
+      prompt eval time =  551847.36 ms /  4235 tokens (  130.31 ms per token,     7.67 tokens per second)
+             eval time =   62647.15 ms /   346 runs   (  181.06 ms per token,     5.52 tokens per second)
+            total time =  615798.54 ms
+
+* ollama ``--verbose`` statistics::
+
+      prompt eval count:    1180 token(s)
+      prompt eval duration: 15.833678s
+      eval count:           114 token(s)
+      eval duration:        2.391734s
+
+* koboldcpp: ``Processing Prompt [BLAS] (2048 / 14093 tokens)`` and
+  ``Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s``.
+
+A *generation* is one block: a prompt-eval line followed by its eval line. Pure, stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from collectors.units import to_ms
+
+_NUM = r"(\d+(?:\.\d+)?)"
+# llama.cpp: "prompt eval time = 551847.36 ms / 4235 tokens"; "eval time = 62647.15 ms / 346 runs"
+_LLAMA = re.compile(
+    rf"(?P<what>prompt eval|eval|total|load|sample)\s+time\s*=\s*{_NUM}\s*ms(?:\s*/\s*(?P<n>\d+)\s*(?:tokens|runs))?",
+    re.IGNORECASE,
+)
+# ollama --verbose: "prompt eval duration: 15.833678s", "prompt eval count: 1180 token(s)"
+_OLLAMA_DUR = re.compile(
+    rf"(?P<what>total|load|prompt eval|eval)\s+duration:\s*(?P<parts>(?:{_NUM}\s*(?:ms|µs|us|s|m|h)\s*)+)",
+    re.IGNORECASE,
+)
+_OLLAMA_PART = re.compile(rf"{_NUM}\s*(ms|µs|us|s|m|h)", re.IGNORECASE)
+_OLLAMA_COUNT = re.compile(r"(?P<what>prompt eval|eval)\s+count:\s*(?P<n>\d+)\s*token", re.IGNORECASE)
+# koboldcpp
+_KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
+_KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
+
+
+@dataclass
+class Generation:
+    """One generation's timings (ms) and token counts, as far as they were printed."""
+
+    prompt_ms: float | None = None
+    prompt_tokens: int | None = None
+    gen_ms: float | None = None
+    gen_tokens: int | None = None
+    total_ms: float | None = None
+    load_ms: float | None = None
+
+    @property
+    def useful(self) -> bool:
+        return self.prompt_ms is not None or self.gen_ms is not None
+
+
+@dataclass
+class LlamaTimings:
+    generations: list[Generation] = field(default_factory=list)
+    prompt_tokens_seen: list[int] = field(default_factory=list)  # koboldcpp's prompt sizes
+    formats: set[str] = field(default_factory=set)
+
+
+class LlamaTimingParser:
+    """Feed cleaned lines; ``timings`` holds the generations read."""
+
+    def __init__(self) -> None:
+        self.timings = LlamaTimings()
+        self._cur = Generation()
+
+    def _close(self) -> None:
+        if self._cur.useful:
+            self.timings.generations.append(self._cur)
+        self._cur = Generation()
+
+    def feed(self, line: str) -> None:
+        low = line.lower()
+        if "time" in low and "=" in line and " ms" in line:
+            for m in _LLAMA.finditer(line):
+                self._llama(m)
+        if "duration:" in low or "count:" in low:
+            dur = _OLLAMA_DUR.search(line)
+            if dur:
+                ms = sum(to_ms(float(p.group(1)), p.group(2)) for p in _OLLAMA_PART.finditer(dur.group("parts")))
+                self._set(dur.group("what").lower(), ms, None, "ollama")
+            m2 = _OLLAMA_COUNT.search(line)
+            if m2:
+                what = m2.group("what").lower()
+                if what == "prompt eval":
+                    if self._cur.prompt_tokens is not None:
+                        self._close()
+                    self._cur.prompt_tokens = int(m2.group("n"))
+                else:
+                    self._cur.gen_tokens = int(m2.group("n"))
+                self.timings.formats.add("ollama")
+        if "processing prompt" in low:
+            m3 = _KOBOLD_PROMPT.search(line)
+            if m3:
+                self.timings.prompt_tokens_seen.append(int(m3.group("total")))
+                self.timings.formats.add("koboldcpp")
+        if "process:" in low and "generate:" in low:
+            m4 = _KOBOLD_TIMES.search(line)
+            if m4:
+                self._close()
+                self._cur.prompt_ms = float(m4.group(1)) * 1000
+                self._cur.gen_ms = float(m4.group(2)) * 1000
+                if self.timings.prompt_tokens_seen:
+                    self._cur.prompt_tokens = self.timings.prompt_tokens_seen[-1]
+                self._close()
+                self.timings.formats.add("koboldcpp")
+
+    def _llama(self, m: re.Match[str]) -> None:
+        n = int(m.group("n")) if m.group("n") else None
+        self._set(m.group("what").lower(), float(m.group(2)), n, "llama.cpp")
+
+    def _set(self, what: str, ms: float, n: int | None, fmt: str) -> None:
+        cur = self._cur
+        self.timings.formats.add(fmt)
+        if what == "prompt eval":
+            if cur.prompt_ms is not None or cur.gen_ms is not None:
+                self._close()
+                cur = self._cur
+            cur.prompt_ms = ms
+            if n is not None:
+                cur.prompt_tokens = n
+        elif what == "eval":
+            if cur.gen_ms is not None:
+                self._close()
+                cur = self._cur
+            cur.gen_ms = ms
+            if n is not None:
+                cur.gen_tokens = n
+        elif what == "total":
+            cur.total_ms = ms
+            if cur.useful and fmt == "llama.cpp":
+                self._close()
+        elif what == "load":
+            cur.load_ms = ms
+
+    def result(self) -> LlamaTimings:
+        self._close()
+        return self.timings

@@ -1,0 +1,982 @@
+"""What an incident report says, judged: one rule per bottleneck the text can point at.
+
+These rules read only ``report.*`` evidence (``analyzer/derive/claims.py``): what a pasted report
+states — numbers tied to concepts ("GPU util 2 %", "first request 40 s, then 200 ms") and the fixed
+messages frameworks print ("offloaded 0/29 layers to GPU"). Each rule lists its signals, strongest
+first; the finding's impact is the strongest signal present, and its confidence is *heuristic*: a
+measured source (a profile, an engine's own stats, an allocator message) outranks it. Every rule
+says which sentence of the report it rests on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules.base import Rule, fmt_ms, present, severity_for
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One reason to believe the rule's bottleneck: how strongly, and in words with its numbers."""
+
+    impact: float
+    says: str
+
+
+def _n(ev: EvidenceSet, key: str) -> float:
+    return ev.value(key, 0.0) or 0.0
+
+
+def _quote(ev: EvidenceSet, key: str) -> str:
+    got = ev.get(key)
+    if isinstance(got, Evidence) and ":" in got.detail:
+        return got.detail.split(":", 1)[1].strip()
+    return ""
+
+
+def _q(ev: EvidenceSet, key: str) -> str:
+    """`` ("the sentence")`` the evidence at ``key`` quotes, or nothing."""
+    quote = _quote(ev, key)
+    return f" ({quote})" if quote else ""
+
+
+def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
+    got = ev.get("report.title_concepts")
+    return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
+
+
+class ReportRule(Rule):
+    """Shared shape of the report rules: signals → the strongest one → a heuristic finding."""
+
+    title_concepts: tuple[str, ...] = ()  # a title naming one of these concepts strengthens the case
+    TITLE_BONUS = 0.1  # what an issue's title names is what its reporter is sure of
+    # evidence keys of a source that measures this bottleneck itself: when one is present, its rules
+    # judge and the prose steps aside (a compile log that shows two recompiles is not a storm, however
+    # often the text says "recompile")
+    measured_by: tuple[str, ...] = ()
+
+    def signals(self, ev: EvidenceSet, t: object) -> list[Signal]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    headline: str = ""
+
+    def check(self, ev: EvidenceSet, t: object) -> Finding | None:
+        if any(k in ev for k in self.measured_by) or _n(ev, "report.retraction_statements"):
+            return None  # measured elsewhere, or the reporter withdrew it (HLT003 says so)
+        found = sorted(self.signals(ev, t), key=lambda s: -s.impact)
+        if not found:
+            return None
+        impact = found[0].impact
+        if self.title_concepts and _title_mentions(ev, *self.title_concepts):
+            impact = min(0.95, impact + self.TITLE_BONUS)
+        message = "The report " + "; it also ".join(s.says for s in found[:3]) + "."
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.HEURISTIC,
+            title=self.headline,
+            message=message,
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional, *(k for g in self.requires_any for k in g)),
+            fixes=self.fixes(ev),
+        )
+
+
+def _keys(*groups: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(k for g in groups for k in g))
+
+
+class PlacementReported(ReportRule):
+    """The report shows the work running on the CPU (or the wrong GPU) while a GPU is meant to do it.
+
+    What it detects: framework messages that mean the model runs on the CPU (``FP16 is not supported
+    on CPU``, ONNX Runtime without ``CUDAExecutionProvider``, ``BLAS = 0``, ollama's ``runners=[cpu]``
+    or ``100% CPU``), llama.cpp/ollama offloading few of the model's layers to the GPU, a device set
+    to ``cpu`` in code, statements that the GPU is not used, or the CPU stated busy while the GPU
+    is stated idle.
+
+    Why it matters: a model on the CPU is 10-100× slower than on the GPU it was meant for; tuning
+    anything else is wasted until the work is on the right device.
+
+    How it decides: the strongest of: layers offloaded / total below ``max_offloaded_share``
+    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); a statement
+    that the work runs on the CPU (``stated``); the GPU stated at or below ``idle_gpu_pct`` % while
+    the CPU is at or above ``busy_cpu_pct`` % (``stated``); a statement about the wrong GPU
+    (``weak``).
+
+    Evidence: any of report.cpu_fallback_messages, report.gpu_layers_offloaded (+ report.gpu_layers_total),
+    report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
+    report.wrong_gpu_statements.
+
+    Fix: install the GPU build (llama.cpp with -DGGML_CUDA=ON, `onnxruntime-gpu`, a CUDA torch
+    wheel), offload all layers (``-ngl 999`` / ``num_gpu``), put the model and inputs on ``cuda``,
+    check ``CUDA_VISIBLE_DEVICES`` and the device index.
+
+    False positives: a model too big for the GPU is offloaded partly on purpose (then the CPU part
+    does set the pace, which is the finding); a CPU-only deployment by design.
+    """
+
+    code = "PLC001"
+    name = "placement-reported"
+    category = Category.DEVICE_PLACEMENT
+    requires = ()
+    requires_any = (("report.cpu_fallback_messages",), ("report.gpu_layers_offloaded",),
+                    ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
+                    ("report.wrong_gpu_statements",))
+    optional = ("report.gpu_layers_total", "report.gpu_util_pct_min")
+    title_concepts = ("placement_cpu", "offload", "wrong_gpu")
+    headline = "The work runs on the CPU, not the GPU"
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        max_offloaded_share: float = 0.5  # under half the layers on the GPU: the CPU runs most of the model
+        strong: float = 0.8  # a framework saying so itself
+        stated: float = 0.6  # the reporter saying so, or CPU busy with the GPU idle
+        weak: float = 0.4  # a statement about which GPU is used
+        idle_gpu_pct: float = 10.0  # a GPU at ≤ 10 % does none of the work
+        busy_cpu_pct: float = 80.0  # a CPU at ≥ 80 % is doing it
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        off, total = ev.value("report.gpu_layers_offloaded"), ev.value("report.gpu_layers_total")
+        if off is not None and (total or 0) > 0 and off / (total or 1) < t.max_offloaded_share:
+            share = off / (total or 1)
+            out.append(Signal(max(t.strong, 1 - share), f"shows {off:.0f} of {total:.0f} layers on the GPU: the "
+                              f"other {1 - share:.0%} run on the CPU"))
+        elif off == 0:
+            out.append(Signal(t.strong, "shows no layer offloaded to the GPU"))
+        if _n(ev, "report.cpu_fallback_messages"):
+            out.append(Signal(t.strong, "prints that the work falls back to the CPU"
+                              + _q(ev, "report.cpu_fallback_messages")))
+        if _n(ev, "report.placement_statements"):
+            out.append(Signal(t.stated, f"says the work runs on the CPU{_q(ev, 'report.placement_statements')}"))
+        gpu, cpu = ev.value("report.gpu_util_pct_max"), ev.value("report.cpu_util_pct_max")
+        if gpu is not None and cpu is not None and gpu <= t.idle_gpu_pct and cpu >= t.busy_cpu_pct:
+            out.append(Signal(t.stated, f"states the CPU at {cpu:.0f} % while the GPU is at {gpu:.0f} %"))
+        if _n(ev, "report.wrong_gpu_statements"):
+            out.append(Signal(t.weak, f"questions which GPU is used{_q(ev, 'report.wrong_gpu_statements')}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Run the model on the GPU", (
+                "llama.cpp / llama-cpp-python: build with CUDA (CMAKE_ARGS='-DGGML_CUDA=on', formerly "
+                "-DLLAMA_CUBLAS=on) and offload every layer: -ngl 999 / n_gpu_layers=-1; the load log must say "
+                "'offloaded N/N layers to GPU'",
+                "ollama: check `ollama ps` (PROCESSOR column) and the server log's runners/library line; a CPU "
+                "runner means the GPU was not detected (driver, compute capability, container --gpus)",
+                "ONNX Runtime: install onnxruntime-gpu (not onnxruntime) and pass "
+                "providers=['CUDAExecutionProvider', 'CPUExecutionProvider']; session.get_providers() must list CUDA",
+                "PyTorch: install a CUDA wheel (torch.cuda.is_available() must be True) and move model and inputs "
+                "with .to('cuda')",
+            ), Risk.SAFE),
+            Fix("Use the GPU you meant", (
+                "Set CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER=PCI_BUS_ID so indices match nvidia-smi) before "
+                "the process starts",
+                "If the model does not fit, offload as many layers as fit and expect the CPU part to set the pace; "
+                "a smaller quantisation keeps it all on the GPU",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class QueueingReported(ReportRule):
+    """The report shows requests waiting for one another: served one by one, queued, or turned away.
+
+    What it detects: statements that concurrent requests are processed sequentially (one by one,
+    one at a time, the second waits for the first), rejections for lack of a free slot, queue or
+    waiting times stated with numbers, and preemption messages.
+
+    Why it matters: a server that serves one request at a time makes latency grow linearly with the
+    number of users while the GPU has room; the fix is capacity settings, not faster kernels.
+
+    How it decides: the strongest of: sequential processing stated (``sequential``); rejections for
+    lack of slots (``rejected``); a queue or wait time of at least ``min_queue_ms`` stated
+    (``stated``); preemptions (``stated``); queueing named together with a concurrency of at least
+    ``min_concurrency`` (``weak``).
+
+    Evidence: any of report.sequential_statements, report.rejection_messages,
+    report.queue_ms_max, report.preemption_messages, report.queue_statements + report.concurrency_max.
+
+    Fix: raise the engine's concurrency (llama.cpp ``--parallel``, ollama ``OLLAMA_NUM_PARALLEL``,
+    vLLM ``--max-num-seqs``, TGI ``--max-concurrent-requests``, SGLang ``--max-running-requests``,
+    Triton instance_group / dynamic batching, Ray Serve ``max_ongoing_requests``), add replicas,
+    bound the queue.
+
+    False positives: a single-user tool where one-at-a-time is intended.
+    """
+
+    code = "QUE005"
+    name = "queueing-reported"
+    category = Category.QUEUEING
+    requires = ()
+    requires_any = (("report.sequential_statements",), ("report.rejection_messages",), ("report.queue_ms_max",),
+                    ("report.preemption_messages",), ("report.queue_statements", "report.concurrency_max"))
+    optional = ("report.capacity_settings", "report.concurrency_max")
+    title_concepts = ("sequential", "queue", "concurrency")
+    headline = "Requests wait for one another"
+    measured_by = ("serving.stat_samples", "stage.queue_ms.mean", "stage.queue.share", "conn.inflight_mean",
+                   "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        sequential: float = 0.65  # one-at-a-time service stated outright
+        rejected: float = 0.6  # requests turned away for lack of a slot
+        stated: float = 0.55  # a queue time or preemption stated
+        weak: float = 0.4  # queueing named with a concurrency figure
+        min_queue_ms: float = 100.0  # a tenth of a second of waiting is felt
+        min_concurrency: float = 4.0  # fewer concurrent requests than this rarely queue on a GPU engine
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.sequential_statements"):
+            out.append(Signal(t.sequential, f"says requests are served one at a time "
+                                            f"({_quote(ev, 'report.sequential_statements')})"))
+        if _n(ev, "report.rejection_messages"):
+            out.append(Signal(t.rejected, f"shows requests turned away for lack of capacity "
+                                          f"({_quote(ev, 'report.rejection_messages')})"))
+        q = ev.value("report.queue_ms_max")
+        if q is not None and q >= t.min_queue_ms:
+            out.append(Signal(t.stated, f"states requests waiting {fmt_ms(q)} in a queue"))
+        if _n(ev, "report.preemption_messages"):
+            out.append(Signal(t.stated, "shows requests preempted for lack of KV-cache space"))
+        conc = ev.value("report.concurrency_max")
+        if _n(ev, "report.queue_statements") and conc is not None and conc >= t.min_concurrency:
+            out.append(Signal(t.weak, f"names queued requests at a concurrency of {conc:.0f}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Serve requests concurrently", (
+                "llama.cpp server: --parallel N (each slot gets ctx/N tokens: raise -c with it); ollama: "
+                "OLLAMA_NUM_PARALLEL; llama-cpp-python's server serves one request at a time",
+                "vLLM: --max-num-seqs (V0 default 256; V1 sets it per GPU) and enough KV cache "
+                "(--gpu-memory-utilization, --max-model-len); TGI: --max-concurrent-requests and "
+                "--max-batch-total-tokens; SGLang: --max-running-requests",
+                "Triton: instance_group count > 1 or dynamic_batching; Ray Serve: max_ongoing_requests "
+                "(max_concurrent_queries before 2.10) and autoscaling_config",
+            ), Risk.NEEDS_VALIDATION),
+            Fix("Add capacity and bound the queue", (
+                "More replicas behind the load balancer for the offered load",
+                "Reject beyond a queue bound (429/503) so latency stays bounded",
+            ), Risk.SAFE),
+        ]
+
+
+class PrefillReported(ReportRule):
+    """The report shows the time to first token going into processing a long prompt.
+
+    What it detects: a time to first token (or a prompt-processing time) of seconds stated next to
+    a long prompt, prompt processing named as slow, or its speed stated.
+
+    Why it matters: prefill cost grows with the prompt (linearly to quadratically); a long system
+    prompt, RAG context or chat history re-processed on every turn makes the first token slow no
+    matter how fast tokens come afterwards.
+
+    How it decides: the strongest of: a TTFT or prefill time of at least ``min_ms`` with a prompt of at
+    least ``min_tokens`` tokens (``long_prompt``); a TTFT or prefill time of at least ``min_ms`` with
+    prompt processing named (``stated``); prompt processing named as slow with a prompt of at least
+    ``min_tokens`` (``stated``); a server processing the whole prompt again instead of reusing its
+    cache (llama.cpp ``forcing full prompt re-processing``; ``stated``).
+
+    Evidence: report.ttft_ms_max, report.prefill_ms_max, report.prefill_statements or
+    report.prompt_reprocess_messages; optionally report.prompt_tokens_max, report.prefill_tokens_per_s.
+
+    Fix: reuse the prefix (prefix caching, keep the stable part first), chunk long prefills (vLLM
+    ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``), trim prompts, faster prefill
+    hardware or more tensor parallelism.
+
+    False positives: a TTFT that is mostly queueing (the queueing rules own it).
+    """
+
+    code = "TTF002"
+    name = "prefill-reported"
+    category = Category.PREFILL_TTFT
+    requires = ()
+    requires_any = (("report.ttft_ms_max",), ("report.prefill_ms_max",), ("report.prefill_statements",),
+                    ("report.prompt_reprocess_messages",))
+    optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s")
+    title_concepts = ("ttft", "prefill", "prompt_len")
+    headline = "Prompt processing (prefill) dominates the time to first token"
+    measured_by = ("stage.prefill.share", "stage.prefill_ms.mean")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        long_prompt: float = 0.65  # seconds to first token with thousands of prompt tokens
+        stated: float = 0.55  # prompt processing named as the slow part
+        min_ms: float = 1000.0  # a first token after a second is felt in chat
+        min_tokens: float = 1000.0  # a thousand prompt tokens is where prefill shows
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        ms = max(_n(ev, "report.ttft_ms_max"), _n(ev, "report.prefill_ms_max"))
+        tokens = _n(ev, "report.prompt_tokens_max")
+        named = _n(ev, "report.prefill_statements")
+        if ms >= t.min_ms and tokens >= t.min_tokens:
+            out.append(Signal(t.long_prompt, f"states {fmt_ms(ms)} to the first token for a prompt of "
+                                             f"{tokens:,.0f} tokens"))
+        elif ms >= t.min_ms and named:
+            out.append(Signal(t.stated, f"states {fmt_ms(ms)} before the first token, in prompt processing"))
+        if named and tokens >= t.min_tokens and not out:
+            out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))
+        if _n(ev, "report.prompt_reprocess_messages"):
+            out.append(Signal(t.stated, f"shows the whole prompt processed again instead of reused "
+                                        f"({_quote(ev, 'report.prompt_reprocess_messages')})"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Do not prefill the same prefix twice", (
+                "vLLM: prefix caching (on by default in V1; --enable-prefix-caching in V0); SGLang: RadixAttention "
+                "(default); llama.cpp server: cache_prompt and one slot per conversation; keep the stable part "
+                "(system prompt, tools) first and byte-identical",
+            ), Risk.SAFE),
+            Fix("Bound what one prefill costs", (
+                "vLLM: chunked prefill (on by default in V1; --enable-chunked-prefill in V0) — a larger "
+                "--max-num-batched-tokens favours TTFT, a smaller one the ITL of running requests; SGLang: "
+                "--chunked-prefill-size; llama.cpp: larger -b/-ub batch for prompt processing",
+                "Trim the prompt (fewer retrieved chunks, summarised history); more tensor parallelism or a "
+                "GPU with more FLOPS for prefill-heavy traffic",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class ColdStartReported(ReportRule):
+    """The report shows time going into compiling, building engines or warming up.
+
+    What it detects: the first request(s) stated much slower than later ones, recompilation
+    statements or recompile-limit messages, TensorRT engine builds, CUDA-graph capture and warm-up
+    taking long, graphs regenerated for new shapes.
+
+    Why it matters: compilation happens on the request path: the first user after a deploy (or
+    after every new input shape) waits for it; a recompile limit falls back to slow eager code.
+
+    How it decides: the strongest of: a recompile-limit message (``limit``); the first request at
+    least ``min_factor`` × slower than later ones, from two times in one sentence or a stated factor
+    (impact 1 − later/first, at least ``first_slow``); recompiles or shape changes named with
+    compiling (``stated``); a compile/build/warm-up time of at least ``min_compile_ms`` (``stated``);
+    build or warm-up messages with first-request statements (``weak``).
+
+    Evidence: any of report.recompile_limit_messages, report.first_ms + report.steady_ms,
+    report.first_factor, report.recompile_statements, report.compile_ms_max,
+    report.engine_build_messages, report.compile_statements + report.first_statements.
+
+    Fix: warm up before taking traffic with every shape served, mark dimensions dynamic or pad to
+    buckets, raise the recompile limit knowingly, cache compiled artefacts.
+
+    False positives: a first request that downloads weights (HLT003 says so).
+    """
+
+    code = "CMP004"
+    name = "cold-start-reported"
+    category = Category.RECOMPILATION
+    requires = ()
+    requires_any = (("report.recompile_limit_messages",), ("report.first_ms", "report.steady_ms"),
+                    ("report.first_factor",), ("report.recompile_statements",), ("report.compile_ms_max",),
+                    ("report.engine_build_messages",), ("report.compile_statements", "report.first_statements"))
+    optional = ("report.compile_statements", "report.first_statements", "report.download_statements")
+    title_concepts = ("compile", "recompile", "first")
+    headline = "Time goes into compiling, building or warming up"
+    measured_by = ("compile.recompiles", "compile.limit_hit", "cpu.compile_share")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        limit: float = 0.8  # the recompile limit was hit: every further shape runs slow
+        first_slow: float = 0.6  # the first request much slower than the rest
+        stated: float = 0.55  # recompiles or long compiles stated
+        weak: float = 0.4  # build / warm-up named around first requests
+        min_factor: float = 3.0  # three times slower first: more than noise or cache misses
+        min_compile_ms: float = 10_000.0  # ten seconds of compiling is felt by whoever waits
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.recompile_limit_messages"):
+            out.append(Signal(t.limit, f"shows the recompile limit hit{_q(ev, 'report.recompile_limit_messages')}"))
+        first, steady = ev.value("report.first_ms"), ev.value("report.steady_ms")
+        if first is not None and steady and first / steady >= t.min_factor:
+            out.append(Signal(max(t.first_slow, min(0.9, 1 - steady / first)),
+                              f"states the first request at {fmt_ms(first)} and later ones at {fmt_ms(steady)}"))
+        factor = ev.value("report.first_factor")
+        if factor is not None and factor >= t.min_factor and (_n(ev, "report.first_statements")
+                                                              or _n(ev, "report.compile_statements")):
+            out.append(Signal(t.first_slow, f"states the first run {factor:g}× slower than later ones"))
+        if _n(ev, "report.recompile_statements") and (_n(ev, "report.compile_statements")
+                                                      or _n(ev, "report.slow_statements")):
+            out.append(Signal(t.stated, f"names recompiles on changing shapes "
+                                        f"({_quote(ev, 'report.recompile_statements')})"))
+        ms = ev.value("report.compile_ms_max")
+        if ms is not None and ms >= t.min_compile_ms:
+            out.append(Signal(t.stated, f"states {fmt_ms(ms)} spent compiling, building or warming up"))
+        if _n(ev, "report.engine_build_messages") and (_n(ev, "report.first_statements")
+                                                       or _n(ev, "report.slow_statements")):
+            out.append(Signal(t.weak, f"shows engine builds / warm-up{_q(ev, 'report.engine_build_messages')}"))
+        if _n(ev, "report.compile_statements") and _n(ev, "report.first_statements"):
+            out.append(Signal(t.weak, f"ties the first requests' time to compiling{_q(ev, 'report.first_statements')}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Compile before traffic, once per shape", (
+                "Warm up with every batch size / sequence-length bucket you serve before marking the service "
+                "ready (TGI and vLLM do it for their shapes; TEI and custom servers need an explicit warm-up "
+                "request)",
+                "torch.compile: dynamic=True or torch._dynamo.mark_dynamic on the varying dimension; pad inputs "
+                "to a few bucket sizes; TORCH_LOGS=recompiles shows which guard fails",
+                "TensorRT / ONNX Runtime TensorRT EP: build with optimization profiles covering every served "
+                "shape (trt_profile_min/opt/max_shapes) and enable the engine cache (trt_engine_cache_enable)",
+            ), Risk.NEEDS_VALIDATION),
+            Fix("Keep what was compiled", (
+                "Cache compiled artefacts across restarts (TORCHINDUCTOR_CACHE_DIR / VLLM_CACHE_ROOT on a "
+                "persistent volume, TensorRT engine cache files)",
+                "Raise the recompile limit only knowingly: torch._dynamo.config.recompile_limit (torch ≥ 2.7; "
+                "cache_size_limit before)",
+            ), Risk.SAFE),
+        ]
+
+
+class LaunchOverheadReported(ReportRule):
+    """The report shows the host's launch path setting the pace: eager mode, kernel launches, one busy core.
+
+    What it detects: CUDA graphs turned off (``--enforce-eager``, ``enforce_eager=True``), kernel
+    launch time named (a profiler table topped by ``cudaLaunchKernel``, "kernel launch" time),
+    CPU-bound decoding, or one CPU core at 100 % while the GPU is partly idle.
+
+    Why it matters: small-batch decode launches hundreds of tiny kernels per token; without CUDA
+    graphs the Python/framework dispatch between them, not the GPU, sets tokens per second.
+
+    How it decides: the strongest of: CUDA graphs turned off (``graphs_off``); kernel launch /
+    host overhead named (``stated``); CUDA graphs or eager mode discussed with slow decoding
+    (``weak``); the CPU stated at ≥ ``busy_cpu_pct`` % with the GPU between ``min_gpu_pct`` and
+    ``max_gpu_pct`` % (``weak``).
+
+    Evidence: any of report.cuda_graphs_off_messages, report.launch_statements,
+    report.cuda_graph_statements, report.cpu_util_pct_max + report.gpu_util_pct_max.
+
+    Fix: keep CUDA graphs on (drop --enforce-eager), torch.compile(mode="reduce-overhead"), batch
+    more requests per step, a faster single-core CPU for the decode loop.
+
+    False positives: a GPU at 0 % with a busy CPU is the model on the CPU (PLC001).
+    """
+
+    code = "GPU110"
+    name = "launch-overhead-reported"
+    category = Category.LAUNCH_OVERHEAD
+    requires = ()
+    requires_any = (("report.cuda_graphs_off_messages",), ("report.launch_statements",),
+                    ("report.cuda_graph_statements",), ("report.cpu_util_pct_max", "report.gpu_util_pct_max"))
+    optional = ("report.slow_statements",)
+    title_concepts = ("cuda_graph", "launch")
+    headline = "The host's launch path, not the GPU, sets the pace"
+    measured_by = ("trace.kernel_count", "kineto.idle_share")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        graphs_off: float = 0.6  # CUDA graphs explicitly off
+        stated: float = 0.55  # launch / host overhead named
+        weak: float = 0.45  # graphs discussed, or a busy core next to a half-idle GPU
+        busy_cpu_pct: float = 90.0  # one core pegged
+        min_gpu_pct: float = 15.0  # the GPU does run the model (below: placement, PLC001)
+        max_gpu_pct: float = 90.0  # ... but is not saturated
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.cuda_graphs_off_messages"):
+            out.append(Signal(t.graphs_off, f"runs with CUDA graphs off{_q(ev, 'report.cuda_graphs_off_messages')}"))
+        if _n(ev, "report.launch_statements"):
+            out.append(Signal(t.stated, f"names kernel-launch / host overhead{_q(ev, 'report.launch_statements')}"))
+        if _n(ev, "report.cuda_graph_statements") and (_n(ev, "report.slow_statements")
+                                                       or ev.value("report.decode_ms_max") is not None):
+            out.append(Signal(t.weak, f"discusses CUDA graphs / eager mode "
+                                      f"({_quote(ev, 'report.cuda_graph_statements')})"))
+        cpu, gpu = ev.value("report.cpu_util_pct_max"), ev.value("report.gpu_util_pct_max")
+        if cpu is not None and gpu is not None and cpu >= t.busy_cpu_pct and t.min_gpu_pct <= gpu < t.max_gpu_pct:
+            out.append(Signal(t.weak, f"states a CPU at {cpu:.0f} % feeding a GPU at {gpu:.0f} %"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Replay the decode step as CUDA graphs", (
+                "vLLM / vllm-omni: drop --enforce-eager (enforce_eager: false) so decode runs in captured CUDA "
+                "graphs; SGLang: keep CUDA graphs on and raise --cuda-graph-max-bs to the batch sizes you run",
+                "PyTorch: torch.compile(model, mode='reduce-overhead') on a static-shape decode step; llama.cpp: "
+                "CUDA graphs are on by default on supported GPUs (GGML_CUDA_DISABLE_GRAPHS unset)",
+            ), Risk.NEEDS_VALIDATION),
+            Fix("Do more work per launch", (
+                "Batch more concurrent requests per step; fuse small ops (torch.compile, fused kernels)",
+                "The decode loop runs on one core: a CPU with fast single-thread performance matters at batch 1",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class ThreadsReported(ReportRule):
+    """The report shows more busy threads than cores: fewer threads run faster, or a quota throttles them.
+
+    What it detects: a thread-count comparison where fewer threads give more throughput, a thread
+    count at or above the stated core count, a container CPU limit or throttling named with thread
+    pools, or contention between processes.
+
+    Why it matters: every process sizes its thread pools to the machine's cores; several processes,
+    hyperthreads counted as cores, or a container quota below the visible cores make threads wait
+    for a CPU and spin, and everything slows down together.
+
+    How it decides: the strongest of: fewer threads at least ``min_speedup`` × faster (``measured``);
+    threads ≥ cores stated (``stated``); a CPU quota/throttling named with threads or contention
+    (``stated``); contention named with thread settings (``stated``); thread settings discussed with
+    slowness (``weak``).
+
+    Evidence: any of report.fewer_threads_speedup, report.threads_max + report.cores_stated,
+    report.quota_statements + report.thread_statements, report.contention_statements.
+
+    Fix: set the pool sizes to the cores really available (OMP_NUM_THREADS, torch.set_num_threads,
+    ORT intra_op_num_threads, llama.cpp -t = physical cores), divide them among processes, match
+    them to the container's quota.
+
+    False positives: a GPU-bound service where thread counts do not matter.
+    """
+
+    code = "THR002"
+    name = "threads-reported"
+    category = Category.THREAD_OVERSUBSCRIPTION
+    requires = ()
+    requires_any = (("report.fewer_threads_speedup",), ("report.threads_max", "report.cores_stated"),
+                    ("report.quota_statements", "report.thread_statements"), ("report.contention_statements",),
+                    ("report.thread_statements", "report.slow_statements"))
+    optional = ("report.threads_best",)
+    title_concepts = ("threads", "cores", "quota", "contention")
+    headline = "More busy threads than cores"
+    measured_by = ("threads.busy_count",)
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        measured: float = 0.7  # the reporter measured fewer threads being faster
+        stated: float = 0.55  # threads ≥ cores, or a quota named with thread pools
+        weak: float = 0.35  # threads discussed around slowness
+        min_speedup: float = 1.2  # 20 % faster with fewer threads is beyond noise
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        speedup = ev.value("report.fewer_threads_speedup")
+        if speedup is not None and speedup >= t.min_speedup:
+            out.append(Signal(t.measured, f"measures fewer threads {speedup:.1f}× faster "
+                                          f"({_quote(ev, 'report.fewer_threads_speedup')})"))
+        threads, cores = ev.value("report.threads_max"), ev.value("report.cores_stated")
+        if threads is not None and cores and threads >= cores:
+            out.append(Signal(t.stated, f"runs {threads:.0f} threads on {cores:.0f} cores"))
+        if _n(ev, "report.quota_statements") and (_n(ev, "report.thread_statements")
+                                                  or _n(ev, "report.contention_statements")):
+            out.append(Signal(t.stated, f"names a CPU limit / throttling with its threads "
+                                        f"({_quote(ev, 'report.quota_statements')})"))
+        if _n(ev, "report.contention_statements") and _n(ev, "report.thread_statements"):
+            out.append(Signal(t.stated, f"names contention between threads{_q(ev, 'report.contention_statements')}"))
+        if _n(ev, "report.thread_statements") >= 2 and _n(ev, "report.slow_statements"):
+            out.append(Signal(t.weak, f"discusses thread counts around the slowdown "
+                                      f"({_quote(ev, 'report.thread_statements')})"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Size thread pools to the cores you really have", (
+                "llama.cpp / ollama: -t (num_thread) = physical cores, not hyperthreads; fewer when part of the "
+                "model is on the GPU",
+                "PyTorch: torch.set_num_threads(cores // processes) and OMP_NUM_THREADS; ONNX Runtime: "
+                "intra_op_num_threads / inter_op_num_threads per session; Triton PyTorch backend: "
+                "INTRA_OP_THREAD_COUNT",
+                "Containers: the quota (docker --cpus, Kubernetes limits.cpu) is the budget, not the host's "
+                "cores: set the pools to it; check /sys/fs/cgroup/cpu.stat nr_throttled",
+            ), Risk.SAFE),
+        ]
+
+
+class ProcessingReported(ReportRule):
+    """The report shows pre/post-processing (or serialisation) on the CPU taking the time.
+
+    What it detects: pre- or post-processing times stated against the model's time, a tokenizer
+    or image processor named as the slow part with the GPU idle, or serialisation named as slow.
+
+    Why it matters: while the CPU decodes images, tokenises or serialises, the GPU waits; the model
+    cannot be faster than what feeds it.
+
+    How it decides: the strongest of: pre+post-processing at least ``min_share`` of the stated time
+    (impact = that share); pre-processing time of at least ``min_ms`` stated (``stated``);
+    pre/post-processing named with the GPU stated at or below ``idle_gpu_pct`` % (``stated``);
+    serialisation named as slow (``weak``).
+
+    Evidence: any of report.preprocess_ms_max, report.postprocess_ms_max (+ report.model_ms),
+    report.preprocess_statements + report.gpu_util_pct_max, report.serialize_statements.
+
+    Fix: move the work off the request thread (process pool, DALI / GPU decode, fast tokenizers),
+    overlap it with the model, vectorise post-processing, binary payloads instead of JSON.
+
+    False positives: a first-call pre-processing time that includes loading a library.
+    """
+
+    code = "CPU003"
+    name = "processing-reported"
+    category = Category.CPU_PREPROCESSING
+    requires = ()
+    requires_any = (("report.preprocess_ms_max",), ("report.postprocess_ms_max",),
+                    ("report.preprocess_statements", "report.gpu_util_pct_max"),
+                    ("report.serialize_statements", "report.slow_statements"))
+    optional = ("report.model_ms", "report.preprocess_statements")
+    title_concepts = ("preprocess", "postprocess", "serialize")
+    headline = "CPU pre/post-processing takes the time"
+    measured_by = ("stage.preprocess.share", "cpu.preprocess_share")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.3  # a third of the time outside the model is the bottleneck
+        stated: float = 0.55  # a long pre-processing time or an idle GPU stated
+        weak: float = 0.4  # serialisation named as slow
+        min_ms: float = 50.0  # 50 ms per request of pre-processing caps a GPU model's rate
+        idle_gpu_pct: float = 30.0  # a GPU mostly idle while the CPU prepares its input
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        pre, post, model = (ev.value("report.preprocess_ms_max"), ev.value("report.postprocess_ms_max"),
+                            ev.value("report.model_ms"))
+        cpu_side = (pre or 0.0) + (post or 0.0)
+        if cpu_side and model:
+            share = cpu_side / (cpu_side + model)
+            if share >= t.min_share:
+                out.append(Signal(share, f"states {fmt_ms(cpu_side)} of pre/post-processing against "
+                                         f"{fmt_ms(model)} in the model"))
+        elif pre is not None and pre >= t.min_ms:
+            out.append(Signal(t.stated, f"states {fmt_ms(pre)} of pre-processing per request"))
+        elif post is not None and post >= t.min_ms:
+            out.append(Signal(t.stated, f"states {fmt_ms(post)} of post-processing per request"))
+        gpu = ev.value("report.gpu_util_pct_max")
+        if _n(ev, "report.preprocess_statements") and gpu is not None and gpu <= t.idle_gpu_pct:
+            out.append(Signal(t.stated, f"names pre-processing while the GPU is at {gpu:.0f} %"))
+        if _n(ev, "report.serialize_statements") and _n(ev, "report.slow_statements"):
+            out.append(Signal(t.weak, f"names serialisation as slow{_q(ev, 'report.serialize_statements')}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Take the CPU work off the request path", (
+                "Run pre-processing in a process pool or a separate stage (Triton ensemble / BLS with several "
+                "Python-backend instances, Ray Serve deployment graph) and overlap it with the model",
+                "Decode and resize on the GPU (NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda')); fast "
+                "Rust tokenizers with batching; vectorised post-processing (NMS on the GPU)",
+                "Send binary payloads (raw tensors, Arrow, shared memory) instead of JSON lists",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class CopiesReported(ReportRule):
+    """The report shows host↔device copies taking the time: copy times, pageable memory, a narrow link.
+
+    What it detects: copy (memcpy / H2D / D2H / ``.cpu()``) times stated against the model's time,
+    ONNX Runtime inserting Memcpy nodes between execution providers, copies named with the PCIe
+    link (width, generation, a riser), or copies named as slow.
+
+    Why it matters: a copy over PCIe moves ~25 GB/s at best (Gen4 x16), far less from pageable
+    memory or on a x4 link; a synchronising copy per step stalls the GPU every time.
+
+    How it decides: the strongest of: copy time at least ``min_share`` of the stated time (impact =
+    that share); ORT Memcpy nodes (``stated``); copies named with the PCIe link (``stated``); copies
+    named as slow (``weak``).
+
+    Evidence: any of report.copy_ms_max (+ report.model_ms), report.ep_memcpy_messages,
+    report.copy_statements + report.pcie_link_statements, report.copy_statements + report.slow_statements.
+
+    Fix: pinned memory with non_blocking copies, fewer and larger copies, keep tensors on the
+    device between steps, run the whole graph on one execution provider, a x16 slot.
+
+    False positives: a copy time that is really waiting for the kernel before it (synchronisation).
+    """
+
+    code = "XFR003"
+    name = "copies-reported"
+    category = Category.PCIE_TRANSFER
+    requires = ()
+    requires_any = (("report.copy_ms_max",), ("report.ep_memcpy_messages",),
+                    ("report.copy_statements", "report.pcie_link_statements"),
+                    ("report.copy_statements", "report.slow_statements"))
+    optional = ("report.model_ms",)
+    title_concepts = ("copy", "pcie_link")
+    headline = "Host↔device copies take the time"
+    measured_by = ("copy.time_share", "stage.h2d.share")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.3  # a third of the time in copies
+        stated: float = 0.5  # copies between providers, or a narrow link named
+        weak: float = 0.35  # copies named as slow
+        min_ms: float = 5.0  # a stated copy time below this is not the bottleneck of a request
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        copy, model = ev.value("report.copy_ms_max"), ev.value("report.model_ms")
+        if copy is not None and copy >= t.min_ms:
+            if model:
+                share = copy / (copy + model)
+                if share >= t.min_share:
+                    out.append(Signal(share, f"states {fmt_ms(copy)} of copies against {fmt_ms(model)} of compute"))
+            else:
+                out.append(Signal(t.stated, f"states {fmt_ms(copy)} spent copying"))
+        if _n(ev, "report.ep_memcpy_messages"):
+            out.append(Signal(t.stated, f"shows ONNX Runtime copying between execution providers "
+                                        f"({_quote(ev, 'report.ep_memcpy_messages')})"))
+        if _n(ev, "report.copy_statements") and _n(ev, "report.pcie_link_statements"):
+            out.append(Signal(t.stated, f"names copies over the PCIe link{_q(ev, 'report.pcie_link_statements')}"))
+        if _n(ev, "report.copy_statements") >= 2 and _n(ev, "report.slow_statements"):
+            out.append(Signal(t.weak, f"names copies as slow{_q(ev, 'report.copy_statements')}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Copy less, and asynchronously", (
+                "Pinned host buffers (pin_memory=True, torch.empty(..., pin_memory=True)) with "
+                ".to('cuda', non_blocking=True); one large copy instead of many small ones",
+                "Keep tensors on the device between steps; avoid .cpu() / .item() / .numpy() inside the loop "
+                "(each one synchronises)",
+                "ONNX Runtime: make every node run on the CUDA/TensorRT provider (check the Memcpy warning and "
+                "session.get_providers()); use IO binding to keep inputs and outputs on the GPU",
+            ), Risk.NEEDS_VALIDATION),
+            Fix("Check the link", (
+                "nvidia-smi -q | grep -A3 'Link' (or lspci -vv LnkSta): a x16 card trained at x4/x1 or Gen1 "
+                "under load is a slot, riser or BIOS problem",
+            ), Risk.SAFE),
+        ]
+
+
+class GpuLimitReported(ReportRule):
+    """The report shows the GPU itself as the limit: throttled, saturated, or without fast FP16.
+
+    What it detects: throttling named (power cap, thermal, low clocks, power mode), FP16 on a GPU
+    without fast half precision (Pascal P40/P4/GTX 10xx, Kepler/Maxwell), the GPU stated saturated.
+
+    Why it matters: when the GPU is throttled or simply slower than assumed, no change elsewhere
+    helps; the fix is cooling, power limits, precision or hardware.
+
+    How it decides: the strongest of: throttling named (``stated``); FP16 on a GPU without fast
+    FP16 (``stated``); the GPU stated at or above ``saturated_pct`` % (``weak``); an older or
+    embedded GPU named with slowness (``weak``).
+
+    Evidence: any of report.throttle_statements, report.fp16_on_slow_fp16_gpu,
+    report.gpu_util_pct_max, report.slow_gpu_statements + report.slow_statements.
+
+    Fix: cooling and power limits (nvidia-smi -q -d PERFORMANCE shows the throttle reasons), the
+    right precision for the hardware, a faster GPU or more of them.
+
+    False positives: a GPU at 100 % "utilisation" that only means a kernel was running (SM activity
+    can be low); DCGM or a profile tells them apart.
+    """
+
+    code = "GPU009"
+    name = "gpu-limit-reported"
+    category = Category.GPU_COMPUTE
+    requires = ()
+    requires_any = (("report.throttle_statements",), ("report.fp16_on_slow_fp16_gpu",),
+                    ("report.gpu_util_pct_max",), ("report.slow_gpu_statements", "report.slow_statements"))
+    optional = ("report.saturated_statements",)
+    title_concepts = ("throttle", "slow_gpu_model", "saturated")
+    headline = "The GPU itself is the limit"
+    measured_by = ("gpu.throttle_ratio", "gpu.util_samples")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        stated: float = 0.55  # throttling, or FP16 on hardware without it
+        weak: float = 0.4  # the GPU at 100 %, or an older GPU named
+        saturated_pct: float = 95.0  # a GPU at ≥ 95 % is busy all the time
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.throttle_statements"):
+            out.append(Signal(t.stated, f"names throttling / clocks / power{_q(ev, 'report.throttle_statements')}"))
+        if _n(ev, "report.fp16_on_slow_fp16_gpu"):
+            out.append(Signal(t.stated, f"runs FP16 on a GPU without fast half precision "
+                                        f"({_quote(ev, 'report.fp16_on_slow_fp16_gpu')})"))
+        gpu = ev.value("report.gpu_util_pct_min")
+        if gpu is not None and gpu >= t.saturated_pct:
+            out.append(Signal(t.weak, f"states the GPU at {gpu:.0f} %"))
+        if _n(ev, "report.slow_gpu_statements") and _n(ev, "report.slow_statements"):
+            out.append(Signal(t.weak, f"runs on an older or embedded GPU{_q(ev, 'report.slow_gpu_statements')}"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Find out why the GPU is slow", (
+                "nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE while it runs: 'SW Power Cap', 'HW "
+                "Slowdown' or 'Thermal' active mean the clocks are held down; fix airflow / power limit "
+                "(nvidia-smi -pl) / Jetson power mode (nvpmodel -m 0, jetson_clocks)",
+                "Pascal (P40, P4, GTX 10xx) runs FP16 at 1/64 rate: use FP32 or INT8 there, or a GPU with "
+                "tensor cores",
+            ), Risk.SAFE),
+            Fix("More GPU for the load", (
+                "A saturated GPU serves what it serves: batch better, quantise, or add GPUs / replicas",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class ExternalMemoryReported(ReportRule):
+    """The report shows GPU memory held outside the failing process: leftovers, another tenant, a second instance.
+
+    What it detects: an out-of-memory error together with statements that memory is held elsewhere
+    (orphaned or zombie workers that survived a kill, memory not released after a process ended,
+    another model / server / container on the same GPU), or the CUDA context failing to be created
+    at all (``cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY``: the device was full before the
+    process allocated anything).
+
+    Why it matters: the process that fails is not the one to fix: the memory it lacks is held by
+    something else, and only freeing or isolating that helps.
+
+    How it decides: the strongest of: the context could not be created (``context``); an
+    out-of-memory error named (or measured) with memory held elsewhere stated (``stated``); GPU
+    memory named as held by leftovers with no error yet (``held``).
+
+    Evidence: report.context_oom_messages, or report.held_elsewhere_statements with
+    report.oom_statements, mem.oom_count or report.vram_statements.
+
+    Fix: find and stop what holds the memory (nvidia-smi --query-compute-apps, fuser -v /dev/nvidia*),
+    kill orphans with their process group, one model per GPU or MIG/MPS partitions with limits.
+
+    False positives: a second instance that was meant to share the GPU with bounded memory
+    (then lower each one's fraction).
+    """
+
+    code = "MEM006"
+    name = "external-memory-reported"
+    category = Category.OOM_EXTERNAL
+    requires = ()
+    requires_any = (("report.context_oom_messages",), ("report.held_elsewhere_statements", "report.oom_statements"),
+                    ("report.held_elsewhere_statements", "mem.oom_count"),
+                    ("report.held_elsewhere_statements", "report.vram_statements"))
+    optional = ()
+    title_concepts = ("held_elsewhere",)
+    headline = "GPU memory is held outside the failing process"
+    measured_by = ("mem.other_processes_bytes",)
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        context: float = 0.75  # the device was full before the process started
+        stated: float = 0.6  # an OOM with memory held elsewhere named
+        held: float = 0.5  # memory held by leftovers named, before anything failed
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.context_oom_messages"):
+            out.append(Signal(t.context, f"shows the CUDA context itself failing for lack of memory "
+                                         f"({_quote(ev, 'report.context_oom_messages')})"))
+        held = _n(ev, "report.held_elsewhere_statements")
+        if held and (_n(ev, "report.oom_statements") or "mem.oom_count" in ev):
+            out.append(Signal(t.stated, f"ties the out-of-memory error to memory held elsewhere "
+                                        f"({_quote(ev, 'report.held_elsewhere_statements')})"))
+        elif held and _n(ev, "report.vram_statements"):
+            out.append(Signal(t.held, f"shows GPU memory held by processes that should not hold it "
+                                      f"({_quote(ev, 'report.held_elsewhere_statements')})"))
+        return out
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Free or isolate the memory held elsewhere", (
+                "nvidia-smi --query-compute-apps=pid,used_memory,name --format=csv (inside containers: fuser -v "
+                "/dev/nvidia*) lists who holds memory; kill orphaned workers with their process group",
+                "vLLM: stop the server with SIGTERM (not SIGKILL) so EngineCore and TP workers exit with it; "
+                "in containers run an init (docker --init / tini) so children are reaped",
+                "One model per GPU, or MIG / MPS partitions with memory limits; two engines on one GPU need each "
+                "its own --gpu-memory-utilization adding up to < 1",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
+class ExpectedBehaviourReported(Rule):
+    """What the report describes is expected behaviour, not a fault: say so.
+
+    What it detects: a serving engine taking most of the GPU's memory up front (vLLM, SGLang, TGI,
+    lmdeploy reserve the KV cache at start-up) with no out-of-memory error; a first run slow because
+    it downloads weights; a model that stays loaded after a client exits (keep-alive); a report that
+    withdraws itself (a false alarm, the reporter's own mistake, a benchmark-methodology artefact).
+
+    Why it matters: an on-call engineer should not chase a "leak" that is a KV-cache reservation, or
+    a "slow first request" that is a one-off download.
+
+    How it decides: memory taken up front named (``report.preallocation_statements``, or GPU memory
+    statements with a serving engine named) and no out-of-memory statement, nor memory growing or held
+    by leftovers; downloading named with the first run or slowness; staying loaded named; the report
+    withdrawing itself (then every other report rule steps aside too). The finding is informational
+    (severity info) and never the primary bottleneck.
+
+    Evidence: any of report.preallocation_statements, report.vram_statements + serving.engine,
+    report.download_statements, report.keep_alive_statements, report.retraction_statements;
+    optionally report.oom_statements.
+
+    Fix: nothing to fix; the knobs if the behaviour is unwanted (gpu_memory_utilization,
+    --cuda-memory-fraction, pre-downloading weights, keep_alive).
+
+    False positives: memory growing over requests (a real leak) — report.memory_growth_statements
+    vetoes the preallocation explanation.
+    """
+
+    code = "HLT003"
+    name = "expected-behaviour-reported"
+    category = Category.OOM_EXTERNAL
+    requires = ()
+    requires_any = (("report.preallocation_statements",), ("report.vram_statements", "serving.engine"),
+                    ("report.download_statements",), ("report.keep_alive_statements",),
+                    ("report.retraction_statements",))
+    optional = ("report.oom_statements", "report.memory_growth_statements", "report.first_statements",
+                "report.held_elsewhere_statements")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        impact: float = 0.1  # informational: it explains, it is not a bottleneck
+
+    _ENGINES = ("vllm", "sglang", "tgi", "lmdeploy", "text-generation-inference", "tensorrt-llm")
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        says: list[str] = []
+        engine = ev.get("serving.engine")
+        engine_name = str(engine.value).lower() if isinstance(engine, Evidence) else ""
+        no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
+        # memory growing over requests, or held by processes that should be gone, is not a reservation
+        growing = _n(ev, "report.memory_growth_statements") or _n(ev, "report.held_elsewhere_statements")
+        if no_oom and not growing and (_n(ev, "report.preallocation_statements")
+                                       or (_n(ev, "report.vram_statements") and engine_name in self._ENGINES)):
+            says.append(f"{engine_name or 'the serving engine'} reserves most of the GPU's memory at start-up for "
+                        "its KV cache (gpu_memory_utilization, 0.9 by default in vLLM; --mem-fraction-static in "
+                        "SGLang; TGI sizes it to the free memory): memory 'used' is not a leak")
+        first_or_slow = _n(ev, "report.first_statements") or _n(ev, "report.slow_statements")
+        if _n(ev, "report.download_statements") and first_or_slow:
+            says.append("the first run downloads weights; later runs reuse the cache")
+        if _n(ev, "report.retraction_statements"):
+            says.append("the report itself calls it a false alarm or its own mistake"
+                        + _q(ev, "report.retraction_statements"))
+        if _n(ev, "report.keep_alive_statements"):
+            says.append("the server keeps the model loaded between requests on purpose (ollama keep_alive, 5 "
+                        "minutes by default)")
+        if not says:
+            return None
+        return self.finding(
+            severity=Severity.INFO,
+            confidence=Confidence.HEURISTIC,
+            title="Expected behaviour, not a fault",
+            message="What the report describes is expected: " + "; ".join(says) + ".",
+            impact=t.impact,
+            evidence=present(ev, *(k for g in self.requires_any for k in g), *self.optional),
+            fixes=[Fix("Nothing to fix; if the behaviour is unwanted", (
+                "vLLM: --gpu-memory-utilization 0.5 (less KV cache, fewer concurrent sequences); SGLang: "
+                "--mem-fraction-static; TGI: --cuda-memory-fraction",
+                "Download weights at build time (huggingface-cli download / a baked image) and mount the cache",
+                "ollama: keep_alive=0 in the request or OLLAMA_KEEP_ALIVE to unload sooner",
+            ), Risk.SAFE)],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (
+    PlacementReported,
+    QueueingReported,
+    PrefillReported,
+    ColdStartReported,
+    LaunchOverheadReported,
+    ThreadsReported,
+    ProcessingReported,
+    CopiesReported,
+    GpuLimitReported,
+    ExternalMemoryReported,
+    ExpectedBehaviourReported,
+)
