@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -132,6 +133,7 @@ class HostCalls:
     corr: np.ndarray
     tid: np.ndarray  # int64 (hash of a non-numeric tid)
     name: np.ndarray  # int32 index into KinetoTrace.names
+    ext: np.ndarray  # int64 External id of the operator that made the call (-1 unknown)
 
 
 @dataclass(frozen=True)
@@ -230,11 +232,16 @@ class _Reader:
         self.pos = 0
         self.eof = False
         self.consumed = 0  # bytes dropped before ``buf``
+        self.error = ""  # why the stream ended early (damaged compression), if it did
 
     def more(self) -> bool:
         if self.eof:
             return False
-        chunk = self.stream.read(CHUNK_BYTES)
+        try:
+            chunk = self.stream.read(CHUNK_BYTES)
+        except (EOFError, OSError, zlib.error) as exc:  # a gzip stream cut short or damaged
+            self.error = f"the compressed stream is damaged or cut short ({exc})"
+            chunk = b""
         if not chunk:
             self.eof = True
             return False
@@ -447,7 +454,8 @@ def _fold(cols: _Cols, batch: list[_Event]) -> None:
         if cat in RUNTIME_CATS:
             if name.startswith("hip"):
                 cols.hip = True
-            host.append((ts, dur, corr, _tid(e.tid), name_id(name)))
+            ext = as_int(a.ext if a.ext is not None else a.ext_old) if a is not None else -1
+            host.append((ts, dur, corr, _tid(e.tid), name_id(name), ext))
         elif cat == "cpu_op":
             acc = cols.ops.get(name)
             if acc is None:
@@ -538,6 +546,8 @@ def read_trace(stream: IO[bytes]) -> KinetoTrace:
             if rd.skip_ws() == b"":
                 raise KinetoError(f"the trace ends after the key `{key}`")
             if key == "traceEvents":
+                if rd.skip_ws() != b"[":
+                    raise KinetoError("`traceEvents` is not a list")
                 seen_events = True
                 for batch in _events(rd, problems):
                     _fold(cols, batch)
@@ -552,18 +562,20 @@ def read_trace(stream: IO[bytes]) -> KinetoTrace:
                 raise
             problems.append(f"after the events: {exc}")
             break
+    if rd.error:
+        problems.insert(0, rd.error)
     return _assemble(doc, cols, problems, seen_events)
 
 
 def _assemble(doc: dict[str, Any], cols: _Cols, problems: list[str], seen_events: bool) -> KinetoTrace:
     g = _stack(cols.gpu, 9)
-    h = _stack(cols.host, 5)
+    h = _stack(cols.host, 6)
     t = _stack(cols.hta, 5)
     gpu = GpuOps(kind=g[:, 0].astype(np.int8), ts=g[:, 1].copy(), dur=g[:, 2].copy(), device=g[:, 3].astype(np.int64),
                  stream=g[:, 4].astype(np.int64), corr=g[:, 5].astype(np.int64), ext=g[:, 6].astype(np.int64),
                  name=g[:, 7].astype(np.int32), nbytes=g[:, 8].astype(np.int64))
     host = HostCalls(ts=h[:, 0].copy(), dur=h[:, 1].copy(), corr=h[:, 2].astype(np.int64), tid=h[:, 3].astype(np.int64),
-                     name=h[:, 4].astype(np.int32))
+                     name=h[:, 4].astype(np.int32), ext=h[:, 5].astype(np.int64))
     hta = HtaEvents(ts=t[:, 0].copy(), dur=t[:, 1].copy(), stream=t[:, 2].astype(np.int64),
                     corr=t[:, 3].astype(np.int64), name=t[:, 4].astype(np.int32))
     ops = tuple(sorted((OpStat(n, int(v[0]), float(v[1])) for n, v in cols.ops.items()),

@@ -31,8 +31,8 @@ Names pass through ``redact_text``; nothing of the trace's host, user or environ
 
 from __future__ import annotations
 
-import io
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Protocol
@@ -47,7 +47,7 @@ from collectors.kineto import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KinetoTrace
 KIND = "kineto_trace"
 MEMORY_KIND = "torch_memory_timeline"
 US_PER_MS = 1000.0
-MIN_WINDOW_US = 50_000.0  # under 50 ms of GPU activity a timeline is too short to judge firmly (as for nsys)
+MIN_WINDOW_US = 10_000.0  # under 10 ms of GPU activity (less than one model step) a timeline is too short to judge
 TINY_KERNEL_US = 10.0  # a kernel under 10 µs is shorter than its own launch path (collectors.nsys)
 SMALL_COPY_BYTES = 64 * 1024  # under 64 KiB a copy is latency-bound (collectors.nsys)
 GAP_EDGES_US = (10.0, 100.0, 1000.0, 10000.0)
@@ -55,6 +55,12 @@ GAP_BUCKETS = ("<10us", "10us-100us", "100us-1ms", "1ms-10ms", ">=10ms")  # the 
 TOP = 10
 TIMELINE_BINS = 200  # busy/idle timeline: bins over each device's window (bounded table for the reports)
 SNIFF_BYTES = 1 << 20  # Kineto writes deviceProperties and large metadata before traceEvents
+DISPATCH_GAP_US = 1000.0  # a host-wait gap under 1 ms is op-to-op dispatch inside a step, not host work between steps
+MIN_GPU_OPS = 100  # fewer GPU operations than this is an excerpt, not a pattern: evidence quality LOW
+CAPTURE_CALLS = frozenset({"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
+                           "cudaGraphInstantiateWithFlags", "hipStreamBeginCapture", "hipStreamEndCapture",
+                           "hipGraphInstantiate", "hipGraphInstantiateWithFlags", "cuStreamBeginCapture",
+                           "cuGraphInstantiate", "cuGraphInstantiateWithFlags"})
 
 LAUNCH_CALLS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
@@ -111,10 +117,9 @@ def analyze_stream(stream: IO[bytes], name: str, kind: str = KIND) -> tuple[list
 def analyze_path(path: str, name: str | None = None) -> tuple[list[Evidence], InputRecord]:
     """A trace file (plain or gzipped, whatever its name)."""
     source = name or path
+    kind = sniff(_head(path)) or KIND
     fh = kineto.open_decompressed(path)
     try:
-        head = _peek(fh)
-        kind = sniff(head) or KIND
         try:
             return analyze_stream(fh, source, kind)
         except (OSError, EOFError) as exc:  # damaged gzip mid-stream: read_trace stops at a chunk boundary
@@ -123,11 +128,15 @@ def analyze_path(path: str, name: str | None = None) -> tuple[list[Evidence], In
         fh.close()
 
 
-def _peek(fh: IO[bytes]) -> bytes:
-    if isinstance(fh, io.BufferedReader):
-        return fh.peek(SNIFF_BYTES)[:SNIFF_BYTES]
-    head = fh.read(SNIFF_BYTES)
-    fh.seek(0)
+def _head(path: str) -> bytes:
+    """The first decompressed bytes of a file (a damaged gzip gives what it can)."""
+    with open(path, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if kineto.is_gzip(head):
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
+        except zlib.error:
+            return b""
     return head
 
 
@@ -135,14 +144,40 @@ def _status(trace: KinetoTrace) -> tuple[str, str]:
     problems = [redact_text(p) for p in trace.problems]
     if len(trace.gpu.ts) == 0:
         problems.append(_no_gpu_reason(trace))
+    else:
+        why = timeline_judged(trace)
+        if why:
+            problems.append(why)
     return ("partial" if problems else "ok"), "; ".join(problems)
+
+
+def capture_calls(trace: KinetoTrace) -> int:
+    """CUDA/HIP graph capture and instantiate calls in the trace."""
+    flags = _name_flags(trace.names, CAPTURE_CALLS.__contains__)
+    return int(flags[trace.host.name].sum()) if flags.size and trace.host.ts.size else 0
+
+
+def timeline_judged(trace: KinetoTrace) -> str | None:
+    """None when the GPU timeline is worth judging; else why not (a graph-capture phase, an excerpt)."""
+    n = int(trace.gpu.ts.size)
+    if n == 0:
+        return "no GPU activity"
+    captures = capture_calls(trace)
+    graph = int(_call_mask(trace, GRAPH_LAUNCH_CALLS).sum())
+    if captures and not graph:
+        return (f"the trace records CUDA-graph capture ({captures} capture/instantiate calls, no graph replay): "
+                "kernels are recorded into graphs, not served; profile the steps after capture (steady state)")
+    if n < MIN_GPU_OPS:
+        return (f"only {n} GPU operations: an excerpt too small to judge the GPU timeline (HTA's breakdown is "
+                "given with low quality); profile a few whole steps")
+    return None
 
 
 def _no_gpu_reason(trace: KinetoTrace) -> str:
     cats = dict(trace.by_cat)
     if trace.meta.platform == "mtia" or any(str(c).startswith("mtia") for c in cats):
-        return (f"a Meta MTIA accelerator trace ({cats.get('mtia_ccp_events', 0)} device events, no CUDA/ROCm kernels): "
-                "the HTA breakdown is given, the GPU timeline rules do not apply")
+        return (f"a Meta MTIA accelerator trace ({cats.get('mtia_ccp_events', 0)} device events, no CUDA/ROCm "
+                "kernels): the HTA breakdown is given, the GPU timeline rules do not apply")
     if cats.get("cuda_profiler_range"):
         return (f"CUPTI range-profiler mode: {cats['cuda_profiler_range']} counter ranges and "
                 f"{len(trace.host.ts)} runtime calls but no kernel timeline; profile with "
@@ -303,9 +338,16 @@ def derive(trace: KinetoTrace, source: str) -> list[Evidence]:
         out.append(Evidence(key, value, unit, source, None, q or quality, detail))
 
     _meta(trace, ev)
+    judged = timeline_judged(trace) is None
+    if not judged:
+        quality = Quality.LOW
     bd = hta_breakdown(trace)
     if bd is not None and bd.span_us > 0:
         _breakdown(trace, bd, ev)
+    if trace.host.ts.size:
+        _cold_start(trace, windows, ev)
+    if not judged:
+        return out
     if g.ts.size:
         _timeline(trace, windows, ev)
         _idle_attribution(trace, windows, ev)
@@ -478,6 +520,7 @@ def _idle_attribution(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) 
     sync_s = h.ts[sync][order]
     sync_e = np.maximum.accumulate((h.ts + h.dur)[sync][order]) if sync.any() else sync_s
     totals = {"sync_wait": 0.0, "launch_gap": 0.0, "host_wait": 0.0, "unattributed": 0.0}
+    dispatch = 0.0
     for d, u in windows.items():
         if not u.gap_len.size:
             continue
@@ -494,14 +537,23 @@ def _idle_attribution(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) 
             in_sync[ok] = sync_e[k[ok]] >= g0[ok]
         totals["sync_wait"] += float(glen[in_sync].sum())
         totals["launch_gap"] += float(glen[~in_sync & known & issued].sum())
-        totals["host_wait"] += float(glen[~in_sync & known & ~issued].sum())
+        host_wait = ~in_sync & known & ~issued
+        totals["host_wait"] += float(glen[host_wait].sum())
+        dispatch += float(glen[host_wait & (glen < DISPATCH_GAP_US)].sum())
         totals["unattributed"] += float(glen[~in_sync & ~known].sum())
     idle = sum(totals.values())
     if idle <= 0:
         return
-    for k, v in totals.items():
-        ev(f"kineto.idle.{k}_ms", _ms(v), "ms", _IDLE_DETAIL[k])
-        ev(f"kineto.idle.{k}_share", v / idle, "ratio", "share of the GPU's idle time: " + _IDLE_DETAIL[k])
+    for part, v in totals.items():
+        ev(f"kineto.idle.{part}_ms", _ms(v), "ms", _IDLE_DETAIL[part])
+        ev(f"kineto.idle.{part}_share", v / idle, "ratio", "share of the GPU's idle time: " + _IDLE_DETAIL[part])
+    window = sum(u.span for u in windows.values())
+    ev("kineto.idle.dispatch_ms", _ms(dispatch), "ms",
+       f"host-wait gaps shorter than {DISPATCH_GAP_US / 1000:.0f} ms: the GPU waits for the next op of the same step "
+       "(Python and framework dispatch between kernels, not host work between steps)")
+    if window > 0:
+        ev("kineto.idle.dispatch_share", dispatch / window, "ratio",
+           "those dispatch gaps / the GPU-active window (summed over devices)")
 
 
 _IDLE_DETAIL = {
@@ -566,8 +618,12 @@ def _operators(trace: KinetoTrace, ev: _Emit) -> None:
         ext, names = trace.op_ext[:, 0], trace.op_ext[:, 1]
         order = np.argsort(ext, kind="stable")
         se, sn = ext[order], names[order]
-        pos = np.clip(np.searchsorted(se, g.ext), 0, max(0, se.size - 1))
-        hit = (se[pos] == g.ext) & (g.ext >= 0)
+        # the operator of a GPU op: the External id of the host call that launched it (older traces give
+        # kernels their correlation id there), else the kernel's own
+        launcher = _launcher(trace)
+        gext = np.where(launcher >= 0, trace.host.ext[np.maximum(launcher, 0)], g.ext)
+        pos = np.clip(np.searchsorted(se, gext), 0, max(0, se.size - 1))
+        hit = (se[pos] == gext) & (gext >= 0)
         if hit.any():
             op = sn[pos[hit]]
             totals = np.bincount(op, weights=g.dur[hit], minlength=len(trace.names))
@@ -688,11 +744,24 @@ def _api(trace: KinetoTrace, ev: _Emit) -> None:
                f"share of the most-blocked host thread's runtime wall (first to last runtime call, {_ms(wall)} ms) "
                f"spent in synchronising calls (tid {tid})", Quality.GOOD)
             ev("api.sync_thread_wall_ms", _ms(wall), "ms", "that thread's runtime wall", Quality.GOOD)
+
+
+def _cold_start(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+    h = trace.host
     i = int(np.argmax(h.dur))
-    ev("kineto.slowest_call_ms", _ms(float(h.dur[i])), "ms",
-       f"the longest runtime call: {trace.names[h.name[i]]} (a first launch or module load of seconds is a cold "
-       "start)", Quality.GOOD)
-    ev("kineto.slowest_call", trace.names[h.name[i]], "name", "the runtime call that took longest", Quality.GOOD)
+    name = trace.names[h.name[i]]
+    t0, t1 = float(h.ts[i]), float(h.ts[i] + h.dur[i])
+    ev("kineto.slowest_call_ms", _ms(t1 - t0), "ms",
+       f"the longest runtime call: {name} (CUDA context creation, lazy module loading or a first launch of seconds "
+       "is a cold start)", Quality.GOOD)
+    ev("kineto.slowest_call", name, "name", "the runtime call that took longest", Quality.GOOD)
     if trace.host_span is not None:
         ev("kineto.host_span_ms", _ms(trace.host_span[1] - trace.host_span[0]), "ms",
            "first to last host event of the trace", Quality.GOOD)
+    if windows:
+        inside = sum(max(0.0, min(t1, u.last) - max(t0, u.first)) for u in windows.values())
+        span = sum(u.span for u in windows.values())
+        if span > 0:
+            ev("kineto.slowest_call_window_share", inside / span, "ratio",
+               "share of the GPU-active window that the longest runtime call covers (the GPU idles through it)",
+               Quality.GOOD)
