@@ -22,7 +22,6 @@ import glob
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
