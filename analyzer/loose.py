@@ -386,6 +386,11 @@ def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) ->
         except DECOMPRESS_ERRORS as exc:
             return LooseResult(inputs=[InputRecord(name, kind, "unreadable", f"{kind} stream unreadable: {exc}")])
         stream = inner
+    if _trace_kind(head):  # a PyTorch-profiler trace: a JSON document, not lines (analyzer/derive/kineto.py)
+        from analyzer.derive import kineto
+
+        evidence, record = kineto.analyze_stream(stream, name, _trace_kind(head) or kineto.KIND)
+        return LooseResult(evidence, [record])
     if head.startswith(SQLITE_MAGIC):
         why = "an SQLite database (an Nsight Systems export?) cannot be read from a stream; pass its path"
         return LooseResult(inputs=[InputRecord(name, "sqlite", "unreadable", why)])
@@ -405,6 +410,36 @@ def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) ->
     return _result(name, sources, n)
 
 
+# -- PyTorch-profiler traces: routed by content to analyzer/derive/kineto.py -----------------------
+TRACE_SNIFF_BYTES = 1 << 20  # Kineto may write deviceProperties or a large metadata object before traceEvents
+
+
+def _trace_kind(head: bytes) -> str | None:
+    """``kineto_trace`` / ``torch_memory_timeline`` when decompressed ``head`` opens one (cheap: no import)."""
+    text = head.lstrip()
+    if not text.startswith((b"{", b"[[", b"\xef\xbb\xbf")):
+        return None
+    from analyzer.derive import kineto
+
+    return kineto.sniff(head)
+
+
+def _trace_file(path: str) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(TRACE_SNIFF_BYTES)
+    kind = compression_of(head)
+    if kind == "gzip":
+        import zlib
+
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, TRACE_SNIFF_BYTES)
+        except zlib.error:
+            return False
+    elif kind is not None:
+        return False
+    return _trace_kind(head) is not None
+
+
 def analyze_path(path: str) -> LooseResult:
     """A file (or ``-`` for stdin) of loose evidence."""
     if path == "-":
@@ -417,6 +452,11 @@ def analyze_path(path: str) -> LooseResult:
             from analyzer.derive import snapshot  # CUDA memory snapshot, read by a restricted unpickler
 
             evidence, record = snapshot.analyze_snapshot(path)
+            return LooseResult(evidence, [record])
+        if _trace_file(path):  # a PyTorch-profiler trace (.json / .json.gz), before the line-based sources
+            from analyzer.derive import kineto
+
+            evidence, record = kineto.analyze_path(path)
             return LooseResult(evidence, [record])
         if is_sqlite or path.endswith(NSYS_REPORT_SUFFIXES):
             from analyzer.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export

@@ -446,6 +446,8 @@ class GpuStarvedByHost(Rule):
 
     How it decides: ``trace.gpu_busy_ratio`` ≤ ``max_busy`` over a window of at least
     ``min_window_ms``, and host-scale gaps hold at least ``min_host_idle`` of the window. With
+    From a PyTorch trace, the idle time that ``kineto.idle.dispatch_share`` (op-to-op dispatch, GPU108)
+    and ``kineto.slowest_call_window_share`` (a cold-start call, GPU109) explain is taken out first. With
     ``cpu.preprocess_share`` ≥ ``preprocess_share`` the cause is pre-processing, confidence
     *correlated*; with an NVTX stage (``trace.nvtx_ranges``) whose GPU ratio is ≤
     ``stage_gpu_ratio`` the stage is named, confidence *correlated*; otherwise the generic cause
@@ -468,7 +470,8 @@ class GpuStarvedByHost(Rule):
     category = Category.CPU_PREPROCESSING
     requires = ("trace.gpu_busy_ratio", "trace.idle_gaps.histogram", "trace.window_ms")
     optional = ("cpu.preprocess_share", "cpu.top.preprocess", "trace.nvtx_ranges", "api.sync_wall_share",
-                "trace.device_count", "trace.idle_gaps.longest_ms")
+                "trace.device_count", "trace.idle_gaps.longest_ms", "kineto.idle.dispatch_share",
+                "kineto.slowest_call_window_share")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -486,6 +489,10 @@ class GpuStarvedByHost(Rule):
         devices = max(1.0, ev.value("trace.device_count", 1.0) or 1.0)
         host_idle = _hist_ms(ev, HOST_GAP_BUCKETS) or 0.0
         share = min(1.0 - busy, host_idle / (window * devices))
+        # a PyTorch trace tells idle time that other rules explain: op-to-op dispatch (GPU108) and a
+        # cold-start call the GPU idles through (GPU109) are not host work between steps
+        share -= (ev.value("kineto.idle.dispatch_share", 0.0) or 0.0) + (
+            ev.value("kineto.slowest_call_window_share", 0.0) or 0.0)
         if share < t.min_host_idle:
             return None
         longest = ev.value("trace.idle_gaps.longest_ms")

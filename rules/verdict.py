@@ -56,7 +56,8 @@ COVERAGE: tuple[Coverage, ...] = (
     Coverage("GPU utilisation sampled over the window",
              lambda ev: _num(ev, "gpu.util_samples") >= MIN_GPU_SAMPLES),
     Coverage("a GPU timeline (Nsight Systems or PyTorch profiler)",
-             lambda ev: "trace.gpu_busy_ratio" in ev or "kineto.idle_share" in ev),
+             # a timeline too short or too sparse to judge (quality LOW: an excerpt, a capture phase) covers nothing
+             lambda ev: _good(ev, "trace.gpu_busy_ratio") or _good(ev, "kineto.idle_share")),
     Coverage("a load test's latency and throughput",
              lambda ev: "throughput.rps" in ev and ev.has_prefix("latency.")),
 )

@@ -241,6 +241,14 @@ def add_log(folder: str, filename: str, lines: list[str], collector: str = "log"
     return os.path.join(folder, filename)
 
 
+def add_file(folder: str, filename: str, data: bytes, collector: str = "log") -> str:
+    """Write ``data`` to ``folder/filename`` (a trace, an export) and list it under ``collector``."""
+    path = add_log(folder, filename, [], collector)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 def window_of(folder: str) -> tuple[float, float]:
     w = _read_manifest(folder)["window"]
     return float(w["start"]), float(w["end"])

@@ -16,8 +16,8 @@ from collectors import process as process_collector
 from collectors import pyspy
 
 PYSPY_META = "pyspy-meta.json"
-# captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports)
-TEXT_CAPTURES = ("log", "metrics", "probe", "nsys")
+# captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports, PyTorch traces)
+TEXT_CAPTURES = ("log", "metrics", "probe", "nsys", "kineto")
 
 
 @dataclass

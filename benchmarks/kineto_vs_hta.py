@@ -1,0 +1,192 @@
+"""diagnose against HolisticTraceAnalysis on every PyTorch-profiler trace HTA can read.
+
+For each trace in ``--data`` (default ``../shared/data/kineto``), in a fresh process each, timed the
+same way (wall clock from process start to its answer on stdout):
+
+* HTA: ``TraceAnalysis(trace_dir=…).get_temporal_breakdown(visualize=False)`` run by
+  ``--hta-python`` (a venv with ``pip install holistictraceanalysis``; HTA pins its own pandas);
+* diagnose: ``python -m analyzer.cli analyze TRACE --format json`` (the whole diagnosis).
+
+It prints both breakdowns (idle / compute / non-compute % of the kernel span per rank) side by side,
+the largest difference in percentage points, both times and their ratio; then builds a ~1 GB trace
+in a temporary folder by repeating a real trace's events with shifted timestamps and ids and reports
+diagnose's time and peak RSS on it (HTA is not run on it: it loads the whole file into pandas).
+
+    python benchmarks/kineto_vs_hta.py [--hta-python /work/hta-venv/bin/python] [--big-mb 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "kineto")
+BIG_SOURCE = "trace_diff__control__control"  # A100 rank 3/8, 109k events, 35 MB of JSON
+
+HTA_SCRIPT = r"""
+import json, logging, os, sys, tempfile
+path = sys.argv[1]
+from hta.trace_analysis import TraceAnalysis
+import hta.configs.config as c
+c.logger.setLevel(logging.CRITICAL)
+d = tempfile.mkdtemp()
+os.symlink(os.path.abspath(path), os.path.join(d, os.path.basename(path)))
+try:
+    df = TraceAnalysis(trace_dir=d).get_temporal_breakdown(visualize=False)
+    print(json.dumps({"ok": True, "rows": df.to_dict(orient="records")}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"[:200]}))
+"""
+
+
+def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, check=False).stdout
+    return time.perf_counter() - t0, out
+
+
+def hta(python: str, path: str) -> tuple[float, dict[str, object]]:
+    s, out = timed([python, "-c", HTA_SCRIPT, path])
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return s, json.loads(lines[-1]) if lines else {"ok": False, "error": "no answer"}
+
+
+def diagnose(path: str) -> tuple[float, dict[str, object]]:
+    s, out = timed([sys.executable, "-m", "analyzer.cli", "analyze", path, "--format", "json"], cwd=ROOT)
+    return s, json.loads(out)
+
+
+def shares(doc: dict[str, object]) -> tuple[float, float, float] | None:
+    ev = {e["key"]: e["value"] for e in doc["evidence"]}  # type: ignore[index, union-attr]
+    keys = ("kineto.idle_share", "kineto.compute_share", "kineto.non_compute_share")
+    if not all(k in ev for k in keys):
+        return None
+    return tuple(100 * float(ev[k]) for k in keys)  # type: ignore[return-value]
+
+
+def race(data: str, python: str) -> None:
+    print(f"{'trace':58} {'rank':>4}  {'HTA idle/comp/non %':>22}  {'diagnose idle/comp/non %':>24}  {'max Δpp':>7}"
+          f"  {'HTA s':>6} {'diag s':>6} {'×':>5}")
+    tot_h = tot_d = 0.0
+    worst = 0.0
+    n = 0
+    for path in sorted(glob.glob(os.path.join(data, "*.gz"))):
+        h_s, h = hta(python, path)
+        if not h.get("ok"):
+            print(f"{os.path.basename(path)[:58]:58}  HTA cannot read it: {h.get('error')}")
+            continue
+        d_s, d = diagnose(path)
+        mine = shares(d)
+        row = h["rows"][0]  # type: ignore[index]
+        theirs = (row["idle_time_pctg"], row["compute_time_pctg"], row["non_compute_time_pctg"])
+        diff = max(abs(a - b) for a, b in zip(mine, theirs, strict=True)) if mine else float("nan")
+        worst = max(worst, diff)
+        tot_h += h_s
+        tot_d += d_s
+        n += 1
+        name = os.path.basename(path).split(".json")[0][-58:]
+        fm = "/".join(f"{x:5.2f}" for x in mine) if mine else "-"
+        print(f"{name:58} {row['rank']:>4}  {'/'.join(f'{x:5.2f}' for x in theirs):>22}  {fm:>24}  {diff:7.3f}"
+              f"  {h_s:6.2f} {d_s:6.2f} {h_s / d_s:5.1f}")
+    print(f"\n{n} traces HTA reads: largest difference {worst:.3f} percentage points; "
+          f"HTA {tot_h:.2f} s, diagnose {tot_d:.2f} s in total: diagnose {tot_h / tot_d:.1f}× faster end to end")
+
+
+def build_big(src: str, dest: str, target_bytes: int) -> tuple[int, int]:
+    """Repeat ``src``'s events with shifted timestamps, correlation and External ids until ``dest`` holds
+    about ``target_bytes``; returns (bytes, events)."""
+    with gzip.open(src, "rb") as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), int | float)]
+    t0 = min(e["ts"] for e in xs)
+    span = max(e["ts"] + e.get("dur", 0) for e in xs) - t0 + 1000
+    ids = max([int(e.get("args", {}).get("correlation", 0) or 0) for e in events]
+              + [int(e.get("args", {}).get("External id", 0) or 0) for e in events]) + 1
+    texts = [json.dumps(e) for e in events]
+    one = sum(len(t) + 2 for t in texts)
+    copies = max(1, target_bytes // one)
+    written = n = 0
+    with open(dest, "w", encoding="utf-8") as out:
+        head = json.dumps(doc)[:-1]
+        out.write(head + (", " if len(doc) else "") + '"traceEvents": [\n')
+        first = True
+        for k in range(copies):
+            for e in events:
+                if k:
+                    e = dict(e)
+                    if "ts" in e:
+                        e["ts"] = e["ts"] + k * span
+                    args = e.get("args")
+                    if isinstance(args, dict) and ("correlation" in args or "External id" in args):
+                        args = dict(args)
+                        for key in ("correlation", "External id"):
+                            if isinstance(args.get(key), int) and args[key] > 0:
+                                args[key] += k * ids
+                        e["args"] = args
+                    if "id" in e and isinstance(e["id"], int):
+                        e["id"] += k * ids
+                text = json.dumps(e)
+                out.write(("" if first else ",\n") + text)
+                first = False
+                written += len(text) + 2
+                n += 1
+        out.write("\n]}\n")
+    return os.path.getsize(dest), n
+
+
+def big(data: str, mb: int) -> None:
+    (src,) = [p for p in glob.glob(os.path.join(data, "*.gz")) if BIG_SOURCE in p]
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "big.pt.trace.json")
+        t0 = time.perf_counter()
+        size, n = build_big(src, dest, mb << 20)
+        print(f"\nbuilt {size / (1 << 20):.0f} MiB, {n} events from {os.path.basename(src)} "
+              f"in {time.perf_counter() - t0:.0f} s")
+        probe = ("import resource, subprocess, sys, time, json\n"
+                 "t0 = time.perf_counter()\n"
+                 "out = subprocess.run([sys.executable, '-m', 'analyzer.cli', 'analyze', sys.argv[1], '--format', "
+                 "'json'], capture_output=True, text=True).stdout\n"
+                 "s = time.perf_counter() - t0\n"
+                 "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+                 "doc = json.loads(out)\n"
+                 "print(json.dumps({'s': s, 'rss_kib': rss, 'inputs': doc['inputs'], 'verdict': doc['verdict'], "
+                 "'evidence': {e['key']: e['value'] for e in doc['evidence'] if e['key'] in "
+                 "('kineto.events', 'trace.kernel_count', 'kineto.idle_share', 'trace.gpu_busy_ratio')}}))\n")
+        out = subprocess.run([sys.executable, "-c", probe, dest], capture_output=True, text=True, cwd=ROOT,
+                             check=True).stdout
+        res = json.loads(out)
+        print(f"diagnose analyze on it: {res['s']:.1f} s, peak RSS {res['rss_kib'] / 1024:.0f} MiB "
+              f"({size / (1 << 20) / res['s']:.0f} MiB/s); input {res['inputs'][0]['status']}, "
+              f"evidence {res['evidence']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=DEFAULT_DATA)
+    p.add_argument("--hta-python", default="/work/hta-venv/bin/python")
+    p.add_argument("--big-mb", type=int, default=1024, help="size of the synthetic trace (0: skip it)")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.data):
+        print(f"{args.data} does not exist: pass --data with the folder of traces.", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.hta_python):
+        print(f"{args.hta_python} does not exist: create a venv with `pip install holistictraceanalysis` and pass "
+              "--hta-python.", file=sys.stderr)
+        return 2
+    race(args.data, args.hta_python)
+    if args.big_mb:
+        big(args.data, args.big_mb)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

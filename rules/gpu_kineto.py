@@ -1,0 +1,195 @@
+"""What a PyTorch-profiler trace says beyond the GPU timeline the Nsight rules judge.
+
+A Kineto trace links every kernel to the host call that launched it (correlation id) and keeps the
+host's runtime calls, so it can tell *why* the GPU was idle: the next operation was not yet
+launched (dispatch), a host thread was blocked in a synchronising call, or start-up was captured.
+These rules read the ``kineto.*`` keys of ``analyzer/derive/kineto.py``; the timeline itself is
+judged by ``rules/gpu_trace.py`` from the same ``trace.*`` keys an Nsight export gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
+
+
+def _thin(ev: EvidenceSet, *keys: str) -> bool:
+    for k in keys:
+        got = ev.get(k)
+        if isinstance(got, Evidence) and got.quality is Quality.LOW:
+            return True
+    return False
+
+
+class DispatchBound(Rule):
+    """The GPU waits between the kernels of a step for the host to launch the next one.
+
+    What it detects: in a PyTorch-profiler trace, idle gaps shorter than 1 ms after which the next
+    kernel's launch call had not even started when the GPU went idle (the host was still in Python
+    and the framework's dispatcher), adding up to a large share of the GPU window, with few or no
+    kernels replayed from CUDA graphs.
+
+    Why it matters: eager PyTorch spends ~10–50 µs of host time per operator (Python, dispatcher,
+    launch); a small-batch step of tiny kernels then runs at the host's pace and the GPU waits.
+    Faster kernels change nothing; fewer launches (CUDA graphs, fusion) do. This is the
+    ``launch_overhead`` bottleneck, not input pre-processing: the gaps are inside the step.
+
+    How it decides: ``kineto.idle.dispatch_share`` (host-wait gaps under 1 ms over the GPU window)
+    ≥ ``min_dispatch``, ``trace.gpu_busy_ratio`` < ``max_busy`` over a window of at least
+    ``min_window_ms``, and ``kineto.graph_kernel_share`` (absent: no graphs) below
+    ``max_graph_share``. Impact is the dispatch share.
+
+    Evidence: kineto.idle.dispatch_share, trace.gpu_busy_ratio, trace.window_ms; optionally
+    kineto.idle.dispatch_ms, kineto.idle.host_wait_share, kineto.graph_kernel_share, trace.kernel_count,
+    trace.tiny_kernel_ratio, trace.kernel_mean_us, api.launch_mean_us, kineto.launch_delay_us.p50.
+
+    Fix: capture the step in CUDA graphs (``torch.compile(mode="reduce-overhead")``, the serving
+    engine's CUDA-graph mode, ``torch.cuda.CUDAGraph``); fuse small operators; batch more work per step.
+
+    False positives: a trace of a warm-up or a single request where the host does one-off work
+    between operators; CPU-side hooks (``record_shapes``, ``with_stack``) inflate host time per
+    operator while profiling — compare with a trace taken without ``with_stack``.
+    """
+
+    code = "GPU108"
+    name = "dispatch-bound"
+    category = Category.LAUNCH_OVERHEAD
+    requires = ("kineto.idle.dispatch_share", "trace.gpu_busy_ratio", "trace.window_ms")
+    optional = ("kineto.idle.dispatch_ms", "kineto.idle.host_wait_share", "kineto.graph_kernel_share",
+                "trace.kernel_count", "trace.tiny_kernel_ratio", "trace.kernel_mean_us", "api.launch_mean_us",
+                "kineto.launch_delay_us.p50")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_dispatch: float = 0.25  # a quarter of the GPU window lost between ops of a step is worth a fix
+        max_busy: float = 0.85  # a GPU busy ≥ 85 % is saturated; the host keeps up
+        min_window_ms: float = 50.0  # a window under 50 ms is one burst, not a pattern
+        max_graph_share: float = 0.5  # most kernels already replayed from graphs: dispatch is not the story
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = ev.value("kineto.idle.dispatch_share", 0.0) or 0.0
+        busy = ev.value("trace.gpu_busy_ratio", 1.0) or 0.0
+        window = ev.value("trace.window_ms", 0.0) or 0.0
+        graphs = ev.value("kineto.graph_kernel_share", 0.0) or 0.0
+        if share < t.min_dispatch or busy >= t.max_busy or window < t.min_window_ms or graphs >= t.max_graph_share:
+            return None
+        kernels = ev.value("trace.kernel_count")
+        tiny = ev.value("trace.tiny_kernel_ratio")
+        launch_us = ev.value("api.launch_mean_us")
+        msg = (f"The GPU is busy {pct(busy)} of its {window:.0f} ms window and idles {pct(share)} of it in gaps under "
+               "1 ms after which the next kernel had not yet been launched: the host's per-operator dispatch "
+               "(Python, the framework, the launch call) sets the pace"
+               + (f"; {pct(tiny)} of {kernels:.0f} kernels run under 10 µs" if tiny is not None and kernels else "")
+               + (f", each launch call takes {launch_us:.1f} µs of host time" if launch_us is not None else "")
+               + (". CUDA graphs replay only " + pct(graphs) + " of the kernels." if graphs else
+                  ". No kernel is replayed from a CUDA graph."))
+        return self.finding(
+            severity=severity_for(share),
+            confidence=Confidence.THIN if _thin(ev, *self.requires) else Confidence.MEASURED,
+            title="Dispatch-bound: the GPU waits for each next launch",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"GPU busy      |{bar(busy)}| {pct(busy)}\ndispatch idle |{bar(share)}| {pct(share)}",
+            fixes=[
+                Fix("Replay the step from CUDA graphs",
+                    ("PyTorch: torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph around a "
+                     "static-shape step (pad to a few batch sizes)",
+                     "Serving engines: keep CUDA graphs on (vLLM without --enforce-eager, SGLang without "
+                     "--disable-cuda-graph) and cover the batch sizes you serve (cudagraph capture sizes)"),
+                    Risk.NEEDS_VALIDATION),
+                Fix("Launch fewer, bigger kernels",
+                    ("Fuse element-wise chains with torch.compile; use fused kernels (SDPA/FlashAttention, fused "
+                     "norms and activations)",
+                     "Batch more requests per step so each launch carries more work"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+class ColdStartInTrace(Rule):
+    """The trace captured start-up: one runtime call of seconds (context creation, module loading).
+
+    What it detects: a single CUDA/HIP runtime call that lasts at least a second and fills a large
+    share of the traced host time or of the GPU window — CUDA context creation (the first
+    ``cudaFree(0)``, ``cudaGetDeviceCount``…), lazy loading of kernel modules on a first launch,
+    cuDNN/cuBLAS autotuning.
+
+    Why it matters: the GPU sits idle through it, so every other figure of the trace (busy ratio,
+    idle gaps) describes start-up, not the service's steady state; and if the service pays it on
+    its first requests, users see a latency spike of seconds (cold start without warm-up).
+
+    How it decides: ``kineto.slowest_call_ms`` ≥ ``min_call_ms`` and the call is at least
+    ``min_share`` of ``kineto.host_span_ms`` or of the GPU window
+    (``kineto.slowest_call_window_share``). Impact is the larger of those shares. Category
+    ``recompilation``: the table's home of "cold start without warm-up".
+
+    Evidence: kineto.slowest_call_ms, kineto.host_span_ms; optionally kineto.slowest_call,
+    kineto.slowest_call_window_share, trace.window_ms, trace.gpu_busy_ratio.
+
+    Fix: warm up before serving (and before profiling: ``torch.profiler.schedule(wait=1, warmup=1,
+    active=3)``); create the CUDA context at start-up; ``CUDA_MODULE_LOADING=EAGER`` when lazy
+    loading costs the first request; cache autotuning results.
+
+    False positives: a trace taken on purpose around start-up; a blocking call that waits for
+    another process (the slowest call is then a synchronisation, which GPU104 judges).
+    """
+
+    code = "GPU109"
+    name = "cold-start-in-trace"
+    category = Category.RECOMPILATION
+    requires = ("kineto.slowest_call_ms", "kineto.host_span_ms")
+    optional = ("kineto.slowest_call", "kineto.slowest_call_window_share", "trace.window_ms", "trace.gpu_busy_ratio")
+
+    SYNC_PREFIXES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
+                     "hipStreamSynchronize", "hipEventSynchronize", "cudaMemcpy", "hipMemcpy")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_call_ms: float = 1000.0  # a runtime call of a second or more is start-up work, not a step
+        min_share: float = 0.2  # it fills a fifth of the traced host time or GPU window
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        call_ms = ev.value("kineto.slowest_call_ms", 0.0) or 0.0
+        span_ms = ev.value("kineto.host_span_ms", 0.0) or 0.0
+        got = ev.get("kineto.slowest_call")
+        name = str(got.value) if isinstance(got, Evidence) else "a runtime call"
+        if call_ms < t.min_call_ms or name.startswith(self.SYNC_PREFIXES):
+            return None
+        in_window = ev.value("kineto.slowest_call_window_share", 0.0) or 0.0
+        impact = max(call_ms / span_ms if span_ms > 0 else 0.0, in_window)
+        if impact < t.min_share:
+            return None
+        msg = (f"One runtime call, {name}, takes {fmt_ms(call_ms)}: {pct(call_ms / span_ms if span_ms else 1.0)} of "
+               f"the {fmt_ms(span_ms)} the trace covers on the host"
+               + (f", and the GPU idles through {pct(in_window)} of its active window" if in_window else "")
+               + ". That is start-up (CUDA context creation, lazy module loading, autotuning), not steady state: the "
+               "trace's busy and idle figures describe the cold start, and a service that pays it on its first "
+               "requests answers them seconds late.")
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.MEASURED,
+            title="The trace captured a cold start",
+            message=msg,
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"one call |{bar(min(1.0, impact))}| {pct(min(1.0, impact))} of the trace",
+            fixes=[
+                Fix("Warm up before serving and before profiling",
+                    ("Run a few dummy requests (every batch size / shape you serve) at start-up before taking "
+                     "traffic; mark the pod ready only after",
+                     "Profile steady state: torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, "
+                     "warmup=1, active=3)) and step the profiler each iteration"),
+                    Risk.SAFE),
+                Fix("Pay start-up costs once, early",
+                    ("Create the CUDA context at start-up (torch.cuda.init() / a first small tensor on the device)",
+                     "CUDA_MODULE_LOADING=EAGER when lazy kernel loading delays the first requests; keep autotuning "
+                     "caches (TORCHINDUCTOR_CACHE_DIR, cuDNN benchmark off for variable shapes)"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (DispatchBound, ColdStartInTrace)
