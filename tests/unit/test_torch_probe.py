@@ -47,20 +47,26 @@ def _requests(path: str | None) -> list[dict[str, Any]]:
     return [r for r in _lines(path) if "stages_ms" in r]
 
 
-def test_request_stages_fields_and_exclusive_nesting(make_probe: Any) -> None:
+def test_request_stages_fields_and_exclusive_nesting(make_probe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]  # an injected clock: stage times are exact, whatever the machine's load
+    monkeypatch.setattr(torch_probe, "_perf", lambda: now[0])
+
+    def spend(seconds: float) -> None:
+        now[0] += seconds
+
     probe = make_probe()
     with probe.request(input_tokens=7) as req:
         with probe.stage("preprocess"):
-            time.sleep(0.01)
+            spend(0.01)
             with probe.stage("h2d"):
-                time.sleep(0.02)
+                spend(0.02)
         req.set(output_tokens=3, ttft_ms=1.5, batch_size=2)
     probe.close()
     (rec,) = _requests(probe.path)
     assert rec["status"] == "ok" and rec["request_id"] == "r-1"
     assert rec["input_tokens"] == 7 and rec["output_tokens"] == 3 and rec["batch_size"] == 2
-    assert 8 <= rec["stages_ms"]["preprocess"] < 19  # exclusive of the nested h2d
-    assert rec["stages_ms"]["h2d"] >= 18
+    assert rec["stages_ms"]["preprocess"] == pytest.approx(10.0)  # exclusive of the nested h2d
+    assert rec["stages_ms"]["h2d"] == pytest.approx(20.0)
     assert rec["e2e_ms"] >= sum(rec["stages_ms"].values())
     assert isinstance(rec["ts"], float) and abs(rec["ts"] - time.time()) < 60
 
