@@ -70,6 +70,7 @@ _QTY = re.compile(
     re.IGNORECASE,
 )
 _X = re.compile(NUM + r"\s?(?:x|×|times)(?![a-zA-Z])", re.IGNORECASE)  # "40x longer", "3.5 times"
+_ZERO = re.compile(r"\b(?:zero|nothing|none)\b", re.IGNORECASE)  # "GPU utilization is always zero"
 # a bare integer right after a length/count word: "输入长度 1200", "prompt length: 4096", "n_threads = 16"
 _BARE = re.compile(r"(?:length|长度|size|count|num_\w+|n_\w+|threads|parallel|concurrency|并发|-t|-np)\s*[:=：]?\s*"
                    r"(\d{1,3}(?:,\d{3})+|\d+)(?![\d.%\w])", re.IGNORECASE)
@@ -106,6 +107,9 @@ def quantities(clause: str) -> list[Quantity]:
         elif m.group("count"):
             noun = _COUNT.get(m.group("count").lower(), m.group("count"))
             out.append(Quantity(f"count:{noun}", n, m.start(), m.end(), m.group(0)))
+    if "util" in clause.lower() or "usage" in clause.lower():
+        for m in _ZERO.finditer(clause):
+            out.append(Quantity("pct", 0.0, m.start(), m.end(), m.group(0)))
     for m in _X.finditer(clause):
         try:
             out.append(Quantity("factor", float(m.group(1).replace(",", "")), m.start(), m.end(), m.group(0)))
@@ -134,7 +138,9 @@ CONCEPTS: dict[str, str] = {
                 r"|cpu使用率|cpu占用|cpu 占用|cpu利用率",
     "gpu": r"\bgpus?\b|\bcuda\b|显卡|\bvram\b",
     "cpu": r"\bcpus?\b|processor",
-    "vram": r"vram|gpu memory|gpu mem\b|device memory|显存|memory[- ]usage",
+    "vram": r"vram|gpu memory|gpu mem\b|device memory|显存|memory[- ]usage"
+            r"|(?:takes?|uses?|using|occup\w*|consum\w*|eats?)(?: up)? (?:about |around |~)?[\d.]+ ?[gm](?:i?b)? "
+            r"(?:of )?(?:the |my )?(?:gpu|vram|memory|显存)",
     "ttft": r"\bttft\b|time[- ]to[- ]first[- ]token|first[- ]token|首token|首字|首个token|首 token|首包",
     "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt|prompt process\w*|\bpp\d+\b"
                r"|process(?:es|ing)? (?:the )?prompt|context processing|预填充",
@@ -178,7 +184,26 @@ CONCEPTS: dict[str, str] = {
                   r"|use_cuda_graph|disable[_-]cuda[_-]graph",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
               r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"
-              r"|small kernels",
+              r"|small kernels|single[- ]core (?:performance|speed|bound)|single[- ]thread(?:ed)? (?:performance|speed)"
+              r"|one (?:cpu )?core (?:at|is at|consistently|stays|pegged)",
+    # the CPU named as the limit (the rules decide whether it is launching kernels or preparing input)
+    "cpu_bound": r"depends? (?:heavily |strongly |really )?on (?:the )?(?:cpu|processor)|cpu[- ](?:bound|limited)"
+                 r"|limited by (?:the )?cpu|bottleneck(?:ed)? (?:by|on) (?:the )?cpu|cpu (?:is )?(?:the )?bottleneck"
+                 r"|cpu bottleneck",
+    # a number that stopped following the load: "remains fixed at 32 regardless of concurrency"
+    "capped": r"(?:stays?|remains?|stuck|fixed|capped|limited|plateau\w*|saturat\w*|never (?:goes|exceeds))"
+              r" (?:at|to|around|below|above)?\s*(?=\d)|regardless of (?:further )?(?:increases? in )?(?:the )?"
+              r"(?:concurrency|load|requests)|(?:doesn'?t|does not|didn'?t|no) (?:scale|improve|increase) (?:with|as)"
+              r"|reduced from (?:requested )?\d+ to \d+|不提升|没有提升|不变",
+    # the reporter naming a cause: what follows is what they measured or concluded
+    "causal": r"\bdue to\b|caused by|because of|is the bottleneck|bottleneck (?:is|was)|spends? (?:most|\d+ ?%)"
+              r" of (?:its |the )?time (?:in|on)|most of the time (?:is|goes)|dominat\w*|the culprit|root cause",
+    # what grows a runtime peak: the input's size
+    "input_size": r"resolution|image size|\d{3,5} ?[x×*] ?\d{3,5}|(?:long|longer|large|larger|big|bigger|huge) "
+                  r"(?:inputs?|images?|videos?|audio|prompts?|contexts?|sequences?|batch(?:es)?|documents?)"
+                  r"|batch[_ ]?size|sequence length|context length|max[_-]model[_-]len|n_ctx|num[_-]?frames|frames"
+                  r"|vae (?:decode|decoding)|decode the (?:vae|latents?)|tiled|\d+ ?(?:min|minutes?|s|seconds?) "
+                  r"(?:of )?(?:audio|video)|超分|分辨率",
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
             r"|pinned|pageable|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
             r"|transfer time|copy time|copies|cpu offload\w*|offload\w* to (?:the )?cpu|swap(?:ping)? to cpu",
@@ -215,19 +240,23 @@ CONCEPTS: dict[str, str] = {
                    r" (?:up )?(?:all|almost all|most|\d+ ?%) (?:of )?(?:the )?(?:gpu|vram|memory)",
     "download": r"download\w*|fetching (?:the )?(?:model|weights)|pulling (?:the )?model|from the hub|hf_hub",
     "keep_alive": r"keep[_-]?alive|stays? loaded|still loaded|model (?:is )?(?:kept|stays|remains) (?:loaded|in memory)"
-                  r"|doesn'?t unload|does not unload|not unloaded",
+                  r"|doesn'?t unload|does not unload|not unloaded"
+                  r"|still (?:has|have|holds?) (?:the )?model (?:loaded|in)",
     # memory held outside the failing process: leftovers, other tenants, a second instance
     "held_elsewhere": r"orphan\w*|zombie|(?:stale|leftover|left-over) (?:process\w*|workers?|contexts?)|surviv\w*"
-                      r"|still (?:hold\w*|occup\w*|us(?:es|ing)|ha(?:s|ve) (?:the )?(?:gpu|memory|vram))"
-                      r"|not (?:released|freed)|never (?:released|freed)|doesn'?t (?:release|free)|does not (?:release|"
-                      r"free)|(?:another|other|second|2nd|multiple|two|several) (?:process\w*|instance\w*|server\w*"
+                      r"|(?:after|despite) (?:the )?(?:process|container|pod|server|job) (?:was |is |has been )?"
+                      r"(?:killed|stopped|removed|exited|ended|gone|inactive)|(?:another|other|second|2nd|multiple|two"
+                      r"|several) (?:process\w*|instance\w*|server\w*"
                       r"|models?|containers?|deployments?|tenants?|engines?|jobs?|users?|pods?|workers?|apps?)"
                       r"|shared (?:gpu|server|machine|node)|held by|occupied by|used by (?:another|other)"
                       r"|kill -9|no processes? (?:found|running|listed)"
                       r"|processes? (?:is |are )?not (?:shown|visible|listed)",
     "slow": r"\bslow\w*|takes? (?:a )?long|too long|latency|\blag\w*|delay\w*|hang\w*|stuck|degrad\w*|regress\w*"
             r"|very high|慢|耗时",
-    "memory_grows": r"memory (?:keeps? )?(?:grow\w*|increas\w*|leak\w*)|leak\w*|grows? (?:with|over|per|after)"
+    # memory growing over time or requests (a "memory leak?" question alone is not growth)
+    "memory_grows": r"memory (?:keeps? |kept )?(?:grow\w*|increas\w*|creep\w*|climb\w*)|grows? (?:with|over|per|after) "
+                    r"(?:each |every )?(?:request|call|inference|batch|iteration|step|generation)|keeps? (?:growing|"
+                    r"increasing|climbing)"
                     r"|increas\w* (?:with|over|per|after) (?:each |every )?(?:request|call|inference)",
     "empty_cache": r"empty_cache|gc\.collect|expandable_segments|max_split_size_mb|fragment\w*",
     "batch": r"batch[_ ]?size|\bbs\s?=|\bbatch(?:es|ing)?\b|批",
@@ -311,6 +340,7 @@ class Claims:
     # "N threads: X t/s" pairs: (threads, rate), from comparisons of thread counts
     thread_rates: list[tuple[float, float]] = field(default_factory=list)
     first_steady: list[tuple[float, float]] = field(default_factory=list)  # (first ms, later ms) in one clause
+    caused: Counter[str] = field(default_factory=Counter)  # concepts named in a clause that names a cause
 
 
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
@@ -374,9 +404,13 @@ class ClaimParser:
                 found.append((m.start(), m.end(), name))
         if not found:
             return
-        for name in {f[2] for f in found}:
+        names = {f[2] for f in found}
+        for name in names:
             c.concepts[name] += 1
             c.quotes.setdefault(name, clause.strip()[:200])
+        if "causal" in names:
+            for name in names - {"causal", "slow", "gpu", "cpu"}:
+                c.caused[name] += 1
         qs = quantities(clause)
         if not qs:
             return

@@ -202,6 +202,14 @@ _FW_STARTUP_FREE = re.compile(
     r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
     re.IGNORECASE,
 )
+# ONNX Runtime's arena: "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N"
+_FW_ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<n>\d+)", re.IGNORECASE)
+# ggml (llama.cpp, ollama): "allocating 46963.85 MiB on device 0: cudaMalloc failed: out of memory"
+_FW_GGML = re.compile(rf"allocating\s+(?P<v>{SIZE})\s+on device (?P<dev>\d+):\s*cudaMalloc failed", re.IGNORECASE)
+# PyTorch with a per-process memory fraction / ComfyUI: a head line, then one field per line
+_FW_FRACTION_HEAD = re.compile(r"would exceed allowed memory", re.IGNORECASE)
+_FW_FIELD = re.compile(rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*"
+                       rf"(?P<v>{SIZE}|0 bytes)", re.IGNORECASE)
 # the report's own analysis naming fragmentation as the cause (never PyTorch's standard hint)
 _FRAG_CAUSAL = re.compile(
     r"(?:due to|caused by|because of|results? (?:from|of)|resulting from|comes? from)\s+(?:the\s+)?(?:\S+\s+){0,3}?"
@@ -219,7 +227,8 @@ _FRAG_VETO = re.compile(
 )
 _STANDARD_HINT = re.compile(r"If reserved|try setting|See documentation for Memory Management", re.IGNORECASE)
 # substrings one of which every line the OOM parser acts on contains (lower case)
-_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "cache blocks", "kv cache")
+_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "cache blocks", "kv cache",
+             "cudamalloc failed")
 _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足", re.IGNORECASE)
@@ -623,7 +632,8 @@ CONTEXT_LINES = 120  # frames this many lines around an event belong to its trac
 _PHASE_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("loading", re.compile(
         r"\bLoading (?:the )?(?:model|weights|checkpoint|safetensors|draft model|model modules|pretrained)"
-        r"|Loading checkpoint shards|could not be loaded|failed to load (?:the )?model|while loading|load_model\b"
+        r"|Loading checkpoint shards|could not be loaded|failed to load\b.{0,40}\bmodel|could not load|while loading"
+        r"|load_model\b|error loading model|unable to allocate \w+ buffer"
         r"|Starting to load model|llm_load_tensors|load_tensors:|loading model from|model loading|加载模型|模型加载",
         re.IGNORECASE)),
     ("profile_run", re.compile(r"Memory profiling|profile_run|determine_num_available_blocks|profiling run",
@@ -632,7 +642,7 @@ _PHASE_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
                           re.IGNORECASE)),
     ("serving", re.compile(r"Received request|POST /v1/|\bRunning: \d+ reqs|Processed prompts|Avg prompt throughput"
                            r"|/generate\b|Uvicorn running|Application startup complete|during inference"
-                           r"|while (?:serving|generating|decoding)|generate\(", re.IGNORECASE)),
+                           r"|while (?:serving|generating|decoding)|generate\(|while running \w+ node", re.IGNORECASE)),
 )
 MAX_FRAMES = 4000  # bounded memory on huge logs
 MAX_EVENTS = 10_000
@@ -655,6 +665,7 @@ class OomParser:
         self.fragmentation_statements: list[str] = []
         self._fragmentation_vetoed = False
         self._phase_lines: deque[tuple[int, str, str]] = deque(maxlen=MAX_FRAMES)
+        self._fields_left = 0  # field lines still expected under a multi-line framework message
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -680,6 +691,10 @@ class OomParser:
             self._frames[-1] = (last[0], Frame(last[1].path, last[1].func, body.strip()[:200]))
         if self._continue(line, is_frame=False):
             return
+        if self._fields_left:
+            self._fields_left -= 1
+            if self._field(line):
+                return
         for phase, rx in _PHASE_LINES:
             if rx.search(body):
                 self._phase_lines.append((self._n, phase, body.strip()[:120]))
@@ -749,6 +764,24 @@ class OomParser:
         if _PROSE.search(line) and not _HINT.search(line):
             self._prose.append(self._n)
 
+    def _field(self, line: str) -> bool:
+        """A field line under a "would exceed allowed memory" head: fill the event it belongs to."""
+        m = _FW_FIELD.search(line)
+        if not m or not self._events:
+            return False
+        ev = self._events[-1]
+        size = 0 if m.group("v").lower().startswith("0 bytes") else parse_size(m.group("v"))
+        key = m.group("k").lower()
+        if key.startswith("currently"):
+            ev.allocated = size
+        elif key.startswith("requested"):
+            ev.requested = size
+        elif key.startswith("device"):
+            ev.total = size
+        else:
+            ev.free = size
+        return True
+
     def _framework(self, line: str) -> OomEvent | None:
         if _FW_SAMPLER.search(line):
             return OomEvent(kind="framework", phase="warmup", phase_from="vLLM sampler warm-up",
@@ -773,6 +806,19 @@ class OomParser:
         if _FW_NO_CACHE.search(line):
             return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
                             reason="no memory left for KV-cache blocks", kv_cache_available=0,
+                            message=line.strip())
+        m = _FW_ORT_ARENA.search(line)
+        if m:
+            return OomEvent(kind="framework", reason="ONNX Runtime's memory arena could not grow",
+                            requested=int(m.group("n")), message=line.strip())
+        m = _FW_GGML.search(line)
+        if m:
+            return OomEvent(kind="framework", device="GPU", device_index=int(m.group("dev")),
+                            reason="a ggml backend buffer could not be allocated", requested=parse_size(m.group("v")),
+                            message=line.strip())
+        if _FW_FRACTION_HEAD.search(line):
+            self._fields_left = 8
+            return OomEvent(kind="framework", reason="allocation beyond the allowed device memory",
                             message=line.strip())
         m = _FW_STARTUP_FREE.search(line)
         if m:

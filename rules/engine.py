@@ -13,14 +13,14 @@ from typing import Any
 from analyzer.model import EvidenceSet, Finding, Severity, Skipped
 from rules.base import Rule
 from rules.registry import RULES
+from rules.report import RULES as REPORT_RULES
 
-CONTEXT_KEYS = frozenset({"serving.engine"})  # what the text names as context, not a measurement
-
+REPORT_CODES = frozenset(r.code for r in REPORT_RULES)
 
 def claims_only(f: Finding) -> bool:
-    """A finding resting only on what a report's prose says (``report.*`` evidence), nothing parsed
-    from a log, table, trace or measurement."""
-    return bool(f.evidence) and all(e.key.startswith("report.") or e.key in CONTEXT_KEYS for e in f.evidence)
+    """A finding of the report rules (``rules/report.py``): it rests on what a report's prose says,
+    not on anything parsed from a log, table, trace or measurement."""
+    return f.code in REPORT_CODES
 
 
 def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:

@@ -10,7 +10,6 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
@@ -48,14 +47,32 @@ def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
 
 
 class ReportRule(Rule):
-    """Shared shape of the report rules: signals → the strongest one → a heuristic finding."""
+    """Shared shape of the report rules: signals → the strongest one → a heuristic finding.
+
+    Beyond its own signals every report rule takes two the reporter gives directly: a sentence that
+    names the rule's bottleneck as the cause ("it's due to the preprocessor", ``report.cause.*``:
+    ``CAUSE``) and an issue title naming it (``TITLE`` when nothing else is said, a ``TITLE_BONUS``
+    on top of any other signal). A rule steps aside when a source that measures its bottleneck is
+    present (``measured_by``) or the report withdraws itself.
+    """
 
     title_concepts: tuple[str, ...] = ()  # a title naming one of these concepts strengthens the case
     TITLE_BONUS = 0.1  # what an issue's title names is what its reporter is sure of
-    # evidence keys of a source that measures this bottleneck itself: when one is present, its rules
+    # evidence keys (a trailing "." for a prefix) of a source that measures this bottleneck itself:
+    # when one is present, its rules
     # judge and the prose steps aside (a compile log that shows two recompiles is not a storm, however
     # often the text says "recompile")
     measured_by: tuple[str, ...] = ()
+    cause: str = ""  # the report.cause.* key naming this rule's bottleneck as the cause
+    CAUSE = 0.6  # the reporter names it as the cause
+    TITLE = 0.45  # the title names it, with nothing else said
+
+    @classmethod
+    def missing_reason(cls, ev: EvidenceSet) -> str | None:
+        """Also judges when the report only names the cause, or only its title names the bottleneck."""
+        if (cls.cause and cls.cause in ev) or (cls.title_concepts and _title_mentions(ev, *cls.title_concepts)):
+            return None
+        return super().missing_reason(ev)
 
     def signals(self, ev: EvidenceSet, t: object) -> list[Signal]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -66,13 +83,20 @@ class ReportRule(Rule):
     headline: str = ""
 
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
-        if any(k in ev for k in self.measured_by) or _n(ev, "report.retraction_statements"):
+        measured = any(ev.has_prefix(k) if k.endswith(".") else k in ev for k in self.measured_by)
+        if measured or _n(ev, "report.retraction_statements"):
             return None  # measured elsewhere, or the reporter withdrew it (HLT003 says so)
-        found = sorted(self.signals(ev, t), key=lambda s: -s.impact)
+        found = self.signals(ev, t)
+        if self.cause and _n(ev, self.cause):
+            found.append(Signal(self.CAUSE, f"names it as the cause{_q(ev, self.cause)}"))
+        titled = bool(self.title_concepts) and _title_mentions(ev, *self.title_concepts)
+        if titled and not found:
+            found.append(Signal(self.TITLE, f"names it in its title{_q(ev, 'report.title_concepts')}"))
+        found.sort(key=lambda s: -s.impact)
         if not found:
             return None
         impact = found[0].impact
-        if self.title_concepts and _title_mentions(ev, *self.title_concepts):
+        if titled:
             impact = min(0.95, impact + self.TITLE_BONUS)
         message = "The report " + "; it also ".join(s.says for s in found[:3]) + "."
         return self.finding(
@@ -86,8 +110,6 @@ class ReportRule(Rule):
         )
 
 
-def _keys(*groups: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(k for g in groups for k in g))
 
 
 class PlacementReported(ReportRule):
@@ -105,12 +127,13 @@ class PlacementReported(ReportRule):
     How it decides: the strongest of: layers offloaded / total below ``max_offloaded_share``
     (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); a statement
     that the work runs on the CPU (``stated``); the GPU stated at or below ``idle_gpu_pct`` % while
-    the CPU is at or above ``busy_cpu_pct`` % (``stated``); a statement about the wrong GPU
-    (``weak``).
+    the CPU is at or above ``busy_cpu_pct`` % (``stated``); a model ``oversize`` × larger than the
+    GPU with no out-of-memory error (the rest runs on the CPU; ``stated``); a statement about the
+    wrong GPU (``weak``).
 
     Evidence: any of report.cpu_fallback_messages, report.gpu_layers_offloaded (+ report.gpu_layers_total),
     report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
-    report.wrong_gpu_statements.
+    report.wrong_gpu_statements, mem.weights_estimate_bytes + gpu.spec_memory_bytes.
 
     Fix: install the GPU build (llama.cpp with -DGGML_CUDA=ON, `onnxruntime-gpu`, a CUDA torch
     wheel), offload all layers (``-ngl 999`` / ``num_gpu``), put the model and inputs on ``cuda``,
@@ -126,10 +149,13 @@ class PlacementReported(ReportRule):
     requires = ()
     requires_any = (("report.cpu_fallback_messages",), ("report.gpu_layers_offloaded",),
                     ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
-                    ("report.wrong_gpu_statements",))
-    optional = ("report.gpu_layers_total", "report.gpu_util_pct_min")
+                    ("report.wrong_gpu_statements",),
+                    ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "report.slow_statements"))
+    optional = ("report.gpu_layers_total", "report.gpu_util_pct_min", "mem.weights_estimate_bytes",
+                "gpu.spec_memory_bytes")
     title_concepts = ("placement_cpu", "offload", "wrong_gpu")
     headline = "The work runs on the CPU, not the GPU"
+    cause = "report.cause.placement"
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -139,6 +165,7 @@ class PlacementReported(ReportRule):
         weak: float = 0.4  # a statement about which GPU is used
         idle_gpu_pct: float = 10.0  # a GPU at ≤ 10 % does none of the work
         busy_cpu_pct: float = 80.0  # a CPU at ≥ 80 % is doing it
+        oversize: float = 1.2  # a model 20 % larger than the GPU cannot be all on it
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
@@ -159,6 +186,12 @@ class PlacementReported(ReportRule):
             out.append(Signal(t.stated, f"states the CPU at {cpu:.0f} % while the GPU is at {gpu:.0f} %"))
         if _n(ev, "report.wrong_gpu_statements"):
             out.append(Signal(t.weak, f"questions which GPU is used{_q(ev, 'report.wrong_gpu_statements')}"))
+        weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
+        no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
+        if weights and gpu_mem and no_oom and weights >= t.oversize * gpu_mem and (
+                _n(ev, "report.slow_statements") or _n(ev, "report.offload_statements")):
+            out.append(Signal(t.stated, f"runs a model of about {weights / 2**30:.0f} GiB on a GPU of "
+                                        f"{gpu_mem / 2**30:.0f} GiB: the layers that do not fit run on the CPU"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
@@ -195,8 +228,9 @@ class QueueingReported(ReportRule):
 
     How it decides: the strongest of: sequential processing stated (``sequential``); rejections for
     lack of slots (``rejected``); a queue or wait time of at least ``min_queue_ms`` stated
-    (``stated``); preemptions (``stated``); queueing named together with a concurrency of at least
-    ``min_concurrency`` (``weak``).
+    (``stated``); preemptions (``stated``); the served load capped (a batch size, a running count that
+    stays fixed while more is offered; ``stated``); queueing named together with a concurrency of at
+    least ``min_concurrency`` (``weak``).
 
     Evidence: any of report.sequential_statements, report.rejection_messages,
     report.queue_ms_max, report.preemption_messages, report.queue_statements + report.concurrency_max.
@@ -214,10 +248,12 @@ class QueueingReported(ReportRule):
     category = Category.QUEUEING
     requires = ()
     requires_any = (("report.sequential_statements",), ("report.rejection_messages",), ("report.queue_ms_max",),
-                    ("report.preemption_messages",), ("report.queue_statements", "report.concurrency_max"))
+                    ("report.preemption_messages",), ("report.queue_statements", "report.concurrency_max"),
+                    ("report.capped_statements",))
     optional = ("report.capacity_settings", "report.concurrency_max")
     title_concepts = ("sequential", "queue", "concurrency")
     headline = "Requests wait for one another"
+    cause = "report.cause.queue"
     measured_by = ("serving.stat_samples", "stage.queue_ms.mean", "stage.queue.share", "conn.inflight_mean",
                    "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio")
 
@@ -246,6 +282,10 @@ class QueueingReported(ReportRule):
         conc = ev.value("report.concurrency_max")
         if _n(ev, "report.queue_statements") and conc is not None and conc >= t.min_concurrency:
             out.append(Signal(t.weak, f"names queued requests at a concurrency of {conc:.0f}"))
+        if _n(ev, "report.capped_statements") and (_n(ev, "report.capacity_settings") or conc is not None
+                                                   or _n(ev, "report.concurrency_statements")):
+            out.append(Signal(t.stated, f"shows the served load capped while more is offered"
+                                        f"{_q(ev, 'report.capped_statements')}"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
@@ -301,6 +341,7 @@ class PrefillReported(ReportRule):
     optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s")
     title_concepts = ("ttft", "prefill", "prompt_len")
     headline = "Prompt processing (prefill) dominates the time to first token"
+    cause = "report.cause.prefill"
     measured_by = ("stage.prefill.share", "stage.prefill_ms.mean")
 
     @dataclass(frozen=True)
@@ -380,7 +421,8 @@ class ColdStartReported(ReportRule):
     optional = ("report.compile_statements", "report.first_statements", "report.download_statements")
     title_concepts = ("compile", "recompile", "first")
     headline = "Time goes into compiling, building or warming up"
-    measured_by = ("compile.recompiles", "compile.limit_hit", "cpu.compile_share")
+    cause = "report.cause.compile"
+    measured_by = ("compile.", "cpu.compile_share")  # a compile log or a live profile
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -448,9 +490,10 @@ class LaunchOverheadReported(ReportRule):
     graphs the Python/framework dispatch between them, not the GPU, sets tokens per second.
 
     How it decides: the strongest of: CUDA graphs turned off (``graphs_off``); kernel launch /
-    host overhead named (``stated``); CUDA graphs or eager mode discussed with slow decoding
-    (``weak``); the CPU stated at ≥ ``busy_cpu_pct`` % with the GPU between ``min_gpu_pct`` and
-    ``max_gpu_pct`` % (``weak``).
+    host overhead named (``stated``); the CPU named as the limit of generation or of a partly idle
+    GPU, with no pre-processing named (``stated``); CUDA graphs or eager mode discussed with slow
+    decoding or a GPU between ``min_gpu_pct`` and ``max_gpu_pct`` % (``weak``); the CPU stated at ≥
+    ``busy_cpu_pct`` % with the GPU between ``min_gpu_pct`` and ``max_gpu_pct`` % (``weak``).
 
     Evidence: any of report.cuda_graphs_off_messages, report.launch_statements,
     report.cuda_graph_statements, report.cpu_util_pct_max + report.gpu_util_pct_max.
@@ -466,10 +509,12 @@ class LaunchOverheadReported(ReportRule):
     category = Category.LAUNCH_OVERHEAD
     requires = ()
     requires_any = (("report.cuda_graphs_off_messages",), ("report.launch_statements",),
-                    ("report.cuda_graph_statements",), ("report.cpu_util_pct_max", "report.gpu_util_pct_max"))
-    optional = ("report.slow_statements",)
+                    ("report.cuda_graph_statements",), ("report.cpu_util_pct_max", "report.gpu_util_pct_max"),
+                    ("report.cpu_bound_statements",))
+    optional = ("report.slow_statements", "report.batch_statements")
     title_concepts = ("cuda_graph", "launch")
     headline = "The host's launch path, not the GPU, sets the pace"
+    cause = "report.cause.launch"
     measured_by = ("trace.kernel_count", "kineto.idle_share")
 
     @dataclass(frozen=True)
@@ -494,6 +539,14 @@ class LaunchOverheadReported(ReportRule):
         cpu, gpu = ev.value("report.cpu_util_pct_max"), ev.value("report.gpu_util_pct_max")
         if cpu is not None and gpu is not None and cpu >= t.busy_cpu_pct and t.min_gpu_pct <= gpu < t.max_gpu_pct:
             out.append(Signal(t.weak, f"states a CPU at {cpu:.0f} % feeding a GPU at {gpu:.0f} %"))
+        generating = (_n(ev, "report.batch_statements") or _n(ev, "report.decode_ms_max")
+                      or _n(ev, "report.decode_statements"))
+        if _n(ev, "report.cpu_bound_statements") and not _n(ev, "report.preprocess_statements") and (
+                generating or (gpu is not None and gpu < t.max_gpu_pct)):
+            out.append(Signal(t.stated, "names the CPU as the limit of the GPU's work"
+                              + _q(ev, "report.cpu_bound_statements")))
+        if _n(ev, "report.cuda_graph_statements") and gpu is not None and t.min_gpu_pct <= gpu < t.max_gpu_pct:
+            out.append(Signal(t.weak, f"discusses CUDA graphs with the GPU at {gpu:.0f} %"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
@@ -547,6 +600,7 @@ class ThreadsReported(ReportRule):
     optional = ("report.threads_best",)
     title_concepts = ("threads", "cores", "quota", "contention")
     headline = "More busy threads than cores"
+    cause = "report.cause.threads"
     measured_by = ("threads.busy_count",)
 
     @dataclass(frozen=True)
@@ -601,8 +655,8 @@ class ProcessingReported(ReportRule):
 
     How it decides: the strongest of: pre+post-processing at least ``min_share`` of the stated time
     (impact = that share); pre-processing time of at least ``min_ms`` stated (``stated``);
-    pre/post-processing named with the GPU stated at or below ``idle_gpu_pct`` % (``stated``);
-    serialisation named as slow (``weak``).
+    pre/post-processing named with the GPU stated at or below ``idle_gpu_pct`` % (``stated``); the CPU
+    named as the limit while pre-processing is named (``stated``); serialisation named as slow (``weak``).
 
     Evidence: any of report.preprocess_ms_max, report.postprocess_ms_max (+ report.model_ms),
     report.preprocess_statements + report.gpu_util_pct_max, report.serialize_statements.
@@ -619,10 +673,12 @@ class ProcessingReported(ReportRule):
     requires = ()
     requires_any = (("report.preprocess_ms_max",), ("report.postprocess_ms_max",),
                     ("report.preprocess_statements", "report.gpu_util_pct_max"),
-                    ("report.serialize_statements", "report.slow_statements"))
+                    ("report.serialize_statements", "report.slow_statements"),
+                    ("report.cpu_bound_statements", "report.preprocess_statements"))
     optional = ("report.model_ms", "report.preprocess_statements")
     title_concepts = ("preprocess", "postprocess", "serialize")
     headline = "CPU pre/post-processing takes the time"
+    cause = "report.cause.preprocess"
     measured_by = ("stage.preprocess.share", "cpu.preprocess_share")
 
     @dataclass(frozen=True)
@@ -652,6 +708,9 @@ class ProcessingReported(ReportRule):
             out.append(Signal(t.stated, f"names pre-processing while the GPU is at {gpu:.0f} %"))
         if _n(ev, "report.serialize_statements") and _n(ev, "report.slow_statements"):
             out.append(Signal(t.weak, f"names serialisation as slow{_q(ev, 'report.serialize_statements')}"))
+        if _n(ev, "report.cpu_bound_statements") and _n(ev, "report.preprocess_statements"):
+            out.append(Signal(t.stated, f"names the CPU as the limit while it prepares the input"
+                                        f"{_q(ev, 'report.cpu_bound_statements')}"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
@@ -699,6 +758,7 @@ class CopiesReported(ReportRule):
     optional = ("report.model_ms",)
     title_concepts = ("copy", "pcie_link")
     headline = "Host↔device copies take the time"
+    cause = "report.cause.copy"
     measured_by = ("copy.time_share", "stage.h2d.share")
 
     @dataclass(frozen=True)
@@ -776,6 +836,7 @@ class GpuLimitReported(ReportRule):
     optional = ("report.saturated_statements",)
     title_concepts = ("throttle", "slow_gpu_model", "saturated")
     headline = "The GPU itself is the limit"
+    cause = "report.cause.gpu"
     measured_by = ("gpu.throttle_ratio", "gpu.util_samples")
 
     @dataclass(frozen=True)
@@ -884,6 +945,60 @@ class ExternalMemoryReported(ReportRule):
         ]
 
 
+class PeakReported(ReportRule):
+    """The report ties an out-of-memory error to the size of the input: a runtime peak.
+
+    What it detects: an out-of-memory error (named in the text or read from a message without
+    numbers that decide) together with the input's size: a resolution, a long prompt / audio /
+    video, the batch size, the context length, a VAE decode of a large image.
+
+    Why it matters: activations and KV cache grow with the input (attention quadratically with the
+    sequence, a VAE decode with the pixels); the weights fit, the working set of one large input
+    does not, so the fix bounds the input or processes it in pieces.
+
+    How it decides: an out-of-memory error with the input's size named (``stated``), stronger when
+    the report names the input as the cause (``CAUSE``).
+
+    Evidence: report.input_size_statements with report.oom_statements or mem.oom_count.
+
+    Fix: bound the input (max length, resolution, batch), process it in tiles / chunks (tiled VAE,
+    chunked prefill, sliding windows), memory-efficient attention.
+
+    False positives: an OOM at load time with a big input named in passing (the weights rules,
+    measured, rank first).
+    """
+
+    code = "MEM007"
+    name = "peak-reported"
+    category = Category.OOM_PEAK
+    requires = ("report.input_size_statements",)
+    requires_any = (("report.oom_statements",), ("mem.oom_count",))
+    optional = ()
+    title_concepts = ()
+    headline = "The input's size sets a runtime peak that does not fit"
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        stated: float = 0.55  # an OOM with the input's size named
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        phase = ev.get("mem.oom_phase")
+        if isinstance(phase, Evidence) and phase.value == "loading":
+            return []  # failing while loading: the weights rules own it
+        return [Signal(t.stated, f"ties the out-of-memory error to the input's size"
+                                 f"{_q(ev, 'report.input_size_statements')}")]
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [
+            Fix("Bound what one input costs", (
+                "Cap the input: max sequence / context length (vLLM --max-model-len, llama.cpp -c), image "
+                "resolution, audio/video length per call, batch size",
+                "Process it in pieces: tiled VAE decode (diffusers pipe.enable_vae_tiling()), chunked prefill, "
+                "sliding windows for long audio; memory-efficient attention (SDPA / xformers / flash-attention)",
+            ), Risk.NEEDS_VALIDATION),
+        ]
+
+
 class ExpectedBehaviourReported(Rule):
     """What the report describes is expected behaviour, not a fault: say so.
 
@@ -978,5 +1093,6 @@ RULES: tuple[type[Rule], ...] = (
     CopiesReported,
     GpuLimitReported,
     ExternalMemoryReported,
+    PeakReported,
     ExpectedBehaviourReported,
 )

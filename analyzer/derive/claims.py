@@ -94,6 +94,8 @@ class ReportSource:
               "msg:slot_unavailable")
         count("report.preemption_messages", msg["preempted"], "preemption / retraction messages", "msg:preempted")
         count("report.capacity_settings", con["capacity_cap"], "capacity settings named", "capacity_cap")
+        count("report.concurrency_statements", con["concurrency"], "statements about concurrent requests",
+              "concurrency")
         top("report.queue_ms_max", _values(c, "queue", "time"), "ms", "queue/wait time the text states", "queue")
         top("report.concurrency_max", [q.value for k in ("concurrency", "queue") for q in c.bound.get(k, ())
                                        if q.dim in ("count:concurrency", "count:requests")],
@@ -101,6 +103,7 @@ class ReportSource:
         # -- prefill / first token ----------------------------------------------------------
         count("report.prefill_statements", con["prefill"], "statements about prompt processing (prefill)",
               "prefill")
+        count("report.decode_statements", con["decode"], "statements about token generation (decode)", "decode")
         top("report.ttft_ms_max", _values(c, "ttft", "time"), "ms", "time to first token the text states", "ttft")
         top("report.prefill_ms_max", _values(c, "prefill", "time"), "ms", "prompt-processing time the text states",
             "prefill")
@@ -140,6 +143,21 @@ class ReportSource:
         count("report.cuda_graphs_off_messages", msg["cuda_graphs_off"], "settings that turn CUDA graphs off",
               "msg:cuda_graphs_off")
         count("report.launch_statements", con["launch"], "statements about kernel-launch / host overhead", "launch")
+        count("report.cpu_bound_statements", con["cpu_bound"], "statements that the CPU is the limit", "cpu_bound")
+        count("report.capped_statements", con["capped"], "statements that a figure stopped following the load",
+              "capped")
+        count("report.input_size_statements", con["input_size"], "statements about the input's size (resolution, "
+              "length, batch)", "input_size")
+        count("report.batch_statements", con["batch"], "statements about the batch size", "batch")
+        for concept, key in (("preprocess", "preprocess"), ("postprocess", "preprocess"), ("queue", "queue"),
+                             ("threads", "threads"), ("copy", "copy"), ("compile", "compile"),
+                             ("recompile", "compile"), ("launch", "launch"), ("cuda_graph", "launch"),
+                             ("placement_cpu", "placement"), ("offload", "placement"), ("prefill", "prefill"),
+                             ("throttle", "gpu"), ("contention", "threads"), ("quota", "threads"),
+                             ("serialize", "preprocess"), ("cpu_bound", "cpu")):
+            if c.caused.get(concept):
+                ev(f"report.cause.{key}", c.caused[concept], "statements",
+                   f"the report names it as the cause: {_first_quote(c, 'causal')}")
         # -- threads and cores ----------------------------------------------------------------
         count("report.thread_statements", con["threads"], "statements about thread counts", "threads")
         count("report.quota_statements", con["quota"], "statements about a CPU quota / limit / throttling", "quota")

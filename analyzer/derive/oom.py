@@ -50,7 +50,8 @@ def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
             own = min(mine)
             others.remove(own)
             used = own
-    if ev.kind == "framework" and ev.total is not None and ev.free is not None and ev.phase == "loading":
+    if (ev.kind == "framework" and ev.total is not None and ev.free is not None and ev.phase == "loading"
+            and ev.reason.startswith("free memory at start-up")):
         return None, max(0, ev.total - ev.free)  # in use before this process allocated anything
     return used, (sum(others) if ev.other_processes else None)
 
