@@ -21,6 +21,7 @@ the rules that read it judge with *heuristic* confidence. Pure, stdlib only, str
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -65,7 +66,9 @@ _QTY = re.compile(
     r"|(?P<pct>%|percent)"
     rf"|(?P<size>(?:[KMGT]i?B|bytes|[GM])(?![a-zA-Z]))"
     rf"|(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/])|毫秒|秒|分钟|小时)"
-    rf"|(?P<count>(?:{_alt([k for k in _COUNT if k.isascii()])})(?![a-zA-Z])|线程|核|请求|并发)"
+    r"|(?:(?:input|output|prompt|new|generated|context|concurrent|parallel|simultaneous|physical|logical|cpu|gpu"
+    r"|worker|model|total|active|running|waiting|pending|queued)\s+)?"
+    rf"(?P<count>(?:{_alt([k for k in _COUNT if k.isascii()])})(?![a-zA-Z])|线程|核|请求|并发)"
     r")",
     re.IGNORECASE,
 )
@@ -238,6 +241,8 @@ CONCEPTS: dict[str, str] = {
                    r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
                    r"(?:all|the (?:entire|whole)) (?:gpu )?memory|(?:takes|uses|eats|occupies|fills?|consumes?)"
                    r" (?:up )?(?:all|almost all|most|\d+ ?%) (?:of )?(?:the )?(?:gpu|vram|memory)",
+    "loading": r"load(?:ing|s)? (?:the |a |my )?(?:\w+ )?(?:model|weights|checkpoint|shards?)|model load\w*"
+               r"|from_pretrained|failed to load|could not load|while loading|when loading|加载模型|模型加载",
     "download": r"download\w*|fetching (?:the )?(?:model|weights)|pulling (?:the )?model|from the hub|hf_hub",
     "keep_alive": r"keep[_-]?alive|stays? loaded|still loaded|model (?:is )?(?:kept|stays|remains) (?:loaded|in memory)"
                   r"|doesn'?t unload|does not unload|not unloaded"
@@ -341,6 +346,7 @@ class Claims:
     thread_rates: list[tuple[float, float]] = field(default_factory=list)
     first_steady: list[tuple[float, float]] = field(default_factory=list)  # (first ms, later ms) in one clause
     caused: Counter[str] = field(default_factory=Counter)  # concepts named in a clause that names a cause
+    words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
 
 
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
@@ -361,11 +367,22 @@ def clauses_of(line: str) -> list[str]:
 # the advice frameworks print with every error: never a claim of the report
 _BOILERPLATE = re.compile(
     r"reduce GPU memory used by other processes|See documentation for Memory Management|If reserved but "
-    r"unallocated memory is large|Including non-PyTorch memory|PYTORCH_CUDA_ALLOC_CONF|may or may not have an "
+    r"unallocated memory is large|If reserved memory is >> allocated memory|max_split_size_mb to avoid "
+    r"fragmentation|Including non-PyTorch memory|PYTORCH_CUDA_ALLOC_CONF|may or may not have an "
     r"negative impact|It might have negative impact on performance|This can affect the end-to-end performance"
     r"|Increase gpu_memory_utilization or tensor_parallel_size",
     re.IGNORECASE,
 )
+
+
+_WORD = re.compile(r"[a-z][a-z_]{2,}|[\u4e00-\u9fff]{2}")
+MAX_WORDS = 20_000
+
+
+def words_of(text: str) -> set[str]:
+    """Lower-cased words (3+ letters) and adjacent word pairs: what the report model's cues are made of."""
+    ws = _WORD.findall(text.lower())
+    return set(ws) | {f"{a}_{b}" for a, b in itertools.pairwise(ws)}
 
 
 class ClaimParser:
@@ -376,6 +393,8 @@ class ClaimParser:
 
     def feed(self, line: str) -> None:
         c = self.claims
+        if len(c.words) < MAX_WORDS:
+            c.words |= words_of(line)
         if not c.title and line.strip():
             c.title = line.strip()[:300]
             c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from analyzer.model import EvidenceSet, Finding, Severity, Skipped
+from analyzer.model import Category, EvidenceSet, Finding, Severity, Skipped
 from rules.base import Rule
 from rules.registry import RULES
 from rules.report import RULES as REPORT_RULES
@@ -23,21 +23,71 @@ def claims_only(f: Finding) -> bool:
     return f.code in REPORT_CODES
 
 
-def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+def rank(findings: Iterable[Finding], preferred: str = "") -> tuple[Finding, ...]:
     """Most important first: real bottlenecks by score, then informational notes. A finding read from
     structured evidence (a log's lines, a table, a profile, a measurement) ranks before one resting
-    only on what the prose says, whatever their scores."""
+    only on what the prose says, whatever their scores; among those, the one the report model chose
+    (``preferred``) comes first."""
     return tuple(
-        sorted(findings, key=lambda f: (f.severity is Severity.INFO, claims_only(f), -f.score, f.code))
+        sorted(findings, key=lambda f: (f.severity is Severity.INFO, claims_only(f), f.code != preferred,
+                                        -f.score, f.code))
     )
+
+
+OOM_CATEGORIES = frozenset({Category.OOM_WEIGHTS, Category.OOM_PEAK, Category.OOM_FRAGMENTATION,
+                            Category.OOM_EXTERNAL})
+
+
+LEAN_MIN = 0.3  # the corpus-fitted model must give a category this probability to decide between prose signals
+NONE_MIN = 0.6  # ... and this much to call a report a non-issue (a wrong "healthy" is the costlier mistake)
+
+
+def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Finding], str]:
+    """When only prose speaks (no finding from structured evidence), let the corpus-fitted model
+    (``rules.report_model``) weigh the report's cues with the report rules' own signals and pick the
+    category; its rule's finding leads (made from the wording alone if the rule had none)."""
+    if any(not claims_only(f) and f.severity is not Severity.INFO for f in findings):
+        return findings, ""
+    if "report.retraction_statements" in evidence:
+        return findings, ""  # the reporter withdrew it: nothing to weigh
+    from rules.verdict import covered_by
+
+    if covered_by(evidence):
+        return findings, ""  # measurements cover the service and found nothing: that verdict stands
+    explained = any(f.severity is Severity.INFO for f in findings)
+    from rules import report, report_model
+
+    decided = report_model.decide(evidence, findings)
+    if decided is None:
+        return findings, ""
+    cls, p, cues = decided
+    if cls == report_model.NONE:
+        if p < NONE_MIN or any(f.severity is not Severity.INFO for f in findings):
+            return findings, ""
+        rule: report.ReportRule | report.ExpectedBehaviourReported = report.ExpectedBehaviourReported()
+        if not any(f.code == rule.code for f in findings):
+            findings = [*findings, rule.lean_finding(evidence, p, cues)]
+        return findings, rule.code
+    if p < LEAN_MIN or (explained and not any(f.severity is not Severity.INFO for f in findings)):
+        return findings, ""  # an explanation of expected behaviour stands against a mere lean
+    owner = next((r for r in report.RULES if issubclass(r, report.ReportRule) and r.category.value == cls), None)
+    if owner is None:
+        return findings, ""
+    if not any(f.code == owner.code for f in findings):
+        if any(evidence.has_prefix(k) if k.endswith(".") else k in evidence for k in owner.measured_by):
+            return findings, ""  # a source measured this bottleneck and its rules found nothing
+        findings = [*findings, owner().lean_finding(evidence, p, cues)]
+    return findings, owner.code
 
 
 def run_rules(
     evidence: EvidenceSet,
     config: Mapping[str, Mapping[str, Any]] | None = None,
     rules: Iterable[type[Rule]] = RULES,
+    decide: bool = True,
 ) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
-    """Judge ``evidence`` with every rule; ``config`` maps a rule code to threshold overrides."""
+    """Judge ``evidence`` with every rule; ``config`` maps a rule code to threshold overrides.
+    ``decide``: with the full registry, let the report model arbitrate between prose findings."""
     config = config or {}
     findings: list[Finding] = []
     skipped: list[Skipped] = []
@@ -50,8 +100,15 @@ def run_rules(
         result = rule.check(evidence, rule_cls.thresholds(config.get(rule_cls.code)))
         if result is not None:
             findings.append(result)
-    # what the prose says adds nothing where structured evidence already names the same bottleneck
-    structured = {f.category for f in findings if not claims_only(f)}
-    findings = [f for f in findings if not (claims_only(f) and f.category in structured)]
-    return rank(findings), tuple(skipped)
+    # what the prose says adds nothing where structured evidence already names the same bottleneck (for
+    # an out-of-memory error: any of its causes; the allocator's numbers outrank the prose)
+    same = {f.category for f in findings if not claims_only(f)}
+    oom = any(f.category in OOM_CATEGORIES and f.severity is not Severity.INFO for f in findings
+              if not claims_only(f))
+    findings = [f for f in findings
+                if not (claims_only(f) and (f.category in same or (oom and f.category in OOM_CATEGORIES)))]
+    preferred = ""
+    if decide and rules is RULES:
+        findings, preferred = arbitrate(evidence, findings)
+    return rank(findings, preferred), tuple(skipped)
 

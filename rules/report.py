@@ -10,6 +10,7 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
@@ -66,16 +67,36 @@ class ReportRule(Rule):
     cause: str = ""  # the report.cause.* key naming this rule's bottleneck as the cause
     CAUSE = 0.6  # the reporter names it as the cause
     TITLE = 0.45  # the title names it, with nothing else said
+    LEAN_BASE = 0.15  # what the wording alone is worth: less than any explicit signal ...
+    LEAN_SPAN = 0.3  # ... growing with how clearly it leans, up to 0.45
 
     @classmethod
     def missing_reason(cls, ev: EvidenceSet) -> str | None:
-        """Also judges when the report only names the cause, or only its title names the bottleneck."""
-        if (cls.cause and cls.cause in ev) or (cls.title_concepts and _title_mentions(ev, *cls.title_concepts)):
+        """Also judges when the report only names the cause, only its title names the bottleneck, or
+        only its wording leans to it (``report.cues``)."""
+        has_required = all(k in ev for k in cls.requires)
+        if has_required and ((cls.cause and cls.cause in ev) or "report.cues" in ev
+                             or (cls.title_concepts and _title_mentions(ev, *cls.title_concepts))):
             return None
         return super().missing_reason(ev)
 
     def signals(self, ev: EvidenceSet, t: object) -> list[Signal]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def lean_finding(self, ev: EvidenceSet, p: float, cues: Sequence[str]) -> Finding:
+        """The finding when only the report's wording points here (``rules.report_model`` decided)."""
+        impact = self.LEAN_BASE + self.LEAN_SPAN * p
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.HEURISTIC,
+            title=self.headline,
+            message=(f"The report's wording reads as {self.category.value} ({p:.0%} by cue weights fitted on the "
+                     f"real-incident corpus; strongest cues: {', '.join(cues) or 'none single'}); nothing it "
+                     "pasted measures it: confirm with the next steps."),
+            impact=impact,
+            evidence=present(ev, "report.cues"),
+            fixes=self.fixes(ev),
+        )
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -985,6 +1006,8 @@ class PeakReported(ReportRule):
         phase = ev.get("mem.oom_phase")
         if isinstance(phase, Evidence) and phase.value == "loading":
             return []  # failing while loading: the weights rules own it
+        if not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev:
+            return []
         return [Signal(t.stated, f"ties the out-of-memory error to the input's size"
                                  f"{_q(ev, 'report.input_size_statements')}")]
 
@@ -997,6 +1020,130 @@ class PeakReported(ReportRule):
                 "sliding windows for long audio; memory-efficient attention (SDPA / xformers / flash-attention)",
             ), Risk.NEEDS_VALIDATION),
         ]
+
+
+class WeightsReported(ReportRule):
+    """The report reads as weights that do not fit the device: an out-of-memory error while loading.
+
+    What it detects: an out-of-memory error named with the model being loaded (the wording of the
+    report, weighed by the corpus-fitted cues of ``rules.report_model``, leans to oom_weights) when
+    no allocator numbers decide it (MEM001 decides with them).
+
+    Why it matters: if the weights alone do not fit, no setting of batch or context helps: the fix
+    is more devices (tensor parallelism, sharding), a smaller quantisation, or offloading.
+
+    How it decides: an out-of-memory error named (or read without deciding numbers) while the
+    report speaks of loading the model (``stated``), or a model estimated ``oversize`` × the GPU's
+    memory with the error (``stated``); when only the wording leans to oom_weights, the report model
+    picks this rule (``rules.report_model``).
+
+    Evidence: report.oom_statements or mem.oom_count, with report.loading_statements or
+    mem.weights_estimate_bytes + gpu.spec_memory_bytes; report.cues for the lean.
+
+    Fix: split the model across GPUs (vLLM --tensor-parallel-size, TGI --num-shard, device_map),
+    quantise (AWQ/GPTQ/INT8/FP8, GGUF Q4), or offload part of it (llama.cpp -ngl N, accelerate).
+
+    False positives: an OOM during the first request after loading (the peak rules).
+    """
+
+    code = "MEM008"
+    name = "weights-reported"
+    category = Category.OOM_WEIGHTS
+    requires = ()
+    requires_any = (("report.cues", "report.oom_statements"), ("report.cues", "mem.oom_count"))
+    optional = ("report.loading_statements", "mem.weights_estimate_bytes", "gpu.spec_memory_bytes")
+    headline = "The model's weights do not fit the device"
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        stated: float = 0.55  # an OOM while loading, or a model bigger than its GPU
+        oversize: float = 1.0  # weights at least the GPU's memory cannot fit with anything else
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        if _n(ev, "report.loading_statements"):
+            out.append(Signal(t.stated, f"fails while loading the model{_q(ev, 'report.loading_statements')}"))
+        weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
+        if weights and gpu_mem and weights >= t.oversize * gpu_mem:
+            out.append(Signal(t.stated, f"loads about {weights / 2**30:.0f} GiB of weights on a GPU of "
+                                        f"{gpu_mem / 2**30:.0f} GiB"))
+        return out
+
+    def check(self, ev: EvidenceSet, t: object) -> Finding | None:
+        if not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev:
+            return None
+        return super().check(ev, t)
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [Fix("Make the weights fit", (
+            "Split across GPUs: vLLM --tensor-parallel-size N, TGI --num-shard N, SGLang --tp N, transformers "
+            "device_map='auto'",
+            "Quantise: AWQ/GPTQ (4-bit), FP8 on Hopper/Ada, GGUF Q4_K_M for llama.cpp/ollama",
+            "Offload what does not fit (llama.cpp -ngl to the layers that fit, accelerate cpu offload) and expect "
+            "the offloaded part to be slow",
+        ), Risk.NEEDS_VALIDATION)]
+
+
+class FragmentationReported(ReportRule):
+    """The report reads as allocator fragmentation: memory reserved but unusable, growing over runs.
+
+    What it detects: an out-of-memory error (or memory that keeps growing) whose report leans to
+    fragmentation by the corpus-fitted cues (cache clearing, expandable segments, memory growing over
+    batches, OOMs that come and go) when no allocator numbers decide it (MEM003 decides with them).
+
+    Why it matters: a fragmented caching allocator fails a request that would fit in the free total;
+    the fix is the allocator's configuration, not less work.
+
+    How it decides: an out-of-memory error named with the caching allocator's settings or
+    fragmentation discussed (``stated``), or memory named as growing over runs with an error (``weak``);
+    when only the wording leans to oom_fragmentation, the report model picks this rule.
+
+    Evidence: report.cues with report.oom_statements, mem.oom_count or report.memory_growth_statements;
+    optionally report.allocator_statements.
+
+    Fix: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch ≥ 2.1; PYTORCH_ALLOC_CONF from
+    2.9; not with vLLM sleep mode), fixed shapes or buckets, fewer empty_cache() calls.
+
+    False positives: a real leak (memory referenced and never freed) grows the same way.
+    """
+
+    code = "MEM009"
+    name = "fragmentation-reported"
+    category = Category.OOM_FRAGMENTATION
+    requires = ()
+    requires_any = (("report.cues", "report.oom_statements"), ("report.cues", "mem.oom_count"),
+                    ("report.cues", "report.memory_growth_statements"))
+    optional = ("report.allocator_statements",)
+    headline = "The allocator's memory is fragmented"
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        stated: float = 0.5  # the allocator's settings discussed with the error
+        weak: float = 0.4  # memory growing over runs until it fails
+
+    def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
+        out: list[Signal] = []
+        failed = _n(ev, "report.oom_statements") or "mem.oom_count" in ev
+        if failed and _n(ev, "report.allocator_statements"):
+            out.append(Signal(t.stated, f"discusses the caching allocator with the error"
+                                        f"{_q(ev, 'report.allocator_statements')}"))
+        if failed and _n(ev, "report.memory_growth_statements"):
+            out.append(Signal(t.weak, "shows memory growing until it fails"
+                              + _q(ev, "report.memory_growth_statements")))
+        return out
+
+    def check(self, ev: EvidenceSet, t: object) -> Finding | None:
+        if not (_n(ev, "report.oom_statements") or "mem.oom_count" in ev or _n(ev, "report.memory_growth_statements")):
+            return None
+        return super().check(ev, t)
+
+    def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        return [Fix("Let the allocator reuse what it holds", (
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch ≥ 2.1; the newer name is PYTORCH_ALLOC_CONF, "
+            "PyTorch ≥ 2.9); not with vLLM's sleep mode (CuMemAllocator)",
+            "Pad inputs to a few bucket sizes so blocks are reused; avoid torch.cuda.empty_cache() in the loop",
+            "For a slow growth over requests, check for references kept across requests (a leak looks the same)",
+        ), Risk.NEEDS_VALIDATION)]
 
 
 class ExpectedBehaviourReported(Rule):
@@ -1042,6 +1189,23 @@ class ExpectedBehaviourReported(Rule):
         impact: float = 0.1  # informational: it explains, it is not a bottleneck
 
     _ENGINES = ("vllm", "sglang", "tgi", "lmdeploy", "text-generation-inference", "tensorrt-llm")
+
+    def lean_finding(self, ev: EvidenceSet, p: float, cues: Sequence[str]) -> Finding:
+        """The report's wording reads as a non-issue (a question about expected behaviour)."""
+        return self.finding(
+            severity=Severity.INFO,
+            confidence=Confidence.HEURISTIC,
+            title="Reads as expected behaviour, not a fault",
+            message=(f"The report's wording reads as a question about expected behaviour ({p:.0%} by cue weights "
+                     f"fitted on the real-incident corpus; strongest cues: {', '.join(cues) or 'none single'}), "
+                     "and nothing it pasted shows a fault. If it is slow or failing, collect the next steps."),
+            impact=0.1,
+            evidence=present(ev, "report.cues"),
+            fixes=[Fix("Confirm before changing anything", (
+                "Compare with the engine's published numbers for the same GPU and model size",
+                "Attach while it runs (diagnose attach --pid PID) to measure where the time or memory goes",
+            ), Risk.SAFE)],
+        )
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         says: list[str] = []
@@ -1094,5 +1258,7 @@ RULES: tuple[type[Rule], ...] = (
     GpuLimitReported,
     ExternalMemoryReported,
     PeakReported,
+    WeightsReported,
+    FragmentationReported,
     ExpectedBehaviourReported,
 )

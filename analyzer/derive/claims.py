@@ -9,6 +9,7 @@ Each item's ``detail`` quotes the clause it came from.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 
 from analyzer.model import Evidence, Quality
@@ -208,6 +209,9 @@ class ReportSource:
         count("report.retraction_statements", con["retracted"], "the report withdraws itself", "retracted")
         count("report.memory_growth_statements", con["memory_grows"], "statements that memory grows", "memory_grows")
         count("report.oom_statements", con["oom"], "statements about out-of-memory errors", "oom")
+        count("report.loading_statements", con["loading"], "statements about loading the model", "loading")
+        count("report.allocator_statements", con["empty_cache"], "statements about the caching allocator's "
+              "settings (empty_cache, expandable_segments, fragmentation)", "empty_cache")
         count("report.held_elsewhere_statements", con["held_elsewhere"],
               "statements that memory is held outside the failing process", "held_elsewhere")
         count("report.context_oom_messages", msg["ctx_oom"], "the CUDA context could not be created: device full",
@@ -215,12 +219,54 @@ class ReportSource:
         count("report.slow_statements", con["slow"], "statements that it is slow", "slow")
         if out:
             ev("report.clauses", c.clauses, "clauses", "clauses read")
+            out.append(Evidence("report.cues", cues(c), "", source, None, Quality.LOW,
+                                "concepts the text names (c:), in its title (t:), as the cause (k:), and framework "
+                                "messages (m:): what rules.report_model weighs"))
             if c.title:
                 out.append(Evidence("report.title", c.title, "", source, None, Quality.LOW,
                                     "the report's first line"))
                 out.append(Evidence("report.title_concepts", sorted(c.title_concepts), "", source, None,
                                     Quality.LOW, "concepts the first line names"))
         return out
+
+
+VOCABULARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report_vocabulary.txt")
+_VOCABULARY: frozenset[str] | None = None
+
+
+def vocabulary() -> frozenset[str]:
+    """The words the report model weighs (written by ``python -m rules.report_model`` from the train
+    split: words and word pairs found in at least three incidents), empty when none was written."""
+    global _VOCABULARY
+    if _VOCABULARY is None:
+        try:
+            with open(VOCABULARY_PATH, encoding="utf-8") as fh:
+                _VOCABULARY = frozenset(w.strip() for w in fh if w.strip() and not w.startswith("#"))
+        except FileNotFoundError:
+            _VOCABULARY = frozenset()
+    return _VOCABULARY
+
+
+def set_vocabulary(words: frozenset[str] | None) -> None:
+    """Replace the vocabulary in use (the model's trainer; None re-reads the file)."""
+    global _VOCABULARY
+    _VOCABULARY = words
+
+
+def cues(c: Claims) -> dict[str, float]:
+    """The report as a sparse vector of cues, each in 0..1: how often a concept is named (saturating
+    at three), named in the title, named as the cause; how often a framework message appears; which
+    words of the model's vocabulary it uses."""
+    out: dict[str, float] = {f"w:{w}": 1.0 for w in c.words & vocabulary()}
+    for name, n in c.concepts.items():
+        out[f"c:{name}"] = min(n, 3) / 3
+    for name in c.title_concepts:
+        out[f"t:{name}"] = 1.0
+    for name in c.caused:
+        out[f"k:{name}"] = 1.0
+    for name, n in c.messages.items():
+        out[f"m:{name}"] = min(n, 2) / 2
+    return dict(sorted(out.items()))  # a stable order: reports and goldens must not depend on hashing
 
 
 def sources() -> list[ReportSource]:
