@@ -32,7 +32,7 @@ from typing import BinaryIO, Protocol, cast
 
 import numpy as np
 
-from analyzer.derive import bench, compile_log, engine_log, nsys_stats, nvsmi, oom, probe_state, prom, timing
+from analyzer.derive import bench, compile_log, dcgm, engine_log, nsys_stats, nvsmi, oom, probe_state, prom, timing
 from analyzer.model import Evidence, InputRecord
 from collectors.logtext import (
     DECOMPRESS_ERRORS,
@@ -94,6 +94,7 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     compile_log.sources,
     timing.sources,
     nvsmi.sources,
+    dcgm.sources,
     engine_log.sources,
     prom.sources,
     bench.sources,
