@@ -103,6 +103,11 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def _same_pod(a: Pod, b: Pod) -> bool:
+    """The same pod, whatever the container; a missing namespace matches any."""
+    return a.pod == b.pod and (not a.namespace or not b.namespace or a.namespace == b.namespace)
+
+
 def _pods(pods: Iterable[Pod]) -> str:
     return ", ".join(p.name for p in pods)
 
@@ -240,8 +245,8 @@ def derive(
         g, used_b, total_b = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0)
         ev("gpu.memory_used_bytes", int(used_b), "bytes", f"{g.gpu.label}, peak (DCGM_FI_DEV_FB_USED)")
         ev("gpu.memory_total_bytes", int(total_b), "bytes", f"{g.gpu.label} (FB used + free + reserved)")
-        mine = set(target_pods)
-        others = [p for p in g.pods if p not in mine] if mine else []
+        mine = list(target_pods)
+        others = [p for p in g.pods if not any(_same_pod(p, m) for m in mine)] if mine else []
         if others:
             ev("gpu.other_pods", [p.name for p in others], "list",
                f"other pods sharing {g.gpu.label}: {_pods(others)}")
