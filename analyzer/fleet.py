@@ -412,14 +412,13 @@ def _dcgm(ask: _Ask, gpu_selector: str, start: float, end: float, step: float) -
     names = [n for f in dcgm_fields.FIELDS for n in f.names]
     found = ask.instant(f"count by (__name__) ({_sel(names, gpu_selector)})", end, "finding DCGM series")
     have = {str(i.get("metric", {}).get("__name__", "")) for i in found}
-    result: list[dict[str, Any]] = []
+    reader = dcgm_fields.QueryResultReader()
     for f in dcgm_fields.FIELDS:
         wanted = [n for n in f.names if n in have]
-        if wanted:
-            result.extend(ask.range(_sel(wanted, gpu_selector), start, end, step, f"DCGM {f.canonical}"))
-    if not result:
-        return None
-    return dcgm_fields.parse_query_result("matrix", result)
+        if wanted:  # one field per query, parsed before the next: one answer's JSON in memory at a time
+            reader.add("matrix", ask.range(_sel(wanted, gpu_selector), start, end, step, f"DCGM {f.canonical}"))
+    got = reader.result()
+    return got if got.gpus else None
 
 
 # -- judging ------------------------------------------------------------------------------------------

@@ -413,11 +413,34 @@ class DcgmBuffer:
 # -- Prometheus query JSON ---------------------------------------------------------------------
 
 
+class QueryResultReader:
+    """Reads query answers one at a time into one result, so that a caller asking field by field never
+    holds more than one answer's JSON (``diagnose fleet`` over hundreds of GPUs)."""
+
+    def __init__(self) -> None:
+        self._c = _Collect()
+        self._most = 0
+        self._bad = 0
+
+    def add(self, result_type: str, result: Sequence[Mapping[str, Any]]) -> None:
+        most, bad = _read_result(self._c, result_type, result)
+        self._most = max(self._most, most)
+        self._bad += bad
+
+    def result(self) -> DcgmResult:
+        problems = [f"{self._bad} series or point(s) of the query result could not be read"] if self._bad else []
+        return self._c.result("query-json", self._most, problems)
+
+
 def parse_query_result(result_type: str, result: Sequence[Mapping[str, Any]]) -> DcgmResult:
     """The ``data.result`` of a Prometheus ``query`` (vector) or ``query_range`` (matrix) answer."""
-    c = _Collect()
+    reader = QueryResultReader()
+    reader.add(result_type, result)
+    return reader.result()
+
+
+def _read_result(c: _Collect, result_type: str, result: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     most = 0
-    problems: list[str] = []
     bad = 0
     for item in result:
         if not isinstance(item, Mapping):
@@ -441,9 +464,7 @@ def parse_query_result(result_type: str, result: Sequence[Mapping[str, Any]]) ->
             bad += 1
             continue
         c.add(name, labels, points)
-    if bad:
-        problems.append(f"{bad} series or point(s) of the query result could not be read")
-    return c.result("query-json", most, problems)
+    return most, bad
 
 
 def parse_query_json(doc: Any) -> DcgmResult | None:
