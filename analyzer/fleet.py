@@ -22,6 +22,7 @@ their own (``unclaimed_gpus``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -67,6 +68,24 @@ IMBALANCE_FACTOR = 1.5  # the busiest replica takes 1.5 × the median's requests
 IMBALANCE_MIN_RPS = 0.1  # below this the fleet is idle and shares mean nothing
 KV_NEAR_FULL = 0.9  # KV cache peaking above 90 %: little headroom before preemption/queueing
 DCGM_SOURCE = "dcgm-exporter"
+# the evidence a failed query would have given (its keys are then missing with the server's reason)
+FAILED_PREFIXES: dict[str, tuple[str, ...]] = {
+    "gauge running": ("serving.running",),
+    "gauge waiting": ("serving.waiting", "serving.queued", "serving.stat_samples"),
+    "gauge kv_usage": ("serving.kv_cache",),
+    "gauge swapped": ("serving.swapped",),
+    "counter requests_success": ("throughput.rps",),
+    "counter preemptions": ("serving.preemptions",),
+    "counter prompt_tokens": ("serving.prompt_tokens",),
+    "counter generation_tokens": ("serving.generation_tokens",),
+    "histogram ttft": ("latency.ttft_ms",),
+    "histogram itl": ("latency.itl_ms",),
+    "histogram e2e": ("latency.e2e_ms", "requests.count", "stage."),
+    "histogram queue": ("stage.queue",),
+    "histogram prefill": ("stage.prefill",),
+    "histogram decode": ("stage.decode",),
+    "finding DCGM series": ("gpu.", "gpm.", "pcie."),
+}
 
 
 @dataclass(frozen=True)
@@ -138,6 +157,7 @@ class FleetData:
     queries: int = 0
     bytes: int = 0
     unclaimed: list[tuple[GpuSeries, Diagnosis]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # queries the server could not answer: what → why
 
 
 # -- parsing the command line's values --------------------------------------------------------------
@@ -207,9 +227,10 @@ def _sel(names: Iterable[str], matchers: str) -> str:
 class _Ask:
     """The API, counting queries, turning per-query failures into problems (a partial answer)."""
 
-    def __init__(self, api: PromApi, problems: list[str]) -> None:
+    def __init__(self, api: PromApi, problems: list[str], failed: dict[str, str]) -> None:
         self.api = api
         self.problems = problems
+        self.failed = failed  # what → the server's reason, for the evidence those answers would have given
 
     def instant(self, expr: str, at: float, what: str) -> list[dict[str, Any]]:
         try:
@@ -217,7 +238,8 @@ class _Ask:
         except PromApiError as exc:
             if exc.kind != "query":
                 raise
-            self.problems.append(f"{what}: {exc.message}")
+            self.problems.append(f"{what}: {exc.detail}")
+            self.failed.setdefault(what, exc.detail)
             return []
 
     def range(self, expr: str, start: float, end: float, step: float, what: str) -> list[dict[str, Any]]:
@@ -226,7 +248,8 @@ class _Ask:
         except PromApiError as exc:
             if exc.kind != "query":
                 raise
-            self.problems.append(f"{what}: {exc.message}")
+            self.problems.append(f"{what}: {exc.detail}")
+            self.failed.setdefault(what, exc.detail)
             return []
 
 
@@ -252,7 +275,8 @@ def collect(opts: FleetOptions, *, now: Callable[[], float] = time.time) -> Flee
     end = opts.at if opts.at is not None else now()
     start = end - opts.window_s
     problems: list[str] = []
-    ask = _Ask(api, problems)
+    failed: dict[str, str] = {}
+    ask = _Ask(api, problems, failed)
     by = opts.by
     by_list = ", ".join(by)
     w = f"{round(opts.window_s)}s"
@@ -317,7 +341,7 @@ def collect(opts: FleetOptions, *, now: Callable[[], float] = time.time) -> Flee
         raise _to_error(exc) from exc
     return FleetData(url=api.shown, start=start, end=end, step_s=step, scrape_s=scrape_s, by=by,
                      selector=opts.selector, replicas=replicas, dcgm=dcgm, problems=problems,
-                     queries=api.stats.requests, bytes=api.stats.bytes)
+                     queries=api.stats.requests, bytes=api.stats.bytes, failed=failed)
 
 
 def _scrape_interval(ask: _Ask, present: set[str], selector: str, end: float, window_s: float) -> float:
@@ -486,6 +510,10 @@ def judge_fleet(data: FleetData, config: Mapping[str, Mapping[str, Any]] | None 
                                         target_pods=[rep.pod] if rep.pod else [],
                                         engine_memory_ratio=rep.memory_ratio)
         ev = EvidenceSet(items)
+        for what, why in data.failed.items():
+            for prefix in FAILED_PREFIXES.get(what, ("",)):
+                if prefix:
+                    ev.explain_missing(prefix, f"the server could not answer the query for {what} ({why})")
         if not rep.gpus:
             ev.explain_missing("gpu.", "no dcgm-exporter series name this replica's pod or host")
             ev.explain_missing("gpm.", "no dcgm-exporter series name this replica's pod or host")
@@ -494,7 +522,13 @@ def judge_fleet(data: FleetData, config: Mapping[str, Mapping[str, Any]] | None 
             ev.explain_missing(prefix, "a fleet view has no per-process evidence: attach to one replica "
                                "(`diagnose attach --pid PID`) for it")
         rep.evidence = ev
-        rep.diagnosis = judge(ev, config=config)
+        d = judge(ev, config=config)
+        if data.failed and d.overall is Verdict.HEALTHY:
+            # a partial answer cannot clear a replica: what the failed queries held was never judged
+            d = dataclasses.replace(d, verdict=Verdict.UNDETERMINED, next_steps=(
+                "Run diagnose fleet again when the server answers every query (" + "; ".join(data.failed) + " failed: "
+                "raise --timeout, shorten --window, or narrow --selector)", *d.next_steps))
+        rep.diagnosis = d
     data.unclaimed = []
     if data.dcgm is not None:
         for g in unclaimed:
@@ -772,6 +806,10 @@ def where_to_look(doc: Mapping[str, Any]) -> list[str]:
 def run(opts: FleetOptions, config: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Collect, judge and summarise: the fleet document."""
     data = collect(opts)
+    if not data.replicas and "finding the engine series" in data.failed:
+        raise InputError(f"Prometheus at {data.url} could not answer the query that finds the engine series "
+                         f"({data.failed['finding the engine series']}).",
+                         "Narrow --selector or shorten --window, or raise the server's query limits.")
     if not data.replicas:
         sel = f" matching {{{opts.selector}}}" if opts.selector else ""
         raise InputError(f"Prometheus at {data.url} holds no engine series{sel} in the "

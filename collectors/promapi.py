@@ -42,11 +42,12 @@ MAX_BODY_BYTES = 512 * 1024 * 1024  # an answer bigger than this is refused, not
 class PromApiError(Exception):
     """A query API failure the user can act on: ``kind``, one sentence, a remedy."""
 
-    def __init__(self, kind: str, message: str, remedy: str = "") -> None:
+    def __init__(self, kind: str, message: str, remedy: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.remedy = remedy
+        self.detail = detail or message  # the server's own words, for a partial answer's list of problems
 
 
 @dataclass(frozen=True)
@@ -237,9 +238,10 @@ class PromApi:
                                "Mimir include the path prefix, e.g. http://mimir:8080/prometheus).")
         if doc["status"] == "error":
             err = str(doc.get("error", "unknown error"))[:300]
-            raise PromApiError("query", f"{where} could not evaluate a query ({doc.get('errorType', 'error')}: "
-                               f"{err}).", "Check --selector (a PromQL selector in braces, e.g. '{job=\"vllm\"}'); "
-                               "on a timeout raise --timeout or shorten --window.")
+            detail = f"{doc.get('errorType', 'error')}: {err}"
+            raise PromApiError("query", f"{where} could not evaluate a query ({detail}).",
+                               "Check --selector (a PromQL selector in braces, e.g. '{job=\"vllm\"}'); "
+                               "on a timeout raise --timeout or shorten --window.", detail)
         return doc.get("data")
 
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:

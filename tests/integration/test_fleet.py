@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -24,11 +27,12 @@ from examples.fleet import (
     PrometheusServer,
     find_prometheus,
     free_port,
+    write_openmetrics,
 )
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(find_prometheus() is None, reason="prometheus is not installed (apt-get install "
-                                 "prometheus; .ci/run does)")]
+pytestmark = pytest.mark.integration
+needs_prometheus = pytest.mark.skipif(find_prometheus() is None, reason="prometheus is not installed (apt-get install "
+                                      "prometheus; .ci/run does)")
 L4_SCRAPE = REPO_ROOT / "tests" / "data" / "dcgm" / "l4_idle_full_default_scrape_kops.prom"
 WINDOW_S = 30
 MAX_REQUESTS = 50_000  # every load loop is bounded in count as well as in time
@@ -39,6 +43,7 @@ def _diagnose(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
                           cwd=REPO_ROOT, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
 
 
+@needs_prometheus
 @pytest.mark.timeout(600)
 def test_fleet_names_each_replicas_bottleneck_from_a_real_prometheus() -> None:
     specs = [("replica-1", "queueing", 8), ("replica-2", "prefill", None), ("replica-3", "healthy", None)]
@@ -91,6 +96,7 @@ def test_fleet_names_each_replicas_bottleneck_from_a_real_prometheus() -> None:
     assert text.returncode == 0 and "replica-1" in text.stdout and "Where to look:" in text.stdout
 
 
+@needs_prometheus
 @pytest.mark.timeout(900)
 def test_demo_fleet_prints_the_fleet_document() -> None:
     r = _diagnose("demo", "--fleet", "--duration", "30", "--format", "json", timeout=800)
@@ -105,3 +111,52 @@ def test_demo_fleet_prints_the_fleet_document() -> None:
     assert doc["primary"] == "queueing" and doc["counts"]["queueing"] == 2
     assert "queueing is the bottleneck most replicas share (2 of 4 judged)" in doc["summary"]
     assert "diagnose fleet --prometheus" in r.stderr  # how to run it on your own fleet
+
+
+@needs_prometheus
+@pytest.mark.timeout(300)
+def test_a_backfilled_fleet_and_a_server_that_answers_only_part(tmp_path: Path) -> None:
+    """15 minutes of three generated replicas (replica 0 carries 8× the load) backfilled with promtool: judged
+    from the server; then the same blocks behind a server whose sample limit fails some queries (a partial
+    answer: the problems are listed and no replica is called healthy); then one that cannot even find the
+    replicas (one sentence, exit 2)."""
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (it comes with apt-get install prometheus)")
+    end = int(time.time()) // 60 * 60 - 3 * 3600
+    om = tmp_path / "fleet.om"
+    write_openmetrics(str(om), 3, 15, end)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(om),
+                    str(tmp_path / "data")], check=True, timeout=120)
+    args = ("--window", "15m", "--at", str(end), "--format", "json")
+    with PrometheusServer([], storage=str(tmp_path / "data"), retention="3650d") as prom:
+        whole = _diagnose("fleet", "--prometheus", prom.url, *args)
+    assert whole.returncode == 0, whole.stderr
+    doc = json.loads(whole.stdout)
+    by = {r["instance"]: r for r in doc["replicas"]}
+    assert by["10.0.0.1:8000"]["primary"] == "queueing"
+    assert {by[i]["verdict"] for i in ("10.0.1.1:8000", "10.0.2.1:8000")} == {"healthy"}
+    assert all(len(r["gpus"]) == 1 for r in doc["replicas"])  # each replica's GPU, by its pod label
+    assert ("10.0.0.1:8000", "queue") in {(o["instance"], o["kind"]) for o in doc["outliers"]}
+    assert doc["imbalance"]["imbalanced"] and doc["imbalance"]["busiest"] == "10.0.0.1:8000"
+    assert doc["problems"] == []
+    with PrometheusServer([], storage=str(tmp_path / "data"), retention="3650d",
+                          extra_args=["--query.max-samples=500"]) as prom:
+        part = _diagnose("fleet", "--prometheus", prom.url, *args)
+        text = _diagnose("fleet", "--prometheus", prom.url, *args[:-2])
+    assert part.returncode == 0, part.stderr
+    pdoc = json.loads(part.stdout)
+    assert pdoc["problems"] and all("too many samples" in p for p in pdoc["problems"])
+    assert all(r["verdict"] != "healthy" for r in pdoc["replicas"])
+    assert "Partial answer" in text.stdout
+    with PrometheusServer([], storage=str(tmp_path / "data"), retention="3650d",
+                          extra_args=["--query.max-samples=100"]) as prom:
+        none = _diagnose("fleet", "--prometheus", prom.url, *args)
+    assert none.returncode == 2 and none.stdout == ""
+    assert "could not answer the query that finds the engine series" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1
+
+
+def test_demo_fleet_without_prometheus_says_how_to_install_it() -> None:
+    r = subprocess.run([sys.executable, "-m", "analyzer.cli", "demo", "--fleet"], capture_output=True, text=True,
+                       cwd=REPO_ROOT, timeout=120, env={**os.environ, "DIAGNOSE_PROMETHEUS_BIN": "/nonexistent"})
+    assert r.returncode == 2 and "apt-get install prometheus" in r.stderr and "Traceback" not in r.stderr
