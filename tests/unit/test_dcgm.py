@@ -261,3 +261,22 @@ def test_unrelated_text_is_not_dcgm() -> None:
     for line in ("vllm:num_requests_running 3", "# HELP vllm:num_requests_running x", "dcgm is great", "DCGM_FI"):
         assert not buf.feed(line)
     assert not buf.matched()
+
+
+@pytest.mark.parametrize("path", [T4, L4], ids=lambda p: os.path.basename(p)[:30])
+def test_a_scrape_past_the_head_of_a_big_input_derives_the_same(path: str) -> None:
+    """The exposition form is read anywhere in an input (its lines hold the triggers): read as a big log's
+    tail with no head at all, the DCGM source derives exactly what it derives from every line."""
+    import io
+
+    from collectors.logtext import clean_lines
+
+    data = Path(path).read_bytes()
+    tail = derive_dcgm.DcgmSource()
+    loose.read_into([tail], io.BufferedReader(io.BytesIO(data)), head_bytes=0)  # type: ignore[arg-type]
+    full = derive_dcgm.DcgmSource()
+    for line in clean_lines(data.decode().splitlines()):
+        full.feed(line)
+    assert tail.matched() and full.matched()
+    got = {e.key: e.value for e in tail.evidence("x")}
+    assert got == {e.key: e.value for e in full.evidence("x")} and "gpu.util_ratio" in got
