@@ -51,11 +51,13 @@ def add_parsers(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     body.add_argument("--body-file", help="a file holding the body to POST")
     p.add_argument("--method", choices=("GET", "POST"), default=None, help="default: POST with a body, else GET")
     p.add_argument("--header", action="append", default=[], help="an extra request header 'Name: value'")
-    p.add_argument("--openai", action="store_true", help="an OpenAI-compatible completions endpoint, streamed (SSE)")
+    p.add_argument("--openai", action="store_true",
+                   help="an OpenAI-compatible endpoint (/v1/completions, or /v1/chat/completions), streamed (SSE)")
     p.add_argument("--model", help="--openai: the model name")
     p.add_argument("--prompt-tokens", type=int, default=128, help="--openai: prompt length in words (default 128)")
     p.add_argument("--max-tokens", type=int, default=64, help="--openai: tokens to generate (default 64)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    p.add_argument("--insecure", action="store_true", help="https: do not verify the server's certificate")
     p.add_argument("--p99-bound", type=float, default=2.0,
                    help="the knee: p99 this many times its value at the saturating step (default 2)")
     p.add_argument("--pid", type=int, help="attach to this pid at the knee's concurrency and diagnose it")

@@ -58,6 +58,7 @@ class SweepOptions:
     p99_bound: float = DEFAULT_P99_BOUND
     pid: int | None = None
     attach_duration_s: float = 10.0
+    insecure: bool = False  # https without verifying the certificate
 
     @property
     def warmup(self) -> float:
@@ -76,12 +77,18 @@ def parse_ladder(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(steps)))
 
 
-def _openai_body(opts: SweepOptions) -> Callable[[int], bytes]:
+def _openai_body(opts: SweepOptions, chat: bool) -> Callable[[int], bytes]:
+    """Completions (``prompt``) or chat completions (``messages``) bodies, streamed."""
+
     def body(n: int) -> bytes:
         rng = random.Random(n)  # a different prompt per request: no prefix cache turns the sweep into cache hits
         prompt = " ".join(rng.choice(_WORDS) for _ in range(opts.prompt_tokens))
-        return json.dumps({"model": opts.model, "prompt": prompt, "max_tokens": opts.max_tokens,
-                           "stream": True}).encode()
+        doc: dict[str, Any] = {"model": opts.model, "max_tokens": opts.max_tokens, "stream": True}
+        if chat:
+            doc["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            doc["prompt"] = prompt
+        return json.dumps(doc).encode()
     return body
 
 
@@ -95,11 +102,11 @@ def request_spec(opts: SweepOptions) -> RequestSpec:
     if opts.openai:
         if target.path in ("", "/"):
             target = Target(target.scheme, target.host, target.port, "/v1/completions")
-        make, method = _openai_body(opts), "POST"
+        make, method = _openai_body(opts, target.path.split("?", 1)[0].endswith("/chat/completions")), "POST"
     else:
         make = _fixed(opts.body) if opts.body is not None else None
         method = opts.method or ("POST" if opts.body is not None else "GET")
-    return RequestSpec(target, method, opts.headers, make, opts.timeout_s)
+    return RequestSpec(target, method, opts.headers, make, opts.timeout_s, opts.insecure)
 
 
 def _fixed(body: bytes) -> Callable[[int], bytes]:
@@ -348,7 +355,7 @@ def run_cli(args: argparse.Namespace) -> dict[str, Any]:
                         warmup_s=args.warmup, method=args.method, body=body, headers=tuple(headers),
                         openai=args.openai, model=args.model or "", prompt_tokens=args.prompt_tokens,
                         max_tokens=args.max_tokens, timeout_s=args.timeout, p99_bound=args.p99_bound,
-                        pid=args.pid, attach_duration_s=args.attach_duration)
+                        pid=args.pid, attach_duration_s=args.attach_duration, insecure=args.insecure)
     return run(opts)
 
 

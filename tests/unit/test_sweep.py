@@ -174,3 +174,16 @@ def test_compare_refuses_a_sweep_against_a_session(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a mix" in r.stderr
     r = _cli("compare", str(f), str(f), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["schema"] == "diagnose/compare-sweep/v1"
+
+
+def test_openai_bodies_for_completions_and_chat() -> None:
+    opts = sweep.SweepOptions(url="http://127.0.0.1:8000", openai=True, model="m", prompt_tokens=5, max_tokens=3)
+    spec = sweep.request_spec(opts)
+    assert spec.target.path == "/v1/completions" and spec.method == "POST" and spec.body is not None
+    doc = json.loads(spec.body(1))
+    assert doc["stream"] is True and doc["max_tokens"] == 3 and len(doc["prompt"].split()) == 5
+    assert spec.body(1) == spec.body(1) and spec.body(1) != spec.body(2)  # varied prompts, reproducible
+    chat = sweep.request_spec(sweep.SweepOptions(url="https://h/v1/chat/completions", openai=True, model="m",
+                                                 insecure=True))
+    assert chat.body is not None and json.loads(chat.body(0))["messages"][0]["role"] == "user"
+    assert chat.insecure is True
