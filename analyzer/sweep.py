@@ -357,7 +357,3 @@ def run_cli(args: argparse.Namespace) -> dict[str, Any]:
                         max_tokens=args.max_tokens, timeout_s=args.timeout, p99_bound=args.p99_bound,
                         pid=args.pid, attach_duration_s=args.attach_duration, insecure=args.insecure)
     return run(opts)
-
-
-def is_sweep(doc: Any) -> bool:
-    return isinstance(doc, Mapping) and doc.get("schema") == SCHEMA

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -570,10 +570,6 @@ class QueryJsonBuffer:
         self._result = DcgmResult(res.gpus, res.form, res.scrapes, res.window_s, (*res.problems, why),
                                   res.unknown_fields)
         return self._result
-
-
-def iter_gpus(result: DcgmResult) -> Iterator[GpuSeries]:
-    yield from result.gpus
 
 
 # -- datasheet values, for scrapes that lack the limit fields ---------------------------------------

@@ -8,7 +8,7 @@ dashboard's Fleet page. Strings from the server (labels, instance names) are esc
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,10 +27,6 @@ _COLUMNS = (  # (key number, header, how to show it)
     ("serving.kv_cache_usage_max_ratio", "KV max", lambda v: f"{100 * v:.0f} %"),
     ("gpu.util_ratio", "GPU util", lambda v: f"{100 * v:.0f} %"),
 )
-
-
-def is_fleet(doc: Any) -> bool:
-    return isinstance(doc, Mapping) and doc.get("schema") == SCHEMA
 
 
 def _when(ts: float) -> str:
@@ -206,7 +202,3 @@ def _e(s: object) -> str:
     from reports.html import e
 
     return e(s)
-
-
-def replicas_needing_attention(doc: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
-    return [r for r in doc.get("replicas", ()) if r.get("severity") in ("critical", "major")]

@@ -20,10 +20,6 @@ from reports.figures import TEMPLATE, Chart
 SCHEMA = "diagnose/sweep/v1"
 
 
-def is_sweep(doc: Any) -> bool:
-    return isinstance(doc, Mapping) and doc.get("schema") == SCHEMA
-
-
 def _n(v: Any, fmt: str = "{:.1f}") -> str:
     return "—" if v is None else fmt.format(v)
 
