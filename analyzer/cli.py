@@ -92,7 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the pathologies and exit")
     p.add_argument("--duration", type=float, default=10.0, help="attach window in seconds (default 10)")
     p.add_argument("-o", "--output", help="session folder to write")
+    p.add_argument("--fleet", action="store_true",
+                   help="four demo replicas, a real Prometheus scraping them, then `diagnose fleet` on it")
     _common(p)
+    from analyzer import cli_fleet
+
+    cli_fleet.add_parsers(sub)
     return ap
 
 
@@ -173,7 +178,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_folder(args.output)
     fmt = _report_format(args)
-    if fmt == "html":
+    from analyzer.cli_fleet import load_document, render_document
+
+    doc = load_document(args.session)  # a fleet or sweep JSON document, not a session
+    if doc is not None:
+        out = render_document(doc, fmt)
+    elif fmt == "html":
         from analyzer import tables
         from reports import html
 
@@ -201,9 +211,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from analyzer.cli_fleet import compare_documents
     from analyzer.session_io import label
     from reports import compare
 
+    if compare_documents(args.before, args.after, args.format):
+        return 0
     before, after = analyze_session(args.before), analyze_session(args.after)
     lb, la = label(args.before), label(args.after)
     if lb == la:
@@ -251,6 +264,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(args)
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from analyzer import cli_fleet
+
+    return cli_fleet.cmd_fleet(args)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from analyzer import cli_fleet
+
+    return cli_fleet.cmd_sweep(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     try:
@@ -260,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo,
                    "enable": cmd_enable, "report": cmd_report, "compare": cmd_compare, "pack": cmd_pack,
-                   "dashboard": cmd_dashboard}
+                   "dashboard": cmd_dashboard, "fleet": cmd_fleet, "sweep": cmd_sweep}
         return handler[args.command](args)
     except DiagnoseError as exc:
         print(f"diagnose: {exc}", file=sys.stderr)

@@ -67,6 +67,10 @@ def run_demo(args: argparse.Namespace) -> int:
     from analyzer.cli import emit
     from examples.demo import PATHOLOGIES
 
+    if getattr(args, "fleet", False):
+        from analyzer import fleet_demo
+
+        return fleet_demo.run(args)
     fixed = bool(getattr(args, "fixed", False))
     if args.list:
         for spec in PATHOLOGIES.values():

@@ -475,3 +475,47 @@ def _histograms(parsed: list[_Samples]) -> dict[str, Histogram]:
                     qs[lq] = v
         out[c] = Histogram(count=n_last, total=s_last, quantiles=qs, windowed=windowed)
     return out
+
+
+# -- a PromQL view of ALIASES: what ``diagnose fleet`` asks a Prometheus server for ------------------
+# Prometheus stores a counter under its exposed name (``vllm:request_success_total``; some clients
+# expose it without the suffix) and a histogram as ``_bucket``/``_sum``/``_count`` series, so each
+# alias's stored names follow from the table above; no second table of names exists.
+
+
+def stored_names(alias: Alias) -> dict[str, tuple[str, ...]]:
+    """The series names a Prometheus server holds for ``alias``, by part.
+
+    Gauges: ``value``; counters: ``total`` (with and without the ``_total`` suffix); histograms:
+    ``bucket``, ``sum``, ``count`` (a Triton summary's ``{quantile=…}`` samples are ``quantile``).
+    """
+    names = alias.names
+    if alias.kind is Kind.GAUGE:
+        return {"value": names}
+    if alias.kind is Kind.COUNTER:
+        return {"total": tuple(sorted({*names, *(n + "_total" for n in names)}))}
+    return {"bucket": tuple(n + "_bucket" for n in names), "sum": tuple(n + "_sum" for n in names),
+            "count": tuple(n + "_count" for n in names), "quantile": names}
+
+
+def name_matcher(names: Iterable[str]) -> str:
+    """A ``__name__`` regex matcher for ``names`` (metric names need no escaping: ``[a-zA-Z0-9_:]``)."""
+    return '__name__=~"' + "|".join(sorted(set(names))) + '"'
+
+
+def all_stored_names() -> tuple[str, ...]:
+    """Every stored series name of every alias (for one discovery query)."""
+    out: set[str] = set()
+    for a in ALIASES:
+        for part, names in stored_names(a).items():
+            if part != "quantile":  # summaries (Triton's ``*_summary_us{quantile=…}``) are not read by the fleet
+                out.update(names)
+    return tuple(sorted(out))
+
+
+def engine_of(name: str) -> str:
+    """The engine a stored series name belongs to (``vllm``, ``sglang``, ``tgi``, ``triton``) or ``""``."""
+    for prefix, eng in _ENGINE_OF:
+        if name.startswith(prefix):
+            return eng
+    return ""

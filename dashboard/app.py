@@ -27,6 +27,8 @@ PAGES = (
     ("page_gpu.py", "GPU", "gpu", ":material/developer_board:"),
     ("page_memory.py", "Memory", "memory", ":material/storage:"),
     ("page_compare.py", "Compare", "compare", ":material/compare_arrows:"),
+    ("page_fleet.py", "Fleet", "fleet", ":material/dns:"),
+    ("page_sweep.py", "Sweep", "sweep", ":material/show_chart:"),
 )
 
 

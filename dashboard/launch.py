@@ -38,6 +38,14 @@ def check_sessions(paths: Sequence[str]) -> list[str]:
         raise InputError("No session given to show.", "Pass a session folder or .tar.gz: `diagnose dashboard SESSION`.")
     out: list[str] = []
     for path in paths:
+        if path.lower().endswith(".json"):  # a fleet or sweep document: shown on the Fleet and Sweep pages
+            from analyzer.cli_fleet import load_document
+
+            if load_document(path) is None:
+                raise InputError(f"{path} does not exist.", "Pass a document written by `diagnose fleet` or "
+                                 "`diagnose sweep` with --format json.")
+            out.append(os.path.abspath(path))
+            continue
         if not session_io.is_session(path):
             # opened() raises the sentence that fits (no such path, folder without manifest, not a .tar.gz)
             with session_io.opened(path):

@@ -25,13 +25,26 @@ class StateKeys:
     SESSION = "diagnose.session"  # the selected session path (sidebar)
     BEFORE = "diagnose.compare.before"
     AFTER = "diagnose.compare.after"
+    FLEET = "diagnose.fleet.document"  # the selected fleet document (diagnose fleet --format json)
+    FLEET_REPLICA = "diagnose.fleet.replica"  # the replica drilled into
+    SWEEP = "diagnose.sweep.document"
 
 
-def session_paths() -> list[str]:
-    """The session paths given to the dashboard, in order (empty when none)."""
+def _given() -> list[str]:
     env = os.environ.get(ENV_SESSIONS)
     raw = env.split(os.pathsep) if env is not None else sys.argv[1:]
     return [p for p in (s.strip() for s in raw) if p]
+
+
+def session_paths() -> list[str]:
+    """The session paths given to the dashboard, in order (empty when none); JSON documents (a fleet, a
+    sweep) are not sessions: ``document_paths`` lists them."""
+    return [p for p in _given() if not p.lower().endswith(".json")]
+
+
+def document_paths() -> list[str]:
+    """The fleet and sweep documents (``.json``) given to the dashboard, in order."""
+    return [p for p in _given() if p.lower().endswith(".json")]
 
 
 def labels(paths: list[str]) -> dict[str, str]:

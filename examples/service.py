@@ -13,6 +13,8 @@ else goes to stderr. Endpoints:
 * ``GET /stats``    -> JSON counters (in flight, queue depth, completed, compiles, ...)
 * ``GET /metrics``  -> Prometheus text with vLLM's metric names and buckets, computed from the
   real request timings (see ``Metrics``)
+* ``POST /v1/completions`` (``prefill`` only) -> OpenAI's completions API, streamed as server-sent
+  events with ``"stream": true``
 
 Pathologies (what a profiler attached to this process should see):
 
@@ -1751,6 +1753,9 @@ class InferenceHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == "/v1/completions" and isinstance(self.server.pathology, PrefillPathology):
+            self._generate(self.server.pathology, openai=True)
+            return
         if path != "/infer":
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no such path {path}"})
             return
@@ -1788,17 +1793,27 @@ class InferenceHandler(BaseHTTPRequestHandler):
             if not ended:
                 srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
 
-    def _generate(self, pathology: PrefillPathology) -> None:
-        """POST /infer of a text-generation pathology: one NDJSON line per token, then a summary line."""
+    def _generate(self, pathology: PrefillPathology, openai: bool = False) -> None:
+        """POST /infer of a text-generation pathology: one NDJSON line per token, then a summary line.
+
+        ``openai``: POST /v1/completions, OpenAI's completions API: ``{"model", "prompt", "max_tokens",
+        "stream"}``; streamed as server-sent events (one ``data: {...}`` per token, then ``data: [DONE]``),
+        else one ``text_completion`` object.
+        """
         srv = self.server
         t0 = time.perf_counter()
         srv.metrics.begin()
         streaming, ended = False, False
         req: GenRequest | None = None
+        created = int(time.time())
+        model = ""
         try:
-            req = pathology.submit(self._read_body(), arrival=t0)
+            body = self._read_body()
+            if openai:
+                body, model = _openai_body(body)
+            req = pathology.submit(body, arrival=t0)
             if req.stream:
-                self._start_chunked("application/x-ndjson")
+                self._start_chunked("text/event-stream" if openai else "application/x-ndjson")
                 streaming = True
             previous = 0.0
             for i, (token, at) in enumerate(pathology.tokens(req)):
@@ -1807,7 +1822,12 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 else:
                     srv.metrics.observe_token(itl_s=at - previous)
                 previous = at
-                if streaming:
+                if streaming and openai:
+                    event = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": created,
+                             "model": model, "choices": [{"index": 0, "text": detokenize(token), "logprobs": None,
+                                                          "finish_reason": None}]}
+                    self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+                elif streaming:
                     line = {"index": i, "token": token, "text": detokenize(token)}
                     self._chunk(json.dumps(line).encode() + b"\n")
             timings = req.timings()
@@ -1847,9 +1867,23 @@ class InferenceHandler(BaseHTTPRequestHandler):
                     input_tokens=len(req.prompt),
                     output_tokens=len(req.output),
                 )
-            if streaming:
+            usage = {"prompt_tokens": len(req.prompt), "completion_tokens": len(req.output),
+                     "total_tokens": len(req.prompt) + len(req.output)}
+            if streaming and openai:
+                last = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": created, "model": model,
+                        "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}],
+                        "usage": usage}
+                self._chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
+                self._chunk(b"data: [DONE]\n\n")
+                self._end_chunked()
+            elif streaming:
                 self._chunk(json.dumps(summary).encode() + b"\n")
                 self._end_chunked()
+            elif openai:
+                self._send_json(HTTPStatus.OK, {
+                    "id": f"cmpl-{req.request_id}", "object": "text_completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "text": "".join(detokenize(t) for t in req.output), "logprobs": None,
+                                 "finish_reason": "length"}], "usage": usage})
             else:
                 summary["tokens"] = req.output
                 summary["text"] = "".join(detokenize(t) for t in req.output)
@@ -1872,6 +1906,18 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 if req is not None:
                     pathology.cancel(req)
                 srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+
+
+def _openai_body(body: bytes) -> tuple[bytes, str]:
+    """An OpenAI completions request as the engine's own body, and the model name it asked for."""
+    doc = _parse_json(body)
+    prompt = doc.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # the API also takes a list of prompts; one is served
+    if not isinstance(prompt, str):
+        raise BadRequest("'prompt' must be a string")
+    inner = {"prompt": prompt, "max_tokens": doc.get("max_tokens", 16), "stream": doc.get("stream", False)}
+    return json.dumps(inner).encode(), str(doc.get("model", ""))
 
 
 # --------------------------------------------------------------------------------------------

@@ -289,3 +289,81 @@ def chart(c: Comparison) -> go.Figure:
                       yaxis_title="after / before", legend_title_text="session", margin={"b": 140}, height=460)
     fig.update_xaxes(tickangle=-35)
     return fig
+
+
+# -- two sweeps (``diagnose/sweep/v1``): the same ladder before and after a change ----------------------
+SWEEP_SCHEMA = "diagnose/compare-sweep/v1"
+# per-step metrics compared, and which way is better
+SWEEP_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("throughput_rps", "req/s", "higher"), ("p50_ms", "ms", "lower"), ("p99_ms", "ms", "lower"),
+    ("error_ratio", "ratio", "lower"), ("ttft_p99_ms", "ms", "lower"), ("tokens_per_s", "tokens/s", "higher"),
+)
+
+
+def _judge(before: float | None, after: float | None, better: str) -> tuple[float | None, str]:
+    if before is None or after is None:
+        return None, "changed" if before != after else "same"
+    big = max(abs(before), abs(after))
+    change = (after - before) / before if before else (0.0 if after == before else None)
+    if big == 0 or abs(after - before) <= SAME_WITHIN * big:
+        return change, "same"
+    up = after > before
+    return change, "better" if (up and better == "higher") or (not up and better == "lower") else "worse"
+
+
+def compare_sweeps(before: dict[str, Any], after: dict[str, Any], before_label: str = "before",
+                   after_label: str = "after") -> dict[str, Any]:
+    """Step by step at the concurrencies both sweeps ran, plus the knees (schema ``diagnose/compare-sweep/v1``)."""
+    a = {s["concurrency"]: s for s in before.get("steps", ())}
+    b = {s["concurrency"]: s for s in after.get("steps", ())}
+    rows = []
+    for c in sorted(set(a) & set(b)):
+        for key, unit, better in SWEEP_METRICS:
+            va, vb = a[c].get(key), b[c].get(key)
+            if va is None and vb is None:
+                continue
+            change, verdict = _judge(va, vb, better)
+            rows.append({"concurrency": c, "metric": key, "unit": unit, "before": va, "after": vb,
+                         "change": None if change is None else round(change, 4), "better": better,
+                         "verdict": verdict})
+    kb, ka = before.get("knee"), after.get("knee")
+
+    def knee_text(k: dict[str, Any] | None) -> str:
+        return (f"{k['concurrency']} clients, {k['throughput_rps']:.1f} req/s, p99 {k['p99_ms']:.0f} ms" if k
+                else "none")
+
+    best_b = max((s["throughput_rps"] for s in a.values()), default=0.0)
+    best_a = max((s["throughput_rps"] for s in b.values()), default=0.0)
+    verdicts = [r["verdict"] for r in rows]
+    head = (f"Knee {knee_text(kb)} → {knee_text(ka)}; best throughput {best_b:.1f} → {best_a:.1f} req/s; "
+            f"{verdicts.count('better')} step metric(s) better, {verdicts.count('worse')} worse")
+    return {"schema": SWEEP_SCHEMA, "before": before_label, "after": after_label, "before_url": before.get("url"),
+            "after_url": after.get("url"), "knee_before": kb, "knee_after": ka, "best_throughput_before": best_b,
+            "best_throughput_after": best_a, "headline": head, "rows": rows,
+            "only_before": sorted(set(a) - set(b)), "only_after": sorted(set(b) - set(a))}
+
+
+def _sweep_rows(c: dict[str, Any]) -> list[list[str]]:
+    def v(x: Any, unit: str) -> str:
+        return "-" if x is None else format_value(x, unit)
+
+    return [[str(r["concurrency"]), r["metric"], v(r["before"], r["unit"]), v(r["after"], r["unit"]),
+             "-" if r["change"] is None else f"{100 * r['change']:+.0f} %", r["verdict"]] for r in c["rows"]]
+
+
+def render_sweeps_text(c: dict[str, Any]) -> str:
+    head = ["clients", "metric", c["before"], c["after"], "change", "verdict"]
+    body = _sweep_rows(c)
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    lines = [f"diagnose compare (sweeps): {c['before']} → {c['after']}", c["headline"] + ".", ""]
+    lines += ["  ".join(x.ljust(widths[i]) for i, x in enumerate(r)).rstrip() for r in [head, *body]]
+    if c["only_before"] or c["only_after"]:
+        lines.append(f"steps only before: {c['only_before'] or 'none'}; only after: {c['only_after'] or 'none'}")
+    return "\n".join(lines) + "\n"
+
+
+def render_sweeps_markdown(c: dict[str, Any]) -> str:
+    out = [f"# Compare sweeps: {text(c['before'])} → {text(c['after'])}", "", f"**{text(c['headline'])}.**", ""]
+    out += table(["clients", "metric", cell(c["before"]), cell(c["after"]), "change", "verdict"],
+                 [[cell(x) for x in r] for r in _sweep_rows(c)], ["r", "l", "r", "r", "r", "l"])
+    return "\n".join(out) + "\n"

@@ -292,7 +292,8 @@ class GpuSaturated(Rule):
                 confidence=Confidence.THIN if thin else Confidence.MEASURED,
                 title="The GPU is busy, but most of its SMs are idle",
                 message=(f"A kernel ran {pct(util)} of the window, yet only {pct(sm)} of the SMs were busy on "
-                         "average (GPM): the kernels are too small to fill the GPU (small batches, many tiny ops). "
+                         "average (GPM, or DCGM profiling): the kernels are too small to fill the GPU (small batches, "
+                         "many tiny ops). "
                          "More GPUs will not help; more work per kernel will."),
                 impact=impact,
                 evidence=evidence,
@@ -318,8 +319,8 @@ class GpuSaturated(Rule):
         else:
             kind = ""
         if sm is not None:
-            msg = (f"A kernel ran {pct(util)} of the window with {pct(sm)} of the SMs busy (GPM): the GPU is the "
-                   f"bottleneck and it is well used; {kind}.")
+            msg = (f"A kernel ran {pct(util)} of the window with {pct(sm)} of the SMs busy (GPM or DCGM profiling): "
+                   f"the GPU is the bottleneck and it is well used; {kind}.")
             confidence = Confidence.THIN if thin else Confidence.MEASURED
         else:
             msg = (f"A kernel ran {pct(util)} of the window"

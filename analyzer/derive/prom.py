@@ -75,11 +75,13 @@ def sources() -> list[PromSource]:
     return [PromSource()]
 
 
-def derive(r: PromResult, source: str) -> list[Evidence]:
+def derive(r: PromResult, source: str, span: str | None = None) -> list[Evidence]:
+    """Evidence from a parsed scrape pair; ``span`` says what the window is when it is not two scrapes
+    (``diagnose fleet`` builds a ``PromResult`` from a Prometheus server's window)."""
     out: list[Evidence] = []
     engines = "+".join(r.engines) or "prometheus"
     windowed = r.scrapes >= 2
-    span = (
+    span = span or (
         f"over the {r.window_s:.0f} s between two scrapes" if r.window_s
         else "between the first and last scrape" if windowed
         else "since the server started (one scrape)"

@@ -1,0 +1,189 @@
+"""`diagnose sweep`'s pure parts: the knee, the per-step numbers, streamed answers, the comparison of two
+sweeps and the renderers; and bad input on the command line (one sentence, exit 2).
+
+Real services under load: tests/integration/test_sweep.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analyzer import sweep
+from analyzer.errors import InputError
+from collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream, percentile
+from reports import compare
+from reports import sweep as render
+from tests.conftest import ROOT
+
+
+def _step(c: int, rps: float, p50: float, p99: float) -> dict[str, Any]:
+    return {"concurrency": c, "throughput_rps": rps, "p50_ms": p50, "p90_ms": p99 * 0.9, "p99_ms": p99,
+            "errors": 0, "error_ratio": 0.0, "requests": int(rps * 10), "client_cpu_cores": 0.05}
+
+
+# one client leaves the worker idle for each round trip: 44 req/s; from two on it never idles
+ONE_WORKER = [_step(1, 44.0, 20.5, 21.0), _step(2, 49.5, 40.4, 41.0), _step(4, 49.4, 81.0, 84.0),
+              _step(8, 49.6, 161.0, 164.0), _step(16, 49.5, 322.0, 327.0)]
+
+
+def test_the_knee_of_a_single_worker_is_where_throughput_stops_growing() -> None:
+    knee, why = sweep.find_knee(ONE_WORKER)
+    assert knee is not None
+    assert knee["concurrency"] == 2  # 44 req/s at 1 is 11 % short of the best; 49.5 at 2 is within 5 %
+    assert knee["best_throughput_rps"] == 49.6 and knee["top_p99_ms"] == 327.0
+    assert knee["top_p99_vs_first"] == pytest.approx(327 / 21, rel=1e-3)
+    assert "the knee is at 2 concurrent clients" in why and "327 ms at 16" in why
+
+
+def test_the_knee_is_the_lowest_step_within_five_percent_of_the_best() -> None:
+    steps = [_step(1, 40.0, 25, 26), _step(2, 47.0, 42, 45), _step(4, 49.0, 80, 85), _step(8, 49.0, 160, 170)]
+    knee, _ = sweep.find_knee(steps)
+    assert knee is not None and knee["concurrency"] == 2  # 47 ≥ 0.95 × 49; 40 is not
+    assert knee["grown_at"] == 8  # 170 ms is the first p99 ≥ 2 × 45 ms
+
+
+def test_no_knee_while_throughput_still_grows_or_p99_stays_flat() -> None:
+    scaling = [_step(1, 10, 100, 110), _step(2, 20, 100, 112), _step(4, 40, 101, 115)]
+    knee, why = sweep.find_knee(scaling)
+    assert knee is None and "still grows at the top step" in why
+    flat = [_step(1, 10, 100, 110), _step(2, 19.8, 100, 112), _step(4, 20, 101, 130)]
+    knee, why = sweep.find_knee(flat)
+    assert knee is None and "never grew past 2×" in why
+    assert sweep.find_knee([_step(1, 10, 100, 110)])[0] is None
+
+
+def test_step_numbers_count_only_the_measured_window() -> None:
+    samples = [Sample(start=float(i), end=float(i) + 0.1, ok=True, status=200) for i in range(10)]
+    samples += [Sample(start=10.0, end=10.2, ok=False, status=503, error="HTTP 503")]
+    res = StepResult(concurrency=2, samples=samples, window_s=10.0, completed_in_window=10, client_cpu_s=0.5,
+                     elapsed_s=12.5, status_codes={"200": 10, "503": 1})
+    doc = sweep.step_doc(res)
+    assert doc["throughput_rps"] == 1.0 and doc["errors"] == 1 and doc["error_ratio"] == pytest.approx(1 / 11, 1e-3)
+    assert doc["p50_ms"] == pytest.approx(100.0) and doc["client_cpu_cores"] == 0.04
+    assert doc["error_kinds"] == {"HTTP 503": 1}
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+
+
+def test_server_sent_events_and_json_lines_are_timed_per_token() -> None:
+    s = _Stream("sse", t0=0.0)
+    for i, t in enumerate((0.30, 0.35, 0.41)):
+        event = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
+        s.feed(b"data: " + json.dumps(event).encode() + b"\n\n", t)
+    s.feed(b'data: {"choices": [{"text": "", "finish_reason": "length"}], "usage": {"completion_tokens": 3}}\n\n'
+           b"data: [DONE]\n\n", 0.42)
+    assert s.first == 0.30 and s.tokens == 3 and s.usage_tokens == 3
+    assert s.gaps == pytest.approx([0.05, 0.06])
+    chat = _Stream("sse", 0.0)
+    chat.feed(b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n'
+              b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n', 0.2)
+    assert chat.tokens == 1  # the role-only delta is not a token
+    lines = _Stream("lines", 0.0)
+    lines.feed(b'{"index": 0, "token": 5, "text": " a"}\n{"index": 1, "token": 7', 0.1)
+    lines.feed(b', "text": " b"}\n{"done": true}\n', 0.2)
+    assert lines.tokens == 2 and lines.first == 0.1
+    bad = _Stream("sse", 0.0)
+    bad.feed(b'data: {"error": "model overloaded"}\n\n', 0.1)
+    assert bad.error == "model overloaded"
+
+
+def test_targets_are_checked() -> None:
+    assert Target.parse("http://127.0.0.1:8000/v1/completions?x=1").path == "/v1/completions?x=1"
+    assert Target.parse("https://api.example.com").port == 443
+    for bad in ("ftp://x", "127.0.0.1:8000", "http://u:p@h:1/"):
+        with pytest.raises(TargetError):
+            Target.parse(bad)
+    with pytest.raises(InputError):
+        sweep.parse_ladder("1,2,many")
+    with pytest.raises(InputError):
+        sweep.parse_ladder("0,1")
+    assert sweep.parse_ladder("8, 1,2,2") == (1, 2, 8)
+
+
+def _doc(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    knee, why = sweep.find_knee(steps)
+    return {"schema": "diagnose/sweep/v1", "url": "http://127.0.0.1:8000/infer", "method": "POST", "openai": False,
+            "model": None, "duration_s": 10.0, "warmup_s": 2.5, "started_at": 1_800_000_000.0, "steps": steps,
+            "knee": knee, "verdict": "knee" if knee else "no_knee", "summary": why, "warnings": [],
+            "client": {"max_cpu_cores": 0.05, "saturated": False}}
+
+
+def test_two_sweeps_compare_step_by_step() -> None:
+    before = _doc(ONE_WORKER)
+    after = _doc([_step(1, 48.0, 20.6, 21.0), _step(2, 95.0, 21.0, 23.0), _step(4, 185.0, 22.0, 26.0),
+                  _step(8, 190.0, 42.0, 48.0), _step(16, 191.0, 84.0, 95.0)])
+    c = compare.compare_sweeps(before, after, "one-worker.json", "batched.json")
+    rows = {(r["concurrency"], r["metric"]): r for r in c["rows"]}
+    assert rows[(4, "throughput_rps")]["verdict"] == "better" and rows[(16, "p99_ms")]["verdict"] == "better"
+    assert rows[(1, "p99_ms")]["verdict"] == "same"
+    assert c["knee_before"]["concurrency"] == 2 and c["knee_after"]["concurrency"] == 4
+    assert "best throughput 49.6 → 191.0 req/s" in c["headline"]
+    text = compare.render_sweeps_text(c)
+    assert "one-worker.json" in text and "+274 %" in text  # 49.4 → 185 req/s at 4 clients
+    assert "| 16 | p99_ms |" in compare.render_sweeps_markdown(c)
+
+
+def test_renderers_and_the_chart() -> None:
+    doc = _doc(ONE_WORKER)
+    assert "2 ← knee" in render.render_text(doc)
+    fig = render.chart(doc).figure
+    assert fig is not None and [t.name for t in fig.data] == ["throughput (req/s)", "p99 (ms)", "p50 (ms)"]
+    assert render.chart(_doc([])).figure is None
+    html = render.render_html(doc)
+    assert '<script type="application/json" id="sweep">' in html and 'src="http' not in html
+    assert "| 2 ← knee |" in render.render_markdown(doc)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ), timeout=120)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--concurrency", "1,x"], "is not a list of whole numbers"),
+    (["--body", "{not json"], "--body is not valid JSON"),
+    (["--openai"], "--openai needs --model"),
+    (["--duration", "0"], "--duration 0 must be between"),
+    (["--header", "NoColon"], "is not 'Name: value'"),
+    ([], "did not answer"),
+])
+def test_sweep_bad_input_is_one_sentence_and_exit_2(args: list[str], expected: str) -> None:
+    r = _cli("sweep", f"http://127.0.0.1:{_closed_port()}/infer", "--duration", "1", *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("diagnose: ") and expected in lines[0], r.stderr
+
+
+def test_compare_refuses_a_sweep_against_a_session(tmp_path: Path) -> None:
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps(_doc(ONE_WORKER)))
+    r = _cli("compare", str(f), str(Path(ROOT) / "tests" / "data" / "sessions" / "healthy_light_load_demo"))
+    assert r.returncode == 2 and "not a mix" in r.stderr
+    r = _cli("compare", str(f), str(f), "--format", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["schema"] == "diagnose/compare-sweep/v1"
+
+
+def test_openai_bodies_for_completions_and_chat() -> None:
+    opts = sweep.SweepOptions(url="http://127.0.0.1:8000", openai=True, model="m", prompt_tokens=5, max_tokens=3)
+    spec = sweep.request_spec(opts)
+    assert spec.target.path == "/v1/completions" and spec.method == "POST" and spec.body is not None
+    doc = json.loads(spec.body(1))
+    assert doc["stream"] is True and doc["max_tokens"] == 3 and len(doc["prompt"].split()) == 5
+    assert spec.body(1) == spec.body(1) and spec.body(1) != spec.body(2)  # varied prompts, reproducible
+    chat = sweep.request_spec(sweep.SweepOptions(url="https://h/v1/chat/completions", openai=True, model="m",
+                                                 insecure=True))
+    assert chat.body is not None and json.loads(chat.body(0))["messages"][0]["role"] == "user"
+    assert chat.insecure is True
