@@ -132,9 +132,12 @@ class ModelHints:
     gpu_count: int | None = None
     gpu_model: str = ""
     gpu_memory_bytes: int | None = None
+    gpu_memory_assumed: tuple[float, ...] = ()  # the sizes a GPU name without a size could mean (GiB)
     gpu_memory_utilization: float | None = None
     weights_measured: int | None = None  # "Loading model weights took 14.99 GB"
     engine: str = ""
+    engine_version: str = ""  # "0.6.4", from the engine's start-up banner or a version statement
+    vllm_v1: bool | None = None  # vLLM's V1 engine (markers in the log), V0, or not said
     cpu_loading_pct: float | None = None  # "CPU usage goes to 95 % while loading the model"
     cpu_after_loading_pct: float | None = None
     cpu_after_loading_normal: bool = False  # "… and back to normal once the model is up"
@@ -447,6 +450,10 @@ _GPU_MODELS: dict[str, float] = {  # GiB of device memory of common accelerators
     "1080 ti": 11, "1080": 8, "1070": 8, "1060": 6, "1660": 6, "p40": 24, "m60": 8,
     "l20": 48, "rtx pro 6000": 96, "mi210": 64, "mi100": 32, "7900 xtx": 24, "a5500": 24,
 }
+# GPUs sold with more than one memory size: a name without a size leaves the choice open
+GPU_VARIANTS: dict[str, tuple[float, ...]] = {
+    "a100": (40, 80), "a800": (40, 80), "v100": (16, 32), "h100": (80, 94), "p100": (12, 16), "mi250": (64, 128),
+}
 _GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
 _GPU_SPEC = re.compile(
     rf"(?:(?<![A-Za-z0-9.])(?P<n>\d+)\s*(?:(?:x|×|\*|张|块|台|个)\s*)?|(?<![A-Za-z0-9.]))(?:NVIDIA\s+)?"
@@ -594,6 +601,7 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             mem = m.group("mem")
             gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
             hints.gpu_memory_bytes = int(gib * (1 << 30))
+            hints.gpu_memory_assumed = () if mem else GPU_VARIANTS.get(m.group("gpu").lower(), ())
             if m.group("n") and 1 <= int(m.group("n")) <= 1024:
                 hints.gpu_count = int(m.group("n"))
             said = True
@@ -618,6 +626,35 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             if rx.search(line):
                 hints.engine = name
                 break
+    if "vllm" in low or "engine" in low or "v1" in low or "pending:" in low or "swapped:" in low:
+        said = _vllm_version(line, hints) or said
+    return said
+
+
+# "Initializing an LLM engine (v0.5.0.post1)", "Initializing a V1 LLM engine (v0.9.1)", "vLLM API server
+# version 0.8.5", "vllm==0.6.4", "vLLM v0.10.1"
+_VLLM_VERSION = re.compile(
+    r"LLM engine \(v(?P<a>\d+\.\d+(?:\.\d+)?)|vLLM API server version (?P<b>\d+\.\d+(?:\.\d+)?)"
+    r"|vllm(?:==|\s+v|\s+version\s+|:v|/vllm-openai:v)(?P<c>\d+\.\d+(?:\.\d+)?)",
+    re.IGNORECASE,
+)
+_V1_MARKERS = re.compile(r"V1 LLM engine|\(EngineCore\w*\s+pid=|Engine 0{3}:|VLLM_USE_V1=1|vllm/v1/")
+_V0_MARKERS = re.compile(r"VLLM_USE_V1=0|\bPending: \d+ reqs|\bSwapped: \d+ reqs")
+
+
+def _vllm_version(line: str, hints: ModelHints) -> bool:
+    said = False
+    if not hints.engine_version:
+        m = _VLLM_VERSION.search(line)
+        if m:
+            hints.engine_version = m.group("a") or m.group("b") or m.group("c")
+            hints.engine = hints.engine or "vllm"
+            said = True
+    if hints.vllm_v1 is None:
+        if _V1_MARKERS.search(line):
+            hints.vllm_v1, said = True, True
+        elif _V0_MARKERS.search(line):
+            hints.vllm_v1, said = False, True
     return said
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules import advice
 from rules.base import Rule, any_low_quality, bar, fmt_ms, pct, present
 
 
@@ -213,13 +214,12 @@ class LatencyScalesWithInputSize(Rule):
             fixes=[
                 Fix(
                     "Bound the prefill work per step",
-                    ("vLLM: --enable-chunked-prefill with --max-num-batched-tokens 2048-8192; SGLang: "
-                     "--chunked-prefill-size; TGI: --max-batch-prefill-tokens",),
+                    (advice.chunked_prefill(ev), "SGLang: --chunked-prefill-size; TGI: --max-batch-prefill-tokens"),
                     Risk.SAFE,
                 ),
                 Fix(
                     "Send less input, or reuse it",
-                    ("Enable prefix caching (vLLM --enable-prefix-caching) and keep shared prefixes byte-identical",
+                    (advice.prefix_caching(ev),
                      "Trim or summarise long contexts; cap --max-model-len to what requests need"),
                     Risk.NEEDS_VALIDATION,
                 ),

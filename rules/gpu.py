@@ -4,7 +4,7 @@ of someone else's memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
 from rules.base import Rule, bar, pct, present, severity_for
@@ -30,6 +30,19 @@ def _detail(ev: EvidenceSet, key: str) -> str:
     return got.detail if isinstance(got, Evidence) else ""
 
 
+_IDLE_CAUSES = Fix(
+    "Find what holds requests back before the GPU",
+    (
+        "Check the batcher's delay: Triton max_queue_delay_microseconds, TorchServe max_batch_delay, a custom "
+        "batch timeout; under steady load a batch should fill before it expires",
+        "Look for one lock or one event loop serialising requests: py-spy dump --pid PID shows threads waiting "
+        "on it; blocking calls inside async handlers stall every request",
+        "Time the input path: images or files fetched from object storage per request, tokenisation in the "
+        "handler; a client that sends the next request only after the last reply (closed loop, concurrency 1)",
+    ),
+    Risk.SAFE,
+)
+
 _BATCH = Fix(
     "Give the GPU more work per step",
     (
@@ -47,41 +60,43 @@ class GpuStarved(Rule):
 
     What it detects: NVML utilisation of the target's GPUs is low (a kernel runs only part of the
     time) while requests are in flight, and names the host-side cause from the same window's
-    py-spy evidence: pre/post-processing, serialisation, or Python/framework overhead launching
-    kernels one by one.
+    py-spy evidence: pre/post-processing or serialisation. When the host's time goes to the model's
+    own Python code issuing kernels one by one, GPU120 (launch overhead) reports it instead.
 
     Why it matters: a starved GPU caps throughput at whatever the host can prepare; adding GPUs or
     faster kernels changes nothing, and the bursts of utilisation (busy for a batch, idle while the
     next one is prepared) hide behind a "50 % utilised" dashboard.
 
-    How it decides: ``gpu.util_ratio`` is below ``max_util`` and the service has load:
-    ``conn.inflight_mean`` ≥ ``min_inflight`` or ``serving.running_mean`` ≥ ``min_running`` (or,
-    with neither measured, Python threads busy: ``workers.active_mean`` ≥ ``min_active``). An idle
-    GPU with no requests in flight is not starved, it has nothing to do: no finding. When py-spy
-    shows the Python threads idle as well (``workers.active_mean`` < ``idle_host``), neither the
-    GPU nor the host CPU is what requests wait for (I/O, a lock, a batching timeout): no finding.
-    The cause is attributed, in this order, to pre/post-processing (``cpu.preprocess_share`` ≥
-    ``preprocess_share``), serialisation (``cpu.serialize_share`` ≥ ``serialize_share``) or the
-    model's Python-side forward, i.e. launch overhead (``cpu.forward_share`` ≥ ``forward_share``):
-    confidence *correlated* (NVML and py-spy agree). The rule steps aside for causes other
-    rules own under other categories: compilation (``cpu.compile_share`` ≥ ``compile_share``,
-    CMP rules), host threads blocked in copies and synchronisation (``cpu.copy_sync_share`` ≥
-    ``copy_sync_share``), and a PCIe link carrying at least ``link_busy`` of its capacity (copies
-    starve the GPU: the transfer rules). With load and none of these, the GPU is still idle for
-    the host's sake (nothing else can leave it idle while requests are in flight) and the finding
-    stands with *heuristic* confidence, naming no cause. The category is always
-    ``cpu_preprocessing``: the host's request path. Impact is the GPU's idle share, 1 − util.
+    How it decides: ``gpu.util_ratio`` is below ``max_util`` and the service has real load: the
+    engine counts ``serving.running_mean`` ≥ ``min_running`` requests, or connections in flight
+    (``conn.inflight_mean``, accepted connections plus the accept queue) average at least
+    ``min_inflight`` (one idle keep-alive connection is not load) while py-spy, when it ran, shows
+    the Python threads busy (``workers.active_mean`` ≥ ``min_active``), or the accept queue held
+    requests (``conn.accept_queue_max`` > 0); with neither count measured, busy Python threads
+    (``workers.active_mean`` ≥ ``min_active``) stand for load. An idle GPU without load has nothing
+    to do: no finding. When py-spy shows the Python threads idle as well (``workers.active_mean`` <
+    ``idle_host``), neither the GPU nor the host CPU is what requests wait for: no finding. The cause
+    is attributed, in this order, to pre/post-processing (``cpu.preprocess_share`` ≥
+    ``preprocess_share``) or serialisation (``cpu.serialize_share`` ≥ ``serialize_share``):
+    confidence *correlated* (NVML and py-spy agree); the model's Python-side forward
+    (``cpu.forward_share`` ≥ ``forward_share``) belongs to GPU120. The rule steps aside for causes
+    other rules own: compilation (``cpu.compile_share`` ≥ ``compile_share``, CMP rules), host
+    threads blocked in copies and synchronisation (``cpu.copy_sync_share`` ≥ ``copy_sync_share``),
+    and a PCIe link carrying at least ``link_busy`` of its capacity (the transfer rules). With load
+    and no measured cause the finding stands with *heuristic* confidence and names what else idles a
+    GPU under load: a batcher waiting to fill a batch, a lock or a single event loop serialising
+    requests, slow input fetches, a client that waits for each reply. Impact is the GPU's idle share,
+    1 − util.
 
     Evidence: gpu.util_ratio and one of conn.inflight_mean, workers.active_mean,
-    serving.running_mean; optionally gpu.util_p10_ratio, gpu.util_p90_ratio, gpu.util_samples,
-    cpu.preprocess_share, cpu.serialize_share, cpu.forward_share, cpu.compile_share,
-    cpu.copy_sync_share, cpu.top.preprocess, pcie.rx_bytes_per_s, pcie.tx_bytes_per_s,
-    pcie.link_capacity_bytes_per_s, gpm.sm_activity_ratio.
+    serving.running_mean; optionally conn.accept_queue_max, gpu.util_p10_ratio, gpu.util_p90_ratio,
+    gpu.util_samples, cpu.preprocess_share, cpu.serialize_share, cpu.forward_share,
+    cpu.compile_share, cpu.copy_sync_share, cpu.top.preprocess, pcie.rx_bytes_per_s,
+    pcie.tx_bytes_per_s, pcie.link_capacity_bytes_per_s, gpm.sm_activity_ratio.
 
     Fix: take the named work off the request path (process pool, GPU decode, faster encoders),
     batch so that each GPU step does more, overlap preparation of the next batch with the current
-    one, and against launch overhead capture the model in CUDA graphs
-    (``torch.compile(mode="reduce-overhead")``).
+    one; without a named cause, check the batcher's delay, locks and the input path first.
 
     False positives: a service whose load is below one request at a time is simply idle (hence
     the load check); a utilisation figure from a single nvidia-smi snapshot (``gpu.util_samples``
@@ -92,42 +107,57 @@ class GpuStarved(Rule):
     code = "GPU001"
     name = "gpu-starved"
     category = Category.CPU_PREPROCESSING
-    requires = ("gpu.util_ratio",)
+    requires: ClassVar[tuple[str, ...]] = ("gpu.util_ratio",)
     requires_any = (("conn.inflight_mean",), ("workers.active_mean",), ("serving.running_mean",))
     optional = (
-        "conn.inflight_mean", "serving.running_mean", "workers.active_mean", "gpu.util_p10_ratio",
-        "gpu.util_p90_ratio", "gpu.util_samples", "cpu.preprocess_share", "cpu.serialize_share",
-        "cpu.forward_share", "cpu.compile_share", "cpu.copy_sync_share", "cpu.top.preprocess",
-        "pcie.rx_bytes_per_s", "pcie.tx_bytes_per_s", "pcie.link_capacity_bytes_per_s", "gpm.sm_activity_ratio",
+        "conn.inflight_mean", "conn.accept_queue_max", "serving.running_mean", "workers.active_mean",
+        "gpu.util_p10_ratio", "gpu.util_p90_ratio", "gpu.util_samples", "cpu.preprocess_share",
+        "cpu.serialize_share", "cpu.forward_share", "cpu.compile_share", "cpu.copy_sync_share",
+        "cpu.top.preprocess", "pcie.rx_bytes_per_s", "pcie.tx_bytes_per_s", "pcie.link_capacity_bytes_per_s",
+        "gpm.sm_activity_ratio",
     )
 
     @dataclass(frozen=True)
     class Thresholds:
         max_util: float = 0.6  # a GPU idle ≥ 40 % of the time under load has room a host-side fix can fill
-        min_inflight: float = 1.0  # under one request in flight on average: idle for lack of work, not starved
-        min_running: float = 1.0  # the same, counted by the serving engine
-        min_active: float = 0.5  # with no request count, Python threads busy half the time stand for load
+        min_inflight: float = 2.0  # one connection may be an idle keep-alive: at least two in flight is load
+        min_running: float = 1.0  # the engine counts requests it is serving, not connections
+        min_active: float = 0.5  # Python threads busy half the time: the connections carry work
         idle_host: float = 0.2  # Python threads busy under a fifth of the time: the host is not the cause either
         preprocess_share: float = 0.3  # CPU001's bar: a third of active CPU time in pre/post-processing
         serialize_share: float = 0.2  # CPU002's bar for serialisation
-        forward_share: float = 0.5  # half the active time issuing the model's ops: launch-bound
+        forward_share: float = 0.5  # half the active time issuing the model's ops: launch-bound (GPU120)
         compile_share: float = 0.3  # compiling a third of the time: the recompilation rules own it
         copy_sync_share: float = 0.3  # a third of the time blocked in copies/sync: the transfer rules own it
         link_busy: float = 0.5  # a link half full: copies, not the CPU, keep the GPU waiting
         min_samples: float = 10  # fewer utilisation readings (1 s at 10 Hz) is a thin measurement
 
-    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        util = ev.value("gpu.util_ratio", 1.0) or 0.0
-        if util >= t.max_util:
-            return None
+    def _load(self, ev: EvidenceSet, t: Thresholds) -> str | None:
+        """The load that should keep the GPU busy, in words, or None when there is none to speak of."""
         inflight = ev.value("conn.inflight_mean")
         running = ev.value("serving.running_mean")
         active = ev.value("workers.active_mean")
-        if inflight is not None or running is not None:
-            loaded = (inflight or 0.0) >= t.min_inflight or (running or 0.0) >= t.min_running
-        else:
-            loaded = (active or 0.0) >= t.min_active
-        if not loaded or (active is not None and active < t.idle_host):
+        if active is not None and active < t.idle_host:
+            return None
+        if running is not None and running >= t.min_running:
+            return f"{running:.1f} requests running in the engine"
+        if inflight is not None:
+            queued = (ev.value("conn.accept_queue_max") or 0.0) > 0
+            busy = active is None or active >= t.min_active
+            if (inflight >= t.min_inflight and busy) or queued:
+                return f"{inflight:.1f} requests in flight on average"
+            return None
+        if running is None and active is not None and active >= t.min_active:
+            return f"{active:.1f} Python threads busy"
+        return None
+
+    def _starved(self, ev: EvidenceSet, t: Thresholds) -> tuple[float, str] | None:
+        """``(util, load)`` when the GPU idles under load for a reason no other rule owns."""
+        util = ev.value("gpu.util_ratio", 1.0) or 0.0
+        if util >= t.max_util:
+            return None
+        load = self._load(ev, t)
+        if load is None:
             return None
         for key, bar_ in (("cpu.compile_share", t.compile_share), ("cpu.copy_sync_share", t.copy_sync_share)):
             if (ev.value(key, 0.0) or 0.0) >= bar_:
@@ -136,30 +166,30 @@ class GpuStarved(Rule):
         traffic = max(ev.value("pcie.rx_bytes_per_s", 0.0) or 0.0, ev.value("pcie.tx_bytes_per_s", 0.0) or 0.0)
         if cap and traffic / cap >= t.link_busy:
             return None
+        return util, load
 
-        cause, share, fixes = "", 0.0, [_BATCH]
+    @staticmethod
+    def _cause(ev: EvidenceSet, t: Thresholds) -> tuple[str, str, float]:
+        """``(key, label, share)`` of the first host cause over its bar, or ``("", "", 0.0)``."""
         for key, bar_, label in (
             ("cpu.preprocess_share", t.preprocess_share, "pre/post-processing (decode, resize, tokenise)"),
             ("cpu.serialize_share", t.serialize_share, "serialising requests and responses"),
-            ("cpu.forward_share", t.forward_share, "Python-side model code issuing kernels one at a time "
-                                                    "(launch overhead)"),
+            ("cpu.forward_share", t.forward_share, "Python-side model code issuing kernels one at a time"),
         ):
             v = ev.value(key, 0.0) or 0.0
             if v >= bar_:
-                cause, share = label, v
-                fixes = [_cause_fix(key), _BATCH]
-                break
+                return key, label, v
+        return "", "", 0.0
+
+    def _report(self, ev: EvidenceSet, t: Thresholds, util: float, load: str, cause: str, share: float,
+                fixes: list[Fix], title: str) -> Finding:
         samples = ev.value("gpu.util_samples")
         if samples is None or samples < t.min_samples:
             confidence = Confidence.THIN  # one nvidia-smi snapshot may fall between two batches
         else:
             confidence = Confidence.CORRELATED if cause else Confidence.HEURISTIC
-
         idle = 1.0 - util
         p10, p90 = ev.value("gpu.util_p10_ratio"), ev.value("gpu.util_p90_ratio")
-        load = (f"{inflight:.1f} requests in flight on average" if inflight is not None and inflight >= t.min_inflight
-                else f"{running:.1f} requests running in the engine" if running is not None
-                else f"{active:.1f} Python threads busy")
         msg = f"The GPU ran kernels only {pct(util)} of the window while the service had {load}"
         if p10 is not None and p90 is not None and p90 - p10 >= 0.5:
             msg += (f"; it works in bursts (p10 {pct(p10)}, p90 {pct(p90)}): busy for a batch, idle while the next "
@@ -170,21 +200,79 @@ class GpuStarved(Rule):
             msg += (f" The host is the bottleneck: {pct(share)} of its active CPU time is {cause}"
                     + (f" (hottest: {top})" if top else "") + ".")
         else:
-            msg += (" Nothing else can leave a GPU idle while requests are in flight, so the host's request path "
-                    "is the bottleneck; attach with py-spy (`diagnose attach` does) to name the cause.")
+            msg += (" No host-side cause was measured. Besides CPU work on the request path, a GPU idles under load "
+                    "when a batcher waits to fill a batch (max_queue_delay, batch timeout), a lock or a single "
+                    "event loop serialises requests, inputs are fetched slowly (images or files from object "
+                    "storage), or the client sends the next request only after the last reply. Attach with py-spy "
+                    "(`diagnose attach` does) and the service's log to tell them apart.")
         why = f"GPU busy |{bar(util)}| {pct(util)}\nGPU idle |{bar(idle)}| {pct(idle)}"
         if cause:
             why += f"\nhost cause |{bar(share)}| {pct(share)}"
         return self.finding(
             severity=severity_for(idle),
             confidence=confidence,
-            title="The GPU is starved by the host",
+            title=title,
             message=msg,
             impact=idle,
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
             fixes=fixes,
         )
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        got = self._starved(ev, t)
+        if got is None:
+            return None
+        key, label, share = self._cause(ev, t)
+        if key == "cpu.forward_share":
+            return None  # launch overhead: GPU120
+        fixes = [_cause_fix(key), _BATCH] if key else [_IDLE_CAUSES, _BATCH]
+        return self._report(ev, t, *got, label, share, fixes, "The GPU is starved by the host")
+
+
+class GpuLaunchBound(GpuStarved):
+    """The GPU idles under load while the host spends its time launching the model's kernels.
+
+    What it detects: the same starved GPU as GPU001 (low NVML utilisation under real load), where
+    py-spy shows the host's active time in the model's own forward: Python and the framework issuing
+    small kernels one at a time, so the GPU finishes each before the next arrives.
+
+    Why it matters: launch overhead does not shrink with faster GPUs (it gets worse: kernels end
+    sooner); decode steps of small batches and small models are the typical case. Taking work off the
+    request path changes nothing; fewer, larger launches do.
+
+    How it decides: GPU001's load and step-aside checks hold (``gpu.util_ratio`` < ``max_util``,
+    requests in flight or running, no compile, copy or link cause), pre/post-processing and
+    serialisation are under their bars, and ``cpu.forward_share`` ≥ ``forward_share``: confidence
+    *correlated*, *thin* when utilisation was read fewer than ``min_samples`` times. Impact is the
+    GPU's idle share.
+
+    Evidence: gpu.util_ratio, cpu.forward_share and one of conn.inflight_mean,
+    workers.active_mean, serving.running_mean; optionally the rest of GPU001's evidence.
+
+    Fix: capture the step in CUDA graphs (``torch.compile(mode="reduce-overhead")``,
+    ``torch.cuda.CUDAGraph``; serving engines do for decode by default: check it was not disabled,
+    e.g. vLLM ``--enforce-eager``), fuse small ops, batch more requests per forward.
+
+    False positives: a model whose forward runs CPU kernels (CPU inference, a CPU-side sampler) shows
+    the same profile: check that the device is the GPU; a kernel trace (GPU106, GPU108) measures
+    launch gaps directly.
+    """
+
+    code = "GPU120"
+    name = "gpu-launch-bound"
+    category = Category.LAUNCH_OVERHEAD
+    requires = ("gpu.util_ratio", "cpu.forward_share")
+
+    def check(self, ev: EvidenceSet, t: GpuStarved.Thresholds) -> Finding | None:
+        got = self._starved(ev, t)
+        if got is None:
+            return None
+        key, label, share = self._cause(ev, t)
+        if key != "cpu.forward_share":
+            return None
+        return self._report(ev, t, *got, label + " (launch overhead)", share, [_cause_fix(key), _BATCH],
+                            "The GPU waits on kernel launches")
 
 
 def _top(ev: EvidenceSet) -> str:
@@ -255,7 +343,7 @@ class GpuSaturated(Rule):
     code = "GPU002"
     name = "gpu-saturated"
     category = Category.GPU_COMPUTE
-    requires = ("gpu.util_ratio",)
+    requires: ClassVar[tuple[str, ...]] = ("gpu.util_ratio",)
     optional = (
         "gpu.util_p10_ratio", "gpu.util_samples", "gpm.sm_activity_ratio", "gpm.tensor_activity_ratio",
         "gpm.dram_bw_ratio", "gpm.sm_occupancy_ratio", "gpu.count", "gpu.sm_clock_mhz", "gpu.sm_clock_max_mhz",
@@ -699,4 +787,5 @@ class MemoryHeldByOtherProcess(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (GpuStarved, GpuSaturated, GpuThrottling, PcieLinkDegraded, MemoryHeldByOtherProcess)
+RULES: tuple[type[Rule], ...] = (GpuStarved, GpuLaunchBound, GpuSaturated, GpuThrottling, PcieLinkDegraded,
+                                  MemoryHeldByOtherProcess)

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from rules import advice
 from rules.base import Rule, bar, pct, present
 
 GIB = float(1 << 30)
@@ -43,6 +44,7 @@ class MemView:
     parallel: int
     phase: str
     oom: bool
+    total_note: str = ""  # how the device's size is known when a name implied it ("80 GiB assumed — …")
 
     @property
     def weights_per_device(self) -> float | None:
@@ -84,7 +86,12 @@ def read_mem(ev: EvidenceSet) -> MemView:
     phase = str(phase_ev.value) if isinstance(phase_ev, Evidence) else "unknown"
     # a measured weight size from the engine is already per device
     parallel = 1 if weights_key == "mem.weights_bytes" else max(1, tp) * max(1, pp)
+    total_ev = ev.get(total_key) if total_key else None
+    note = ""
+    if isinstance(total_ev, Evidence) and "assumed" in total_ev.detail:
+        note = total_ev.detail.split(": ", 1)[-1]
     return MemView(
+        total_note=note,
         total=ev.value(total_key) if total_key else None,
         total_key=total_key,
         free=ev.value("mem.device_free_bytes"),
@@ -136,7 +143,8 @@ def _numbers(m: MemView) -> str:
     if m.allocated is not None and m.total is not None:
         parts.append(f"PyTorch had {gib(m.allocated)} allocated of {gib(m.total)} ({pct(m.allocated / m.total)})")
     elif m.total is not None:
-        parts.append(f"the device has {gib(m.total)}")
+        parts.append(f"the device has {gib(m.total)}" + (f" ({m.total_note}; say which if the verdict hinges on it)"
+                                                          if m.total_note else ""))
     if m.free is not None:
         parts.append(f"{gib(m.free)} free")
     return ", ".join(parts)
@@ -415,9 +423,9 @@ class OomRuntimePeak(Rule):
         fixes = [
             Fix(
                 "Bound the peak batch",
-                ("vLLM: lower --max-num-seqs (default 256; e.g. 64) and --max-num-batched-tokens; "
+                (f"vLLM: lower --max-num-seqs ({advice.max_num_seqs(ev)}; e.g. 64) and --max-num-batched-tokens; "
                  "multimodal models: also --limit-mm-per-prompt",
-                 "vLLM: cap --max-model-len to what requests need; enable --enable-chunked-prefill",
+                 "vLLM: cap --max-model-len to what requests need; " + advice.chunked_prefill(ev),
                  "TGI: lower --max-batch-prefill-tokens / --max-batch-total-tokens; SGLang: --chunked-prefill-size, "
                  "--max-running-requests"),
                 Risk.SAFE,
@@ -464,18 +472,25 @@ class OomFragmentation(Rule):
     allocations whose sizes vary from request to request (variable sequence lengths, multimodal
     inputs); more memory only delays the next failure.
 
-    How it decides: ``mem.reserved_bytes − mem.allocated_bytes`` is at least ``min_bytes`` and at
-    least ``share_total`` of the device or ``share_reserved`` of the reservation, and the request
-    (``mem.requested_bytes``, when known) is no larger than it plus ``mem.device_free_bytes``; or
-    ``mem.alloc_retries`` is at least ``min_retries``. PyTorch's generic hint about
+    How it decides: at an out-of-memory error, ``mem.reserved_bytes − mem.allocated_bytes`` is at
+    least ``min_bytes`` and at least ``share_total`` of the device or ``share_reserved`` of the
+    reservation, and the request (``mem.requested_bytes``, when known) is no larger than it plus
+    ``mem.device_free_bytes``; or the largest free block (``mem.largest_free_block_bytes``, from a
+    snapshot or the probe) was smaller than the request although enough was free in total. Without an
+    OOM, one reading of reserved − allocated is only a cache between batches: then only split blocks
+    no other size can reuse (``mem.inactive_split_bytes`` ≥ ``share_reserved`` of the reservation)
+    or ``mem.alloc_retries`` ≥ ``min_retries`` count. Never with ``mem.expandable_segments`` on (the
+    allocator maps pages instead of splitting). PyTorch's generic hint about
     ``expandable_segments`` is printed with every OOM and is not evidence.
 
     Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.alloc_retries,
     mem.reserved_minus_allocated_bytes, mem.requested_bytes, mem.device_free_bytes,
-    mem.device_total_bytes, mem.oom_count, mem.oom_phase.
+    mem.device_total_bytes, mem.oom_count, mem.oom_phase, mem.largest_free_block_bytes,
+    mem.inactive_split_bytes, mem.expandable_segments.
 
-    Fix: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (or ``max_split_size_mb``), lower
-    ``gpu_memory_utilization``, cap sequence length so block sizes vary less, restart policy.
+    Fix: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``PYTORCH_ALLOC_CONF`` from PyTorch
+    2.9; not with vLLM's sleep mode), or ``max_split_size_mb``, lower ``gpu_memory_utilization``, cap
+    sequence length so block sizes vary less, restart policy.
 
     False positives: a snapshot taken right after a large batch freed its activations (the cache
     is reused by the next one); check the numbers at the moment of an OOM.
@@ -487,7 +502,8 @@ class OomFragmentation(Rule):
     requires = ("mem.reserved_bytes", "mem.allocated_bytes")
     optional = (
         "mem.alloc_retries", "mem.reserved_minus_allocated_bytes", "mem.requested_bytes", "mem.device_free_bytes",
-        "mem.device_total_bytes", "mem.oom_count", "mem.oom_phase",
+        "mem.device_total_bytes", "mem.oom_count", "mem.oom_phase", "mem.largest_free_block_bytes",
+        "mem.inactive_split_bytes", "mem.expandable_segments",
     )
 
     @dataclass(frozen=True)
@@ -499,9 +515,22 @@ class OomFragmentation(Rule):
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
+        expandable = ev.get("mem.expandable_segments")
+        if isinstance(expandable, Evidence) and expandable.value is True:
+            return None  # expandable segments map more pages instead of splitting blocks: not fragmentation
         retries = ev.value("mem.alloc_retries")
-        fragmented = is_fragmented(m, t.share_total, t.share_reserved, t.min_bytes)
+        split = ev.value("mem.inactive_split_bytes")
+        largest = ev.value("mem.largest_free_block_bytes")
+        gap = is_fragmented(m, t.share_total, t.share_reserved, t.min_bytes)
         thrashing = retries is not None and retries >= t.min_retries
+        # the free memory was there but in pieces smaller than the failed request
+        pieces = (m.oom and m.requested is not None and largest is not None and largest < m.requested
+                  <= (m.unallocated or 0.0) + (m.free or 0.0))
+        split_heavy = (split is not None and split >= t.min_bytes and m.reserved is not None and m.reserved > 0
+                       and split >= t.share_reserved * m.reserved)
+        # one periodic reading of reserved − allocated is a cache between batches, not fragmentation:
+        # without an OOM, only the allocator's own split blocks or its retries say so
+        fragmented = (gap or pieces) if m.oom else split_heavy
         if not (fragmented or thrashing):
             return None
         u = m.unallocated or 0.0
@@ -509,14 +538,19 @@ class OomFragmentation(Rule):
         if m.reserved:
             parts.append(f"PyTorch reserved {gib(m.reserved)} but had only {gib(m.allocated or 0.0)} allocated: "
                          f"{gib(u)} ({pct(u / m.reserved)} of the reservation) sat in cached blocks it could not use.")
-        if m.requested is not None and fragmented:
+        if pieces and m.requested is not None and largest is not None:
+            parts.append(f"The largest free block was {gib(largest)}, smaller than the {gib(m.requested)} asked for, "
+                         "although that much was free in total.")
+        elif m.requested is not None and gap:
             parts.append(f"The failed request ({gib(m.requested)}) would have fit in that gap"
                          + (f" plus the {gib(m.free)} free" if m.free else "") + ".")
+        if split_heavy and split is not None:
+            parts.append(f"{gib(split)} sat in split blocks that no request of another size can reuse.")
         if thrashing:
             parts.append(f"The allocator retried cudaMalloc {retries:.0f} times after flushing its cache.")
         if not m.oom:
             parts.append("No out-of-memory error was seen yet.")
-        impact = 0.9 if m.oom else min(0.9, max(m.share(u) or 0.0, 0.3 if thrashing else 0.0))
+        impact = 0.9 if m.oom else min(0.9, max(m.share(split or u) or 0.0, 0.3 if thrashing else 0.0))
         why = f"unusable |{bar(u / m.reserved)}| {pct(u / m.reserved)} of reserved" if m.reserved else ""
         return self.finding(
             severity=Severity.CRITICAL if m.oom else Severity.MAJOR,
@@ -529,9 +563,8 @@ class OomFragmentation(Rule):
             fixes=[
                 Fix(
                     "Let the allocator grow segments instead of splitting them",
-                    ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the service's environment "
-                     "(Ascend: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True)",
-                     "On older PyTorch: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"),
+                    (advice.expandable_segments(),
+                     "On PyTorch before 2.1: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"),
                     Risk.SAFE,
                 ),
                 Fix(
@@ -699,8 +732,7 @@ class OomFragmentationReported(Rule):
             fixes=[
                 Fix(
                     "Let the allocator grow segments instead of splitting them",
-                    ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (Ascend: "
-                     "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True)",),
+                    (advice.expandable_segments(),),
                     Risk.SAFE,
                 ),
                 Fix(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from rules import advice, hardware
 from rules.base import Rule, bar, pct, present, severity_for
 
 _METRICS = ("queue", "ttft", "prefill", "e2e")
@@ -16,6 +17,12 @@ def _first(ev: EvidenceSet, *keys: str) -> tuple[float | None, str]:
         if v is not None:
             return v, k
     return None, ""
+
+
+def _a(word: str) -> str:
+    """``word`` with its article as it is spoken: "an H100", "an 8B", "a T4", "a 70B"."""
+    spoken_vowel = word[:1] in "AEFHILMNORSX" or word.startswith(("8", "11", "18")) or word[:2] == "80"
+    return f"{'an' if spoken_vowel else 'a'} {word}"
 
 
 def _ms(x: float) -> str:
@@ -39,19 +46,28 @@ class PrefillBoundTtft(Rule):
     ``latency.ttft_ms``, is at least ``min_share`` while TTFT (when known) is at least
     ``min_ttft_ms``; or (2) a load-condition table shows the wait (queue or TTFT) at least
     ``min_prompt_ratio`` × longer for long prompts than for short ones while concurrency alone moves
-    it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least ``long_prompt_tokens``
+    it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least ``min_prompt_tokens``
     and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
-    (``serving.waiting_max`` under ``max_waiting``).
+    (``serving.waiting_max`` under ``max_waiting``). Then the prefill is judged against the model
+    and the device, not a fixed token count: with ``model.params`` and ``gpu.name`` known, the
+    prefill's dense compute (2 FLOPs per parameter per token, at ``rules.hardware.PREFILL_MFU`` of
+    the GPU's datasheet TFLOP/s, times ``mem.tensor_parallel``) either explains at least
+    ``explains`` of the TTFT (prefill-bound) or the measured rate is that many times slower (a slow
+    prefill: attention backend, offload, time before the prefill); with only the model's size, the
+    useful TFLOP/s is stated; with neither, the finding says the rate cannot be judged.
 
     Evidence: one of stage.prefill.share, stage.prefill_ms.* with latency.ttft_ms.*,
     scaling.<queue|ttft|prefill|e2e>_ms.prompt_length_ratio, tokens.input_mean with
     latency.ttft_ms.*; optionally serving.prefix_cache_hit_ratio, scaling.*.concurrency_ratio,
-    serving.waiting_max.
+    serving.waiting_max, model.params, gpu.name, mem.tensor_parallel, serving.engine_version,
+    serving.vllm_v1.
 
-    Fix: chunked prefill (``--enable-chunked-prefill``, a ``--max-num-batched-tokens`` budget) so
-    long prompts stop blocking; prefix caching (``--enable-prefix-caching``; keep the shared prefix
-    byte-identical; for API providers, keep the cache warm within its TTL); shorter prompts; more
-    tensor parallelism for prefill-heavy loads.
+    Fix: chunked prefill so long prompts stop blocking (on by default in vLLM V1, where a larger
+    ``--max-num-batched-tokens`` favours TTFT and a smaller one the running requests' ITL;
+    ``--enable-chunked-prefill`` in V0); prefix caching (on by default in V1,
+    ``--enable-prefix-caching`` in V0; keep the shared prefix byte-identical; for API providers,
+    keep the cache warm within its TTL); shorter prompts; more tensor parallelism for
+    prefill-heavy loads.
 
     False positives: a healthy service where prefill is naturally most of a fast TTFT (hence
     ``min_ttft_ms``); a benchmark client that queues requests itself before sending them.
@@ -72,7 +88,8 @@ class PrefillBoundTtft(Rule):
     optional = (
         "stage.prefill.share", "stage.prefill_ms.p50", "stage.prefill_ms.mean", "latency.ttft_ms.p50",
         "latency.ttft_ms.mean", "latency.e2e_ms.p50", "latency.e2e_ms.mean", "tokens.input_mean",
-        "serving.prefix_cache_hit_ratio", "serving.waiting_max",
+        "serving.prefix_cache_hit_ratio", "serving.waiting_max", "model.params", "gpu.name", "mem.tensor_parallel",
+        "serving.engine_version", "serving.vllm_v1",
         *(f"scaling.{m}_ms.{k}" for m in _METRICS for k in ("prompt_length_ratio", "concurrency_ratio",
                                                               "long_prompt_p50", "short_prompt_max")),
     )
@@ -83,8 +100,9 @@ class PrefillBoundTtft(Rule):
         min_ttft_ms: float = 500.0  # under half a second, prefill dominating a TTFT is normal and fine
         min_prompt_ratio: float = 10.0  # long prompts waiting 10× longer than short ones: prefill blocks them
         max_concurrency_ratio: float = 3.0  # while concurrency alone barely moves the wait: not a capacity queue
-        long_prompt_tokens: float = 4000.0  # prompts this long take seconds to prefill on most GPUs
+        min_prompt_tokens: float = 1000.0  # shorter prompts are not what makes a TTFT of seconds
         slow_ttft_ms: float = 2000.0  # a TTFT above 2 s is what users report
+        explains: float = 0.5  # the device's prefill time is at least half the TTFT: prefill compute explains it
         max_waiting: float = 1.0  # requests waiting in the engine's queue point to queueing instead
         low_cache_hit: float = 0.5  # under half of prompt tokens from the prefix cache: caching would help
 
@@ -121,16 +139,12 @@ class PrefillBoundTtft(Rule):
                 confidence = Confidence.CORRELATED
                 parts.append(text)
             else:
-                tokens = ev.value("tokens.input_mean")
-                waiting = ev.value("serving.waiting_max")
-                if (tokens is None or ttft is None or tokens < t.long_prompt_tokens or ttft < t.slow_ttft_ms
-                        or (waiting is not None and waiting >= t.max_waiting)):
+                judged = self._long_prompt(ev, t, ttft)
+                if judged is None:
                     return None
-                impact = 0.5
+                impact, text = judged
                 confidence = Confidence.HEURISTIC
-                parts.append(f"Prompts of about {tokens:,.0f} tokens meet a time to first token of {_ms(ttft)} "
-                             f"({tokens / (ttft / 1000):,.0f} prompt tokens/s) with no request queue in evidence: "
-                             "the prefill of long prompts is the time to first token.")
+                parts.append(text)
         if confidence is Confidence.MEASURED:
             ttft_ev = ev.get(ttft_key) if ttft_key else None
             if isinstance(ttft_ev, Evidence) and ttft_ev.quality is not Quality.GOOD:
@@ -139,7 +153,7 @@ class PrefillBoundTtft(Rule):
         if hit is not None and hit < t.low_cache_hit:
             parts.append(f"Only {pct(hit)} of prompt tokens were served from the prefix cache.")
         tokens = ev.value("tokens.input_mean")
-        if tokens is not None and "tokens meet" not in " ".join(parts):
+        if tokens is not None and "-token prompts" not in " ".join(parts):
             parts.append(f"Prompts average {tokens:,.0f} tokens.")
         return self.finding(
             severity=severity_for(impact),
@@ -152,14 +166,12 @@ class PrefillBoundTtft(Rule):
             fixes=[
                 Fix(
                     "Stop long prefills from blocking",
-                    ("vLLM: --enable-chunked-prefill with --max-num-batched-tokens 2048-8192 (smaller favours "
-                     "TTFT of others and decode latency, larger favours throughput)",
-                     "SGLang: --chunked-prefill-size; TGI: --max-batch-prefill-tokens"),
+                    (advice.chunked_prefill(ev), "SGLang: --chunked-prefill-size; TGI: --max-batch-prefill-tokens"),
                     Risk.SAFE,
                 ),
                 Fix(
                     "Do not prefill the same prefix twice",
-                    ("vLLM: --enable-prefix-caching; keep the shared system prompt/tools byte-identical and first",
+                    (advice.prefix_caching(ev),
                      "Hosted APIs: mark the stable prefix cacheable and keep it warm within the provider's cache "
                      "TTL (e.g. a cheap refresh before it expires)"),
                     Risk.SAFE,
@@ -173,6 +185,48 @@ class PrefillBoundTtft(Rule):
                 ),
             ],
         )
+
+    @staticmethod
+    def _long_prompt(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds, ttft: float | None) -> tuple[float, str] | None:
+        """Long prompts and a slow TTFT with no queue: how long the prefill should take on this model and GPU."""
+        tokens = ev.value("tokens.input_mean")
+        waiting = ev.value("serving.waiting_max")
+        if (tokens is None or ttft is None or tokens < t.min_prompt_tokens or ttft < t.slow_ttft_ms
+                or (waiting is not None and waiting >= t.max_waiting)):
+            return None
+        rate = tokens / (ttft / 1000)
+        head = f"{tokens:,.0f}-token prompts meet a time to first token of {_ms(ttft)} ({rate:,.0f} prompt tokens/s)"
+        params = ev.value("model.params")
+        spec = hardware.dense_tflops(hardware.gpu_name(ev))
+        devices = int(ev.value("mem.tensor_parallel") or 1)
+        if params and spec:
+            gpu, tflops = spec
+            on = f"{devices} × {gpu}" if devices > 1 else _a(gpu)
+            expect = hardware.prefill_ms(params, tokens, tflops, devices)
+            size = f"{params / 1e9:,.3g}B"
+            if expect >= t.explains * ttft:
+                peak = hardware.prefill_ms(params, tokens, tflops, devices, mfu=1.0)
+                return (min(0.9, expect / ttft),
+                        f"{head} with no request queue in evidence. Prefilling them through a {size}-parameter model "
+                        f"is {2 * params * tokens / 1e15:,.3g} PFLOP: {_ms(peak)} on {on} at its full "
+                        f"{tflops:,.0f} TFLOP/s, about {_ms(expect)} at the {pct(hardware.PREFILL_MFU)} a prefill "
+                        "typically reaches. The prefill's compute is the time to first token.")
+            return (0.5,
+                    f"{head} with no request queue in evidence: {ttft / expect:,.0f}× slower than {_a(size)}-parameter "
+                    f"model prefills on {on} (about {_ms(expect)} at {pct(hardware.PREFILL_MFU)} of its "
+                    f"{tflops:,.0f} TFLOP/s). The prefill is slow, not just long: check the attention backend "
+                    "(FlashAttention, not eager), weights or KV cache offloaded to the CPU, a queue in front of the "
+                    "engine, or time before the prefill (tokenisation, image preprocessing).")
+        if params:
+            useful = 2 * params * rate / 1e12
+            return (0.5,
+                    f"{head} with no request queue in evidence: {useful:,.3g} TFLOP/s of useful work for a "
+                    f"{params / 1e9:,.3g}B-parameter model. The GPU is not named: on a data-centre GPU (100+ TFLOP/s "
+                    "at 40 % of peak) that would be a slow prefill; on a small one it is the prefill's compute.")
+        return (0.4,
+                f"{head} with no request queue in evidence: the prefill of long prompts is the likely time to first "
+                "token. Neither the model's size nor the GPU is in the evidence, so whether that rate is slow for "
+                "them cannot be judged.")
 
     @staticmethod
     def _scaling(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds) -> tuple[float, str] | None:

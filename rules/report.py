@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules import advice
 from rules.base import Rule, fmt_ms, present, severity_for
 
 
@@ -314,9 +315,7 @@ class QueueingReported(ReportRule):
             Fix("Serve requests concurrently", (
                 "llama.cpp server: --parallel N (each slot gets ctx/N tokens: raise -c with it); ollama: "
                 "OLLAMA_NUM_PARALLEL; llama-cpp-python's server serves one request at a time",
-                "vLLM: --max-num-seqs (V0 default 256; V1 sets it per GPU) and enough KV cache "
-                "(--gpu-memory-utilization, --max-model-len); TGI: --max-concurrent-requests and "
-                "--max-batch-total-tokens; SGLang: --max-running-requests",
+                *advice.serving_capacity(ev),
                 "Triton: instance_group count > 1 or dynamic_batching; Ray Serve: max_ongoing_requests "
                 "(max_concurrent_queries before 2.10) and autoscaling_config",
             ), Risk.NEEDS_VALIDATION),
@@ -392,14 +391,12 @@ class PrefillReported(ReportRule):
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
         return [
             Fix("Do not prefill the same prefix twice", (
-                "vLLM: prefix caching (on by default in V1; --enable-prefix-caching in V0); SGLang: RadixAttention "
-                "(default); llama.cpp server: cache_prompt and one slot per conversation; keep the stable part "
-                "(system prompt, tools) first and byte-identical",
+                advice.prefix_caching(ev),
+                "SGLang: RadixAttention (default); llama.cpp server: cache_prompt and one slot per conversation",
             ), Risk.SAFE),
             Fix("Bound what one prefill costs", (
-                "vLLM: chunked prefill (on by default in V1; --enable-chunked-prefill in V0) — a larger "
-                "--max-num-batched-tokens favours TTFT, a smaller one the ITL of running requests; SGLang: "
-                "--chunked-prefill-size; llama.cpp: larger -b/-ub batch for prompt processing",
+                advice.chunked_prefill(ev),
+                "SGLang: --chunked-prefill-size; llama.cpp: larger -b/-ub batch for prompt processing",
                 "Trim the prompt (fewer retrieved chunks, summarised history); more tensor parallelism or a "
                 "GPU with more FLOPS for prefill-heavy traffic",
             ), Risk.NEEDS_VALIDATION),
@@ -494,8 +491,7 @@ class ColdStartReported(ReportRule):
             Fix("Keep what was compiled", (
                 "Cache compiled artefacts across restarts (TORCHINDUCTOR_CACHE_DIR / VLLM_CACHE_ROOT on a "
                 "persistent volume, TensorRT engine cache files)",
-                "Raise the recompile limit only knowingly: torch._dynamo.config.recompile_limit (torch ≥ 2.7; "
-                "cache_size_limit before)",
+                f"Raise the recompile limit only knowingly: {advice.RECOMPILE_LIMIT}",
             ), Risk.SAFE),
         ]
 

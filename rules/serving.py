@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules import advice
 from rules.base import Rule, any_low_quality, bar, pct, present, severity_for
 
 _CAPACITY_FIXES = (
@@ -33,6 +34,17 @@ def _num(ev: EvidenceSet, key: str) -> float | None:
     return ev.value(key)
 
 
+def _default_max_num_seqs(ev: EvidenceSet, v0_default: float) -> float:
+    """vLLM's default sequence limit for the deployment at hand: 1024 for V1 on a GPU of 70 GiB or more
+    other than the A100 (``rules.advice``), else ``v0_default`` (256, V0's and V1's elsewhere)."""
+    gpu_mem = ev.value("gpu.spec_memory_bytes") or ev.value("gpu.memory_total_bytes")
+    model = ev.get("gpu.spec_memory_bytes")
+    a100 = isinstance(model, Evidence) and "A100" in model.detail.upper()
+    if advice.vllm_generation(ev) == "V1" and gpu_mem and gpu_mem >= 70 * 2**30 and not a100:
+        return 1024.0
+    return v0_default
+
+
 class EngineQueueSaturated(Rule):
     """The serving engine's scheduler queue holds requests it cannot admit.
 
@@ -40,7 +52,8 @@ class EngineQueueSaturated(Rule):
     ``#queue-req``, ``tgi_queue_size``) next to the running batch, in most of the stats lines or
     scrapes, and names what caps the running batch: the KV cache (usage ≥ ``kv_full``, preemptions,
     swapping), the sequence limit (``max_num_seqs``: running pinned at the stated value, or at
-    vLLM's default 256 when none is stated while the KV cache has room), or neither (compute or the
+    vLLM's default when none is stated while the KV cache has room — 256 in V0, and in V1 except on
+    GPUs of 70 GiB or more other than the A100, where it is 1024), or neither (compute or the
     per-step token budget).
 
     Why it matters: a waiting request's time to first token is the time until a running one
@@ -128,7 +141,7 @@ class EngineQueueSaturated(Rule):
         swapped = _num(ev, "serving.swapped_max") or 0.0
         cap = _num(ev, "serving.max_num_seqs")
         running_peak = _num(ev, "serving.running_when_queued_max") or running_max
-        cause, fixes = self._cause(t, kv, preempt, swapped, cap, running_peak)
+        cause, fixes = self._cause(ev, t, kv, preempt, swapped, cap, running_peak)
 
         msg = (
             f"{waiting:.0f} requests wait in the engine queue while {running:.0f} run"
@@ -164,6 +177,7 @@ class EngineQueueSaturated(Rule):
 
     @staticmethod
     def _cause(
+        ev: EvidenceSet,
         t: EngineQueueSaturated.Thresholds,
         kv: float | None,
         preempt: float,
@@ -195,8 +209,8 @@ class EngineQueueSaturated(Rule):
         seq_fix = Fix(
             "Raise the sequence limit",
             (
-                "Increase --max-num-seqs (SGLang: --max-running-requests) while the KV cache has room; "
-                "check TTFT and inter-token latency after each step, larger batches decode slower per token",
+                *advice.serving_capacity(ev),
+                "Check TTFT and inter-token latency after each step: larger batches decode slower per token",
             ),
             Risk.NEEDS_VALIDATION,
         )
@@ -204,10 +218,11 @@ class EngineQueueSaturated(Rule):
         if cap is not None and running_peak >= t.cap_near * cap:
             return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
                     "not memory, holds requests back.", [seq_fix])
-        if (cap is None and t.cap_near * t.default_max_num_seqs <= running_peak <= t.default_max_num_seqs
+        default = _default_max_num_seqs(ev, t.default_max_num_seqs)
+        if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):
-            return (f"The running batch sits at {running_peak:.0f}, vLLM's default max_num_seqs="
-                    f"{t.default_max_num_seqs:.0f}{room}: the sequence limit, not memory, holds requests back.",
+            return (f"The running batch sits at {running_peak:.0f}, where the default sequence limit would hold it "
+                    f"({advice.max_num_seqs(ev)}){room}: the sequence limit, not memory, holds requests back.",
                     [seq_fix])
         return (
             "Neither the KV cache nor a sequence limit is full"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules import advice
 from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
 
 
@@ -114,7 +115,7 @@ class RecompilesFromLog(Rule):
                 ),
                 Fix(
                     "Raise the limit only when the variants are few and known",
-                    ("torch._dynamo.config.recompile_limit = 16 (cache_size_limit on PyTorch < 2.6): every extra "
+                    (f"{advice.RECOMPILE_LIMIT} = 16: every extra "
                      "variant costs its compile time and its memory (code, and a CUDA-graph pool per variant with "
                      "mode='reduce-overhead')",),
                     Risk.NEEDS_VALIDATION,

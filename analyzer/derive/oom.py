@@ -166,7 +166,7 @@ class HintsSource:
         h = self._parser.hints
         return any(v is not None for v in (h.params, h.weights_measured, h.gpu_memory_utilization,
                                            h.tensor_parallel, h.gpu_count, h.gpu_memory_bytes,
-                                           h.cpu_loading_pct))
+                                           h.cpu_loading_pct, h.vllm_v1)) or bool(h.engine_version)
 
     def problems(self) -> list[str]:
         return []
@@ -197,12 +197,22 @@ class HintsSource:
         if h.gpu_count is not None:
             add("gpu.count_stated", h.gpu_count, "gpus", "as stated (visible devices or a GPU count in the text)")
         if h.gpu_memory_bytes is not None:
-            add("gpu.spec_memory_bytes", h.gpu_memory_bytes, "bytes",
-                f"{h.gpu_model}: device memory from the GPU's name")
+            sizes = " or ".join(f"{g:g}" for g in h.gpu_memory_assumed)
+            detail = (f"{h.gpu_model}: {h.gpu_memory_bytes / GIB:g} GiB assumed — the {h.gpu_model} comes with {sizes} "
+                      "GB and the text does not say which" if h.gpu_memory_assumed
+                      else f"{h.gpu_model}: device memory from the GPU's name" if h.gpu_model
+                      else "the GPU's memory as the text states it")
+            add("gpu.spec_memory_bytes", h.gpu_memory_bytes, "bytes", detail)
+        if h.gpu_model:
+            add("gpu.name", h.gpu_model, "name", "named in the text")
         if h.gpu_memory_utilization is not None:
             add("mem.gpu_memory_utilization_ratio", h.gpu_memory_utilization, "ratio", "as configured")
         if h.engine:
             add("serving.engine", h.engine, "name", "named in the text")
+        if h.engine_version:
+            add("serving.engine_version", h.engine_version, "version", "the engine's version the text gives")
+        if h.vllm_v1 is not None:
+            add("serving.vllm_v1", int(h.vllm_v1), "flag", "vLLM's V1 engine (1) or V0 (0), from the log's markers")
         if h.cpu_loading_pct is not None:
             add("cpu.loading_util_pct", h.cpu_loading_pct, "pct", "CPU use reported while the model loads",
                 Quality.LOW)

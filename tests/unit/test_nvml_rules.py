@@ -12,7 +12,15 @@ import pytest
 from analyzer import rulesdoc
 from analyzer.model import Category, Evidence, EvidenceSet, Severity
 from rules.engine import rank, run_rules
-from rules.gpu import RULES, GpuSaturated, GpuStarved, GpuThrottling, MemoryHeldByOtherProcess, PcieLinkDegraded
+from rules.gpu import (
+    RULES,
+    GpuLaunchBound,
+    GpuSaturated,
+    GpuStarved,
+    GpuThrottling,
+    MemoryHeldByOtherProcess,
+    PcieLinkDegraded,
+)
 from tests.conftest import DATA, ROOT
 
 GiB = 1 << 30
@@ -64,19 +72,44 @@ def test_documented_and_docs_current(rule: Any) -> None:
 STARVED = {"gpu__util_ratio": 0.3, "gpu__util_samples": 60, "conn__inflight_mean": 5.0, "workers__active_mean": 1.2}
 
 
-def test_starved_without_a_measured_cause_is_heuristic() -> None:
+def test_starved_without_a_measured_cause_is_heuristic_and_names_the_other_idle_causes() -> None:
     f = _one(_ev(**STARVED), GpuStarved)
     assert f.category is Category.CPU_PREPROCESSING and f.confidence.value == "heuristic"
     assert "py-spy" in f.message and f.impact == pytest.approx(0.7)
+    # it must not claim that only the host can idle a GPU under load
+    assert "Nothing else" not in f.message
+    for other in ("batcher", "lock", "event loop", "fetched slowly"):
+        assert other in f.message
+    assert f.fixes[0].summary == "Find what holds requests back before the GPU"
 
 
-@pytest.mark.parametrize(("key", "value", "words"), [
-    ("cpu__serialize_share", 0.3, "serialising"),
-    ("cpu__forward_share", 0.7, "launch overhead"),
+def test_starved_names_the_host_cause() -> None:
+    f = _one(_ev(**STARVED, cpu__serialize_share=0.3), GpuStarved)
+    assert f.confidence.value == "correlated" and "serialising" in f.message
+
+
+def test_launch_overhead_is_its_own_category() -> None:
+    ev = _ev(**STARVED, cpu__forward_share=0.7)
+    assert _codes(ev, GpuStarved) == []
+    f = _one(ev, GpuLaunchBound)
+    assert f.category is Category.LAUNCH_OVERHEAD and "launch overhead" in f.message
+    assert "CUDA graphs" in f.fixes[0].steps[0]
+    # pre-processing over its bar comes first: the host's request path, GPU001's
+    ev = _ev(**STARVED, cpu__forward_share=0.7, cpu__preprocess_share=0.4)
+    assert _codes(ev, GpuLaunchBound) == [] and _codes(ev, GpuStarved) == ["GPU001"]
+
+
+@pytest.mark.parametrize(("load", "starved"), [
+    ({"conn__inflight_mean": 1.0}, False),  # one keep-alive connection is not load
+    ({"conn__inflight_mean": 1.0, "conn__accept_queue_max": 3}, True),  # requests waiting to be accepted are
+    ({"conn__inflight_mean": 4.0, "workers__active_mean": 0.3}, False),  # connections open, threads mostly idle
+    ({"conn__inflight_mean": 4.0, "workers__active_mean": 0.9}, True),
+    ({"conn__inflight_mean": 4.0}, True),  # py-spy did not run: the connections are all there is
+    ({"serving__running_mean": 1.0}, True),  # the engine counts requests, not connections
 ])
-def test_starved_names_the_host_cause(key: str, value: float, words: str) -> None:
-    f = _one(_ev(**STARVED, **{key: value}), GpuStarved)
-    assert f.confidence.value == "correlated" and words in f.message
+def test_starved_needs_real_load(load: dict[str, float], starved: bool) -> None:
+    ev = _ev(gpu__util_ratio=0.2, gpu__util_samples=60, **load)
+    assert _codes(ev, GpuStarved) == (["GPU001"] if starved else [])
 
 
 @pytest.mark.parametrize("extra", [

@@ -68,8 +68,26 @@ def test_kv_bound_cause_and_fix() -> None:
 
 def test_default_sequence_cap_cause() -> None:
     f = _findings(_evidence("logs/vllm_benchmark_running_capped_low_kv.txt"))["QUE002"]
-    assert "max_num_seqs=256" in f.message and "7 % used" in f.message
+    assert "sits at 255, where the default sequence limit would hold it" in f.message
+    assert "7 % used" in f.message and "256 in V0" in f.message  # version unknown: both generations named
     assert "--max-num-seqs" in f.fixes[0].steps[0]
+
+
+def _h100_v1(running: float) -> EvidenceSet:
+    ev = _set(serving__waiting_max=2 * running, serving__waiting_mean=running, serving__queued_sample_ratio=1.0,
+              serving__stat_samples=10, serving__running_max=running, serving__running_when_queued_mean=running,
+              serving__running_when_queued_max=running, serving__kv_cache_usage_when_queued_mean_ratio=0.2)
+    return EvidenceSet([*ev, Evidence("serving.engine", "vllm", "", "test"),
+                        Evidence("serving.vllm_v1", True, "", "test"),
+                        Evidence("gpu.spec_memory_bytes", 80 * 2**30, "NVIDIA H100 80GB HBM3", "test")])
+
+
+def test_v1_default_sequence_cap_depends_on_the_gpu() -> None:
+    # vLLM V1 on an 80 GiB H100 defaults to 1024 sequences: a batch at 255 is not at the default cap
+    assert "compute" in _findings(_h100_v1(255))["QUE002"].message
+    f = _findings(_h100_v1(1020))["QUE002"]
+    assert "sits at 1020" in f.message and "vLLM V1's default --max-num-seqs is 256, or 1024" in f.message
+    assert f.fixes[0].steps[0].startswith("vLLM: --max-num-seqs")  # the engine in use comes first
 
 
 def test_stated_sequence_cap() -> None:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from analyzer import loose
-from analyzer.model import Category, EvidenceSet, Finding, Severity
+from analyzer.model import Category, Evidence, EvidenceSet, Finding, Severity
 from rules import stages
 from rules.engine import run_rules
 from rules.registry import RULES
@@ -76,3 +76,40 @@ def test_preprocess_lower_bound_is_said() -> None:
 def test_prefill_scaling_message() -> None:
     f = _findings("timing", "queue_vs_prompt_length_table.md")[0]
     assert "with long prompts" in f.message and "461 ms" in f.message
+
+
+def _ttft(**values: object) -> Finding | None:
+    ev = EvidenceSet(Evidence(k.replace("__", "."), v, "", "test") for k, v in values.items())
+    findings, _ = run_rules(ev, rules=RULES)
+    return next((f for f in findings if f.code == "TTF001"), None)
+
+
+def test_a_long_prefill_is_judged_against_the_model_and_the_gpu() -> None:
+    # 16K tokens through 70B on an A6000 is 2.2 PFLOP: 14 s at the card's full 155 TFLOP/s, so 15 s is compute
+    f = _ttft(tokens__input_mean=16000, latency__ttft_ms__mean=15000, model__params=70e9, gpu__name="A6000")
+    assert f is not None and "2.24 PFLOP: 14.45 s on an A6000" in f.message and "compute is the time" in f.message
+    # 4K tokens through 8B on an H100 needs ~0.16 s: a 3 s TTFT is a slow prefill, not a long one
+    f = _ttft(tokens__input_mean=4000, latency__ttft_ms__mean=3000, model__params=8e9,
+              gpu__name="NVIDIA H100 80GB HBM3")
+    assert f is not None and "19× slower than an 8B-parameter model prefills on an H100" in f.message
+    assert "attention backend" in f.message
+
+
+def test_a_long_prefill_without_model_or_gpu_says_it_cannot_judge_the_rate() -> None:
+    f = _ttft(tokens__input_mean=6000, latency__ttft_ms__mean=4000)
+    assert f is not None and "cannot be judged" in f.message and f.impact < 0.5
+    f = _ttft(tokens__input_mean=6000, latency__ttft_ms__mean=4000, model__params=7e9)
+    assert f is not None and "21 TFLOP/s of useful work" in f.message
+    assert _ttft(tokens__input_mean=500, latency__ttft_ms__mean=4000) is None  # short prompts: not a prefill story
+
+
+def test_prefill_fixes_follow_the_vllm_generation() -> None:
+    base = dict(tokens__input_mean=16000, latency__ttft_ms__mean=15000)
+    v1 = _ttft(**base, serving__vllm_v1=1)
+    v0 = _ttft(**base, serving__vllm_v1=0)
+    assert v1 is not None and v0 is not None
+    v1_steps = " ".join(s for fx in v1.fixes for s in fx.steps)
+    v0_steps = " ".join(s for fx in v0.fixes for s in fx.steps)
+    assert "--enable-chunked-prefill" not in v1_steps and "--enable-prefix-caching" not in v1_steps
+    assert "chunks prefills by default" in v1_steps and "larger favours time to first token" in v1_steps
+    assert "--enable-chunked-prefill" in v0_steps and "--enable-prefix-caching" in v0_steps

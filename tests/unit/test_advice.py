@@ -1,0 +1,61 @@
+"""Version-aware advice: the engine's generation is read from its own log lines, and the advice follows it."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.derive.oom import HintsSource
+from analyzer.model import Evidence, EvidenceSet
+from rules import advice
+
+
+def _hints(*lines: str) -> EvidenceSet:
+    src = HintsSource()
+    for line in lines:
+        src.feed(line)
+    return EvidenceSet(src.evidence("test"))
+
+
+@pytest.mark.parametrize(("line", "version", "generation"), [
+    ("INFO 05-06 [core.py:61] Initializing a V1 LLM engine (v0.8.5) with config: model='Qwen/Qwen3-8B'", "0.8.5", "V1"),
+    ("INFO 06-20 llm_engine.py:161] Initializing an LLM engine (v0.5.0.post1) with config: model=", "0.5.0", "V0"),
+    ("INFO 04-02 [api_server.py:1043] vLLM API server version 0.9.1", "0.9.1", "V1"),
+    ("pip list says vllm==0.6.4 and torch 2.5.1", "0.6.4", "V0"),
+])
+def test_generation_from_the_engine_banner(line: str, version: str, generation: str) -> None:
+    ev = _hints(line)
+    assert ev.get("serving.engine_version").value == version  # type: ignore[union-attr]
+    assert advice.vllm_generation(ev) == generation
+
+
+def test_v1_markers_outrank_an_unknown_version() -> None:
+    ev = _hints("(EngineCore_0 pid=2412) INFO 07-01 [gpu_model_runner.py:1329] Model loading took 14.99 GiB")
+    assert advice.vllm_generation(ev) == "V1"
+    v0 = _hints("INFO 03-01 metrics.py:341] Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, "
+                "Pending: 12 reqs, GPU KV cache usage: 99.1%, CPU KV cache usage: 0.0%.")
+    assert advice.vllm_generation(v0) == "V0"
+
+
+def test_advice_names_what_the_version_defaults_to() -> None:
+    v1 = _hints("Initializing a V1 LLM engine (v0.10.1) with config")
+    v0 = _hints("Initializing an LLM engine (v0.6.3) with config")
+    unknown = EvidenceSet([])
+    assert advice.chunked_prefill(v1).startswith("vLLM V1 chunks prefills by default")
+    assert "--enable-chunked-prefill" in advice.chunked_prefill(v0)
+    assert "V1" in advice.chunked_prefill(unknown) and "V0" in advice.chunked_prefill(unknown)
+    assert "--enable-prefix-caching" not in advice.prefix_caching(v1)
+    assert "256" in advice.max_num_seqs(v0) and "1024" not in advice.max_num_seqs(v0)
+
+
+def test_the_engine_in_use_comes_first() -> None:
+    tgi = EvidenceSet([Evidence("serving.engine", "tgi", "name", "test")])
+    assert advice.serving_capacity(tgi)[0].startswith("TGI: --max-concurrent-requests")
+    assert advice.serving_capacity(EvidenceSet([]))[0].startswith("vLLM")
+
+
+def test_gpu_named_without_its_size_is_an_assumption() -> None:
+    ev = _hints("OOM on an A100 while serving Llama-2-13b")
+    got = ev.get("gpu.spec_memory_bytes")
+    assert isinstance(got, Evidence) and "assumed" in got.detail and "40 or 80" in got.detail
+    sized = _hints("OOM on an A100 80GB while serving Llama-2-13b").get("gpu.spec_memory_bytes")
+    assert isinstance(sized, Evidence) and "assumed" not in sized.detail
