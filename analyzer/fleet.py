@@ -653,7 +653,7 @@ def summarise(data: FleetData) -> dict[str, Any]:
     for r in judged:
         top = _top(r.diagnosis) if r.diagnosis is not None else None
         if top is not None:
-            weight[top.category.value] = weight.get(top.category.value, 0.0) + top.score
+            weight[top.label] = weight.get(top.label, 0.0) + top.score
     # most replicas first; on a tie, the heavier findings (severity × impact × confidence) first
     bottlenecks = sorted(((c, n) for c, n in tally.items() if c in Category._value2member_map_),
                          key=lambda cn: (-cn[1], -weight.get(cn[0], 0.0), cn[0]))
@@ -745,7 +745,7 @@ def _replica_doc(r: Replica) -> dict[str, Any]:
         "missing": "",
         "key_numbers": {k: numbers[k] for k in KEY_NUMBERS if k in numbers},
         "evidence": numbers,
-        "findings": [{"code": f.code, "category": f.category.value, "severity": f.severity.value,
+        "findings": [{"code": f.code, "category": f.label, "severity": f.severity.value,
                       "title": f.title, "message": f.message, "impact": round(f.impact, 4)} for f in d.findings],
         "next_steps": list(d.next_steps),
         "skipped": len(d.skipped),

@@ -338,7 +338,7 @@ class Finding:
 
     code: str
     name: str
-    category: Category
+    category: Category | None  # None only for an informational note that names no bottleneck
     severity: Severity
     confidence: Confidence
     title: str
@@ -349,6 +349,11 @@ class Finding:
     why: str = ""  # an optional ASCII picture of why (a timeline, a breakdown)
 
     @property
+    def label(self) -> str:
+        """The category's name, or "note" for an informational finding that names no bottleneck."""
+        return self.category.value if self.category is not None else "note"
+
+    @property
     def score(self) -> float:
         """Ranking key: impact weighted by severity and confidence."""
         return self.impact * (0.5 + 0.5 * self.severity.rank / 3) * self.confidence.weight
@@ -357,7 +362,7 @@ class Finding:
         doc: dict[str, JsonValue] = {
             "code": self.code,
             "name": self.name,
-            "category": self.category.value,
+            "category": self.category.value if self.category is not None else None,
             "severity": self.severity.value,
             "confidence": self.confidence.value,
             "title": self.title,
@@ -375,7 +380,7 @@ class Finding:
         return Finding(
             code=str(doc["code"]),
             name=str(doc["name"]),
-            category=Category(doc["category"]),
+            category=Category(doc["category"]) if doc.get("category") is not None else None,
             severity=Severity(doc["severity"]),
             confidence=Confidence(doc["confidence"]),
             title=str(doc.get("title", "")),

@@ -15,6 +15,11 @@ from rules.registry import RULES, lookup
 SECTIONS = ("What it detects", "Why it matters", "How it decides", "Evidence", "Fix", "False positives")
 
 
+def category_of(rule: type[Rule]) -> str:
+    """The rule's category, or "note" for a rule that only writes informational notes."""
+    return rule.category.value if rule.category is not None else "note"
+
+
 def sections(rule: type[Rule]) -> dict[str, str]:
     """The fixed sections of a rule's docstring, by heading."""
     doc = inspect.cleandoc(rule.__doc__ or "")
@@ -44,7 +49,7 @@ def thresholds_table(rule: type[Rule]) -> list[tuple[str, object, str]]:
 def page(rule: type[Rule]) -> str:
     s = sections(rule)
     lines = [f"# {rule.code} {rule.name}", "", s["summary"], "",
-             f"- category: `{rule.category.value}`",
+             f"- category: `{category_of(rule)}`",
              f"- requires: {', '.join(f'`{k}`' for k in rule.requires) or '—'}"]
     if rule.requires_any:
         lines.append("- requires one of: " + "; ".join(" + ".join(f"`{k}`" for k in g) for g in rule.requires_any))
@@ -90,7 +95,7 @@ def write_docs(docs_root: str) -> list[str]:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(page(r))
         written.append(path)
-        index.append(f"| [{r.code}]({r.code}.md) | {r.name} | `{r.category.value}` | {sections(r)['summary']} |")
+        index.append(f"| [{r.code}]({r.code}.md) | {r.name} | `{category_of(r)}` | {sections(r)['summary']} |")
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(index) + "\n")
     path = os.path.join(docs_root, "activities.md")
@@ -105,7 +110,7 @@ def print_rules(code: str | None, fmt: str) -> int:
         if rule is None:
             raise DiagnoseError(f"there is no rule {code!r}.", "Run `diagnose rules` for the list.")
         if fmt == "json":
-            print(json.dumps({"code": rule.code, "name": rule.name, "category": rule.category.value,
+            print(json.dumps({"code": rule.code, "name": rule.name, "category": category_of(rule),
                               "requires": list(rule.requires), "optional": list(rule.optional),
                               "sections": sections(rule),
                               "thresholds": [{"name": n, "default": d, "why": w}
@@ -114,11 +119,11 @@ def print_rules(code: str | None, fmt: str) -> int:
             sys.stdout.write(page(rule))
         return 0
     if fmt == "json":
-        print(json.dumps([{"code": r.code, "name": r.name, "category": r.category.value,
+        print(json.dumps([{"code": r.code, "name": r.name, "category": category_of(r),
                            "summary": sections(r)["summary"]} for r in RULES], indent=2))
         return 0
     for r in RULES:
-        print(f"{r.code}  {r.name:<32} {r.category.value:<24} {sections(r)['summary']}")
+        print(f"{r.code}  {r.name:<32} {category_of(r):<24} {sections(r)['summary']}")
     return 0
 
 

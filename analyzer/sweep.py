@@ -300,7 +300,7 @@ def attach_at(spec: RequestSpec, opts: SweepOptions, concurrency: int,
         "primary": diagnosis.primary.value if diagnosis.primary else None,
         "verdict": diagnosis.overall.value,
         "title": top.title if top else "",
-        "findings": [{"code": f.code, "category": f.category.value, "severity": f.severity.value, "title": f.title,
+        "findings": [{"code": f.code, "category": f.label, "severity": f.severity.value, "title": f.title,
                       "message": f.message} for f in diagnosis.findings],
         "next_steps": list(diagnosis.next_steps),
     }

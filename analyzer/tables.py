@@ -69,7 +69,7 @@ def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
         (reader.process, ("process", "inflight")), (reader.gpu, ("gpu", "gpu_processes")),
         (reader.profile, ("profile",)), (reader.text_captures, ("requests", "stages", "events", "memory", "metrics")),
         (reader.nsys, ("kernels", "copies", "gpu_busy", "gap_hist")),
-        (reader.memory_breakdown, ("memory_breakdown",)), (reader.stage_stats, ("stage_stats",)))
+        (reader.memory_breakdown, ("memory_breakdown", "memory_segments")), (reader.stage_stats, ("stage_stats",)))
     for step, tables in steps:
         try:
             step()
@@ -557,13 +557,19 @@ class _Reader:
                     continue
                 src = f"CUDA memory snapshot {os.path.basename(path)}"
                 for part, v in (("weights", b.weights_bytes), ("activations", b.activations_bytes),
-                                ("fragmentation", b.inactive_bytes), ("other", b.other_bytes)):
+                                ("fragmentation", b.inactive_split_bytes), ("cached", b.free_segments_bytes),
+                                ("other", b.other_bytes)):
                     rows.append({"part": part, "bytes": float(v), "source": src})
+                d.memory_segments = make_table("memory_segments", b.segment_rows)
                 rows.extend(_free_rows(d.diagnosis, float(b.reserved_bytes)))
                 break
         if not rows:
             rows = _breakdown_from_evidence(d.diagnosis)
         d.memory_breakdown = make_table("memory_breakdown", [r for r in rows if r["bytes"] >= 0])
+        if not d.has("memory_segments"):
+            self.why["memory_segments"] = ("No allocator segments: the session holds no CUDA memory snapshot. "
+                                           "Dump one with `torch.cuda.memory._dump_snapshot('snap.pickle')` (the "
+                                           "probe writes one at an OOM) and pass it with `--log snap.pickle`.")
         if not rows:
             lost = self.lost_sentence(("probe", "log", "snapshot", "nsys"),
                                       keep=lambda f: f.endswith((".pickle", ".pkl")))

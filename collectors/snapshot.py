@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,11 @@ FORWARD_FRAMES = frozenset({
     "forward", "_call_impl", "_wrapped_call_impl", "generate", "execute_model", "_dummy_run", "profile_run",
     "capture_model", "step", "decode", "prefill", "sample", "backward",
 })
+
+# A function named for loading or creating weights in any code base: init_weight, init_all_weights,
+# load_weights_from_hf, weight_loader, load_params, load_checkpoint_shard
+_LOADING_NAME = re.compile(r"(?:^|_)(?:init|load|create|alloc)\w*_weights?(?:_|$)|^weights?_(?:load|init)"
+                           r"|(?:^|_)load_(?:params|parameters|checkpoint|state)", re.IGNORECASE)
 
 # The phase an OOM raised under these frames is in (MEM002's vocabulary); other forward frames: serving.
 PHASE_OF = {"profile_run": "profile_run", "_dummy_run": "profile_run", "capture_model": "warmup"}
@@ -154,6 +160,64 @@ class OomEvent:
     phase_frame: str  # the frame that decided the phase
 
 
+@dataclass(frozen=True)
+class TraceStats:
+    """What the allocator did over the recorded events of one device."""
+
+    actions: dict[str, int]  # alloc, free_completed, segment_alloc, segment_free, segment_map, oom, ...
+    seconds: float | None  # from the first to the last event's time_us, when recorded
+    peak_allocated_bytes: int  # live blocks at their highest, replayed back from the snapshot's state
+    peak_reserved_bytes: int  # segments (or mapped pages) at their highest
+    segment_free_bursts: int  # runs of ≥ 2 segment frees with nothing between: empty_cache() or an OOM retry
+
+    @property
+    def segment_churn(self) -> int:
+        """Segments handed back to CUDA and asked for again: min(allocs, frees) of segments or mapped pages."""
+        allocs = self.actions.get("segment_alloc", 0) + self.actions.get("segment_map", 0)
+        frees = self.actions.get("segment_free", 0) + self.actions.get("segment_unmap", 0)
+        return min(allocs, frees)
+
+
+def trace_stats(entries: list[Any], allocated_end: int, reserved_end: int) -> TraceStats:
+    """Replay one device's trace: counts, span, and the peaks (the trace ends where the snapshot was taken)."""
+    actions: dict[str, int] = {}
+    alloc = res = 0
+    alloc_hi = res_hi = 0
+    bursts = run = 0
+    first = last = None
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        act = str(e.get("action", ""))
+        actions[act] = actions.get(act, 0) + 1
+        size = _int(e.get("size"))
+        t = e.get("time_us")
+        if isinstance(t, int | float) and not isinstance(t, bool) and t > 0:
+            first = t if first is None else first
+            last = t
+        if act == "alloc":
+            alloc += size
+        elif act == "free_completed":
+            alloc -= size
+        elif act in ("segment_alloc", "segment_map"):
+            res += size
+        elif act in ("segment_free", "segment_unmap"):
+            res -= size
+        alloc_hi, res_hi = max(alloc_hi, alloc), max(res_hi, res)
+        if act in ("segment_free", "segment_unmap"):
+            run += 1
+        else:
+            bursts += run >= 2
+            run = 0
+    bursts += run >= 2
+    # the trace may start mid-run (a ring buffer): the state before it is what the snapshot holds minus the net
+    alloc_start, res_start = allocated_end - alloc, reserved_end - res
+    seconds = (last - first) / 1e6 if first is not None and last is not None and last > first else None
+    peak_alloc = max(allocated_end, alloc_start + alloc_hi) if alloc_start >= 0 else allocated_end
+    peak_res = max(reserved_end, res_start + res_hi) if res_start >= 0 else reserved_end
+    return TraceStats(actions, seconds, peak_alloc, peak_res, bursts)
+
+
 @dataclass
 class Breakdown:
     device: int | None = None
@@ -177,10 +241,29 @@ class Breakdown:
     trace_entries: int = 0
     ooms: list[OomEvent] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    layout: str = ""  # "2.1+" (frames, allocator_settings), "2.0" (block history), "legacy list"
+    expandable_segments: bool | None = None  # from allocator_settings or the segments; None: not recorded
+    alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF as the allocator read it
+    inactive_split_bytes: int = 0  # inactive blocks inside segments that also hold live blocks
+    free_segments_bytes: int = 0  # segments with no live block: cache that empty_cache() would return
+    free_segments: int = 0
+    trace: TraceStats | None = None  # the device's allocator events, when memory history was recorded
+    segment_rows: list[dict[str, Any]] = field(default_factory=list)  # per segment: size, live, free, pool, state
 
 
 def _int(x: Any) -> int:
     return x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def block_frames(blk: dict[str, Any]) -> Any:
+    """A block's allocation stack: ``frames`` (PyTorch ≥ 2.1) or its last ``history`` entry's (2.0)."""
+    frames = blk.get("frames")
+    if frames:
+        return frames
+    history = blk.get("history")
+    if isinstance(history, list) and history and isinstance(history[-1], dict):
+        return history[-1].get("frames") or []
+    return []
 
 
 def format_frames(frames: Any, limit: int = STACK_FRAMES) -> tuple[str, ...]:
@@ -205,7 +288,7 @@ def classify(frames: Any) -> str:
     for name in reversed(names):
         if name in FORWARD_FRAMES:
             return "activations"
-        if name in LOADING_FRAMES:
+        if name in LOADING_FRAMES or _LOADING_NAME.search(name):
             return "weights"
     return "other"
 
@@ -231,12 +314,26 @@ def _pool(seg: dict[str, Any]) -> str:
 
 def breakdown(snap: Any, device: int | None = None) -> Breakdown:
     """The memory breakdown of one device of an unpickled snapshot (the OOM's device by default)."""
-    if isinstance(snap, list):  # very old snapshots were a bare list of segments
+    legacy = isinstance(snap, list)
+    if legacy:  # very old snapshots (torch.cuda.memory_snapshot()) were a bare list of segments
         snap = {"segments": snap, "device_traces": []}
     if not isinstance(snap, dict) or not isinstance(snap.get("segments"), list):
         raise SnapshotError("not a CUDA memory snapshot: no 'segments' list (expected torch.cuda.memory._snapshot())")
     check_plain(snap)
     b = Breakdown()
+    settings = snap.get("allocator_settings")
+    if isinstance(settings, dict):
+        b.layout = "2.1+"
+        if isinstance(settings.get("expandable_segments"), bool):
+            b.expandable_segments = settings["expandable_segments"]
+        conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
+        b.alloc_conf = conf if isinstance(conf, str) else ""
+        if b.expandable_segments is None and "expandable_segments:true" in b.alloc_conf.lower().replace(" ", ""):
+            b.expandable_segments = True
+    else:
+        b.layout = "legacy list" if legacy else "2.0"
+    if any(isinstance(s, dict) and s.get("is_expandable") is True for s in snap["segments"]):
+        b.expandable_segments = True
     segs = [s for s in snap["segments"] if isinstance(s, dict)]
     if len(segs) != len(snap["segments"]):
         b.problems.append(f"{len(snap['segments']) - len(segs)} segment(s) were not records and were skipped")
@@ -279,7 +376,7 @@ def breakdown(snap: Any, device: int | None = None) -> Breakdown:
                 continue
             size = _int(blk.get("size"))
             state = str(blk.get("state", ""))
-            frames = blk.get("frames") or []
+            frames = block_frames(blk)
             if state == "inactive":
                 free += size
                 nfree += 1
@@ -301,12 +398,25 @@ def breakdown(snap: Any, device: int | None = None) -> Breakdown:
                                     format_frames(frames), pool))
         b.inactive_bytes += free
         b.inactive_blocks += nfree
+        if free and free == total:
+            b.free_segments_bytes += free
+            b.free_segments += 1
+        else:
+            b.inactive_split_bytes += free
+        state = ("expandable" if seg.get("is_expandable") is True else "free" if free and free == total
+                 else "split" if free else "live")
+        b.segment_rows.append({"device": _int(seg.get("device")), "segment": f"{_int(seg.get('address')):#x}",
+                               "size_bytes": total, "live_bytes": total - free, "free_bytes": free,
+                               "largest_free_bytes": largest, "pool": pool or "default", "state": state})
         b.largest_free_block_bytes = max(b.largest_free_block_bytes, largest)
         if free:
             b.fragmented_segments.append(SegmentFrag(_int(seg.get("address")), total, free, largest, nfree))
     b.private_pools = len({_pool(s) for s in segs if _pool(s)
                            and (not devices or _int(s.get("device")) == device)})
     b.top_blocks = sorted(blocks, key=lambda x: -x.size)[:TOP_BLOCKS]
+    if isinstance(traces, list) and device is not None and device < len(traces) and isinstance(traces[device], list) \
+            and traces[device]:
+        b.trace = trace_stats(traces[device], b.allocated_bytes, b.reserved_bytes)
     b.fragmented_segments.sort(key=lambda s: (-s.free_bytes, s.address))
     # blocks missing from the segment list (a snapshot cut short) show as a gap
     seg_sum = b.allocated_bytes + b.inactive_bytes

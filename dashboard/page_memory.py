@@ -3,4 +3,5 @@
 from dashboard import views
 
 if __name__ == "__main__":  # Streamlit runs each page as __main__; importing it does nothing
-    views.chart_page("Memory", tables=[("Memory breakdown", "memory_breakdown")])
+    views.chart_page("Memory", tables=[("Memory breakdown", "memory_breakdown"),
+                                       ("Allocator segments", "memory_segments")])

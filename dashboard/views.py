@@ -17,7 +17,7 @@ from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from dashboard import state
 from reports import compare as report_compare
 from reports import data as report_data
-from reports import figures, markdown
+from reports import figures, markdown, wording
 
 # Streamlit's coloured-text markdown (not emoji: a browser without an emoji font shows boxes)
 _SEVERITY_MARK = {Severity.CRITICAL: ":red[**critical**]", Severity.MAJOR: ":orange[**major**]",
@@ -58,17 +58,17 @@ def verdict(diagnosis: Diagnosis) -> None:
     primary = diagnosis.primary
     if primary is None:
         if diagnosis.overall is Verdict.HEALTHY:
-            st.success(f"**Verdict: healthy** — {markdown.HEALTHY_TEXT}")
+            st.success(f"**Verdict: healthy** — {markdown.text(wording.healthy_text(diagnosis))}")
             return
         steps = "\n".join(f"{n}. {markdown.text(s)}" for n, s in enumerate(diagnosis.next_steps, 1))
-        st.warning(f"**Verdict: undetermined** — {markdown.UNDETERMINED_TEXT}" + (f"\n\n{steps}" if steps else ""))
+        st.warning(f"**Verdict: undetermined** — {wording.UNDETERMINED_TEXT}" + (f"\n\n{steps}" if steps else ""))
         return
     top = next(f for f in diagnosis.findings if f.severity is not Severity.INFO)
     st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {markdown.text(top.title)}")
 
 
 def finding(rank: int, f: Finding, expanded: bool) -> None:
-    head = f"{rank}. {_SEVERITY_MARK[f.severity]} {f.category.value} — {markdown.text(f.title)}"
+    head = f"{rank}. {_SEVERITY_MARK[f.severity]} {f.label} — {markdown.text(f.title)}"
     with st.expander(head, expanded=expanded):
         st.caption(f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · "
                    f"impact {100 * f.impact:.0f} %")
@@ -157,7 +157,7 @@ def chart_page(name: str, tables: Sequence[tuple[str, str]] = ()) -> None:
 
 
 def _finding_lines(found: Sequence[Finding]) -> str:
-    return "\n".join(f"- {_SEVERITY_MARK[f.severity]} **{f.category.value}** — {f.code} {markdown.text(f.title)}"
+    return "\n".join(f"- {_SEVERITY_MARK[f.severity]} **{f.label}** — {f.code} {markdown.text(f.title)}"
                      for f in found)
 
 

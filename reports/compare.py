@@ -186,7 +186,7 @@ def headline(c: Comparison) -> str:
 
 
 def _finding_line(f: Finding) -> str:
-    return f"{f.code} {f.category.value}: {f.title} ({f.severity.value}, impact {100 * f.impact:.0f} %)"
+    return f"{f.code} {f.label}: {f.title} ({f.severity.value}, impact {100 * f.impact:.0f} %)"
 
 
 def render_text(c: Comparison, width: int = 110) -> str:
@@ -216,7 +216,7 @@ def render_text(c: Comparison, width: int = 110) -> str:
             console.print(f"  - {_finding_line(f)}")
     console.print(f"Findings in both: {'none' if not c.kept else ''}")
     for fb, fa in c.kept:
-        console.print(f"  - {fb.code} {fb.category.value}: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
+        console.print(f"  - {fb.code} {fb.label}: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
                       f"{fb.severity.value} → {fa.severity.value}")
     return buf.getvalue()
 
@@ -235,7 +235,7 @@ def render_markdown(c: Comparison) -> str:
         out += [f"- {text(_finding_line(f))}" for f in items] or ["None."]
         out.append("")
     out += ["## Findings in both", ""]
-    out += [f"- {fb.code} `{fb.category.value}`: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
+    out += [f"- {fb.code} `{fb.label}`: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
             f"{fb.severity.value} → {fa.severity.value}" for fb, fa in c.kept] or ["None."]
     return "\n".join(out) + "\n"
 
@@ -254,7 +254,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
                   "change": num(r.change), "better": r.better, "verdict": r.verdict} for r in c.rows],
         "gained": [f.to_json() for f in c.gained],
         "lost": [f.to_json() for f in c.lost],
-        "kept": [{"code": fb.code, "category": fb.category.value, "title": fa.title,
+        "kept": [{"code": fb.code, "category": fb.label, "title": fa.title,
                   "before": {"severity": fb.severity.value, "impact": round(fb.impact, 4)},
                   "after": {"severity": fa.severity.value, "impact": round(fa.impact, 4)}} for fb, fa in c.kept],
     }

@@ -40,6 +40,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "memory": ("t", "device", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "weights_bytes",
                "total_bytes"),
     "memory_breakdown": ("part", "bytes", "source"),
+    # one row per allocator segment of a CUDA memory snapshot (state: live, split, free, expandable)
+    "memory_segments": ("device", "segment", "size_bytes", "live_bytes", "free_bytes", "largest_free_bytes", "pool",
+                        "state"),
     "kernels": ("name", "count", "total_ms", "share", "tiny_count"),
     "copies": ("direction", "host_kind", "api", "count", "bytes", "ms"),
     "gpu_busy": ("device", "name", "window_ms", "busy_ms", "kernel_busy_ms", "idle_ms", "gaps", "longest_gap_ms"),
@@ -47,7 +50,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "metrics": ("name", "labels", "unit", "kind", "first", "last", "delta"),
 }
 TABLES: tuple[str, ...] = tuple(COLUMNS)
-MEMORY_PARTS = ("weights", "activations", "kv_cache", "fragmentation", "other", "outside_pytorch", "free")
+MEMORY_PARTS = ("weights", "activations", "kv_cache", "fragmentation", "cached", "other", "outside_pytorch", "free")
+# fragmentation: free blocks inside segments that hold live ones; cached: wholly free segments
+# (empty_cache() returns them)
 # outside_pytorch: device total − reserved − free (the CUDA context, non-PyTorch allocations, other processes)
 
 
@@ -83,6 +88,7 @@ class SessionData:
     events: pd.DataFrame = field(default_factory=lambda: empty_table("events"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
     memory_breakdown: pd.DataFrame = field(default_factory=lambda: empty_table("memory_breakdown"))
+    memory_segments: pd.DataFrame = field(default_factory=lambda: empty_table("memory_segments"))
     kernels: pd.DataFrame = field(default_factory=lambda: empty_table("kernels"))
     copies: pd.DataFrame = field(default_factory=lambda: empty_table("copies"))
     gpu_busy: pd.DataFrame = field(default_factory=lambda: empty_table("gpu_busy"))
@@ -120,7 +126,7 @@ def capture_table(data: SessionData) -> pd.DataFrame:
 
 def findings_table(data: SessionData) -> pd.DataFrame:
     """The ranked findings: rank, code, category, severity, confidence, impact, title."""
-    rows = [{"rank": i + 1, "code": f.code, "category": f.category.value, "severity": f.severity.value,
+    rows = [{"rank": i + 1, "code": f.code, "category": f.label, "severity": f.severity.value,
              "confidence": f.confidence.value, "impact": float(f.impact), "title": redact_text(f.title)}
             for i, f in enumerate(data.diagnosis.findings)]
     return pd.DataFrame(rows, columns=["rank", "code", "category", "severity", "confidence", "impact", "title"])

@@ -82,7 +82,7 @@ def findings_impact(d: SessionData) -> Chart:
         fig.add_trace(go.Bar(
             name=sev, orientation="h", marker_color=SEVERITY_COLOURS[sev],
             x=[round(100 * f.impact, 1) for f in chosen], y=[f"{f.code} {_short(f.title, 50)}" for f in chosen],
-            customdata=[[f.category.value, f.confidence.value] for f in chosen],
+            customdata=[[f.label, f.confidence.value] for f in chosen],
             hovertemplate="%{y}<br>impact %{x:.0f} %<br>%{customdata[0]} · confidence %{customdata[1]}<extra>"
                           + sev + "</extra>"))
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(order)))
@@ -396,6 +396,37 @@ def memory_breakdown(d: SessionData) -> Chart:
     return Chart(title, _layout(fig, title, height=260))
 
 
+MAX_SEGMENTS = 60
+
+
+def memory_segments(d: SessionData) -> Chart:
+    """The snapshot's segments, largest first: live memory, free blocks inside live segments, wholly free ones."""
+    title = "Allocator segments (CUDA memory snapshot)"
+    if not d.has("memory_segments"):
+        return _absent(title, _why(d, "memory_segments"))
+    m = d.memory_segments.sort_values("size_bytes", ascending=False, kind="stable")
+    shown = m.head(MAX_SEGMENTS)
+    labels = [f"{r.segment} ({r.pool})" if r.pool != "default" else str(r.segment) for r in shown.itertuples()]
+    split_free = [float(r.free_bytes) if r.state in ("split", "expandable") else 0.0 for r in shown.itertuples()]
+    whole_free = [float(r.free_bytes) if r.state == "free" else 0.0 for r in shown.itertuples()]
+    fig = go.Figure()
+    for name, values in (("live", [float(v) for v in shown["live_bytes"]]), ("free inside a live segment", split_free),
+                         ("wholly free (cached)", whole_free)):
+        fig.add_trace(go.Bar(name=name, orientation="h", y=labels, x=[v / GIB for v in values],
+                             hovertemplate=name + ": %{x:,.3f} GiB<extra>%{y}</extra>"))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="GiB")
+    fig.update_yaxes(autorange="reversed", title="segment (address)")
+    total, split, cached = (float(m["size_bytes"].sum()), float(m.loc[m["state"] == "split", "free_bytes"].sum()),
+                            float(m.loc[m["state"] == "free", "free_bytes"].sum()))
+    note = (f"{len(m):,} segments, {total / GIB:,.2f} GiB reserved: {split / GIB:,.2f} GiB free inside live segments "
+            f"(fragmentation), {cached / GIB:,.2f} GiB in wholly free segments (cache)"
+            + (f"; the {MAX_SEGMENTS} largest are drawn" if len(m) > MAX_SEGMENTS else "") + ".")
+    fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", showarrow=False,
+                       align="left", font={"size": 11})
+    return Chart(title, _layout(fig, title, height=max(280, 14 * len(shown) + 140)))
+
+
 def memory_over_time(d: SessionData) -> Chart:
     title = "GPU memory over time (CUDA caching allocator)"
     if d.has("memory") and d.memory["t"].notna().any():
@@ -512,7 +543,7 @@ PAGES: dict[str, list[ChartFn]] = {
     "Requests": [stage_percentiles, slow_requests, latency_vs_input, cold_start],
     "CPU profile": [cpu_icicle],
     "GPU": [gpu_busy, idle_gaps, top_kernels, copies],
-    "Memory": [memory_breakdown, memory_over_time],
+    "Memory": [memory_breakdown, memory_segments, memory_over_time],
 }
 
 

@@ -26,8 +26,6 @@ from analyzer.model import Diagnosis, Finding, Verdict
 from analyzer.redact import redact_argv
 from reports import json_report, markdown
 from reports.markdown import (
-    HEALTHY_TEXT,
-    UNDETERMINED_TEXT,
     first_sentence,
     format_value,
     primary_finding,
@@ -35,6 +33,7 @@ from reports.markdown import (
     verdict_title,
 )
 from reports.terminal import stage_rows
+from reports.wording import UNDETERMINED_TEXT, healthy_text
 
 if TYPE_CHECKING:
     from reports.data import SessionData
@@ -115,7 +114,7 @@ def verdict_html(d: Diagnosis) -> str:
     f = primary_finding(d)
     if primary is None or f is None:
         if d.overall is Verdict.HEALTHY:
-            return f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b> — {e(HEALTHY_TEXT)}</p>'
+            return f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b> — {e(healthy_text(d))}</p>'
         steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
         return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(UNDETERMINED_TEXT)}</p>'
                 + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
@@ -129,7 +128,7 @@ def finding_html(n: int, f: Finding, primary: bool) -> str:
              f"<h3>{n}. {e(f.code)} {e(f.name)} — {e(f.title)}{' (primary)' if primary else ''}</h3>",
              f"<p><span class=badge>{e(f.severity.value)}</span><span class=badge>confidence "
              f"{e(f.confidence.value)}</span><span class=badge>impact {_pct(f.impact)}</span>"
-             f"<span class=badge>{e(f.category.value)}</span></p>",
+             f"<span class=badge>{e(f.label)}</span></p>",
              f"<p>{e(' '.join(f.message.split()))}</p>"]
     if f.why:
         parts.append(f"<pre>{e(f.why)}</pre>")

@@ -24,6 +24,7 @@ from typing import Any
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from analyzer.redact import redact_argv
 from reports.terminal import stage_rows
+from reports.wording import UNDETERMINED_TEXT, healthy_text
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 
@@ -145,10 +146,6 @@ def primary_finding(diagnosis: Diagnosis) -> Finding | None:
     return next((f for f in diagnosis.findings if f.severity is not Severity.INFO), None)
 
 
-HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
-UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."
-
-
 def verdict_title(diagnosis: Diagnosis) -> str:
     """``queueing``, ``healthy`` or ``undetermined``: what a report's title names."""
     primary = diagnosis.primary
@@ -160,7 +157,7 @@ def verdict_line(diagnosis: Diagnosis) -> str:
     f = primary_finding(diagnosis)
     if primary is None or f is None:
         if diagnosis.overall is Verdict.HEALTHY:
-            return f"**Verdict: healthy** — {HEALTHY_TEXT}"
+            return f"**Verdict: healthy** — {text(healthy_text(diagnosis))}"
         return f"**Verdict: undetermined** — {UNDETERMINED_TEXT}"
     return (f"**Verdict: the bottleneck is `{primary.value}`** — {text(first_sentence(f.message))} "
             f"(impact {pct(f.impact)}, {f.severity.value}, confidence {f.confidence.value}; {f.code})")
@@ -182,7 +179,7 @@ def _finding(n: int, f: Finding, primary: bool) -> list[str]:
     tag = " (primary)" if primary else ""
     out = [f"### {n}. {f.code} {text(f.name)} — {text(f.title)}{tag}", ""]
     out += [f"**{f.severity.value}** · confidence **{f.confidence.value}** · impact **{pct(f.impact)}** · "
-            f"category `{f.category.value}`", ""]
+            f"category `{f.label}`", ""]
     out += [text(" ".join(f.message.split())), ""]
     if f.why:
         out += [*_fence(f.why), ""]

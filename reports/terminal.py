@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from reports.wording import healthy_text
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
               Severity.INFO: "cyan"}
@@ -49,7 +50,7 @@ def _finding_block(f: Finding, primary: bool) -> Panel:
             body.append(f"  [{fix.risk.value}]\n", style="dim")
             for step in fix.steps:
                 body.append(f"      - {step}\n")
-    head = f"{'PRIMARY: ' if primary else ''}{f.category.value} — {f.title}"
+    head = f"{'PRIMARY: ' if primary else ''}{f.label} — {f.title}"
     sub = f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · impact {100 * f.impact:.0f} %"
     return Panel(body, title=head, subtitle=sub, border_style=_SEV_STYLE[f.severity], title_align="left")
 
@@ -93,7 +94,7 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
             console.print(f"[bold]Fix first:[/bold] {escape(lead.fixes[0].summary)} ({lead.code})")
         return
     if verdict is Verdict.HEALTHY:
-        console.print(Panel("healthy: the evidence covers the service and shows no significant bottleneck.",
+        console.print(Panel(Text("healthy: " + healthy_text(diagnosis)),
                             title="Verdict", border_style="green", title_align="left"))
         return
     body = Text("undetermined: the evidence given is too thin to name a bottleneck.\n")

@@ -28,7 +28,7 @@ class Rule:
 
     code: ClassVar[str]
     name: ClassVar[str]
-    category: ClassVar[Category]
+    category: ClassVar[Category | None]  # None: the rule only writes informational notes (severity info)
     requires: ClassVar[tuple[str, ...]]
     optional: ClassVar[tuple[str, ...]] = ()
     # any one of these groups is enough (for rules that can decide from several sources);

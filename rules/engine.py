@@ -70,7 +70,8 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
         return findings, rule.code
     if p < LEAN_MIN or (explained and not any(f.severity is not Severity.INFO for f in findings)):
         return findings, ""  # an explanation of expected behaviour stands against a mere lean
-    owner = next((r for r in report.RULES if issubclass(r, report.ReportRule) and r.category.value == cls), None)
+    owner = next((r for r in report.RULES
+                  if issubclass(r, report.ReportRule) and r.category is not None and r.category.value == cls), None)
     if owner is None:
         return findings, ""
     if not any(f.code == owner.code for f in findings):

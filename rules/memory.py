@@ -476,12 +476,14 @@ class OomFragmentation(Rule):
     least ``min_bytes`` and at least ``share_total`` of the device or ``share_reserved`` of the
     reservation, and the request (``mem.requested_bytes``, when known) is no larger than it plus
     ``mem.device_free_bytes``; or the largest free block (``mem.largest_free_block_bytes``, from a
-    snapshot or the probe) was smaller than the request although enough was free in total. Without an
-    OOM, one reading of reserved − allocated is only a cache between batches: then only split blocks
-    no other size can reuse (``mem.inactive_split_bytes`` ≥ ``share_reserved`` of the reservation)
-    or ``mem.alloc_retries`` ≥ ``min_retries`` count. Never with ``mem.expandable_segments`` on (the
-    allocator maps pages instead of splitting). PyTorch's generic hint about
-    ``expandable_segments`` is printed with every OOM and is not evidence.
+    snapshot or the probe) was smaller than the request although enough was free in total; or split
+    blocks (``mem.inactive_split_bytes``, free blocks inside segments that hold live ones) were at
+    least ``share_reserved`` of the reservation at the OOM. Without an OOM, a reading of reserved −
+    allocated or of split blocks is a state, not a failure (MEM011 notes it): only
+    ``mem.alloc_retries`` ≥ ``min_retries`` counts, each one a ``cudaMalloc`` that failed and was
+    retried after flushing the cache. Never with ``mem.expandable_segments`` on (the allocator maps
+    pages instead of splitting). PyTorch's generic hint about ``expandable_segments`` is printed with
+    every OOM and is not evidence.
 
     Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.alloc_retries,
     mem.reserved_minus_allocated_bytes, mem.requested_bytes, mem.device_free_bytes,
@@ -528,9 +530,9 @@ class OomFragmentation(Rule):
                   <= (m.unallocated or 0.0) + (m.free or 0.0))
         split_heavy = (split is not None and split >= t.min_bytes and m.reserved is not None and m.reserved > 0
                        and split >= t.share_reserved * m.reserved)
-        # one periodic reading of reserved − allocated is a cache between batches, not fragmentation:
-        # without an OOM, only the allocator's own split blocks or its retries say so
-        fragmented = (gap or pieces) if m.oom else split_heavy
+        # without an OOM, reserved − allocated or split blocks are a state (MEM011's note), not a failure:
+        # only the allocator's retries (cudaMalloc failed, cache flushed) say fragmentation costs something
+        fragmented = (gap or pieces or split_heavy) if m.oom else False
         if not (fragmented or thrashing):
             return None
         u = m.unallocated or 0.0
@@ -544,13 +546,13 @@ class OomFragmentation(Rule):
         elif m.requested is not None and gap:
             parts.append(f"The failed request ({gib(m.requested)}) would have fit in that gap"
                          + (f" plus the {gib(m.free)} free" if m.free else "") + ".")
-        if split_heavy and split is not None:
+        if split_heavy and split is not None and m.oom:
             parts.append(f"{gib(split)} sat in split blocks that no request of another size can reuse.")
         if thrashing:
             parts.append(f"The allocator retried cudaMalloc {retries:.0f} times after flushing its cache.")
         if not m.oom:
             parts.append("No out-of-memory error was seen yet.")
-        impact = 0.9 if m.oom else min(0.9, max(m.share(split or u) or 0.0, 0.3 if thrashing else 0.0))
+        impact = 0.9 if m.oom else min(0.9, max(m.share(u) or 0.0, 0.3))
         why = f"unusable |{bar(u / m.reserved)}| {pct(u / m.reserved)} of reserved" if m.reserved else ""
         return self.finding(
             severity=Severity.CRITICAL if m.oom else Severity.MAJOR,
@@ -747,4 +749,198 @@ class OomFragmentationReported(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported)
+class MemoryHeadroom(Rule):
+    """Allocator state without an out-of-memory error: what it holds, its peak, its cache, its splits.
+
+    What it detects: a CUDA memory snapshot (or the probe's allocator statistics) in which no
+    out-of-memory error was recorded and the allocator never had to retry ``cudaMalloc``.
+
+    Why it matters: reserved ≫ allocated in such a recording is read as a leak or as fragmentation,
+    and people restart, call ``empty_cache()`` in the loop, or switch allocators for nothing. What the
+    recording can tell is how high the live memory went, how much the caching allocator keeps for
+    reuse (nvidia-smi counts it as used), how much sits in split blocks (the fragmentation that would
+    matter near the device's limit), and whether expandable segments were on. It names no
+    bottleneck, so it is a note (severity info, no category), and the verdict can be *healthy* on it.
+
+    How it decides: ``mem.reserved_bytes`` and ``mem.allocated_bytes`` are known, ``mem.oom_count``
+    is absent or zero and ``mem.alloc_retries`` is below MEM003's ``min_retries``; split blocks at
+    least ``split_share`` of the reservation are called out.
+
+    Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.peak_allocated_bytes,
+    mem.peak_reserved_bytes, mem.free_segments_bytes, mem.inactive_split_bytes,
+    mem.largest_free_block_bytes, mem.private_pools_bytes, mem.expandable_segments,
+    mem.trace_events, mem.trace_seconds, mem.weights_bytes, mem.activations_bytes,
+    mem.snapshot_layout, mem.oom_count, mem.alloc_retries, mem.device_total_bytes.
+
+    Fix: nothing is wrong in the recording. For the headroom, compare the peak reserved with the
+    GPU's memory (nvidia-smi); to learn what an OOM would be, dump a snapshot at the OOM.
+
+    False positives: a snapshot taken before the heaviest request ran shows a lower peak than the
+    service reaches; the peak is only over the recorded events.
+    """
+
+    code = "MEM011"
+    name = "memory-headroom"
+    category = None
+    requires = ("mem.reserved_bytes", "mem.allocated_bytes")
+    optional = (
+        "mem.peak_allocated_bytes", "mem.peak_reserved_bytes", "mem.free_segments_bytes", "mem.inactive_split_bytes",
+        "mem.largest_free_block_bytes", "mem.private_pools_bytes", "mem.expandable_segments", "mem.trace_events",
+        "mem.trace_seconds", "mem.weights_bytes", "mem.activations_bytes", "mem.snapshot_layout", "mem.oom_count",
+        "mem.alloc_retries", "mem.device_total_bytes",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        split_share: float = 0.20  # MEM003's share_reserved: a fifth of the reservation in split blocks
+        min_events: float = 10  # fewer recorded events is no history: a 2.0-era snapshot keeps one marker
+        full: float = 0.98  # live memory this close to the reservation: nothing cached, nothing stranded
+        min_retries: float = 10  # MEM003's: from here the allocator's retries are a finding, not a note
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        m = read_mem(ev)
+        if m.oom or (ev.value("mem.alloc_retries", 0.0) or 0.0) >= t.min_retries:
+            return None
+        reserved, allocated = m.reserved or 0.0, m.allocated or 0.0
+        if reserved <= 0:
+            return None
+        events, seconds = ev.value("mem.trace_events"), ev.value("mem.trace_seconds")
+        peak, peak_res = ev.value("mem.peak_allocated_bytes"), ev.value("mem.peak_reserved_bytes")
+        cache, split = ev.value("mem.free_segments_bytes"), ev.value("mem.inactive_split_bytes")
+        if events and events >= t.min_events:
+            parts = [f"No out-of-memory error in {events:,.0f} recorded allocator events"
+                     + (f" over {seconds:,.1f} s" if seconds else "") + "."]
+        else:
+            parts = ["No out-of-memory error was recorded (memory history was off or kept almost no events, so the "
+                     "peak before this moment is unknown)."]
+        if peak is not None:
+            parts.append(f"Live memory peaked at {gib(peak)} (now {gib(allocated)}); segments at "
+                         f"{gib(peak_res or reserved)}.")
+        else:
+            parts.append(f"{gib(allocated)} live in {gib(reserved)} reserved.")
+        if m.total:
+            top = max(peak_res or 0.0, reserved)
+            parts.append(f"That is {pct(top / m.total)} of the {gib(m.total)} device: "
+                         f"{gib(m.total - top)} of headroom.")
+        if cache is not None and cache > 0:
+            parts.append(f"{gib(cache)} sits in wholly free segments: the caching allocator keeps it for the next "
+                         "batch (nvidia-smi counts it as used; torch.cuda.empty_cache() would return it).")
+        elif reserved - allocated > 0 and cache is None:
+            parts.append(f"{gib(reserved - allocated)} reserved is not live: cached for reuse.")
+        if split is not None and split >= t.split_share * reserved:
+            parts.append(f"{gib(split)} ({pct(split / reserved)} of the reservation) is in split blocks inside live "
+                         "segments: fragmentation that would matter near the device's limit.")
+        if allocated >= t.full * reserved:
+            parts.append("Nothing reserved is free: if this was taken at an out-of-memory error, the live memory "
+                         "itself (not fragmentation, not the cache) filled what PyTorch could get.")
+        weights, acts = ev.value("mem.weights_bytes"), ev.value("mem.activations_bytes")
+        if weights and allocated and weights >= 0.5 * allocated:
+            parts.append(f"By allocation stack, {gib(weights)} of the live memory is weights.")
+        elif acts and allocated and acts >= 0.5 * allocated:
+            parts.append(f"By allocation stack, {gib(acts)} of the live memory is activations.")
+        expandable = ev.get("mem.expandable_segments")
+        if isinstance(expandable, Evidence) and expandable.value is True:
+            parts.append("Expandable segments are on: free memory is not split into stranded blocks.")
+        if m.total is None:
+            parts.append("The recording does not say how large the device is: compare the peak with nvidia-smi's "
+                         "total for the headroom.")
+        return self.finding(
+            severity=Severity.INFO,
+            confidence=Confidence.MEASURED,
+            title="Allocator state: no out-of-memory error",
+            message=" ".join(parts),
+            impact=0.0,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"live |{bar(allocated / reserved)}| {pct(allocated / reserved)} of reserved",
+            fixes=[
+                Fix("Nothing to fix in this recording", (
+                    "For the headroom: compare the peak reserved with the GPU's memory (nvidia-smi --query-gpu="
+                    "memory.total --format=csv)",
+                    "To see an out-of-memory error's cause: torch.cuda.memory._record_memory_history("
+                    "max_entries=100000) at start-up and torch.cuda.memory._dump_snapshot('oom.pickle') when it "
+                    "happens, then `diagnose analyze oom.pickle`",
+                ), Risk.SAFE),
+            ],
+        )
+
+
+class AllocatorChurn(Rule):
+    """The allocator hands segments back to CUDA and asks for them again, over and over.
+
+    What it detects: in a memory snapshot's recorded events, many segments freed and allocated
+    again (``segment_free`` followed by ``segment_alloc``), often in bursts: ``torch.cuda.empty_cache()``
+    called in the request loop, or a cache flushed on every OOM retry.
+
+    Why it matters: ``cudaFree`` synchronises the device and ``cudaMalloc`` is a slow driver call; a
+    loop that empties the cache and then re-allocates the same memory stalls the host between GPU
+    work on every iteration, and nothing is saved: the next batch needs the memory again.
+
+    How it decides: the segments freed and allocated again (min of ``mem.segment_allocs`` and
+    ``mem.segment_frees``) number at least ``min_churn``, at a rate of at least ``min_rate`` per
+    second when the recording's span (``mem.trace_seconds``) is known; or there were at least
+    ``min_bursts`` bursts of segment frees (``mem.segment_free_bursts``). Not after an OOM (the OOM
+    rules own that recording). Category ``launch_overhead``: the cost is synchronous runtime calls on
+    the host's launch path.
+
+    Evidence: mem.segment_allocs, mem.segment_frees; optionally mem.segment_free_bursts,
+    mem.trace_seconds, mem.trace_events, mem.oom_count, mem.expandable_segments.
+
+    Fix: remove ``torch.cuda.empty_cache()`` from the loop (call it only before handing memory to
+    another process); keep the cache; with expandable segments, pages are mapped instead of segments
+    allocated.
+
+    False positives: start-up, where segments are allocated once and a few are freed while the model
+    loads; the thresholds ask for repetition.
+    """
+
+    code = "MEM012"
+    name = "allocator-churn"
+    category = Category.LAUNCH_OVERHEAD
+    requires = ("mem.segment_allocs", "mem.segment_frees")
+    optional = ("mem.segment_free_bursts", "mem.trace_seconds", "mem.trace_events", "mem.oom_count",
+                "mem.expandable_segments")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_churn: float = 20  # segments returned and re-requested twenty times is a pattern, not start-up
+        min_rate: float = 1.0  # at least once a second: a cost on the serving path
+        min_bursts: float = 3  # three or more empty_cache()-like bursts in one recording
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        if (ev.value("mem.oom_count", 0.0) or 0.0) > 0:
+            return None
+        allocs, frees = ev.value("mem.segment_allocs") or 0.0, ev.value("mem.segment_frees") or 0.0
+        churn = min(allocs, frees)
+        bursts = ev.value("mem.segment_free_bursts") or 0.0
+        seconds = ev.value("mem.trace_seconds")
+        rate = churn / seconds if seconds else None
+        repeated = churn >= t.min_churn and (rate is None or rate >= t.min_rate)
+        if not (repeated or (bursts >= t.min_bursts and churn > 0)):
+            return None
+        msg = (f"The allocator freed {frees:,.0f} segments back to CUDA and requested {allocs:,.0f}"
+               + (f" over {seconds:,.1f} s ({rate:,.1f} a second)" if seconds and rate is not None else "")
+               + (f", in {bursts:,.0f} bursts of frees: torch.cuda.empty_cache() (or a flush on a failed allocation) "
+                  "in the loop" if bursts else "")
+               + ". Each cudaFree synchronises the device and each cudaMalloc is a driver call: the host stalls "
+               "between GPU work to give back memory the next step asks for again.")
+        impact = min(0.6, 0.2 + 0.05 * bursts + (0.2 if rate is not None and rate >= 10 * t.min_rate else 0.0))
+        return self.finding(
+            severity=Severity.MINOR if impact < 0.4 else Severity.MAJOR,
+            confidence=Confidence.MEASURED,
+            title="Allocator churn: segments freed and re-allocated",
+            message=msg,
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"re-allocated |{bar(min(1.0, churn / max(allocs, 1.0)))}| {churn:,.0f} of {allocs:,.0f} segments",
+            fixes=[
+                Fix("Keep the cache", (
+                    "Remove torch.cuda.empty_cache() from the request or step loop; call it only before handing the "
+                    "memory to another process",
+                    advice.expandable_segments() + ": pages are mapped and unmapped instead of whole segments",
+                ), Risk.SAFE),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
+                                  MemoryHeadroom, AllocatorChurn)

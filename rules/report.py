@@ -91,7 +91,7 @@ class ReportRule(Rule):
             severity=severity_for(impact),
             confidence=Confidence.HEURISTIC,
             title=self.headline,
-            message=(f"The report's wording reads as {self.category.value} ({p:.0%} by cue weights fitted on the "
+            message=(f"The report's wording reads as {self.category} ({p:.0%} by cue weights fitted on the "
                      f"real-incident corpus; strongest cues: {', '.join(cues) or 'none single'}); nothing it "
                      "pasted measures it: confirm with the next steps."),
             impact=impact,

@@ -109,7 +109,7 @@ def signal_features(findings: Iterable[Finding]) -> dict[str, float]:
     """What the report rules concluded on their own: per category, the strongest finding's impact."""
     out: dict[str, float] = {}
     for f in findings:
-        key = f"r:{f.category.value if f.severity is not Severity.INFO else NONE}"
+        key = f"r:{f.label if f.severity is not Severity.INFO else NONE}"
         out[key] = max(out.get(key, 0.0), f.impact)
     return out
 

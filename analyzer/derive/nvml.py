@@ -212,9 +212,10 @@ def derive(
        + (" (found from the device files it holds open: NVML's pids did not match)" if match == "device-file"
           else ""))
 
-    names = sorted({str(d["name"]) for d in readings if d.get("name")})
-    if names:
-        ev("gpu.name", names[0], "name", "NVML device name" + (f" (also {', '.join(names[1:])})" if names[1:] else ""))
+    device_names = sorted({str(d["name"]) for d in readings if d.get("name")})
+    if device_names:
+        ev("gpu.name", device_names[0], "name",
+           "NVML device name" + (f" (also {', '.join(device_names[1:])})" if device_names[1:] else ""))
 
     # utilisation
     util = [v / 100.0 for d in readings if (v := _num(d.get("util_gpu_pct"))) is not None]

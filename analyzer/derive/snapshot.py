@@ -8,6 +8,16 @@ Keys: ``mem.reserved_bytes``, ``mem.allocated_bytes``, ``mem.reserved_minus_allo
 ``device_traces`` hold an OOM event, ``mem.oom_count``, ``mem.requested_bytes``,
 ``mem.device_free_bytes`` and ``mem.oom_phase`` (from the OOM's stack). The snapshot does not say
 how large the device is, so ``mem.device_total_bytes`` is never emitted here.
+
+What the allocator was set to and did: ``mem.snapshot_layout`` ("2.1+", "2.0" block history, "legacy
+list"), ``mem.expandable_segments`` and ``mem.alloc_conf`` (from ``allocator_settings`` or the
+segments' ``is_expandable``), ``mem.inactive_split_bytes`` (free blocks inside segments that also hold
+live ones: the fragmentation) vs ``mem.free_segments_bytes`` (wholly free segments: the cache
+``empty_cache()`` would return); and from the recorded events (``device_traces``):
+``mem.trace_events``, ``mem.trace_seconds``, ``mem.peak_allocated_bytes`` and
+``mem.peak_reserved_bytes`` (replayed back from the snapshot's state), ``mem.segment_allocs``,
+``mem.segment_frees`` and ``mem.segment_free_bursts`` (runs of segment frees: ``empty_cache()`` calls
+or OOM retries).
 """
 
 from __future__ import annotations
@@ -61,6 +71,35 @@ def derive(b: Breakdown, source: str) -> list[Evidence]:
         add("mem.weights_bytes", b.weights_bytes, "bytes", how, Quality.PARTIAL if b.other_bytes else Quality.GOOD)
         add("mem.activations_bytes", b.activations_bytes, "bytes",
             f"heuristic: allocation stacks through forward/serving frames; {_mib(b.other_bytes)} unattributed")
+    add("mem.snapshot_layout", b.layout, "layout", "torch.cuda.memory._snapshot() format: 2.1+ (frames, "
+        "allocator_settings), 2.0 (block history) or a legacy list of segments")
+    if b.expandable_segments is not None:
+        add("mem.expandable_segments", b.expandable_segments, "flag",
+            "the allocator's expandable_segments setting as the snapshot records it")
+    if b.alloc_conf:
+        add("mem.alloc_conf", b.alloc_conf, "setting", "PYTORCH_CUDA_ALLOC_CONF as the allocator read it")
+    add("mem.inactive_split_bytes", b.inactive_split_bytes, "bytes",
+        "memory snapshot: free blocks inside segments that also hold live blocks (fragmentation)")
+    add("mem.free_segments_bytes", b.free_segments_bytes, "bytes",
+        f"memory snapshot: {b.free_segments} segment(s) with no live block (the allocator's cache)")
+    tr = b.trace
+    if tr is not None:
+        events = sum(tr.actions.values())
+        add("mem.trace_events", events, "events", "allocator events recorded in device_traces: "
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(tr.actions.items(), key=lambda kv: -kv[1])))
+        if tr.seconds is not None:
+            add("mem.trace_seconds", round(tr.seconds, 3), "s", "from the first to the last recorded event")
+        if tr.actions.get("alloc"):
+            add("mem.peak_allocated_bytes", tr.peak_allocated_bytes, "bytes",
+                "live blocks at their highest over the recorded events")
+            add("mem.peak_reserved_bytes", tr.peak_reserved_bytes, "bytes",
+                "segments at their highest over the recorded events")
+        add("mem.segment_allocs", tr.actions.get("segment_alloc", 0) + tr.actions.get("segment_map", 0), "events",
+            "segments (or expandable pages) requested from CUDA during the recording")
+        add("mem.segment_frees", tr.actions.get("segment_free", 0) + tr.actions.get("segment_unmap", 0), "events",
+            "segments (or pages) handed back to CUDA during the recording")
+        add("mem.segment_free_bursts", tr.segment_free_bursts, "events",
+            "runs of two or more segment frees with nothing between: empty_cache() calls or OOM retries")
     if b.top_blocks:
         add("mem.snapshot_top_blocks", top_block_records(b.top_blocks), "blocks",
             f"the {len(b.top_blocks)} largest active blocks with the stacks that allocated them")

@@ -17,6 +17,7 @@ from reports import data, figures
 from reports.data import make_table
 from tests import sessions
 
+MIB = 1 << 20
 GIB = float(1 << 30)
 ALL: list[Callable[[data.SessionData], figures.Chart]] = [
     figures.findings_impact, *(fn for fns in figures.PAGES.values() for fn in fns)]
@@ -44,7 +45,7 @@ def _fig(chart: figures.Chart) -> go.Figure:
 
 def test_pages_are_the_planned_ones() -> None:
     assert list(figures.PAGES) == ["Timeline", "Requests", "CPU profile", "GPU", "Memory"]
-    assert len(ALL) == 13 and len(set(ALL)) == 13
+    assert len(ALL) == 14 and len(set(ALL)) == 14
 
 
 @pytest.mark.parametrize("fn", ALL, ids=lambda f: f.__name__)
@@ -187,8 +188,23 @@ def test_idle_gaps_top_kernels_copies(gpu: data.SessionData) -> None:
 def test_memory_breakdown(gpu: data.SessionData) -> None:
     fig = _fig(figures.memory_breakdown(gpu))
     names = [tr.name for tr in fig.data]
-    assert names == ["weights", "activations", "fragmentation", "other", "outside_pytorch", "free"]
+    assert names == ["weights", "activations", "fragmentation", "cached", "other", "outside_pytorch", "free"]
     assert sum(tr.x[0] for tr in fig.data) == pytest.approx(gpu.memory_breakdown["bytes"].sum() / GIB)
+
+
+def test_memory_segments_of_the_snapshot(gpu: data.SessionData) -> None:
+    # the fragmentation OOM snapshot: 2 GiB of weights in one segment, 20 segments of 512 MiB each split
+    seg = gpu.memory_segments
+    assert len(seg) == 21 and set(seg["state"]) == {"live", "split"}
+    assert float(seg["free_bytes"].sum()) == pytest.approx(20 * 312 * MIB)
+    chart = figures.memory_segments(gpu)
+    fig = _fig(chart)
+    assert [tr.name for tr in fig.data] == ["live", "free inside a live segment", "wholly free (cached)"]
+    drawn = sum(sum(tr.x) for tr in fig.data)
+    assert drawn == pytest.approx(float(seg["size_bytes"].sum()) / GIB)
+    (note,) = fig.layout.annotations
+    assert "6.09 GiB free inside live segments (fragmentation), 0.00 GiB in wholly free segments" in note.text
+    assert fig.data[0].y[0].startswith("0x")  # largest first, named by address
 
 
 def test_memory_over_time_probe_then_host_rss(gpu: data.SessionData, demo: data.SessionData) -> None:

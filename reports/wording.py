@@ -1,0 +1,16 @@
+"""The verdict's words, shared by every report format (terminal, markdown, HTML, dashboard)."""
+
+from __future__ import annotations
+
+from analyzer.model import Diagnosis, Severity
+
+HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
+UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."
+
+
+def healthy_text(diagnosis: Diagnosis) -> str:
+    """Why the verdict is healthy: a note that explains what was seen, or evidence that covers the service."""
+    note = next((f for f in diagnosis.findings if f.severity is Severity.INFO), None)
+    if note is not None:
+        return f"nothing significant in the evidence given; {note.title[:1].lower()}{note.title[1:]} ({note.code})."
+    return HEALTHY_TEXT
