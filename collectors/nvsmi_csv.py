@@ -146,8 +146,6 @@ def _header(line: str) -> tuple[list[Column], bool] | None:
         return (cols, True) if any(c.attr == "used" for c in cols) else None
     if sum(1 for c in cols if c.attr in _METRICS) < 1 or sum(1 for c in cols if c.attr != "-") < 2:
         return None
-    if any(not c.field or " " in c.field.strip("_") for c in cols):
-        return None
     return cols, False
 
 

@@ -67,11 +67,11 @@ _NO_PROCS = "No running processes found"
 
 
 def _cells(line: str) -> list[str]:
-    body = line.strip()
-    if body.startswith("|"):
-        body = body[1:]
-    if body.endswith("|"):
-        body = body[:-1]
+    """The cells between the outer borders; text before the first one (a quote's ``> ``) is dropped."""
+    first, last = line.find("|"), line.rfind("|")
+    if first < 0:
+        return [line]
+    body = line[first + 1:last] if last > first else line[first + 1:]
     return body.split("|")
 
 
@@ -129,7 +129,7 @@ class TableParser:
             return True
         if self._in_mig and "|" in line and has_size and self._mig_row(line):
             return True
-        if (self._in_procs or line.lstrip().startswith("|")) and self._proc_row(line):
+        if (self._in_procs or "|" in line) and self._proc_row(line):
             return True
         if has_size:
             m = _LOOSE_PROC.search(line)
@@ -179,7 +179,7 @@ class TableParser:
     def _name_above(self) -> tuple[int | None, str, str]:
         """The GPU's index, name and bus id from the name row right above the usage row."""
         cells = _cells(self._hist[1])
-        m = _NAME_CELL.match(cells[0]) if self._hist[1].lstrip().startswith("|") else None
+        m = _NAME_CELL.match(cells[0]) if "|" in self._hist[1] else None
         if not m:
             return None, "", ""
         bus = _BUS.search(cells[1]) if len(cells) > 1 else None
@@ -202,7 +202,10 @@ class TableParser:
         return True
 
     def _proc_row(self, line: str) -> bool:
-        body = line.strip().strip("|").strip()
+        cells = _cells(line) if "|" in line else [line]
+        if len(cells) != 1:
+            return False
+        body = cells[0].strip()
         m = _PROC_ROW.match(body)
         if not m:
             return False

@@ -587,3 +587,16 @@ def test_q_performance_section_alone() -> None:
     ev = {e.key: e.value for e in _read_text(text).evidence}
     assert ev["gpu.throttle_reasons"] == ["HwThermalSlowdown", "SwPowerCap"]
     assert ev["gpu.throttle_ratio"] == 1.0 and ev["gpu.thermal_throttle_ratio"] == 1.0
+
+
+def test_a_table_quoted_in_an_issue_and_a_pandas_csv() -> None:
+    with open(_path("two_gpus_old_driver_busy.txt"), encoding="utf-8") as fh:
+        quoted = "\n".join("> " + line for line in fh.read().splitlines())
+    ev = {e.key: e.value for e in _read_text(quoted).evidence}
+    assert ev["gpu.count"] == 2 and ev["gpu.memory_used_bytes"] == 30127 * MiB
+    assert isinstance(ev["gpu.processes"], list) and len(ev["gpu.processes"]) == 2
+    frame = (",timestamp,utilization.gpu,memory.used\n0,2025/01/01 10:00:00.000,5,1000\n"
+             "1,2025/01/01 10:00:01.000,7,1000\n")  # DataFrame.to_csv(): an unnamed index column first
+    ev = {e.key: e.value for e in _read_text(frame).evidence}
+    assert ev["gpu.util_samples"] == 2 and ev["gpu.util_max_ratio"] == 0.07
+    assert ev["gpu.memory_used_bytes"] == 1000 * MiB
