@@ -39,9 +39,24 @@ from collectors.nvsmi_base import (
     size_bytes,
 )
 
+# what nvidia-smi prints instead of a table when no GPU can be used, and what each means
+FAILURES: tuple[tuple[str, str, str], ...] = (
+    ("couldn't communicate with the NVIDIA driver", "driver_not_loaded",
+     "the NVIDIA kernel driver is not loaded, or this container was started without the NVIDIA runtime"),
+    ("No devices were found", "no_gpu_visible",
+     "the driver is loaded but no GPU is visible here (a container without --gpus / a GPU request, "
+     "NVIDIA_VISIBLE_DEVICES=void, or the GPU is missing from the PCI bus)"),
+    ("Driver/library version mismatch", "driver_library_mismatch",
+     "the user-space NVIDIA library and the loaded kernel driver differ (a driver upgrade without a reboot): "
+     "CUDA cannot start"),
+    ("Unable to determine the device handle for GPU", "gpu_lost",
+     "the driver lost a GPU (it fell off the bus: Xid 79 in the kernel log)"),
+    ("GPU is lost", "gpu_lost", "the driver lost a GPU (it fell off the bus: Xid 79 in the kernel log)"),
+)
 TRIGGERS: tuple[str | tuple[str, int, int], ...] = (
     ("NVIDIA-SMI", 2, 0), ("Driver Version:", 2, 0), ("MiB", 1, 0), ("GiB", 1, 0), ("MB", 1, 0), "N/A",
     "Processes:", "processes:", "Process name", "No running processes found", "MIG devices:",
+    *(literal for literal, _, _ in FAILURES),
 )
 
 _BANNER = re.compile(r"NVIDIA-SMI\s+\d|Driver Version:\s*\d")
@@ -93,6 +108,7 @@ class TableParser:
         self._in_procs = False
         self._in_mig = False
         self._next_gpu = 0
+        self.failures: dict[str, str] = {}  # kind → the line nvidia-smi printed
 
     def feed(self, line: str) -> bool:
         try:
@@ -113,6 +129,11 @@ class TableParser:
         if "MIG devices:" in line:
             self._in_mig, self._in_procs = True, False
             return True
+        for literal, kind, _ in FAILURES:
+            if literal in line:
+                self.failures.setdefault(kind, line.strip()[:300])
+                self.matched = True
+                return True
         if _NO_PROCS in line:
             self._start()
             self._listed = True
@@ -148,7 +169,8 @@ class TableParser:
             return False
         mem = _MEM_CELL.match(cells[1])
         util = _UTIL_CELL.match(cells[2])
-        if not mem or not util or not (_TEMP.search(cells[0]) or _PERF.search(cells[0]) or "N/A" in cells[0]):
+        if not mem or not util or not (_TEMP.search(cells[0]) or _PERF.search(cells[0]) or "N/A" in cells[0]
+                                       or "ERR!" in cells[0]):
             return False
         self._start()
         idx, name, bus = self._name_above()
@@ -160,6 +182,8 @@ class TableParser:
         util_pct = float(util.group(1)) if util.group(1) is not None else None
         if util_pct is None:
             na.append(na_reason("utilization.gpu", util.group(2) or ""))
+        if util.group(2) == "ERR!" or "ERR!" in cells[0]:
+            self.failures.setdefault("gpu_lost", line.strip()[:300])  # the driver cannot read the GPU
         temp = _TEMP.search(cells[0])
         perf = _PERF.search(cells[0])
         power = _POWER.search(cells[0])

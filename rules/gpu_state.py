@@ -1,5 +1,5 @@
-"""What a GPU's state over a recording says: idle from the first reading to the last, or memory in use
-that no listed process holds.
+"""What a GPU's state over a recording says: idle from the first reading to the last, not usable at
+all, or memory in use that no listed process holds.
 
 These rules read the device-level keys every GPU source gives (``nvidia-smi`` in any form, NVML,
 DCGM): ``gpu.util_*`` over the readings and ``gpu.memory_unlisted_*`` from documents that list the
@@ -151,6 +151,91 @@ class GpuIdleWholeRecording(Rule):
         )
 
 
+_UNUSABLE = {
+    "driver_not_loaded": "nvidia-smi cannot talk to the NVIDIA driver",
+    "no_gpu_visible": "nvidia-smi finds no GPU",
+    "driver_library_mismatch": "the NVIDIA library and kernel driver versions differ",
+    "gpu_lost": "the driver has lost a GPU",
+}
+
+
+class GpuNotUsable(Rule):
+    """nvidia-smi itself says no GPU can be used here: the work cannot be on the GPU.
+
+    What it detects: what nvidia-smi prints instead of its table when the GPU is out of reach:
+    ``NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver``, ``No devices
+    were found``, ``Failed to initialize NVML: Driver/library version mismatch``, and for a GPU the
+    driver lost, ``Unable to determine the device handle for GPU…: Unknown Error`` or ``ERR!`` in its
+    row.
+
+    Why it matters: CUDA sees what nvidia-smi sees. A framework then either fails to start or, worse,
+    runs the model on the CPU without a word (PyTorch ``device="cuda" if torch.cuda.is_available()
+    else "cpu"``, ONNX Runtime falling back to ``CPUExecutionProvider``, llama.cpp loading no
+    layers on the GPU): 10-100× slower, and nothing about the model or the server is the cause.
+
+    How it decides: ``gpu.unusable`` names one of those states (no threshold: nvidia-smi said it).
+    A GPU lost while others answer is critical for the work on it; every state has impact
+    ``impact``.
+
+    Evidence: gpu.unusable; optionally gpu.count, gpu.devices.
+
+    Fix: a driver that is not loaded: load it (``modprobe nvidia``, install the driver) or, in a
+    container, start it with the NVIDIA runtime (``docker run --gpus all``, the
+    nvidia-container-toolkit; in Kubernetes request ``nvidia.com/gpu``); no device: check
+    ``lspci | grep -i nvidia`` and the container's GPU request; a version mismatch: reboot (or
+    unload and reload the kernel module) after a driver upgrade; a lost GPU: ``dmesg | grep -i xid``
+    (79: fallen off the bus), drain the node, reset or reboot, and report the card if it recurs.
+
+    False positives: nvidia-smi run on a different machine or container than the service (the
+    message is about where it ran); a CPU-only deployment by design.
+    """
+
+    code = "PLC003"
+    name = "gpu-not-usable"
+    category = Category.DEVICE_PLACEMENT
+    requires = ("gpu.unusable",)
+    optional = ("gpu.count", "gpu.devices")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        impact: float = 0.9  # nothing on the GPU can run: as large as a placement fault gets
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        got = ev.get("gpu.unusable")
+        kinds = [k for k in (got.value if isinstance(got, Evidence) and isinstance(got.value, list) else [])
+                 if k in _UNUSABLE]
+        if not kinds:
+            return None
+        detail = got.detail if isinstance(got, Evidence) else ""
+        msg = "; ".join(_UNUSABLE[k] for k in kinds) + (f": {detail}." if detail else ".")
+        msg += (" Whatever was meant to run on this GPU either failed to start or runs on the CPU: no setting of "
+                "the model or the server will make it fast until the GPU is back.")
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEASURED,
+            title="No usable GPU: nvidia-smi cannot reach it",
+            message=msg,
+            impact=t.impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[
+                Fix("Make the GPU reachable", (
+                    "Driver not loaded: install or load it (modprobe nvidia; nvidia-smi on the host must work); in "
+                    "a container: docker run --gpus all with the nvidia-container-toolkit, or request nvidia.com/gpu "
+                    "in the pod spec",
+                    "Driver/library version mismatch: reboot the node (or unload and reload the nvidia kernel "
+                    "modules) after the driver upgrade",
+                    "No devices found: lspci | grep -i nvidia on the host; check NVIDIA_VISIBLE_DEVICES and the "
+                    "container's GPU request",
+                ), Risk.SAFE),
+                Fix("A GPU the driver lost", (
+                    "dmesg | grep -i xid (Xid 79: fallen off the bus; 48/63/64/94/95: memory errors)",
+                    "Drain the node, reset the GPU (nvidia-smi --gpu-reset -i N) or reboot; replace the card if it "
+                    "recurs",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
 class MemoryOutsideListedProcesses(Rule):
     """GPU memory is in use that no listed process holds: processes nvidia-smi cannot see, or a leaked context.
 
@@ -268,4 +353,4 @@ class MemoryOutsideListedProcesses(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (GpuIdleWholeRecording, MemoryOutsideListedProcesses)
+RULES: tuple[type[Rule], ...] = (GpuIdleWholeRecording, GpuNotUsable, MemoryOutsideListedProcesses)

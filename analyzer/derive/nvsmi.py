@@ -47,6 +47,7 @@ from analyzer.derive.nvml import (
 from analyzer.model import Evidence, Quality
 from collectors.nvsmi import TRIGGERS, GpuProcess, GuessedCsvParser, NvsmiParser, Reading, Sink, Snapshot
 from collectors.nvsmi_base import REASON_BITS
+from collectors.nvsmi_table import FAILURES
 
 KIND = "nvidia-smi"
 GIB = float(1 << 30)
@@ -605,7 +606,15 @@ class NvsmiSource:
 
     def evidence(self, source: str) -> list[Evidence]:
         self._p.finish()
-        return evidence_of(self.collected, source, "+".join(self._p.forms()))
+        out = evidence_of(self.collected, source, "+".join(self._p.forms()))
+        failures = self._p.table.failures
+        if failures:
+            meaning = {kind: what for _, kind, what in FAILURES}
+            out.append(Evidence("gpu.unusable", sorted(failures), "list", source, detail="; ".join(
+                f"{meaning[k]} (nvidia-smi: \"{line}\")" for k, line in sorted(failures.items()))))
+            if not self.collected.devices and "gpu_lost" not in failures:
+                out.append(Evidence("gpu.count", 0, "gpus", source, detail="nvidia-smi sees no usable GPU"))
+        return out
 
 
 class NvsmiGuessedCsvSource:

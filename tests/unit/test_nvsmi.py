@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from analyzer import loose, pipeline
 from analyzer.derive.nvsmi import NvsmiGuessedCsvSource, NvsmiSource
+from analyzer.model import EvidenceSet
 from collectors.logtext import clean_lines
 from collectors.nvsmi import NvsmiParser
 from collectors.nvsmi_base import Sink, csv_ts, ctime_ts, dmon_ts, reason_name
@@ -600,3 +601,34 @@ def test_a_table_quoted_in_an_issue_and_a_pandas_csv() -> None:
     ev = {e.key: e.value for e in _read_text(frame).evidence}
     assert ev["gpu.util_samples"] == 2 and ev["gpu.util_max_ratio"] == 0.07
     assert ev["gpu.memory_used_bytes"] == 1000 * MiB
+
+
+@pytest.mark.parametrize(("printed", "kind"), [
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+     "driver is installed and running.", "driver_not_loaded"),
+    ("No devices were found", "no_gpu_visible"),
+    ("Failed to initialize NVML: Driver/library version mismatch", "driver_library_mismatch"),
+    ("NVML library version: 550.54", "driver_library_mismatch"),
+    ("Unable to determine the device handle for GPU0000:65:00.0: Unknown Error", "gpu_lost"),
+])
+def test_what_nvidia_smi_prints_when_no_gpu_is_usable(printed: str, kind: str) -> None:
+    text = f"root@pod:/app# nvidia-smi\n{printed}\n"
+    if kind == "driver_library_mismatch" and "NVML library" in printed:
+        text = "Failed to initialize NVML: Driver/library version mismatch\n" + text
+    d = pipeline.judge(EvidenceSet(_read_text(text).evidence))
+    assert [f.code for f in d.findings] == ["PLC003"] and d.primary is not None
+    assert d.primary.value == "device_placement" and d.findings[0].severity.value == "critical"
+    ev = {e.key: e.value for e in d.evidence}
+    assert ev["gpu.unusable"] == [kind]
+
+
+def test_a_gpu_printed_as_err_is_a_lost_gpu() -> None:
+    table = ("| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |\n"
+             "|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |\n"
+             "| N/A   33C    P0              62W / 400W |  40211MiB / 81920MiB |     97%      Default |\n"
+             "|   1  ERR!                           On  | 00000000:0F:00.0 Off |                 ERR! |\n"
+             "|ERR!  ERR! ERR!            ERR! / ERR!  |   1317MiB / 81920MiB |    ERR!      Default |\n")
+    res = _read_text(table)
+    ev = {e.key: e.value for e in res.evidence}
+    assert ev["gpu.unusable"] == ["gpu_lost"] and ev["gpu.count"] == 2
+    assert "utilization.gpu: ERR!" in ev["gpu.fields_unavailable"]  # type: ignore[operator]
