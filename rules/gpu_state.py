@@ -256,9 +256,9 @@ class MemoryOutsideListedProcesses(Rule):
     apart), unless the OOM message itself measured the memory held outside the failing process
     (``mem.other_processes_bytes``, or its own use with the device's total and free: MEM004 owns
     that). Without one it is an informational note, since the memory may be the service's own
-    processes seen from inside another container; minor when the same document lists processes on
-    other GPUs (nvidia-smi is then not blind to them) and the share reaches ``major_share``: a GPU
-    is occupied by something nobody listed.
+    processes seen from inside another container; minor when the same document does list processes
+    (nvidia-smi then sees its own namespace: what it cannot attribute is someone else's or leaked)
+    and the share reaches ``major_share``.
 
     Evidence: gpu.memory_unlisted_bytes, gpu.memory_total_bytes; optionally
     gpu.memory_unlisted_share_ratio, gpu.memory_used_bytes, gpu.processes, mem.oom_count,
@@ -303,11 +303,9 @@ class MemoryOutsideListedProcesses(Rule):
             return None  # the OOM message measured who held what: MEM004 judges it
         got = ev.get("gpu.memory_unlisted_bytes")
         where = getattr(got, "detail", "")
-        device = where.split(":", 1)[0].split(" (")[0]  # "GPU 0"
         procs = ev.get("gpu.processes")
         rows = procs.value if isinstance(procs, Evidence) and isinstance(procs.value, list) else []
-        listed_elsewhere = sum(1 for p in rows if isinstance(p, dict) and p.get("gpu") is not None
-                               and f"GPU {p.get('gpu')}" != device)
+        listed = sum(1 for p in rows if isinstance(p, dict) and p.get("pid") is not None)
         msg = (f"{_size(unlisted)} ({pct(share)}) of the device is in use but no listed process holds it"
                + (f" ({where})" if where else "") + ".")
         if oom:
@@ -316,10 +314,10 @@ class MemoryOutsideListedProcesses(Rule):
                     "process that exited uncleanly.")
             severity = Severity.MAJOR if share >= t.major_share else Severity.MINOR
             confidence = Confidence.HEURISTIC
-        elif listed_elsewhere:
-            msg += (f" nvidia-smi does list {listed_elsewhere} process(es) on other GPUs, so it is not blind to this "
-                    "machine's processes: the memory is held by processes outside its view (another container) or "
-                    "by a context leaked by a process that died. Nothing failed, but that GPU is not usable.")
+        elif listed:
+            msg += (f" nvidia-smi does list {listed} process(es), so it is not blind: what it cannot attribute is held "
+                    "by processes outside its view (another container's) or by a context a dead process leaked. "
+                    "Nothing failed yet, but that memory is not available to the service.")
             severity = Severity.MINOR if share >= t.major_share else Severity.INFO
             confidence = Confidence.MEASURED
         else:

@@ -317,7 +317,7 @@ def test_apps_are_placed_on_their_gpu_by_bus_id() -> None:
                                     "type": "C"}]
     assert ev["gpu.memory_unlisted_bytes"] == 79104 * MiB and ev["gpu.memory_total_bytes"] == 81559 * MiB
     (f,) = _diagnose("query_csv_apps_bus_id_gpu0_full_nothing_listed.txt").findings
-    assert f.severity.value == "minor" and "1 process(es) on other GPUs" in f.message
+    assert f.severity.value == "minor" and "does list 1 process(es), so it is not blind" in f.message
 
 
 def test_dmon_and_pmon() -> None:
@@ -632,3 +632,18 @@ def test_a_gpu_printed_as_err_is_a_lost_gpu() -> None:
     ev = {e.key: e.value for e in res.evidence}
     assert ev["gpu.unusable"] == ["gpu_lost"] and ev["gpu.count"] == 2
     assert "utilization.gpu: ERR!" in ev["gpu.fields_unavailable"]  # type: ignore[operator]
+
+
+def test_the_q_performance_paste_of_a_power_capped_gpu_is_throttling() -> None:
+    """`nvidia-smi -q -d PERFORMANCE` has no utilisation: the driver's Idle reason off says the GPU works."""
+    text = ("==============NVSMI LOG==============\n\nTimestamp : Mon Aug  5 12:57:09 2024\n"
+            "Driver Version : 545.29.06\n\nAttached GPUs : 1\nGPU 00000000:0B:00.0\n"
+            "    Performance State                     : P2\n    Clocks Event Reasons\n"
+            "        Idle                              : Not Active\n"
+            "        SW Power Cap                      : Active\n"
+            "        HW Slowdown                       : Not Active\n")
+    d = pipeline.judge(EvidenceSet(_read_text(text).evidence))
+    (f,) = d.findings
+    assert f.code == "GPU003" and f.confidence.value == "heuristic" and "not idle" in f.message
+    idle = text.replace("Idle                              : Not Active", "Idle                              : Active")
+    assert not pipeline.judge(EvidenceSet(_read_text(idle).evidence)).findings
