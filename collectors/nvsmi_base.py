@@ -14,6 +14,7 @@ Values are read the way nvidia-smi prints them: ``MiB`` (its ``MB`` is MiB too),
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
 from collections.abc import Callable
@@ -150,6 +151,12 @@ def is_na(text: str) -> bool:
 
 def number(text: str) -> float | None:
     """The leading number of a cell (``87 %``, ``29W``, ``1410 MHz``), None for N/A and the like."""
+    try:  # most cells of a long recording are bare numbers: the fast path
+        v = float(text)
+    except ValueError:
+        pass
+    else:
+        return v if math.isfinite(v) else None
     if is_na(text):
         return None
     m = _NUM.match(text)
