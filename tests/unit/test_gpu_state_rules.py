@@ -117,3 +117,14 @@ def test_the_oom_and_the_table_in_one_paste() -> None:
     assert "oom" in kinds and "nvidia-smi" in kinds
     ev = {e.key: e.value for e in res.evidence}
     assert ev["mem.oom_count"] == 1 and ev["gpu.processes"] == [] and ev["gpu.memory_unlisted_bytes"] == 18342 * MiB
+
+
+def test_an_nvml_window_gives_the_same_keys_and_a_few_seconds_are_not_a_run() -> None:
+    from analyzer.derive.nvml import derive
+    from collectors.nvml import read_samples
+
+    samples = read_samples(os.path.join(DATA, "nvml", "idle_no_load_h100.jsonl"))
+    ev = EvidenceSet([*derive(samples, ()), Evidence("conn.inflight_mean", 6.0, "requests", "psutil")])
+    assert ev.value("gpu.util_max_ratio") == 0.0 and ev.value("gpu.util_samples") == 60
+    assert abs((ev.value("gpu.sampled_span_s") or 0.0) - 5.9) < 0.01
+    assert _plc(ev) is None  # a 6 s attach window at 0 % is GPU001's (starved) to judge, not a whole run
