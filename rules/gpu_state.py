@@ -275,7 +275,7 @@ class MemoryOutsideListedProcesses(Rule):
     own reservation on old drivers that count it as used (hundreds of MiB, under ``min_bytes``).
     """
 
-    code = "MEM007"
+    code = "MEM010"
     name = "gpu-memory-outside-listed-processes"
     category = Category.OOM_EXTERNAL
     requires = ("gpu.memory_unlisted_bytes", "gpu.memory_total_bytes")

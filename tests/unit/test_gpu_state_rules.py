@@ -1,4 +1,4 @@
-"""PLC002 (GPU idle for a whole recording) and MEM007 (memory outside the listed processes): each branch of the
+"""PLC002 (GPU idle for a whole recording) and MEM010 (memory outside the listed processes): each branch of the
 decision, on evidence as the nvidia-smi reader gives it, and together with a service's own evidence."""
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ REAL: dict[str, tuple[str, str, list[str]]] = {
     "a10g_idle_link_x8_of_x16_xml_v11.xml": ("ok", "healthy", ["GPU004"]),
     # RTX 3080 busy (65 %, P2, 15 GB/s host->device on gen4 x16, no throttling) with 9.0 of 10 GiB used and no
     # process listed: telegraf runs nvidia-smi in its own container, which sees no other PID namespace -> note
-    "rtx3080_busy_memory_with_no_process_listed_xml_v13.xml": ("ok", "healthy", ["MEM007"]),
+    "rtx3080_busy_memory_with_no_process_listed_xml_v13.xml": ("ok", "healthy", ["MEM010"]),
     # Tesla T4 idle with a python process holding 1005 MiB (a loaded model waiting, or a leftover) on a link at
     # x8 of x16 (gen3 is its maximum): nothing failed and no traffic -> the link note only
     "t4_idle_python_holds_1gib_link_x8_xml_v11.xml": ("ok", "healthy", ["GPU004"]),
@@ -174,7 +174,7 @@ def test_rtx3080_memory_held_with_no_process_listed_is_a_note() -> None:
     assert _num(ev, "pcie.rx_bytes_per_s") == 14742333 * 1024  # NVML's KB is KiB
     assert ev["gpu.util_ratio"] == 0.65 and ev["gpu.power_w"] == 142.33 and ev["gpu.sm_clock_mhz"] == 1950.0
     (f,) = _diagnose("rtx3080_busy_memory_with_no_process_listed_xml_v13.xml").findings
-    assert f.code == "MEM007" and f.severity.value == "info" and "9.0 GiB (90 %)" in f.message
+    assert f.code == "MEM010" and f.severity.value == "info" and "9.0 GiB (90 %)" in f.message
 
 
 def test_t4_processes_and_link() -> None:
@@ -214,7 +214,7 @@ FORMS: dict[str, tuple[str, str, list[str]]] = {
     "table_mig_a100_two_instances_util_na_470.txt": ("partial", "healthy", ["HLT003"]),
     # `CUDA error: out of memory` while loading, then nvidia-smi in the pod: 17.9 of 22.5 GiB in use and no
     # process listed: the memory the load needed is held by processes outside this container -> oom_external
-    "table_oom_cuda_error_memory_held_no_process_listed_container.txt": ("ok", "bottleneck", ["MEM006", "MEM007"]),
+    "table_oom_cuda_error_memory_held_no_process_listed_container.txt": ("ok", "bottleneck", ["MEM006", "MEM010"]),
     # watch nvidia-smi, three snapshots in 4 s at 34-41 %: a time series too short to judge
     "table_watch_l4_three_snapshots_model_loaded_idle.txt": ("ok", "undetermined", []),
     # --query-gpu with header and units, 4 GPUs interleaved: GPU 3 in thermal slowdown (87-88 °C, 1005-1035 MHz
@@ -226,7 +226,7 @@ FORMS: dict[str, tuple[str, str, list[str]]] = {
     "query_csv_command_noheader_nounits_a40_power_capped.txt": ("ok", "bottleneck", ["GPU002", "GPU003"]),
     # --query-gpu + --query-compute-apps by bus id: GPU 0 holds 77 GiB with no process on it while GPU 1's python
     # is listed: something nobody lists occupies a whole H100
-    "query_csv_apps_bus_id_gpu0_full_nothing_listed.txt": ("ok", "bottleneck", ["MEM007"]),
+    "query_csv_apps_bus_id_gpu0_full_nothing_listed.txt": ("ok", "bottleneck", ["MEM010"]),
     # dmon -s pucvmet -o DT: an L40S 97-99 % busy with the power policy holding it 91 % of the time
     "dmon_pucvmet_dt_l40s_power_violation.txt": ("ok", "bottleneck", ["GPU002", "GPU003"]),
     # pmon -s um -o DT: a python process holds 2.1 GiB for 6.5 min and never runs a kernel -> device_placement
@@ -337,7 +337,7 @@ def test_an_oom_with_memory_held_outside_the_container_is_oom_external_not_weigh
     d = _diagnose("table_oom_cuda_error_memory_held_no_process_listed_container.txt")
     assert d.primary is not None and d.primary.value == "oom_external"
     assert "MEM001" not in [f.code for f in d.findings]  # a load-time OOM with 80 % held elsewhere is not the weights
-    mem7 = next(f for f in d.findings if f.code == "MEM007")
+    mem7 = next(f for f in d.findings if f.code == "MEM010")
     assert mem7.severity.value == "major" and mem7.confidence.value == "heuristic"
 
 
