@@ -214,7 +214,7 @@ FORMS: dict[str, tuple[str, str, list[str]]] = {
     "table_mig_a100_two_instances_util_na_470.txt": ("partial", "healthy", ["HLT003"]),
     # `CUDA error: out of memory` while loading, then nvidia-smi in the pod: 17.9 of 22.5 GiB in use and no
     # process listed: the memory the load needed is held by processes outside this container -> oom_external
-    "table_oom_cuda_error_memory_held_no_process_listed_container.txt": ("ok", "bottleneck", ["MEM006", "MEM010"]),
+    "table_oom_cuda_error_memory_held_no_process_listed_container.txt": ("ok", "bottleneck", ["MEM010"]),
     # watch nvidia-smi, three snapshots in 4 s at 34-41 %: a time series too short to judge
     "table_watch_l4_three_snapshots_model_loaded_idle.txt": ("ok", "undetermined", []),
     # --query-gpu with header and units, 4 GPUs interleaved: GPU 3 in thermal slowdown (87-88 °C, 1005-1035 MHz
