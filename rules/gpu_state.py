@@ -55,7 +55,7 @@ class GpuIdleWholeRecording(Rule):
     expected: no finding. With load measured (requests in flight, requests served) the finding is
     critical; without, major: the recording alone cannot say that the workload ran during it.
 
-    Evidence: gpu.util_ratio, gpu.util_max_ratio, gpu.util_samples; optionally gpu.sampled_span_s,
+    Evidence: gpu.util_samples, gpu.util_ratio, gpu.util_max_ratio; optionally gpu.sampled_span_s,
     gpu.util_p90_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, gpu.count, gpu.processes,
     conn.inflight_mean, serving.running_mean, requests.count.
 
@@ -73,7 +73,7 @@ class GpuIdleWholeRecording(Rule):
     code = "PLC002"
     name = "gpu-idle-whole-recording"
     category = Category.DEVICE_PLACEMENT
-    requires = ("gpu.util_ratio", "gpu.util_max_ratio", "gpu.util_samples")
+    requires = ("gpu.util_samples", "gpu.util_ratio", "gpu.util_max_ratio")  # a recording is what is missing, say so
     optional = (
         "gpu.sampled_span_s", "gpu.util_p90_ratio", "gpu.memory_used_bytes", "gpu.memory_total_bytes", "gpu.count",
         "gpu.processes", "conn.inflight_mean", "serving.running_mean", "requests.count",
