@@ -70,7 +70,9 @@ class TextSource(Protocol):
     before and after (a traceback above an OOM message, the rows under a table's title). Empty: the
     source reads the head only. A trigger list must cover every line ``feed`` acts on, except in a
     source marked ``free_text = True``: it reads tables and prose in the head and, past it, only the
-    machine format its triggers name (a stage-timing JSONL log).
+    machine format its triggers name (a stage-timing JSONL log). ``triggers`` is read once the head
+    has been fed, so a source may ask for more then: the nvidia-smi sources ask for every line (a
+    newline) when the head ends inside a series whose rows carry no literal (tests/unit/test_nvsmi.py).
     """
 
     kind: str

@@ -463,7 +463,9 @@ class GpuThrottling(Rule):
 
     How it decides: ``gpu.throttle_ratio`` (readings with a power-cap, thermal or hardware reason;
     GpuIdle, ApplicationsClocksSetting and SyncBoost do not count) ≥ ``min_ratio``, the GPU busy
-    (``gpu.util_ratio`` ≥ ``min_util``: clocks of an idle GPU cost nothing) and, when known, the SM
+    (``gpu.util_ratio`` ≥ ``min_util``: clocks of an idle GPU cost nothing; with no utilisation
+    measured, as in ``nvidia-smi -q -d PERFORMANCE``, the reasons themselves must show the GPU not
+    idle, GpuIdle off, and the confidence is heuristic) and, when known, the SM
     clock at least ``min_clock_deficit`` below its maximum. Thermal or hardware reasons in ≥
     ``min_ratio`` of readings: major (critical when the clock deficit reaches ``critical_deficit``
     for at least half the window). The power cap alone: major when the enforced limit is below
@@ -471,7 +473,7 @@ class GpuThrottling(Rule):
     trade clock for power). Impact is the throttled share × the clock deficit: the share of
     compute time lost.
 
-    Evidence: gpu.throttle_ratio, gpu.util_ratio; optionally gpu.throttle_reasons,
+    Evidence: gpu.throttle_ratio and gpu.util_ratio or gpu.throttle_reasons; optionally
     gpu.thermal_throttle_ratio, gpu.hw_slowdown_ratio, gpu.power_cap_ratio, gpu.sm_clock_mhz,
     gpu.sm_clock_max_mhz, gpu.power_w, gpu.power_limit_w, gpu.power_default_limit_w, gpu.temp_c,
     gpu.temp_slowdown_c, gpu.thermal_violation_ratio, gpu.power_violation_ratio.
@@ -489,9 +491,11 @@ class GpuThrottling(Rule):
     code = "GPU003"
     name = "gpu-throttling"
     category = Category.GPU_COMPUTE
-    requires = ("gpu.throttle_ratio", "gpu.util_ratio")
+    requires = ("gpu.throttle_ratio",)
+    requires_any = (("gpu.util_ratio",), ("gpu.throttle_reasons",))
     optional = (
-        "gpu.throttle_reasons", "gpu.thermal_throttle_ratio", "gpu.hw_slowdown_ratio", "gpu.power_cap_ratio",
+        "gpu.util_ratio", "gpu.throttle_reasons", "gpu.thermal_throttle_ratio", "gpu.hw_slowdown_ratio",
+        "gpu.power_cap_ratio",
         "gpu.sm_clock_mhz", "gpu.sm_clock_max_mhz", "gpu.power_w", "gpu.power_limit_w", "gpu.power_default_limit_w",
         "gpu.temp_c", "gpu.temp_slowdown_c", "gpu.thermal_violation_ratio", "gpu.power_violation_ratio",
     )
@@ -506,9 +510,15 @@ class GpuThrottling(Rule):
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         ratio = ev.value("gpu.throttle_ratio", 0.0) or 0.0
-        util = ev.value("gpu.util_ratio", 0.0) or 0.0
+        measured = ev.value("gpu.util_ratio")
+        if measured is None:  # no utilisation (nvidia-smi -q -d PERFORMANCE): the driver's own Idle reason
+            reasons = ev.get("gpu.throttle_reasons")
+            if not isinstance(reasons, Evidence) or not isinstance(reasons.value, list) or "GpuIdle" in reasons.value:
+                return None
+        util = measured if measured is not None else 1.0
         if ratio < t.min_ratio or util < t.min_util:
             return None
+        busy = f"{pct(util)} busy" if measured is not None else "not idle (the driver's Idle reason was off)"
         clock, clock_max = ev.value("gpu.sm_clock_mhz"), ev.value("gpu.sm_clock_max_mhz")
         deficit = (1.0 - clock / clock_max) if clock is not None and clock_max else None
         if deficit is not None and deficit < t.min_clock_deficit:
@@ -529,7 +539,7 @@ class GpuThrottling(Rule):
                         and max(thermal, hw) >= 0.5 else Severity.MAJOR)
             title = "The GPU throttles: thermal slowdown" if heat else "The GPU throttles: hardware slowdown"
             parts.append(f"{'Thermal' if heat else 'Hardware'} slowdown held the clocks down in "
-                         f"{pct(max(thermal, hw))} of readings while the GPU was {pct(util)} busy; {clocks}.")
+                         f"{pct(max(thermal, hw))} of readings while the GPU was {busy}; {clocks}.")
             if temp is not None:
                 parts.append(f"It reached {temp:.0f} °C" + (f" (slowdown at {slowdown:.0f} °C)." if slowdown else "."))
             fixes.append(Fix("Fix the cooling or power delivery",
@@ -543,7 +553,7 @@ class GpuThrottling(Rule):
             severity = Severity.MAJOR if lowered else Severity.MINOR
             title = "The GPU is held at its power limit"
             parts.append(f"The software power cap held the clocks down in {pct(power)} of readings while the GPU "
-                         f"was {pct(util)} busy; {clocks}.")
+                         f"was {busy}; {clocks}.")
         if limit is not None:
             draw = ev.value("gpu.power_w")
             parts.append((f"Drawing {draw:.0f} W " if draw is not None else "")
@@ -564,7 +574,7 @@ class GpuThrottling(Rule):
             why += f"\nclock     |{bar(1 - deficit)}| {pct(1 - deficit)} of max"
         return self.finding(
             severity=severity,
-            confidence=Confidence.MEASURED,
+            confidence=Confidence.MEASURED if measured is not None else Confidence.HEURISTIC,
             title=title,
             message=" ".join(parts),
             impact=impact,

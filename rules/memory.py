@@ -172,7 +172,8 @@ class OomWeights(Rule):
     How it decides: the OOM phase is ``loading``, or the weights per device are at least
     ``weights_share`` of the device (``mem.weights_bytes`` as the engine reported it, else
     ``mem.weights_estimate_bytes`` from a parameter count in the model name). A loading-phase OOM
-    is not claimed when another process holds at least ``external_share`` of the device (MEM004),
+    is not claimed when another process holds at least ``external_share`` of the device (MEM004, or
+    nvidia-smi's memory outside the listed processes, ``gpu.memory_unlisted_share_ratio``: MEM010),
     when the allocator holds a large reserved-but-unallocated pool the request would have fit in
     (MEM003), or when the weights are known to be under ``fits_share`` of the device.
 
@@ -194,6 +195,7 @@ class OomWeights(Rule):
     optional = (
         *_MEM_KEYS, "mem.weights_bytes", "mem.weights_estimate_bytes", "model.params", "mem.tensor_parallel",
         "mem.pipeline_parallel", "gpu.count", "gpu.count_stated", "gpu.spec_memory_bytes",
+        "gpu.memory_unlisted_share_ratio",
     )
 
     @dataclass(frozen=True)
@@ -220,6 +222,8 @@ class OomWeights(Rule):
                 return None
             if is_external(m, t.external_share, t.external_rough_share):
                 return None
+            if (ev.value("gpu.memory_unlisted_share_ratio", 0.0) or 0.0) >= t.external_share:
+                return None  # nvidia-smi shows that much in use by no listed process: MEM010 (oom_external)
             if is_fragmented(m, t.frag_share_total, t.frag_share_reserved, t.frag_min_bytes):
                 return None
         phase_ev = ev.get("mem.oom_phase")

@@ -11,6 +11,7 @@ from rules import compile as _compile
 from rules import cpu as _cpu
 from rules import gpu as _gpu
 from rules import gpu_kineto as _gpu_kineto
+from rules import gpu_state as _gpu_state
 from rules import gpu_trace as _gpu_trace
 from rules import healthy as _healthy
 from rules import memory as _memory
@@ -37,6 +38,7 @@ RULES: tuple[type[Rule], ...] = (
     *_cold_start.RULES,
     *_transfer.RULES,
     *_gpu.RULES,
+    *_gpu_state.RULES,
     *_gpu_trace.RULES,
     *_gpu_kineto.RULES,
     *_healthy.RULES,

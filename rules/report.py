@@ -927,7 +927,7 @@ class ExternalMemoryReported(ReportRule):
     optional = ()
     title_concepts = ("held_elsewhere",)
     headline = "GPU memory is held outside the failing process"
-    measured_by = ("mem.other_processes_bytes",)
+    measured_by = ("mem.other_processes_bytes", "gpu.memory_unlisted_bytes")  # nvidia-smi's process list: MEM010
 
     @dataclass(frozen=True)
     class Thresholds:

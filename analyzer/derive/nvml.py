@@ -227,7 +227,11 @@ def derive(
            "copies alone do not count)")
         ev("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
         ev("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
+        ev("gpu.util_max_ratio", max(util), "ratio", "the busiest single reading")
         ev("gpu.util_samples", len(util), "samples")
+        times = [float(s.get("ts", 0.0)) for s in samples]
+        if times[-1] > times[0]:
+            ev("gpu.sampled_span_s", times[-1] - times[0], "s", "from the first sample to the last")
     mem_util = [v / 100.0 for d in readings if (v := _num(d.get("util_mem_pct"))) is not None]
     if mem_util:
         ev("gpu.mem_util_ratio", sum(mem_util) / len(mem_util), "ratio",

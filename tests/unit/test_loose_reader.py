@@ -21,6 +21,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 TEXT_FIXTURES = sorted(
     p for d in ("logs", "compile_logs", "oom", "metrics", "nvsmi", "timing", "bench", "nsys_stats")
     for p in (DATA / d).iterdir() if p.suffix in (".txt", ".md", ".jsonl")
+    or (d == "nvsmi" and p.suffix in (".xml", ".csv", ".log"))  # real nvidia-smi captures keep their names
 )
 
 

@@ -413,6 +413,8 @@ def test_real_logs_attached_to_a_session_diagnose_identically_after_packing(tmp_
     for kind in ("logs", "oom", "timing", "bench", "compile_logs", "nvsmi", "metrics"):
         for src in sorted((Path(DATA) / kind).iterdir()):
             if src.is_file() and src.suffix != ".md":
+                if b"\x00" in src.read_bytes()[:8192]:
+                    continue  # a real log with a NUL-filled hole: pack leaves binary-looking files out, named
                 shutil.copyfile(src, folder / f"log-{n}-{src.name}")
                 _add_capture(folder, "log", f"log-{n}-{src.name}")
                 n += 1

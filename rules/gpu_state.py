@@ -1,0 +1,354 @@
+"""What a GPU's state over a recording says: idle from the first reading to the last, not usable at
+all, or memory in use that no listed process holds.
+
+These rules read the device-level keys every GPU source gives (``nvidia-smi`` in any form, NVML,
+DCGM): ``gpu.util_*`` over the readings and ``gpu.memory_unlisted_*`` from documents that list the
+processes holding memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from rules.base import Rule, bar, pct, present
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+
+def _size(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+class GpuIdleWholeRecording(Rule):
+    """The GPU ran no kernel for a whole recorded run: the work is not on this GPU.
+
+    What it detects: a recording of GPU utilisation over a run (``nvidia-smi --query-gpu … -l``,
+    ``nvidia-smi -l``, ``dmon``, a DCGM or NVML series) in which every reading of every GPU stays at
+    about 0 %, from the first to the last. Unlike PLC001, which reads what a report says, this is
+    measured: many readings over minutes.
+
+    Why it matters: a model that was meant to run on the GPU and runs on the CPU instead is 10-100×
+    slower, and nothing else is worth tuning until it moves. The usual causes are a CPU-only build
+    (a torch wheel without CUDA, ``onnxruntime`` instead of ``onnxruntime-gpu``, llama.cpp built
+    without CUDA or with no layers offloaded), a device never set (``.to("cuda")`` missing, a
+    pipeline left on ``device=-1``), or the recording watching another GPU than the one the work
+    was given (``CUDA_VISIBLE_DEVICES``, the index order).
+
+    How it decides: at least ``min_samples`` readings per GPU (``gpu.util_samples``) over at least
+    ``min_span_s`` seconds (``gpu.sampled_span_s``; without times the span is unknown and the
+    confidence heuristic), mean utilisation ≤ ``max_mean`` and no single reading above
+    ``max_peak`` (``gpu.util_max_ratio``). The memory held says which case it is: under
+    ``no_model_bytes`` on the fullest GPU (``gpu.memory_used_bytes``), no process ever put a model
+    on it; more, and a model is resident but no kernel ran (requests went elsewhere, or none
+    reached it). When the same evidence shows the service had nothing to do
+    (``conn.inflight_mean`` or ``serving.running_mean`` below ``idle_load``), an idle GPU is
+    expected: no finding. With load measured (requests in flight, requests served) the finding is
+    critical; without, major: the recording alone cannot say that the workload ran during it.
+
+    Evidence: gpu.util_samples, gpu.util_ratio, gpu.util_max_ratio; optionally gpu.sampled_span_s,
+    gpu.util_p90_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, gpu.count, gpu.processes,
+    conn.inflight_mean, serving.running_mean, requests.count.
+
+    Fix: put the work on the GPU: a CUDA build of the framework (``torch.cuda.is_available()``
+    must be True; ``onnxruntime-gpu`` with ``CUDAExecutionProvider`` first; llama.cpp with
+    ``-DGGML_CUDA=ON`` and ``-ngl 999``), the model and its inputs moved to ``cuda``; check that the
+    recording watches the GPU the process uses (``CUDA_VISIBLE_DEVICES``,
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
+
+    False positives: a recording taken while the service was idle (no requests in the window:
+    record while it serves, or give its load with it); a workload that does not use the GPU by
+    design; a GPU used only by a compositor (a few %).
+    """
+
+    code = "PLC002"
+    name = "gpu-idle-whole-recording"
+    category = Category.DEVICE_PLACEMENT
+    requires = ("gpu.util_samples", "gpu.util_ratio", "gpu.util_max_ratio")  # a recording is what is missing, say so
+    optional = (
+        "gpu.sampled_span_s", "gpu.util_p90_ratio", "gpu.memory_used_bytes", "gpu.memory_total_bytes", "gpu.count",
+        "gpu.processes", "conn.inflight_mean", "serving.running_mean", "requests.count",
+    )
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        max_mean: float = 0.02  # a GPU busy ≤ 2 % of the time did no meaningful part of the work
+        max_peak: float = 0.10  # one reading at ≥ 10 % is real GPU work: the workload (or part of it) runs there
+        min_samples: float = 30  # thirty readings per GPU: idle instants between batches cannot fill them all
+        min_span_s: float = 60.0  # a minute covers more than one request or batch of a running workload
+        no_model_bytes: float = 512 * MIB  # less on every GPU is at most a bare CUDA context: no model was loaded
+        idle_load: float = 0.1  # under 0.1 requests in flight or running on average: the service had no work
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        mean = ev.value("gpu.util_ratio", 1.0) or 0.0
+        peak = ev.value("gpu.util_max_ratio", 1.0) or 0.0
+        samples = ev.value("gpu.util_samples", 0.0) or 0.0
+        if mean > t.max_mean or peak > t.max_peak or samples < t.min_samples:
+            return None
+        span = ev.value("gpu.sampled_span_s")
+        if span is not None and span < t.min_span_s:
+            return None
+        inflight, running = ev.value("conn.inflight_mean"), ev.value("serving.running_mean")
+        measured_load = [v for v in (inflight, running) if v is not None]
+        if measured_load and max(measured_load) < t.idle_load:
+            return None  # the service had nothing to do: an idle GPU is expected
+        requests = ev.value("requests.count")
+        loaded = bool(measured_load) or (requests is not None and requests > 0)
+        used = ev.value("gpu.memory_used_bytes")
+        count = ev.value("gpu.count")
+        gpus = f"{count:.0f} GPUs" if count and count > 1 else "the GPU"
+        over = f" over {_span(span)}" if span is not None else ""
+        msg = (f"{gpus[0].upper()}{gpus[1:]} ran no kernel worth counting for the whole recording: "
+               f"{samples:.0f} readings per GPU{over}, {pct(mean)} busy on average and never above {pct(peak)}.")
+        if used is not None and used < t.no_model_bytes:
+            msg += (f" At most {_size(used)} was ever allocated: no process put a model on it, so the workload ran "
+                    "on the CPU or on another device.")
+        elif used is not None:
+            msg += (f" {_size(used)} is held (a model is loaded), yet no kernel ran: the process holding it did no GPU "
+                    "work while it was recorded, so requests were served elsewhere (the CPU, another GPU) or none "
+                    "reached it.")
+        if loaded:
+            what = (f"{max(measured_load):.1f} requests in flight on average" if measured_load
+                    else f"{requests:.0f} requests served")
+            msg += f" Meanwhile the service had {what}: the work is not on " + (
+                "these GPUs." if count and count > 1 else "this GPU.")
+        else:
+            msg += (" If the workload ran during this recording, it did not run on "
+                    + ("these GPUs." if count and count > 1 else "this GPU."))
+        return self.finding(
+            severity=Severity.CRITICAL if loaded else Severity.MAJOR,
+            confidence=Confidence.MEASURED if span is not None else Confidence.HEURISTIC,
+            title="The GPU sat idle for the whole run: the work is not on it",
+            message=msg,
+            impact=(1.0 - mean) if loaded else 0.7 * (1.0 - mean),
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"GPU busy |{bar(mean)}| {pct(mean)} (peak {pct(peak)})\nGPU idle |{bar(1 - mean)}| {pct(1 - mean)}",
+            fixes=[
+                Fix("Put the model on the GPU", (
+                    "PyTorch: a CUDA wheel (torch.cuda.is_available() must print True) and model.to('cuda') with "
+                    "the inputs moved too; transformers pipelines: device=0 or device_map='auto'",
+                    "ONNX Runtime: onnxruntime-gpu with providers=['CUDAExecutionProvider', 'CPUExecutionProvider'] "
+                    "(session.get_providers() must list CUDA first)",
+                    "llama.cpp / llama-cpp-python / ollama: a CUDA build (-DGGML_CUDA=ON) and every layer offloaded "
+                    "(-ngl 999, n_gpu_layers=-1); the load log must say 'offloaded N/N layers to GPU'",
+                ), Risk.SAFE),
+                Fix("Make sure the recording watches the GPU the work was given", (
+                    "Compare CUDA_VISIBLE_DEVICES and torch.cuda.current_device() with the nvidia-smi index; set "
+                    "CUDA_DEVICE_ORDER=PCI_BUS_ID so both count GPUs the same way",
+                    "Record while the service serves requests (nvidia-smi --query-gpu=timestamp,index,"
+                    "utilization.gpu,memory.used --format=csv -l 1) and keep its request log with it",
+                ), Risk.SAFE),
+            ],
+        )
+
+
+_UNUSABLE = {
+    "driver_not_loaded": "nvidia-smi cannot talk to the NVIDIA driver",
+    "no_gpu_visible": "nvidia-smi finds no GPU",
+    "driver_library_mismatch": "the NVIDIA library and kernel driver versions differ",
+    "gpu_lost": "the driver has lost a GPU",
+}
+
+
+class GpuNotUsable(Rule):
+    """nvidia-smi itself says no GPU can be used here: the work cannot be on the GPU.
+
+    What it detects: what nvidia-smi prints instead of its table when the GPU is out of reach:
+    ``NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver``, ``No devices
+    were found``, ``Failed to initialize NVML: Driver/library version mismatch``, and for a GPU the
+    driver lost, ``Unable to determine the device handle for GPU…: Unknown Error`` or ``ERR!`` in its
+    row.
+
+    Why it matters: CUDA sees what nvidia-smi sees. A framework then either fails to start or, worse,
+    runs the model on the CPU without a word (PyTorch ``device="cuda" if torch.cuda.is_available()
+    else "cpu"``, ONNX Runtime falling back to ``CPUExecutionProvider``, llama.cpp loading no
+    layers on the GPU): 10-100× slower, and nothing about the model or the server is the cause.
+
+    How it decides: ``gpu.unusable`` names one of those states (no threshold: nvidia-smi said it).
+    A GPU lost while others answer is critical for the work on it; every state has impact
+    ``impact``.
+
+    Evidence: gpu.unusable; optionally gpu.count, gpu.devices.
+
+    Fix: a driver that is not loaded: load it (``modprobe nvidia``, install the driver) or, in a
+    container, start it with the NVIDIA runtime (``docker run --gpus all``, the
+    nvidia-container-toolkit; in Kubernetes request ``nvidia.com/gpu``); no device: check
+    ``lspci | grep -i nvidia`` and the container's GPU request; a version mismatch: reboot (or
+    unload and reload the kernel module) after a driver upgrade; a lost GPU: ``dmesg | grep -i xid``
+    (79: fallen off the bus), drain the node, reset or reboot, and report the card if it recurs.
+
+    False positives: nvidia-smi run on a different machine or container than the service (the
+    message is about where it ran); a CPU-only deployment by design.
+    """
+
+    code = "PLC003"
+    name = "gpu-not-usable"
+    category = Category.DEVICE_PLACEMENT
+    requires = ("gpu.unusable",)
+    optional = ("gpu.count", "gpu.devices")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        impact: float = 0.9  # nothing on the GPU can run: as large as a placement fault gets
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        got = ev.get("gpu.unusable")
+        kinds = [k for k in (got.value if isinstance(got, Evidence) and isinstance(got.value, list) else [])
+                 if k in _UNUSABLE]
+        if not kinds:
+            return None
+        detail = got.detail if isinstance(got, Evidence) else ""
+        msg = "; ".join(_UNUSABLE[k] for k in kinds) + (f": {detail}." if detail else ".")
+        msg += (" Whatever was meant to run on this GPU either failed to start or runs on the CPU: no setting of "
+                "the model or the server will make it fast until the GPU is back.")
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEASURED,
+            title="No usable GPU: nvidia-smi cannot reach it",
+            message=msg,
+            impact=t.impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[
+                Fix("Make the GPU reachable", (
+                    "Driver not loaded: install or load it (modprobe nvidia; nvidia-smi on the host must work); in "
+                    "a container: docker run --gpus all with the nvidia-container-toolkit, or request nvidia.com/gpu "
+                    "in the pod spec",
+                    "Driver/library version mismatch: reboot the node (or unload and reload the nvidia kernel "
+                    "modules) after the driver upgrade",
+                    "No devices found: lspci | grep -i nvidia on the host; check NVIDIA_VISIBLE_DEVICES and the "
+                    "container's GPU request",
+                ), Risk.SAFE),
+                Fix("A GPU the driver lost", (
+                    "dmesg | grep -i xid (Xid 79: fallen off the bus; 48/63/64/94/95: memory errors)",
+                    "Drain the node, reset the GPU (nvidia-smi --gpu-reset -i N) or reboot; replace the card if it "
+                    "recurs",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+class MemoryOutsideListedProcesses(Rule):
+    """GPU memory is in use that no listed process holds: processes nvidia-smi cannot see, or a leaked context.
+
+    What it detects: a document that lists the processes holding GPU memory (the table's processes
+    section, ``nvidia-smi -q`` / ``-q -x``, ``--query-compute-apps`` with ``--query-gpu``) shows a
+    device using much more memory than its listed processes hold together, or none listed at all.
+
+    Why it matters: that memory is not available to the service. nvidia-smi inside a container
+    lists only the processes of its own PID namespace, so memory held by another container (another
+    pod on a shared GPU) shows as used with no owner; a process that died without releasing its
+    context (a zombie, a defunct worker) leaves memory held by nobody listed. Before an
+    out-of-memory error it is the first thing to rule out; with one it is a likely cause.
+
+    How it decides: ``gpu.memory_unlisted_bytes`` (used − what the listed processes hold, on the
+    device where that share is largest) is at least ``min_bytes`` and ``min_share`` of the device.
+    With an out-of-memory error (``mem.oom_count`` ≥ 1) it is an ``oom_external`` cause (major at
+    ``major_share`` or more, else minor; heuristic: the snapshot and the error may be minutes
+    apart), unless the OOM message itself measured the memory held outside the failing process
+    (``mem.other_processes_bytes``, or its own use with the device's total and free: MEM004 owns
+    that). Without one it is an informational note, since the memory may be the service's own
+    processes seen from inside another container; minor when the same document does list processes
+    (nvidia-smi then sees its own namespace: what it cannot attribute is someone else's or leaked)
+    and the share reaches ``major_share``.
+
+    Evidence: gpu.memory_unlisted_bytes, gpu.memory_total_bytes; optionally
+    gpu.memory_unlisted_share_ratio, gpu.memory_used_bytes, gpu.processes, mem.oom_count,
+    mem.other_processes_bytes, mem.process_used_bytes, mem.device_total_bytes, mem.device_free_bytes.
+
+    Fix: look from where every process is visible: ``nvidia-smi`` on the host (or
+    ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`` there),
+    ``fuser -v /dev/nvidia*``; in Kubernetes, the pods scheduled on the node's GPU (time-slicing or
+    MPS share it); stop zombies (``ps -eo pid,stat,cmd | grep -w Z``) and, when nothing at all holds
+    the memory any more, reset the GPU (``nvidia-smi --gpu-reset -i N``, with no process on it).
+
+    False positives: nvidia-smi run in the service's own container without ``--pid=host``: the
+    unlisted memory may be the service itself (hence informational without an OOM); the driver's
+    own reservation on old drivers that count it as used (hundreds of MiB, under ``min_bytes``).
+    """
+
+    code = "MEM010"
+    name = "gpu-memory-outside-listed-processes"
+    category = Category.OOM_EXTERNAL
+    requires = ("gpu.memory_unlisted_bytes", "gpu.memory_total_bytes")
+    optional = ("gpu.memory_unlisted_share_ratio", "gpu.memory_used_bytes", "gpu.processes", "mem.oom_count",
+                "mem.other_processes_bytes", "mem.process_used_bytes", "mem.device_total_bytes",
+                "mem.device_free_bytes")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_bytes: float = GIB  # a hidden process's bare CUDA context is 0.3-0.5 GiB: a GiB is more than that
+        min_share: float = 0.05  # a twentieth of the device: enough to change what fits
+        major_share: float = 0.25  # MEM004's bar: a quarter of the device held elsewhere tips an OOM
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        unlisted = ev.value("gpu.memory_unlisted_bytes", 0.0) or 0.0
+        total = ev.value("gpu.memory_total_bytes", 0.0) or 0.0
+        share = ev.value("gpu.memory_unlisted_share_ratio")
+        if share is None:
+            share = unlisted / total if total else 0.0
+        if unlisted < t.min_bytes or share < t.min_share:
+            return None
+        oom = (ev.value("mem.oom_count", 0.0) or 0.0) >= 1
+        if oom and ("mem.other_processes_bytes" in ev or all(
+                k in ev for k in ("mem.process_used_bytes", "mem.device_total_bytes", "mem.device_free_bytes"))):
+            return None  # the OOM message measured who held what: MEM004 judges it
+        got = ev.get("gpu.memory_unlisted_bytes")
+        where = getattr(got, "detail", "")
+        procs = ev.get("gpu.processes")
+        rows = procs.value if isinstance(procs, Evidence) and isinstance(procs.value, list) else []
+        listed = sum(1 for p in rows if isinstance(p, dict) and p.get("pid") is not None)
+        msg = (f"{_size(unlisted)} ({pct(share)}) of the device is in use but no listed process holds it"
+               + (f" ({where})" if where else "") + ".")
+        if oom:
+            msg += (" With the out-of-memory error, this is memory the failing service could not get: processes "
+                    "in another container (nvidia-smi lists only its own PID namespace) or a context leaked by a "
+                    "process that exited uncleanly.")
+            severity = Severity.MAJOR if share >= t.major_share else Severity.MINOR
+            confidence = Confidence.HEURISTIC
+        elif listed:
+            msg += (f" nvidia-smi does list {listed} process(es), so it is not blind: what it cannot attribute is held "
+                    "by processes outside its view (another container's) or by a context a dead process leaked. "
+                    "Nothing failed yet, but that memory is not available to the service.")
+            severity = Severity.MINOR if share >= t.major_share else Severity.INFO
+            confidence = Confidence.MEASURED
+        else:
+            msg += (" nvidia-smi inside a container lists only the processes of its own PID namespace: the memory "
+                    "belongs to processes it cannot see (another container, or this service itself seen from a "
+                    "sidecar) or to a context leaked by a process that died. Nothing failed; it is memory the "
+                    "service cannot count on.")
+            severity = Severity.INFO
+            confidence = Confidence.MEASURED
+        return self.finding(
+            severity=severity,
+            confidence=confidence,
+            title="GPU memory is held outside the listed processes",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"unlisted |{bar(share)}| {pct(share)} of the device",
+            fixes=[
+                Fix("Find who holds it, from where every process is visible", (
+                    "On the host: nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv "
+                    "(or run the container with --pid=host); fuser -v /dev/nvidia*",
+                    "Kubernetes: list the pods on the node that request the GPU (time-slicing and MPS let several "
+                    "share one) and their memory limits",
+                ), Risk.SAFE),
+                Fix("Free memory that nothing holds any more", (
+                    "Stop zombie or orphaned workers (ps -eo pid,stat,cmd | grep -w Z; kill the parent or the "
+                    "process group)",
+                    "With no process left on it and memory still used: nvidia-smi --gpu-reset -i N",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (GpuIdleWholeRecording, GpuNotUsable, MemoryOutsideListedProcesses)
