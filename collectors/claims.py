@@ -385,6 +385,22 @@ def words_of(text: str) -> set[str]:
     return set(ws) | {f"{a}_{b}" for a, b in itertools.pairwise(ws)}
 
 
+# a shell or REPL command pasted first ("$ nvidia-smi --query-gpu=…", "root@host:~# …", ">>> torch…",
+# "PS C:\\> …") or a code fence: not the report's title
+_COMMAND_LINE = re.compile(r"\s*(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|```|[\w.-]+@[\w.-]+:[^\s]*[#$]\s)")
+
+
+def _is_title(line: str) -> bool:
+    """A sentence a person wrote, not a command, a table row or a CSV header (``a, b, c, d``)."""
+    text = line.strip()
+    if not text or _COMMAND_LINE.match(text):
+        return False
+    words = re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", text)
+    fields = re.split(r"[,|;\t]", text)
+    tabular = len(fields) >= 6 and all(len(f.split()) <= 4 for f in fields)  # a CSV header or a table row
+    return len(words) >= 2 and not tabular
+
+
 class ClaimParser:
     """Feed cleaned lines; ``claims`` holds what the text says."""
 
@@ -395,7 +411,7 @@ class ClaimParser:
         c = self.claims
         if len(c.words) < MAX_WORDS:
             c.words |= words_of(line)
-        if not c.title and line.strip():
+        if not c.title and _is_title(line):
             c.title = line.strip()[:300]
             c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}
         for name, rx in MESSAGES.items():
