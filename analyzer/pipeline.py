@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analyzer import loose, session_io
-from analyzer.derive import session as session_derive
+from analyzer import documents, session_io
 from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
@@ -23,6 +23,9 @@ from analyzer.model import (
 from analyzer.redact import redact_argv
 from rules.engine import run_rules
 from rules.verdict import decide
+
+if TYPE_CHECKING:
+    from analyzer.derive.session import Derived
 
 MANIFEST = session_io.MANIFEST
 
@@ -93,15 +96,37 @@ def analyze(
             continue
         if path != "-" and not os.path.exists(path):
             raise InputError(f"{path} does not exist.", "Check the path; use - to read evidence from stdin.")
-        result = loose.analyze_path(path)
-        evidence = evidence.merged(EvidenceSet(result.evidence))
-        inputs.extend(result.inputs)
+        found, records = _loose(path)
+        evidence = evidence.merged(EvidenceSet(found))
+        inputs.extend(records)
     return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
 
 
-def read_session(folder: str, label: str | None = None) -> tuple[Session, session_derive.Derived]:
+def _loose(path: str) -> documents.Found:
+    """A loose input: a document (trace, snapshot, Nsight export) by ``analyzer.documents``, else text
+    by ``analyzer.loose``, imported only then (its line parsers are most of a run's start-up)."""
+    if path != "-":
+        found = documents.read_path(path)
+        if found is not None:
+            return found
+        from analyzer import loose
+
+        text = loose.read_text_file(path)
+        return text.evidence, text.inputs
+    found, stream, compression = documents.read_stream("<stdin>", sys.stdin.buffer)
+    if found is not None:
+        return found
+    from analyzer import loose
+
+    text = loose.read_text("<stdin>", stream, compression)
+    return text.evidence, text.inputs
+
+
+def read_session(folder: str, label: str | None = None) -> tuple[Session, Derived]:
     """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
     it was extracted from) names the sources, never the private extraction folder."""
+    from analyzer.derive import session as session_derive  # the collectors' parsers: sessions only
+
     session = load_session(folder, label=label)
     derived = session_derive.derive(session)
     if label is None or label == folder:

@@ -21,8 +21,8 @@ from typing import Any
 from analyzer import pipeline, session_io
 from analyzer.derive import activities
 from analyzer.derive import nvml as nvml_derive
+from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
-from analyzer.loose import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
 from analyzer.redact import redact_command, redact_text
 from collectors import engine_log, nvml, process, prom, pyspy, timing

@@ -211,16 +211,51 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
-def looks_like_trace(head: bytes) -> bool:
-    """Whether decompressed ``head`` (the first KiB of a file) opens a Chrome trace object:
-    a JSON object whose keys include ``traceEvents`` or Kineto's own top-level keys."""
-    text = head.lstrip()
-    if text.startswith(b"\xef\xbb\xbf"):
-        text = text[3:].lstrip()
-    if not text.startswith(b"{"):
+TRACE_KEYS = frozenset({"traceEvents", "schemaVersion", "deviceProperties", "distributedInfo"})
+_HEAD_KEY = re.compile(r'\s*"((?:[^"\\]|\\.)*)"\s*:\s*', re.S)
+_CUT_KEY = re.compile(r'\s*(?:"(?:[^"\\]|\\.)*\\?(?:"\s*)?)?', re.S)  # nothing, or a key the head's end cuts
+
+
+def trace_head(head: bytes) -> bool | None:
+    """Whether decompressed ``head`` opens a Chrome trace object, read by structure: the JSON object's
+    top-level keys are walked in order (each value decoded and passed over, however large: Kineto
+    and benchmark harnesses write ``deviceProperties`` or a ``metadata`` object of tens of KiB
+    first) until one is ``traceEvents`` or Kineto's own (True). False: not a JSON object, or it
+    closes, or is not JSON, before such a key. None: ``head`` ends first; more of it decides.
+    """
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if not text:
+        return None
+    if text[0] != "{":
         return False
-    return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"',
-                                    b'"distributedInfo"'))
+    i, n = 1, len(text)
+    while True:
+        m = _HEAD_KEY.match(text, i)
+        if m is None:
+            if _CUT_KEY.fullmatch(text, i):
+                return None  # the head ends before the key does
+            return False  # "}" (the object closes) or not JSON
+        if m.group(1) in TRACE_KEYS:
+            return True
+        if m.end() >= n:
+            return None
+        try:
+            _, i = _STR_DECODER.raw_decode(text, m.end())
+        except json.JSONDecodeError:
+            return None  # a value cut by the head's end (damage is found by reading on)
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            return None
+        if text[i] != ",":
+            return False
+        i += 1
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """Whether decompressed ``head`` (the first bytes of a file) opens a Chrome trace object
+    (``trace_head``); undecided within ``head`` is no."""
+    return trace_head(head) is True
 
 
 # -- the streaming cut ------------------------------------------------------------------------------

@@ -114,10 +114,10 @@ def analyze_stream(stream: IO[bytes], name: str, kind: str = KIND) -> tuple[list
     return evidence, InputRecord(name, KIND, *_status(trace))
 
 
-def analyze_path(path: str, name: str | None = None) -> tuple[list[Evidence], InputRecord]:
-    """A trace file (plain or gzipped, whatever its name)."""
+def analyze_path(path: str, name: str | None = None, kind: str | None = None) -> tuple[list[Evidence], InputRecord]:
+    """A trace file (plain or gzipped, whatever its name); ``kind`` when the caller sniffed it already."""
     source = name or path
-    kind = sniff(_head(path)) or KIND
+    kind = kind or sniff(_head(path)) or KIND
     fh = kineto.open_decompressed(path)
     try:
         try:
