@@ -15,12 +15,14 @@ keys of the JSON object are walked until one is Kineto's. When the head does not
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Callable
 from typing import BinaryIO, cast
 
 from analyzer.model import Evidence, InputRecord
 from collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
 
+READ_ERRORS = (*DECOMPRESS_ERRORS, zlib.error)  # zlib.error: a damaged deflate stream
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
@@ -64,7 +66,7 @@ def _decide(head: bytes, read: Callable[[int], bytes]) -> tuple[bytes, str | Non
     while kind == "?" and len(head) < SNIFF_MAX_BYTES:
         try:
             more = read(max(len(head), SNIFF_BYTES))
-        except DECOMPRESS_ERRORS:  # damaged compression: the reader says so when it gets there
+        except READ_ERRORS:  # damaged compression: the reader says so when it gets there
             more = b""
         if not more:
             break
@@ -85,7 +87,7 @@ def file_trace_kind(path: str) -> str | None:
     try:
         try:
             head = fh.read(SNIFF_BYTES)
-        except DECOMPRESS_ERRORS:
+        except READ_ERRORS:
             return None
         return _decide(head, fh.read)[1]
     finally:
@@ -156,7 +158,7 @@ def read_stream(name: str, stream: BinaryIO) -> tuple[Found | None, BinaryIO, st
     if kind == "?":  # a JSON object whose first keys do not decide yet: read on (bounded), then replay
         try:
             first = stream.read(SNIFF_BYTES)
-        except DECOMPRESS_ERRORS:
+        except READ_ERRORS:
             first = b""
         head, kind = _decide(first, stream.read)
         stream = io.BufferedReader(_Replay(head, stream))
