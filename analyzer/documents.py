@@ -22,7 +22,7 @@ from typing import BinaryIO, cast
 from analyzer.model import Evidence, InputRecord
 from collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
 
-READ_ERRORS = (*DECOMPRESS_ERRORS, zlib.error)  # zlib.error: a damaged deflate stream
+READ_ERRORS: tuple[type[BaseException], ...] = (*DECOMPRESS_ERRORS, zlib.error)  # a damaged deflate stream
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
