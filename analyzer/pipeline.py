@@ -14,6 +14,7 @@ from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
     Diagnosis,
+    Evidence,
     EvidenceSet,
     InputRecord,
     Session,
@@ -78,8 +79,15 @@ def load_session(path: str, label: str | None = None) -> Session:
 def analyze(
     paths: Sequence[str], config: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Diagnosis:
-    """Diagnose sessions and loose evidence files (``-`` reads stdin) together."""
-    evidence = EvidenceSet()
+    """Diagnose sessions and loose evidence files (``-`` reads stdin) together.
+
+    Evidence is merged in the order of ``paths`` (for a key, the first input that gives it wins),
+    except that several PyTorch-profiler traces (one per rank) are put in the order
+    ``analyzer.derive.ranks`` gives: the rank that sets the pace first; their cross-rank evidence
+    comes after them.
+    """
+    parts: list[EvidenceSet] = []
+    traces: dict[int, list[Evidence]] = {}  # position in parts → a loose trace's evidence
     inputs: list[InputRecord] = []
     captures: list[Capture] = []
     target: Target | None = None
@@ -91,15 +99,33 @@ def analyze(
             target = target or session.target
             window = window or session.window
             captures.extend(session.captures)
-            evidence = evidence.merged(derived.evidence)
+            parts.append(derived.evidence)
             inputs.extend(derived.inputs)
             continue
         if path != "-" and not os.path.exists(path):
             raise InputError(f"{path} does not exist.", "Check the path; use - to read evidence from stdin.")
         found, records = _loose(path)
-        evidence = evidence.merged(EvidenceSet(found))
+        if any(r.kind == documents.TRACE_KIND for r in records):
+            traces[len(parts)] = found
+        parts.append(EvidenceSet(found))
         inputs.extend(records)
+    if len(traces) >= 2:
+        parts.extend(_ranks(parts, traces))
+    evidence = EvidenceSet()
+    for part in parts:
+        evidence = evidence.merged(part)
     return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
+
+
+def _ranks(parts: list[EvidenceSet], traces: dict[int, list[Evidence]]) -> list[EvidenceSet]:
+    """Put several traces' evidence in ``parts`` in rank order (in place); their cross-rank evidence."""
+    from analyzer.derive import ranks
+
+    slots = list(traces)
+    found = list(traces.values())
+    for slot, i in zip(slots, ranks.order(found), strict=True):
+        parts[slot] = EvidenceSet(found[i])
+    return [EvidenceSet(ranks.derive(found))]
 
 
 def _loose(path: str) -> documents.Found:

@@ -250,6 +250,7 @@ class Breakdown:
     non_compute_us: float
     span_us: float
     events: int
+    start_us: float = 0.0  # where the kernel span starts, on the trace's clock
 
     def share(self, part: float) -> float:
         return part / self.span_us if self.span_us > 0 else 0.0
@@ -304,7 +305,7 @@ def hta_breakdown(trace: KinetoTrace) -> Breakdown | None:
     compute_ids = np.array([hta_kernel_type(n) == "computation" for n in trace.names], dtype=bool)
     comp = compute_ids[names]
     compute = _hta_union(ts[comp], end[comp])[0] if comp.any() else 0.0
-    return Breakdown(idle, compute, span - compute - idle, span, int(keep.sum()))
+    return Breakdown(idle, compute, span - compute - idle, span, int(keep.sum()), float(ts.min()))
 
 
 # -- evidence ------------------------------------------------------------------------------------
@@ -384,8 +385,10 @@ def _breakdown(trace: KinetoTrace, bd: Breakdown, ev: _Emit) -> None:
        detail + " only communication, memory (memcpy/memset) or sync events run")
     ev("kineto.kernel_span_ms", _ms(bd.span_us), "ms", "HTA's kernel span: first GPU event start to last end")
     ev("kineto.rank_breakdown", {"rank": rank, "idle_us": round(bd.idle_us, 3), "compute_us": round(bd.compute_us, 3),
-                                 "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3)},
-       "table", "HTA temporal breakdown in µs (one row per rank; several trace files give several)")
+                                 "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3),
+                                 "start_us": round(bd.start_us, 3)},
+       "table", "HTA temporal breakdown in µs, and where the kernel span starts on the trace's clock (several trace "
+       "files, one per rank, are set side by side in kineto.ranks.*)")
 
 
 def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:

@@ -192,16 +192,66 @@ def test_ns_resolution_and_old_async_flow_schemas_read_alike() -> None:
 
 
 @needs_shared
-def test_two_ranks_give_two_breakdown_rows() -> None:
-    ranks = [p for p in TRACES if "sampled_rank-" in p]
-    d = pipeline.analyze(ranks)
-    rows = [e.value for e in d.evidence if e.key == "kineto.rank_breakdown"]
-    assert len(d.inputs) == 2 and {i.status for i in d.inputs} == {"ok"}
-    from analyzer.model import EvidenceSet
+def test_two_ranks_profiled_together_are_compared_and_the_slowest_rank_is_judged() -> None:
+    # HTA's trace_filter pair: ranks 0 and 1 of a 128-rank DLRM-style job over the same two steps. Rank 1's
+    # embedding kernels take 2.4-3.1x rank 0's (uneven table sharding): 136 ms of compute against 106 ms
+    pair = sorted(p for p in TRACES if "sampled_rank-" in p)
+    for paths in (pair, pair[::-1]):  # the verdict does not depend on the order of the files
+        d = pipeline.analyze(paths)
+        assert len(d.inputs) == 2 and {i.status for i in d.inputs} == {"ok"}
+        ev = {e.key: e.value for e in d.evidence}
+        assert ev["kineto.rank"] == 1 and ev["kineto.ranks.slowest"] == 1  # the pace-setter's keys are the ones judged
+        assert ev["trace.gpu_busy_ratio"] == pytest.approx(0.471, abs=0.001)
+        assert [r["rank"] for r in ev["kineto.ranks.table"]] == [0, 1]  # type: ignore[index]
+        assert [len(r["devices"][0]["busy_bins"]) for r in ev["kineto.ranks.table"]] == [200, 200]  # type: ignore[index]
+        assert ev["kineto.ranks.compute_imbalance_ratio"] == pytest.approx(135.68 / 106.368, abs=1e-3)
+        assert ev["kineto.ranks.wait_share"] == pytest.approx((135.68 - 106.368) / 600.366, abs=1e-3)
+        assert ev["kineto.ranks.comm_exposed_share_max"] == pytest.approx(0.276, abs=0.001)  # rank 0 waits in NCCL
+        top = ev["kineto.ranks.excess_kernels"][0]  # type: ignore[index]
+        assert top["name"].startswith("void split_embedding_backward") and top["ratio"] == pytest.approx(2.44, abs=0.01)
+        assert [f.code for f in d.findings] == ["GPU105", "GPU111"]
+        imbalance = d.findings[1]
+        assert imbalance.category.value == "gpu_compute" and imbalance.severity.value == "minor"
+        assert "Rank 1 runs 28 % more GPU computation" in imbalance.message
+        assert "split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1" in imbalance.message
+        assert "more work" in imbalance.message and "not a slower GPU" in imbalance.message
 
-    ev = EvidenceSet(e for e in d.evidence)
-    assert ev.value("kineto.rank") == 0  # first file wins the shared keys
-    assert rows and rows[0]["rank"] == 0  # type: ignore[index]
+
+@needs_shared
+def test_traces_not_profiled_together_are_listed_not_compared() -> None:
+    # the trace_diff pair: rank 3 of one run and rank 1 of another, eight days apart on the trace clock
+    pair = [next(p for p in TRACES if "trace_diff__control" in p), next(p for p in TRACES if "trace_diff__test" in p)]
+    d = pipeline.analyze(pair)
+    ev = {e.key: e.value for e in d.evidence}
+    assert "not profiled together" in ev["kineto.ranks.not_compared"]  # type: ignore[operator]
+    assert [r["rank"] for r in ev["kineto.ranks.table"]] == [1, 3]  # type: ignore[index]
+    assert ev["kineto.rank"] == 3 and "kineto.ranks.slowest" not in ev  # as given: the first file's keys
+    assert "GPU111" not in [f.code for f in d.findings]
+    same = [p for p in TRACES if "trace_compare__" in p]  # two runs that both call themselves rank 1
+    ev = {e.key: e.value for e in pipeline.analyze(same).evidence}
+    assert ev["kineto.ranks.not_compared"] == "several traces give the same rank" and ev["kineto.ranks.count"] == 1
+
+
+@needs_shared
+def test_two_rank_traces_inside_a_session_are_compared(tmp_path) -> None:
+    from tests.sessions import add_file, demo_copy
+
+    folder = demo_copy(tmp_path)
+    for path in sorted(p for p in TRACES if "sampled_rank-" in p):
+        add_file(folder, os.path.basename(path), _bytes(path), collector="kineto")
+    d = pipeline.analyze([folder])
+    ev = {e.key: e.value for e in d.evidence}
+    assert ev["kineto.ranks.slowest"] == 1 and ev["kineto.rank"] == 1
+    assert "GPU111" in [f.code for f in d.findings]
+
+
+def test_cross_rank_evidence_needs_two_breakdowns() -> None:
+    from analyzer.derive import ranks
+
+    one = loose.analyze_path(SYNC_STALL).evidence
+    assert ranks.derive([one]) == [] and ranks.order([one]) == [0]
+    cpu_only = [e for e in one if not e.key.startswith(("kineto.rank_breakdown",))]
+    assert ranks.derive([one, cpu_only]) == [] and ranks.order([one, cpu_only]) == [0, 1]
 
 
 @needs_shared
