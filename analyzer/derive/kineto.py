@@ -399,6 +399,7 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
     busy = sum(u.busy for u in windows.values())
     kbusy = 0.0
     rows = []
+    timeline: list[dict[str, object]] = []
     for d, u in windows.items():
         sel = g.device == d
         ku = union(g.ts[sel & kern], end[sel & kern])
@@ -412,8 +413,9 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
             "copies": int((sel & (g.kind == GPU_MEMCPY)).sum()), "memsets": int((sel & (g.kind == GPU_MEMSET)).sum()),
             "idle_gaps": int(u.gap_len.size), "idle_ms": _ms(float(u.gap_len.sum())),
             "longest_gap_ms": _ms(float(u.gap_len.max()) if u.gap_len.size else 0.0),
-            "busy_bins": _bins(g.ts[sel], end[sel], u),
         })
+        timeline.append({"device": d, "name": _device_name(trace, d), "window_ms": _ms(u.span),
+                         "busy_ratio": round(u.busy / u.span, 4) if u.span else None, "busy_bins": _bins(u)})
     kernels = int(kern.sum())
     kernel_us = float(g.dur[kern].sum())
     ev("trace.device_count", len(windows), "devices", "GPUs with kernel, copy or memset activity in the trace")
@@ -448,9 +450,10 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
             ev("trace.launch_overhead_ratio", launch_us / kernel_us, "ratio",
                "host time in kernel-launch and graph-launch calls / GPU time of the kernels (≥ 1: the host cannot "
                "issue work as fast as the GPU finishes it)")
-    ev("trace.devices", rows, "table",
-       "per GPU: window, busy ratios, kernels, copies, gaps, and busy_bins: the busy share of each of "
-       f"{TIMELINE_BINS} equal bins of the window (the busy/idle timeline)")
+    ev("trace.devices", rows, "table", "per GPU: window, busy ratios, kernels, copies, gaps")
+    ev("kineto.timeline", timeline, "table",
+       f"per GPU: busy_bins, the busy share of each of {TIMELINE_BINS} equal bins of its window (the busy/idle "
+       "timeline the reports draw)")
 
 
 def _device_name(trace: KinetoTrace, d: int) -> str:
@@ -458,18 +461,24 @@ def _device_name(trace: KinetoTrace, d: int) -> str:
     return redact_text(names[d]) if 0 <= d < len(names) and names[d] else ""
 
 
-def _bins(ts: np.ndarray, end: np.ndarray, u: Union, n: int = TIMELINE_BINS) -> list[float]:
-    """Busy share of each of ``n`` equal bins of the device window (overlaps counted once)."""
+def _bins(u: Union, n: int = TIMELINE_BINS) -> list[float]:
+    """Busy share of each of ``n`` equal bins of the device window (overlaps counted once): the window
+    minus its idle gaps, integrated per bin from the cumulative idle time at each bin edge."""
     if u.span <= 0:
         return []
     edges = np.linspace(u.first, u.last, n + 1)
-    # busy intervals = the window minus the gaps; integrate the gaps per bin and subtract
-    idle = np.zeros(n)
-    g0, g1 = u.gap_start, u.gap_start + u.gap_len
-    for i in range(n):  # n is small; gaps per bin by clipping
-        lo, hi = edges[i], edges[i + 1]
-        idle[i] = np.clip(np.minimum(g1, hi) - np.maximum(g0, lo), 0, None).sum() if g0.size else 0.0
     width = edges[1] - edges[0]
+    if not u.gap_len.size:
+        return [1.0] * n
+    g0 = u.gap_start  # sorted, disjoint (gaps of a union)
+    g1 = g0 + u.gap_len
+    done = np.concatenate(([0.0], np.cumsum(u.gap_len)))  # idle time of the gaps before each one
+    k = np.searchsorted(g0, edges, side="right")  # gaps that start at or before each edge
+    before = done[np.maximum(k - 1, 0)]  # every gap before the last one that started
+    last = np.where(k > 0, np.clip(edges - g0[np.maximum(k - 1, 0)], 0, None), 0.0)
+    last = np.minimum(last, np.where(k > 0, g1[np.maximum(k - 1, 0)] - g0[np.maximum(k - 1, 0)], 0.0))
+    idle_at = np.where(k > 0, before + last, 0.0)  # idle time from the window's start to each edge
+    idle = np.diff(idle_at)
     return [round(float(max(0.0, 1.0 - x / width)), 4) for x in idle]
 
 

@@ -109,17 +109,34 @@ def _ms(us: float) -> float:
     return round(us / 1000.0, 3)
 
 
-def _row(r: _Rank) -> dict[str, Any]:
-    span = r.span_us
-    devices = r.value("trace.devices") or []
+def row(by_key: Mapping[str, Evidence]) -> dict[str, Any] | None:
+    """One trace's row of ``kineto.ranks.table`` from its evidence by key, None without a breakdown.
+
+    Only ``kineto.*`` keys are read: in a session an Nsight export may give the ``trace.*`` ones.
+    """
+    got = by_key.get("kineto.rank_breakdown")
+    b = got.value if got is not None else None
+    if not isinstance(b, Mapping) or not float(b.get("span_us") or 0) > 0:
+        return None
+    span = float(b["span_us"])
+    tl = by_key.get("kineto.timeline")
+    devices = [{k: d.get(k) for k in ("device", "name", "window_ms", "busy_ratio", "busy_bins")}
+               for d in (tl.value if tl is not None and isinstance(tl.value, list) else []) if isinstance(d, Mapping)]
+    window = sum(float(d["window_ms"] or 0) for d in devices)
+    busy = sum(float(d["busy_ratio"] or 0) * float(d["window_ms"] or 0) for d in devices)
+
+    def value(key: str) -> Any:
+        e = by_key.get(key)
+        return e.value if e is not None else None
+
     return {
-        "rank": r.rank, "source": os.path.basename(r.source), "span_ms": _ms(span),
-        "idle_share": round(float(r.row["idle_us"]) / span, 4), "compute_share": round(r.compute_us / span, 4),
-        "non_compute_share": round(float(r.row["non_compute_us"]) / span, 4), "compute_ms": _ms(r.compute_us),
-        "gpu_busy_ratio": r.value("trace.gpu_busy_ratio"), "comm_share": r.value("kineto.comm_share"),
-        "comm_exposed_share": r.value("kineto.comm_exposed_share"), "kernel_ms": r.value("gpu.kernel_time_ms"),
-        "devices": [{k: d.get(k) for k in ("device", "name", "window_ms", "busy_ratio", "busy_bins")}
-                    for d in devices if isinstance(d, Mapping)],
+        "rank": int(b.get("rank") or 0), "source": os.path.basename(got.source) if got is not None else "",
+        "span_ms": _ms(span), "compute_ms": _ms(float(b["compute_us"])),
+        "idle_share": round(float(b["idle_us"]) / span, 4), "compute_share": round(float(b["compute_us"]) / span, 4),
+        "non_compute_share": round(float(b["non_compute_us"]) / span, 4),
+        "gpu_busy_ratio": round(busy / window, 4) if window > 0 else None,
+        "comm_share": value("kineto.comm_share"), "comm_exposed_share": value("kineto.comm_exposed_share"),
+        "devices": devices,
     }
 
 
@@ -147,9 +164,9 @@ def derive(traces: Sequence[Sequence[Evidence]]) -> list[Evidence]:
 
     distinct = len({r.rank for r in ranks})
     ev("kineto.ranks.count", distinct, "ranks", f"distinct ranks among the {len(ranks)} traces with GPU events")
-    ev("kineto.ranks.table", [_row(r) for r in sorted(ranks, key=lambda r: (r.rank, r.index))], "table",
-       "per trace: rank, HTA's temporal breakdown, GPU busy, collective share and its exposed part, kernel time, "
-       "and each device's busy/idle timeline")
+    ev("kineto.ranks.table", [row(r.ev) for r in sorted(ranks, key=lambda r: (r.rank, r.index))], "table",
+       "per trace: rank, HTA's temporal breakdown, GPU busy, collective share and its exposed part, and each "
+       "device's busy/idle timeline")
     why = _same_window(ranks) or ("" if distinct == len(ranks) else "several traces give the same rank")
     if why:
         ev("kineto.ranks.not_compared", why, "reason", "why the ranks' compute is not compared step for step")
