@@ -101,6 +101,7 @@ def emit(diagnosis: Diagnosis, fmt: str, fail_on: str, verbose: bool = False) ->
         from reports import json_report
 
         sys.stdout.write(json_report.render(diagnosis))
+        sys.stdout.flush()  # the answer is whole now, not after the interpreter's teardown
     else:
         from reports import terminal
 
