@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each tool per trace; the shortest counts, for both (default 3; 1: one run each)")
     p.add_argument("--no-compile", dest="compile", action="store_false",
-                   help="do not byte-compile diagnose's packages first (each run then compiles its sources)")
+                   help="do not byte-compile diagnose's packages first (bytecode already in their __pycache__ "
+                        "folders is still used; remove them to time a run that compiles its sources)")
     args = p.parse_args(argv)
     if not os.path.isdir(args.data):
         print(f"{args.data} does not exist: pass --data with the folder of traces.", file=sys.stderr)

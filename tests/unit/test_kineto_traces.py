@@ -422,6 +422,17 @@ def test_a_metadata_block_beyond_the_peek_is_still_a_trace_on_stdin(step: int) -
         assert {e.key: e.value for e in res.evidence} == whole
 
 
+def test_a_file_with_megabytes_of_metadata_first_is_a_trace(tmp_path) -> None:
+    data = _with_metadata(SYNC_STALL, 2048)  # past the 1 MiB head files were sniffed by; read on, to 16 MiB
+    whole = {e.key: e.value for e in loose.analyze_path(SYNC_STALL).evidence}
+    for name, payload in (("plain.json", data), ("packed.json.gz", gzip.compress(data))):
+        path = tmp_path / name
+        path.write_bytes(payload)
+        res = loose.analyze_path(str(path))
+        assert [(i.kind, i.status) for i in res.inputs] == [("kineto_trace", "ok")]
+        assert {e.key: e.value for e in res.evidence} == whole
+
+
 @needs_shared
 def test_the_tracelens_traces_with_metadata_first_are_read_on_stdin(monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
