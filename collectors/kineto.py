@@ -463,6 +463,7 @@ class _Cols:
     hip: bool = False
     mtia: bool = False
     process_labels: dict[int, str] = field(default_factory=dict)
+    codes: dict[str | None, int] = field(default_factory=dict)  # what the fold does with each category
     events: int = 0
 
     def name_id(self, name: str) -> int:
@@ -474,8 +475,17 @@ class _Cols:
 
 
 _CAT = attrgetter("cat")
-_GPU_KIND = {**dict.fromkeys(KERNEL_CATS, GPU_KERNEL), **dict.fromkeys(MEMCPY_CATS, GPU_MEMCPY),
-             **dict.fromkeys(MEMSET_CATS, GPU_MEMSET)}
+# what the fold does with an event, by its category (decided once per category string and read)
+_SKIP, _RUNTIME, _CPU_OP, _ANNOTATION, _MTIA, _OTHER = range(10, 16)  # GPU kinds are GPU_KERNEL/MEMCPY/MEMSET
+_KNOWN_CODES: dict[str | None, int] = {
+    None: _SKIP, "Trace": _SKIP, **dict.fromkeys(KERNEL_CATS, GPU_KERNEL), **dict.fromkeys(MEMCPY_CATS, GPU_MEMCPY),
+    **dict.fromkeys(MEMSET_CATS, GPU_MEMSET), **dict.fromkeys(RUNTIME_CATS, _RUNTIME), "cpu_op": _CPU_OP,
+    "user_annotation": _ANNOTATION,
+}
+
+
+def _code(cat: str) -> int:
+    return _KNOWN_CODES.get(cat, _MTIA if cat.startswith("mtia") else _OTHER)
 
 
 def _tid(value: Any) -> int:
@@ -485,32 +495,39 @@ def _tid(value: Any) -> int:
 
 
 def _fold(cols: _Cols, batch: list[_Event]) -> None:
-    # the hot loop of a big trace (a few hundred thousand events a second): integers are taken as they
-    # are before ``as_int`` is asked, ``name_id`` is inlined, and events of other categories (Python
-    # functions, flows, annotations) leave the loop after the few facts they give
+    # the hot loop of a big trace (a few hundred thousand events a second): each category is decided
+    # once (``cols.codes``), integers are taken as they are before ``as_int`` is asked, ``name_id`` is
+    # inlined, and events of other categories (Python functions, flows, annotations) leave the loop
+    # after the few facts they give
     gpu: list[tuple[float, ...]] = []
     host: list[tuple[float, ...]] = []
     hta: list[tuple[float, ...]] = []
     op_ext: list[tuple[int, int]] = []
+    codes = cols.codes
     for cat, k in Counter(map(_CAT, batch)).items():  # first appearance first, as event-by-event counting did
         cols.by_cat[cat] = cols.by_cat.get(cat, 0) + k
+        if cat not in codes:
+            codes[cat] = _KNOWN_CODES[None] if cat is None else _code(cat)
     index = cols.index
     names = cols.names
     host_first, host_last, nocorr_first = cols.host_first, cols.host_last, cols.cpu_nocorr_first
     ops = cols.ops
-    mtia = cols.mtia
+    mtia, hip = cols.mtia, cols.hip
     for e in batch:
-        cat = e.cat
         if e.ph == "M":
             if e.name == "process_labels" and e.args is not None and isinstance(e.args.labels, str):
                 cols.process_labels[as_int(e.pid)] = e.args.labels
             continue
-        ts, dur = e.ts, e.dur
+        dur = e.dur
+        if dur is None:  # flows, instants, counters: no duration
+            continue
+        ts = e.ts
         tt, td = type(ts), type(dur)
         if ((tt is not float and tt is not int) or (td is not float and td is not int)) and (
                 not isinstance(ts, int | float) or not isinstance(dur, int | float)):
             continue  # not a timed event (a bool still counts as a number, as isinstance has it)
-        if cat is None or cat == "Trace":
+        code = codes[e.cat]
+        if code == _SKIP:
             continue
         name = e.name
         if type(name) is not str:
@@ -536,7 +553,7 @@ def _fold(cols: _Cols, batch: list[_Event]) -> None:
                 nid = index[name] = len(names)
                 names.append(name)
             hta.append((ts, dur, stream, corr, nid))
-        if cat in _GPU_KIND:
+        if code <= GPU_MEMSET:
             if nid < 0:
                 nid = index.get(name, -1)
                 if nid < 0:
@@ -549,9 +566,11 @@ def _fold(cols: _Cols, batch: list[_Event]) -> None:
                 dev = a.device if type(a.device) is int else as_int(a.device)
                 if dev < 0:
                     dev = as_int(e.pid, 0)
-                ext = as_int(a.ext if a.ext is not None else a.ext_old)
+                ext = a.ext if a.ext is not None else a.ext_old
+                if type(ext) is not int:
+                    ext = as_int(ext)
                 nbytes = a.bytes if type(a.bytes) is int else as_int(a.bytes)
-            gpu.append((_GPU_KIND[cat], ts, dur, dev, stream, corr, ext, nid, nbytes))
+            gpu.append((code, ts, dur, dev, stream, corr, ext, nid, nbytes))
             continue
         if ts < host_first:
             host_first = ts
@@ -561,19 +580,25 @@ def _fold(cols: _Cols, batch: list[_Event]) -> None:
             nocorr_first = ts
         if PROFILER_STEP in name:
             cols.step_names.add(name)
-            if cat == "user_annotation" and name.startswith(PROFILER_STEP):
+            if code == _ANNOTATION and name.startswith(PROFILER_STEP):
                 cols.steps.append((ts, ts + dur))
-        if cat in RUNTIME_CATS:
-            if not cols.hip and name.startswith("hip"):
-                cols.hip = True
+        if code == _RUNTIME:
+            if not hip and name.startswith("hip"):
+                hip = cols.hip = True
             if nid < 0:
                 nid = index.get(name, -1)
                 if nid < 0:
                     nid = index[name] = len(names)
                     names.append(name)
-            ext = as_int(a.ext if a.ext is not None else a.ext_old) if a is not None else -1
-            host.append((ts, dur, corr, _tid(e.tid), nid, ext))
-        elif cat == "cpu_op":
+            if a is None:
+                ext = -1
+            else:
+                ext = a.ext if a.ext is not None else a.ext_old
+                if type(ext) is not int:
+                    ext = as_int(ext)
+            tid = e.tid
+            host.append((ts, dur, corr, tid if type(tid) is int else _tid(tid), nid, ext))
+        elif code == _CPU_OP:
             acc = ops.get(name)
             if acc is None:
                 ops[name] = [1, dur]
@@ -586,8 +611,8 @@ def _fold(cols: _Cols, batch: list[_Event]) -> None:
                     if nid < 0:
                         nid = index[name] = len(names)
                         names.append(name)
-                op_ext.append((as_int(a.ext), nid))
-        elif not mtia and cat.startswith("mtia"):
+                op_ext.append((a.ext if type(a.ext) is int else as_int(a.ext), nid))
+        elif code == _MTIA and not mtia:
             mtia = cols.mtia = True
     cols.host_first, cols.host_last, cols.cpu_nocorr_first = host_first, host_last, nocorr_first
     cols.events += len(batch)
