@@ -8,8 +8,9 @@ process's exit, which adds the interpreter's teardown):
   ``--hta-python`` (a venv with ``pip install holistictraceanalysis``; HTA pins its own pandas);
 * diagnose: ``python -m analyzer.cli analyze TRACE --format json`` (the whole diagnosis).
 
-Each tool runs ``--repeat`` times per trace (default 3) and its shortest run counts: on a shared
-machine other work only ever adds time, and one run of a 0.1 s process varies by half of it.
+Each tool runs ``--repeat`` times per trace (default 5), the two taking turns, and its shortest run
+counts: on a shared machine other work only ever adds time, and one run of a 0.1 s process varies by
+half of it.
 
 Both run as installed: ``pip install`` byte-compiles HTA's modules (and numpy's, pandas'), while an
 editable checkout of diagnose under ``PYTHONDONTWRITEBYTECODE=1`` would recompile its ~100 source
@@ -21,7 +22,7 @@ the largest difference in percentage points, both times and their ratio; then bu
 in a temporary folder by repeating a real trace's events with shifted timestamps and ids and reports
 diagnose's time and peak RSS on it (HTA is not run on it: it loads the whole file into pandas).
 
-    python benchmarks/kineto_vs_hta.py [--hta-python /work/hta-venv/bin/python] [--big-mb 1024] [--repeat 3]
+    python benchmarks/kineto_vs_hta.py [--hta-python /work/hta-venv/bin/python] [--big-mb 1024] [--repeat 5]
                                        [--no-compile]
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import glob
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -58,7 +60,7 @@ except Exception as e:
 """
 
 
-def _json_answer(out: bytes) -> bool:
+def _json_answer(out: bytes | bytearray) -> bool:
     """Whether ``out`` holds a whole answer: a JSON document (diagnose) or a JSON line (HTA's script)."""
     text = out.strip()
     if not text.endswith(b"}"):
@@ -73,40 +75,37 @@ def _json_answer(out: bytes) -> bool:
     return False
 
 
-def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, float, str]:
-    """(seconds to the answer, seconds to the process's exit, stdout). The answer is in when stdout holds a
-    whole JSON answer; the exit adds the interpreter's teardown (freeing every module), which is no part of
-    the answer."""
+def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, float, float, str]:
+    """(seconds to the answer, seconds to the process's exit, CPU seconds, stdout). The answer is in when
+    stdout holds a whole JSON answer; the exit adds the interpreter's teardown (freeing every module),
+    which is no part of the answer. CPU: user + system time of the process and of the children it
+    waited for (HTA's worker processes), which the machine's other work changes far less than wall time."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd)
-    assert proc.stdout is not None
+    pipe = proc.stdout
+    assert isinstance(pipe, io.BufferedReader)
     out = bytearray()
     answer = None
-    while chunk := proc.stdout.read1(1 << 16):
+    while chunk := pipe.read1(1 << 16):
         out += chunk
         if answer is None and _json_answer(out):
             answer = time.perf_counter() - t0
-    proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     end = time.perf_counter() - t0
-    return (answer if answer is not None else end), end, out.decode("utf-8", errors="replace")
+    return (answer if answer is not None else end), end, usage.ru_utime + usage.ru_stime, out.decode(
+        "utf-8", errors="replace")
 
 
-def best(cmd: list[str], repeat: int, cwd: str | None = None) -> tuple[float, float, str]:
-    """The shortest of ``repeat`` runs (the machine's other work only ever adds time) to the answer and to
-    the exit, and the output."""
-    runs = [timed(cmd, cwd) for _ in range(repeat)]
-    return min(a for a, _, _ in runs), min(e for _, e, _ in runs), runs[-1][2]
-
-
-def hta(python: str, path: str, repeat: int = 1) -> tuple[float, float, dict[str, object]]:
-    s, e, out = best([python, "-c", HTA_SCRIPT, path], repeat)
+def hta(python: str, path: str) -> tuple[tuple[float, float, float], dict[str, object]]:
+    *times, out = timed([python, "-c", HTA_SCRIPT, path])
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    return s, e, json.loads(lines[-1]) if lines else {"ok": False, "error": "no answer"}
+    return (times[0], times[1], times[2]), json.loads(lines[-1]) if lines else {"ok": False, "error": "no answer"}
 
 
-def diagnose(path: str, repeat: int = 1) -> tuple[float, float, dict[str, object]]:
-    s, e, out = best([sys.executable, "-m", "analyzer.cli", "analyze", path, "--format", "json"], repeat, cwd=ROOT)
-    return s, e, json.loads(out)
+def diagnose(path: str) -> tuple[tuple[float, float, float], dict[str, object]]:
+    *times, out = timed([sys.executable, "-m", "analyzer.cli", "analyze", path, "--format", "json"], cwd=ROOT)
+    return (times[0], times[1], times[2]), json.loads(out)
 
 
 def shares(doc: dict[str, object]) -> tuple[float, float, float] | None:
@@ -120,37 +119,39 @@ def shares(doc: dict[str, object]) -> tuple[float, float, float] | None:
 def race(data: str, python: str, repeat: int = 1) -> None:
     print(f"{'trace':58} {'rank':>4}  {'HTA idle/comp/non %':>22}  {'diagnose idle/comp/non %':>24}  {'max Δpp':>7}"
           f"  {'HTA s':>6} {'diag s':>6} {'×':>5}")
-    tot_h = tot_d = exit_h = exit_d = 0.0
+    tot_h = [0.0, 0.0, 0.0]  # to the answer, to the exit, CPU
+    tot_d = [0.0, 0.0, 0.0]
     worst = 0.0
     n = 0
     for path in sorted(glob.glob(os.path.join(data, "*.gz"))):
-        h_s, h_e, h = hta(python, path)
+        h_t, h = hta(python, path)
         if not h.get("ok"):
             print(f"{os.path.basename(path)[:58]:58}  HTA cannot read it: {h.get('error')}")
             continue
-        if repeat > 1:
-            more_s, more_e, _ = hta(python, path, repeat - 1)
-            h_s, h_e = min(h_s, more_s), min(h_e, more_e)
-        d_s, d_e, d = diagnose(path, repeat)
+        d_t, d = diagnose(path)
+        for _ in range(repeat - 1):  # the tools take turns, so that a burst of other work falls on both alike
+            h_t = tuple(map(min, h_t, hta(python, path)[0]))  # type: ignore[assignment]
+            d_t = tuple(map(min, d_t, diagnose(path)[0]))  # type: ignore[assignment]
         mine = shares(d)
         row = h["rows"][0]  # type: ignore[index]
         theirs = (row["idle_time_pctg"], row["compute_time_pctg"], row["non_compute_time_pctg"])
         diff = max(abs(a - b) for a, b in zip(mine, theirs, strict=True)) if mine else float("nan")
         worst = max(worst, diff)
-        tot_h += h_s
-        tot_d += d_s
-        exit_h += h_e
-        exit_d += d_e
+        for i in range(3):
+            tot_h[i] += h_t[i]
+            tot_d[i] += d_t[i]
         n += 1
         name = os.path.basename(path).split(".json")[0][-58:]
         fm = "/".join(f"{x:5.2f}" for x in mine) if mine else "-"
         print(f"{name:58} {row['rank']:>4}  {'/'.join(f'{x:5.2f}' for x in theirs):>22}  {fm:>24}  {diff:7.3f}"
-              f"  {h_s:6.2f} {d_s:6.2f} {h_s / d_s:5.1f}")
+              f"  {h_t[0]:6.2f} {d_t[0]:6.2f} {h_t[0] / d_t[0]:5.1f}")
     each = f", each the best of {repeat} runs" if repeat > 1 else ""
     print(f"\n{n} traces HTA reads: largest difference {worst:.3f} percentage points; from process start to the "
-          f"answer{each}: HTA {tot_h:.2f} s, diagnose {tot_d:.2f} s in total: diagnose {tot_h / tot_d:.1f}× faster "
-          f"end to end (to the processes' exit, teardown included: HTA {exit_h:.2f} s, diagnose {exit_d:.2f} s, "
-          f"{exit_h / exit_d:.1f}×)")
+          f"answer{each}: HTA {tot_h[0]:.2f} s, diagnose {tot_d[0]:.2f} s in total: diagnose "
+          f"{tot_h[0] / tot_d[0]:.1f}× faster end to end")
+    print(f"to the processes' exit (teardown included): HTA {tot_h[1]:.2f} s, diagnose {tot_d[1]:.2f} s, "
+          f"{tot_h[1] / tot_d[1]:.1f}×; CPU time (user + system, children included): HTA {tot_h[2]:.2f} s, diagnose "
+          f"{tot_d[2]:.2f} s, {tot_h[2] / tot_d[2]:.1f}×")
 
 
 def build_big(src: str, dest: str, target_bytes: int) -> tuple[int, int]:
@@ -227,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=DEFAULT_DATA)
     p.add_argument("--hta-python", default="/work/hta-venv/bin/python")
     p.add_argument("--big-mb", type=int, default=1024, help="size of the synthetic trace (0: skip it)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="runs of each tool per trace; the shortest counts, for both (default 3; 1: one run each)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="runs of each tool per trace, taking turns; the shortest counts, for both (default 5; 1: one "
+                        "run each)")
     p.add_argument("--no-compile", dest="compile", action="store_false",
                    help="do not byte-compile diagnose's packages first (bytecode already in their __pycache__ "
                         "folders is still used; remove them to time a run that compiles its sources)")
