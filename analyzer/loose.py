@@ -32,6 +32,7 @@ from typing import BinaryIO, Protocol, cast
 
 import numpy as np
 
+from analyzer import documents
 from analyzer.derive import (
     bench,
     claims,
@@ -54,7 +55,6 @@ from collectors.logtext import (
     compression_of,
     decompressed,
     iter_text_lines,
-    looks_binary,
     split_glued,
     strip_prefixes,
 )
@@ -371,36 +371,16 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
     return _result(name, sources, n)
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
-
-
-def _peek(stream: BinaryIO, n: int = 8192) -> bytes:
-    return stream.peek(n)[:n] if isinstance(stream, io.BufferedReader) else b""
-
-
 def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) -> LooseResult:
-    head = _peek(stream)
-    kind = compression_of(head)
-    if kind is not None:
-        try:
-            inner = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, kind)))
-            head = _peek(inner)
-        except DECOMPRESS_ERRORS as exc:
-            return LooseResult(inputs=[InputRecord(name, kind, "unreadable", f"{kind} stream unreadable: {exc}")])
-        stream = inner
-    if _trace_kind(head):  # a PyTorch-profiler trace: a JSON document, not lines (analyzer/derive/kineto.py)
-        from analyzer.derive import kineto
+    """A stream of loose evidence: a document (trace, SQLite, binary) by ``analyzer.documents``, else text."""
+    found, stream, kind = documents.read_stream(name, stream)
+    if found is not None:
+        return LooseResult(*found)
+    return read_text(name, stream, kind, head_bytes)
 
-        evidence, record = kineto.analyze_stream(stream, name, _trace_kind(head) or kineto.KIND)
-        return LooseResult(evidence, [record])
-    if head.startswith(SQLITE_MAGIC):
-        why = "an SQLite database (an Nsight Systems export?) cannot be read from a stream; pass its path"
-        return LooseResult(inputs=[InputRecord(name, "sqlite", "unreadable", why)])
-    if head and looks_binary(head):
-        what = f"binary content inside the {kind} stream" if kind else "binary content"
-        return LooseResult(inputs=[InputRecord(name, "binary", "unreadable", f"{what}, not a log")])
+
+def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: int = HEAD_BYTES) -> LooseResult:
+    """Text (already decompressed from ``kind``, which names the compression for messages) through every source."""
     sources = new_sources()
     try:
         n = read_into(sources, stream, head_bytes)
@@ -414,59 +394,19 @@ def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) ->
     return _result(name, sources, n)
 
 
-# -- PyTorch-profiler traces: routed by content to analyzer/derive/kineto.py -----------------------
-TRACE_SNIFF_BYTES = 1 << 20  # Kineto may write deviceProperties or a large metadata object before traceEvents
-
-
-def _trace_kind(head: bytes) -> str | None:
-    """``kineto_trace`` / ``torch_memory_timeline`` when decompressed ``head`` opens one (cheap: no import)."""
-    text = head.lstrip()
-    if not text.startswith((b"{", b"[[", b"\xef\xbb\xbf")):
-        return None
-    from analyzer.derive import kineto
-
-    return kineto.sniff(head)
-
-
-def _trace_file(path: str) -> bool:
-    with open(path, "rb") as fh:
-        head = fh.read(TRACE_SNIFF_BYTES)
-    kind = compression_of(head)
-    if kind == "gzip":
-        import zlib
-
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, TRACE_SNIFF_BYTES)
-        except zlib.error:
-            return False
-    elif kind is not None:
-        return False
-    return _trace_kind(head) is not None
-
-
 def analyze_path(path: str) -> LooseResult:
     """A file (or ``-`` for stdin) of loose evidence."""
     if path == "-":
         return analyze_stream("<stdin>", sys.stdin.buffer)
+    found = documents.read_path(path)  # snapshots, traces and Nsight exports before the line-based sources
+    if found is not None:
+        return LooseResult(*found)
+    return read_text_file(path)
+
+
+def read_text_file(path: str) -> LooseResult:
+    """A file ``documents.read_path`` found to be no document: text, possibly compressed."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
-        is_sqlite = head == SQLITE_MAGIC
-        if head[:1] == PICKLE_MAGIC:
-            from analyzer.derive import snapshot  # CUDA memory snapshot, read by a restricted unpickler
-
-            evidence, record = snapshot.analyze_snapshot(path)
-            return LooseResult(evidence, [record])
-        if _trace_file(path):  # a PyTorch-profiler trace (.json / .json.gz), before the line-based sources
-            from analyzer.derive import kineto
-
-            evidence, record = kineto.analyze_path(path)
-            return LooseResult(evidence, [record])
-        if is_sqlite or path.endswith(NSYS_REPORT_SUFFIXES):
-            from analyzer.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export
-
-            evidence, record = nsys.analyze_export(path)
-            return LooseResult(evidence, [record])
         with open(path, "rb") as fh:
             return analyze_stream(path, fh)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
@@ -476,7 +416,7 @@ def analyze_path(path: str) -> LooseResult:
 
 def iter_lines(stream: BinaryIO) -> Iterator[str]:
     """Physical lines of a (possibly compressed) stream, decoded; for callers that need them all."""
-    head = _peek(stream)
+    head = documents.peek(stream)
     kind = compression_of(head)
     if kind is not None:
         stream = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, kind)))

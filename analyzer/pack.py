@@ -74,8 +74,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import session_io
+from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
-from analyzer.loose import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.model import TOOL_VERSION
 from analyzer.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 from collectors.pyspy import rewrite_commands

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analyzer import loose, session_io
-from analyzer.derive import session as session_derive
+from analyzer import documents, session_io
 from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
     Diagnosis,
+    Evidence,
     EvidenceSet,
     InputRecord,
     Session,
@@ -23,6 +24,9 @@ from analyzer.model import (
 from analyzer.redact import redact_argv
 from rules.engine import run_rules
 from rules.verdict import decide
+
+if TYPE_CHECKING:
+    from analyzer.derive.session import Derived
 
 MANIFEST = session_io.MANIFEST
 
@@ -75,8 +79,15 @@ def load_session(path: str, label: str | None = None) -> Session:
 def analyze(
     paths: Sequence[str], config: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Diagnosis:
-    """Diagnose sessions and loose evidence files (``-`` reads stdin) together."""
-    evidence = EvidenceSet()
+    """Diagnose sessions and loose evidence files (``-`` reads stdin) together.
+
+    Evidence is merged in the order of ``paths`` (for a key, the first input that gives it wins),
+    except that several PyTorch-profiler traces (one per rank) are put in the order
+    ``analyzer.derive.ranks`` gives: the rank that sets the pace first; their cross-rank evidence
+    comes after them.
+    """
+    parts: list[EvidenceSet] = []
+    traces: dict[int, list[Evidence]] = {}  # position in parts → a loose trace's evidence
     inputs: list[InputRecord] = []
     captures: list[Capture] = []
     target: Target | None = None
@@ -88,20 +99,60 @@ def analyze(
             target = target or session.target
             window = window or session.window
             captures.extend(session.captures)
-            evidence = evidence.merged(derived.evidence)
+            parts.append(derived.evidence)
             inputs.extend(derived.inputs)
             continue
         if path != "-" and not os.path.exists(path):
             raise InputError(f"{path} does not exist.", "Check the path; use - to read evidence from stdin.")
-        result = loose.analyze_path(path)
-        evidence = evidence.merged(EvidenceSet(result.evidence))
-        inputs.extend(result.inputs)
+        found, records = _loose(path)
+        if any(r.kind == documents.TRACE_KIND for r in records):
+            traces[len(parts)] = found
+        parts.append(EvidenceSet(found))
+        inputs.extend(records)
+    if len(traces) >= 2:
+        parts.extend(_ranks(parts, traces))
+    evidence = EvidenceSet()
+    for part in parts:
+        evidence = evidence.merged(part)
     return judge(evidence, inputs=inputs, captures=captures, target=target, window=window, config=config)
 
 
-def read_session(folder: str, label: str | None = None) -> tuple[Session, session_derive.Derived]:
+def _ranks(parts: list[EvidenceSet], traces: dict[int, list[Evidence]]) -> list[EvidenceSet]:
+    """Put several traces' evidence in ``parts`` in rank order (in place); their cross-rank evidence."""
+    from analyzer.derive import ranks
+
+    slots = list(traces)
+    found = list(traces.values())
+    for slot, i in zip(slots, ranks.order(found), strict=True):
+        parts[slot] = EvidenceSet(found[i])
+    return [EvidenceSet(ranks.derive(found))]
+
+
+def _loose(path: str) -> documents.Found:
+    """A loose input: a document (trace, snapshot, Nsight export) by ``analyzer.documents``, else text
+    by ``analyzer.loose``, imported only then (its line parsers are most of a run's start-up)."""
+    if path != "-":
+        found = documents.read_path(path)
+        if found is not None:
+            return found
+        from analyzer import loose
+
+        text = loose.read_text_file(path)
+        return text.evidence, text.inputs
+    found, stream, compression = documents.read_stream("<stdin>", sys.stdin.buffer)
+    if found is not None:
+        return found
+    from analyzer import loose
+
+    text = loose.read_text("<stdin>", stream, compression)
+    return text.evidence, text.inputs
+
+
+def read_session(folder: str, label: str | None = None) -> tuple[Session, Derived]:
     """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
     it was extracted from) names the sources, never the private extraction folder."""
+    from analyzer.derive import session as session_derive  # the collectors' parsers: sessions only
+
     session = load_session(folder, label=label)
     derived = session_derive.derive(session)
     if label is None or label == folder:

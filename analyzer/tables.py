@@ -21,13 +21,14 @@ from typing import Any
 from analyzer import pipeline, session_io
 from analyzer.derive import activities
 from analyzer.derive import nvml as nvml_derive
+from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
-from analyzer.loose import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
 from analyzer.redact import redact_command, redact_text
 from collectors import engine_log, nvml, process, prom, pyspy, timing
 from collectors.compile_log import CompileLogParser
 from collectors.logtext import clean_lines, looks_binary
+from reports.data import COLUMNS as TABLE_COLUMNS
 from reports.data import TABLES, SessionData, make_table
 from reports.terminal import stage_rows
 
@@ -40,6 +41,7 @@ MAX_EVENTS = 1_000
 MAX_MEMORY_ROWS = 10_000
 MAX_KERNELS = 50
 MAX_METRICS = 500
+MAX_TIMELINE_ROWS = 20_000  # 200 bins per device and rank: 100 devices
 TEXT_CAPTURES = ("log", "metrics", "probe")
 OK = (CaptureStatus.OK, CaptureStatus.PARTIAL)
 EPOCH_2001 = 1e9  # compile_log stamps below this are glog's month/day/time of day, above it epoch seconds
@@ -68,7 +70,7 @@ def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
     steps: tuple[tuple[Callable[[], None], tuple[str, ...]], ...] = (
         (reader.process, ("process", "inflight")), (reader.gpu, ("gpu", "gpu_processes")),
         (reader.profile, ("profile",)), (reader.text_captures, ("requests", "stages", "events", "memory", "metrics")),
-        (reader.nsys, ("kernels", "copies", "gpu_busy", "gap_hist")),
+        (reader.nsys, ("kernels", "copies", "gpu_busy", "gap_hist")), (reader.trace, ("gpu_timeline", "trace_ranks")),
         (reader.memory_breakdown, ("memory_breakdown", "memory_segments")), (reader.stage_stats, ("stage_stats",)))
     for step, tables in steps:
         try:
@@ -538,6 +540,48 @@ class _Reader:
                         "gap_hist": "no GPU activity"}[n]
                 self.why[n] = (f"No {n.replace('_', ' ')} data: the Nsight Systems export holds {what}{bad}. "
                                "Trace CUDA (`nsys launch --trace=cuda,nvtx`) while the service serves load.")
+
+    # -- PyTorch-profiler traces --------------------------------------------------------------------
+
+    def trace(self) -> None:
+        """The busy/idle timeline and the ranks of the session's traces, from the diagnosis's evidence
+        (``kineto.timeline``: ``analyzer.derive.kineto`` bins each device's window; several ranks:
+        ``kineto.ranks.table``, each rank's timeline with it)."""
+        from analyzer.derive import ranks as rank_derive
+
+        d = self.d
+        ev = {e.key: e for e in d.diagnosis.evidence}
+        several = ev.get("kineto.ranks.table")
+        found: list[dict[str, Any]] = []
+        if several is not None and isinstance(several.value, list):
+            found = [r for r in several.value if isinstance(r, dict)]
+        elif (one := rank_derive.row(ev)) is not None:  # one trace: its own row (only kineto.* keys are read)
+            found = [one]
+        d.trace_ranks = make_table("trace_ranks", [{k: r.get(k) for k in TABLE_COLUMNS["trace_ranks"]} for r in found])
+        rows: list[dict[str, Any]] = []
+        for r in found:
+            rank, source = r.get("rank"), str(r.get("source") or "")
+            for dev in r.get("devices") or []:
+                bins = dev.get("busy_bins") if isinstance(dev, dict) else None
+                window = _num(dev.get("window_ms")) if isinstance(dev, dict) else math.nan
+                if not bins or not window > 0:
+                    continue
+                width = window / len(bins)
+                rows.extend({"rank": rank, "device": dev.get("device"), "name": redact_text(str(dev.get("name") or "")),
+                             "t_ms": (i + 0.5) * width, "busy_ratio": _num(b), "window_ms": window, "source": source}
+                            for i, b in enumerate(bins))
+        d.gpu_timeline = make_table("gpu_timeline", rows[:MAX_TIMELINE_ROWS])
+        how = ("Take one with torch.profiler (activities=[CPU, CUDA], prof.export_chrome_trace(...)) or the "
+               "serving engine's profiler (vLLM: VLLM_TORCH_PROFILER_DIR and /start_profile); `diagnose analyze "
+               "TRACE` reads it on its own.")
+        if not rows:
+            self.why["gpu_timeline"] = (
+                "No GPU busy/idle timeline: it is drawn from a PyTorch-profiler trace in the session (a trace file "
+                "listed under its kineto or log capture) whose GPU timeline could be judged (not an excerpt or a "
+                f"CUDA-graph capture). {how}")
+        if not found:
+            self.why["trace_ranks"] = ("No temporal breakdown per rank: it comes from a PyTorch-profiler trace with "
+                                       f"GPU events in the session. {how}")
 
     # -- memory breakdown -------------------------------------------------------------------------
 

@@ -386,8 +386,11 @@ def words_of(text: str) -> set[str]:
 
 
 # a shell or REPL command pasted first ("$ nvidia-smi --query-gpu=…", "root@host:~# …", ">>> torch…",
-# "PS C:\\> …") or a code fence: not the report's title
-_COMMAND_LINE = re.compile(r"\s*(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|```|[\w.-]+@[\w.-]+:[^\s]*[#$]\s)")
+# "PS C:\\> …"), a code fence or a metrics file's comments: not the report's title
+_COMMAND_LINE = re.compile(r"\s*(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|```|[\w.-]+@[\w.-]+:[^\s]*[#$]\s"
+                           r"|# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Prometheus comments, diagnose's header
+                           # a metric sample: name{labels} value [timestamp]
+                           r"|[A-Za-z_:][\w:]*(?:\{[^}]*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|Inf)(?:\s+\d+)?\s*$)")
 
 
 def _is_title(line: str) -> bool:

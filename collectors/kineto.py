@@ -36,8 +36,10 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import IO, Any
 
 import msgspec
@@ -45,6 +47,7 @@ import numpy as np
 
 CHUNK_BYTES = 8 << 20  # decompressed bytes read at a time
 MAX_VALUE_BYTES = 256 << 20  # a top-level value (or one event) larger than this is damage, not data
+VALUE_WINDOW_BYTES = 64 << 10  # first window decoded for one metadata value or fallback event
 
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = 0, 1, 2
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
@@ -79,7 +82,7 @@ class _Args(msgspec.Struct, gc=False):
 
 class _Event(msgspec.Struct, gc=False):
     ph: Any = None
-    cat: Any = None
+    cat: str | None = None  # any other type: not an event of ours
     name: Any = ""
     ts: Any = None
     dur: Any = None
@@ -208,16 +211,51 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
-def looks_like_trace(head: bytes) -> bool:
-    """Whether decompressed ``head`` (the first KiB of a file) opens a Chrome trace object:
-    a JSON object whose keys include ``traceEvents`` or Kineto's own top-level keys."""
-    text = head.lstrip()
-    if text.startswith(b"\xef\xbb\xbf"):
-        text = text[3:].lstrip()
-    if not text.startswith(b"{"):
+TRACE_KEYS = frozenset({"traceEvents", "schemaVersion", "deviceProperties", "distributedInfo"})
+_HEAD_KEY = re.compile(r'\s*"((?:[^"\\]|\\.)*)"\s*:\s*', re.S)
+_CUT_KEY = re.compile(r'\s*(?:"(?:[^"\\]|\\.)*\\?(?:"\s*)?)?', re.S)  # nothing, or a key the head's end cuts
+
+
+def trace_head(head: bytes) -> bool | None:
+    """Whether decompressed ``head`` opens a Chrome trace object, read by structure: the JSON object's
+    top-level keys are walked in order (each value decoded and passed over, however large: Kineto
+    and benchmark harnesses write ``deviceProperties`` or a ``metadata`` object of tens of KiB
+    first) until one is ``traceEvents`` or Kineto's own (True). False: not a JSON object, or it
+    closes, or is not JSON, before such a key. None: ``head`` ends first; more of it decides.
+    """
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if not text:
+        return None
+    if text[0] != "{":
         return False
-    return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"',
-                                    b'"distributedInfo"'))
+    i, n = 1, len(text)
+    while True:
+        m = _HEAD_KEY.match(text, i)
+        if m is None:
+            if _CUT_KEY.fullmatch(text, i):
+                return None  # the head ends before the key does
+            return False  # "}" (the object closes) or not JSON
+        if m.group(1) in TRACE_KEYS:
+            return True
+        if m.end() >= n:
+            return None
+        try:
+            _, i = _STR_DECODER.raw_decode(text, m.end())
+        except json.JSONDecodeError:
+            return None  # a value cut by the head's end (damage is found by reading on)
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            return None
+        if text[i] != ",":
+            return False
+        i += 1
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """Whether decompressed ``head`` (the first bytes of a file) opens a Chrome trace object
+    (``trace_head``); undecided within ``head`` is no."""
+    return trace_head(head) is True
 
 
 # -- the streaming cut ------------------------------------------------------------------------------
@@ -228,7 +266,7 @@ class _Reader:
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
-        self.buf = b""
+        self.buf = bytearray()  # mutable: a batch is decoded in place between temporary brackets
         self.pos = 0
         self.eof = False
         self.consumed = 0  # bytes dropped before ``buf``
@@ -245,10 +283,11 @@ class _Reader:
         if not chunk:
             self.eof = True
             return False
-        if self.pos:
-            self.consumed += self.pos
-            self.buf = self.buf[self.pos:]
-            self.pos = 0
+        if self.pos > 1:  # keep the byte before ``pos``: a batch's opening bracket goes there
+            drop = self.pos - 1
+            self.consumed += drop
+            del self.buf[:drop]
+            self.pos = 1
         self.buf += chunk
         return True
 
@@ -262,7 +301,7 @@ class _Reader:
                 p += 1
             self.pos = p
             if p < n:
-                return self.buf[p:p + 1]
+                return bytes(self.buf[p:p + 1])
             if not self.more():
                 return b""
 
@@ -275,17 +314,29 @@ _STR_DECODER = json.JSONDecoder()
 
 
 def _value(rd: _Reader) -> Any:
-    """Decode one JSON value at the reader's position (stdlib; metadata and fallback events)."""
+    """Decode one JSON value at the reader's position (stdlib; metadata and fallback events).
+
+    Only a window of the buffer is decoded to text, doubled until it holds the value: decoding all
+    that is buffered (megabytes) for each small value made the fallback quadratic. A value that
+    reaches the window's end (a number cut in two reads as a smaller number) is tried again wider.
+    """
+    window = VALUE_WINDOW_BYTES
     while True:
-        text = rd.buf[rd.pos:].decode("utf-8", errors="replace")
+        avail = len(rd.buf) - rd.pos
+        whole = window >= avail
+        text = rd.buf[rd.pos:rd.pos + window].decode("utf-8", errors="replace")
+        error: json.JSONDecodeError | None = None
         try:
             value, end = _STR_DECODER.raw_decode(text)
         except json.JSONDecodeError as exc:
-            if len(rd.buf) - rd.pos > MAX_VALUE_BYTES or not rd.more():
-                raise KinetoError(f"unreadable JSON at byte {rd.offset() + exc.pos}: {exc.msg}") from None
-            continue
-        rd.pos += len(text[:end].encode("utf-8", errors="replace"))
-        return value
+            error, end = exc, -1
+        if error is None and (end < len(text) or (whole and rd.eof)):
+            rd.pos += len(text[:end].encode("utf-8", errors="replace"))
+            return value
+        if whole and (avail > MAX_VALUE_BYTES or not rd.more()) and (error is not None or not rd.eof):
+            pos = rd.offset() + (error.pos if error is not None else avail)
+            raise KinetoError(f"unreadable JSON at byte {pos}: {error.msg if error is not None else 'too large'}")
+        window *= 2
 
 
 def _key(rd: _Reader) -> str:
@@ -298,7 +349,7 @@ def _key(rd: _Reader) -> str:
             raise KinetoError(f"unreadable JSON at byte {rd.offset()}: expected an object key")
 
 
-def _last_boundary(buf: bytes, start: int) -> int:
+def _last_boundary(buf: bytes | bytearray, start: int) -> int:
     """Index of the ``}`` of the last ``}`` ws ``,`` ws ``{`` in ``buf[start:]``, or -1."""
     i = len(buf)
     while True:
@@ -314,6 +365,21 @@ def _last_boundary(buf: bytes, start: int) -> int:
                 j -= 1
             if buf[j] == 0x7D:  # "}"
                 return j
+
+
+def _decode_between(buf: bytearray, start: int, end: int) -> list[_Event]:
+    """The events ``buf[start:end]`` (``{…}, …, {…}``) decoded as one array without copying it: the
+    bytes just before and after (a separator or whitespace, already read past) become ``[`` and
+    ``]`` for the call and are put back."""
+    if start < 1 or end >= len(buf):
+        return _DECODE_EVENTS.decode(b"[" + buf[start:end] + b"]")
+    before, after = buf[start - 1], buf[end]
+    buf[start - 1], buf[end] = 0x5B, 0x5D
+    try:
+        with memoryview(buf) as view, view[start - 1:end + 1] as piece:
+            return _DECODE_EVENTS.decode(piece)
+    finally:
+        buf[start - 1], buf[end] = before, after
 
 
 def _events(rd: _Reader, problems: list[str]) -> Iterator[list[_Event]]:
@@ -332,7 +398,7 @@ def _events(rd: _Reader, problems: list[str]) -> Iterator[list[_Event]]:
             return
         if c != b"{":
             problems.append(f"unreadable event at byte {rd.offset()} after {count} events; the rest was not read")
-            rd.eof, rd.buf, rd.pos = True, b"", 0
+            rd.eof, rd.buf, rd.pos = True, bytearray(), 0
             return
         while not rd.eof and len(rd.buf) - rd.pos < CHUNK_BYTES // 2:
             rd.more()
@@ -340,7 +406,7 @@ def _events(rd: _Reader, problems: list[str]) -> Iterator[list[_Event]]:
         batch: list[_Event] | None = None
         if cut > rd.pos:
             try:
-                batch = _DECODE_EVENTS.decode(b"[" + rd.buf[rd.pos:cut + 1] + b"]")
+                batch = _decode_between(rd.buf, rd.pos, cut + 1)
                 rd.pos = cut + 1
             except (msgspec.DecodeError, msgspec.ValidationError):
                 batch = None
@@ -365,7 +431,7 @@ def _slow_batch(rd: _Reader, problems: list[str], count: int) -> list[_Event] | 
         except KinetoError as exc:
             cut = "the trace ends inside an event" if rd.eof else str(exc)
             problems.append(f"{cut} after {count + len(out)} events; the rest was not read")
-            rd.eof, rd.buf, rd.pos = True, b"", 0
+            rd.eof, rd.buf, rd.pos = True, bytearray(), 0
             return out or None
         try:
             out.append(msgspec.convert(doc, _Event, strict=False))
@@ -390,13 +456,14 @@ class _Cols:
     steps: list[tuple[float, float]] = field(default_factory=list)
     step_names: set[str] = field(default_factory=set)
     ops: dict[str, list[float]] = field(default_factory=dict)
-    by_cat: dict[str, int] = field(default_factory=dict)
+    by_cat: dict[str | None, int] = field(default_factory=dict)
     cpu_nocorr_first: float = float("inf")
     host_first: float = float("inf")
     host_last: float = float("-inf")
     hip: bool = False
     mtia: bool = False
     process_labels: dict[int, str] = field(default_factory=dict)
+    codes: dict[str | None, int] = field(default_factory=dict)  # what the fold does with each category
     events: int = 0
 
     def name_id(self, name: str) -> int:
@@ -407,6 +474,20 @@ class _Cols:
         return i
 
 
+_CAT = attrgetter("cat")
+# what the fold does with an event, by its category (decided once per category string and read)
+_SKIP, _RUNTIME, _CPU_OP, _ANNOTATION, _MTIA, _OTHER = range(10, 16)  # GPU kinds are GPU_KERNEL/MEMCPY/MEMSET
+_KNOWN_CODES: dict[str | None, int] = {
+    None: _SKIP, "Trace": _SKIP, **dict.fromkeys(KERNEL_CATS, GPU_KERNEL), **dict.fromkeys(MEMCPY_CATS, GPU_MEMCPY),
+    **dict.fromkeys(MEMSET_CATS, GPU_MEMSET), **dict.fromkeys(RUNTIME_CATS, _RUNTIME), "cpu_op": _CPU_OP,
+    "user_annotation": _ANNOTATION,
+}
+
+
+def _code(cat: str) -> int:
+    return _KNOWN_CODES.get(cat, _MTIA if cat.startswith("mtia") else _OTHER)
+
+
 def _tid(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -414,65 +495,126 @@ def _tid(value: Any) -> int:
 
 
 def _fold(cols: _Cols, batch: list[_Event]) -> None:
+    # the hot loop of a big trace (a few hundred thousand events a second): each category is decided
+    # once (``cols.codes``), integers are taken as they are before ``as_int`` is asked, ``name_id`` is
+    # inlined, and events of other categories (Python functions, flows, annotations) leave the loop
+    # after the few facts they give
     gpu: list[tuple[float, ...]] = []
     host: list[tuple[float, ...]] = []
     hta: list[tuple[float, ...]] = []
     op_ext: list[tuple[int, int]] = []
-    by_cat = cols.by_cat
-    name_id = cols.name_id
+    codes = cols.codes
+    for cat, k in Counter(map(_CAT, batch)).items():  # first appearance first, as event-by-event counting did
+        cols.by_cat[cat] = cols.by_cat.get(cat, 0) + k
+        if cat not in codes:
+            codes[cat] = _KNOWN_CODES[None] if cat is None else _code(cat)
+    index = cols.index
+    names = cols.names
+    host_first, host_last, nocorr_first = cols.host_first, cols.host_last, cols.cpu_nocorr_first
+    ops = cols.ops
+    mtia, hip = cols.mtia, cols.hip
     for e in batch:
-        cat = e.cat
-        by_cat[cat] = by_cat.get(cat, 0) + 1
         if e.ph == "M":
             if e.name == "process_labels" and e.args is not None and isinstance(e.args.labels, str):
                 cols.process_labels[as_int(e.pid)] = e.args.labels
             continue
-        ts, dur = e.ts, e.dur
-        if not isinstance(ts, int | float) or not isinstance(dur, int | float) or cat is None:
+        dur = e.dur
+        if dur is None:  # flows, instants, counters: no duration
             continue
-        name = e.name if isinstance(e.name, str) else str(e.name)
+        ts = e.ts
+        tt, td = type(ts), type(dur)
+        if ((tt is not float and tt is not int) or (td is not float and td is not int)) and (
+                not isinstance(ts, int | float) or not isinstance(dur, int | float)):
+            continue  # not a timed event (a bool still counts as a number, as isinstance has it)
+        code = codes[e.cat]
+        if code == _SKIP:
+            continue
+        name = e.name
+        if type(name) is not str:
+            name = str(name)
         a = e.args
-        stream = as_int(a.stream) if a is not None else -1
-        corr = as_int(a.correlation) if a is not None else -1
-        if cat == "Trace":
-            continue
+        if a is None:
+            stream = corr = -1
+        else:
+            stream = a.stream
+            if stream is None:
+                stream = -1
+            elif type(stream) is not int:
+                stream = as_int(stream)
+            corr = a.correlation
+            if corr is None:
+                corr = -1
+            elif type(corr) is not int:
+                corr = as_int(corr)
+        nid = -1
         if stream != -1:
-            hta.append((ts, dur, stream, corr, name_id(name)))
-        if cat in KERNEL_CATS or cat in MEMCPY_CATS or cat in MEMSET_CATS:
-            kind = GPU_KERNEL if cat in KERNEL_CATS else GPU_MEMCPY if cat in MEMCPY_CATS else GPU_MEMSET
-            dev = as_int(a.device) if a is not None else -1
-            if dev < 0:
+            nid = index.get(name, -1)
+            if nid < 0:
+                nid = index[name] = len(names)
+                names.append(name)
+            hta.append((ts, dur, stream, corr, nid))
+        if code <= GPU_MEMSET:
+            if nid < 0:
+                nid = index.get(name, -1)
+                if nid < 0:
+                    nid = index[name] = len(names)
+                    names.append(name)
+            if a is None:
                 dev = as_int(e.pid, 0)
-            ext = as_int(a.ext if a.ext is not None else a.ext_old) if a is not None else -1
-            nbytes = as_int(a.bytes) if a is not None else -1
-            gpu.append((kind, ts, dur, dev, stream, corr, ext, name_id(name), nbytes))
+                ext = nbytes = -1
+            else:
+                dev = a.device if type(a.device) is int else as_int(a.device)
+                if dev < 0:
+                    dev = as_int(e.pid, 0)
+                ext = a.ext if a.ext is not None else a.ext_old
+                if type(ext) is not int:
+                    ext = as_int(ext)
+                nbytes = a.bytes if type(a.bytes) is int else as_int(a.bytes)
+            gpu.append((code, ts, dur, dev, stream, corr, ext, nid, nbytes))
             continue
-        if ts < cols.host_first:
-            cols.host_first = ts
-        if ts + dur > cols.host_last:
-            cols.host_last = ts + dur
-        if cat in RUNTIME_CATS:
-            if name.startswith("hip"):
-                cols.hip = True
-            ext = as_int(a.ext if a.ext is not None else a.ext_old) if a is not None else -1
-            host.append((ts, dur, corr, _tid(e.tid), name_id(name), ext))
-        elif cat == "cpu_op":
-            acc = cols.ops.get(name)
+        if ts < host_first:
+            host_first = ts
+        if ts + dur > host_last:
+            host_last = ts + dur
+        if corr < 0 and ts < nocorr_first:
+            nocorr_first = ts
+        if PROFILER_STEP in name:
+            cols.step_names.add(name)
+            if code == _ANNOTATION and name.startswith(PROFILER_STEP):
+                cols.steps.append((ts, ts + dur))
+        if code == _RUNTIME:
+            if not hip and name.startswith("hip"):
+                hip = cols.hip = True
+            if nid < 0:
+                nid = index.get(name, -1)
+                if nid < 0:
+                    nid = index[name] = len(names)
+                    names.append(name)
+            if a is None:
+                ext = -1
+            else:
+                ext = a.ext if a.ext is not None else a.ext_old
+                if type(ext) is not int:
+                    ext = as_int(ext)
+            tid = e.tid
+            host.append((ts, dur, corr, tid if type(tid) is int else _tid(tid), nid, ext))
+        elif code == _CPU_OP:
+            acc = ops.get(name)
             if acc is None:
-                cols.ops[name] = [1, dur]
+                ops[name] = [1, dur]
             else:
                 acc[0] += 1
                 acc[1] += dur
             if a is not None and a.ext is not None:
-                op_ext.append((as_int(a.ext), name_id(name)))
-        elif cat == "user_annotation" and name.startswith(PROFILER_STEP):
-            cols.steps.append((ts, ts + dur))
-        elif cat.startswith("mtia"):
-            cols.mtia = True
-        if PROFILER_STEP in name:
-            cols.step_names.add(name)
-        if corr < 0 and ts < cols.cpu_nocorr_first:
-            cols.cpu_nocorr_first = ts
+                if nid < 0:
+                    nid = index.get(name, -1)
+                    if nid < 0:
+                        nid = index[name] = len(names)
+                        names.append(name)
+                op_ext.append((a.ext if type(a.ext) is int else as_int(a.ext), nid))
+        elif code == _MTIA and not mtia:
+            mtia = cols.mtia = True
+    cols.host_first, cols.host_last, cols.cpu_nocorr_first = host_first, host_last, nocorr_first
     cols.events += len(batch)
     if gpu:
         cols.gpu.append(np.array(gpu, dtype=np.float64))

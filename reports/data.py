@@ -47,6 +47,11 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "copies": ("direction", "host_kind", "api", "count", "bytes", "ms"),
     "gpu_busy": ("device", "name", "window_ms", "busy_ms", "kernel_busy_ms", "idle_ms", "gaps", "longest_gap_ms"),
     "gap_hist": ("device", "bucket", "count", "total_ms"),
+    # a PyTorch-profiler trace's busy/idle timeline: the busy share of each of its equal bins per device (and rank);
+    # t_ms: the bin's middle, from the device's first GPU operation
+    "gpu_timeline": ("rank", "device", "name", "t_ms", "busy_ratio", "window_ms", "source"),
+    "trace_ranks": ("rank", "source", "span_ms", "compute_ms", "idle_share", "compute_share", "non_compute_share",
+                    "gpu_busy_ratio", "comm_share", "comm_exposed_share"),
     "metrics": ("name", "labels", "unit", "kind", "first", "last", "delta"),
 }
 TABLES: tuple[str, ...] = tuple(COLUMNS)
@@ -93,6 +98,8 @@ class SessionData:
     copies: pd.DataFrame = field(default_factory=lambda: empty_table("copies"))
     gpu_busy: pd.DataFrame = field(default_factory=lambda: empty_table("gpu_busy"))
     gap_hist: pd.DataFrame = field(default_factory=lambda: empty_table("gap_hist"))
+    gpu_timeline: pd.DataFrame = field(default_factory=lambda: empty_table("gpu_timeline"))
+    trace_ranks: pd.DataFrame = field(default_factory=lambda: empty_table("trace_ranks"))
     metrics: pd.DataFrame = field(default_factory=lambda: empty_table("metrics"))
     missing: dict[str, str] = field(default_factory=dict)
     host_cores: int | None = None  # CPUs the target may run on (process-info.json), when recorded

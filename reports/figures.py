@@ -323,6 +323,36 @@ def gpu_busy(d: SessionData) -> Chart:
     return _absent(title, _why(d, "gpu_busy", "gpu"))
 
 
+TIMELINE_ROWS = 8  # devices (ranks) drawn one under the other; more are named in the note
+
+
+def gpu_timeline(d: SessionData) -> Chart:
+    title = "GPU busy over time (PyTorch-profiler trace)"
+    if not d.has("gpu_timeline"):
+        return _absent(title, _why(d, "gpu_timeline"))
+    t = d.gpu_timeline
+    groups = list(t.groupby(["rank", "device"], sort=True, dropna=False))
+    shown = groups[:TIMELINE_ROWS]
+    labels = []
+    for (rank, device), g in shown:
+        name = _short(str(g["name"].iloc[0]), 28)
+        head = "" if pd.isna(rank) else f"rank {rank:.0f} · "
+        labels.append(f"{head}GPU {device:.0f}" + (f" {name}" if name else ""))
+    fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
+                        subplot_titles=labels)
+    for i, ((_rank, _device), g) in enumerate(shown, start=1):
+        fig.add_trace(go.Scatter(x=g["t_ms"], y=100 * g["busy_ratio"], mode="lines", line_shape="hvh",
+                                 fill="tozeroy", line={"width": 1, "color": "#1a9850"}, showlegend=False,
+                                 name=labels[i - 1], hovertemplate="%{x:,.1f} ms: busy %{y:.0f} %<extra></extra>"),
+                      row=i, col=1)
+        fig.update_yaxes(range=[0, 100], title_text="busy %", row=i, col=1)
+    fig.update_xaxes(title_text="ms from the device's first GPU operation (each bin: the share of it in which a "
+                                "kernel, copy or memset runs)", row=len(shown), col=1)
+    note = (f"{len(shown)} of {len(groups)} devices shown (the first by rank and device)."
+            if len(groups) > len(shown) else "")
+    return Chart(title, _layout(fig, title, height=max(260, 90 + 150 * len(shown))), note)
+
+
 def idle_gaps(d: SessionData) -> Chart:
     title = "GPU idle gaps by length (Nsight Systems)"
     if not d.has("gap_hist") or not (d.gap_hist["count"] > 0).any():
@@ -542,7 +572,7 @@ PAGES: dict[str, list[ChartFn]] = {
     "Timeline": [timeline],
     "Requests": [stage_percentiles, slow_requests, latency_vs_input, cold_start],
     "CPU profile": [cpu_icicle],
-    "GPU": [gpu_busy, idle_gaps, top_kernels, copies],
+    "GPU": [gpu_busy, gpu_timeline, idle_gaps, top_kernels, copies],
     "Memory": [memory_breakdown, memory_segments, memory_over_time],
 }
 

@@ -192,4 +192,112 @@ class ColdStartInTrace(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (DispatchBound, ColdStartInTrace)
+def _kernel(name: str) -> str:
+    """A kernel's name without its return type and template or call arguments (``void f<T>(…)`` → ``f``)."""
+    base = name.removeprefix("void ")
+    for cut in ("<", "("):
+        base = base.split(cut, 1)[0]
+    return base[:80] or name[:80]
+
+
+class RankImbalance(Rule):
+    """One rank computes longer than the others over the same steps, and every collective waits for it.
+
+    What it detects: several PyTorch-profiler traces, one per rank, profiled together (their kernel
+    spans overlap and have the same length), in which one rank's computation-kernel time (HTA's
+    compute) is well above the median rank's; the others spend the difference waiting for it.
+
+    Why it matters: with tensor, expert or data parallelism every step ends in a collective, so the
+    step is as slow as its slowest rank: in an inference service each token (or batch) waits for it,
+    and the faster ranks' GPUs idle or spin in communication kernels. Making the fast ranks faster
+    changes nothing; evening out the work, or fixing the slow rank's GPU, does.
+
+    How it decides: ``kineto.ranks.compute_imbalance_ratio`` (the slowest rank's compute over the
+    median rank's) ≥ ``min_ratio`` and ``kineto.ranks.wait_share`` (the difference over the shared
+    window: what the median rank waits per window) ≥ ``min_wait_share``. Impact is the wait share.
+    ``kineto.ranks.kernels_unchanged_share`` says which kind: some kernels as fast on both ranks
+    while others take much longer is more work on the slow rank; every kernel slower alike is a
+    slower GPU, or more of every kind of work. Category ``gpu_compute``: the slow rank's GPU time is
+    what the service waits for.
+
+    Evidence: kineto.ranks.compute_imbalance_ratio, kineto.ranks.wait_share, kineto.ranks.slowest;
+    optionally kineto.ranks.count, kineto.ranks.compute_spread_ms, kineto.ranks.comm_exposed_share_max,
+    kineto.ranks.kernels_unchanged_share, kineto.ranks.excess_kernels, kineto.ranks.table.
+
+    Fix: even out the work (re-plan embedding-table sharding with measured costs, expert-parallel load
+    balancing, balance tokens rather than requests across data-parallel ranks); check the slow rank's
+    GPU (clock-throttle reasons, power and thermal limits, a different SKU or MIG slice, NUMA placement).
+
+    False positives: ranks that do different work by design (pipeline-parallel stages: compare ranks of
+    one stage); a short trace of data-dependent steps (variable sequence lengths) where the heavy
+    step fell on one rank by chance: profile several steps.
+    """
+
+    code = "GPU111"
+    name = "rank-imbalance"
+    category = Category.GPU_COMPUTE
+    requires = ("kineto.ranks.compute_imbalance_ratio", "kineto.ranks.wait_share", "kineto.ranks.slowest")
+    optional = ("kineto.ranks.count", "kineto.ranks.compute_spread_ms", "kineto.ranks.comm_exposed_share_max",
+                "kineto.ranks.kernels_unchanged_share", "kineto.ranks.excess_kernels", "kineto.ranks.table")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_ratio: float = 1.10  # a rank's kernel time varies by a few % from step to step; 10 % more is a pattern
+        min_wait_share: float = 0.02  # under 2 % of the window spent waiting is not worth rebalancing
+        uneven_share: float = 0.2  # a fifth of the kernel time running as fast on both: the extra is more work
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        ratio = ev.value("kineto.ranks.compute_imbalance_ratio", 0.0) or 0.0
+        wait = ev.value("kineto.ranks.wait_share", 0.0) or 0.0
+        if ratio < t.min_ratio or wait < t.min_wait_share:
+            return None
+        slow = ev.value("kineto.ranks.slowest")
+        rank = f"Rank {slow:.0f}" if slow is not None else "One rank"
+        spread = ev.value("kineto.ranks.compute_spread_ms")
+        exposed = ev.value("kineto.ranks.comm_exposed_share_max")
+        unchanged = ev.value("kineto.ranks.kernels_unchanged_share")
+        got = ev.get("kineto.ranks.excess_kernels")
+        kernels = got.value if isinstance(got, Evidence) and isinstance(got.value, list) else []
+        slower = [k for k in kernels if isinstance(k, dict) and (k.get("excess_ms") or 0) > 0][:3]
+        msg = (f"{rank} runs {pct(ratio - 1)} more GPU computation than the median rank over the same steps"
+               + (f" (+{fmt_ms(spread)})" if spread is not None else "")
+               + f": every collective waits for it, {pct(wait)} of the window for the median rank"
+               + (f"; the faster ranks' wait shows as exposed communication (collectives running alone: up to "
+                  f"{pct(exposed)} of a rank's window)" if exposed is not None else "") + ".")
+        if unchanged is not None and unchanged >= t.uneven_share and slower:
+            msg += (" The extra time is in " + ", ".join(
+                f"{_kernel(str(k['name']))} (+{fmt_ms(float(k['excess_ms']))}, {float(k['ratio'] or 0):.1f}×)"
+                for k in slower) + f"; {pct(unchanged)} of the kernel time runs as fast on both ranks: the slow "
+                "rank has more work (uneven sharding of embedding tables or experts, more tokens routed to it), "
+                "not a slower GPU.")
+        elif unchanged is not None and unchanged < t.uneven_share:
+            msg += (" Its kernels are slower alike: its GPU runs slower (clock throttling, power or thermal "
+                    "limits, a different SKU or MIG slice), or it gets more of every kind of work.")
+        return self.finding(
+            severity=severity_for(wait),
+            confidence=Confidence.THIN if _thin(ev, *self.requires) else Confidence.MEASURED,
+            title=f"{rank} sets the pace: the other ranks wait for it",
+            message=msg,
+            impact=min(1.0, wait),
+            evidence=present(ev, *self.requires, *self.optional),
+            why=(f"slowest rank compute |{bar(min(1.0, ratio / 2))}| {ratio:.2f}× the median\n"
+                 f"median rank waiting   |{bar(wait)}| {pct(wait)} of the window"),
+            fixes=[
+                Fix("Even out the work across ranks",
+                    ("Embedding tables (TorchRec/FBGEMM): re-plan the sharding with measured pooling factors and "
+                     "table sizes, splitting the hot tables row-wise over the ranks",
+                     "Mixture of experts with expert parallelism: turn on expert load balancing (vLLM "
+                     "--enable-eplb, SGLang --enable-eplb or redundant experts)",
+                     "Data-parallel ranks: balance tokens per rank, not requests"),
+                    Risk.NEEDS_VALIDATION),
+                Fix("Check the slow rank's GPU",
+                    ("nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE on that rank's GPU: any clocks-throttle "
+                     "reason (HW slowdown, power cap, thermal) while it runs",
+                     "Compare the ranks' GPUs: SKU, MIG profile, nvidia-smi topo -m (link to its peers), and pin "
+                     "each rank's process to the CPUs of its GPU's NUMA node"),
+                    Risk.SAFE),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (DispatchBound, ColdStartInTrace, RankImbalance)

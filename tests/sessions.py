@@ -12,7 +12,10 @@ carry GPU evidence in the formats the collectors write, copied from this repo's 
 * ``nsys-window.sqlite``: a real Nsight Systems export (tests/data/nsys, RTX 4060 Ti);
 * ``probe-0-stages.jsonl``: the in-process probe's lines (``collectors.torch_probe``): allocator
   state every second, compile counters with two recompiles, and an OOM with its allocator state;
-* ``oom-snapshot.pickle``: a CUDA memory snapshot (tests/data/snapshots, fragmentation OOM).
+* ``oom-snapshot.pickle``: a CUDA memory snapshot (tests/data/snapshots, fragmentation OOM);
+* ``trace.pt.trace.json.gz``: a real PyTorch-profiler trace (tests/data/kineto: an SGLang decode step on
+  MI300X, listed after the Nsight export, whose ``trace.*`` keys therefore stay the ones judged): the
+  busy/idle timeline.
 
 ``demo_copy`` / ``add_log``: a writable demo session with more logs listed in its manifest (a second
 worker's stage log reusing request ids, ``TORCH_LOGS`` recompiles with and without times, vLLM
@@ -39,10 +42,12 @@ SECRET = "sk-diagnoseFAKEtestKEY0123456789abcdef"
 NVML_RECORDING = os.path.join(DATA, "nvml", "starved_a10g_bursty.jsonl")
 NSYS_EXPORT = os.path.join(DATA, "nsys", "pinned_copy_bound_vector_add_rtx4060ti_nsys2026_1.sqlite")
 SNAPSHOT = os.path.join(DATA, "snapshots", "oom_fragmentation.pickle")
+KINETO_TRACE = os.path.join(DATA, "kineto", "sync_stall_sglang_decode_hipgraph_mi300x.json.gz")
 NVML_FILE = "nvml.jsonl"
 NSYS_FILE = "nsys-window.sqlite"
 PROBE_FILE = "probe-0-stages.jsonl"
 SNAPSHOT_FILE = "oom-snapshot.pickle"
+KINETO_FILE = "trace.pt.trace.json.gz"
 CPU_FILES = ("process.jsonl", "process-info.json", "pyspy.raw", "pyspy.log", "pyspy-dumps.jsonl", "pyspy-meta.json")
 
 GIB = 1 << 30
@@ -172,7 +177,9 @@ def gpu_session(tmp_path: Any, cpu_demo: str = "prefill_long_prompts_demo", name
         return {"collector": collector, "status": "ok", "reason": "", "remedy": "",
                 "window": {"start": start, "end": end}, "files": list(files)}
 
-    captures += [cap("nvml", NVML_FILE), cap("nsys", NSYS_FILE), cap("probe", PROBE_FILE, SNAPSHOT_FILE)]
+    shutil.copy(KINETO_TRACE, os.path.join(folder, KINETO_FILE))
+    captures += [cap("nvml", NVML_FILE), cap("nsys", NSYS_FILE), cap("probe", PROBE_FILE, SNAPSHOT_FILE),
+                 cap("kineto", KINETO_FILE)]
     target = dict(base["target"], cmdline=cmdline, gpus=["0"])
     files = sorted({f for c in captures for f in c["files"]})
     manifest = {"schema": "diagnose/session/v1", "tool_version": base.get("tool_version", "0.1.0"),

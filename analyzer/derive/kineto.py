@@ -114,10 +114,10 @@ def analyze_stream(stream: IO[bytes], name: str, kind: str = KIND) -> tuple[list
     return evidence, InputRecord(name, KIND, *_status(trace))
 
 
-def analyze_path(path: str, name: str | None = None) -> tuple[list[Evidence], InputRecord]:
-    """A trace file (plain or gzipped, whatever its name)."""
+def analyze_path(path: str, name: str | None = None, kind: str | None = None) -> tuple[list[Evidence], InputRecord]:
+    """A trace file (plain or gzipped, whatever its name); ``kind`` when the caller sniffed it already."""
     source = name or path
-    kind = sniff(_head(path)) or KIND
+    kind = kind or sniff(_head(path)) or KIND
     fh = kineto.open_decompressed(path)
     try:
         try:
@@ -250,6 +250,7 @@ class Breakdown:
     non_compute_us: float
     span_us: float
     events: int
+    start_us: float = 0.0  # where the kernel span starts, on the trace's clock
 
     def share(self, part: float) -> float:
         return part / self.span_us if self.span_us > 0 else 0.0
@@ -292,10 +293,10 @@ def hta_breakdown(trace: KinetoTrace) -> Breakdown | None:
         sync_ids = [i for i, n in enumerate(trace.names) if n in kineto.HTA_SYNC_NAMES]
         gpu_side = ((h.stream >= 0) & (h.corr >= 0)) | np.isin(h.name, sync_ids)
         host_ts = np.ceil(trace.host.ts)
-        launched = np.unique(trace.host.corr[host_ts < last_start])
+        launched = _distinct(trace.host.corr[host_ts < last_start])
         if trace.cpu_nocorr_first_ts < last_start:
-            launched = np.union1d(launched, [-1])
-        keep = np.where(gpu_side, np.isin(h.corr, launched), ts < last_start)
+            launched = _distinct(np.append(launched, -1))
+        keep = np.where(gpu_side, _member(h.corr, launched), ts < last_start)
     if not keep.any():
         return None
     ts, end, names = ts[keep], end[keep], h.name[keep]
@@ -304,7 +305,7 @@ def hta_breakdown(trace: KinetoTrace) -> Breakdown | None:
     compute_ids = np.array([hta_kernel_type(n) == "computation" for n in trace.names], dtype=bool)
     comp = compute_ids[names]
     compute = _hta_union(ts[comp], end[comp])[0] if comp.any() else 0.0
-    return Breakdown(idle, compute, span - compute - idle, span, int(keep.sum()))
+    return Breakdown(idle, compute, span - compute - idle, span, int(keep.sum()), float(ts.min()))
 
 
 # -- evidence ------------------------------------------------------------------------------------
@@ -319,7 +320,29 @@ def _ms(us: float) -> float:
 
 
 def _pct(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else 0.0
+    """``np.percentile(values, q)`` (its linear method, its interpolation to the bit) without the
+    masked-array check that imports ``numpy.ma``."""
+    if not values.size:
+        return 0.0
+    s = np.sort(values)
+    at = (s.size - 1) * (q / 100)
+    lo = int(np.floor(at))
+    a, b = float(s[lo]), float(s[min(lo + 1, s.size - 1)])
+    t = at - lo
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array: ``np.unique`` without its masked-array check, whose
+    import of ``numpy.ma`` (5-14 ms) was a twentieth of reading a small trace."""
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
+def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``np.isin(values, pool)`` for a sorted, distinct ``pool`` (``_distinct``), by binary search."""
+    pos = np.minimum(np.searchsorted(pool, values), max(pool.size - 1, 0))
+    return (pool[pos] == values) if pool.size else np.zeros(values.shape, dtype=bool)
 
 
 def _name_flags(names: tuple[str, ...], test: Callable[[str], bool]) -> np.ndarray:
@@ -329,7 +352,7 @@ def _name_flags(names: tuple[str, ...], test: Callable[[str], bool]) -> np.ndarr
 def derive(trace: KinetoTrace, source: str) -> list[Evidence]:
     out: list[Evidence] = []
     g = trace.gpu
-    devices = np.unique(g.device) if g.ts.size else np.zeros(0, dtype=np.int64)
+    devices = _distinct(g.device) if g.ts.size else np.zeros(0, dtype=np.int64)
     windows: dict[int, Union] = {int(d): union(g.ts[g.device == d], (g.ts + g.dur)[g.device == d]) for d in devices}
     longest = max((u.span for u in windows.values()), default=0.0)
     quality = Quality.LOW if longest < MIN_WINDOW_US else Quality.GOOD
@@ -384,8 +407,10 @@ def _breakdown(trace: KinetoTrace, bd: Breakdown, ev: _Emit) -> None:
        detail + " only communication, memory (memcpy/memset) or sync events run")
     ev("kineto.kernel_span_ms", _ms(bd.span_us), "ms", "HTA's kernel span: first GPU event start to last end")
     ev("kineto.rank_breakdown", {"rank": rank, "idle_us": round(bd.idle_us, 3), "compute_us": round(bd.compute_us, 3),
-                                 "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3)},
-       "table", "HTA temporal breakdown in µs (one row per rank; several trace files give several)")
+                                 "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3),
+                                 "start_us": round(bd.start_us, 3)},
+       "table", "HTA temporal breakdown in µs, and where the kernel span starts on the trace's clock (several trace "
+       "files, one per rank, are set side by side in kineto.ranks.*)")
 
 
 def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
@@ -396,6 +421,7 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
     busy = sum(u.busy for u in windows.values())
     kbusy = 0.0
     rows = []
+    timeline: list[dict[str, object]] = []
     for d, u in windows.items():
         sel = g.device == d
         ku = union(g.ts[sel & kern], end[sel & kern])
@@ -409,8 +435,9 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
             "copies": int((sel & (g.kind == GPU_MEMCPY)).sum()), "memsets": int((sel & (g.kind == GPU_MEMSET)).sum()),
             "idle_gaps": int(u.gap_len.size), "idle_ms": _ms(float(u.gap_len.sum())),
             "longest_gap_ms": _ms(float(u.gap_len.max()) if u.gap_len.size else 0.0),
-            "busy_bins": _bins(g.ts[sel], end[sel], u),
         })
+        timeline.append({"device": d, "name": _device_name(trace, d), "window_ms": _ms(u.span),
+                         "busy_ratio": round(u.busy / u.span, 4) if u.span else None, "busy_bins": _bins(u)})
     kernels = int(kern.sum())
     kernel_us = float(g.dur[kern].sum())
     ev("trace.device_count", len(windows), "devices", "GPUs with kernel, copy or memset activity in the trace")
@@ -445,9 +472,10 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
             ev("trace.launch_overhead_ratio", launch_us / kernel_us, "ratio",
                "host time in kernel-launch and graph-launch calls / GPU time of the kernels (≥ 1: the host cannot "
                "issue work as fast as the GPU finishes it)")
-    ev("trace.devices", rows, "table",
-       "per GPU: window, busy ratios, kernels, copies, gaps, and busy_bins: the busy share of each of "
-       f"{TIMELINE_BINS} equal bins of the window (the busy/idle timeline)")
+    ev("trace.devices", rows, "table", "per GPU: window, busy ratios, kernels, copies, gaps")
+    ev("kineto.timeline", timeline, "table",
+       f"per GPU: busy_bins, the busy share of each of {TIMELINE_BINS} equal bins of its window (the busy/idle "
+       "timeline the reports draw)")
 
 
 def _device_name(trace: KinetoTrace, d: int) -> str:
@@ -455,18 +483,24 @@ def _device_name(trace: KinetoTrace, d: int) -> str:
     return redact_text(names[d]) if 0 <= d < len(names) and names[d] else ""
 
 
-def _bins(ts: np.ndarray, end: np.ndarray, u: Union, n: int = TIMELINE_BINS) -> list[float]:
-    """Busy share of each of ``n`` equal bins of the device window (overlaps counted once)."""
+def _bins(u: Union, n: int = TIMELINE_BINS) -> list[float]:
+    """Busy share of each of ``n`` equal bins of the device window (overlaps counted once): the window
+    minus its idle gaps, integrated per bin from the cumulative idle time at each bin edge."""
     if u.span <= 0:
         return []
     edges = np.linspace(u.first, u.last, n + 1)
-    # busy intervals = the window minus the gaps; integrate the gaps per bin and subtract
-    idle = np.zeros(n)
-    g0, g1 = u.gap_start, u.gap_start + u.gap_len
-    for i in range(n):  # n is small; gaps per bin by clipping
-        lo, hi = edges[i], edges[i + 1]
-        idle[i] = np.clip(np.minimum(g1, hi) - np.maximum(g0, lo), 0, None).sum() if g0.size else 0.0
     width = edges[1] - edges[0]
+    if not u.gap_len.size:
+        return [1.0] * n
+    g0 = u.gap_start  # sorted, disjoint (gaps of a union)
+    g1 = g0 + u.gap_len
+    done = np.concatenate(([0.0], np.cumsum(u.gap_len)))  # idle time of the gaps before each one
+    k = np.searchsorted(g0, edges, side="right")  # gaps that start at or before each edge
+    before = done[np.maximum(k - 1, 0)]  # every gap before the last one that started
+    last = np.where(k > 0, np.clip(edges - g0[np.maximum(k - 1, 0)], 0, None), 0.0)
+    last = np.minimum(last, np.where(k > 0, g1[np.maximum(k - 1, 0)] - g0[np.maximum(k - 1, 0)], 0.0))
+    idle_at = np.where(k > 0, before + last, 0.0)  # idle time from the window's start to each edge
+    idle = np.diff(idle_at)
     return [round(float(max(0.0, 1.0 - x / width)), 4) for x in idle]
 
 
@@ -643,7 +677,7 @@ def _operators(trace: KinetoTrace, ev: _Emit) -> None:
 def _copies(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
     g, h = trace.gpu, trace.host
     cp = np.flatnonzero(g.kind == GPU_MEMCPY)
-    kinds = {i: kineto.memcpy_kind(trace.names[i]) for i in np.unique(g.name[cp])}
+    kinds = {i: kineto.memcpy_kind(trace.names[i]) for i in _distinct(g.name[cp])}
     direction = np.array([kinds[i][0] for i in g.name[cp]])
     host_kind = np.array([kinds[i][1] for i in g.name[cp]])
     nbytes = np.clip(g.nbytes[cp], 0, None)
@@ -732,7 +766,7 @@ def _api(trace: KinetoTrace, ev: _Emit) -> None:
                                 for n, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])],
            "table", "synchronising calls by name", Quality.GOOD)
         best: tuple[float, int, float] | None = None
-        for tid in np.unique(h.tid):
+        for tid in _distinct(h.tid):
             sel = h.tid == tid
             wall = float((h.ts[sel] + h.dur[sel]).max() - h.ts[sel].min())
             st = float(h.dur[sel & sync].sum())

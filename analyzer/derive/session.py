@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import loose
-from analyzer.derive import cpu_profile, nvml, process
+from analyzer.derive import cpu_profile, nvml, process, ranks
 from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
@@ -132,12 +132,23 @@ def derive(session: Session) -> Derived:
                 "conn.", "the target's process tree listens on no TCP port, so in-flight requests cannot be counted")
         out.inputs.append(InputRecord(path, kind, cap.status.value, cap.reason))
 
+    loose_parts: list[list[Evidence]] = []
+    traces: list[int] = []  # which of them are PyTorch-profiler traces (one per rank)
     for cap in session.captures:
         if cap.collector not in TEXT_CAPTURES or cap.status not in (CaptureStatus.OK, CaptureStatus.PARTIAL):
             continue
         for name in cap.files:
             res = loose.analyze_path(os.path.join(session.path, name))
-            for ev in res.evidence:
-                out.evidence.add(ev)
+            if any(r.kind == "kineto_trace" for r in res.inputs):
+                traces.append(len(loose_parts))
+            loose_parts.append(res.evidence)
             out.inputs.extend(res.inputs)
+    if len(traces) >= 2:  # the rank that sets the pace first (its keys win), then the cross-rank evidence
+        per_rank = [loose_parts[i] for i in traces]
+        for slot, i in zip(traces, ranks.order(per_rank), strict=True):
+            loose_parts[slot] = per_rank[i]
+        loose_parts.append(ranks.derive(per_rank))
+    for part in loose_parts:
+        for ev in part:
+            out.evidence.add(ev)
     return out

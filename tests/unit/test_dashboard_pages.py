@@ -199,11 +199,44 @@ def test_gpu_and_memory_pages_with_gpu_evidence(monkeypatch: pytest.MonkeyPatch,
     path = str(gpu_session(tmp_path))
     at = app(monkeypatch, path)
     gpu_drawn, _ = expect_page(open_page(at, "page_gpu.py"), "GPU", path)
-    assert gpu_drawn == len(figures.PAGES["GPU"])  # NVML and Nsight: busy/idle, gaps, kernels, copies
+    assert gpu_drawn == len(figures.PAGES["GPU"])  # NVML, Nsight, a PyTorch trace: busy, timeline, gaps, kernels…
     mem_drawn, _ = expect_page(open_page(at, "page_memory.py"), "Memory", path)
     assert mem_drawn == len(figures.PAGES["Memory"])  # snapshot breakdown and probe allocator state
     timeline_drawn, _ = expect_page(open_page(at, "page_timeline.py"), "Timeline", path)
     assert timeline_drawn == 1
+
+
+def test_gpu_page_draws_the_busy_timeline_of_a_trace_in_the_session(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    from tests.sessions import KINETO_TRACE, add_file, demo_copy
+
+    folder = demo_copy(tmp_path)  # a CPU-only demo session, plus a PyTorch-profiler trace under a kineto capture
+    add_file(folder, "trace.pt.trace.json.gz", Path(KINETO_TRACE).read_bytes(), collector="kineto")
+    at = open_page(app(monkeypatch, folder), "page_gpu.py")
+    expect_page(at, "GPU", folder)
+    (timeline,) = [c for c in charts(at) if "GPU busy over time" in c.proto.spec]
+    spec = json.loads(timeline.proto.spec)
+    assert len(spec["data"]) == 1 and [a["text"] for a in spec["layout"]["annotations"]] == ["rank 0 · GPU 9"]
+    (ranks,) = [f for f in frames(at) if "compute_share" in f.columns]  # HTA's breakdown of the one rank
+    assert list(ranks["rank"]) == [0] and ranks["idle_share"].iloc[0] == pytest.approx(0.981, abs=0.001)
+    assert "Ranks side by side" in texts(at)
+
+
+@pytest.mark.skipif(not list((ROOT.parent / "shared" / "data" / "kineto").glob("*sampled_rank-*")),
+                    reason="../shared/data/kineto is absent")
+def test_gpu_page_sets_the_ranks_side_by_side(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tests.sessions import add_file, demo_copy
+
+    folder = demo_copy(tmp_path)
+    for trace in sorted((ROOT.parent / "shared" / "data" / "kineto").glob("*sampled_rank-*")):  # ranks 0/1 of HTA
+        add_file(folder, trace.name, trace.read_bytes(), collector="kineto")
+    at = open_page(app(monkeypatch, folder), "page_gpu.py")
+    expect_page(at, "GPU", folder)
+    (timeline,) = [c for c in charts(at) if "GPU busy over time" in c.proto.spec]
+    spec = json.loads(timeline.proto.spec)
+    assert [a["text"] for a in spec["layout"]["annotations"]] == ["rank 0 · GPU 0", "rank 1 · GPU 1"]
+    (ranks,) = [f for f in frames(at) if "compute_share" in f.columns]
+    assert list(ranks["rank"]) == [0, 1] and list(ranks["compute_ms"]) == pytest.approx([106.368, 135.68])
 
 
 # --- Compare ------------------------------------------------------------------------------------

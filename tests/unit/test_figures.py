@@ -45,7 +45,7 @@ def _fig(chart: figures.Chart) -> go.Figure:
 
 def test_pages_are_the_planned_ones() -> None:
     assert list(figures.PAGES) == ["Timeline", "Requests", "CPU profile", "GPU", "Memory"]
-    assert len(ALL) == 14 and len(set(ALL)) == 14
+    assert len(ALL) == 15 and len(set(ALL)) == 15
 
 
 @pytest.mark.parametrize("fn", ALL, ids=lambda f: f.__name__)
@@ -173,6 +173,31 @@ def test_gpu_busy_from_nsight_then_nvml(gpu: data.SessionData, demo: data.Sessio
     assert busy.x[0] == pytest.approx(gpu.gpu["util_pct"].mean())
     assert "NVML" in chart.missing
     assert figures.gpu_busy(demo).figure is None
+
+
+def test_gpu_timeline_draws_the_trace_busy_share_of_each_device(gpu: data.SessionData,
+                                                                 demo: data.SessionData) -> None:
+    # the session's PyTorch trace: an SGLang decode step on MI300X: the GPU idles ~0.46 s while the host blocks in
+    # a synchronous copy, then one graph replay fills the last bins
+    t = gpu.gpu_timeline
+    assert len(t) == 200 and set(t["device"]) == {9}
+    line = _fig(figures.gpu_timeline(gpu)).data[0]
+    assert list(line.x) == pytest.approx(list(t["t_ms"])) and list(line.y) == pytest.approx(list(100 * t["busy_ratio"]))
+    assert max(line.y[:190]) < 1 and min(line.y[-3:]) > 99  # idle, then the replay fills whole bins
+    busy = float(next(e.value for e in gpu.diagnosis.evidence if e.key == "kineto.timeline")[0]["busy_ratio"])
+    assert t["busy_ratio"].mean() == pytest.approx(busy, abs=0.01)  # the bins integrate to the device's busy share
+    absent = figures.gpu_timeline(demo)
+    assert absent.figure is None and "PyTorch-profiler trace" in absent.missing and "torch.profiler" in absent.missing
+
+
+def test_gpu_timeline_shows_eight_devices_and_names_the_rest(gpu: data.SessionData) -> None:
+    rows = [{**r, "rank": rank, "device": rank} for rank in range(10) for r in gpu.gpu_timeline.to_dict("records")]
+    many = data.SessionData(path="x", label="x", diagnosis=gpu.diagnosis, t0=gpu.t0, window_s=gpu.window_s,
+                            gpu_timeline=make_table("gpu_timeline", rows))
+    chart = figures.gpu_timeline(many)
+    assert len(_fig(chart).data) == figures.TIMELINE_ROWS == 8
+    assert chart.missing == "8 of 10 devices shown (the first by rank and device)."
+    assert [a.text for a in _fig(chart).layout.annotations][:2] == ["rank 0 · GPU 0", "rank 1 · GPU 1"]
 
 
 def test_idle_gaps_top_kernels_copies(gpu: data.SessionData) -> None:

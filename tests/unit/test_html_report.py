@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import plotly.offline
 import pytest
 
@@ -142,3 +144,23 @@ def test_a_session_without_findings_renders(tmp_path: Path) -> None:
     assert "Verdict: undetermined — the evidence given is too thin to name a bottleneck" in text
     assert "Findings by impact: No findings" in text
     assert [a for a, body in page.scripts if a.get("data-chart")] == []
+
+
+def test_a_session_holding_a_trace_shows_its_gpu_timeline(tmp_path: Path, prefill_html: str) -> None:
+    from tests import sessions
+
+    d = tables.load(sessions.gpu_session(tmp_path))  # with a PyTorch-profiler trace (SGLang decode on MI300X)
+    page = _parse(html.render(d))
+    figs = [json.loads(body) for attrs, body in page.scripts if attrs.get("data-chart")]
+    (timeline,) = [f for f in figs if f["layout"]["title"]["text"] == "GPU busy over time (PyTorch-profiler trace)"]
+    (line,) = timeline["data"]
+    y = line["y"]  # plotly writes number arrays as typed base64 ({"dtype", "bdata"}), as plotly.js reads them
+    values = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]) if isinstance(y, dict) else y
+    assert list(values) == pytest.approx([100 * b for b in d.gpu_timeline["busy_ratio"]])
+    assert [a["text"] for a in timeline["layout"]["annotations"]] == ["rank 0 · GPU 9"]
+    text = " ".join(" ".join(page.text).split())
+    assert "No GPU busy/idle timeline" not in text
+    # a session without a trace says where the timeline comes from, where the chart would be
+    prefill = " ".join(" ".join(_parse(prefill_html).text).split())
+    assert "GPU busy over time (PyTorch-profiler trace): No GPU busy/idle timeline: it is drawn from a " \
+           "PyTorch-profiler trace in the session" in prefill

@@ -16,7 +16,7 @@ import pytest
 from analyzer import cli, loose, pipeline
 from analyzer.derive import kineto as derive_kineto
 from collectors import kineto
-from tests.conftest import DATA, SHARED
+from tests.conftest import DATA, ROOT, SHARED
 
 KINETO = os.path.join(SHARED, "data", "kineto")
 TRACES = sorted(glob.glob(os.path.join(KINETO, "*.gz")))
@@ -192,16 +192,66 @@ def test_ns_resolution_and_old_async_flow_schemas_read_alike() -> None:
 
 
 @needs_shared
-def test_two_ranks_give_two_breakdown_rows() -> None:
-    ranks = [p for p in TRACES if "sampled_rank-" in p]
-    d = pipeline.analyze(ranks)
-    rows = [e.value for e in d.evidence if e.key == "kineto.rank_breakdown"]
-    assert len(d.inputs) == 2 and {i.status for i in d.inputs} == {"ok"}
-    from analyzer.model import EvidenceSet
+def test_two_ranks_profiled_together_are_compared_and_the_slowest_rank_is_judged() -> None:
+    # HTA's trace_filter pair: ranks 0 and 1 of a 128-rank DLRM-style job over the same two steps. Rank 1's
+    # embedding kernels take 2.4-3.1x rank 0's (uneven table sharding): 136 ms of compute against 106 ms
+    pair = sorted(p for p in TRACES if "sampled_rank-" in p)
+    for paths in (pair, pair[::-1]):  # the verdict does not depend on the order of the files
+        d = pipeline.analyze(paths)
+        assert len(d.inputs) == 2 and {i.status for i in d.inputs} == {"ok"}
+        ev = {e.key: e.value for e in d.evidence}
+        assert ev["kineto.rank"] == 1 and ev["kineto.ranks.slowest"] == 1  # the pace-setter's keys are the ones judged
+        assert ev["trace.gpu_busy_ratio"] == pytest.approx(0.471, abs=0.001)
+        assert [r["rank"] for r in ev["kineto.ranks.table"]] == [0, 1]  # type: ignore[index]
+        assert [len(r["devices"][0]["busy_bins"]) for r in ev["kineto.ranks.table"]] == [200, 200]  # type: ignore[index]
+        assert ev["kineto.ranks.compute_imbalance_ratio"] == pytest.approx(135.68 / 106.368, abs=1e-3)
+        assert ev["kineto.ranks.wait_share"] == pytest.approx((135.68 - 106.368) / 600.366, abs=1e-3)
+        assert ev["kineto.ranks.comm_exposed_share_max"] == pytest.approx(0.276, abs=0.001)  # rank 0 waits in NCCL
+        top = ev["kineto.ranks.excess_kernels"][0]  # type: ignore[index]
+        assert top["name"].startswith("void split_embedding_backward") and top["ratio"] == pytest.approx(2.44, abs=0.01)
+        assert [f.code for f in d.findings] == ["GPU105", "GPU111"]
+        imbalance = d.findings[1]
+        assert imbalance.category.value == "gpu_compute" and imbalance.severity.value == "minor"
+        assert "Rank 1 runs 28 % more GPU computation" in imbalance.message
+        assert "split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1" in imbalance.message
+        assert "more work" in imbalance.message and "not a slower GPU" in imbalance.message
 
-    ev = EvidenceSet(e for e in d.evidence)
-    assert ev.value("kineto.rank") == 0  # first file wins the shared keys
-    assert rows and rows[0]["rank"] == 0  # type: ignore[index]
+
+@needs_shared
+def test_traces_not_profiled_together_are_listed_not_compared() -> None:
+    # the trace_diff pair: rank 3 of one run and rank 1 of another, eight days apart on the trace clock
+    pair = [next(p for p in TRACES if "trace_diff__control" in p), next(p for p in TRACES if "trace_diff__test" in p)]
+    d = pipeline.analyze(pair)
+    ev = {e.key: e.value for e in d.evidence}
+    assert "not profiled together" in ev["kineto.ranks.not_compared"]  # type: ignore[operator]
+    assert [r["rank"] for r in ev["kineto.ranks.table"]] == [1, 3]  # type: ignore[index]
+    assert ev["kineto.rank"] == 3 and "kineto.ranks.slowest" not in ev  # as given: the first file's keys
+    assert "GPU111" not in [f.code for f in d.findings]
+    same = [p for p in TRACES if "trace_compare__" in p]  # two runs that both call themselves rank 1
+    ev = {e.key: e.value for e in pipeline.analyze(same).evidence}
+    assert ev["kineto.ranks.not_compared"] == "several traces give the same rank" and ev["kineto.ranks.count"] == 1
+
+
+@needs_shared
+def test_two_rank_traces_inside_a_session_are_compared(tmp_path) -> None:
+    from tests.sessions import add_file, demo_copy
+
+    folder = demo_copy(tmp_path)
+    for path in sorted(p for p in TRACES if "sampled_rank-" in p):
+        add_file(folder, os.path.basename(path), _bytes(path), collector="kineto")
+    d = pipeline.analyze([folder])
+    ev = {e.key: e.value for e in d.evidence}
+    assert ev["kineto.ranks.slowest"] == 1 and ev["kineto.rank"] == 1
+    assert "GPU111" in [f.code for f in d.findings]
+
+
+def test_cross_rank_evidence_needs_two_breakdowns() -> None:
+    from analyzer.derive import ranks
+
+    one = loose.analyze_path(SYNC_STALL).evidence
+    assert ranks.derive([one]) == [] and ranks.order([one]) == [0]
+    cpu_only = [e for e in one if not e.key.startswith(("kineto.rank_breakdown",))]
+    assert ranks.derive([one, cpu_only]) == [] and ranks.order([one, cpu_only]) == [0, 1]
 
 
 @needs_shared
@@ -329,3 +379,95 @@ def test_the_local_copies_are_the_shared_files() -> None:
         if shared:
             with open(shared[0], "rb") as a, open(os.path.join(LOCAL, local), "rb") as b:
                 assert a.read() == b.read()
+
+
+# -- recognised by structure, on stdin too; a trace imports no text parser ------------------------
+
+
+class _Trickle(io.RawIOBase):
+    """A pipe whose writer is slow: each read returns at most ``step`` bytes."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.pos, self.step = data, 0, step
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+        n = min(len(buffer), self.step, len(self.data) - self.pos)
+        buffer[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+def _with_metadata(path: str, kib: int) -> bytes:
+    """The trace with a ``metadata`` object of ``kib`` KiB written before its events, as the TraceLens
+    benchmark harness writes one (its run environment: profiler settings, versions, env)."""
+    doc = json.loads(gzip.decompress(_bytes(path)))
+    env = {f"VAR_{i:05d}": "x" * 40 for i in range(kib * 1024 // 52)}
+    return json.dumps({"metadata": {"profiler": {"record_shapes": True}, "system": {"env": env}}, **doc}).encode()
+
+
+@pytest.mark.parametrize("step", [65536, 300])
+def test_a_metadata_block_beyond_the_peek_is_still_a_trace_on_stdin(step: int) -> None:
+    data = _with_metadata(SYNC_STALL, 64)
+    assert data.index(b'"traceEvents"') > 64 * 1024  # far past what a buffered stdin shows at once
+    assert derive_kineto.kineto.trace_head(data[:8192]) is None  # undecided: more of it decides
+    whole = {e.key: e.value for e in loose.analyze_path(SYNC_STALL).evidence}
+    for payload in (data, gzip.compress(data)):
+        stream = io.BufferedReader(_Trickle(payload, step))  # type: ignore[arg-type]
+        res = loose.analyze_stream("<stdin>", stream)
+        (inp,) = res.inputs
+        assert inp.kind == "kineto_trace" and inp.status == "ok"
+        assert {e.key: e.value for e in res.evidence} == whole
+
+
+def test_a_file_with_megabytes_of_metadata_first_is_a_trace(tmp_path) -> None:
+    data = _with_metadata(SYNC_STALL, 2048)  # past the 1 MiB head files were sniffed by; read on, to 16 MiB
+    whole = {e.key: e.value for e in loose.analyze_path(SYNC_STALL).evidence}
+    for name, payload in (("plain.json", data), ("packed.json.gz", gzip.compress(data))):
+        path = tmp_path / name
+        path.write_bytes(payload)
+        res = loose.analyze_path(str(path))
+        assert [(i.kind, i.status) for i in res.inputs] == [("kineto_trace", "ok")]
+        assert {e.key: e.value for e in res.evidence} == whole
+
+
+@needs_shared
+def test_the_tracelens_traces_with_metadata_first_are_read_on_stdin(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    for path in (p for p in TRACES if "Qwen_Qwen1.5-0.5B-Chat" in p):  # a 23-26 KiB metadata object first
+        assert derive_kineto.kineto.trace_head(gzip.decompress(_bytes(path))[:8192]) is None
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(_bytes(path)))))
+        assert cli.main(["analyze", "-", "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["inputs"][0]["kind"] == "kineto_trace" and doc["verdict"] == "healthy"
+
+
+def test_json_that_is_not_a_trace_object_is_decided_early() -> None:
+    head = kineto.trace_head
+    assert head(b'{"ts": 1.5, "stages_ms": {"queue": 3}}\n{"ts": 2.0') is False  # a stage-timing JSONL log
+    assert head(b'{"model": "llama", "max_batch": 8}') is False
+    assert head(b"INFO 12-01 engine started") is False
+    assert head(b'{"metadata": {"a": [1, 2') is None and head(b'{"metadata": {}, "traceEv') is None
+    assert head(b'{"metadata": {}, "traceEvents": [') is True and head(b'\xef\xbb\xbf {"schemaVersion": 1') is True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")
+def test_reading_a_trace_imports_no_text_parser_and_leaves_the_environment_as_it_was() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import os, sys; from analyzer import cli; cli.main(['analyze', sys.argv[1], '--format', 'json']); "
+             "print(sorted(m for m in sys.modules if m.startswith(('analyzer.loose', 'analyzer.derive.claims', "
+             "'analyzer.derive.prom', 'collectors.engine_log', 'analyzer.derive.session'))), "
+             "os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')), file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for blas in (None, "3"):  # numpy was loaded with one BLAS thread; the variable is gone again, or the user's
+        out = subprocess.run([sys.executable, "-c", probe, SYNC_STALL], capture_output=True, text=True, check=True,
+                             cwd=ROOT, env=env if blas is None else {**env, "OPENBLAS_NUM_THREADS": blas})
+        modules, value, threads = out.stderr.strip().splitlines()[-1].rsplit(" ", 2)
+        assert (modules, value) == ("[]", str(blas))
+        if blas is None:
+            assert threads == "1"  # no OpenBLAS worker threads (the process runs on its main thread alone)
+        assert json.loads(out.stdout)["inputs"][0]["kind"] == "kineto_trace"
