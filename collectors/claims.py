@@ -347,6 +347,8 @@ class Claims:
     first_steady: list[tuple[float, float]] = field(default_factory=list)  # (first ms, later ms) in one clause
     caused: Counter[str] = field(default_factory=Counter)  # concepts named in a clause that names a cause
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
+    # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
+    token_rates: list[tuple[float, str]] = field(default_factory=list)
 
 
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
@@ -393,11 +395,20 @@ _COMMAND_LINE = re.compile(r"\s*(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|```|[\w.-]+@[\w.-
                            r"|[A-Za-z_:][\w:]*(?:\{[^}]*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|Inf)(?:\s+\d+)?\s*$)")
 
 
+# the prefix of a program's log line: glog (I0726 13:03:07.418), a bracketed or bare date-time, vLLM's
+# "INFO 05-01 10:00:00" (after an "(EngineCore pid=…)" tag), logging's "WARNING:", key=value loggers
+# (ollama's time=…), journald ("Nov 20 09:20:22 host proc[123]:")
+_LOG_LINE = re.compile(
+    r"\s*(?:\(\w+ pid=\d+\)\s*)?(?:[IWEFV]\d{4} \d\d:\d\d:\d\d|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):"
+    r"|time=\d{4}-|[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ \S+\[\d+\]:)")
+
+
 def _is_title(line: str) -> bool:
     """A sentence a person wrote, not a command, a table row or a CSV header (``a, b, c, d``)."""
     text = line.strip()
-    if not text or _COMMAND_LINE.match(text):
-        return False
+    if not text or _COMMAND_LINE.match(text) or text.startswith(("{", "[{", '["', "<?xml", "<")):
+        return False  # a command, or a record (JSON, XML): data, not a sentence
     words = re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", text)
     fields = re.split(r"[,|;\t]", text)
     tabular = len(fields) >= 6 and all(len(f.split()) <= 4 for f in fields)  # a CSV header or a table row
@@ -428,6 +439,8 @@ class ClaimParser:
             m = _OFFLOADING.search(line)
             if m:
                 c.layers = (int(m.group(1)), -1)
+        if _LOG_LINE.match(line):
+            return  # a program's log line: its words are cues, but it states nothing the reporter says
         for clause in clauses_of(line):
             self._clause(clause)
 
@@ -439,7 +452,12 @@ class ClaimParser:
         found: list[tuple[int, int, str]] = []  # (start, end, concept)
         for name, rx in _CONCEPT_RX.items():
             for m in rx.finditer(clause):
-                found.append((m.start(), m.end(), name))
+                if not _negated(clause, m.start()):
+                    found.append((m.start(), m.end(), name))
+        for q in quantities(clause) if _TOKEN_RATE.search(clause) else ():
+            if q.dim == "rate" and _TOKEN_RATE.fullmatch(q.text.split(None, 1)[-1] if " " in q.text else
+                                                         q.text.lstrip("0123456789.,")):
+                c.token_rates.append((q.value, _rate_owner(clause, q) or _nearest(found, q) or ""))
         if not found:
             return
         names = {f[2] for f in found}
@@ -471,6 +489,31 @@ class ClaimParser:
             times = [q.value for q in qs if q.dim == "time"]
             if len(times) >= 2:
                 c.first_steady.append((times[0], min(times[1:])))
+
+
+# a negation among the three words before a concept denies it: "no other processes were running",
+# "it is not the preprocessing", "没有其他进程"
+_NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|cannot)\b|n't\b|没有|不是|并非|无)"
+                       r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
+
+
+def _negated(clause: str, start: int) -> bool:
+    return bool(_NEGATION.search(clause[max(0, start - 40):start]))
+
+
+_TOKEN_RATE = re.compile(r"tokens?/s(?:ec)?|toks?/s|t/s|tokens? per second|tokens?/second", re.IGNORECASE)
+# what the words just before a token rate call it: prompt processing or generation
+_RATE_LABEL = re.compile(r"(?P<prefill>prompt(?:[ _]eval\w*)?|prefill|\bpp\d*\b|input)"
+                         r"|(?P<decode>generat\w*|decod\w*|\beval\b|output|completion|\btg\d*\b|response)",
+                         re.IGNORECASE)
+
+
+def _rate_owner(clause: str, q: Quantity) -> str:
+    """"prefill" or "decode" when the nearest label within 30 characters before the rate says which."""
+    labels = list(_RATE_LABEL.finditer(clause[max(0, q.start - 30):q.start]))
+    if not labels:
+        return ""
+    return "prefill" if labels[-1].group("prefill") else "decode"
 
 
 def _nearest(found: list[tuple[int, int, str]], q: Quantity) -> str | None:

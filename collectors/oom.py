@@ -504,6 +504,10 @@ def _model_params(word: str, line: str) -> float | None:
         if not 1e8 <= value <= 3e12:
             continue
         named = any(f in low for f in _FAMILIES) or bool(re.search(r"[a-z][\w.]*[-_/]", low[:start]))
+        if not named and start == 0:  # "Llama-2 7B", "Qwen2.5 72B": the family is the word before
+            at = line.find(word)
+            before = line[max(0, at - 24):at].lower() if at > 0 else ""
+            named = bool(before.strip()) and any(f in before.split()[-1] for f in _FAMILIES)
         if named or re.search(r"\bmodels?\b|参数|parameters?", line, re.IGNORECASE):
             return value
     return None

@@ -65,6 +65,9 @@ def verdict(diagnosis: Diagnosis) -> None:
         return
     top = next(f for f in diagnosis.findings if f.severity is not Severity.INFO)
     st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {markdown.text(top.title)}")
+    if diagnosis.next_steps:  # the verdict rests on a report's words: how to measure it
+        st.info("**To confirm it, measure:**\n\n" + "\n".join(
+            f"{n}. {markdown.text(s)}" for n, s in enumerate(diagnosis.next_steps, 1)))
 
 
 def finding(rank: int, f: Finding, expanded: bool) -> None:

@@ -118,9 +118,11 @@ def verdict_html(d: Diagnosis) -> str:
         steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
         return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(UNDETERMINED_TEXT)}</p>'
                 + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
+    steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
     return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b> — '
             f"{e(first_sentence(f.message))} <span class=sub>(impact {_pct(f.impact)}, {e(f.severity.value)}, "
-            f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>")
+            f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>"
+            + (f'<h3>To confirm it, measure</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
 
 
 def finding_html(n: int, f: Finding, primary: bool) -> str:

@@ -92,6 +92,8 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
         lead = next((f for f in diagnosis.findings if f.severity is not Severity.INFO), None)
         if lead is not None and lead.fixes:
             console.print(f"[bold]Fix first:[/bold] {escape(lead.fixes[0].summary)} ({lead.code})")
+        if diagnosis.next_steps:  # the verdict rests on the report's words: how to measure it
+            console.print("[bold]To confirm it, measure:[/bold] " + escape(diagnosis.next_steps[0]))
         return
     if verdict is Verdict.HEALTHY:
         console.print(Panel(Text("healthy: " + healthy_text(diagnosis)),

@@ -38,7 +38,9 @@ OOM_CATEGORIES = frozenset({Category.OOM_WEIGHTS, Category.OOM_PEAK, Category.OO
                             Category.OOM_EXTERNAL})
 
 
-LEAN_MIN = 0.3  # the corpus-fitted model must give a category this probability to decide between prose signals
+# the corpus-fitted model must give a category this probability to decide between prose signals; chosen by
+# scoring the whole pipeline out of fold on the train split (0.2: 71 %, 0.3: 68 %; fewer undetermined)
+LEAN_MIN = 0.2
 NONE_MIN = 0.6  # ... and this much to call a report a non-issue (a wrong "healthy" is the costlier mistake)
 
 

@@ -797,5 +797,92 @@ class MemoryHeldByOtherProcess(Rule):
         )
 
 
+class DecodeAtBandwidthRoofline(Rule):
+    """One stream generates tokens as fast as the GPU's memory can deliver the weights: expected.
+
+    What it detects: a single stream's generation speed (tokens per second the report or a llama.cpp /
+    engine log states) for a model of known size on a named GPU, at half or more of the speed the
+    GPU's memory bandwidth allows: each generated token reads every weight once.
+
+    Why it matters: "only 65 tokens/s on a 4090 for a 7B model" is the hardware's limit, not a fault
+    (13.5 GB of fp16 weights at 1,008 GB/s is 75 tokens/s at best). Looking for a bottleneck there
+    wastes the on-call engineer's time; what helps is fewer bytes per token or more tokens per read.
+
+    How it decides: ``report.decode_tokens_per_s`` (else ``serving.generation_tokens_per_s`` with at
+    most one running request) over the roofline ``bandwidth / (model.params × bytes per parameter)``
+    (bytes from ``mem.weights_estimate_bytes``, else 2 for 16-bit) is between ``min_share`` and
+    ``max_share`` (above it the numbers do not describe one dense stream: a batch, a mixture of
+    experts, speculative decoding), with no concurrency above one stated. Bandwidth from
+    ``rules.hardware.MEMORY_GBPS`` for ``gpu.name``. A note (info, no category).
+
+    Evidence: model.params, gpu.name and one of report.decode_tokens_per_s,
+    serving.generation_tokens_per_s; optionally mem.weights_estimate_bytes, report.concurrency_max,
+    serving.running_max, mem.tensor_parallel.
+
+    Fix: nothing is wrong. Faster single streams: quantise the weights (4-bit reads a quarter of the
+    bytes), speculative decoding; more total throughput: batch concurrent requests (the same weight
+    read serves every sequence in the batch).
+
+    False positives: a mixture-of-experts model reads only its active experts: the roofline is higher
+    and the note stays silent unless its active size is given; KV-cache reads at long context add to
+    the bytes per token (the roofline is then lower, and the share higher).
+    """
+
+    code = "GPU121"
+    name = "decode-at-bandwidth-roofline"
+    category = None
+    requires = ("model.params", "gpu.name")
+    requires_any = (("report.decode_tokens_per_s",), ("serving.generation_tokens_per_s",))
+    optional = ("report.decode_tokens_per_s", "serving.generation_tokens_per_s", "mem.weights_estimate_bytes",
+                "report.concurrency_max", "serving.running_max", "mem.tensor_parallel")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.5  # half the roofline: a single stream rarely gets more than 60-80 % of it
+        max_share: float = 1.3  # above the roofline the rate is not one dense stream's (batch, MoE, speculation)
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        from rules import hardware
+
+        spec = hardware.memory_gbps(hardware.gpu_name(ev))
+        params = ev.value("model.params")
+        if spec is None or not params:
+            return None
+        rate = ev.value("report.decode_tokens_per_s")
+        if rate is None:
+            running = ev.value("serving.running_max")
+            if running is not None and running > 1.5:
+                return None
+            rate = ev.value("serving.generation_tokens_per_s")
+        if not rate or (ev.value("report.concurrency_max") or 1.0) > 1.0:
+            return None
+        gpu, gbps = spec
+        devices = max(1, int(ev.value("mem.tensor_parallel") or 1))
+        weights = ev.value("mem.weights_estimate_bytes") or 2.0 * params
+        roof = gbps * 1e9 * devices / weights
+        share = rate / roof
+        if not t.min_share <= share <= t.max_share:
+            return None
+        on = f"{devices} × {gpu}" if devices > 1 else f"the {gpu}"
+        msg = (f"{rate:,.1f} tokens/s is {pct(share)} of what {on}'s memory allows one stream: every token reads the "
+               f"{weights / 1e9:,.1f} GB of weights of a {params / 1e9:,.3g}B-parameter model, and at "
+               f"{gbps * devices:,.0f} GB/s that is at most {roof:,.0f} tokens/s. Generation is bound by memory "
+               "bandwidth, as it should be for a single stream: this speed is expected.")
+        return self.finding(
+            severity=Severity.INFO,
+            confidence=Confidence.HEURISTIC,
+            title="Generation runs at the memory-bandwidth limit: expected",
+            message=msg,
+            impact=0.0,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"of the roofline |{bar(min(1.0, share))}| {pct(share)}",
+            fixes=[Fix("Only if one stream must be faster", (
+                "Quantise the weights (AWQ/GPTQ 4-bit, fp8): fewer bytes read per token",
+                "Speculative decoding (a small draft model; vLLM --speculative-config, llama.cpp -md)",
+                "For more total throughput, serve concurrent requests in one batch: one weight read serves them all",
+            ), Risk.NEEDS_VALIDATION)],
+        )
+
+
 RULES: tuple[type[Rule], ...] = (GpuStarved, GpuLaunchBound, GpuSaturated, GpuThrottling, PcieLinkDegraded,
-                                  MemoryHeldByOtherProcess)
+                                  MemoryHeldByOtherProcess, DecodeAtBandwidthRoofline)

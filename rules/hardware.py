@@ -22,6 +22,15 @@ DENSE_TFLOPS: dict[str, float] = {
     "4080": 97, "4070": 58, "4060": 30, "3090": 71, "3080": 60, "3070": 40, "3060": 25, "2080": 40,
     "mi300x": 1307, "mi250": 362, "mi210": 181, "mi100": 185, "7900 xtx": 123, "910b": 320,
 }
+# device memory bandwidth, GB/s (datasheets; the 80 GB SXM part where a name covers several)
+MEMORY_GBPS: dict[str, float] = {
+    "b200": 8000, "gh200": 4000, "h200": 4800, "h100 pcie": 2000, "h100": 3350, "h800": 3350, "h20": 4000,
+    "a100": 2039, "a800": 2039, "a30": 933, "l40s": 864, "l40": 864, "l20": 864, "l4": 300, "a10g": 600,
+    "a10": 600, "a40": 696, "a6000": 768, "a5000": 768, "a4000": 448, "rtx 6000 ada": 960, "6000 ada": 960,
+    "rtx pro 6000": 1792, "t4": 320, "v100": 900, "p100": 732, "p40": 346, "5090": 1792, "5080": 960, "4090": 1008,
+    "4080": 717, "4070": 504, "4060": 272, "3090": 936, "3080": 760, "3070": 448, "3060": 360, "2080": 448,
+    "mi300x": 5300, "mi250": 3277, "mi210": 1638, "mi100": 1229, "7900 xtx": 960, "910b": 1600,
+}
 _NAMES = sorted(DENSE_TFLOPS, key=len, reverse=True)
 _PCIE = re.compile(r"pcie", re.IGNORECASE)
 
@@ -37,6 +46,15 @@ def dense_tflops(name: str) -> tuple[str, float] | None:
         if re.search(rf"(?<![a-z0-9]){re.escape(key)}(?![0-9])", low):
             return key.upper(), DENSE_TFLOPS[key]
     return None
+
+
+def memory_gbps(name: str) -> tuple[str, float] | None:
+    """``(canonical name, GB/s)`` of a GPU's memory bandwidth, or None if unknown."""
+    spec = dense_tflops(name)
+    if spec is None:
+        return None
+    key = spec[0].lower()
+    return (spec[0], MEMORY_GBPS[key]) if key in MEMORY_GBPS else None
 
 
 def gpu_name(ev: EvidenceSet) -> str:

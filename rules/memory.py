@@ -629,6 +629,26 @@ class OomExternal(Rule):
     class Thresholds:
         external_share: float = 0.25  # a quarter of the device held elsewhere is what tipped it over
         rough_share: float = 0.3  # legacy message: also counts our own context (~0.5-1 GiB), so a higher bar
+        free_multiple: float = 10.0  # CUDA reported ten times the failed request free: capacity was not short
+        free_share: float = 0.1  # ... and a tenth of the device, while this process had reserved little
+
+    def _moved(self, ev: EvidenceSet, m: MemView, held: float) -> Finding:
+        """The allocation failed while CUDA reported far more free than it asked for: not this process' use."""
+        assert m.free is not None and m.requested is not None and m.total
+        msg = (f"A request for {gib(m.requested)} failed while CUDA reported {gib(m.free)} of the {gib(m.total)} "
+               f"device free and this process' PyTorch held only {gib(m.reserved or 0.0)}: the memory was not short "
+               f"for this process. {gib(held)} was in use outside PyTorch at the error; memory that another process "
+               "takes between the reading and the allocation (or a device this process shares) is what fails it.")
+        return self.finding(
+            severity=Severity.MAJOR,
+            confidence=Confidence.HEURISTIC,
+            title="The allocation failed with the memory free: someone else takes it",
+            message=msg,
+            impact=0.6,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"free |{bar(m.free / m.total)}| {pct(m.free / m.total)} at the error",
+            fixes=_moved_fixes(),
+        )
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -637,6 +657,10 @@ class OomExternal(Rule):
         held, exact = m.external()
         if held is None:
             return None
+        if (m.free is not None and m.requested is not None and m.total and m.requested > 0
+                and m.free >= t.free_multiple * m.requested and m.free >= t.free_share * m.total
+                and (m.reserved is None or m.reserved <= t.free_share * m.total)):
+            return self._moved(ev, m, held)
         if not m.total:
             if not (m.others and m.used is not None and m.others > m.used):
                 return None
@@ -681,6 +705,18 @@ class OomExternal(Rule):
                 ),
             ],
         )
+
+
+def _moved_fixes() -> list[Fix]:
+    return [
+        Fix("Find what takes the memory while this process runs", (
+            "Watch the device during the failing step: nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+            "--format=csv -l 1 (another service, a notebook, a second worker starting)",
+            "Give the service its own GPU (CUDA_VISIBLE_DEVICES) or a MIG slice",
+            "On Windows/WSL, other applications (browsers, games, the desktop compositor) share the GPU: close them "
+            "or use the other GPU for the display",
+        ), Risk.SAFE),
+    ]
 
 
 class OomFragmentationReported(Rule):

@@ -104,9 +104,18 @@ class ReportRule(Rule):
 
     headline: str = ""
 
+    def corroborated(self, ev: EvidenceSet) -> str:
+        """What the measuring source shows of this bottleneck below its own rules' bar, in words, or "".
+
+        A pasted log with one recompile does not make CMP002's pattern, but it shows the thing the
+        report says recurs: the report rule then judges on the report, and says what was measured.
+        """
+        return ""
+
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
         measured = any(ev.has_prefix(k) if k.endswith(".") else k in ev for k in self.measured_by)
-        if measured or _n(ev, "report.retraction_statements"):
+        seen = self.corroborated(ev) if measured else ""
+        if (measured and not seen) or _n(ev, "report.retraction_statements"):
             return None  # measured elsewhere, or the reporter withdrew it (HLT003 says so)
         found = self.signals(ev, t)
         if self.cause and _n(ev, self.cause):
@@ -120,7 +129,7 @@ class ReportRule(Rule):
         impact = found[0].impact
         if titled:
             impact = min(0.95, impact + self.TITLE_BONUS)
-        message = "The report " + "; it also ".join(s.says for s in found[:3]) + "."
+        message = "The report " + "; it also ".join(s.says for s in found[:3]) + "." + (f" {seen}" if seen else "")
         return self.finding(
             severity=severity_for(impact),
             confidence=Confidence.HEURISTIC,
@@ -441,6 +450,13 @@ class ColdStartReported(ReportRule):
     headline = "Time goes into compiling, building or warming up"
     cause = "report.cause.compile"
     measured_by = ("compile.", "cpu.compile_share")  # a compile log or a live profile
+
+    def corroborated(self, ev: EvidenceSet) -> str:
+        n = ev.value("compile.recompiles", 0.0) or 0.0
+        if n >= 1 and _n(ev, "report.recompile_statements"):
+            return (f"The pasted log shows {n:.0f} recompile{'s' if n != 1 else ''}, too few to call a pattern on "
+                    "its own, of the kind the report says recurs.")
+        return ""
 
     @dataclass(frozen=True)
     class Thresholds:

@@ -170,9 +170,13 @@ def next_steps(ev: EvidenceSet, target: Target | None = None) -> tuple[str, ...]
 def decide(
     ev: EvidenceSet, findings: Sequence[Finding], target: Target | None = None
 ) -> tuple[Verdict, tuple[str, ...]]:
-    """The verdict for ``findings`` judged on ``ev``, and the next steps when it is undetermined."""
-    if any(f.severity is not Severity.INFO for f in findings):
-        return Verdict.BOTTLENECK, ()
+    """The verdict for ``findings`` judged on ``ev``, and the next steps when it is undetermined or when
+    the bottleneck rests only on what a report says (its prose), so the reader knows how to confirm it."""
+    lead = next((f for f in findings if f.severity is not Severity.INFO), None)
+    if lead is not None:
+        from rules.engine import claims_only
+
+        return Verdict.BOTTLENECK, (next_steps(ev, target) if claims_only(lead) else ())
     failing = signals(ev)
     if not failing and (_explained(findings) or covered_by(ev)):
         return Verdict.HEALTHY, ()

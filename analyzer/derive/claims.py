@@ -115,6 +115,9 @@ class ReportSource:
                                          if q.dim in ("count:tokens", "count:ktokens", "bare")],
             "tokens", "prompt length the text states", "prompt_len", "prefill")
         top("report.decode_ms_max", _values(c, "decode", "time"), "ms", "generation time the text states", "decode")
+        top("report.decode_tokens_per_s", [v for v, owner in c.token_rates if owner not in ("prefill", "ttft",
+                                                                                           "prompt_len")],
+            "tokens/s", "the slowest generation speed the text states", "decode", pick=min)
         count("report.prompt_reprocess_messages", msg["prompt_reprocess"], "the whole prompt processed again",
               "msg:prompt_reprocess")
         # -- compilation, warm-up and cold starts --------------------------------------------

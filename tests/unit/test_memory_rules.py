@@ -110,6 +110,7 @@ def _mem(**values: object) -> EvidenceSet:
 
 
 GiB = float(1 << 30)
+MIB = float(1 << 20)
 CACHED = dict(mem__device_total_bytes=80 * GiB, mem__reserved_bytes=60 * GiB, mem__allocated_bytes=40 * GiB)
 
 
@@ -145,3 +146,13 @@ def test_free_memory_in_pieces_smaller_than_the_request() -> None:
     assert _frag(_mem(**oom)) is None  # 4 GiB gap: below the share thresholds, and the request is unknown to fit
     f = _frag(_mem(**oom, mem__largest_free_block_bytes=1 * GiB))
     assert f is not None and "largest free block was 1.00 GiB, smaller than the 5.00 GiB" in f.message
+
+
+def test_oom_with_most_of_the_device_free_is_someone_else_taking_it() -> None:
+    # InvokeAI: a 20 MiB request failed with 6.59 GiB of 8 GiB free and PyTorch holding 2 MiB
+    ev = _mem(mem__oom_count=1, mem__requested_bytes=20 * MIB, mem__device_total_bytes=8 * GiB,
+              mem__device_free_bytes=6.59 * GiB, mem__reserved_bytes=2 * MIB, mem__allocated_bytes=0.8 * MIB)
+    findings, _ = run_rules(ev, rules=RULES)
+    real = _real(list(findings))
+    assert [f.code for f in real] == ["MEM004"] and real[0].category is Category.OOM_EXTERNAL
+    assert "6.59 GiB of the 8.00 GiB device free" in real[0].message

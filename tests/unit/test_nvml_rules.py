@@ -215,3 +215,23 @@ def test_other_process_minor_when_room_is_left_and_quiet_below_a_quarter() -> No
 def test_other_process_defers_to_the_oom_rule() -> None:
     ev = _ev(gpu__memory_total_bytes=80 * GiB, mem__other_processes_bytes=70 * GiB, mem__oom_count=1)
     assert _codes(ev, MemoryHeldByOtherProcess) == []
+
+
+# -- GPU121 decode-at-bandwidth-roofline -------------------------------------------------------------
+
+
+def test_single_stream_generation_at_the_bandwidth_limit_is_a_note() -> None:
+    from rules.gpu import DecodeAtBandwidthRoofline
+
+    # 7B fp16 (14 GB) on a 4090 (1,008 GB/s): at most 72 tokens/s for one stream; 65 is 90 % of it
+    f = _one(_ev(model__params=7e9, gpu__name="NVIDIA GeForce RTX 4090", report__decode_tokens_per_s=65.0),
+             DecodeAtBandwidthRoofline)
+    assert f.severity is Severity.INFO and f.category is None and "at most 72 tokens/s" in f.message
+    # 4-bit weights read a quarter of the bytes: the same 65 tokens/s is then far below the roofline
+    assert _codes(_ev(model__params=7e9, gpu__name="4090", report__decode_tokens_per_s=65.0,
+                      mem__weights_estimate_bytes=3.5e9), DecodeAtBandwidthRoofline) == []
+    # a batch (or a stated concurrency) is not one stream; above the roofline the rate is not a dense stream's
+    assert _codes(_ev(model__params=7e9, gpu__name="4090", report__decode_tokens_per_s=65.0,
+                      report__concurrency_max=8), DecodeAtBandwidthRoofline) == []
+    assert _codes(_ev(model__params=7e9, gpu__name="4090", report__decode_tokens_per_s=150.0),
+                  DecodeAtBandwidthRoofline) == []
