@@ -60,7 +60,38 @@ def page(rule: type[Rule]) -> str:
               "", "| name | default | why |", "|---|---|---|"]
     for name, default, why in thresholds_table(rule):
         lines.append(f"| `{name}` | {default} | {why} |")
+    example = example_json(rule)
+    if example:
+        lines += ["", "## Example", "",
+                  f"`diagnose analyze --format json` on this rule's positive fixture "
+                  f"(`tests/data/rules/{rule.code}/positive.json`), judged by this rule alone:", "",
+                  "```json", example, "```"]
     return "\n".join(lines) + "\n"
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "rules")
+
+
+def example_json(rule: type[Rule]) -> str:
+    """The diagnosis fields a user reads first (verdict, primary, next steps, the finding) for the rule's
+    positive fixture, or "" when the fixture is not there (an installed package without its tests)."""
+    from analyzer.model import Diagnosis, Evidence, EvidenceSet
+    from rules.engine import run_rules
+    from rules.verdict import decide
+
+    path = os.path.join(FIXTURES, rule.code, "positive.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    ev = EvidenceSet(Evidence.from_json(e) for e in doc["evidence"])
+    findings, _ = run_rules(ev, rules=[rule], decide=False)
+    verdict, steps = decide(ev, findings)
+    d = Diagnosis(findings=findings, verdict=verdict, next_steps=steps).to_json()
+    keep = ("code", "category", "severity", "confidence", "title", "message", "impact")
+    out = {"verdict": d["verdict"], "primary": d["primary"], "next_steps": d["next_steps"],
+           "findings": [{k: f[k] for k in keep} for f in d["findings"]]}
+    return json.dumps(out, indent=2, ensure_ascii=False)
 
 
 def _cell(text: str) -> str:

@@ -154,17 +154,51 @@ def _steps(pid: str, engine: str) -> tuple[Step, ...]:
 
 
 MAX_STEPS = 5
+# the collections that measure each category, for confirming a verdict that rests on a report's words
+CONFIRMED_BY: dict[str, tuple[str, ...]] = {
+    "oom_weights": ("memory",), "oom_peak": ("memory",), "oom_fragmentation": ("memory",),
+    "oom_external": ("memory",), "recompilation": ("compile", "live"), "queueing": ("serving", "requests"),
+    "prefill_ttft": ("serving", "requests"), "gpu_compute": ("gpu",), "pcie_transfer": ("gpu", "live"),
+    "launch_overhead": ("gpu", "live"), "cpu_preprocessing": ("live", "requests"),
+    "thread_oversubscription": ("live",), "device_placement": ("gpu", "live"),
+}
+MAX_CONFIRM = 3
+
+
+def confirm_steps(ev: EvidenceSet, category: str, target: Target | None = None) -> tuple[str, ...]:
+    """What would measure ``category`` when only a report's words point to it: that category's steps."""
+    pid = str(target.pid) if target is not None and target.pid else "PID"
+    topics = CONFIRMED_BY.get(category, ("live",))
+    steps = [s for s in _steps(pid, _engine(ev)) if s.topic in topics]
+    steps.sort(key=lambda s: (topics.index(s.topic), not s.relevant(ev)))
+    return tuple(s.text for s in steps[:MAX_CONFIRM])
 
 
 def next_steps(ev: EvidenceSet, target: Target | None = None) -> tuple[str, ...]:
     """What to collect next, most useful first: the steps the evidence hints at, then the rest."""
     pid = str(target.pid) if target is not None and target.pid else "PID"
     steps = _steps(pid, _engine(ev))
+    leaning = _leaning_topics(ev)
     hinted = [s for s in steps if s.relevant(ev) and s.topic != "live"]
     general = [s for s in steps if s.topic == "live"]
     rest = [s for s in steps if s not in hinted and s not in general]
     ordered = [*hinted, *general, *rest]
+    if leaning:  # after attaching, what a report's words lean to (even too weakly to name it) comes next
+        order = ("live", *(t for t in leaning if t != "live"))
+        ordered.sort(key=lambda s: order.index(s.topic) if s.topic in order else len(order))
     return tuple(s.text for s in ordered[:MAX_STEPS])
+
+
+def _leaning_topics(ev: EvidenceSet) -> tuple[str, ...]:
+    """The collection topics of the category a report's wording leans to, most likely first ("" none)."""
+    if "report.cues" not in ev:
+        return ()
+    from rules import report_model
+
+    decided = report_model.decide(ev, ())
+    if decided is None or decided[0] not in CONFIRMED_BY:
+        return ()
+    return CONFIRMED_BY[decided[0]]
 
 
 def decide(
@@ -176,7 +210,7 @@ def decide(
     if lead is not None:
         from rules.engine import claims_only
 
-        return Verdict.BOTTLENECK, (next_steps(ev, target) if claims_only(lead) else ())
+        return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
     failing = signals(ev)
     if not failing and (_explained(findings) or covered_by(ev)):
         return Verdict.HEALTHY, ()
