@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from analyzer.errors import DiagnoseError, InputError
 from analyzer.model import TOOL_VERSION, Diagnosis, Severity
@@ -32,6 +32,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on", choices=[s.value for s in Severity] + ["never"], default="never",
                    help="exit 1 when a finding is at or above this severity (default: never)")
     p.add_argument("-v", "--verbose", action="store_true", help="text output lists every rule that could not judge")
+    _config_option(p)
+
+
+def _config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help="rule settings (TOML: [rules.CODE] thresholds, disable = [...]); default $DIAGNOSE_CONFIG")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """The ``analyzer.config.Config`` of ``--config`` / ``$DIAGNOSE_CONFIG`` (an ``InputError`` when bad)."""
+    from analyzer import config
+
+    return config.load(getattr(args, "config", None))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=REPORT_FORMATS,
                    help="md, html or json (default: from the -o suffix, else md)")
     p.add_argument("-o", "--output", help="file to write (default: stdout)")
+    _config_option(p)
 
     p = sub.add_parser("compare", help="two sessions before/after a change: metrics and findings side by side")
     p.add_argument("before", help="session folder or .tar.gz before the change")
@@ -121,7 +135,7 @@ def emit(diagnosis: Diagnosis, fmt: str, fail_on: str, verbose: bool = False) ->
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analyzer import pipeline
 
-    return emit(pipeline.analyze(args.paths), args.format, args.fail_on, args.verbose)
+    return emit(pipeline.analyze(args.paths, config=_settings(args)), args.format, args.fail_on, args.verbose)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -146,11 +160,11 @@ def _session(path: str) -> None:
             pass
 
 
-def analyze_session(path: str) -> Diagnosis:
+def analyze_session(path: str, settings: Any = None) -> Diagnosis:
     from analyzer import pipeline
 
     _session(path)
-    return pipeline.analyze([path])
+    return pipeline.analyze([path], config=settings)
 
 
 def _report_format(args: argparse.Namespace) -> str:
@@ -189,15 +203,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         from reports import html
 
         _session(args.session)
-        out = html.render(tables.load(args.session))
+        out = html.render(tables.load(args.session, config=_settings(args)))
     elif fmt == "json":
         from reports import json_report
 
-        out = json_report.render(analyze_session(args.session))
+        out = json_report.render(analyze_session(args.session, _settings(args)))
     else:
         from reports import markdown
 
-        out = markdown.render(analyze_session(args.session))
+        out = markdown.render(analyze_session(args.session, _settings(args)))
     if not args.output:
         sys.stdout.write(out)
         return 0

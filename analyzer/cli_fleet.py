@@ -40,6 +40,8 @@ def add_parsers(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--insecure", action="store_true", help="do not verify the https server's certificate")
     _doc_options(p)
 
+    p.add_argument("--config", metavar="FILE",
+                   help="rule settings (TOML: [rules.CODE] thresholds, disable = [...]); default $DIAGNOSE_CONFIG")
     p = sub.add_parser("sweep", help="a concurrency ladder against a live endpoint: latency, throughput, the knee")
     p.add_argument("url", help="the endpoint to load, e.g. http://127.0.0.1:8000/infer or .../v1/completions")
     p.add_argument("--concurrency", default="1,2,4,8,16,32", help="the ladder (default 1,2,4,8,16,32)")
@@ -132,7 +134,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                               gpu_selector=fleet.parse_selector(args.gpu_selector, "--gpu-selector"),
                               by=by, timeout_s=args.timeout, auth=auth, ca_file=args.ca_file,
                               insecure=args.insecure, step_s=step)
-    doc = fleet.run(opts)
+    from analyzer import config
+
+    doc = fleet.run(opts, config.load(args.config))
     emit_document(doc, fmt, args.output, {"text": render.render_text, "md": render.render_markdown,
                                           "html": render.render_html})
     sev = [f["severity"] for r in doc["replicas"] for f in r.get("findings", ())]

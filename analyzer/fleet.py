@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from analyzer.config import Config
 from analyzer.derive import dcgm as derive_dcgm
 from analyzer.derive import prom as derive_prom
 from analyzer.errors import DiagnoseError, InputError
@@ -487,7 +488,7 @@ def _match_gpus(data: FleetData) -> list[GpuSeries]:
     return unclaimed
 
 
-def judge_fleet(data: FleetData, config: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+def judge_fleet(data: FleetData, config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Evidence and a diagnosis for every replica that has engine series (in place)."""
     from analyzer.pipeline import judge
 
@@ -803,7 +804,7 @@ def where_to_look(doc: Mapping[str, Any]) -> list[str]:
     return tips
 
 
-def run(opts: FleetOptions, config: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def run(opts: FleetOptions, config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Collect, judge and summarise: the fleet document."""
     data = collect(opts)
     if not data.replicas and "finding the engine series" in data.failed:
@@ -817,4 +818,7 @@ def run(opts: FleetOptions, config: Mapping[str, Mapping[str, Any]] | None = Non
                          "Check --selector, --window and --at, and that Prometheus scrapes the engines' /metrics "
                          "(vLLM, SGLang --enable-metrics, TGI, Triton :8002).")
     judge_fleet(data, config)
-    return summarise(data)
+    doc = summarise(data)
+    if isinstance(config, Config) and config:
+        doc["config"] = config.to_json()
+    return doc

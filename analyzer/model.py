@@ -7,6 +7,7 @@ here is a frozen dataclass or an Enum, serialisable to the JSON of schema
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -432,6 +433,8 @@ class Diagnosis:
     # None: not judged yet (a document from an older tool); the pipeline always sets it
     verdict: Verdict | None = None
     next_steps: tuple[str, ...] = ()  # what to collect next, most useful first (the exact command)
+    # the rule settings in force (``analyzer.config.Config.to_json``), when a --config changed any
+    config: Mapping[str, Any] | None = None
 
     @property
     def primary(self) -> Category | None:
@@ -443,7 +446,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, JsonValue]:
         primary = self.primary
-        return {
+        doc: dict[str, JsonValue] = {
             "schema": self.schema,
             "tool_version": self.tool_version,
             "primary": primary.value if primary else None,
@@ -457,6 +460,9 @@ class Diagnosis:
             "captures": [c.to_json() for c in self.captures],
             "evidence": [e.to_json() for e in self.evidence],
         }
+        if self.config:
+            doc["config"] = json.loads(json.dumps(dict(self.config)))
+        return doc
 
     @property
     def overall(self) -> Verdict:
@@ -485,6 +491,7 @@ class Diagnosis:
             tool_version=str(doc.get("tool_version", "")),
             verdict=Verdict(doc["verdict"]) if doc.get("verdict") else None,
             next_steps=tuple(str(s) for s in doc.get("next_steps", ())),
+            config=dict(doc["config"]) if isinstance(doc.get("config"), dict) else None,
         )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from analyzer import documents, session_io
+from analyzer.config import Config
 from analyzer.errors import InputError
 from analyzer.model import (
     Capture,
@@ -38,9 +39,12 @@ def judge(
     captures: Iterable[Capture] = (),
     target: Target | None = None,
     window: Window | None = None,
-    config: Mapping[str, Mapping[str, Any]] | None = None,
+    config: Config | Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Diagnosis:
-    findings, skipped = run_rules(evidence, config)
+    """Judge ``evidence``: ``config`` is a ``Config`` (``--config``: overrides, disabled rules, recorded in
+    the diagnosis) or a bare mapping of threshold overrides per rule code."""
+    settings = config if isinstance(config, Config) else Config(rules=dict(config or {}))
+    findings, skipped = run_rules(evidence, settings.rules, disabled=settings.disable)
     verdict, steps = decide(evidence, findings, target)
     return Diagnosis(
         findings=findings,
@@ -52,6 +56,7 @@ def judge(
         evidence=tuple(evidence),
         verdict=verdict,
         next_steps=steps,
+        config=settings.to_json() if settings else None,
     )
 
 
@@ -76,8 +81,27 @@ def load_session(path: str, label: str | None = None) -> Session:
     return dataclasses.replace(session, target=target)
 
 
+CONFIG_FILE = "config.json"  # the rule settings an attach ran with (``analyzer.config``)
+
+
+def recorded_config(folder: str) -> Config | None:
+    """The settings a session was attached with, when it recorded any."""
+    path = os.path.join(folder, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        from analyzer.config import parse
+
+        return parse({"rules": doc.get("rules", {}), "disable": doc.get("disable", [])}, str(doc.get("path", "")))
+    except (OSError, ValueError, InputError, AttributeError) as exc:
+        raise InputError(f"the session's {CONFIG_FILE} cannot be used ({exc}).",
+                         "Delete it to judge with the defaults, or pass --config FILE.") from None
+
+
 def analyze(
-    paths: Sequence[str], config: Mapping[str, Mapping[str, Any]] | None = None
+    paths: Sequence[str], config: Config | Mapping[str, Mapping[str, Any]] | None = None
 ) -> Diagnosis:
     """Diagnose sessions and loose evidence files (``-`` reads stdin) together.
 
@@ -96,6 +120,7 @@ def analyze(
         if path != "-" and (os.path.isdir(path) or session_io.is_packed(path)):
             with session_io.opened(path) as folder:
                 session, derived = read_session(folder, label=path)
+                config = config or recorded_config(folder)
             target = target or session.target
             window = window or session.window
             captures.extend(session.captures)
@@ -168,9 +193,11 @@ def read_session(folder: str, label: str | None = None) -> tuple[Session, Derive
 
 
 def analyze_session(folder: str, label: str | None = None,
-                    config: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Session, Diagnosis]:
-    """One opened session (see ``read_session``) and its diagnosis."""
+                    config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Session, Diagnosis]:
+    """One opened session (see ``read_session``) and its diagnosis (with the session's recorded rule
+    settings unless ``config`` gives others)."""
     session, derived = read_session(folder, label)
+    config = config or recorded_config(folder)
     diagnosis = judge(derived.evidence, inputs=derived.inputs, captures=session.captures, target=session.target,
                       window=session.window, config=config)
     return session, diagnosis

@@ -56,7 +56,9 @@ def page(rule: type[Rule]) -> str:
     lines.append(f"- optional: {', '.join(f'`{k}`' for k in rule.optional) or '—'}")
     for head in SECTIONS:
         lines += ["", f"## {head}", "", s.get(head, "(not documented)")]
-    lines += ["", "## Thresholds", "", f"Override in `pyproject.toml` under `[tool.diagnose.rules.{rule.code}]`.",
+    lines += ["", "## Thresholds", "", f"Override with `diagnose … --config FILE` (or `$DIAGNOSE_CONFIG`), a TOML "
+              f"file with a `[rules.{rule.code}]` table; `disable = [\"{rule.code}\"]` switches the rule off "
+              "(README, *Configuration*).",
               "", "| name | default | why |", "|---|---|---|"]
     for name, default, why in thresholds_table(rule):
         lines.append(f"| `{name}` | {default} | {why} |")

@@ -53,12 +53,14 @@ NSYS_HINT = ("Start the service under `nsys launch` and attach with `diagnose at
 LOST_HINT = "Copy the whole session folder (or its .tar.gz) again, or record the session again"
 
 
-def load(path: str) -> SessionData:
-    """Read a session folder or packed ``.tar.gz``; ``InputError`` when it is not one."""
+def load(path: str, config: Any = None) -> SessionData:
+    """Read a session folder or packed ``.tar.gz``; ``InputError`` when it is not one. ``config``: an
+    ``analyzer.config.Config`` (else the one the session recorded, else the defaults)."""
     if not isinstance(path, str) or not path:
         raise InputError("No session path was given.", "Pass a session folder written by `diagnose attach`.")
     with session_io.opened(path) as folder:
-        session, diagnosis = pipeline.analyze_session(folder, label=path)  # sources named after the .tar.gz
+        session, diagnosis = pipeline.analyze_session(folder, label=path,  # sources named after the .tar.gz
+                                                      config=config)
         return build(path, session, diagnosis)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -231,7 +231,18 @@ def environment(diagnosis: Diagnosis) -> list[tuple[str, str, bool]]:
     if w is not None:
         rows.append(("window", f"{utc_time(w.start)} → {utc_time(w.end)} ({w.seconds:.1f} s)", False))
     rows.append(("tool version", f"diagnose {diagnosis.tool_version}", False))
+    if diagnosis.config:
+        rows.append(("rule settings", config_line(diagnosis.config), True))
     return rows
+
+
+def config_line(config: Mapping[str, Any]) -> str:
+    """The rule settings a diagnosis was judged with, in one line (``analyzer.config`` records them)."""
+    parts = [f"{code}.{k} = {v:g}" for code, t in sorted(dict(config.get("rules", {})).items())
+             for k, v in sorted(dict(t).items())]
+    if config.get("disable"):
+        parts.append("disabled: " + ", ".join(sorted(config["disable"])))
+    return f"{config.get('path') or 'settings'}: " + ("; ".join(parts) or "no change")
 
 
 def _environment(diagnosis: Diagnosis) -> list[str]:

@@ -85,6 +85,10 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
 
 def _verdict(diagnosis: Diagnosis, console: Console) -> None:
     """The verdict line, and with it the first fix or the next steps: what the reader acts on."""
+    if diagnosis.config:
+        from reports.markdown import config_line
+
+        console.print("[dim]Rule settings:[/dim] " + escape(config_line(diagnosis.config)))
     verdict = diagnosis.overall
     primary = diagnosis.primary
     if verdict is Verdict.BOTTLENECK and primary is not None:

@@ -36,6 +36,14 @@ class Rule:
     requires_any: ClassVar[tuple[tuple[str, ...], ...]] = ()
     Thresholds: ClassVar[type[Any]]  # a frozen dataclass of numbers, each field with a `# why` comment
 
+    # every rule's overrides (set by the engine before ``check``): a rule that shares another rule's
+    # bar reads it with ``thresholds_of`` so one override moves both
+    config: Mapping[str, Mapping[str, Any]] = {}
+
+    def thresholds_of(self, other: type[Rule]) -> Any:
+        """``other``'s thresholds as configured for this run."""
+        return other.thresholds(self.config.get(other.code))
+
     def check(self, ev: EvidenceSet, t: Any) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -43,7 +51,7 @@ class Rule:
 
     @classmethod
     def thresholds(cls, overrides: Mapping[str, Any] | None = None) -> Any:
-        """Default thresholds, with fields overridden from ``[tool.diagnose.rules.CODE]``."""
+        """Default thresholds, with fields overridden by a config's ``[rules.CODE]`` (``analyzer.config``)."""
         base = cls.Thresholds()
         if not overrides:
             return base

@@ -7,7 +7,7 @@ informational findings (healthy explanations) always rank after real bottlenecks
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from analyzer.model import Category, EvidenceSet, Finding, Severity, Skipped
@@ -88,18 +88,24 @@ def run_rules(
     config: Mapping[str, Mapping[str, Any]] | None = None,
     rules: Iterable[type[Rule]] = RULES,
     decide: bool = True,
+    disabled: Collection[str] = (),
 ) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
-    """Judge ``evidence`` with every rule; ``config`` maps a rule code to threshold overrides.
-    ``decide``: with the full registry, let the report model arbitrate between prose findings."""
+    """Judge ``evidence`` with every rule; ``config`` maps a rule code to threshold overrides, and the
+    codes in ``disabled`` are skipped (``analyzer.config``). ``decide``: with the full registry, let
+    the report model arbitrate between prose findings."""
     config = config or {}
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     for rule_cls in rules:
+        if rule_cls.code in disabled:
+            skipped.append(Skipped(rule_cls.code, "disabled by the config"))
+            continue
         why = rule_cls.missing_reason(evidence)
         if why is not None:
             skipped.append(Skipped(rule_cls.code, why))
             continue
         rule = rule_cls()
+        rule.config = config
         result = rule.check(evidence, rule_cls.thresholds(config.get(rule_cls.code)))
         if result is not None:
             findings.append(result)

@@ -172,10 +172,11 @@ class OomWeights(Rule):
     How it decides: the OOM phase is ``loading``, or the weights per device are at least
     ``weights_share`` of the device (``mem.weights_bytes`` as the engine reported it, else
     ``mem.weights_estimate_bytes`` from a parameter count in the model name). A loading-phase OOM
-    is not claimed when another process holds at least ``external_share`` of the device (MEM004, or
-    nvidia-smi's memory outside the listed processes, ``gpu.memory_unlisted_share_ratio``: MEM010),
-    when the allocator holds a large reserved-but-unallocated pool the request would have fit in
-    (MEM003), or when the weights are known to be under ``fits_share`` of the device.
+    is not claimed when another process holds at least MEM004's ``external_share`` of the device
+    (MEM004, or nvidia-smi's memory outside the listed processes, ``gpu.memory_unlisted_share_ratio``:
+    MEM010), when the allocator holds a large reserved-but-unallocated pool the request would have fit
+    in (MEM003's bars), or when the weights are known to be under ``fits_share`` of the device. The
+    other rules' thresholds are read as configured, so one override moves both rules.
 
     Evidence: mem.oom_count; optionally mem.oom_phase, mem.weights_bytes, mem.weights_estimate_bytes,
     model.params, mem.tensor_parallel, mem.pipeline_parallel, gpu.count (or gpu.count_stated), the
@@ -202,11 +203,6 @@ class OomWeights(Rule):
     class Thresholds:
         weights_share: float = 0.9  # weights filling 90 % of a device leave no room for activations or KV cache
         fits_share: float = 0.5  # weights under half the device fit: a loading OOM then has another cause
-        external_share: float = 0.25  # MEM004's bar: another process holds a quarter of the device
-        external_rough_share: float = 0.3  # the same from a legacy message (includes our own context)
-        frag_share_total: float = 0.10  # MEM003's bar: a tenth of the device stranded in the cache
-        frag_share_reserved: float = 0.20  # MEM003's bar: a fifth of PyTorch's reservation unusable
-        frag_min_bytes: float = 256 * MIB  # MEM003's bar: below this the stranded memory cannot matter
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -220,11 +216,12 @@ class OomWeights(Rule):
             ws = m.share(m.weights_per_device)
             if ws is not None and ws < t.fits_share:
                 return None
-            if is_external(m, t.external_share, t.external_rough_share):
+            ext, frag = self.thresholds_of(OomExternal), self.thresholds_of(OomFragmentation)
+            if is_external(m, ext.external_share, ext.rough_share):
                 return None
-            if (ev.value("gpu.memory_unlisted_share_ratio", 0.0) or 0.0) >= t.external_share:
+            if (ev.value("gpu.memory_unlisted_share_ratio", 0.0) or 0.0) >= ext.external_share:
                 return None  # nvidia-smi shows that much in use by no listed process: MEM010 (oom_external)
-            if is_fragmented(m, t.frag_share_total, t.frag_share_reserved, t.frag_min_bytes):
+            if is_fragmented(m, frag.share_total, frag.share_reserved, frag.min_bytes):
                 return None
         phase_ev = ev.get("mem.oom_phase")
         where = phase_ev.detail if isinstance(phase_ev, Evidence) and phase_ev.detail else ""
@@ -313,12 +310,13 @@ class OomRuntimePeak(Rule):
 
     How it decides: ``mem.oom_phase`` is ``profile_run``, ``warmup`` or ``serving``; or the phase is
     unknown, PyTorch had at least ``busy_share`` of the device allocated and the weights per device
-    are known to be under ``weights_share`` (or are unknown: then with thin confidence, since a
+    are known to be under MEM001's ``weights_share`` (or are unknown: then with thin confidence, since a
     runtime peak is the most common way a process fills its device). Outside loading, a single
     request for at least ``huge_request_share`` of the device (or more than it has) is one
     activation, whatever else is known: weights load tensor by tensor. Vetoed when the weights alone
-    reach ``weights_share`` (MEM001), another process holds ``external_share`` (MEM004), or the
-    request would have fit in a large reserved-but-unallocated pool (MEM003).
+    reach MEM001's ``weights_share``, another process holds MEM004's ``external_share``, or the
+    request would have fit in a large reserved-but-unallocated pool (MEM003's bars); those rules'
+    thresholds are read as configured, so one override moves both.
 
     Evidence: mem.oom_count, mem.oom_phase; optionally the allocator numbers,
     mem.gpu_memory_utilization_ratio, mem.kv_cache_*, mem.max_model_len, mem.prefill_tokens_failed,
@@ -347,13 +345,7 @@ class OomRuntimePeak(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         busy_share: float = 0.8  # PyTorch holding 80 % of the device with weights that fit: the rest is runtime
-        weights_share: float = 0.9  # MEM001's bar: weights this large are the cause, not the peak
         high_utilization: float = 0.9  # vLLM gpu_memory_utilization above this leaves little outside KV cache
-        external_share: float = 0.25  # MEM004's bar
-        external_rough_share: float = 0.3  # MEM004's bar from a legacy message
-        frag_share_total: float = 0.10  # MEM003's bar
-        frag_share_reserved: float = 0.20  # MEM003's bar
-        frag_min_bytes: float = 256 * MIB  # MEM003's bar
         huge_request_share: float = 0.25  # one allocation of a quarter of the device is no weight tensor
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
@@ -364,7 +356,8 @@ class OomRuntimePeak(Rule):
         ws = m.share(m.weights_per_device)
         alloc_share = m.share(m.allocated)
         busy = m.phase == "unknown" and alloc_share is not None and alloc_share >= t.busy_share
-        by_numbers = busy and ws is not None and ws < t.weights_share
+        weights_bar = self.thresholds_of(OomWeights).weights_share  # MEM001's: weights this large are the cause
+        by_numbers = busy and ws is not None and ws < weights_bar
         # nothing says where it failed nor how big the model is: runtime peaks are by far the
         # most common cause of a process filling its device, so say so, thinly
         by_default = busy and ws is None
@@ -374,11 +367,12 @@ class OomRuntimePeak(Rule):
         by_request = m.phase != "loading" and req_share is not None and req_share >= t.huge_request_share
         if not (by_phase or by_numbers or by_default or by_request):
             return None
-        if weights_too_big(m, t.weights_share):
+        ext, frag = self.thresholds_of(OomExternal), self.thresholds_of(OomFragmentation)
+        if weights_too_big(m, weights_bar):
             return None
-        if is_external(m, t.external_share, t.external_rough_share):
+        if is_external(m, ext.external_share, ext.rough_share):
             return None
-        if is_fragmented(m, t.frag_share_total, t.frag_share_reserved, t.frag_min_bytes):
+        if is_fragmented(m, frag.share_total, frag.share_reserved, frag.min_bytes):
             return None
         phase_ev = ev.get("mem.oom_phase")
         where = ""
@@ -412,7 +406,7 @@ class OomRuntimePeak(Rule):
         nums = _numbers(m)
         if nums:
             parts.append(nums[0].upper() + nums[1:] + ".")
-        if m.unallocated is not None and m.reserved and m.unallocated < t.frag_share_reserved * m.reserved:
+        if m.unallocated is not None and m.reserved and m.unallocated < frag.share_reserved * m.reserved:
             parts.append(f"Only {gib(m.unallocated)} ({_share(m.unallocated / m.reserved)} of PyTorch's reservation) "
                          "was reserved but unallocated, so this is not fragmentation.")
         if util is not None and util >= t.high_utilization:
@@ -804,7 +798,8 @@ class MemoryHeadroom(Rule):
 
     How it decides: ``mem.reserved_bytes`` and ``mem.allocated_bytes`` are known, ``mem.oom_count``
     is absent or zero and ``mem.alloc_retries`` is below MEM003's ``min_retries``; split blocks at
-    least ``split_share`` of the reservation are called out.
+    least MEM003's ``share_reserved`` of the reservation are called out (MEM003's thresholds are read,
+    so one override moves both).
 
     Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.peak_allocated_bytes,
     mem.peak_reserved_bytes, mem.free_segments_bytes, mem.inactive_split_bytes,
@@ -832,14 +827,13 @@ class MemoryHeadroom(Rule):
 
     @dataclass(frozen=True)
     class Thresholds:
-        split_share: float = 0.20  # MEM003's share_reserved: a fifth of the reservation in split blocks
         min_events: float = 10  # fewer recorded events is no history: a 2.0-era snapshot keeps one marker
         full: float = 0.98  # live memory this close to the reservation: nothing cached, nothing stranded
-        min_retries: float = 10  # MEM003's: from here the allocator's retries are a finding, not a note
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
-        if m.oom or (ev.value("mem.alloc_retries", 0.0) or 0.0) >= t.min_retries:
+        frag = self.thresholds_of(OomFragmentation)  # MEM003's bars: its retries and split share
+        if m.oom or (ev.value("mem.alloc_retries", 0.0) or 0.0) >= frag.min_retries:
             return None
         reserved, allocated = m.reserved or 0.0, m.allocated or 0.0
         if reserved <= 0:
@@ -867,7 +861,7 @@ class MemoryHeadroom(Rule):
                          "batch (nvidia-smi counts it as used; torch.cuda.empty_cache() would return it).")
         elif reserved - allocated > 0 and cache is None:
             parts.append(f"{gib(reserved - allocated)} reserved is not live: cached for reuse.")
-        if split is not None and split >= t.split_share * reserved:
+        if split is not None and split >= frag.share_reserved * reserved:
             parts.append(f"{gib(split)} ({pct(split / reserved)} of the reservation) is in split blocks inside live "
                          "segments: fragmentation that would matter near the device's limit.")
         if allocated >= t.full * reserved:
