@@ -18,7 +18,7 @@ import pytest
 from analyzer import tables
 from analyzer.derive.activities import Activity, classify
 from analyzer.errors import InputError
-from collectors import nsys, nvml, process, pyspy, snapshot, timing
+from collectors import nsys, nvml, process, pyspy, snapshot
 from collectors.compile_log import CompileLogParser
 from reports import data, figures
 from reports.terminal import stage_rows
@@ -533,10 +533,6 @@ def test_report_tables_import_only_the_model_and_redaction() -> None:
         used = {n for n in _imports(ROOT / rel) if n.split(".")[0] in ours}
         modules = {n for n in used if not any(n.startswith(a + ".") for a in allowed)}
         assert modules <= allowed, (rel, modules - allowed)
-
-
-def test_constants_copied_into_reports_data_match_their_source() -> None:
-    assert data.FIRST_REQUESTS == timing.FIRST_REQUESTS
 
 
 def test_sessiondata_fields_are_the_tables() -> None:

@@ -46,7 +46,7 @@ def test_rule_fixture(rule, kind: str) -> None:
         assert f.category is rule.category
         assert f.message and f.fixes and all(fx.steps for fx in f.fixes)
         assert 0.0 <= f.impact <= 1.0
-        # every number in the message comes from an evidence item the finding carries
+        # the finding carries the evidence its rule requires (a reader can check the message against it)
         keys = {e.key for e in f.evidence}
         assert set(rule.requires) <= keys
     else:
