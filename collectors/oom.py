@@ -468,12 +468,17 @@ _GPU_MEM_PROSE = re.compile(
     re.IGNORECASE,
 )
 _GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
-_ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference")
+_ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference", "lmdeploy",
+                 "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")
 _ENGINES = (
     ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
     ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b")),
     ("sglang", re.compile(r"\bsglang\b", re.IGNORECASE)),
     ("triton", re.compile(r"\btritonserver\b|Triton Inference Server")),
+    ("lmdeploy", re.compile(r"\blmdeploy\b", re.IGNORECASE)),
+    ("tensorrt-llm", re.compile(r"tensorrt[-_ ]?llm|\btrtllm\b|\btrt-llm\b", re.IGNORECASE)),
+    ("llama.cpp", re.compile(r"llama\.cpp|llama-server|llama_cpp|\bllamacpp\b", re.IGNORECASE)),
+    ("ollama", re.compile(r"\bollama\b", re.IGNORECASE)),
 )
 
 _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
