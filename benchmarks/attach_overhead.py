@@ -1,54 +1,392 @@
 #!/usr/bin/env python3
-"""What attaching costs the service: demo throughput with and without `diagnose attach`.
+"""What attaching costs: the attach process tree's CPU, and the service's throughput with and without it.
 
-Runs alternate windows of the same closed-loop load against one demo service: one window with
-nobody attached, the next with a full attach (py-spy at its default rate, psutil sampling,
-dumps), and so on, so that drift (thermal, other load) hits both sides alike. Prints each
-window's throughput and the ratio of the means: attached / not attached.
+Default: a real LitServe embedding service (``tests/integration/foreign/litserve_embedding.py``, one
+worker) under 2 closed-loop clients, in ABBA rounds: each round is one window with nobody attached and
+one window with ``diagnose attach --pid PID --duration W`` run as a user runs it (the CLI, a separate
+process), in the order A B in even rounds and B A in odd ones, so that drift (other load on a shared
+host, thermal) hits both sides alike. For each attached window it measures
 
-usage: benchmarks/attach_overhead.py [--pathology queueing] [--window 10] [--pairs 3]
+* the attach process tree's CPU *during its window* (the CLI process and every py-spy it starts,
+  sampled from outside with psutil and interpolated at the window's start and end as the session's
+  manifest records them), in cores;
+* the same over the whole command (start-up, window, analysis), divided by the window;
+* requests the service completed in the window, against the plain window of the same round.
+
+It prints each round, then the medians with the spread (min-max) and the noise of the plain windows
+themselves, so a ratio is never read closer than the machine allows.
+
+``--collectors`` instead measures what each collector costs on its own against the same loaded
+service (py-spy at several rates, with and without ``--subprocesses`` and ``--idle``, one
+``py-spy dump``, the psutil sampler's tick and its parts), each in cores (CPU seconds per second).
+
+usage: benchmarks/attach_overhead.py [--service litserve-embedding|DEMO_PATHOLOGY] [--window 15]
+                                     [--rounds 4] [--clients 2] [--attach-args "--light"] [--collectors]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
+import itertools
+import json
+import os
+import shlex
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__file__)))
+import psutil
 
-from analyzer.attach import AttachOptions, attach
-from examples.demo import PATHOLOGIES, DemoService, Load
-from examples.loadgen import run_load
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+FOREIGN = os.path.join(ROOT, "tests", "integration", "foreign")
+TEXT = " ".join(f"word{i % 97}" for i in range(96))  # 96 words: the embedding service's request
+
+
+# -- the service and its load ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Service:
+    pid: int
+    port: int
+    path: str
+    body: bytes
+    content_type: str
+
+
+@contextlib.contextmanager
+def litserve_embedding() -> Iterator[Service]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(FOREIGN, "litserve_embedding.py"), str(port)],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    body = json.dumps({"text": TEXT}).encode()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("the LitServe embedding service exited while starting")
+            try:
+                if _post(port, "/predict", body, "application/json", 10.0):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the LitServe embedding service did not become ready in 120 s")
+            time.sleep(0.5)
+        yield Service(proc.pid, port, "/predict", body, "application/json")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def demo(pathology: str) -> Iterator[Service]:
+    import random
+
+    from examples.demo import DemoService
+    from examples.loadgen import make_payload
+
+    with DemoService(pathology) as svc:
+        body, ctype = make_payload(pathology, random.Random(0))
+        yield Service(svc.pid, svc.port, "/infer", body, ctype)
+
+
+def _post(port: int, path: str, body: bytes, ctype: str, timeout: float) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", path, body, {"Content-Type": ctype})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200
+    finally:
+        conn.close()
+
+
+class Clients:
+    """Closed-loop clients on keep-alive connections; every completion's time is kept."""
+
+    def __init__(self, svc: Service, n: int) -> None:
+        self.svc = svc
+        self.done: list[float] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(n)]
+
+    def _client(self) -> None:
+        conn: http.client.HTTPConnection | None = None
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=60)
+                conn.request("POST", self.svc.path, self.svc.body, {"Content-Type": self.svc.content_type})
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status == 200:
+                    self.done.append(time.time())
+            except (OSError, http.client.HTTPException):
+                conn = None
+                time.sleep(0.05)
+
+    def count(self, t0: float, t1: float) -> int:
+        return sum(1 for t in list(self.done) if t0 <= t < t1)
+
+    def __enter__(self) -> Clients:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=70)
+
+
+# -- the attach process tree's CPU, from outside ---------------------------------------------------
+
+
+class TreeMeter:
+    """Samples the CPU seconds used so far by a process and all its descendants (live or reaped)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.points: list[tuple[float, float]] = []
+        self._seen: dict[int, float] = {}  # the last reading of each descendant, kept after it exits
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self) -> float:
+        try:
+            t = self.root.cpu_times()
+            own = t.user + t.system
+            kids = self.root.children(recursive=True)
+        except psutil.Error:
+            return self.points[-1][1] if self.points else 0.0
+        for k in kids:
+            try:
+                kt = k.cpu_times()
+                self._seen[k.pid] = kt.user + kt.system + kt.children_user + kt.children_system
+            except psutil.Error:
+                continue
+        return own + sum(self._seen.values())
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.points.append((time.time(), self._read()))
+            self._stop.wait(self.interval_s)
+
+    def at(self, ts: float) -> float:
+        """CPU seconds used by ``ts``, interpolated between the two readings around it."""
+        pts = self.points
+        if not pts:
+            return 0.0
+        if ts <= pts[0][0]:
+            return pts[0][1]
+        for (t0, c0), (t1, c1) in itertools.pairwise(pts):
+            if t0 <= ts <= t1:
+                return c0 + (c1 - c0) * (ts - t0) / max(1e-9, t1 - t0)
+        return pts[-1][1]
+
+    def __enter__(self) -> TreeMeter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Attached:
+    start: float
+    end: float
+    cores_window: float
+    cores_command: float
+    primary: str | None
+
+
+def attach_once(pid: int, window: float, out: str, extra: list[str]) -> Attached:
+    cmd = [sys.executable, "-m", "analyzer.cli", "attach", "--pid", str(pid), "--duration", str(window),
+           "-o", out, "--format", "json", *extra]
+    t_start = time.time()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with TreeMeter(proc.pid) as meter:
+        stdout, _ = proc.communicate(timeout=window + 300)
+    t_end = time.time()
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as fh:
+        win = json.load(fh)["window"]
+    total = meter.points[-1][1] if meter.points else 0.0
+    cores_window = (meter.at(win["end"]) - meter.at(win["start"])) / max(1e-9, win["end"] - win["start"])
+    try:
+        primary = json.loads(stdout).get("primary")
+    except ValueError:
+        primary = "?"
+    del t_start, t_end
+    return Attached(win["start"], win["end"], cores_window, total / window, primary)
+
+
+# -- ABBA rounds -----------------------------------------------------------------------------------
+
+
+def _spread(xs: list[float]) -> str:
+    return f"median {statistics.median(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f}, n={len(xs)})"
+
+
+def throughput(svc: Service, args: argparse.Namespace) -> int:
+    extra = shlex.split(args.attach_args)
+    ratios: list[float] = []
+    plain_rps: list[float] = []
+    cores_w: list[float] = []
+    cores_c: list[float] = []
+    with Clients(svc, args.clients) as clients, tempfile.TemporaryDirectory() as tmp:
+        time.sleep(args.warmup)
+        for i in range(args.rounds):
+            got: dict[bool, float] = {}
+            for with_attach in (False, True) if i % 2 == 0 else (True, False):
+                if with_attach:
+                    a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra)
+                    got[True] = clients.count(a.start, a.end) / (a.end - a.start)
+                    cores_w.append(a.cores_window)
+                    cores_c.append(a.cores_command)
+                    primary = a.primary
+                else:
+                    t0 = time.time()
+                    time.sleep(args.window)
+                    got[False] = clients.count(t0, time.time()) / (time.time() - t0)
+                time.sleep(args.gap)
+            ratios.append(got[True] / got[False])
+            plain_rps.append(got[False])
+            print(f"round {i + 1} ({'AB' if i % 2 == 0 else 'BA'}): plain {got[False]:.1f} req/s, attached "
+                  f"{got[True]:.1f} req/s, ratio {ratios[-1]:.3f}; attach tree {cores_w[-1]:.3f} cores in its "
+                  f"window ({cores_c[-1]:.3f} with start-up and analysis); primary {primary}", flush=True)
+    med = statistics.median(plain_rps)
+    print(f"service={args.service} window={args.window:.0f}s rounds={args.rounds} clients={args.clients} "
+          f"attach args={args.attach_args or '(defaults)'}")
+    print(f"attach tree cores in the window: {_spread(cores_w)}")
+    print(f"attach tree cores, whole command / window: {_spread(cores_c)}")
+    print(f"throughput attached / plain: {_spread(ratios)}")
+    print(f"noise: plain windows {min(plain_rps):.1f}-{max(plain_rps):.1f} req/s around a median of {med:.1f} "
+          f"({100 * (max(plain_rps) - min(plain_rps)) / med:.0f} % of it)")
+    return 0
+
+
+# -- each collector on its own ---------------------------------------------------------------------
+
+
+def _cores_of_command(cmd: list[str], seconds: float) -> float:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with TreeMeter(proc.pid, 0.2) as meter:
+        proc.wait(timeout=seconds + 60)
+    return (meter.points[-1][1] if meter.points else 0.0) / seconds
+
+
+def _cores_in_process(fn: Callable[[], None], seconds: float, hz: float) -> float:
+    """CPU of this thread only (the clients run in other threads of this process)."""
+    c0 = time.thread_time()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        fn()
+        time.sleep(1.0 / hz)
+    return (time.thread_time() - c0) / seconds
+
+
+def collectors(svc: Service, args: argparse.Namespace) -> int:
+    from collectors import process as pc
+    from collectors import pyspy
+
+    exe = pyspy.find_pyspy() or "py-spy"
+    w = args.window
+    tree = [p.pid for p in pc.process_tree(svc.pid)]
+    cpu = {}
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            cpu[p] = psutil.Process(p).cpu_percent(None)
+    time.sleep(1.0)
+    busy = max(tree, key=lambda p: psutil.Process(p).cpu_percent(None))
+    rows: list[tuple[str, float]] = []
+    with Clients(svc, args.clients), tempfile.TemporaryDirectory() as tmp:
+        time.sleep(args.warmup)
+        out = os.path.join(tmp, "o.raw")
+        base = [exe, "record", "--nonblocking", "--threads", "--format", "raw", "--duration", str(round(w)),
+                "-o", out]
+        for rate in (100, 50, 20, 10):
+            rows.append((f"py-spy record --subprocesses, {rate} Hz, whole tree ({len(tree)} processes)",
+                         _cores_of_command([*base, "--rate", str(rate), "--pid", str(svc.pid), "--subprocesses"], w)))
+        rows.append(("py-spy record --subprocesses --idle, 20 Hz, whole tree",
+                     _cores_of_command([*base, "--rate", "20", "--idle", "--pid", str(svc.pid), "--subprocesses"], w)))
+        for rate in (50, 20):
+            rows.append((f"py-spy record, {rate} Hz, the busy process only",
+                         _cores_of_command([*base, "--rate", str(rate), "--pid", str(busy)], w)))
+        rows.append(("py-spy record --idle, 20 Hz, the busy process only",
+                     _cores_of_command([*base, "--rate", "20", "--idle", "--pid", str(busy)], w)))
+        n = 10
+        r0 = os.times()
+        for _ in range(n):
+            subprocess.run([exe, "dump", "--json", "--nonblocking", "--pid", str(busy)], capture_output=True)
+        r1 = os.times()
+        per_dump = (r1.children_user + r1.children_system - r0.children_user - r0.children_system) / n
+        rows.append(("py-spy dump --json (one process), per second at 2 Hz", 2 * per_dump))
+        folder = tempfile.mkdtemp(dir=tmp)
+        extra = _extra_sampler_rows(svc.pid, folder, w)
+        rows.extend(extra)
+    width = max(len(r[0]) for r in rows)
+    print(f"service={args.service} window={w:.0f}s clients={args.clients} (cores = CPU seconds per second)")
+    for name, cores in rows:
+        print(f"  {name:<{width}}  {cores:.4f} cores")
+    return 0
+
+
+def _extra_sampler_rows(pid: int, folder: str, w: float) -> list[tuple[str, float]]:
+    from collectors import process as pc
+
+    pids = [p.pid for p in pc.process_tree(pid)]
+    rows = [
+        ("psutil process tree (children, recursive) at 4 Hz", _cores_in_process(lambda: pc.process_tree(pid), w, 4)),
+        ("connection scan (/proc/PID/net/tcp + fds) at 4 Hz", _cores_in_process(
+            lambda: pc.connection_snapshot(pids), w, 4)),
+        ("per-process + per-thread sample at 4 Hz", _cores_in_process(lambda: pc.sample(pids), w, 4)),
+    ]
+    sampler = pc.Sampler(pid, folder)
+    rows.append(("the attach sampler's tick at its own rate",
+                 _cores_in_process(sampler.tick, w, 1 / sampler.interval_s)))
+    return rows
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pathology", default="queueing")
-    ap.add_argument("--window", type=float, default=10.0)
-    ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--rate", type=int, default=50, help="py-spy sampling rate (diagnose attach default)")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--service", default="litserve-embedding",
+                    help="litserve-embedding (default) or a demo pathology (queueing, cpu-preprocess, …)")
+    ap.add_argument("--window", type=float, default=15.0, help="seconds per window (default 15)")
+    ap.add_argument("--rounds", type=int, default=4, help="ABBA rounds (default 4)")
+    ap.add_argument("--clients", type=int, default=2, help="closed-loop clients (default 2)")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds of load before the first window")
+    ap.add_argument("--gap", type=float, default=1.0, help="seconds between windows")
+    ap.add_argument("--attach-args", default="", help="extra arguments for diagnose attach, e.g. '--light'")
+    ap.add_argument("--collectors", action="store_true", help="measure each collector on its own instead")
     args = ap.parse_args()
-    spec = PATHOLOGIES[args.pathology]
-    plain: list[float] = []
-    attached: list[float] = []
-    with DemoService(args.pathology) as svc, tempfile.TemporaryDirectory() as tmp:
-        run_load(svc.url, spec.name, spec.concurrency, 3.0, spec.think_s)  # warm-up
-        for i in range(args.pairs):
-            # ABBA order: a drifting machine biases neither side
-            for with_attach in (False, True) if i % 2 == 0 else (True, False):
-                with Load(svc.url, spec, args.window, stop_on_exit=False) as load:
-                    if with_attach:
-                        attach(AttachOptions(pid=svc.pid, duration_s=args.window, output=f"{tmp}/s{i}",
-                                             rate_hz=args.rate))
-                assert load.result is not None
-                (attached if with_attach else plain).append(load.result.throughput_rps)
-            print(f"pair {i + 1}: not attached {plain[-1]:.2f} req/s, attached {attached[-1]:.2f} req/s", flush=True)
-    ratio = statistics.mean(attached) / statistics.mean(plain)
-    print(f"pathology={args.pathology} window={args.window:.0f}s pairs={args.pairs} py-spy rate={args.rate} Hz")
-    print(f"throughput attached / not attached = {ratio:.3f}  (cost {100 * (1 - ratio):.1f} %)")
-    return 0
+    ctx = litserve_embedding() if args.service == "litserve-embedding" else demo(args.service)
+    with ctx as svc:
+        return collectors(svc, args) if args.collectors else throughput(svc, args)
 
 
 if __name__ == "__main__":
