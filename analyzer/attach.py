@@ -41,6 +41,7 @@ from analyzer.errors import AttachError, DiagnoseError
 from analyzer.model import Availability, Capture, CaptureStatus, Diagnosis, Session, Target, Window
 from analyzer.redact import redact_argv, redact_command, redact_text
 from collectors import budget, nsys_session, pyspy
+from collectors import cgroup as cgroup_collector
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import snapshot as snapshot_collector
@@ -175,6 +176,7 @@ class AttachOptions:
     output: str | None = None
     rate_hz: int = budget.DEFAULT_MAX_RATE_HZ  # the ceiling; each process gets what its busy threads need
     light: bool = False  # for a host at 100 % CPU: the busiest process only, low rates, no dumps
+    cgroup_root: str | None = None  # where the target's cgroup hierarchy is mounted, when not discovered
     logs: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
     nsys: bool = False
@@ -191,6 +193,9 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         if not os.path.isfile(log):
             raise DiagnoseError(f"the log {log} does not exist.", "Pass the service's log file with --log.")
     check_target(opts.pid)
+    if opts.cgroup_root is not None and not os.path.isdir(opts.cgroup_root):
+        raise DiagnoseError(f"--cgroup-root {opts.cgroup_root} is not a directory.",
+                            "Pass where the cgroup hierarchy is mounted, e.g. --cgroup-root /sys/fs/cgroup.")
     avail = pyspy.probe()
     stop = stop or threading.Event()
     out = opts.output or default_output(opts.pid)
@@ -222,6 +227,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     sampler.tick(full=True)
     time.sleep(PROBE_S)
     sampler.tick(full=True)
+    group = cgroup_collector.locate(opts.pid, opts.cgroup_root)
+    group_start = cgroup_collector.snapshot(group) if group is not None else []
     cpu_before = _own_cpu()
     t0 = time.time()
     stop_sampling = threading.Event()
@@ -293,6 +300,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     stop_sampling.set()
     sampler_thread.join(timeout=5)
     gpu_thread.join(timeout=5)
+    group_end = cgroup_collector.snapshot(group) if group is not None else []
     with tick_lock:
         sampler.tick(full=True)
     window = Window(t0, t1)
@@ -340,6 +348,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     captures.append(Capture("process", pstatus, partial_reason, "", window,
                             (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST_FILE)))
     captures.append(gpu_sampler.close(window))
+    captures.append(_finish_cgroup(opts, group, group_start, group_end, folder, window))
     if nsys_avail is not None:
         captures.append(_finish_nsys(nsys_avail, nsys_window, folder, window))
     captures.extend(_finish_logs(tails, folder, window))
@@ -366,6 +375,18 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     return session, diagnosis
 
 
+def _finish_cgroup(opts: AttachOptions, group: cgroup_collector.Group | None, start: list[dict[str, Any]],
+                   end: list[dict[str, Any]], folder: str, window: Window) -> Capture:
+    if group is None or not end:
+        where = f" under {opts.cgroup_root}" if opts.cgroup_root else ""
+        return Capture("cgroup", CaptureStatus.SKIPPED, f"no readable CPU cgroup for pid {opts.pid}{where}",
+                       "In a container, pass the cgroup hierarchy's mount with --cgroup-root (e.g. /sys/fs/cgroup).",
+                       window)
+    write_json_atomic(os.path.join(folder, cgroup_collector.CGROUP_FILE),
+                      cgroup_collector.record(group, start, end, window.start, window.end))
+    return Capture("cgroup", CaptureStatus.OK, "", "", window, (cgroup_collector.CGROUP_FILE,))
+
+
 def _own_cpu() -> tuple[float, float]:
     """CPU seconds of this process, and of its children that have exited (every py-spy it ran)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -381,9 +402,15 @@ def _write_wall_source(folder: str) -> bool:
             samples = pyspy.parse_raw(fh)
     except OSError:
         return False
+    from analyzer.derive import waits
+
     wanted: dict[int, set[tuple[str, int]]] = {}
     for smp in samples:
-        for f in smp.frames[-3:]:  # the leaf and the two callers above it: a C call's caller is the leaf
+        frames = list(smp.frames[-2:])  # the leaf (a C call is made on its line) and its caller
+        depth = waits.machinery_depth([(f.function, waits.short_path(f.file)) for f in smp.frames])
+        if 0 < depth < len(smp.frames):
+            frames.append(smp.frames[-1 - depth])  # the line that called into a queue, a lock, a socket
+        for f in frames:
             wanted.setdefault(smp.pid, set()).add((f.file, f.line))
     lines: dict[str, str] = {}
     for pid, pairs in wanted.items():
@@ -552,7 +579,7 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
     previous = signal.signal(signal.SIGINT, on_sigint)
     opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
                          light=bool(getattr(args, "light", False)), logs=list(args.log), metrics=list(args.metrics),
-                         nsys=args.nsys)
+                         nsys=args.nsys, cgroup_root=getattr(args, "cgroup_root", None))
     try:
         if sys.stderr.isatty() and args.format == "text":
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

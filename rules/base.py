@@ -35,6 +35,9 @@ class Rule:
     # when set, ``requires`` lists the keys every group needs in common (may be empty).
     requires_any: ClassVar[tuple[tuple[str, ...], ...]] = ()
     Thresholds: ClassVar[type[Any]]  # a frozen dataclass of numbers, each field with a `# why` comment
+    # codes of findings this one is a symptom of: when one of them is found too, it leads and this
+    # finding ranks right after it (a queue fed by saturated pre-processing is the pre-processing's)
+    symptom_of: ClassVar[tuple[str, ...]] = ()
 
     def check(self, ev: EvidenceSet, t: Any) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -128,6 +131,29 @@ def pct(x: float) -> str:
 def fmt_ms(x: float) -> str:
     """A duration for a message: seconds from 1 s up, else milliseconds with 3 significant digits."""
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
+
+
+def stderr(ev: EvidenceSet, key: str) -> float:
+    """The measured uncertainty of ``key`` (its ``<key>.stderr`` evidence), 0 when none was given."""
+    return ev.value(f"{key}.stderr", 0.0) or 0.0
+
+
+def ramp(value: float, threshold: float, half_width: float) -> float:
+    """0 below ``threshold - half_width``, 1 above ``threshold + half_width``, linear between.
+
+    A threshold that ramps instead of cutting: a measurement that wobbles around the threshold moves
+    a finding's impact a little, instead of making it appear and vanish (and the primary flip).
+    """
+    if half_width <= 0:
+        return 1.0 if value >= threshold else 0.0
+    return max(0.0, min(1.0, (value - threshold + half_width) / (2 * half_width)))
+
+
+def ramp_for(ev: EvidenceSet, key: str, threshold: float, min_half_width: float) -> float:
+    """``ramp`` of ``key``'s value around ``threshold``, as wide as twice the value's own uncertainty
+    (``<key>.stderr``: the spread between the window's chunks, the sample count) or ``min_half_width``."""
+    value = ev.value(key, 0.0) or 0.0
+    return ramp(value, threshold, max(min_half_width, 2 * stderr(ev, key)))
 
 
 def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:

@@ -34,6 +34,26 @@ def rank(findings: Iterable[Finding], preferred: str = "") -> tuple[Finding, ...
     )
 
 
+def lead_with_causes(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """A symptom ranks right after the first of its causes that was found (``Rule.symptom_of``): when
+    a queue is fed by saturated pre-processing, the pre-processing leads and the queue is named as
+    its symptom, whichever of the two scores a little higher in this window. Only moves a finding
+    down, so informational notes and prose-only findings keep their places."""
+    from rules.registry import BY_CODE
+
+    out = list(findings)
+    for f in findings:
+        rule = BY_CODE.get(f.code)
+        causes = rule.symptom_of if rule is not None else ()
+        found = [i for i, g in enumerate(out) if g.code in causes and g.severity is not Severity.INFO]
+        me = out.index(f)
+        if found and me < min(found):
+            first = min(found)
+            out.pop(me)
+            out.insert(first, f)
+    return tuple(out)
+
+
 OOM_CATEGORIES = frozenset({Category.OOM_WEIGHTS, Category.OOM_PEAK, Category.OOM_FRAGMENTATION,
                             Category.OOM_EXTERNAL})
 
@@ -110,5 +130,5 @@ def run_rules(
     preferred = ""
     if decide and rules is RULES:
         findings, preferred = arbitrate(evidence, findings)
-    return rank(findings, preferred), tuple(skipped)
+    return lead_with_causes(rank(findings, preferred)), tuple(skipped)
 

@@ -157,18 +157,31 @@ def machinery(frames: Sequence[tuple[str, str]]) -> Wait | None:
     """The wait class of the outermost wait-machinery frame of the run of them at the leaf, if any."""
     found: Wait | None = None
     for function, file in reversed(frames):
-        hit = None
-        for w, frx, fnrx in _WAIT:
-            if frx is not None and not frx.search(file):
-                continue
-            if fnrx is not None and not fnrx.search(function):
-                continue
-            hit = w.wait
-            break
+        hit = _machinery_frame(function, file)
         if hit is None:
             break
         found = hit
     return found
+
+
+def machinery_depth(frames: Sequence[tuple[str, str]]) -> int:
+    """How many frames at the leaf are wait machinery (the frame above them made the call)."""
+    depth = 0
+    for function, file in reversed(frames):
+        if _machinery_frame(function, file) is None:
+            break
+        depth += 1
+    return depth
+
+
+def _machinery_frame(function: str, file: str) -> Wait | None:
+    for w, frx, fnrx in _WAIT:
+        if frx is not None and not frx.search(file):
+            continue
+        if fnrx is not None and not fnrx.search(function):
+            continue
+        return w.wait
+    return None
 
 
 def from_source(line: str) -> Wait | None:

@@ -47,10 +47,17 @@ def _key(s: StackSample) -> tuple[int, tuple[tuple[str, int], ...]]:
     return s.tid, tuple((f.function, f.line) for f in s.frames)
 
 
-def _site(s: StackSample, source: Mapping[str, str]) -> str:
+def _site(s: StackSample, source: Mapping[str, str], caller: bool = False) -> str:
+    """Where a sample stands: the leaf frame, or with ``caller`` the frame that called into the wait
+    machinery (``Queue.get``'s caller says which queue), with the source line when it was read."""
     if not s.frames:
         return s.thread or "?"
     f = s.frames[-1]
+    if caller:
+        short = [(g.function, waits.short_path(g.file)) for g in s.frames]
+        depth = waits.machinery_depth(short)
+        if 0 < depth < len(s.frames):
+            f = s.frames[-1 - depth]
     where = f"{f.function} ({waits.short_path(f.file)}:{f.line})"
     text = source.get(f"{f.file}:{f.line}")
     return f"{where} `{text}`" if text else where
@@ -63,9 +70,37 @@ def _sites() -> Sites:
     return defaultdict(lambda: defaultdict(float))
 
 
+def _classify(s: StackSample, weight: float, running: float, source: Mapping[str, str],
+              compilers: bool) -> list[tuple[Wait, float, str]]:
+    """(class, seconds, site) parts of one sample; ``running``: the part the on-CPU profile also saw."""
+    short = [(f.function, waits.short_path(f.file)) for f in s.frames]
+    if activities.classify(short) is activities.Activity.COMPILE:
+        return [(Wait.COMPILE, weight, _site(s, source))]
+    wait = waits.machinery(short)
+    if wait is not None:
+        if wait is Wait.CHILD and compilers:
+            wait = Wait.COMPILE  # the children it waits for are compilers (psutil saw them)
+        return [(wait, weight, _site(s, source, caller=True))]
+    out: list[tuple[Wait, float, str]] = []
+    if running > 0:
+        out.append((Wait.CPU, weight * running, _site(s, source)))
+    if running < 1.0:
+        f = s.frames[-1] if s.frames else None
+        text = source.get(f"{f.file}:{f.line}", "") if f else ""
+        blocked = (waits.from_source(text) if text else None) or Wait.OTHER
+        if blocked is Wait.CHILD and compilers:
+            blocked = Wait.COMPILE
+        out.append((blocked, weight * (1.0 - running), _site(s, source)))
+    return out
+
+
+IDLE_CLASSES = frozenset({Wait.QUEUE, Wait.IO})  # a thread parked here is waiting for work, not doing any
+
+
 def classify_chunk(chunk: Chunk, source: Mapping[str, str], compilers: bool) -> tuple[
-        dict[Wait, float], Sites, set[int], int]:
-    """Seconds of request-thread time per class in one chunk, the sites, the threads, the samples."""
+        dict[Wait, float], Sites, set[int], int, dict[tuple[int, str], Sites]]:
+    """Seconds of request-thread time per class in one chunk, the sites, the threads, the samples,
+    and for every thread *not* serving a request, its time by class and site."""
     active: Counter[tuple[int, tuple[tuple[str, int], ...]]] = Counter()
     for s in chunk.cpu:
         active[_key(s)] += s.count
@@ -74,43 +109,43 @@ def classify_chunk(chunk: Chunk, source: Mapping[str, str], compilers: bool) -> 
         walls[_key(s)] += s.count
     secs: dict[Wait, float] = defaultdict(float)
     sites = _sites()
+    others: dict[tuple[int, str], Sites] = defaultdict(_sites)
     threads: set[int] = set()
     n = 0
     for s in chunk.wall:
-        short = [(f.function, waits.short_path(f.file)) for f in s.frames]
-        if not waits.serving(short):
-            continue
-        threads.add(s.tid)
-        n += s.count
         weight = s.count / max(chunk.wall_rate_hz, 1e-9)
-        if activities.classify(short) is activities.Activity.COMPILE:
-            secs[Wait.COMPILE] += weight
-            sites[Wait.COMPILE][_site(s, source)] += weight
-            continue
-        wait = waits.machinery(short)
-        if wait is not None:
-            if wait is Wait.CHILD and compilers:
-                wait = Wait.COMPILE  # the children it waits for are compilers (psutil saw them)
-            secs[wait] += weight
-            sites[wait][_site(s, source)] += weight
-            continue
         key = _key(s)
         running = 0.0
         if chunk.cpu_rate_hz > 0 and walls[key]:
             running = min(1.0, (active[key] / chunk.cpu_rate_hz) / (walls[key] / chunk.wall_rate_hz))
-        if running > 0:
-            secs[Wait.CPU] += weight * running
-            sites[Wait.CPU][_site(s, source)] += weight * running
-        if running < 1.0:
-            f = s.frames[-1] if s.frames else None
-            text = source.get(f"{f.file}:{f.line}", "") if f else ""
-            blocked = waits.from_source(text) if text else None
-            blocked = blocked or Wait.OTHER
-            if blocked is Wait.CHILD and compilers:
-                blocked = Wait.COMPILE
-            secs[blocked] += weight * (1.0 - running)
-            sites[blocked][_site(s, source)] += weight * (1.0 - running)
-    return secs, sites, threads, n
+        parts = _classify(s, weight, running, source, compilers)
+        if not waits.serving([(f.function, waits.short_path(f.file)) for f in s.frames]):
+            for w, v, site in parts:
+                others[(s.tid, s.thread)][w][site] += v
+            continue
+        threads.add(s.tid)
+        n += s.count
+        for w, v, site in parts:
+            secs[w] += v
+            sites[w][site] += v
+    return secs, sites, threads, n, others
+
+
+def other_threads(others: Mapping[tuple[int, int, str], Sites], limit: int = 5) -> list[dict[str, object]]:
+    """The threads that serve no request but do something (not parked in a queue or a selector):
+    a background thread that holds the lock the request threads wait for shows up here."""
+    rows: list[dict[str, object]] = []
+    for (pid, tid, name), by_class in others.items():
+        total = sum(sum(v.values()) for v in by_class.values())
+        busy = {w: v for w, v in by_class.items() if w not in IDLE_CLASSES}
+        busy_s = sum(sum(v.values()) for v in busy.values())
+        if total <= 0 or busy_s / total < 0.2:
+            continue
+        site, secs = max(((k, v) for d in busy.values() for k, v in d.items()), key=lambda kv: kv[1])
+        rows.append({"pid": pid, "thread": name or str(tid), "busy_share": round(busy_s / total, 3),
+                     "site": site, "site_share": round(secs / total, 3)})
+    rows.sort(key=lambda r: -float(r["busy_share"]))  # type: ignore[arg-type]
+    return rows[:limit]
 
 
 def derive(
@@ -128,8 +163,13 @@ def derive(
     samples = 0
     by_index: dict[int, dict[Wait, float]] = defaultdict(lambda: defaultdict(float))
     by_index_n: Counter[int] = Counter()
+    others: dict[tuple[int, int, str], Sites] = defaultdict(_sites)
     for c in chunks:
-        secs, where, tids, n = classify_chunk(c, source, compilers)
+        secs, where, tids, n, other = classify_chunk(c, source, compilers)
+        for (tid, name), by_class in other.items():
+            for w, got in by_class.items():
+                for site, v in got.items():
+                    others[(c.pid, tid, name)][w][site] += v
         samples += n
         by_index_n[c.index] += n
         threads |= {(c.pid, t) for t in tids}
@@ -149,6 +189,10 @@ def derive(
 
     out = [ev("wall.samples", samples, "samples", "wall-clock samples of threads serving a request"),
            ev("wall.request_threads", len(threads), "threads")]
+    busy_others = other_threads(others)
+    if busy_others:
+        out.append(ev("wall.other_threads", busy_others, "table",
+                      "threads serving no request that were busy (running, sleeping, blocked outside a queue)"))
     if seconds <= 0:
         return out
     out.append(ev("wall.request_seconds", seconds, "s", "request-thread time observed (samples / rate)"))
