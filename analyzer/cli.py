@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="py-spy samples per second at most (default 50; each process gets what its busy threads need)")
     p.add_argument("--light", action="store_true",
                    help="for a host at 100%% CPU: profile only the busiest process, at low rates, no dumps")
+    p.add_argument("--cgroup-root", metavar="DIR",
+                   help="where the target's cgroup hierarchy is mounted, when not the one this process sees")
     p.add_argument("--log", action="append", default=[], help="a log file of the service to read too")
     p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape")
     p.add_argument("--nsys", action="store_true",

@@ -91,7 +91,8 @@ PYSPY_DUMPS = "pyspy-dumps.jsonl"
 # Written by diagnose itself, at the top of the session: secrets are redacted, but their fields are not
 # request payloads (py-spy dumps lose their locals instead).
 OWN_FILES = frozenset({"manifest.json", "diagnosis.json", "process-info.json", "pyspy-meta.json", "process.jsonl",
-                       "nvml.jsonl", "pyspy.log", PYSPY_DUMPS, "attach-cost.json", "pyspy-wall-source.json"})
+                       "nvml.jsonl", "pyspy.log", PYSPY_DUMPS, "attach-cost.json", "pyspy-wall-source.json",
+                       "cgroup.json"})
 
 # JSON fields whose values are what users sent or the model returned.
 PAYLOAD_FIELDS = frozenset({

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import loose
-from analyzer.derive import cpu_profile, nvml, process, wall
+from analyzer.derive import cgroup, cpu_profile, nvml, process, wall
 from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
+from collectors import cgroup as cgroup_collector
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import pyspy
@@ -102,6 +103,13 @@ def _wall(session: Session, cap: Capture, compilers: bool) -> list[Evidence]:
                        window=cap.window, partial=cap.status is CaptureStatus.PARTIAL)
 
 
+def _cgroup(session: Session, cap: Capture) -> list[Evidence]:
+    path = os.path.join(session.path, cgroup_collector.CGROUP_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return cgroup.derive(_read_json(path), window=cap.window, partial=cap.status is CaptureStatus.PARTIAL)
+
+
 def _attach_cost(session: Session) -> list[Evidence]:
     doc = _read_json(os.path.join(session.path, ATTACH_COST))
     cores = doc.get("cores")
@@ -145,6 +153,7 @@ _CAPTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "py-spy": (pyspy.RAW_FILE, "py-spy raw profile", ("cpu.", "workers.")),
     "process": (process_collector.SAMPLES_FILE, "psutil samples", ("proc.", "conn.")),
     "nvml": (nvml_collector.NVML_FILE, "NVML samples", ("gpu.", *nvml.PREFIXES)),
+    "cgroup": (cgroup_collector.CGROUP_FILE, "cgroup CPU files", ("cgroup.",)),
 }
 # a damaged or missing file costs its own capture's evidence, never the whole diagnosis
 _DAMAGE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError)
@@ -155,7 +164,7 @@ def derive(session: Session) -> Derived:
     by_name = {c.collector: c for c in session.captures}
     for cap in session.captures:
         if cap.status in (CaptureStatus.SKIPPED, CaptureStatus.FAILED):
-            prefix = {"py-spy": "cpu.", "process": "proc.", "nvml": "gpu."}.get(cap.collector)
+            prefix = {"py-spy": "cpu.", "process": "proc.", "nvml": "gpu.", "cgroup": "cgroup."}.get(cap.collector)
             if prefix:
                 out.evidence.explain_missing(prefix, f"{cap.collector} capture {cap.status.value}: {cap.reason}")
             if cap.collector == "py-spy":
@@ -168,6 +177,7 @@ def derive(session: Session) -> Derived:
         "py-spy": lambda c: _pyspy(session, c),
         "process": lambda c: _process(session, c),
         "nvml": lambda c: _nvml(session, c, out),
+        "cgroup": lambda c: _cgroup(session, c),
     }
     for collector, step in steps.items():
         found = by_name.get(collector)
