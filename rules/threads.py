@@ -22,7 +22,7 @@ class ThreadOversubscription(Rule):
     How it decides: the CPU budget is ``host.cores`` (the CPUs the target may run on), or the
     container's CFS quota (``cgroup.cpu_quota_cores``) when that is smaller. ``threads.busy_count``
     (threads runnable — running or waiting in the run queue — for ≥ 10 % of the window: demand, since
-    oversubscribed threads each *get* little CPU) is at least ``min_ratio`` × the budget,
+    oversubscribed threads each *get* little CPU) is at least ``min_ratio`` × the budget (and at least 2),
     ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait), from /proc/PID/task/TID/schedstat)
     is at least ``min_wait`` (ramped ±0.05), and the target's own demand (``threads.runnable_mean``,
     threads wanting a CPU on average) exceeds ``min_demand`` × the budget: a service that wants less
@@ -44,6 +44,7 @@ class ThreadOversubscription(Rule):
     name = "thread-oversubscription"
     category = Category.THREAD_OVERSUBSCRIPTION
     requires = ("host.cores", "threads.busy_count", "proc.runqueue_wait_ratio")
+    symptom_of = ("THR010",)  # a throttled group's threads wait in the run queue: the quota is the cause
     optional = ("cgroup.cpu_quota_cores", "threads.runnable_mean", "proc.involuntary_switches_per_s", "proc.threads",
                 "proc.processes")
 
@@ -60,7 +61,7 @@ class ThreadOversubscription(Rule):
         busy = ev.value("threads.busy_count", 0.0) or 0.0
         wait = ev.value("proc.runqueue_wait_ratio", 0.0) or 0.0
         runnable = ev.value("threads.runnable_mean")
-        if cores <= 0 or busy < t.min_ratio * cores:
+        if cores <= 0 or busy < max(2.0, t.min_ratio * cores):  # one thread cannot oversubscribe anything
             return None
         if runnable is not None and runnable < t.min_demand * cores:
             return None

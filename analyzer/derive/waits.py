@@ -99,6 +99,8 @@ WAIT_PATTERNS: tuple[WaitPattern, ...] = (
     WaitPattern(Wait.IO, r"(^|/)(socket|ssl|selectors|http/client|urllib/request)\.py|urllib3/|requests/|httpx/"
                 r"|httpcore/|aiohttp/client|grpc/_channel|botocore/|redis/|psycopg|pymongo/", "",
                 "a socket read or a remote call (HTTP, gRPC, a database)"),
+    WaitPattern(Wait.IO, r"(^|/)asyncio/(runners|base_events)\.py|uvloop/", r"(^|\.)(run|run_forever|run_until_complete"
+                r"|_run_once)$", "an event loop waiting for I/O (uvloop's wait is in C, under these frames)"),
     WaitPattern(Wait.SLEEP, r"(^|/)time\.py|asyncio/tasks\.py", r"(^|\.)sleep$", "a sleep"),
 )
 
