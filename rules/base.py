@@ -18,6 +18,7 @@ from analyzer.model import (
     EvidenceSet,
     Finding,
     Fix,
+    Missing,
     Quality,
     Severity,
 )
@@ -68,7 +69,11 @@ class Rule:
                 if all(isinstance(ev.get(k), Evidence) for k in group):
                     return None
             wanted = " or ".join("+".join(f"`{k}`" for k in g) for g in cls.requires_any)
-            return f"needs {wanted}: none was measured"
+            # a capture that was skipped or failed says why; "no input provided" says nothing more
+            why = next((got.reason for g in cls.requires_any for k in g
+                        if isinstance(got := ev.get(k), Missing) and not got.reason.startswith("no input provided")),
+                       "none was measured")
+            return f"needs {wanted}: {why}"
         return None
 
     def finding(
