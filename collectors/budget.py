@@ -14,9 +14,10 @@ manager, a resource tracker, an idle launcher). So the budget goes where evidenc
   that hold the service's connections or use CPU, at ``WALL_RATE_HZ``: a request thread that waits
   (for a lock, a compiler, a queue) uses no CPU but is exactly where latency goes;
 * a process that neither uses CPU nor serves requests is not sampled at all;
-* all records together read at most ``STACK_READS_PER_S`` thread stacks per second (py-spy reads
-  every thread of a process at each sample, about 0.15 ms each on the benchmark host): the wall
-  views are served first, the on-CPU profiles share the rest, the busiest process first.
+* all records together read about ``STACK_READS_PER_S`` thread stacks per second (py-spy reads
+  every thread of a process at each sample, 0.15-0.2 ms each on the benchmark host): the wall
+  views take at most half, the on-CPU profiles the rest, the busiest process first; a process that
+  no longer fits at the minimum rates is left out (the busiest one never is).
 
 ``light`` (for a host at 100 % CPU) samples only the busiest process and the main serving one, at
 ``LIGHT_MAX_RATE_HZ`` / ``LIGHT_WALL_RATE_HZ``.
@@ -34,7 +35,7 @@ TARGET_ACTIVE_SAMPLES = 400  # active samples per busy thread per window: CPU001
 MIN_RATE_HZ = 10  # below 10 Hz a 10 s window holds too few samples of a short stage to see it
 DEFAULT_MAX_RATE_HZ = 50  # --rate: the ceiling (100 Hz costs twice as much for no new finding)
 THREAD_SAMPLES_PER_S = 1500  # stack reads per second per process at most (py-spy reads every thread)
-STACK_READS_PER_S = 400  # all records together: about 0.06 cores of py-spy (0.15 ms per thread stack read)
+STACK_READS_PER_S = 300  # all records together: about 0.05 cores of py-spy (0.15-0.2 ms per thread stack read)
 WALL_RATE_HZ = 10  # 100 wall samples per request thread in 10 s: shares to about ±5 pp
 MIN_WALL_RATE_HZ = 2  # a process with hundreds of threads still gets a coarse wall-clock view
 LIGHT_MAX_RATE_HZ = 10
@@ -110,27 +111,38 @@ def plan(
         serving = sorted(serving, key=lambda o: (-o.cores, o.pid))[:1]
     chosen = sorted({o.pid: o for o in (*busy, *serving)}.values(), key=lambda o: (-o.cores, o.pid))
     budget = float(STACK_READS_PER_S if not light else STACK_READS_PER_S / 4)
+    wall_left = budget / 2  # the wall-clock views take at most half, the busiest process first
     walls: dict[int, int] = {}
-    for o in chosen:  # the wall-clock views first: where a waiting request's time goes
-        w = fixed.get(o.pid, (0, 0))[1] or wall_rate(o.threads, light)
+    for o in chosen:
+        threads = max(1, o.threads)
+        w = fixed.get(o.pid, (0, 0))[1] or int(min(wall_rate(o.threads, light), wall_left / threads))
+        if w < MIN_WALL_RATE_HZ and walls:
+            continue  # over the budget: this process is not watched (the plan says so)
+        w = max(w, MIN_WALL_RATE_HZ)
         walls[o.pid] = w
-        budget -= w * max(1, o.threads)
+        wall_left -= w * threads
+    cpu_left = budget - sum(walls[o.pid] * max(1, o.threads) for o in chosen if o.pid in walls)
     cpus: dict[int, int] = {}
     for o in chosen:  # then the on-CPU profiles, the busiest process first
         if o not in busy:
             continue
+        threads = max(1, o.threads)
         c = fixed.get(o.pid, (0, 0))[0]
         if not c:
-            c = cpu_rate(o.busy_threads, o.threads, window_s, max_rate)
-            c = int(max(1, min(c, max(MIN_RATE_HZ, budget / max(1, o.threads)))))
+            c = int(min(cpu_rate(o.busy_threads, o.threads, window_s, max_rate), cpu_left / threads))
+            if c < MIN_RATE_HZ:
+                if cpus:
+                    continue  # over the budget: the busiest processes are profiled, this one is not
+                c = min(max_rate, MIN_RATE_HZ)
         cpus[o.pid] = c
-        budget -= c * max(1, o.threads)
+        cpu_left -= c * threads
+    chosen = [o for o in chosen if o.pid in walls or o.pid in cpus]
     out: list[Decision] = []
     for o in sorted(chosen, key=lambda o: o.pid):
-        c, w = cpus.get(o.pid, 0), walls[o.pid]
+        c, w = cpus.get(o.pid, 0), walls.get(o.pid, 0)
         why = (f"{o.cores:.2f} cores, {o.busy_threads} busy of {o.threads} threads"
                + (", serves requests" if o.serves else "")
                + (f": on-CPU profile at {c} Hz" if c else ": not busy, no on-CPU profile")
-               + f", wall-clock view at {w} Hz")
+               + (f", wall-clock view at {w} Hz" if w else ", no wall-clock view (over the budget)"))
         out.append(Decision(o.pid, c, w, why))
     return out
