@@ -16,12 +16,16 @@ host, thermal) hits both sides alike. For each attached window it measures
 It prints each round, then the medians with the spread (min-max) and the noise of the plain windows
 themselves, so a ratio is never read closer than the machine allows.
 
+``--null`` runs the same rounds with nothing attached in the B windows: the spread of that ratio is
+the noise floor of the attached/plain ratio on the host at the time.
+
 ``--collectors`` instead measures what each collector costs on its own against the same loaded
 service (py-spy at several rates, with and without ``--subprocesses`` and ``--idle``, one
 ``py-spy dump``, the psutil sampler's tick and its parts), each in cores (CPU seconds per second).
 
 usage: benchmarks/attach_overhead.py [--service litserve-embedding|DEMO_PATHOLOGY] [--window 15]
-                                     [--rounds 4] [--clients 2] [--attach-args "--light"] [--collectors]
+                                     [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
+                                     [--collectors]
 """
 
 from __future__ import annotations
@@ -263,7 +267,14 @@ def throughput(svc: Service, args: argparse.Namespace) -> int:
         for i in range(args.rounds):
             got: dict[bool, float] = {}
             for with_attach in (False, True) if i % 2 == 0 else (True, False):
-                if with_attach:
+                if with_attach and args.null:  # the same procedure with nobody attached: the noise floor
+                    t0 = time.time()
+                    time.sleep(args.window)
+                    got[True] = clients.count(t0, time.time()) / (time.time() - t0)
+                    cores_w.append(0.0)
+                    cores_c.append(0.0)
+                    primary = "(null round: nothing attached)"
+                elif with_attach:
                     a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra)
                     got[True] = clients.count(a.start, a.end) / (a.end - a.start)
                     cores_w.append(a.cores_window)
@@ -346,6 +357,14 @@ def collectors(svc: Service, args: argparse.Namespace) -> int:
         r1 = os.times()
         per_dump = (r1.children_user + r1.children_system - r0.children_user - r0.children_system) / n
         rows.append(("py-spy dump --json (one process), per second at 2 Hz", 2 * per_dump))
+        r0 = os.times()
+        for _ in range(n):
+            subprocess.run([exe, "record", "--nonblocking", "--rate", "1", "--duration", "1", "--format", "raw",
+                            "-o", out, "--pid", str(busy)], capture_output=True)
+        r1 = os.times()
+        per_start = (r1.children_user + r1.children_system - r0.children_user - r0.children_system) / n
+        rows.append(("py-spy record start + stop (one chunk of one record), per second at 1/3.5 s",
+                     per_start / 3.5))
         folder = tempfile.mkdtemp(dir=tmp)
         extra = _extra_sampler_rows(svc.pid, folder, w)
         rows.extend(extra)
@@ -360,15 +379,23 @@ def _extra_sampler_rows(pid: int, folder: str, w: float) -> list[tuple[str, floa
     from collectors import process as pc
 
     pids = [p.pid for p in pc.process_tree(pid)]
+    watcher = pc.ConnWatcher(pid)
+    watcher.refresh(pids)
     rows = [
-        ("psutil process tree (children, recursive) at 4 Hz", _cores_in_process(lambda: pc.process_tree(pid), w, 4)),
-        ("connection scan (/proc/PID/net/tcp + fds) at 4 Hz", _cores_in_process(
-            lambda: pc.connection_snapshot(pids), w, 4)),
-        ("per-process + per-thread sample at 4 Hz", _cores_in_process(lambda: pc.sample(pids), w, 4)),
+        ("before: psutil process tree (scans every process on the host) at 4 Hz",
+         _cores_in_process(lambda: [p.children(recursive=True) for p in pc.process_tree(pid)[:1]], w, 4)),
+        ("before: connection scan (/proc/PID/net/tcp + fds) at 4 Hz",
+         _cores_in_process(lambda: pc.connection_snapshot(pids), w, 4)),
+        ("before: per-process + per-thread psutil sample at 4 Hz", _cores_in_process(lambda: pc.sample(pids), w, 4)),
+        ("now: the tree from /proc/PID/task/*/children at 4 Hz", _cores_in_process(lambda: pc.tree_pids(pid), w, 4)),
+        ("now: connection counts from one sock_diag dump at 4 Hz",
+         _cores_in_process(lambda: watcher.snapshot(pids), w, 4)),
     ]
     sampler = pc.Sampler(pid, folder)
-    rows.append(("the attach sampler's tick at its own rate",
-                 _cores_in_process(sampler.tick, w, 1 / sampler.interval_s)))
+    sampler.tick(full=True)
+    rows.append(("now: the sampler's light tick at 4 Hz", _cores_in_process(sampler.tick, w, 4)))
+    rows.append(("now: the sampler's full tick (threads, schedstat, fds) at 4 Hz",
+                 _cores_in_process(lambda: sampler.tick(full=True), w, 4)))
     return rows
 
 
@@ -377,12 +404,14 @@ def main() -> int:
     ap.add_argument("--service", default="litserve-embedding",
                     help="litserve-embedding (default) or a demo pathology (queueing, cpu-preprocess, …)")
     ap.add_argument("--window", type=float, default=15.0, help="seconds per window (default 15)")
-    ap.add_argument("--rounds", type=int, default=4, help="ABBA rounds (default 4)")
+    ap.add_argument("--rounds", type=int, default=6, help="ABBA rounds (default 6)")
     ap.add_argument("--clients", type=int, default=2, help="closed-loop clients (default 2)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds of load before the first window")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between windows")
-    ap.add_argument("--attach-args", default="", help="extra arguments for diagnose attach, e.g. '--light'")
+    ap.add_argument("--attach-args", default="", help="extra arguments for diagnose attach, e.g. --attach-args=--light")
     ap.add_argument("--collectors", action="store_true", help="measure each collector on its own instead")
+    ap.add_argument("--null", action="store_true",
+                    help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
     args = ap.parse_args()
     ctx = litserve_embedding() if args.service == "litserve-embedding" else demo(args.service)
     with ctx as svc:

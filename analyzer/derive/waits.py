@@ -25,6 +25,11 @@ be extended: add a row, add a test case.
    ``time.sleep``, ``x.item()`` have no Python frame of their own — and ``SOURCE_PATTERNS`` on the
    line's source text says which (``other_wait`` when nothing matches: a C extension blocking, or
    waiting for the GIL).
+
+What no stack shows: a coroutine that *awaits* (an ``async def`` handler waiting for an
+``asyncio.Lock``, an HTTP client, a batcher's future) is not on any thread's stack while it waits, so
+async frameworks' waits are seen only through their worker threads and processes; and a request
+waiting in the kernel's accept queue is counted by ``conn.accept_queue_max``, not here.
 """
 
 from __future__ import annotations
