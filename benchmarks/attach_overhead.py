@@ -7,10 +7,12 @@ one window with ``diagnose attach --pid PID --duration W`` run as a user runs it
 process), in the order A B in even rounds and B A in odd ones, so that drift (other load on a shared
 host, thermal) hits both sides alike. For each attached window it measures
 
-* the attach process tree's CPU *during its window* (the CLI process and every py-spy it starts,
-  sampled from outside with psutil and interpolated at the window's start and end as the session's
-  manifest records them), in cores;
-* the same over the whole command (start-up, window, analysis), divided by the window;
+* the attach process tree's CPU *during its window*: what the attach measured of itself
+  (``attach-cost.json``: ``getrusage`` of its own process and of every py-spy it ran and reaped in
+  the window), in cores; ``--meter`` cross-checks it from outside (psutil on the tree at 10 Hz,
+  interpolated at the window's start and end) — in the clients' process, so not while throughput
+  is measured;
+* the whole command's CPU (start-up, window, analysis, from ``wait4``) divided by the window;
 * requests the service completed in the window, against the plain window of the same round.
 
 It prints each round, then the medians with the spread (min-max) and the noise of the plain windows
@@ -25,7 +27,7 @@ service (py-spy at several rates, with and without ``--subprocesses`` and ``--id
 
 usage: benchmarks/attach_overhead.py [--service litserve-embedding|DEMO_PATHOLOGY] [--window 15]
                                      [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
-                                     [--collectors]
+                                     [--meter] [--collectors]
 """
 
 from __future__ import annotations
@@ -229,24 +231,36 @@ class Attached:
     primary: str | None
 
 
-def attach_once(pid: int, window: float, out: str, extra: list[str]) -> Attached:
+def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool = False) -> Attached:
+    """Run the CLI; its CPU in the window is what it measured of itself (``attach-cost.json``: its own
+    process and every py-spy it ran and reaped in the window), the whole command's from ``wait4``.
+    ``meter`` cross-checks the window's figure from outside (psutil on the tree, 10 Hz) — in this
+    process, so it slows the clients a little and is off when throughput is measured."""
     cmd = [sys.executable, "-m", "analyzer.cli", "attach", "--pid", str(pid), "--duration", str(window),
            "-o", out, "--format", "json", *extra]
-    t_start = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    with TreeMeter(proc.pid) as meter:
-        stdout, _ = proc.communicate(timeout=window + 300)
-    t_end = time.time()
+    stdout = b""
+    if meter:
+        with TreeMeter(proc.pid) as m:
+            stdout, _ = proc.communicate(timeout=window + 300)
+    else:
+        assert proc.stdout is not None
+        stdout = proc.stdout.read()
+    _, _, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     with open(os.path.join(out, "manifest.json"), encoding="utf-8") as fh:
         win = json.load(fh)["window"]
-    total = meter.points[-1][1] if meter.points else 0.0
-    cores_window = (meter.at(win["end"]) - meter.at(win["start"])) / max(1e-9, win["end"] - win["start"])
+    with open(os.path.join(out, "attach-cost.json"), encoding="utf-8") as fh:
+        cost = json.load(fh)
+    seconds = max(1e-9, win["end"] - win["start"])
+    if meter:
+        outside = (m.at(win["end"]) - m.at(win["start"])) / seconds
+        print(f"  cross-check: {cost['cores']:.3f} cores measured by the attach, {outside:.3f} from outside")
+    total = (usage.ru_utime + usage.ru_stime) if usage is not None else float("nan")
     try:
         primary = json.loads(stdout).get("primary")
     except ValueError:
         primary = "?"
-    del t_start, t_end
-    return Attached(win["start"], win["end"], cores_window, total / window, primary)
+    return Attached(win["start"], win["end"], float(cost["cores"]), total / window, primary)
 
 
 # -- ABBA rounds -----------------------------------------------------------------------------------
@@ -275,7 +289,7 @@ def throughput(svc: Service, args: argparse.Namespace) -> int:
                     cores_c.append(0.0)
                     primary = "(null round: nothing attached)"
                 elif with_attach:
-                    a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra)
+                    a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra, args.meter)
                     got[True] = clients.count(a.start, a.end) / (a.end - a.start)
                     cores_w.append(a.cores_window)
                     cores_c.append(a.cores_command)
@@ -410,6 +424,8 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between windows")
     ap.add_argument("--attach-args", default="", help="extra arguments for diagnose attach, e.g. --attach-args=--light")
     ap.add_argument("--collectors", action="store_true", help="measure each collector on its own instead")
+    ap.add_argument("--meter", action="store_true",
+                    help="cross-check the attach's own CPU figure from outside (slows the clients a little)")
     ap.add_argument("--null", action="store_true",
                     help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
     args = ap.parse_args()

@@ -102,10 +102,11 @@ def plan(
         return []
     max_rate = max(1, min(max_rate, LIGHT_MAX_RATE_HZ) if light else max_rate)
     busy = [o for o in py if o.cores >= MIN_BUSY_CORES]
-    if not busy:  # an idle or blocked service: its busiest Python process, so the profile is not empty
-        top = max(py, key=lambda o: o.cores)
-        busy = [top] if top.cores > 0 else []
     serving = [o for o in py if o.serves]
+    if not busy:  # an idle or blocked service: its busiest Python process (the first one when all are
+        # idle), so the profile says "nothing ran" instead of being missing
+        top = max(py, key=lambda o: o.cores)
+        busy = [top if top.cores > 0 or serving else py[0]]
     if light:
         busy = sorted(busy, key=lambda o: -o.cores)[:1]
         serving = sorted(serving, key=lambda o: (-o.cores, o.pid))[:1]

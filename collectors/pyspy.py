@@ -353,6 +353,7 @@ def record_chunked(
     cmds: dict[int, str] = {}
     stopped_early = False
     failures: list[str] = []
+    cpu_reported: list[int] = []
     start = clock()
     for k in range(n_chunks):
         if should_stop():
@@ -410,6 +411,8 @@ def record_chunked(
                 fh.writelines(r + "\n" for r in recs)
             a = lines_written[kind]
             lines_written[kind] += len(recs)
+            if kind == "cpu" and m:
+                cpu_reported.append(int(m.group(1)))
             chunks.append({"chunk": k, "kind": kind, "pid": p.pid, "rate_hz": rate,
                            "seconds": round(max(0.0, stop_at - began), 4),
                            "lines": [a, lines_written[kind]], "samples_reported": int(m.group(1)) if m else None,
@@ -422,7 +425,7 @@ def record_chunked(
     written = [RAW_FILE, WALL_FILE, LOG_FILE]
     if os.path.exists(os.path.join(out_dir, DUMPS_FILE)):
         written.append(DUMPS_FILE)
-    reported = sum(int(c["samples_reported"] or 0) for c in chunks if c["kind"] == "cpu")  # type: ignore[call-overload]
+    reported = sum(cpu_reported)
     if chunks and not any(c["ok"] for c in chunks):
         return ChunkedResult(False, False, failures[0] if failures else "py-spy recorded nothing",
                              [LOG_FILE], chunks, plans, reported)

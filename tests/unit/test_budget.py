@@ -64,3 +64,8 @@ def test_a_process_keeps_its_rates_for_the_whole_window() -> None:
 
 def test_non_python_processes_are_never_sampled() -> None:
     assert budget.plan([Observation(3, False, 1.0, 1, 1, False)], 10.0) == []
+
+
+def test_an_idle_service_is_still_sampled_so_its_profile_says_nothing_ran() -> None:
+    got = budget.plan([Observation(1, True, 0.0, 0, 3, False), Observation(2, True, 0.0, 0, 2, False)], 10.0)
+    assert [(d.pid, d.cpu_rate_hz > 0, d.wall_rate_hz > 0) for d in got] == [(1, True, True)]
