@@ -143,22 +143,24 @@ def stderr(ev: EvidenceSet, key: str) -> float:
     return ev.value(f"{key}.stderr", 0.0) or 0.0
 
 
-def ramp(value: float, threshold: float, half_width: float) -> float:
-    """0 below ``threshold - half_width``, 1 above ``threshold + half_width``, linear between.
+def ramp(value: float, threshold: float, width: float) -> float:
+    """0 at or below ``threshold``, 1 at ``threshold + width`` and above, linear between.
 
-    A threshold that ramps instead of cutting: a measurement that wobbles around the threshold moves
-    a finding's impact a little, instead of making it appear and vanish (and the primary flip).
+    A threshold that ramps instead of cutting: a finding appears where the rule's documented threshold
+    says, but with no weight, and grows to its full impact over ``width``; a measurement wobbling
+    around the threshold moves the impact a little instead of making a full-size finding appear and
+    vanish (and the primary flip with it).
     """
-    if half_width <= 0:
+    if width <= 0:
         return 1.0 if value >= threshold else 0.0
-    return max(0.0, min(1.0, (value - threshold + half_width) / (2 * half_width)))
+    return max(0.0, min(1.0, (value - threshold) / width))
 
 
-def ramp_for(ev: EvidenceSet, key: str, threshold: float, min_half_width: float) -> float:
-    """``ramp`` of ``key``'s value around ``threshold``, as wide as twice the value's own uncertainty
-    (``<key>.stderr``: the spread between the window's chunks, the sample count) or ``min_half_width``."""
+def ramp_for(ev: EvidenceSet, key: str, threshold: float, min_width: float) -> float:
+    """``ramp`` of ``key``'s value from ``threshold`` over twice the value's own uncertainty
+    (``<key>.stderr``: the spread between the window's chunks, the sample count), or ``min_width``."""
     value = ev.value(key, 0.0) or 0.0
-    return ramp(value, threshold, max(min_half_width, 2 * stderr(ev, key)))
+    return ramp(value, threshold, max(min_width, 2 * stderr(ev, key)))
 
 
 def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:

@@ -25,7 +25,8 @@ class RecompilationStorm(Rule):
     samples with a compiler frame on the stack) and ``wall.compile_share`` (share of the request
     threads' wall-clock time spent compiling, *waiting for compiler children included*: a thread
     waiting for ``cc1plus`` uses no CPU and is invisible to the on-CPU profile). It must reach
-    ``min_share`` — ramped over ±``share_band`` or twice the share's uncertainty, scaling the impact —
+    ``min_share`` — the impact ramps up from nothing there to the full share ``share_band`` (or twice
+    the share's uncertainty) above it —
     and the compile time in the window must reach ``min_seconds``: Python-side compile time
     (``cpu.compile_seconds``) plus the compiler children's CPU (``compile.children_cpu_s``, which counts
     as compilation of their parent), or the request-thread time spent compiling
@@ -59,7 +60,7 @@ class RecompilationStorm(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.15  # steady-state serving compiles nothing; 15 % is a storm, not noise
-        share_band: float = 0.05  # the share threshold ramps over ±5 pp (or ±2 standard errors)
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_seconds: float = 0.5  # under half a second of compiling in the window is one stray compile
         min_samples: float = 100  # fewer active samples than this is a thin profile
         min_wall_samples: float = 30  # fewer wall-clock samples of request threads is a thin view
@@ -104,7 +105,7 @@ class RecompilationStorm(Rule):
             msg += f"; the inductor cache grew by {added:.0f} files while serving"
         msg += ". Something (usually a changing input shape) triggers recompiles in steady state."
         if weight < 1:
-            msg += f" Near the threshold (±{stderr(ev, key):.2f}): impact scaled to {pct(weight)}."
+            msg += f" Just above the threshold (±{stderr(ev, key):.2f}): impact scaled to {pct(weight)}."
         impact = share * weight
         return self.finding(
             severity=severity_for(impact, critical=0.4, major=0.15),

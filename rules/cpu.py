@@ -40,8 +40,9 @@ class CpuPreprocessing(Rule):
     pre/post-processing, idle samples excluded) is at least ``min_share`` and the service is busy:
     ``workers.active_mean`` (Python threads running on average) is at least ``min_active``.
     The estimated impact is the share itself: the part of the busy time a fix can remove. Both
-    thresholds ramp rather than cut: over ±``share_band`` (or twice the share's own uncertainty,
-    ``cpu.preprocess_share.stderr``, when larger) and ±0.1 threads, scaling the impact.
+    thresholds ramp rather than cut: the impact grows from nothing at ``min_share`` to the full share
+    ``share_band`` above it (or twice the share's own uncertainty, ``cpu.preprocess_share.stderr``,
+    when larger), and from ``min_active`` to 0.1 threads above it.
 
     Evidence: cpu.preprocess_share, workers.active_mean; optionally cpu.top.preprocess,
     cpu.forward_share, proc.cpu_cores_used, cpu.active_samples.
@@ -64,7 +65,7 @@ class CpuPreprocessing(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.30  # below a third of active time, pre-processing is not what limits throughput
-        share_band: float = 0.05  # the share threshold ramps over ±5 pp (or ±2 standard errors)
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_active: float = 0.5  # Python threads busy under half the time: the service has headroom
         min_samples: float = 200  # fewer active samples than this (2 s at 100 Hz) is a thin profile
 
@@ -81,8 +82,8 @@ class CpuPreprocessing(Rule):
             + (f" (model forward: {pct(forward)})" if forward is not None else "")
             + f", with {active:.1f} Python threads busy on average."
             + (f" Hottest: {top}." if top else "")
-            + (f" Near the threshold (±{stderr(ev, 'cpu.preprocess_share'):.2f}): impact scaled to {pct(weight)}."
-               if weight < 1 else "")
+            + (f" Just above the threshold (±{stderr(ev, 'cpu.preprocess_share'):.2f}): impact scaled to "
+               f"{pct(weight)}." if weight < 1 else "")
         )
         why = f"preprocess |{bar(share)}| {pct(share)}"
         if forward is not None:
@@ -129,8 +130,8 @@ class SerializationOverhead(Rule):
     for small models, and it holds the GIL.
 
     How it decides: ``cpu.serialize_share`` is at least ``min_share`` and
-    ``workers.active_mean`` is at least ``min_active``; both ramp as CPU001's do (±``share_band`` or
-    twice ``cpu.serialize_share.stderr``, ±0.1 threads), scaling the impact.
+    ``workers.active_mean`` is at least ``min_active``; both ramp up as CPU001's do (over
+    ``share_band`` or twice ``cpu.serialize_share.stderr``, and 0.1 threads), scaling the impact.
 
     Evidence: cpu.serialize_share, workers.active_mean; optionally cpu.top.serialize.
 
@@ -150,7 +151,7 @@ class SerializationOverhead(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.20  # a fifth of active time in encoders is more than any API needs
-        share_band: float = 0.05  # the share threshold ramps over ±5 pp (or ±2 standard errors)
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_active: float = 0.5  # the service is busy enough for the cost to limit throughput
         min_samples: float = 200  # thin-profile limit, as for CPU001
 

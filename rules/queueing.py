@@ -22,19 +22,21 @@ class QueueingObserved(Rule):
     How it decides: ``conn.inflight_mean`` (N) against ``min_inflight``, N against ``min_ratio`` × the
     number of serving threads (S: ``workers.active_mean``, at least 1), and the busiest worker's
     saturation (``workers.busiest_active_ratio``) against ``min_saturation`` when known. None of these
-    is a cut: each threshold *ramps* over a band as wide as twice the measurement's own uncertainty
-    (``conn.inflight_mean.stderr``: the spread of sub-window means; at least ``inflight_band``
-    requests), and the impact — the waiting share (N - S) / N — is scaled by each ramp, so an
-    in-flight mean wobbling around 4.0 moves the impact a little instead of making the finding appear
-    and vanish. Two better numbers replace the estimate when the service reports them: a batching
-    engine serves ``serving.running_mean`` requests at once (S is at least that), and a measured
+    is a cut: from each threshold the weight *ramps* up to 1 over a band as wide as twice the
+    measurement's own uncertainty (``conn.inflight_mean.stderr``: the spread of sub-window means; at
+    least ``inflight_band`` requests; 0.1 of saturation), and the impact — the waiting share
+    (N - S) / N — is scaled by each ramp, so an in-flight mean wobbling around 4.0 moves the impact a
+    little instead of making a full-size finding appear and vanish. Two better numbers replace the
+    estimate when the service reports them: a batching engine serves ``serving.running_mean``
+    requests at once (S is at least that), and a measured
     queue share of latency (``stage.queue.share``, from the stage log or the engine's queue-time
     histogram) is the waiting share itself. When the saturated workers spend their time on a cause
     with its own rule — pre-processing (``cpu.preprocess_share``, CPU001), compiling
     (``cpu.compile_share``/``wall.compile_share``, CMP001), waiting for a lock (``wall.lock_wait_share``,
     QUE010) — the queue is that cause's symptom: the impact is discounted by the cause's share (ramped
-    from ``cause_share`` - 0.25 to ``cause_share``) and, whenever the cause's own finding is found,
-    it leads and this one ranks right after it, naming the queue as its symptom.
+    from ``cause_share`` - 0.25 to ``cause_share``) and, when the cause's own finding is found and
+    weighs at least half as much, it leads and this one ranks right after it, naming the queue as its
+    symptom.
 
     Evidence: conn.inflight_mean, workers.active_mean; optionally conn.inflight_mean.stderr,
     workers.busiest_active_ratio, workers.busy_count, conn.inflight_max, cpu.preprocess_share,
@@ -68,9 +70,9 @@ class QueueingObserved(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_inflight: float = 4.0  # fewer than four waiting requests is ordinary concurrency
-        inflight_band: float = 1.0  # the in-flight ramp is at least ±1 request wide around min_inflight
+        inflight_band: float = 1.0  # full weight at least one request above min_inflight
         min_ratio: float = 3.0  # three requests per serving thread: most of them are waiting
-        min_saturation: float = 0.8  # the busiest worker runs ≥ 80 % of the window (ramped ±0.1)
+        min_saturation: float = 0.8  # the busiest worker runs ≥ 80 % of the window (full weight at 90 %)
         cause_share: float = 0.5  # workers busy ≥ half the time with one activity: that is the cause
         min_waiting: float = 0.2  # under a fifth of latency spent waiting, the queue is not the bottleneck
 
@@ -97,7 +99,7 @@ class QueueingObserved(Rule):
         for key, label in (("cpu.preprocess_share", "pre-processing"), ("cpu.compile_share", "compiling"),
                            ("wall.compile_share", "compiling"), ("wall.lock_wait_share", "waiting for a lock")):
             share = ev.value(key, 0.0) or 0.0
-            discount = share * ramp(share, t.cause_share - 0.125, 0.125)
+            discount = share * ramp(share, t.cause_share - 0.25, 0.25)
             if discount > best:
                 best = discount
                 cause = (f" The workers spend {pct(share)} of their time {label}: the queue is its symptom, "
@@ -173,8 +175,8 @@ class LockContention(Rule):
     How it decides: ``wall.lock_wait_share`` (share of request-thread wall time blocked on a lock or
     condition, from py-spy ``--idle`` samples classified by docs/waits.md: a C lock has no Python
     frame, so the source line the blocked thread stands on says it is a ``with lock:``) is at least
-    ``min_share``, ramped over ±``share_band`` or twice its uncertainty
-    (``wall.lock_wait_share.stderr``); the impact is the share, scaled by the ramp. The category is
+    ``min_share``; the impact is the share, ramped up from nothing at ``min_share`` to full
+    ``share_band`` (or twice the share's uncertainty, ``wall.lock_wait_share.stderr``) above it. The category is
     ``queueing``: requests wait for a resource one thread holds, i.e. too little capacity behind
     the lock. Threads serving no request that were busy meanwhile (``wall.other_threads``) are named
     as the likely holders.
@@ -201,7 +203,7 @@ class LockContention(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.20  # a fifth of request time blocked on a lock is a serialisation point
-        share_band: float = 0.05  # the share threshold ramps over ±5 pp (or ±2 standard errors)
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_samples: float = 30  # fewer wall-clock samples of request threads is a thin view
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
@@ -217,7 +219,7 @@ class LockContention(Rule):
                "wall-clock time blocked on a lock or condition"
                + (f", at {where}" if where else "") + "."
                + (f" Meanwhile, threads serving no request: {others}." if others else "")
-               + (f" Near the threshold (±{stderr(ev, 'wall.lock_wait_share'):.2f}): impact scaled to "
+               + (f" Just above the threshold (±{stderr(ev, 'wall.lock_wait_share'):.2f}): impact scaled to "
                   f"{pct(weight)}." if weight < 1 else ""))
         return self.finding(
             severity=severity_for(share * weight),

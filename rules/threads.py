@@ -22,10 +22,11 @@ class ThreadOversubscription(Rule):
     How it decides: the CPU budget is ``host.cores`` (the CPUs the target may run on), or the
     container's CFS quota (``cgroup.cpu_quota_cores``) when that is smaller. ``threads.busy_count``
     (threads runnable — running or waiting in the run queue — for ≥ 10 % of the window: demand, since
-    oversubscribed threads each *get* little CPU) is at least ``min_ratio`` × the budget (and at least 2),
-    ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait), from /proc/PID/task/TID/schedstat)
-    is at least ``min_wait`` (ramped ±0.05), and the target's own demand (``threads.runnable_mean``,
-    threads wanting a CPU on average) exceeds ``min_demand`` × the budget: a service that wants less
+    oversubscribed threads each *get* little CPU) is at least ``min_ratio`` × the budget (and at
+    least 2), ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait), from
+    /proc/PID/task/TID/schedstat) is at least ``min_wait`` (the impact ramps up over the next 0.05),
+    and the target's own demand (``threads.runnable_mean``, threads wanting a CPU on average) exceeds
+    ``min_demand`` × the budget: a service that wants less
     CPU than it has but waits anyway is waiting for *other* tenants of the host, which no thread pool
     setting of its own fixes. Involuntary context switches corroborate it.
 
@@ -115,7 +116,8 @@ class CfsThrottling(Rule):
     latency with the host's CPU "idle". More threads make it worse: they use the quota up faster.
 
     How it decides: ``cgroup.throttled_ratio`` (throttled periods / periods in the window, from the
-    group's ``cpu.stat`` at both ends) is at least ``min_ratio``, ramped over ±0.05, with at least
+    group's ``cpu.stat`` at both ends) is at least ``min_ratio`` (the impact ramps up over the next
+    0.05), with at least
     ``min_periods`` periods observed and a quota known (``cgroup.cpu_quota_cores``). The impact is the
     throttled share of periods, scaled by the ramp. The process's own demand
     (``threads.runnable_mean``, threads wanting a CPU) and CPU use (``proc.cpu_cores_used``) are shown
