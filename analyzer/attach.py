@@ -4,6 +4,11 @@ Safety: py-spy runs with ``--nonblocking`` (the target is never paused); psutil 
 only read; the window is bounded (py-spy's own ``--duration`` plus a hard deadline). Ctrl-C ends
 the window early and the session and verdict are still written from what was captured. If the
 target exits during the window, what was captured is kept and marked partial.
+
+Cost: the attach spends its budget where evidence comes from (``collectors.budget``): before the
+window, two full process samples half a second apart say which processes use CPU and serve
+requests; the window is then recorded in chunks, each re-planned from the latest samples. The
+attach's own CPU over the window is measured and kept in the session (``attach-cost.json``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -29,16 +35,19 @@ from typing import Any
 import psutil
 
 from analyzer import pipeline
+from analyzer.derive.session import ATTACH_COST as ATTACH_COST_FILE
 from analyzer.derive.session import PYSPY_META
 from analyzer.errors import AttachError, DiagnoseError
 from analyzer.model import Availability, Capture, CaptureStatus, Diagnosis, Session, Target, Window
 from analyzer.redact import redact_argv, redact_command, redact_text
-from collectors import nsys_session, pyspy
+from collectors import budget, nsys_session, pyspy
+from collectors import cgroup as cgroup_collector
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import snapshot as snapshot_collector
 from reports import json_report
 
+PROBE_S = 0.5  # before the window: two full process samples this far apart say what is busy
 LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
 LOG_MAX_BYTES = 64 * 1024 * 1024  # never copy more than this from one log
 
@@ -165,7 +174,9 @@ class AttachOptions:
     pid: int
     duration_s: float = 10.0
     output: str | None = None
-    rate_hz: int = pyspy.DEFAULT_RATE_HZ
+    rate_hz: int = budget.DEFAULT_MAX_RATE_HZ  # the ceiling; each process gets what its busy threads need
+    light: bool = False  # for a host at 100 % CPU: the busiest process only, low rates, no dumps
+    cgroup_root: str | None = None  # where the target's cgroup hierarchy is mounted, when not discovered
     logs: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
     nsys: bool = False
@@ -176,10 +187,15 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     """Record a session for ``opts.duration_s`` and diagnose it. Returns (session, diagnosis)."""
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
+    if not 1 <= opts.rate_hz <= 1000:
+        raise DiagnoseError("--rate must be between 1 and 1000 samples per second.", "Use e.g. --rate 50.")
     for log in opts.logs:
         if not os.path.isfile(log):
             raise DiagnoseError(f"the log {log} does not exist.", "Pass the service's log file with --log.")
     check_target(opts.pid)
+    if opts.cgroup_root is not None and not os.path.isdir(opts.cgroup_root):
+        raise DiagnoseError(f"--cgroup-root {opts.cgroup_root} is not a directory.",
+                            "Pass where the cgroup hierarchy is mounted, e.g. --cgroup-root /sys/fs/cgroup.")
     avail = pyspy.probe()
     stop = stop or threading.Event()
     out = opts.output or default_output(opts.pid)
@@ -206,16 +222,23 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         nsys_window = nsys_session.NsysWindow(nsys_session.find_nsys() or "nsys")
         nsys_window.start(folder)
 
-    sampler = process_collector.Sampler(opts.pid, folder)
+    sampler = process_collector.Sampler(opts.pid, folder, interval_s=1.0 if opts.light else 0.25)
+    tick_lock = threading.Lock()
+    sampler.tick(full=True)
+    time.sleep(PROBE_S)
+    sampler.tick(full=True)
+    group = cgroup_collector.locate(opts.pid, opts.cgroup_root)
+    group_start = cgroup_collector.snapshot(group) if group is not None else []
+    cpu_before = _own_cpu()
     t0 = time.time()
     stop_sampling = threading.Event()
 
     def sample_loop() -> None:
-        while not stop_sampling.is_set():
-            sampler.tick()
+        while not stop_sampling.wait(sampler.interval_s):
+            with tick_lock:
+                sampler.tick()
             if sampler.gone:
                 return
-            stop_sampling.wait(sampler.interval_s)
 
     sampler_thread = threading.Thread(target=sample_loop, name="diagnose-sampler", daemon=True)
     sampler_thread.start()
@@ -237,18 +260,49 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
             opts.progress(min(time.time() - t0, opts.duration_s), opts.duration_s)
         return stop.is_set() or sampler.gone
 
+    pythons: dict[int, bool] = {}
+    rates: dict[int, tuple[int, int]] = {}
+
+    def on_chunk(k: int) -> None:
+        if k > 0:
+            with tick_lock:
+                sampler.tick(full=True)
+
+    def planner(k: int) -> list[pyspy.Plan]:
+        seen = []
+        for pid in process_collector.tree_pids(opts.pid):
+            if pid not in pythons:
+                try:
+                    pythons[pid] = _is_python(psutil.Process(pid))
+                except psutil.Error:
+                    continue
+            seen.append(budget.Observation(pid, pythons[pid], sampler.cores(pid), sampler.busy_threads(pid),
+                                           sampler.threads(pid), pid in sampler.serving))
+        decisions = budget.plan(seen, opts.duration_s, max_rate=opts.rate_hz, light=opts.light, fixed=rates)
+        for d in decisions:
+            old = rates.get(d.pid, (0, 0))
+            rates[d.pid] = (old[0] or d.cpu_rate_hz, old[1] or d.wall_rate_hz)
+        return [pyspy.Plan(d.pid, d.cpu_rate_hz, d.wall_rate_hz, d.why) for d in decisions]
+
     captures: list[Capture] = []
     if avail.ok:
-        res = pyspy.record(opts.pid, opts.duration_s, folder, rate_hz=opts.rate_hz, should_stop=should_stop,
-                           dump_pids=lambda: sorted(sampler.children))
+        res: pyspy.ChunkedResult | None = pyspy.record_chunked(
+            opts.pid, opts.duration_s, folder, planner, n_chunks=budget.chunks_for(opts.duration_s, opts.light),
+            should_stop=should_stop, on_chunk=on_chunk, dumps=not opts.light)
     else:
         res = None
         while time.time() - t0 < opts.duration_s and not should_stop():
             time.sleep(0.1)
     t1 = time.time()
+    cpu_after = _own_cpu()
+    cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
+    cpu_window = cpu_self + cpu_kids
     stop_sampling.set()
     sampler_thread.join(timeout=5)
     gpu_thread.join(timeout=5)
+    group_end = cgroup_collector.snapshot(group) if group is not None else []
+    with tick_lock:
+        sampler.tick(full=True)
     window = Window(t0, t1)
     gone = sampler.gone or not process_collector.alive(opts.pid)
     early = stop.is_set()
@@ -264,11 +318,21 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         captures.append(Capture("py-spy", CaptureStatus.FAILED, res.reason, _pyspy_remedy(res.reason), window,
                                 tuple(res.files)))
     else:
-        pyspy.rewrite_commands(os.path.join(folder, pyspy.RAW_FILE), redact_command)
+        for name in (pyspy.RAW_FILE, pyspy.WALL_FILE):
+            pyspy.rewrite_commands(os.path.join(folder, name), redact_command)
+        files = list(res.files)
+        if _write_wall_source(folder):
+            files.append(pyspy.SOURCE_FILE)
         status = CaptureStatus.PARTIAL if (res.partial or partial_reason) else CaptureStatus.OK
-        captures.append(Capture("py-spy", status, partial_reason or res.reason, "", window, tuple(res.files)))
+        captures.append(Capture("py-spy", status, partial_reason or res.reason, "", window, tuple(files)))
         write_json_atomic(os.path.join(folder, PYSPY_META),
-                          {"rate_hz": opts.rate_hz, "window_s": t1 - t0, "samples_reported": res.samples_reported})
+                          {"version": 2, "rate_hz": opts.rate_hz, "window_s": t1 - t0, "light": opts.light,
+                           "samples_reported": res.samples_reported, "chunks": res.chunks, "plans": res.plans})
+    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE),
+                      {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4), "self_cpu_s": round(cpu_self, 4),
+                       "pyspy_cpu_s": round(cpu_kids, 4),
+                       "cores": round(cpu_window / max(1e-9, t1 - t0), 4), "light": opts.light,
+                       "max_rate_hz": opts.rate_hz})
 
     cache_after = process_collector.count_files(cache_dir)
     tree = [p.pid for p in process_collector.process_tree(opts.pid)]
@@ -282,8 +346,9 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
         pstatus = CaptureStatus.FAILED
         partial_reason = partial_reason or "no sample could be taken"
     captures.append(Capture("process", pstatus, partial_reason, "", window,
-                            (process_collector.SAMPLES_FILE, process_collector.INFO_FILE)))
+                            (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST_FILE)))
     captures.append(gpu_sampler.close(window))
+    captures.append(_finish_cgroup(opts, group, group_start, group_end, folder, window))
     if nsys_avail is not None:
         captures.append(_finish_nsys(nsys_avail, nsys_window, folder, window))
     captures.extend(_finish_logs(tails, folder, window))
@@ -308,6 +373,52 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
 
         pack_session(folder, out)
     return session, diagnosis
+
+
+def _finish_cgroup(opts: AttachOptions, group: cgroup_collector.Group | None, start: list[dict[str, Any]],
+                   end: list[dict[str, Any]], folder: str, window: Window) -> Capture:
+    if group is None or not end:
+        where = f" under {opts.cgroup_root}" if opts.cgroup_root else ""
+        return Capture("cgroup", CaptureStatus.SKIPPED, f"no readable CPU cgroup for pid {opts.pid}{where}",
+                       "In a container, pass the cgroup hierarchy's mount with --cgroup-root (e.g. /sys/fs/cgroup).",
+                       window)
+    write_json_atomic(os.path.join(folder, cgroup_collector.CGROUP_FILE),
+                      cgroup_collector.record(group, start, end, window.start, window.end))
+    return Capture("cgroup", CaptureStatus.OK, "", "", window, (cgroup_collector.CGROUP_FILE,))
+
+
+def _own_cpu() -> tuple[float, float]:
+    """CPU seconds of this process, and of its children that have exited (every py-spy it ran)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _write_wall_source(folder: str) -> bool:
+    """The source lines the wall-clock samples' innermost frames stand on, secrets redacted."""
+    path = os.path.join(folder, pyspy.WALL_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            samples = pyspy.parse_raw(fh)
+    except OSError:
+        return False
+    from analyzer.derive import waits
+
+    wanted: dict[int, set[tuple[str, int]]] = {}
+    for smp in samples:
+        frames = list(smp.frames[-2:])  # the leaf (a C call is made on its line) and its caller
+        depth = waits.machinery_depth([(f.function, waits.short_path(f.file)) for f in smp.frames])
+        if 0 < depth < len(smp.frames):
+            frames.append(smp.frames[-1 - depth])  # the line that called into a queue, a lock, a socket
+        for f in frames:
+            wanted.setdefault(smp.pid, set()).add((f.file, f.line))
+    lines: dict[str, str] = {}
+    for pid, pairs in wanted.items():
+        lines.update(pyspy.read_source_lines(pid, pairs))
+    if not lines:
+        return False
+    write_json_atomic(os.path.join(folder, pyspy.SOURCE_FILE), {k: redact_text(v) for k, v in lines.items()})
+    return True
 
 
 def _pyspy_remedy(reason: str) -> str:
@@ -467,7 +578,8 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
-                         logs=list(args.log), metrics=list(args.metrics), nsys=args.nsys)
+                         light=bool(getattr(args, "light", False)), logs=list(args.log), metrics=list(args.metrics),
+                         nsys=args.nsys, cgroup_root=getattr(args, "cgroup_root", None))
     try:
         if sys.stderr.isatty() and args.format == "text":
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

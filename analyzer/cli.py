@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pid", type=int, required=True, help="the service's pid (a parent of workers is fine)")
     p.add_argument("--duration", type=float, default=10.0, help="window in seconds (default 10)")
     p.add_argument("-o", "--output", help="session folder (or .tar.gz) to write")
-    p.add_argument("--rate", type=int, default=50, help="py-spy samples per second (default 50)")
+    p.add_argument("--rate", type=int, default=50,
+                   help="py-spy samples per second at most (default 50; each process gets what its busy threads need)")
+    p.add_argument("--light", action="store_true",
+                   help="for a host at 100%% CPU: profile only the busiest process, at low rates, no dumps")
+    p.add_argument("--cgroup-root", metavar="DIR",
+                   help="where the target's cgroup hierarchy is mounted, when not the one this process sees")
     p.add_argument("--log", action="append", default=[], help="a log file of the service to read too")
     p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape")
     p.add_argument("--nsys", action="store_true",

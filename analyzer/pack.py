@@ -86,11 +86,13 @@ PACK_SCHEMA = "diagnose/pack/v1"
 NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
 PYSPY_RAW = "pyspy.raw"
+PYSPY_RAWS = frozenset({PYSPY_RAW, "pyspy-wall.raw"})  # the on-CPU and the wall-clock records
 PYSPY_DUMPS = "pyspy-dumps.jsonl"
 # Written by diagnose itself, at the top of the session: secrets are redacted, but their fields are not
 # request payloads (py-spy dumps lose their locals instead).
 OWN_FILES = frozenset({"manifest.json", "diagnosis.json", "process-info.json", "pyspy-meta.json", "process.jsonl",
-                       "nvml.jsonl", "pyspy.log", PYSPY_DUMPS})
+                       "nvml.jsonl", "pyspy.log", PYSPY_DUMPS, "attach-cost.json", "pyspy-wall-source.json",
+                       "cgroup.json"})
 
 # JSON fields whose values are what users sent or the model returned.
 PAYLOAD_FIELDS = frozenset({
@@ -336,7 +338,7 @@ def _clean_text_file(name: str, src: str, dst: str, keep_payloads: bool, note: N
     base = os.path.basename(name)
     own = name in OWN_FILES
     payloads = not keep_payloads and not own
-    if base == PYSPY_RAW:
+    if base in PYSPY_RAWS:
         def cmd(text: str) -> str:
             out = redact_command(text)
             count.secrets += out != text

@@ -117,8 +117,38 @@ def activities_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def waits_page() -> str:
+    """docs/waits.md: the wall-clock classification tables, generated from the code."""
+    from analyzer.derive import activities, waits
+
+    doc = inspect.cleandoc(waits.__doc__ or "")
+    lines = ["# Waits: what a request thread's wall-clock time went to", "", doc, "",
+             "## Serving a request (`ENTRY_PATTERNS`)", "",
+             "| file pattern | function pattern | unless the next frame is | what |", "|---|---|---|---|"]
+    for e in waits.ENTRY_PATTERNS:
+        lines.append(f"| `{_cell(e.file or '(any)')}` | `{_cell(e.function or '(any)')}` | "
+                     f"{'`' + _cell(e.parked) + '`' if e.parked else ''} | {e.note} |")
+    lines += ["", "## Waiting in Python-level machinery (`WAIT_PATTERNS`, the outermost frame decides)", "",
+              "| class | file pattern | function pattern | what |", "|---|---|---|---|"]
+    for w in waits.WAIT_PATTERNS:
+        lines.append(f"| `{w.wait.value}` | `{_cell(w.file or '(any)')}` | `{_cell(w.function or '(any)')}` "
+                     f"| {w.note} |")
+    lines += ["", "## Blocked in a C call: the source line says (`SOURCE_PATTERNS`)", "",
+              "| class | source-line pattern | what |", "|---|---|---|"]
+    for p in waits.SOURCE_PATTERNS:
+        lines.append(f"| `{p.wait.value}` | `{_cell(p.line)}` | {p.note} |")
+    lines += ["", "## Child processes that are compilers (`activities.COMPILER_PROCESSES`)", "",
+              "Their CPU counts as compilation of their parent (`compile.children_cpu_s`), and a request "
+              "thread waiting for a child while compilers run is `compile`, not `child_wait`.", "",
+              "| process name | command | what |", "|---|---|---|"]
+    for c in activities.COMPILER_PROCESSES:
+        lines.append(f"| `{_cell(c.name or '(any)')}` | `{_cell(c.command or '(any)')}` | {c.note} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_docs(docs_root: str) -> list[str]:
-    """Write ``docs_root/rules/*.md`` (one page per rule, plus an index) and ``docs_root/activities.md``."""
+    """Write ``docs_root/rules/*.md`` (one page per rule, plus an index), ``docs_root/activities.md`` and
+    ``docs_root/waits.md``."""
     folder = os.path.join(docs_root, "rules")
     os.makedirs(folder, exist_ok=True)
     written = []
@@ -134,7 +164,10 @@ def write_docs(docs_root: str) -> list[str]:
     path = os.path.join(docs_root, "activities.md")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(activities_page())
-    return [*written, path]
+    waits_path = os.path.join(docs_root, "waits.md")
+    with open(waits_path, "w", encoding="utf-8") as fh:
+        fh.write(waits_page())
+    return [*written, path, waits_path]
 
 
 def print_rules(code: str | None, fmt: str) -> int:

@@ -1,12 +1,24 @@
 """py-spy: sample the target's Python stacks without pausing it.
 
-Recording: ``py-spy record --nonblocking --threads --subprocesses --format raw`` for the window
-(never pauses the target; follows uvicorn workers and engine processes), plus a few
-``py-spy dump --json --nonblocking`` snapshots, which say per thread whether it is active and
-whether it owns the GIL.
+Recording (``record_chunked``, what ``diagnose attach`` runs): the window is cut into chunks of a
+few seconds; before each, a planner (``collectors.budget``) picks the processes worth sampling and
+their rates, and for each one py-spy runs ``record --nonblocking --threads --format raw``:
 
-Only *active* samples are recorded by ``record`` (no ``--idle``): the raw format cannot mark a
-sample as idle, and idle threads must not dilute the shares. Idle threads are seen in the dumps.
+* a ``cpu`` record (active samples only) for the processes that use CPU: the on-CPU profile. The
+  raw format cannot mark a sample as idle, and idle threads must not dilute the CPU shares;
+* a ``wall`` record (``--idle --full-filenames``) for the processes that serve requests or use CPU:
+  every thread, waiting or not, so the time a request thread spends *waiting* (for a lock, a
+  compiler child, a queue, a socket, a GPU) is seen. Full file names let the attach read the source
+  line a blocked thread stands on (``read_source_lines``): ``with lock:`` and ``x.item()`` are C
+  calls with no Python frame of their own;
+* one ``dump --json --nonblocking`` of each busy process in the middle chunk: per thread whether it
+  is active and whether it owns the GIL.
+
+The chunks' output is merged into ``pyspy.raw`` and ``pyspy-wall.raw``, each record prefixed with
+``process PID:"command line"`` as ``--subprocesses`` would write it, and ``pyspy-meta.json`` (written
+by the attach) says which lines came from which chunk, process and rate: the spread between chunks is
+the measurement's noise. ``record`` (one ``--subprocesses`` run over the window) is the older way,
+kept for comparison (``benchmarks/attach_overhead.py --collectors``).
 
 Parsing is pure: ``parse_raw`` and ``parse_dump`` turn the raw files into records.
 """
@@ -27,6 +39,8 @@ from dataclasses import dataclass
 from analyzer.model import Availability
 
 RAW_FILE = "pyspy.raw"
+WALL_FILE = "pyspy-wall.raw"
+SOURCE_FILE = "pyspy-wall-source.json"
 LOG_FILE = "pyspy.log"
 DUMPS_FILE = "pyspy-dumps.jsonl"
 DEFAULT_RATE_HZ = 50  # 500 samples of a busy thread in a 10 s window; 100 Hz costs a 2-core box twice the CPU
@@ -88,12 +102,13 @@ def _split_frames(stack: str) -> list[str]:
     return out
 
 
-def parse_raw_line(line: str) -> StackSample | None:
-    """One line of py-spy's raw (collapsed) format, or None if it is not one."""
+def parse_raw_line(line: str, pid: int = 0) -> StackSample | None:
+    """One line of py-spy's raw (collapsed) format, or None if it is not one; ``pid`` is the process
+    of a record without a ``process N:"…"`` prefix (a run without ``--subprocesses``)."""
     stack, _, count_s = line.rstrip("\n").rpartition(" ")
     if not stack or not count_s.isdigit():
         return None
-    pid, process, tid, thread = 0, "", 0, ""
+    process, tid, thread = "", 0, ""
     frames: list[Frame] = []
     for part in _split_frames(stack):
         m = _PROCESS.match(part)
@@ -131,8 +146,8 @@ def _records(lines: Iterable[str]) -> Iterator[str]:
         yield buf
 
 
-def parse_raw(lines: Iterable[str]) -> list[StackSample]:
-    return [s for s in (parse_raw_line(rec) for rec in _records(lines)) if s is not None]
+def parse_raw(lines: Iterable[str], pid: int = 0) -> list[StackSample]:
+    return [s for s in (parse_raw_line(rec, pid) for rec in _records(lines)) if s is not None]
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,205 @@ def record(
         partial = True
         reason = explain_failure(log_text, proc.returncode)
     return RecordResult(True, partial, reason, files, reported)
+
+
+@dataclass
+class Plan:
+    """One process to sample in a chunk: ``cpu_rate_hz`` / ``wall_rate_hz`` 0 means not that record."""
+
+    pid: int
+    cpu_rate_hz: int
+    wall_rate_hz: int
+    why: str = ""
+
+
+@dataclass
+class ChunkedResult:
+    ok: bool
+    partial: bool
+    reason: str
+    files: list[str]
+    chunks: list[dict[str, object]]
+    plans: list[dict[str, object]]
+    samples_reported: int = 0
+
+
+STOP_GRACE_S = 5.0  # py-spy writes its file on SIGINT; past this it is killed (its samples are lost)
+POLL_S = 0.1
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return " ".join(a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a)
+    except OSError:
+        return ""
+
+
+def _prefixed(raw_path: str, pid: int, cmd: str) -> list[str]:
+    """A single-process raw file's records, each on one line with a ``process`` prefix."""
+    if not os.path.exists(raw_path):
+        return []
+    with open(raw_path, encoding="utf-8", errors="replace") as fh:
+        records = list(_records(fh))
+    safe = cmd.replace('"', "'").replace("\n", " ")
+    out: list[str] = []
+    for rec in records:
+        rec = rec.replace("\n", " ")
+        if not rec.strip() or parse_raw_line(rec) is None:
+            continue
+        out.append(rec if rec.startswith("process ") else f'process {pid}:"{safe}";{rec}')
+    return out
+
+
+def record_chunked(
+    pid: int,
+    duration_s: float,
+    out_dir: str,
+    planner: Callable[[int], list[Plan]],
+    *,
+    n_chunks: int = 1,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_chunk: Callable[[int], None] = lambda k: None,
+    dumps: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+) -> ChunkedResult:
+    """Record the window in ``n_chunks`` chunks, each planned by ``planner(k)`` (see the module docstring).
+
+    ``on_chunk(k)`` runs before chunk ``k`` is planned (the attach takes a full process sample there).
+    Never pauses the target; an early stop (``should_stop``) ends the current chunk cleanly.
+    """
+    exe = find_pyspy()
+    if exe is None:
+        return ChunkedResult(False, False, "py-spy is not installed", [], [], [])
+    tmp = os.path.join(out_dir, ".pyspy-chunks")
+    os.makedirs(tmp, exist_ok=True)
+    files = {"cpu": os.path.join(out_dir, RAW_FILE), "wall": os.path.join(out_dir, WALL_FILE)}
+    lines_written = {"cpu": 0, "wall": 0}
+    for path in files.values():
+        open(path, "w").close()
+    chunks: list[dict[str, object]] = []
+    plans: list[dict[str, object]] = []
+    logs: list[str] = []
+    cmds: dict[int, str] = {}
+    stopped_early = False
+    failures: list[str] = []
+    cpu_reported: list[int] = []
+    start = clock()
+    for k in range(n_chunks):
+        if should_stop():
+            stopped_early = True
+            break
+        on_chunk(k)
+        chunk_end = start + duration_s * (k + 1) / n_chunks
+        todo = planner(k)
+        plans.append({"chunk": k, "processes": [{"pid": p.pid, "cpu_rate_hz": p.cpu_rate_hz,
+                                                  "wall_rate_hz": p.wall_rate_hz, "why": p.why} for p in todo]})
+        procs: list[tuple[str, Plan, int, str, str, subprocess.Popen[bytes], float]] = []
+        for p in todo:
+            cmds.setdefault(p.pid, _cmdline(p.pid))
+            for kind, rate in (("cpu", p.cpu_rate_hz), ("wall", p.wall_rate_hz)):
+                if rate <= 0:
+                    continue
+                out = os.path.join(tmp, f"{kind}-{k}-{p.pid}.raw")
+                log = os.path.join(tmp, f"{kind}-{k}-{p.pid}.log")
+                left = max(1.0, chunk_end - clock())
+                cmd = [exe, "record", "--nonblocking", "--threads", "--format", "raw", "--rate", str(rate),
+                       "--duration", str(int(left) + 2), "--pid", str(p.pid), "--output", out]
+                if kind == "wall":
+                    cmd += ["--idle", "--full-filenames"]
+                with open(log, "wb") as fh:
+                    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                procs.append((kind, p, rate, out, log, proc, clock()))
+        dumped = not dumps or k != n_chunks // 2  # one dump of the busy processes, mid-window
+        mid = (clock() + chunk_end) / 2
+        while clock() < chunk_end and any(x[5].poll() is None for x in procs):
+            if should_stop():
+                stopped_early = True
+                break
+            if not dumped and clock() >= mid:
+                dumped = True
+                take_dumps(exe, [p.pid for p in todo if p.cpu_rate_hz > 0], os.path.join(out_dir, DUMPS_FILE))
+            time.sleep(POLL_S)
+        stop_at = clock()
+        for _, _, _, _, _, proc, _ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for kind, p, rate, out, log, proc, began in procs:
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                log_text = fh.read()
+            logs.append(f"== chunk {k} {kind} pid {p.pid} at {rate} Hz\n{log_text}")
+            m = _SAMPLES.search(log_text)
+            recs = _prefixed(out, p.pid, cmds.get(p.pid, ""))
+            if not os.path.exists(out):
+                failures.append(explain_failure(log_text, proc.returncode))
+            with open(files[kind], "a", encoding="utf-8") as fh:
+                fh.writelines(r + "\n" for r in recs)
+            a = lines_written[kind]
+            lines_written[kind] += len(recs)
+            if kind == "cpu" and m:
+                cpu_reported.append(int(m.group(1)))
+            chunks.append({"chunk": k, "kind": kind, "pid": p.pid, "rate_hz": rate,
+                           "seconds": round(max(0.0, stop_at - began), 4),
+                           "lines": [a, lines_written[kind]], "samples_reported": int(m.group(1)) if m else None,
+                           "ok": os.path.exists(out)})
+        if stopped_early:
+            break
+    with open(os.path.join(out_dir, LOG_FILE), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(logs))
+    shutil.rmtree(tmp, ignore_errors=True)
+    written = [RAW_FILE, WALL_FILE, LOG_FILE]
+    if os.path.exists(os.path.join(out_dir, DUMPS_FILE)):
+        written.append(DUMPS_FILE)
+    reported = sum(cpu_reported)
+    if chunks and not any(c["ok"] for c in chunks):
+        return ChunkedResult(False, False, failures[0] if failures else "py-spy recorded nothing",
+                             [LOG_FILE], chunks, plans, reported)
+    if not chunks and not stopped_early:
+        return ChunkedResult(False, False, "no Python process of the tree could be sampled", [LOG_FILE],
+                             chunks, plans, reported)
+    reason = "stopped early by the user" if stopped_early else ""
+    partial = stopped_early or bool(failures)
+    if failures and not reason:
+        reason = f"some chunks failed: {failures[0]}"
+    return ChunkedResult(True, partial, reason, written, chunks, plans, reported)
+
+
+MAX_SOURCE_LINES = 500
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+
+
+def read_source_lines(pid: int, wanted: Iterable[tuple[str, int]]) -> dict[str, str]:
+    """The source text of (absolute file, line) pairs as the target sees its files (``/proc/PID/root``):
+    what a thread blocked in a C call (``with lock:``, ``x.item()``, ``time.sleep``) stands on.
+    Read-only, bounded (``MAX_SOURCE_LINES`` lines, ``.py`` files up to ``MAX_SOURCE_BYTES``)."""
+    by_file: dict[str, set[int]] = {}
+    for path, line in wanted:
+        if path.endswith(".py") and os.path.isabs(path) and line > 0:
+            by_file.setdefault(path, set()).add(line)
+    out: dict[str, str] = {}
+    budget = MAX_SOURCE_LINES
+    for path, lines in sorted(by_file.items()):
+        if budget <= 0:
+            break
+        real = f"/proc/{pid}/root{path}"
+        try:
+            if os.path.getsize(real) > MAX_SOURCE_BYTES:
+                continue
+            with open(real, encoding="utf-8", errors="replace") as fh:
+                text = fh.read().splitlines()
+        except OSError:
+            continue
+        for n in sorted(lines):
+            if 0 < n <= len(text) and budget > 0:
+                out[f"{path}:{n}"] = text[n - 1].strip()[:200]
+                budget -= 1
+    return out
 
 
 def rewrite_commands(path: str, redact: Callable[[str], str]) -> None:

@@ -18,6 +18,7 @@ from analyzer.model import (
     EvidenceSet,
     Finding,
     Fix,
+    Missing,
     Quality,
     Severity,
 )
@@ -35,6 +36,9 @@ class Rule:
     # when set, ``requires`` lists the keys every group needs in common (may be empty).
     requires_any: ClassVar[tuple[tuple[str, ...], ...]] = ()
     Thresholds: ClassVar[type[Any]]  # a frozen dataclass of numbers, each field with a `# why` comment
+    # codes of findings this one is a symptom of: when one of them is found too, it leads and this
+    # finding ranks right after it (a queue fed by saturated pre-processing is the pre-processing's)
+    symptom_of: ClassVar[tuple[str, ...]] = ()
 
     # every rule's overrides (set by the engine before ``check``): a rule that shares another rule's
     # bar reads it with ``thresholds_of`` so one override moves both
@@ -73,7 +77,11 @@ class Rule:
                 if all(isinstance(ev.get(k), Evidence) for k in group):
                     return None
             wanted = " or ".join("+".join(f"`{k}`" for k in g) for g in cls.requires_any)
-            return f"needs {wanted}: none was measured"
+            # a capture that was skipped or failed says why; "no input provided" says nothing more
+            why = next((got.reason for g in cls.requires_any for k in g
+                        if isinstance(got := ev.get(k), Missing) and not got.reason.startswith("no input provided")),
+                       "none was measured")
+            return f"needs {wanted}: {why}"
         return None
 
     def finding(
@@ -136,6 +144,31 @@ def pct(x: float) -> str:
 def fmt_ms(x: float) -> str:
     """A duration for a message: seconds from 1 s up, else milliseconds with 3 significant digits."""
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"
+
+
+def stderr(ev: EvidenceSet, key: str) -> float:
+    """The measured uncertainty of ``key`` (its ``<key>.stderr`` evidence), 0 when none was given."""
+    return ev.value(f"{key}.stderr", 0.0) or 0.0
+
+
+def ramp(value: float, threshold: float, width: float) -> float:
+    """0 at or below ``threshold``, 1 at ``threshold + width`` and above, linear between.
+
+    A threshold that ramps instead of cutting: a finding appears where the rule's documented threshold
+    says, but with no weight, and grows to its full impact over ``width``; a measurement wobbling
+    around the threshold moves the impact a little instead of making a full-size finding appear and
+    vanish (and the primary flip with it).
+    """
+    if width <= 0:
+        return 1.0 if value >= threshold else 0.0
+    return max(0.0, min(1.0, (value - threshold) / width))
+
+
+def ramp_for(ev: EvidenceSet, key: str, threshold: float, min_width: float) -> float:
+    """``ramp`` of ``key``'s value from ``threshold`` over twice the value's own uncertainty
+    (``<key>.stderr``: the spread between the window's chunks, the sample count), or ``min_width``."""
+    value = ev.value(key, 0.0) or 0.0
+    return ramp(value, threshold, max(min_width, 2 * stderr(ev, key)))
 
 
 def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:

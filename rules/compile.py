@@ -5,28 +5,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, pct, present, ramp_for, severity_for, stderr
 
 
 class RecompilationStorm(Rule):
     """The service keeps compiling graphs while it serves.
 
-    What it detects: a large share of the service's active CPU time inside torch.compile
-    (dynamo tracing, AOT autograd, inductor lowering and codegen, triton compilation) or a
-    TensorRT/ONNX Runtime engine build, during steady serving.
+    What it detects: a large share of the service's time inside torch.compile (dynamo tracing, AOT
+    autograd, inductor lowering and codegen, triton compilation) or a TensorRT/ONNX Runtime engine
+    build, during steady serving — in the request threads themselves or in the compiler processes
+    they start and wait for (``cc1plus``/``g++``/``ld`` for inductor's C++ build on the CPU,
+    ``nvcc``/``ptxas`` and Triton's compile workers on a GPU).
 
     Why it matters: each compile blocks the request that triggered it for seconds, so p99 latency
     explodes; a service fed varying shapes with ``dynamic=False`` recompiles for every new shape
     until it hits ``recompile_limit`` and silently falls back to eager.
 
-    How it decides: ``cpu.compile_share`` (share of active py-spy samples with a compiler frame on
-    the stack) is at least ``min_share`` and the compile time in the window
-    (``cpu.compile_seconds``) is at least ``min_seconds``. Compiled kernels newly loaded into the
-    process during the window (``compile.modules_loaded``, from its memory maps) or new files in
-    the inductor cache (``compile.cache_files_added``) corroborate it.
+    How it decides: the compile share is the larger of ``cpu.compile_share`` (share of active py-spy
+    samples with a compiler frame on the stack) and ``wall.compile_share`` (share of the request
+    threads' wall-clock time spent compiling, *waiting for compiler children included*: a thread
+    waiting for ``cc1plus`` uses no CPU and is invisible to the on-CPU profile). It must reach
+    ``min_share`` — the impact ramps up from nothing there to the full share ``share_band`` (or twice
+    the share's uncertainty) above it —
+    and the compile time in the window must reach ``min_seconds``: Python-side compile time
+    (``cpu.compile_seconds``) plus the compiler children's CPU (``compile.children_cpu_s``, which counts
+    as compilation of their parent), or the request-thread time spent compiling
+    (``wall.compile_share`` × ``wall.request_seconds``). Compiled kernels newly loaded during the
+    window (``compile.modules_loaded``), new files in the inductor cache (``compile.cache_files_added``)
+    or compiler children seen (``compile.children_seen``) corroborate it.
 
-    Evidence: cpu.compile_share; optionally cpu.compile_seconds, compile.cache_files_added,
-    cpu.top.compile, cpu.active_samples.
+    Evidence: cpu.compile_share or wall.compile_share; optionally cpu.compile_seconds,
+    compile.children_cpu_s, compile.children_cores, compile.children_seen, wall.request_seconds,
+    compile.modules_loaded, compile.cache_files_added, cpu.top.compile, wall.top.compile,
+    cpu.active_samples, wall.samples.
 
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic`` or
     ``dynamic=True``), pad inputs to a few bucketed shapes, and warm every bucket up before taking
@@ -39,43 +50,72 @@ class RecompilationStorm(Rule):
     code = "CMP001"
     name = "recompilation-storm"
     category = Category.RECOMPILATION
-    requires = ("cpu.compile_share",)
-    optional = ("cpu.compile_seconds", "compile.modules_loaded", "compile.cache_files_added", "cpu.top.compile",
-                "cpu.active_samples")
+    requires = ()
+    requires_any = (("cpu.compile_share",), ("wall.compile_share",))
+    optional = ("cpu.compile_share", "wall.compile_share", "cpu.compile_seconds", "compile.children_cpu_s",
+                "compile.children_cores", "compile.children_seen", "wall.request_seconds", "compile.modules_loaded",
+                "compile.cache_files_added", "cpu.top.compile", "wall.top.compile", "cpu.active_samples",
+                "wall.samples")
 
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.15  # steady-state serving compiles nothing; 15 % is a storm, not noise
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_seconds: float = 0.5  # under half a second of compiling in the window is one stray compile
         min_samples: float = 100  # fewer active samples than this is a thin profile
+        min_wall_samples: float = 30  # fewer wall-clock samples of request threads is a thin view
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        share = ev.value("cpu.compile_share", 0.0) or 0.0
-        seconds = ev.value("cpu.compile_seconds")
-        if share < t.min_share or (seconds is not None and seconds < t.min_seconds):
+        cpu_share = ev.value("cpu.compile_share", 0.0) or 0.0
+        wall_share = ev.value("wall.compile_share", 0.0) or 0.0
+        wall_ok = (ev.value("wall.samples", 0.0) or 0.0) >= t.min_wall_samples
+        key = "wall.compile_share" if wall_ok and wall_share > cpu_share else "cpu.compile_share"
+        share = wall_share if key == "wall.compile_share" else cpu_share
+        weight = ramp_for(ev, key, t.min_share, t.share_band)
+        if weight <= 0:
+            return None
+        py_s = ev.value("cpu.compile_seconds")
+        child_s = ev.value("compile.children_cpu_s")
+        wall_s = wall_share * (ev.value("wall.request_seconds", 0.0) or 0.0)
+        seconds = max((py_s or 0.0) + (child_s or 0.0), wall_s)
+        if (py_s is not None or child_s is not None or wall_s > 0) and seconds < t.min_seconds:
             return None
         added = ev.value("compile.cache_files_added")
         loaded = ev.value("compile.modules_loaded")
-        samples = ev.value("cpu.active_samples", 0.0) or 0.0
-        confidence = Confidence.MEASURED if samples >= t.min_samples else Confidence.THIN
-        if ((added and added > 0) or (loaded and loaded > 0)) and confidence is Confidence.MEASURED:
+        children = ev.value("compile.children_seen")
+        samples = ev.value("wall.samples" if key == "wall.compile_share" else "cpu.active_samples", 0.0) or 0.0
+        enough = t.min_wall_samples if key == "wall.compile_share" else t.min_samples
+        confidence = Confidence.MEASURED if samples >= enough else Confidence.THIN
+        if any(x and x > 0 for x in (added, loaded, children)) and confidence is Confidence.MEASURED:
             confidence = Confidence.CORRELATED
-        msg = f"{pct(share)} of the service's active CPU time is spent compiling graphs"
-        if seconds is not None:
-            msg += f" ({seconds:.1f} s of thread time in the window)"
+        if key == "wall.compile_share":
+            msg = f"Request threads spend {pct(share)} of their wall-clock time compiling graphs"
+            if cpu_share:
+                msg += f" ({pct(cpu_share)} of the service's active CPU time)"
+        else:
+            msg = f"{pct(share)} of the service's active CPU time is spent compiling graphs"
+        if py_s is not None:
+            msg += f"; {py_s:.1f} s of Python thread time compiling in the window"
+        if child_s:
+            msg += (f"; compiler processes under the service ({children or 0:.0f} seen: cc1plus, g++, ld, …) "
+                    f"used {child_s:.1f} s of CPU")
         if loaded:
             msg += f"; {loaded:.0f} newly compiled kernel modules were loaded during the window"
         if added:
             msg += f"; the inductor cache grew by {added:.0f} files while serving"
         msg += ". Something (usually a changing input shape) triggers recompiles in steady state."
+        if weight < 1:
+            msg += f" Just above the threshold (±{stderr(ev, key):.2f}): impact scaled to {pct(weight)}."
+        impact = share * weight
         return self.finding(
-            severity=severity_for(share, critical=0.4, major=0.15),
+            severity=severity_for(impact, critical=0.4, major=0.15),
             confidence=confidence,
             title="Recompilation storm while serving",
             message=msg,
-            impact=share,
+            impact=impact,
             evidence=present(ev, *self.requires, *self.optional),
-            why=f"compile |{bar(share)}| {pct(share)}",
+            why=f"compile |{bar(share)}| {pct(share)}"
+            + (f"\n(on CPU |{bar(cpu_share)}| {pct(cpu_share)})" if key == "wall.compile_share" else ""),
             fixes=[
                 Fix(
                     "Stop shape-driven recompiles",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, pct, present, ramp, ramp_for, severity_for, stderr
 
 
 def _top_list(ev: EvidenceSet, key: str, n: int = 3) -> str:
@@ -39,7 +39,10 @@ class CpuPreprocessing(Rule):
     How it decides: ``cpu.preprocess_share`` (share of active py-spy samples classified as
     pre/post-processing, idle samples excluded) is at least ``min_share`` and the service is busy:
     ``workers.active_mean`` (Python threads running on average) is at least ``min_active``.
-    The estimated impact is the share itself: the part of the busy time a fix can remove.
+    The estimated impact is the share itself: the part of the busy time a fix can remove. Both
+    thresholds ramp rather than cut: the impact grows from nothing at ``min_share`` to the full share
+    ``share_band`` above it (or twice the share's own uncertainty, ``cpu.preprocess_share.stderr``,
+    when larger), and from ``min_active`` to 0.1 threads above it.
 
     Evidence: cpu.preprocess_share, workers.active_mean; optionally cpu.top.preprocess,
     cpu.forward_share, proc.cpu_cores_used, cpu.active_samples.
@@ -56,18 +59,21 @@ class CpuPreprocessing(Rule):
     name = "cpu-preprocessing-bound"
     category = Category.CPU_PREPROCESSING
     requires = ("cpu.preprocess_share", "workers.active_mean")
-    optional = ("cpu.top.preprocess", "cpu.forward_share", "proc.cpu_cores_used", "cpu.active_samples")
+    optional = ("cpu.preprocess_share.stderr", "cpu.top.preprocess", "cpu.forward_share", "proc.cpu_cores_used",
+                "cpu.active_samples")
 
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.30  # below a third of active time, pre-processing is not what limits throughput
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_active: float = 0.5  # Python threads busy under half the time: the service has headroom
         min_samples: float = 200  # fewer active samples than this (2 s at 100 Hz) is a thin profile
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         share = ev.value("cpu.preprocess_share", 0.0) or 0.0
         active = ev.value("workers.active_mean", 0.0) or 0.0
-        if share < t.min_share or active < t.min_active:
+        weight = ramp_for(ev, "cpu.preprocess_share", t.min_share, t.share_band) * ramp(active, t.min_active, 0.1)
+        if weight <= 0:
             return None
         forward = ev.value("cpu.forward_share")
         top = _top_list(ev, "cpu.top.preprocess")
@@ -76,16 +82,18 @@ class CpuPreprocessing(Rule):
             + (f" (model forward: {pct(forward)})" if forward is not None else "")
             + f", with {active:.1f} Python threads busy on average."
             + (f" Hottest: {top}." if top else "")
+            + (f" Just above the threshold (±{stderr(ev, 'cpu.preprocess_share'):.2f}): impact scaled to "
+               f"{pct(weight)}." if weight < 1 else "")
         )
         why = f"preprocess |{bar(share)}| {pct(share)}"
         if forward is not None:
             why += f"\nforward    |{bar(forward)}| {pct(forward)}"
         return self.finding(
-            severity=severity_for(share),
+            severity=severity_for(share * weight),
             confidence=_confidence(ev, t.min_samples),
             title="CPU pre-processing starves the model",
             message=msg,
-            impact=share,
+            impact=share * weight,
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
             fixes=[
@@ -122,7 +130,8 @@ class SerializationOverhead(Rule):
     for small models, and it holds the GIL.
 
     How it decides: ``cpu.serialize_share`` is at least ``min_share`` and
-    ``workers.active_mean`` is at least ``min_active``.
+    ``workers.active_mean`` is at least ``min_active``; both ramp up as CPU001's do (over
+    ``share_band`` or twice ``cpu.serialize_share.stderr``, and 0.1 threads), scaling the impact.
 
     Evidence: cpu.serialize_share, workers.active_mean; optionally cpu.top.serialize.
 
@@ -142,17 +151,19 @@ class SerializationOverhead(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.20  # a fifth of active time in encoders is more than any API needs
+        share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_active: float = 0.5  # the service is busy enough for the cost to limit throughput
         min_samples: float = 200  # thin-profile limit, as for CPU001
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         share = ev.value("cpu.serialize_share", 0.0) or 0.0
         active = ev.value("workers.active_mean", 0.0) or 0.0
-        if share < t.min_share or active < t.min_active:
+        weight = ramp_for(ev, "cpu.serialize_share", t.min_share, t.share_band) * ramp(active, t.min_active, 0.1)
+        if weight <= 0:
             return None
         top = _top_list(ev, "cpu.top.serialize")
         return self.finding(
-            severity=severity_for(share),
+            severity=severity_for(share * weight),
             confidence=_confidence(ev, t.min_samples),
             title="Serialisation eats the request path",
             message=(
@@ -160,7 +171,7 @@ class SerializationOverhead(Rule):
                 f" (json/pydantic/protobuf/base64) with {active:.1f} Python threads busy on average."
                 + (f" Hottest: {top}." if top else "")
             ),
-            impact=share,
+            impact=share * weight,
             evidence=present(ev, *self.requires, *self.optional),
             why=f"serialize |{bar(share)}| {pct(share)}",
             fixes=[

@@ -34,6 +34,33 @@ def rank(findings: Iterable[Finding], preferred: str = "") -> tuple[Finding, ...
     )
 
 
+# a cause leads its symptom only when it weighs at least this much of the symptom's score: a cause
+# whose own finding is barely there (its share at the bottom of its ramp) does not take the lead
+CAUSE_MIN_SCORE = 0.5
+
+
+def lead_with_causes(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """A symptom ranks right after the first of its causes that was found (``Rule.symptom_of``): when
+    a queue is fed by saturated pre-processing, the pre-processing leads and the queue is named as
+    its symptom, whichever of the two scores a little higher in this window (as long as the cause
+    weighs ``CAUSE_MIN_SCORE`` of the symptom). Only moves a finding down, so informational notes and
+    prose-only findings keep their places."""
+    from rules.registry import BY_CODE
+
+    out = list(findings)
+    for f in findings:
+        rule = BY_CODE.get(f.code)
+        causes = rule.symptom_of if rule is not None else ()
+        found = [i for i, g in enumerate(out) if g.code in causes and g.severity is not Severity.INFO
+                 and g.score >= CAUSE_MIN_SCORE * f.score]
+        me = out.index(f)
+        if found and me < min(found):
+            first = min(found)
+            out.pop(me)
+            out.insert(first, f)
+    return tuple(out)
+
+
 OOM_CATEGORIES = frozenset({Category.OOM_WEIGHTS, Category.OOM_PEAK, Category.OOM_FRAGMENTATION,
                             Category.OOM_EXTERNAL})
 
@@ -119,5 +146,5 @@ def run_rules(
     preferred = ""
     if decide and rules is RULES:
         findings, preferred = arbitrate(evidence, findings)
-    return rank(findings, preferred), tuple(skipped)
+    return lead_with_causes(rank(findings, preferred)), tuple(skipped)
 

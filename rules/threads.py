@@ -1,11 +1,11 @@
-"""Thread oversubscription: more busy threads than cores."""
+"""Thread oversubscription: more busy threads than cores (or than the container's CPU quota), and CFS throttling."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, pct, present, ramp, severity_for
 
 
 class ThreadOversubscription(Rule):
@@ -19,54 +19,72 @@ class ThreadOversubscription(Rule):
     on N cores context-switch constantly, caches thrash and per-request latency rises while total
     throughput falls.
 
-    How it decides: ``threads.busy_count`` (threads runnable — running or waiting in the run
-    queue — for ≥ 10 % of the window: demand, since oversubscribed threads each *get* little CPU) is at least
-    ``min_ratio`` × ``host.cores`` and ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait),
-    from /proc/PID/task/TID/schedstat) is at least ``min_wait``. Involuntary context switches
-    corroborate it.
+    How it decides: the CPU budget is ``host.cores`` (the CPUs the target may run on), or the
+    container's CFS quota (``cgroup.cpu_quota_cores``) when that is smaller. ``threads.busy_count``
+    (threads runnable — running or waiting in the run queue — for ≥ 10 % of the window: demand, since
+    oversubscribed threads each *get* little CPU) is at least ``min_ratio`` × the budget (and at
+    least 2), ``proc.runqueue_wait_ratio`` (run-queue wait / (run + wait), from
+    /proc/PID/task/TID/schedstat) is at least ``min_wait`` (the impact ramps up over the next 0.05),
+    and the target's own demand (``threads.runnable_mean``, threads wanting a CPU on average) exceeds
+    ``min_demand`` × the budget: a service that wants less
+    CPU than it has but waits anyway is waiting for *other* tenants of the host, which no thread pool
+    setting of its own fixes. Involuntary context switches corroborate it.
 
     Evidence: host.cores, threads.busy_count, proc.runqueue_wait_ratio; optionally
-    proc.involuntary_switches_per_s, proc.threads, proc.processes.
+    cgroup.cpu_quota_cores, threads.runnable_mean, proc.involuntary_switches_per_s, proc.threads,
+    proc.processes.
 
     Fix: size the pools: ``torch.set_num_threads(cores // workers)`` / ``OMP_NUM_THREADS`` and
     ``MKL_NUM_THREADS`` per worker, fewer worker processes, pin workers to cores.
 
     False positives: other tenants on the host also cause run-queue wait; the rule requires the
-    busy threads to be the target's own.
+    busy threads, and a demand above the budget, to be the target's own.
     """
 
     code = "THR001"
     name = "thread-oversubscription"
     category = Category.THREAD_OVERSUBSCRIPTION
     requires = ("host.cores", "threads.busy_count", "proc.runqueue_wait_ratio")
-    optional = ("threads.runnable_mean", "proc.involuntary_switches_per_s", "proc.threads", "proc.processes")
+    symptom_of = ("THR010",)  # a throttled group's threads wait in the run queue: the quota is the cause
+    optional = ("cgroup.cpu_quota_cores", "threads.runnable_mean", "proc.involuntary_switches_per_s", "proc.threads",
+                "proc.processes")
 
     @dataclass(frozen=True)
     class Thresholds:
         min_ratio: float = 2.0  # twice as many busy threads as cores cannot all run
         min_wait: float = 0.3  # threads wait ≥ 30 % of their runnable time for a CPU
+        min_demand: float = 1.0  # the target itself wants more CPU than its budget (else others make it wait)
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        cores = ev.value("host.cores", 0.0) or 0.0
+        host = ev.value("host.cores", 0.0) or 0.0
+        quota = ev.value("cgroup.cpu_quota_cores")
+        cores = min(host, quota) if quota else host
         busy = ev.value("threads.busy_count", 0.0) or 0.0
         wait = ev.value("proc.runqueue_wait_ratio", 0.0) or 0.0
-        if cores <= 0 or busy < t.min_ratio * cores or wait < t.min_wait:
+        runnable = ev.value("threads.runnable_mean")
+        if cores <= 0 or busy < max(2.0, t.min_ratio * cores):  # one thread cannot oversubscribe anything
+            return None
+        if runnable is not None and runnable < t.min_demand * cores:
+            return None
+        weight = ramp(wait, t.min_wait, 0.05)
+        if weight <= 0:
             return None
         invol = ev.value("proc.involuntary_switches_per_s")
-        runnable = ev.value("threads.runnable_mean")
+        budget = (f"the container's CPU quota of {cores:.2g} cores" if quota and quota < host
+                  else f"{cores:.0f} cores")
         msg = (
-            f"{busy:.0f} threads are busy on {cores:.0f} cores"
+            f"{busy:.0f} threads are busy on {budget}"
             + (f" ({runnable:.1f} want a CPU at any moment)" if runnable is not None else "")
             + f"; they wait {pct(wait)} of their runnable time in the run queue"
             + (f", with {invol:.0f} involuntary context switches per second" if invol is not None else "")
             + "."
         )
         return self.finding(
-            severity=severity_for(wait),
+            severity=severity_for(wait * weight),
             confidence=Confidence.CORRELATED if invol is not None else Confidence.MEASURED,
             title="More busy threads than cores",
             message=msg,
-            impact=wait,
+            impact=wait * weight,
             evidence=present(ev, *self.requires, *self.optional),
             why=f"run-queue wait |{bar(wait)}| {pct(wait)}",
             fixes=[
@@ -84,4 +102,101 @@ class ThreadOversubscription(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (ThreadOversubscription,)
+class CfsThrottling(Rule):
+    """The container's CPU quota throttles the service.
+
+    What it detects: the target's cgroup (its own or an ancestor's: the Kubernetes pod and container
+    levels) has a CFS quota (``cpu.max``, v1 ``cpu.cfs_quota_us``) and ran out of it in a large share
+    of the enforcement periods during the window, so the kernel stopped all its threads until the
+    next period — however idle the host's other cores were.
+
+    Why it matters: a quota is a budget per period (100 ms by default): a service whose threads burst
+    past it (several torch intra-op threads, a tokenizer pool, a garbage collection) is stopped for
+    the rest of the period, which adds up to tens of milliseconds per request and shows as p99
+    latency with the host's CPU "idle". More threads make it worse: they use the quota up faster.
+
+    How it decides: ``cgroup.throttled_ratio`` (throttled periods / periods in the window, from the
+    group's ``cpu.stat`` at both ends) is at least ``min_ratio`` (the impact ramps up over the next
+    0.05), with at least
+    ``min_periods`` periods observed and a quota known (``cgroup.cpu_quota_cores``). The impact is the
+    throttled share of periods, scaled by the ramp. The process's own demand
+    (``threads.runnable_mean``, threads wanting a CPU) and CPU use (``proc.cpu_cores_used``) are shown
+    against the quota.
+
+    Evidence: cgroup.throttled_ratio, cgroup.cpu_quota_cores, cgroup.periods; optionally
+    cgroup.throttled_periods, cgroup.throttled_s, cgroup.cpu_period_us, threads.runnable_mean,
+    proc.cpu_cores_used, host.cores.
+
+    Fix: raise the CPU limit (or remove it and keep the request, as many platforms now recommend),
+    or make the service fit its quota: size thread pools to the quota (``torch.set_num_threads``,
+    ``OMP_NUM_THREADS`` = the quota rounded down), fewer worker processes; a shorter CFS period is
+    rarely the answer.
+
+    False positives: a batch job sharing the group that is meant to be throttled; throttling in a
+    window where the service was starting up (imports, weight loading).
+    """
+
+    code = "THR010"
+    name = "cfs-throttled"
+    category = Category.THREAD_OVERSUBSCRIPTION
+    requires = ("cgroup.throttled_ratio", "cgroup.cpu_quota_cores", "cgroup.periods")
+    optional = ("cgroup.throttled_periods", "cgroup.throttled_s", "cgroup.cpu_period_us", "threads.runnable_mean",
+                "proc.cpu_cores_used", "host.cores")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_ratio: float = 0.2  # throttled in a fifth of the periods: a stall every half second at 100 ms periods
+        min_periods: float = 20  # fewer enforcement periods (2 s at 100 ms) say little
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        ratio = ev.value("cgroup.throttled_ratio", 0.0) or 0.0
+        quota = ev.value("cgroup.cpu_quota_cores", 0.0) or 0.0
+        periods = ev.value("cgroup.periods", 0.0) or 0.0
+        weight = ramp(ratio, t.min_ratio, 0.05)
+        if weight <= 0 or quota <= 0 or periods < t.min_periods:
+            return None
+        throttled = ev.value("cgroup.throttled_periods")
+        secs = ev.value("cgroup.throttled_s")
+        period = ev.value("cgroup.cpu_period_us")
+        demand = ev.value("threads.runnable_mean")
+        used = ev.value("proc.cpu_cores_used")
+        msg = (f"The container's CPU quota is {quota:.2g} cores"
+               + (f" ({quota * period:.0f} µs per {period:.0f} µs period)" if period else "")
+               + f": in {throttled if throttled is not None else ratio * periods:.0f} of {periods:.0f} periods "
+               f"({pct(ratio)}) the service used it up and the kernel stopped its threads until the next period"
+               + (f", {secs:.1f} s of throttling in the window" if secs is not None else "")
+               + "."
+               + (f" The service used {used:.2f} cores" if used is not None else "")
+               + (f" while {demand:.1f} threads wanted a CPU on average" if demand is not None else "")
+               + ("." if used is not None or demand is not None else ""))
+        return self.finding(
+            severity=severity_for(ratio * weight),
+            confidence=Confidence.MEASURED,
+            title="CPU quota throttling stalls the service",
+            message=msg,
+            impact=ratio * weight,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"throttled periods |{bar(ratio)}| {pct(ratio)}",
+            fixes=[
+                Fix(
+                    "Give the service the CPU it uses",
+                    (
+                        "Raise the container's CPU limit (Kubernetes resources.limits.cpu; docker --cpus) to "
+                        "at least the demand shown, or drop the limit and keep a request",
+                    ),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix(
+                    "Make the service fit its quota",
+                    (
+                        "Size thread pools to the quota, not the host: torch.set_num_threads(max(1, int(quota))) and "
+                        "OMP_NUM_THREADS / MKL_NUM_THREADS the same, per worker process",
+                        "Run fewer worker processes in the container",
+                    ),
+                    Risk.SAFE,
+                ),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (ThreadOversubscription, CfsThrottling)

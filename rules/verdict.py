@@ -44,10 +44,13 @@ class Coverage:
 MIN_REQUESTS = 20  # fewer timed requests say little about percentiles or shares
 MIN_STATS = 3  # scheduler stats lines: at least three periodic samples
 MIN_GPU_SAMPLES = 10  # utilisation readings: 1 s at 10 Hz
+MIN_WALL_SAMPLES = 30  # wall-clock samples of request threads: 3 s of one thread at 10 Hz
 
 COVERAGE: tuple[Coverage, ...] = (
     Coverage("a CPU profile of the live service (py-spy) with its load (psutil)",
              lambda ev: _good(ev, "workers.active_mean") and "conn.inflight_mean" in ev),
+    Coverage("a wall-clock view of the threads serving requests (py-spy --idle)",
+             lambda ev: _good(ev, "wall.samples") and _num(ev, "wall.samples") >= MIN_WALL_SAMPLES),
     Coverage("per-request timings",
              lambda ev: _num(ev, "requests.count") >= MIN_REQUESTS
              and ("latency.e2e_ms.p50" in ev or ev.has_prefix("stage."))),

@@ -16,6 +16,11 @@ How a stack is classified:
    user function ``decode_step`` that calls the model is ``forward`` (torch is innermost), while
    a user function ``preprocess`` that loops in pure Python is ``preprocess`` (its own name).
 3. No row matched: ``other``.
+
+Child processes are classified too (``COMPILER_PROCESSES``): a process in the service's tree whose
+name (``/proc/PID/comm``) or command (``-m module`` / script) matches a row is a compiler, and its
+CPU counts as compilation of the service (inductor's C++ build on the CPU runs ``g++``/``cc1plus``/
+``ld`` children; Triton's and inductor's compile workers are Python processes of their own).
 """
 
 from __future__ import annotations
@@ -98,6 +103,38 @@ PATTERNS: tuple[Pattern, ...] = (
 RUNS_COMPILED = Pattern(Activity.FORWARD, r"torch/_inductor/(runtime/|output_code)|torchinductor_"
                         r"|torch/_functorch/_aot_autograd/(runtime_wrappers|subclass_codegen)", "",
                         "running a compiled graph")
+
+@dataclass(frozen=True)
+class ProcessPattern:
+    name: str  # regex matched against the process name (/proc/PID/comm, 15 characters at most)
+    command: str  # regex searched in the command hint (``python -m module`` / the script) ("" = any)
+    note: str
+
+
+COMPILER_PROCESSES: tuple[ProcessPattern, ...] = (
+    ProcessPattern(r"^(cc1|cc1plus|cc1obj|g\+\+|gcc|c\+\+|cc|clang|clang\+\+|clang-\d+|ld|ld\.\w+|collect2|as"
+                   r"|x86_64-linux-gnu-(g\+\+|gcc|ld|as)[\w.-]*|g\+\+-\d+|gcc-\d+)$", "",
+                   "C/C++ compilers, assembler and linker (inductor's C++ build on the CPU)"),
+    ProcessPattern(r"^(nvcc|ptxas|cicc|fatbinary|nvlink|cudafe\+\+|nvdisasm|hipcc|clang-offload\w*)$", "",
+                   "CUDA/ROCm toolchain (nvcc, ptxas, …)"),
+    ProcessPattern(r"", r"torch[._/]_inductor[._/]compile_worker|(^| )compile_worker/__main__\.py"
+                   r"|triton[._/].*compil|torch_tensorrt|trtexec",
+                   "inductor / Triton compile workers, TensorRT builders"),
+)
+_PROCESS_RX = [(re.compile(p.name) if p.name else None, re.compile(p.command) if p.command else None)
+               for p in COMPILER_PROCESSES]
+
+
+def compiler_process(name: str, command: str = "") -> bool:
+    """Whether a child process (its comm ``name`` and command hint) is a compiler of the service's graphs."""
+    for nrx, crx in _PROCESS_RX:
+        if nrx is not None and not nrx.search(name):
+            continue
+        if crx is not None and not crx.search(command):
+            continue
+        return True
+    return False
+
 
 _COMPILED = [(p, re.compile(p.file) if p.file else None, re.compile(p.function) if p.function else None)
              for p in PATTERNS]

@@ -2,12 +2,20 @@
 
 All shares are of *active* samples (idle threads are not recorded), so a pool of 64 idle
 handler threads does not dilute the one thread that does the work.
+
+A session recorded in chunks (``coverage`` and ``chunks``) may sample each process at its own rate
+and only part of the window: a sample then weighs 1 / its process's rate (seconds of thread time),
+a thread's share of the window is its samples / (rate × seconds its process was sampled), and each
+share carries ``<key>.stderr``: the larger of the spread between chunks / √chunks and the binomial
+error of the sample count.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from analyzer.derive.activities import Activity, classify
@@ -16,6 +24,7 @@ from collectors.pyspy import StackSample, ThreadState
 
 SOURCE = "py-spy"
 BUSY_THREAD_RATIO = 0.5  # a Python thread active half the window or more counts as a busy worker
+MIN_CHUNK_SAMPLES = 20  # a chunk with fewer active samples does not count towards the spread
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,14 @@ def _leaf(sample: StackSample) -> str:
     return f"{f.function} ({short})" if short else f.function
 
 
+def stderr(share: float, samples: float, chunk_shares: Sequence[float]) -> float:
+    """The uncertainty of a share: spread between chunks / √chunks, or the binomial error, the larger."""
+    binomial = math.sqrt(max(share * (1 - share), 0.25 / max(samples, 1.0)) / max(samples, 1.0))
+    if len(chunk_shares) < 2:
+        return binomial
+    return max(binomial, statistics.stdev(chunk_shares) / math.sqrt(len(chunk_shares)))
+
+
 def derive(
     samples: Sequence[StackSample],
     *,
@@ -50,46 +67,76 @@ def derive(
     dumps: Sequence[Sequence[ThreadState]] = (),
     window: Window | None = None,
     partial: bool = False,
+    coverage: Mapping[int, tuple[float, float]] | None = None,
+    chunks: Sequence[Sequence[StackSample]] = (),
 ) -> list[Evidence]:
+    """``coverage``: pid → (rate Hz, seconds sampled); without it every process was sampled at
+    ``rate_hz`` for ``window_s``. ``chunks``: the same samples split by chunk, for the spread."""
     quality = Quality.PARTIAL if partial else Quality.GOOD
     total = sum(s.count for s in samples)
 
     def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
         return Evidence(key, value, unit, SOURCE, window, quality, detail)
 
+    def rate_of(pid: int) -> float:
+        return max(1e-9, coverage[pid][0] if coverage and pid in coverage else rate_hz)
+
     out = [ev("cpu.active_samples", total, "samples")]
     if total == 0:
         out.append(ev("workers.active_mean", 0.0, "threads", "no active Python samples in the window"))
         return out
     by_activity: Counter[Activity] = Counter()
+    seconds: dict[Activity, float] = defaultdict(float)
     hot: dict[Activity, Counter[str]] = defaultdict(Counter)
     per_thread: dict[tuple[int, int], Counter[Activity]] = defaultdict(Counter)
     names: dict[tuple[int, int], str] = {}
     for s in samples:
         act = classify([(f.function, f.file) for f in s.frames])
         by_activity[act] += s.count
+        seconds[act] += s.count / rate_of(s.pid)
         hot[act][_leaf(s)] += s.count
         per_thread[(s.pid, s.tid)][act] += s.count
         names[(s.pid, s.tid)] = s.thread
+    busy_s = sum(seconds.values())
+    spreads: dict[Activity, list[float]] = defaultdict(list)
+    for chunk in chunks:
+        got: dict[Activity, float] = defaultdict(float)
+        for s in chunk:
+            got[classify([(f.function, f.file) for f in s.frames])] += s.count / rate_of(s.pid)
+        if sum(s.count for s in chunk) >= MIN_CHUNK_SAMPLES:
+            for act in Activity:
+                spreads[act].append(got[act] / max(1e-12, sum(got.values())))
     for act in Activity:
-        out.append(ev(f"cpu.{act.value}_share", by_activity[act] / total, "ratio"))
+        share = seconds[act] / busy_s
+        out.append(ev(f"cpu.{act.value}_share", share, "ratio"))
+        if coverage is not None:
+            out.append(ev(f"cpu.{act.value}_share.stderr", stderr(share, total, spreads[act]), "ratio",
+                          f"{len(spreads[act])} chunks, {total} active samples"))
         if hot[act]:
             top = [{"function": fn, "share": n / total} for fn, n in hot[act].most_common(5)]
             out.append(ev(f"cpu.top.{act.value}", top, "list"))
-    out.append(ev("cpu.compile_seconds", by_activity[Activity.COMPILE] / max(rate_hz, 1e-9), "s"))
+    out.append(ev("cpu.compile_seconds", seconds[Activity.COMPILE], "s"))
 
     # Ticks: how many samples a thread active for the whole window would have. py-spy may fall
     # behind its nominal rate on a loaded host; the busiest thread then bounds the tick count.
-    expected = max(1.0, window_s * rate_hz)
-    busiest = max(sum(c.values()) for c in per_thread.values())
-    ticks = expected if busiest <= expected else float(busiest)
+    if coverage is None:
+        expected = max(1.0, window_s * rate_hz)
+        busiest = max(sum(c.values()) for c in per_thread.values())
+        ticks_of = dict.fromkeys({k[0] for k in per_thread}, expected if busiest <= expected else float(busiest))
+    else:
+        ticks_of = {}
+        for pid in {k[0] for k in per_thread}:
+            rate, secs = coverage.get(pid, (rate_hz, window_s))
+            expected = max(1.0, rate * secs)
+            busiest = max(sum(c.values()) for k, c in per_thread.items() if k[0] == pid)
+            ticks_of[pid] = max(expected, float(busiest))
     threads: list[ThreadProfile] = []
     for key, counts in per_thread.items():
         n = sum(counts.values())
-        threads.append(ThreadProfile(key[0], key[1], names[key], n, min(1.0, n / ticks),
+        threads.append(ThreadProfile(key[0], key[1], names[key], n, min(1.0, n / ticks_of[key[0]]),
                                      {a.value: c / n for a, c in counts.items()}))
-    threads.sort(key=lambda t: -t.samples)
-    out.append(ev("workers.active_mean", total / ticks, "threads",
+    threads.sort(key=lambda t: (-t.active_ratio, -t.samples))
+    out.append(ev("workers.active_mean", sum(t.active_ratio for t in threads), "threads",
                   "Python threads running on average (active samples / ticks)"))
     out.append(ev("workers.busy_count", sum(1 for t in threads if t.active_ratio >= BUSY_THREAD_RATIO), "threads"))
     out.append(ev("workers.busiest_active_ratio", threads[0].active_ratio, "ratio",

@@ -1,14 +1,29 @@
-"""psutil samples → evidence: CPU per process, threads against cores, scheduling, in-flight requests."""
+"""psutil samples → evidence: CPU per process, threads against cores, scheduling, in-flight requests.
+
+Thread-level figures (busy threads, run-queue wait, context switches) come from the first and last
+*full* samples; a light sample (per-process CPU, RSS, in-flight count) carries no thread list.
+
+Compiler children (``analyzer.derive.activities.COMPILER_PROCESSES``: ``cc1plus``, ``g++``, ``ld``,
+``nvcc``, ``ptxas``, inductor's compile workers, …) are compilation *of their parent*, with their CPU:
+``compile.children_cpu_s`` is the CPU they used in the window, counted once: a compiler still running
+at the end by its own and its children's CPU since it was first seen (or since the window began), one
+that exited by what its non-compiler parent reaped (the parent's ``children_user``/``children_system``
+grow by a child's whole CPU, grandchildren included, when it is waited for).
+"""
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from analyzer.derive.activities import compiler_process
 from analyzer.model import Evidence, Quality, Window
 
 SOURCE = "psutil"
 BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)
+INFLIGHT_SUBWINDOWS = 4  # the in-flight mean's uncertainty: the spread of this many sub-window means
 
 
 def _index(rec: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -47,8 +62,14 @@ def derive(
     inflight = [int(s.get("conn", {}).get("inflight", 0)) for s in samples]
     listen = sorted({p for s in samples for p in s.get("conn", {}).get("listen_ports", ())})
     if listen:
-        out.append(ev("conn.inflight_mean", sum(inflight) / len(inflight), "requests",
-                      f"accepted connections + accept queue on port(s) {', '.join(map(str, listen))}"))
+        mean = sum(inflight) / len(inflight)
+        err = _stderr_of_mean(inflight)
+        out.append(ev("conn.inflight_mean", mean, "requests",
+                      f"accepted connections + accept queue on port(s) {', '.join(map(str, listen))}; "
+                      f"±{err:.2f} ({len(inflight)} samples)"))
+        out.append(ev("conn.inflight_mean.stderr", err, "requests",
+                      f"spread of {INFLIGHT_SUBWINDOWS} sub-window means / √{INFLIGHT_SUBWINDOWS}, or the "
+                      "samples' standard error, the larger"))
         out.append(ev("conn.inflight_max", max(inflight), "requests"))
         out.append(ev("conn.accept_queue_max", max(int(s["conn"].get("accept_queue", 0)) for s in samples),
                       "requests"))
@@ -63,6 +84,13 @@ def derive(
     wall = float(last["ts"]) - float(first["ts"])
     if wall <= 0:
         return out
+    out.extend(_compile_children(samples, wall, ev))
+    full = [s for s in samples if _is_full(s)]
+    if len(full) >= 2:
+        first, last = full[0], full[-1]
+        wall = float(last["ts"]) - float(first["ts"])
+        if wall <= 0:
+            return out
     a, b = _index(first), _index(last)
     both = [pid for pid in b if pid in a]
     cpu_s = sum((b[p]["cpu_user"] + b[p]["cpu_system"]) - (a[p]["cpu_user"] + a[p]["cpu_system"]) for p in both)
@@ -75,10 +103,12 @@ def derive(
         for p in both
     ]
     out.append(ev("proc.per_process", sorted(per_proc, key=lambda r: -r["cpu_cores"]), "table"))
-    invol = sum(b[p]["ctx_involuntary"] - a[p]["ctx_involuntary"] for p in both)
-    vol = sum(b[p]["ctx_voluntary"] - a[p]["ctx_voluntary"] for p in both)
-    out.append(ev("proc.involuntary_switches_per_s", max(0, invol) / wall, "1/s"))
-    out.append(ev("proc.voluntary_switches_per_s", max(0, vol) / wall, "1/s"))
+    ctx = [p for p in both if "ctx_involuntary" in a[p] and "ctx_involuntary" in b[p]]
+    if ctx:
+        invol = sum(b[p]["ctx_involuntary"] - a[p]["ctx_involuntary"] for p in ctx)
+        vol = sum(b[p]["ctx_voluntary"] - a[p]["ctx_voluntary"] for p in ctx)
+        out.append(ev("proc.involuntary_switches_per_s", max(0, invol) / wall, "1/s"))
+        out.append(ev("proc.voluntary_switches_per_s", max(0, vol) / wall, "1/s"))
 
     busy = 0
     run_total = wait_total = 0
@@ -109,3 +139,79 @@ def derive(
         out.append(ev("proc.runqueue_wait_ratio", wait_total / (run_total + wait_total), "ratio",
                       "time runnable threads waited for a CPU / (run + wait), from schedstat"))
     return out
+
+
+def _is_full(rec: Mapping[str, Any]) -> bool:
+    """A sample with thread lists (every sample of an older session is one)."""
+    if rec.get("full"):
+        return True
+    procs = rec.get("processes") or ()
+    return bool(procs) and all("threads" in p for p in procs)
+
+
+def _stderr_of_mean(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    plain = statistics.pstdev(values) / math.sqrt(n)
+    k = min(INFLIGHT_SUBWINDOWS, n // 2)
+    if k < 2:
+        return plain
+    means = [statistics.fmean(values[i * n // k:(i + 1) * n // k]) for i in range(k)]
+    return max(plain, statistics.stdev(means) / math.sqrt(k))
+
+
+def _cpu(p: Mapping[str, Any], children: bool = False) -> float:
+    own = float(p.get("cpu_user", 0.0)) + float(p.get("cpu_system", 0.0))
+    if not children:
+        return own
+    return own + float(p.get("children_user", 0.0)) + float(p.get("children_system", 0.0))
+
+
+def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Any) -> list[Evidence]:
+    """CPU of compiler processes in the tree during the window (see the module docstring)."""
+    names: dict[tuple[int, int], str] = {}
+    hints: dict[tuple[int, int], str] = {}
+    parent: dict[tuple[int, int], int] = {}
+    seen: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    by_pid_first: dict[int, Mapping[str, Any]] = {}
+    by_pid_last: dict[int, Mapping[str, Any]] = {}
+    first_ids = {(int(p["pid"]), int(p.get("start_ticks", 0))) for p in samples[0].get("processes", ())}
+    last_ids = {(int(p["pid"]), int(p.get("start_ticks", 0))) for p in samples[-1].get("processes", ())}
+    for rec in samples:
+        for p in rec.get("processes", ()):
+            ident = (int(p["pid"]), int(p.get("start_ticks", 0)))
+            names.setdefault(ident, str(p.get("name") or ""))
+            if p.get("hint"):
+                hints[ident] = str(p["hint"])
+            parent[ident] = int(p.get("ppid", 0))
+            seen.setdefault(ident, []).append(p)
+            by_pid_first.setdefault(int(p["pid"]), p)
+            by_pid_last[int(p["pid"])] = p
+    compilers = {i for i in seen if compiler_process(names[i], hints.get(i, ""))}
+    if not compilers:
+        return []
+    compiler_pids = {i[0] for i in compilers}
+    top = {i for i in compilers if parent[i] not in compiler_pids}
+    cpu_s = 0.0
+    reaping: set[int] = set()
+    for ident in top:
+        recs = seen[ident]
+        if ident in last_ids:  # still running: its CPU since it was first seen, or since it began
+            base = _cpu(recs[0], children=True) if ident in first_ids else 0.0
+            cpu_s += max(0.0, _cpu(recs[-1], children=True) - base)
+        else:
+            reaping.add(parent[ident])
+    for ppid in reaping:
+        a, b = by_pid_first.get(ppid), by_pid_last.get(ppid)
+        if a is not None and b is not None:
+            cpu_s += max(0.0, (_cpu(b, True) - _cpu(b)) - (_cpu(a, True) - _cpu(a)))
+    kinds = sorted({names[i] for i in compilers})
+    return [
+        ev("compile.children_cpu_s", cpu_s, "s",
+           f"CPU of compiler processes under the service ({', '.join(kinds[:6])}) during the window"),
+        ev("compile.children_cores", cpu_s / wall, "cores"),
+        ev("compile.children_seen", len(compilers), "processes",
+           "compiler processes seen (sampled every tick; a compiler shorter than a tick may be missed, "
+           "its CPU is still counted when its parent reaps it)"),
+    ]

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer import loose
-from analyzer.derive import cpu_profile, nvml, process, ranks
+from analyzer.derive import cgroup, cpu_profile, nvml, process, ranks, wall
 from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
+from collectors import cgroup as cgroup_collector
 from collectors import nvml as nvml_collector
 from collectors import process as process_collector
 from collectors import pyspy
 
 PYSPY_META = "pyspy-meta.json"
+ATTACH_COST = "attach-cost.json"
 # captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports, PyTorch traces)
 TEXT_CAPTURES = ("log", "metrics", "probe", "nsys", "kineto")
 
@@ -35,11 +37,38 @@ def _read_json(path: str) -> dict[str, Any]:
         return {}
 
 
+def _chunks(meta: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    got = meta.get("chunks")
+    if not isinstance(got, list):
+        return []
+    return [c for c in got if isinstance(c, dict) and c.get("kind") == kind and isinstance(c.get("lines"), list)]
+
+
+def _slice(lines: list[str], chunk: dict[str, Any]) -> list[pyspy.StackSample]:
+    a, b = (int(x) for x in chunk["lines"][:2])
+    return pyspy.parse_raw(lines[a:b], pid=int(chunk.get("pid", 0)))
+
+
 def _pyspy(session: Session, cap: Capture) -> list[Evidence]:
     meta = _read_json(os.path.join(session.path, PYSPY_META))
     with open(os.path.join(session.path, pyspy.RAW_FILE), encoding="utf-8", errors="replace") as fh:
-        samples = pyspy.parse_raw(list(fh))
+        lines = list(fh)
     window_s = float(meta.get("window_s") or (cap.window.seconds if cap.window else session.window.seconds))
+    chunks = _chunks(meta, "cpu")
+    coverage: dict[int, tuple[float, float]] | None = None
+    per_chunk: list[list[pyspy.StackSample]] = []
+    if chunks:  # recorded in chunks (version 2): each process at its own rate, for part of the window
+        coverage = {}
+        by_index: dict[int, list[pyspy.StackSample]] = {}
+        for c in chunks:
+            pid, rate, secs = int(c["pid"]), float(c["rate_hz"]), float(c.get("seconds") or 0.0)
+            old = coverage.get(pid, (rate, 0.0))
+            coverage[pid] = (old[0], old[1] + secs)
+            by_index.setdefault(int(c.get("chunk", 0)), []).extend(_slice(lines, c))
+        per_chunk = [by_index[k] for k in sorted(by_index)]
+        samples = [smp for chunk in per_chunk for smp in chunk]
+    else:
+        samples = pyspy.parse_raw(lines)
     return list(cpu_profile.derive(
         samples,
         window_s=window_s,
@@ -47,7 +76,47 @@ def _pyspy(session: Session, cap: Capture) -> list[Evidence]:
         dumps=pyspy.read_dumps(os.path.join(session.path, pyspy.DUMPS_FILE)),
         window=cap.window,
         partial=cap.status is CaptureStatus.PARTIAL,
+        coverage=coverage,
+        chunks=per_chunk,
     ))
+
+
+def _wall(session: Session, cap: Capture, compilers: bool) -> list[Evidence]:
+    """The wall-clock view, when the session has one (``pyspy-wall.raw``, chunked meta)."""
+    meta = _read_json(os.path.join(session.path, PYSPY_META))
+    walls = _chunks(meta, "wall")
+    if not walls or pyspy.WALL_FILE not in cap.files:
+        return []
+    with open(os.path.join(session.path, pyspy.WALL_FILE), encoding="utf-8", errors="replace") as fh:
+        wall_lines = list(fh)
+    with open(os.path.join(session.path, pyspy.RAW_FILE), encoding="utf-8", errors="replace") as fh:
+        cpu_lines = list(fh)
+    cpus = {(int(c.get("chunk", 0)), int(c["pid"])): c for c in _chunks(meta, "cpu")}
+    source = _read_json(os.path.join(session.path, pyspy.SOURCE_FILE))
+    chunks = []
+    for c in walls:
+        k, pid = int(c.get("chunk", 0)), int(c["pid"])
+        cpu = cpus.get((k, pid))
+        chunks.append(wall.Chunk(k, pid, _slice(wall_lines, c), float(c["rate_hz"]),
+                                 _slice(cpu_lines, cpu) if cpu else (), float(cpu["rate_hz"]) if cpu else 0.0))
+    return wall.derive(chunks, source={str(k): str(v) for k, v in source.items()}, compilers=compilers,
+                       window=cap.window, partial=cap.status is CaptureStatus.PARTIAL)
+
+
+def _cgroup(session: Session, cap: Capture) -> list[Evidence]:
+    path = os.path.join(session.path, cgroup_collector.CGROUP_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return cgroup.derive(_read_json(path), window=cap.window, partial=cap.status is CaptureStatus.PARTIAL)
+
+
+def _attach_cost(session: Session) -> list[Evidence]:
+    doc = _read_json(os.path.join(session.path, ATTACH_COST))
+    cores = doc.get("cores")
+    if not isinstance(cores, int | float):
+        return []
+    return [Evidence("attach.cpu_cores", float(cores), "cores", "diagnose attach", session.window,
+                     detail="CPU the attach itself (its process and every py-spy it ran) used over the window")]
 
 
 def _process(session: Session, cap: Capture) -> list[Evidence]:
@@ -84,6 +153,7 @@ _CAPTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "py-spy": (pyspy.RAW_FILE, "py-spy raw profile", ("cpu.", "workers.")),
     "process": (process_collector.SAMPLES_FILE, "psutil samples", ("proc.", "conn.")),
     "nvml": (nvml_collector.NVML_FILE, "NVML samples", ("gpu.", *nvml.PREFIXES)),
+    "cgroup": (cgroup_collector.CGROUP_FILE, "cgroup CPU files", ("cgroup.",)),
 }
 # a damaged or missing file costs its own capture's evidence, never the whole diagnosis
 _DAMAGE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError)
@@ -94,7 +164,7 @@ def derive(session: Session) -> Derived:
     by_name = {c.collector: c for c in session.captures}
     for cap in session.captures:
         if cap.status in (CaptureStatus.SKIPPED, CaptureStatus.FAILED):
-            prefix = {"py-spy": "cpu.", "process": "proc.", "nvml": "gpu."}.get(cap.collector)
+            prefix = {"py-spy": "cpu.", "process": "proc.", "nvml": "gpu.", "cgroup": "cgroup."}.get(cap.collector)
             if prefix:
                 out.evidence.explain_missing(prefix, f"{cap.collector} capture {cap.status.value}: {cap.reason}")
             if cap.collector == "py-spy":
@@ -107,6 +177,7 @@ def derive(session: Session) -> Derived:
         "py-spy": lambda c: _pyspy(session, c),
         "process": lambda c: _process(session, c),
         "nvml": lambda c: _nvml(session, c, out),
+        "cgroup": lambda c: _cgroup(session, c),
     }
     for collector, step in steps.items():
         found = by_name.get(collector)
@@ -131,6 +202,21 @@ def derive(session: Session) -> Derived:
             out.evidence.explain_missing(
                 "conn.", "the target's process tree listens on no TCP port, so in-flight requests cannot be counted")
         out.inputs.append(InputRecord(path, kind, cap.status.value, cap.reason))
+
+    spy = by_name.get("py-spy")
+    if spy is not None and spy.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
+        try:
+            for ev in _wall(session, spy, compilers="compile.children_seen" in out.evidence):
+                out.evidence.add(ev)
+        except _DAMAGE as exc:
+            out.evidence.explain_missing("wall.", f"the wall-clock samples could not be read ({type(exc).__name__})")
+            out.inputs.append(InputRecord(os.path.join(session.path, pyspy.WALL_FILE), "py-spy wall-clock samples",
+                                          "failed", str(exc)[:200]))
+    if "wall.samples" not in out.evidence:
+        out.evidence.explain_missing("wall.", "the session has no wall-clock samples of request threads (recorded "
+                                     "by `diagnose attach` from this version on)")
+    for ev in _attach_cost(session):
+        out.evidence.add(ev)
 
     loose_parts: list[list[Evidence]] = []
     traces: list[int] = []  # which of them are PyTorch-profiler traces (one per rank)

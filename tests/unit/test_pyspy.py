@@ -77,3 +77,26 @@ def test_command_line_with_newlines_spans_physical_lines() -> None:
     samples = parse_raw(lines)
     assert [(s.pid, s.tid, s.count) for s in samples] == [(5, 5, 7), (0, 6, 2)]
     assert "import time" in samples[0].process
+
+
+def test_a_single_process_record_gets_its_pid_and_a_process_prefix(tmp_path) -> None:
+    from collectors.pyspy import _prefixed
+
+    raw = tmp_path / "cpu-0-7.raw"
+    raw.write_text("thread (11): MainThread;<module> (app.py:3);work (app.py:9) 5\n")
+    assert parse_raw(raw.read_text().splitlines(True), pid=7)[0].pid == 7
+    lines = _prefixed(str(raw), 7, 'python app.py --name "x"')
+    assert lines == ["process 7:\"python app.py --name 'x'\";thread (11): MainThread;<module> (app.py:3);"
+                     "work (app.py:9) 5"]
+    s = parse_raw_line(lines[0])
+    assert s is not None and (s.pid, s.tid, s.count, s.process) == (7, 11, 5, "python app.py --name 'x'")
+
+
+def test_source_lines_are_read_as_the_target_sees_its_files(tmp_path) -> None:
+    from collectors.pyspy import read_source_lines
+
+    src = tmp_path / "app.py"
+    src.write_text("import threading\nLOCK = threading.Lock()\n    with LOCK:  \n")
+    wanted = [(str(src), 3), (str(src), 99), ("relative.py", 1), (str(tmp_path / "x.txt"), 1)]
+    got = read_source_lines(os.getpid(), wanted)
+    assert got == {f"{src}:3": "with LOCK:"}

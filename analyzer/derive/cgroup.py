@@ -1,0 +1,64 @@
+"""The target's cgroup files at both ends of the window → its CPU budget and CFS throttling.
+
+``cgroup.cpu_quota_cores``: the smallest quota / period of the group and its ancestors (the one that
+binds). Throttling is taken at the level that throttled most in the window (usually the binding
+one): ``cgroup.periods`` and ``cgroup.throttled_periods`` (deltas of ``nr_periods`` /
+``nr_throttled``), ``cgroup.throttled_ratio`` (their ratio: the share of enforcement periods in which
+the group ran out of quota), ``cgroup.throttled_s`` (delta of ``throttled_usec``, summed over the
+CPUs the group's threads were stopped on, so it can exceed the window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from analyzer.model import Evidence, Quality, Window
+from collectors import cgroup
+
+SOURCE = "cgroup"
+
+
+def derive(doc: Mapping[str, Any], *, window: Window | None = None, partial: bool = False) -> list[Evidence]:
+    version = int(doc.get("version") or 0)
+    if version not in (1, 2):
+        return []
+    quality = Quality.PARTIAL if partial else Quality.GOOD
+
+    def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
+        return Evidence(key, value, unit, SOURCE, window, quality, detail)
+
+    start = [cgroup.parse(version, lv) for lv in doc.get("start") or ()]
+    end = [cgroup.parse(version, lv) for lv in doc.get("end") or ()]
+    out: list[Evidence] = []
+    limited = [lv for lv in end if lv.quota_cores is not None]
+    files = "cpu.max" if version == 2 else "cpu.cfs_quota_us / cpu.cfs_period_us"
+    if limited:
+        bind = min(limited, key=lambda lv: lv.quota_cores or 0.0)
+        out.append(ev("cgroup.cpu_quota_cores", bind.quota_cores, "cores",
+                      f"{files} = {bind.quota_us} / {bind.period_us} µs at {bind.path} (cgroup v{version})"))
+        out.append(ev("cgroup.cpu_period_us", bind.period_us, "us"))
+    out.append(ev("cgroup.limited", bool(limited), "flag",
+                  f"cgroup v{version} group {doc.get('path')}" + ("" if limited else ": no CPU quota on it or its "
+                                                                   "ancestors (the budget is the host's cores)")))
+    before = {lv.path: lv for lv in start}
+    best: tuple[int, int, float, str] | None = None
+    for lv in end:
+        old = before.get(lv.path)
+        if old is None or "nr_periods" not in lv.stat:
+            continue
+        periods = lv.stat.get("nr_periods", 0) - old.stat.get("nr_periods", 0)
+        throttled = lv.stat.get("nr_throttled", 0) - old.stat.get("nr_throttled", 0)
+        usec = lv.stat.get("throttled_usec", 0) - old.stat.get("throttled_usec", 0)
+        if best is None or throttled > best[1]:
+            best = (max(0, periods), max(0, throttled), max(0, usec) / 1e6, lv.path)
+    if best is not None:
+        periods, throttled, secs, path = best
+        out.append(ev("cgroup.periods", periods, "periods", f"CFS enforcement periods at {path} in the window"))
+        out.append(ev("cgroup.throttled_periods", throttled, "periods",
+                      f"periods in which {path} used its quota and its threads were stopped"))
+        out.append(ev("cgroup.throttled_ratio", throttled / periods if periods else 0.0, "ratio",
+                      f"nr_throttled / nr_periods over the window at {path}"))
+        out.append(ev("cgroup.throttled_s", secs, "s",
+                      "throttled time in the window, summed over the CPUs the group's threads were stopped on"))
+    return out
