@@ -35,6 +35,8 @@ from typing import Any
 import psutil
 
 from analyzer import pipeline
+from analyzer.config import Config
+from analyzer.config import load as load_config
 from analyzer.derive.session import ATTACH_COST as ATTACH_COST_FILE
 from analyzer.derive.session import PYSPY_META
 from analyzer.errors import AttachError, DiagnoseError
@@ -181,6 +183,7 @@ class AttachOptions:
     metrics: list[str] = field(default_factory=list)
     nsys: bool = False
     progress: Callable[[float, float], None] | None = None  # (elapsed, total)
+    config: Config = field(default_factory=Config)  # rule settings (--config): recorded in the session
 
 
 def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Session, Diagnosis]:
@@ -365,6 +368,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     )
     session = Session(path=folder, target=target, window=window, captures=tuple(captures))
     write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
+    if opts.config:  # the settings this session is judged with, also by `diagnose report` later
+        write_json_atomic(os.path.join(folder, pipeline.CONFIG_FILE), opts.config.to_json())
     diagnosis = pipeline.analyze([folder])
     with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
         fh.write(json_report.render(diagnosis))
@@ -579,7 +584,8 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
     previous = signal.signal(signal.SIGINT, on_sigint)
     opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
                          light=bool(getattr(args, "light", False)), logs=list(args.log), metrics=list(args.metrics),
-                         nsys=args.nsys, cgroup_root=getattr(args, "cgroup_root", None))
+                         nsys=args.nsys, cgroup_root=getattr(args, "cgroup_root", None),
+                         config=load_config(getattr(args, "config", None)))
     try:
         if sys.stderr.isatty() and args.format == "text":
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

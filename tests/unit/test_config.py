@@ -111,3 +111,4 @@ def test_a_session_keeps_the_settings_it_was_judged_with(tmp_path: Path) -> None
     (folder / pipeline.CONFIG_FILE).write_text('{"rules": {"NOPE01": {}}}')
     with pytest.raises(InputError, match="cannot be used"):
         pipeline.analyze([str(folder)])
+
