@@ -1,0 +1,134 @@
+"""``queueing``: a threaded HTTP front with ONE model-worker thread behind a queue.
+
+Every inference goes through one ``model-worker`` thread fed by a ``queue.Queue``; each is
+~40-80 ms of single-threaded matmuls. Under a dozen concurrent clients requests pile up waiting
+for the one busy worker.
+
+``--fixed`` (QUE001's fix): one model-worker thread per core (2-4) on the shared queue, each
+batching the waiting requests into one forward (dynamic batching, up to 8).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from examples.service.base import JOB_TIMEOUT_S, STOP_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
+from examples.service.engine import BatchingWorkerPool, Job, ModelWorker
+from examples.service.model import TokenClassifier, TokenModelConfig, summarize_logits
+
+
+def default_pool_workers() -> int:
+    """Worker processes or threads for a fixed variant: one per core, at least 2, at most 4."""
+    return max(2, min(4, os.cpu_count() or 2))
+
+
+QUEUEING_MODEL = TokenModelConfig(vocab=32000, d_model=768, d_hidden=3072, n_blocks=4, seq_len=128)
+
+
+class WorkerQueuePathology(Pathology):
+    """Threaded HTTP front, one model-worker thread behind a queue (``queueing`` and ``healthy``)."""
+
+    def __init__(self, name: str, cfg: TokenModelConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        torch.manual_seed(0)
+        self.model = TokenClassifier(cfg.vocab, cfg.d_model, cfg.d_hidden, cfg.n_blocks).eval()
+        self.worker = ModelWorker(self.model)
+        self.worker.start()
+
+    def _tokens(self, doc: dict[str, Any]) -> torch.Tensor:
+        raw = doc.get("tokens")
+        if not isinstance(raw, list) or not raw or not all(isinstance(t, int) for t in raw):
+            raise BadRequest("body needs 'tokens': a non-empty list of integers")
+        ids = [t % self.cfg.vocab for t in raw[: self.cfg.seq_len]]
+        ids += [0] * (self.cfg.seq_len - len(ids))  # pad to the fixed sequence length
+        return torch.tensor([ids], dtype=torch.long)
+
+    def _run(self, tokens: torch.Tensor) -> Job:
+        job = self.worker.submit(tokens)
+        if not job.done.wait(JOB_TIMEOUT_S):
+            raise TimeoutError("the model worker did not answer in time")
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def warmup(self) -> None:
+        tokens = torch.randint(0, self.cfg.vocab, (1, self.cfg.seq_len))
+        for _ in range(3):
+            self._run(tokens)
+
+    def infer(self, body: bytes, content_type: str) -> InferenceResult:
+        t0 = time.perf_counter()
+        tokens = self._tokens(parse_json(body))
+        job = self._run(tokens)
+        t1 = time.perf_counter()
+        assert job.result is not None
+        out = summarize_logits(job.result)
+        out["tokens"] = int(tokens.shape[1])
+        t2 = time.perf_counter()
+        queue_s = job.started - job.enqueued
+        stages = {
+            "parse": (job.enqueued - t0) * 1e3,
+            "queue": queue_s * 1e3,
+            "forward": (job.finished - job.started) * 1e3,
+            "postprocess": (t2 - t1) * 1e3,
+        }
+        return InferenceResult(out, stages, queue_s=queue_s, prompt_tokens=int(tokens.shape[1]))
+
+    def running_waiting(self, in_flight: int) -> tuple[int, int]:
+        running = 1 if self.worker.busy else 0
+        return running, self.worker.jobs.qsize()
+
+    def stats(self) -> dict[str, Any]:
+        return {"queue_depth": self.worker.jobs.qsize(), "worker_busy": self.worker.busy}
+
+    def close(self) -> None:
+        # Join: a daemon thread still inside a torch kernel when the interpreter exits aborts
+        # the process (SIGABRT) instead of the clean exit SIGTERM asks for.
+        self.worker.stop()
+        self.worker.join(timeout=STOP_TIMEOUT_S)
+
+
+class BatchingQueuePathology(WorkerQueuePathology):
+    """``queueing --fixed``: the same front and model with QUE001's fix applied.
+
+    Serving capacity is added (one model-worker thread per core, 2 to 4) and each worker batches
+    the requests waiting in the queue into one forward (dynamic batching, at most ``MAX_BATCH``),
+    so the queue drains at the same offered load.
+    """
+
+    def __init__(self, name: str, cfg: TokenModelConfig, workers: int | None = None) -> None:
+        # not WorkerQueuePathology.__init__: that starts the single worker this variant replaces
+        self.name = name
+        self.cfg = cfg
+        torch.manual_seed(0)
+        self.model = TokenClassifier(cfg.vocab, cfg.d_model, cfg.d_hidden, cfg.n_blocks).eval()
+        self.pool = BatchingWorkerPool(self.model, default_pool_workers() if workers is None else workers)
+
+    def _run(self, tokens: torch.Tensor) -> Job:
+        job = self.pool.submit(tokens)
+        if not job.done.wait(JOB_TIMEOUT_S):
+            raise TimeoutError("the model workers did not answer in time")
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def running_waiting(self, in_flight: int) -> tuple[int, int]:
+        return self.pool.running, self.pool.jobs.qsize()
+
+    def stats(self) -> dict[str, Any]:
+        return {"queue_depth": self.pool.jobs.qsize(), "running": self.pool.running,
+                "workers": len(self.pool.threads), "max_batch": self.pool.max_batch, "batches": self.pool.batches}
+
+    def close(self) -> None:
+        self.pool.stop()
+
+
+def make(fixed: bool = False) -> Pathology:
+    """The queueing service, or with ``fixed`` its fix (more workers, dynamic batching)."""
+    return BatchingQueuePathology("queueing", QUEUEING_MODEL) if fixed else WorkerQueuePathology(
+        "queueing", QUEUEING_MODEL)
