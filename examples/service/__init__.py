@@ -56,13 +56,10 @@ from examples.service.cpu_preprocess import (
 )
 from examples.service.engine import (
     BATCH_WAIT_S,
-    CHUNKED_PREFILL_TOKENS,
     KV_BLOCK_SIZE,
     KV_CACHE_BLOCKS,
-    LONG_PREFILL_TOKENS,
     MAX_BATCH,
     BatchingWorkerPool,
-    ChunkedPrefillEngine,
     GenerationEngine,
     GenRequest,
     Job,
@@ -92,7 +89,9 @@ from examples.service.model import (
 )
 from examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
 from examples.service.prefill import (
+    CHUNKED_PREFILL_TOKENS,
     DEFAULT_MAX_TOKENS,
+    LONG_PREFILL_TOKENS,
     MAX_MAX_TOKENS,
     PREFILL_MODEL,
     PrefillPathology,
@@ -134,7 +133,6 @@ __all__ = [
     "BadRequest",
     "BatchingQueuePathology",
     "BatchingWorkerPool",
-    "ChunkedPrefillEngine",
     "CpuPreprocessPathology",
     "DecoderConfig",
     "DecoderLayer",

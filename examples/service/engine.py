@@ -1,8 +1,8 @@
 """The model-serving loops of the demo service.
 
 ``ModelWorker`` and ``BatchingWorkerPool`` run inferences handed over a queue (``queueing``,
-``healthy``); ``GenerationEngine`` and ``ChunkedPrefillEngine`` are the step-wise schedulers of
-text generation (``prefill``).
+``healthy``); ``GenerationEngine`` is the step-wise scheduler of text generation (``prefill``,
+without and with chunked prefill).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
@@ -195,14 +194,29 @@ class GenRequest:
 class GenerationEngine(threading.Thread):
     """The one ``model-worker`` thread of a text-generation server: a step-wise scheduler.
 
-    Continuous batching as vLLM does it with chunked prefill OFF and no prefix cache. Each step
-    admits the waiting requests whose WHOLE prompts fit in the step's token budget
-    (``max_num_batched_tokens``, by default the model's context length), prefills each prompt in
-    one forward, decodes one token for every running request, and hands out all the step's
-    tokens at its end. A long prompt's prefill therefore holds up the requests waiting behind it,
-    the short prompts scheduled in the same step, and the token streams of the running requests.
-    KV-cache blocks are accounted against a notional pool of ``kv_blocks`` × ``block_size``
-    tokens; a request is admitted only when its prompt fits, so the engine never preempts.
+    Continuous batching as vLLM does it, without a prefix cache. Each step decodes one token for
+    every running request and prefills prompts within the step's token budget
+    (``max_num_batched_tokens``, by default the model's context length; a running request's decode
+    costs one token of it), then hands out all the step's tokens at its end. KV-cache blocks are
+    accounted against a notional pool of ``kv_blocks`` × ``block_size`` tokens; a request is
+    admitted only when its prompt fits, so the engine never preempts. ``prefilling`` holds the
+    requests scheduled whose prompts are not yet wholly in the cache.
+
+    ``chunked_prefill=False`` (the ``prefill`` pathology, vLLM with chunked prefill OFF): a waiting
+    request is admitted only when its WHOLE prompt fits in what is left of the budget, and is
+    prefilled in one forward. A long prompt's prefill therefore holds up the requests waiting
+    behind it, the short prompts scheduled in the same step, and the token streams of the running
+    requests.
+
+    ``chunked_prefill=True`` (``prefill --fixed``, TTF001's fix: vLLM's ``--enable-chunked-prefill
+    --max-num-batched-tokens``): after the decodes, the next chunk of each prompt being prefilled,
+    then new prompts from the waiting queue while budget is left, each cut to what is left; while
+    requests wait, ``long_prefill_token_threshold`` tokens of the budget are kept for admitting
+    them, so a short prompt behind a long one is prefilled in the next step instead of after it.
+    No step (so no running request's next token) waits for a whole long prompt. On a CPU the total
+    work is unchanged and no cheaper, so this trades time to first token (each chunk step also
+    runs a decode step, ~20 % more prefill compute in chunks) for inter-token latency and
+    queueing: measured, inter-token p99 and queue p99 fall ~4x, TTFT p50/p99 rise ~1.3-1.5x.
     """
 
     def __init__(
@@ -211,6 +225,8 @@ class GenerationEngine(threading.Thread):
         *,
         max_num_seqs: int = 16,
         max_num_batched_tokens: int | None = None,
+        chunked_prefill: bool = False,
+        long_prefill_token_threshold: int = 0,
         kv_blocks: int = KV_CACHE_BLOCKS,
         block_size: int = KV_BLOCK_SIZE,
     ) -> None:
@@ -218,6 +234,8 @@ class GenerationEngine(threading.Thread):
         self.model = model
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens or model.cfg.max_model_len
+        self.chunked_prefill = chunked_prefill
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.kv_blocks = kv_blocks
         self.block_size = block_size
         self.on_tokens: Callable[..., None] | None = None
@@ -288,38 +306,60 @@ class GenerationEngine(threading.Thread):
         if len(req.output) >= req.max_tokens:
             self._finish(req)
 
-    def _admit(self) -> list[GenRequest]:
-        """Under the lock: drop cancelled requests, then schedule the waiting ones that fit this step."""
+    def _schedule(self) -> tuple[list[tuple[GenRequest, int]], list[GenRequest]]:
+        """Under the lock: drop cancelled requests; this step's prefills (request, tokens) and its decode batch."""
+        for lst in (self.running, self.prefilling):
+            for r in [r for r in lst if r.cancelled.is_set() or r.finished]:
+                lst.remove(r)
+                self._finish(r)
         for r in [r for r in self.waiting if r.cancelled.is_set()]:
             self.waiting.remove(r)
             self._finish(r)
-        for r in [r for r in self.running if r.cancelled.is_set() or r.finished]:
-            self.running.remove(r)
-            self._finish(r)
-        admitted: list[GenRequest] = []
-        budget = self.max_num_batched_tokens - len(self.running)  # one token per running decode
+        decodes = list(self.running)
+        budget = self.max_num_batched_tokens - len(decodes)  # one token per running decode
+        # Prompts being prefilled go first, oldest first; while requests wait, ``threshold`` tokens
+        # of the budget are kept for admitting them, so a short prompt does not wait for a long one.
+        # (Only chunked prefill leaves a prompt part-prefilled at the end of a step.)
+        reserve = min(self.long_prefill_token_threshold, budget) if self.waiting else 0
+        prefills: list[tuple[GenRequest, int]] = []
+        for r in self.prefilling:
+            n = min(len(r.prompt) - r.prefilled, budget - reserve)
+            if n <= 0:
+                break
+            prefills.append((r, n))
+            budget -= n
         blocks = sum(self.blocks_needed(r.num_tokens) for r in self.running)
-        while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
+        blocks += sum(self.blocks_needed(len(r.prompt) + 1) for r in self.prefilling)
+        while self.waiting and budget > 0 and len(self.running) + len(self.prefilling) < self.max_num_seqs:
             nxt = self.waiting[0]
             n = len(nxt.prompt)
-            busy = bool(self.running or admitted)
-            if busy and (n > budget or blocks + self.blocks_needed(n + 1) > self.kv_blocks):
+            busy = bool(self.running or self.prefilling)
+            whole_prompt_too_long = not self.chunked_prefill and n > budget
+            if busy and (whole_prompt_too_long or blocks + self.blocks_needed(n + 1) > self.kv_blocks):
                 break  # FIFO: the next prompt waits for a later step
             self.waiting.popleft()
             nxt.scheduled = time.perf_counter()
-            admitted.append(nxt)
-            budget -= n
+            self.prefilling.append(nxt)
+            take = min(n, budget) if self.chunked_prefill else n
+            prefills.append((nxt, take))
+            budget -= take
             blocks += self.blocks_needed(n + 1)
-        self.prefilling = admitted
-        return admitted
+        return prefills, decodes
 
-    def _prefill(self, req: GenRequest) -> int | None:
-        """The whole prompt in one forward; the first token, or None when it failed."""
+    def _prefill(self, req: GenRequest, n: int) -> int | None:
+        """The next ``n`` prompt tokens into the cache in one forward (without chunked prefill, the whole
+        prompt); the first token once the whole prompt is in, else None (also when it failed)."""
         try:
-            req.generator = torch.Generator().manual_seed(req.seed)
-            req.cache = self.model.new_cache(len(req.prompt) + req.max_tokens)
+            if req.cache is None:
+                req.generator = torch.Generator().manual_seed(req.seed)
+                req.cache = self.model.new_cache(len(req.prompt) + req.max_tokens)
+            start = req.prefilled
+            ids = torch.tensor(req.prompt[start:start + n], dtype=torch.long)
             with torch.no_grad():
-                logits = self.model.prefill(torch.tensor(req.prompt, dtype=torch.long), req.cache)
+                logits = self.model.prefill(ids, req.cache, start)
+                req.prefilled = start + n
+                if req.prefilled < len(req.prompt):
+                    return None
                 token = self._sample(req, logits)
         except Exception as exc:
             log.exception("prefill failed")
@@ -344,137 +384,9 @@ class GenerationEngine(threading.Thread):
                 self._finish(r, exc)
             return None
 
-    def _step(self, admitted: list[GenRequest], batch: list[GenRequest]) -> None:
-        out: list[tuple[GenRequest, int]] = []
-        prompt_tokens = 0
-        for req in admitted:  # every whole prompt first: the running requests wait for them all
-            token = self._prefill(req)
-            if token is not None:
-                out.append((req, token))
-                prompt_tokens += len(req.prompt)
-        batch = [r for r in batch if not r.finished and not r.cancelled.is_set()]
-        if batch:
-            tokens = self._decode(batch)
-            if tokens is not None:
-                out += zip(batch, tokens, strict=True)
-        # counted before the tokens go out, so a client holding its reply finds them counted
-        self._count(prompt=prompt_tokens, generation=len(out), prefix_queries=prompt_tokens, prefix_hits=0)
-        now = time.perf_counter()
-        for req, token in out:
-            self._deliver(req, token, now)
-
-    def run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and not self.waiting and not self.running:
-                    self._cv.wait()
-                if self._stopping:
-                    break
-                admitted = self._admit()
-                batch = list(self.running)
-            self._step(admitted, batch)
-            with self._cv:
-                self.steps += 1
-                self.prefilling = []
-                self.running = [r for r in (*self.running, *admitted) if not r.finished]
-        with self._cv:
-            pending = [*self.waiting, *self.running]
-            self.waiting.clear()
-            self.running.clear()
-        for r in pending:
-            self._finish(r, RuntimeError("the engine stopped"))
-
-
-CHUNKED_PREFILL_TOKENS = 512  # prefill --fixed: the step's token budget (vLLM --max-num-batched-tokens)
-LONG_PREFILL_TOKENS = 256  # ... of which this many are kept for admitting waiting requests
-
-
-class ChunkedPrefillEngine(GenerationEngine):
-    """The engine of ``prefill --fixed``: continuous batching WITH chunked prefill (TTF001's fix).
-
-    Each step has a budget of ``max_num_batched_tokens`` tokens (vLLM's
-    ``--enable-chunked-prefill --max-num-batched-tokens``): first one decode token for every running
-    request, then the next chunk of each prompt being prefilled, then new prompts from the waiting
-    queue while budget is left; while requests wait, ``long_prefill_token_threshold`` tokens of the
-    budget are kept for admitting them, so a short prompt behind a long one is prefilled in the
-    next step instead of after it. No step (so no running request's next token) waits for a
-    whole long prompt. ``prefilling`` holds the requests whose prompt is partly in the cache.
-
-    On a CPU the total work is unchanged and no cheaper, so this trades time to first token (each
-    chunk step also runs a decode step, ~20 % more prefill compute in chunks) for inter-token latency
-    and queueing: measured, inter-token p99 and queue p99 fall ~4x, TTFT p50/p99 rise ~1.3-1.5x.
-    """
-
-    def __init__(
-        self,
-        model: TinyDecoderLM,
-        *,
-        max_num_batched_tokens: int = CHUNKED_PREFILL_TOKENS,
-        long_prefill_token_threshold: int = LONG_PREFILL_TOKENS,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(model, max_num_batched_tokens=max_num_batched_tokens, **kwargs)
-        self.long_prefill_token_threshold = long_prefill_token_threshold
-
-    def _schedule(self) -> tuple[list[tuple[GenRequest, int]], list[GenRequest]]:
-        """Under the lock: this step's prefill chunks (request, tokens) and its decode batch."""
-        for lst in (self.running, self.prefilling):
-            for r in [r for r in lst if r.cancelled.is_set() or r.finished]:
-                lst.remove(r)
-                self._finish(r)
-        for r in [r for r in self.waiting if r.cancelled.is_set()]:
-            self.waiting.remove(r)
-            self._finish(r)
-        decodes = list(self.running)
-        budget = self.max_num_batched_tokens - len(decodes)
-        # Prompts being prefilled go first, oldest first; while requests wait, ``threshold`` tokens
-        # of the budget are kept for admitting them, so a short prompt does not wait for a long one.
-        reserve = min(self.long_prefill_token_threshold, budget) if self.waiting else 0
-        chunks: list[tuple[GenRequest, int]] = []
-        for r in self.prefilling:
-            n = min(len(r.prompt) - r.prefilled, budget - reserve)
-            if n <= 0:
-                break
-            chunks.append((r, n))
-            budget -= n
-        blocks = sum(self.blocks_needed(r.num_tokens) for r in self.running)
-        blocks += sum(self.blocks_needed(len(r.prompt) + 1) for r in self.prefilling)
-        while self.waiting and budget > 0 and len(self.running) + len(self.prefilling) < self.max_num_seqs:
-            nxt = self.waiting[0]
-            busy = bool(self.running or self.prefilling)
-            if busy and blocks + self.blocks_needed(len(nxt.prompt) + 1) > self.kv_blocks:
-                break  # FIFO: the next prompt waits for KV-cache room
-            self.waiting.popleft()
-            nxt.scheduled = time.perf_counter()
-            self.prefilling.append(nxt)
-            n = min(len(nxt.prompt), budget)
-            chunks.append((nxt, n))
-            budget -= n
-            blocks += self.blocks_needed(len(nxt.prompt) + 1)
-        return chunks, decodes
-
-    def _prefill_chunk(self, req: GenRequest, n: int) -> int | None:
-        """The next ``n`` prompt tokens into the cache; the first token after the last chunk, else None."""
-        try:
-            if req.cache is None:
-                req.generator = torch.Generator().manual_seed(req.seed)
-                req.cache = self.model.new_cache(len(req.prompt) + req.max_tokens)
-            start = req.prefilled
-            ids = torch.tensor(req.prompt[start:start + n], dtype=torch.long)
-            with torch.no_grad():
-                logits = self.model.prefill_chunk(ids, start, req.cache)
-                req.prefilled = start + n
-                if req.prefilled < len(req.prompt):
-                    return None
-                token = self._sample(req, logits)
-        except Exception as exc:
-            log.exception("prefill failed")
-            self._finish(req, exc)
-            return None
-        self.prefills += 1
-        return token
-
-    def _chunked_step(self, chunks: list[tuple[GenRequest, int]], decodes: list[GenRequest]) -> None:
+    def _execute(self, prefills: list[tuple[GenRequest, int]], decodes: list[GenRequest]) -> None:
+        """Decode, then prefill; every token of the step goes out at its end, so every request in the
+        step waits for all of its work."""
         out: list[tuple[GenRequest, int]] = []
         prompt_tokens = 0
         batch = [r for r in decodes if not r.finished and not r.cancelled.is_set()]
@@ -482,31 +394,37 @@ class ChunkedPrefillEngine(GenerationEngine):
             tokens = self._decode(batch)
             if tokens is not None:
                 out += zip(batch, tokens, strict=True)
-        for req, n in chunks:
-            token = self._prefill_chunk(req, n)
+        for req, n in prefills:
+            token = self._prefill(req, n)
             if not req.finished:
                 prompt_tokens += n
             if token is not None:
                 out.append((req, token))
+        # counted before the tokens go out, so a client holding its reply finds them counted
         self._count(prompt=prompt_tokens, generation=len(out), prefix_queries=prompt_tokens, prefix_hits=0)
         now = time.perf_counter()
         for req, token in out:
             self._deliver(req, token, now)
 
+    def step(self) -> bool:
+        """One engine step, once there is work; False, doing nothing, once the engine is stopping."""
+        with self._cv:
+            while not self._stopping and not self.waiting and not self.running and not self.prefilling:
+                self._cv.wait()
+            if self._stopping:
+                return False
+            prefills, decodes = self._schedule()
+        self._execute(prefills, decodes)
+        with self._cv:
+            self.steps += 1
+            done = [r for r in self.prefilling if r.finished or r.prefilled >= len(r.prompt)]
+            self.prefilling = [r for r in self.prefilling if r not in done]
+            self.running = [r for r in (*self.running, *done) if not r.finished]
+        return True
+
     def run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and not self.waiting and not self.running and not self.prefilling:
-                    self._cv.wait()
-                if self._stopping:
-                    break
-                chunks, decodes = self._schedule()
-            self._chunked_step(chunks, decodes)
-            with self._cv:
-                self.steps += 1
-                done = [r for r in self.prefilling if r.finished or r.prefilled >= len(r.prompt)]
-                self.prefilling = [r for r in self.prefilling if r not in done]
-                self.running = [r for r in (*self.running, *done) if not r.finished]
+        while self.step():
+            pass
         with self._cv:
             pending = [*self.waiting, *self.prefilling, *self.running]
             self.waiting.clear()
@@ -514,5 +432,3 @@ class ChunkedPrefillEngine(GenerationEngine):
             self.running.clear()
         for r in pending:
             self._finish(r, RuntimeError("the engine stopped"))
-
-

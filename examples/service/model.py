@@ -131,13 +131,23 @@ class DecoderLayer(nn.Module):
         out: torch.Tensor = x + self.down(F.gelu(self.up(self.norm2(x))))
         return out
 
-    def prefill(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """x ``[1, L, d]``: attention of every prompt position over all earlier ones (O(L²)); fills the cache."""
+    def prefill(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], start: int = 0) -> torch.Tensor:
+        """x ``[1, C, d]``: prompt positions ``start .. start+C-1`` (a whole prompt, or a chunk of one).
+
+        Writes the positions' keys and values into the cache, then lets every position attend over
+        the cached prefix and the earlier positions given (O(C·(start+C))); from ``start == 0``,
+        plain causal attention over the positions given.
+        """
         _, length, d = x.shape
+        end = start + length
         q, k, v = self.qkv(self.norm1(x)).view(1, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        cache[0][:, :length] = k[0]
-        cache[1][:, :length] = v[0]
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        cache[0][:, start:end] = k[0]
+        cache[1][:, start:end] = v[0]
+        if start == 0:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            mask = torch.ones(length, end, dtype=torch.bool).tril(diagonal=start)  # j <= start + i
+            a = F.scaled_dot_product_attention(q, cache[0][None, :, :end], cache[1][None, :, :end], attn_mask=mask)
         x = x + self.proj(a.transpose(1, 2).reshape(1, length, d))
         return self._mlp(x)
 
@@ -154,25 +164,6 @@ class DecoderLayer(nn.Module):
             a = F.scaled_dot_product_attention(q[b][None, :, None], kc[None, :, : pos + 1], vc[None, :, : pos + 1])
             out.append(a.reshape(d))
         x = x + self.proj(torch.stack(out))
-        return self._mlp(x)
-
-    def prefill_chunk(self, x: torch.Tensor, start: int, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """x ``[1, C, d]``: prompt positions ``start .. start+C-1`` (chunked prefill, the ``--fixed`` prefill).
-
-        Writes the chunk's keys and values into the cache, then lets every position attend over the
-        cached prefix and the chunk's earlier positions; with ``start == 0`` this is ``prefill``.
-        """
-        _, length, d = x.shape
-        end = start + length
-        q, k, v = self.qkv(self.norm1(x)).view(1, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        cache[0][:, start:end] = k[0]
-        cache[1][:, start:end] = v[0]
-        if start == 0:
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            mask = torch.ones(length, end, dtype=torch.bool).tril(diagonal=start)  # j <= start + i
-            a = F.scaled_dot_product_attention(q, cache[0][None, :, :end], cache[1][None, :, :end], attn_mask=mask)
-        x = x + self.proj(a.transpose(1, 2).reshape(1, length, d))
         return self._mlp(x)
 
 
@@ -200,24 +191,17 @@ class TinyDecoderLM(nn.Module):
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(h), self.embed.weight)  # the LM head is tied to the embedding
 
-    def prefill(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """ids ``[L]`` → logits ``[vocab]`` of the next token; the whole prompt in one forward."""
-        length = ids.shape[0]
-        x = (self.embed(ids) + self.pos(torch.arange(length)))[None]
-        for layer, layer_cache in zip(self._decoder_layers(), cache, strict=True):
-            x = layer.prefill(x, layer_cache)
-        return self._logits(x[0, -1])
+    def prefill(self, ids: torch.Tensor, cache: KVCache, start: int = 0) -> torch.Tensor:
+        """ids ``[C]``, prompt tokens from position ``start`` → logits ``[vocab]`` of the token after them.
 
-    def prefill_chunk(self, ids: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
-        """ids ``[C]``, the prompt's tokens from position ``start`` → logits ``[vocab]`` after the chunk.
-
-        Prefilling a prompt chunk by chunk fills the same cache and ends with the same logits as
-        ``prefill`` (up to float rounding); the logits matter only after the last chunk.
+        The whole prompt in one forward (``start == 0``), or chunk by chunk (chunked prefill):
+        both fill the same cache and end with the same logits (up to float rounding); after a
+        chunk that does not end the prompt the logits are not used.
         """
         length = ids.shape[0]
         x = (self.embed(ids) + self.pos(torch.arange(start, start + length)))[None]
         for layer, layer_cache in zip(self._decoder_layers(), cache, strict=True):
-            x = layer.prefill_chunk(x, start, layer_cache)
+            x = layer.prefill(x, layer_cache, start)
         return self._logits(x[0, -1])
 
     def decode(self, tokens: list[int], positions: list[int], caches: list[KVCache]) -> torch.Tensor:

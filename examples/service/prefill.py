@@ -1,15 +1,16 @@
 """``prefill``: streaming generation where the whole-prompt prefill of long prompts dominates TTFT.
 
 Streaming text generation with a small GPT-style decoder (8 layers, KV cache) run by ONE
-``model-worker`` engine thread that does continuous batching WITHOUT chunked prefill and without a
-prefix cache: each step prefills at most one new prompt in a single forward (causal attention over
-the whole prompt, so the cost grows faster than the prompt length), then decodes one token for
-every running request. The body is ``{"prompt": "text", "max_tokens": 64, "stream": true}`` (or
-``"prompt_tokens": [ids]``); the word-level tokeniser makes one token per word. The reply is chunked
-NDJSON, one line ``{"index", "token", "text"}`` per token as it is generated, then a summary line
-with ``"done": true`` and the request's ttft/queue/prefill/decode times (``"stream": false``: one
-JSON reply). Prompts of thousands of tokens take seconds to prefill, dominate time to first token,
-and stall the other requests' token streams.
+``model-worker`` engine thread (``engine.GenerationEngine``) that does continuous batching WITHOUT
+chunked prefill and without a prefix cache: each step decodes one token for every running request
+and prefills each new prompt it admits in a single forward (causal attention over the whole
+prompt, so the cost grows faster than the prompt length). The body is ``{"prompt": "text",
+"max_tokens": 64, "stream": true}`` (or ``"prompt_tokens": [ids]``); the word-level tokeniser makes
+one token per word. The reply is chunked NDJSON, one line ``{"index", "token", "text"}`` per token
+as it is generated, then a summary line with ``"done": true`` and the request's
+ttft/queue/prefill/decode times (``"stream": false``: one JSON reply). Prompts of thousands of
+tokens take seconds to prefill, dominate time to first token, and stall the other requests' token
+streams.
 
 ``--fixed`` (TTF001's fix): chunked prefill. Each engine step has a 512-token budget (decodes
 first, then prompt chunks, 256 tokens kept for admitting waiting prompts), so a long prompt no
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from examples.service.base import JOB_TIMEOUT_S, STOP_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.engine import ChunkedPrefillEngine, GenerationEngine, GenRequest
+from examples.service.engine import GenerationEngine, GenRequest
 from examples.service.metrics import Metrics
 from examples.service.model import DecoderConfig, TinyDecoderLM
 
@@ -41,6 +42,8 @@ PREFILL_MODEL = DecoderConfig(vocab=8192, d_model=320, n_heads=5, d_hidden=1280,
 _WORD = re.compile(r"\w+|[^\w\s]")
 DEFAULT_MAX_TOKENS = 128
 MAX_MAX_TOKENS = 1024
+CHUNKED_PREFILL_TOKENS = 512  # prefill --fixed: the step's token budget (vLLM --max-num-batched-tokens)
+LONG_PREFILL_TOKENS = 256  # ... of which this many are kept for admitting waiting requests
 
 
 def tokenize(text: str, vocab: int) -> list[int]:
@@ -61,7 +64,12 @@ class PrefillPathology(Pathology):
         torch.manual_seed(0)
         self.cfg = cfg
         self.model = TinyDecoderLM(cfg).eval()
-        self.engine = ChunkedPrefillEngine(self.model) if chunked else GenerationEngine(self.model)
+        if chunked:  # the fix: vLLM's --enable-chunked-prefill --max-num-batched-tokens 512
+            self.engine = GenerationEngine(self.model, chunked_prefill=True,
+                                           max_num_batched_tokens=CHUNKED_PREFILL_TOKENS,
+                                           long_prefill_token_threshold=LONG_PREFILL_TOKENS)
+        else:
+            self.engine = GenerationEngine(self.model)
         self.engine.start()
         self._ids = itertools.count(1)
 
