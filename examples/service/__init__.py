@@ -54,17 +54,7 @@ from examples.service.cpu_preprocess import (
     preprocess_fast,
     resize,
 )
-from examples.service.engine import (
-    BATCH_WAIT_S,
-    KV_BLOCK_SIZE,
-    KV_CACHE_BLOCKS,
-    MAX_BATCH,
-    BatchingWorkerPool,
-    GenerationEngine,
-    GenRequest,
-    Job,
-    ModelWorker,
-)
+from examples.service.engine import KV_BLOCK_SIZE, KV_CACHE_BLOCKS, GenerationEngine, GenRequest, Job, WorkerPool
 from examples.service.healthy import HEALTHY_MODEL
 from examples.service.metrics import (
     ITL_BUCKETS,
@@ -99,6 +89,8 @@ from examples.service.prefill import (
     tokenize,
 )
 from examples.service.queueing import (
+    BATCH_WAIT_S,
+    MAX_BATCH,
     QUEUEING_MODEL,
     BatchingQueuePathology,
     WorkerQueuePathology,
@@ -132,7 +124,6 @@ __all__ = [
     "TTFT_BUCKETS",
     "BadRequest",
     "BatchingQueuePathology",
-    "BatchingWorkerPool",
     "CpuPreprocessPathology",
     "DecoderConfig",
     "DecoderLayer",
@@ -149,7 +140,6 @@ __all__ = [
     "KVCache",
     "MLPBlock",
     "Metrics",
-    "ModelWorker",
     "Pathology",
     "PrefillPathology",
     "RecompilePathology",
@@ -158,6 +148,7 @@ __all__ = [
     "TinyDecoderLM",
     "TokenClassifier",
     "TokenModelConfig",
+    "WorkerPool",
     "WorkerQueuePathology",
     "build_1_2_5_buckets",
     "configure_recompile_storm",

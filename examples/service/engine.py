@@ -1,8 +1,8 @@
 """The model-serving loops of the demo service.
 
-``ModelWorker`` and ``BatchingWorkerPool`` run inferences handed over a queue (``queueing``,
-``healthy``); ``GenerationEngine`` is the step-wise scheduler of text generation (``prefill``,
-without and with chunked prefill).
+``WorkerPool`` runs the inferences handed over a queue (``queueing`` with one worker, its fix with
+a worker per core and dynamic batching, ``healthy``); ``GenerationEngine`` is the step-wise
+scheduler of text generation (``prefill``, without and with chunked prefill).
 """
 
 from __future__ import annotations
@@ -36,51 +36,17 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class ModelWorker(threading.Thread):
-    """The single thread that runs every inference, fed by a ``queue.Queue``."""
+class WorkerPool:
+    """``workers`` model-worker threads on ONE shared queue, each serving the next request with one forward.
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(name="model-worker", daemon=True)
-        self.model = model
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
-        self.busy = False
+    With ``max_batch`` > 1 a worker also takes whatever else arrives within ``max_wait_s`` of the
+    first request, up to ``max_batch`` requests, and serves them with a single forward (dynamic
+    batching). One worker without batching is the ``queueing`` pathology's single ``model-worker``
+    thread; a worker per core with batching is its fix. The threads are named ``model-worker``
+    (one) or ``model-worker-0``, ``-1``, ... (several).
+    """
 
-    def submit(self, tokens: torch.Tensor) -> Job:
-        job = Job(tokens=tokens, enqueued=time.perf_counter())
-        self.jobs.put(job)
-        return job
-
-    def run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            job.started = time.perf_counter()
-            self.busy = True
-            try:
-                with torch.no_grad():
-                    job.result = self.model(job.tokens)
-            except BaseException as exc:
-                job.error = exc
-            finally:
-                self.busy = False
-                job.finished = time.perf_counter()
-                job.done.set()
-
-    def stop(self) -> None:
-        self.jobs.put(None)
-
-
-MAX_BATCH = 8  # queueing --fixed: requests one forward serves at most
-BATCH_WAIT_S = 0.05  # how long a worker waits for more requests after the first (Triton's max_queue_delay)
-
-
-class BatchingWorkerPool:
-    """``workers`` model-worker threads on ONE shared queue; each serves up to ``max_batch``
-    queued requests with a single forward (dynamic batching)."""
-
-    def __init__(self, model: nn.Module, workers: int, max_batch: int = MAX_BATCH,
-                 max_wait_s: float = BATCH_WAIT_S) -> None:
+    def __init__(self, model: nn.Module, workers: int = 1, max_batch: int = 1, max_wait_s: float = 0.0) -> None:
         self.model = model
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
@@ -88,10 +54,15 @@ class BatchingWorkerPool:
         self._lock = threading.Lock()
         self.running = 0  # requests inside a forward right now
         self.batches = 0
-        self.threads = [threading.Thread(target=self._loop, name=f"model-worker-{i}", daemon=True)
-                        for i in range(workers)]
+        names = ["model-worker"] if workers == 1 else [f"model-worker-{i}" for i in range(workers)]
+        self.threads = [threading.Thread(target=self._loop, name=name, daemon=True) for name in names]
         for t in self.threads:
             t.start()
+
+    @property
+    def busy(self) -> bool:
+        """Some worker is inside a forward."""
+        return self.running > 0
 
     def submit(self, tokens: torch.Tensor) -> Job:
         job = Job(tokens=tokens, enqueued=time.perf_counter())

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from examples.service.base import JOB_TIMEOUT_S, STOP_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.engine import BatchingWorkerPool, Job, ModelWorker
+from examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
+from examples.service.engine import Job, WorkerPool
 from examples.service.model import TokenClassifier, TokenModelConfig, summarize_logits
 
 
@@ -29,16 +29,20 @@ def default_pool_workers() -> int:
 QUEUEING_MODEL = TokenModelConfig(vocab=32000, d_model=768, d_hidden=3072, n_blocks=4, seq_len=128)
 
 
+MAX_BATCH = 8  # queueing --fixed: requests one forward serves at most
+BATCH_WAIT_S = 0.05  # how long a worker waits for more requests after the first (Triton's max_queue_delay)
+
+
 class WorkerQueuePathology(Pathology):
     """Threaded HTTP front, one model-worker thread behind a queue (``queueing`` and ``healthy``)."""
 
-    def __init__(self, name: str, cfg: TokenModelConfig) -> None:
+    def __init__(self, name: str, cfg: TokenModelConfig, workers: int = 1, max_batch: int = 1,
+                 max_wait_s: float = 0.0) -> None:
         self.name = name
         self.cfg = cfg
         torch.manual_seed(0)
         self.model = TokenClassifier(cfg.vocab, cfg.d_model, cfg.d_hidden, cfg.n_blocks).eval()
-        self.worker = ModelWorker(self.model)
-        self.worker.start()
+        self.pool = WorkerPool(self.model, workers, max_batch, max_wait_s)
 
     def _tokens(self, doc: dict[str, Any]) -> torch.Tensor:
         raw = doc.get("tokens")
@@ -49,9 +53,10 @@ class WorkerQueuePathology(Pathology):
         return torch.tensor([ids], dtype=torch.long)
 
     def _run(self, tokens: torch.Tensor) -> Job:
-        job = self.worker.submit(tokens)
+        job = self.pool.submit(tokens)
         if not job.done.wait(JOB_TIMEOUT_S):
-            raise TimeoutError("the model worker did not answer in time")
+            who = "worker" if len(self.pool.threads) == 1 else "workers"
+            raise TimeoutError(f"the model {who} did not answer in time")
         if job.error is not None:
             raise job.error
         return job
@@ -80,17 +85,15 @@ class WorkerQueuePathology(Pathology):
         return InferenceResult(out, stages, queue_s=queue_s, prompt_tokens=int(tokens.shape[1]))
 
     def running_waiting(self, in_flight: int) -> tuple[int, int]:
-        running = 1 if self.worker.busy else 0
-        return running, self.worker.jobs.qsize()
+        return self.pool.running, self.pool.jobs.qsize()
 
     def stats(self) -> dict[str, Any]:
-        return {"queue_depth": self.worker.jobs.qsize(), "worker_busy": self.worker.busy}
+        return {"queue_depth": self.pool.jobs.qsize(), "worker_busy": self.pool.busy}
 
     def close(self) -> None:
         # Join: a daemon thread still inside a torch kernel when the interpreter exits aborts
         # the process (SIGABRT) instead of the clean exit SIGTERM asks for.
-        self.worker.stop()
-        self.worker.join(timeout=STOP_TIMEOUT_S)
+        self.pool.stop()
 
 
 class BatchingQueuePathology(WorkerQueuePathology):
@@ -102,30 +105,11 @@ class BatchingQueuePathology(WorkerQueuePathology):
     """
 
     def __init__(self, name: str, cfg: TokenModelConfig, workers: int | None = None) -> None:
-        # not WorkerQueuePathology.__init__: that starts the single worker this variant replaces
-        self.name = name
-        self.cfg = cfg
-        torch.manual_seed(0)
-        self.model = TokenClassifier(cfg.vocab, cfg.d_model, cfg.d_hidden, cfg.n_blocks).eval()
-        self.pool = BatchingWorkerPool(self.model, default_pool_workers() if workers is None else workers)
-
-    def _run(self, tokens: torch.Tensor) -> Job:
-        job = self.pool.submit(tokens)
-        if not job.done.wait(JOB_TIMEOUT_S):
-            raise TimeoutError("the model workers did not answer in time")
-        if job.error is not None:
-            raise job.error
-        return job
-
-    def running_waiting(self, in_flight: int) -> tuple[int, int]:
-        return self.pool.running, self.pool.jobs.qsize()
+        super().__init__(name, cfg, default_pool_workers() if workers is None else workers, MAX_BATCH, BATCH_WAIT_S)
 
     def stats(self) -> dict[str, Any]:
         return {"queue_depth": self.pool.jobs.qsize(), "running": self.pool.running,
                 "workers": len(self.pool.threads), "max_batch": self.pool.max_batch, "batches": self.pool.batches}
-
-    def close(self) -> None:
-        self.pool.stop()
 
 
 def make(fixed: bool = False) -> Pathology:

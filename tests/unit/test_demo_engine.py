@@ -1,16 +1,86 @@
-"""The demo service's generation engine, stepped by hand (its thread never started): what each
-step prefills without and with chunked prefill, and that a long prompt holds up a short one only
-without it."""
+"""The demo service's serving loops (examples/service/engine.py).
+
+The worker pool with a model that holds its first forward until the test lets it go: one worker
+serves request by request, a batching one serves what queued meanwhile in one forward. The
+generation engine stepped by hand (its thread never started): what each step prefills without and
+with chunked prefill, and that a long prompt holds up a short one only without it."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 
 import pytest
 import torch
+from torch import nn
 
-from examples.service.engine import GenerationEngine, GenRequest
+from examples.service.engine import GenerationEngine, GenRequest, Job, WorkerPool
 from examples.service.model import DecoderConfig, TinyDecoderLM
+
+
+class GatedModel(nn.Module):
+    """Echoes its input as logits, recording each batch size; the first forward waits for ``gate``."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.batch_sizes: list[int] = []
+        self.fail = fail
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.batch_sizes.append(x.shape[0])
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(30), "the test did not open the gate"
+        if self.fail:
+            raise RuntimeError("the model failed")
+        return x.float()
+
+
+def _serve_five(pool: WorkerPool, model: GatedModel) -> list[Job]:
+    """One job that holds a worker, four more (queued behind it when it is the only worker), then all go through."""
+    jobs = [pool.submit(torch.tensor([[1]]))]
+    assert model.entered.wait(30)
+    jobs += [pool.submit(torch.tensor([[i]])) for i in range(2, 6)]
+    assert pool.busy
+    if len(pool.threads) == 1:
+        assert pool.jobs.qsize() == 4
+    model.gate.set()
+    for job in jobs:
+        assert job.done.wait(30)
+    pool.stop()
+    assert not any(t.is_alive() for t in pool.threads)
+    return jobs
+
+
+def test_one_worker_serves_one_request_per_forward() -> None:
+    model = GatedModel()
+    pool = WorkerPool(model)
+    assert [t.name for t in pool.threads] == ["model-worker"]
+    jobs = _serve_five(pool, model)
+    assert model.batch_sizes == [1, 1, 1, 1, 1] and pool.batches == 5
+    assert [int(j.result.item()) for j in jobs if j.result is not None] == [1, 2, 3, 4, 5]
+    assert all(a.finished <= b.started for a, b in itertools.pairwise(jobs))  # one after another
+
+
+def test_a_batching_worker_serves_what_queued_in_one_forward() -> None:
+    model = GatedModel()
+    pool = WorkerPool(model, workers=1, max_batch=4, max_wait_s=0.0)
+    jobs = _serve_five(pool, model)
+    assert model.batch_sizes == [1, 4] and pool.batches == 2
+    assert [int(j.result.item()) for j in jobs if j.result is not None] == [1, 2, 3, 4, 5]  # each its own row
+    assert jobs[1].started == jobs[4].started and jobs[1].finished == jobs[4].finished
+
+
+def test_several_workers_are_numbered_and_a_failed_forward_fails_its_jobs() -> None:
+    model = GatedModel(fail=True)
+    pool = WorkerPool(model, workers=2)
+    assert [t.name for t in pool.threads] == ["model-worker-0", "model-worker-1"]
+    jobs = _serve_five(pool, model)
+    assert all(isinstance(j.error, RuntimeError) and j.result is None for j in jobs)
+    assert not pool.busy
+
 
 CFG = DecoderConfig(vocab=97, d_model=32, n_heads=4, d_hidden=64, n_layers=2, max_model_len=512)
 
