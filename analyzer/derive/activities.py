@@ -16,6 +16,11 @@ How a stack is classified:
    user function ``decode_step`` that calls the model is ``forward`` (torch is innermost), while
    a user function ``preprocess`` that loops in pure Python is ``preprocess`` (its own name).
 3. No row matched: ``other``.
+
+A service's own files have no row: the library frames on its stacks and its function names (the
+by-name rows) decide, so the same code is classified the same wherever it lives (the demo
+service's stacks, recorded when it was the one file ``examples/service.py``, classify the same
+under its package ``examples/service/``).
 """
 
 from __future__ import annotations
