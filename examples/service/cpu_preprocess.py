@@ -38,7 +38,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 def decode_image(data: bytes) -> Image.Image:
     """Decode the JPEG at full resolution (no ``draft`` mode) and convert to RGB."""
-    img = Image.open(io.BytesIO(data))
+    img: Image.Image = Image.open(io.BytesIO(data))
     img = ImageOps.exif_transpose(img)
     return img.convert("RGB")
 

@@ -33,7 +33,8 @@ class TinyCNN(nn.Module):
         self.head = nn.Linear(64, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
+        out: torch.Tensor = self.head(self.features(x))
+        return out
 
 
 class MLPBlock(nn.Module):
@@ -46,7 +47,8 @@ class MLPBlock(nn.Module):
         self.down = nn.Linear(d_hidden, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(self.norm(x))))
+        out: torch.Tensor = x + self.down(torch.relu(self.up(self.norm(x))))
+        return out
 
 
 class TokenClassifier(nn.Module):
@@ -59,7 +61,8 @@ class TokenClassifier(nn.Module):
         self.head = nn.Linear(d_model, num_classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.embed(tokens)).mean(dim=1))
+        out: torch.Tensor = self.head(self.blocks(self.embed(tokens)).mean(dim=1))
+        return out
 
 
 class ResidualLinear(nn.Module):
@@ -86,7 +89,8 @@ class FeatureMLP(nn.Module):
         self.head = nn.Linear(width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)))
+        out: torch.Tensor = self.head(self.blocks(self.stem(x)))
+        return out
 
 
 @dataclass(frozen=True)
