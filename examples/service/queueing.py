@@ -20,21 +20,17 @@ from examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pa
 from examples.service.engine import Job, WorkerPool
 from examples.service.model import TokenClassifier, TokenModelConfig, summarize_logits
 
-
-def default_pool_workers() -> int:
-    """Worker processes or threads for a fixed variant: one per core, at least 2, at most 4."""
-    return max(2, min(4, os.cpu_count() or 2))
-
-
 QUEUEING_MODEL = TokenModelConfig(vocab=32000, d_model=768, d_hidden=3072, n_blocks=4, seq_len=128)
-
-
 MAX_BATCH = 8  # queueing --fixed: requests one forward serves at most
 BATCH_WAIT_S = 0.05  # how long a worker waits for more requests after the first (Triton's max_queue_delay)
 
 
 class WorkerQueuePathology(Pathology):
-    """Threaded HTTP front, one model-worker thread behind a queue (``queueing`` and ``healthy``)."""
+    """Threaded HTTP front, one model-worker thread behind a queue (``queueing`` and ``healthy``).
+
+    ``workers``, ``max_batch`` and ``max_wait_s`` size the pool (``engine.WorkerPool``); the
+    pathology is one worker that does not batch.
+    """
 
     def __init__(self, name: str, cfg: TokenModelConfig, workers: int = 1, max_batch: int = 1,
                  max_wait_s: float = 0.0) -> None:
@@ -91,9 +87,14 @@ class WorkerQueuePathology(Pathology):
         return {"queue_depth": self.pool.jobs.qsize(), "worker_busy": self.pool.busy}
 
     def close(self) -> None:
-        # Join: a daemon thread still inside a torch kernel when the interpreter exits aborts
-        # the process (SIGABRT) instead of the clean exit SIGTERM asks for.
+        # stop() joins: a daemon thread still inside a torch kernel when the interpreter exits
+        # aborts the process (SIGABRT) instead of the clean exit SIGTERM asks for.
         self.pool.stop()
+
+
+def default_pool_workers() -> int:
+    """Model-worker threads for the fix: one per core, at least 2, at most 4."""
+    return max(2, min(4, os.cpu_count() or 2))
 
 
 class BatchingQueuePathology(WorkerQueuePathology):
