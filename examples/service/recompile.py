@@ -4,7 +4,8 @@ The model is wrapped in ``torch.compile(dynamic=False)`` and every request is se
 size the service has not seen before, so dynamo/inductor recompile on every call.
 
 ``--fixed`` (CMP001's fix): ``torch.compile(dynamic=True)``: the batch dimension is symbolic, and
-its two graphs (batch 1 and batch N) are compiled before READY; the batcher's new sizes no longer
+its two graphs (batch 1 and batch N) are compiled before READY and one request at a time runs the
+compiled model (dynamo's guard check is not thread-safe); the batcher's new sizes no longer
 recompile.
 """
 
@@ -127,6 +128,16 @@ class DynamicShapePathology(RecompilePathology):
     def __init__(self) -> None:
         super().__init__()
         self.model = torch.compile(self.eager, dynamic=True)
+        # One request at a time runs the compiled model, as a batcher's single model thread does.
+        # Dynamo's guard check is not safe to run from several threads at once: with concurrent
+        # callers (torch 2.13, CPU) a guard fails spuriously now and then and dynamo compiles a
+        # graph it already has ("Unexpected recompilation: runtime guards failed even though they
+        # passed during recompilation-reason analysis"), which is the very recompile the fix removes.
+        self._model_lock = threading.Lock()
+
+    def _forward(self, batch_size: int) -> tuple[torch.Tensor, bool]:
+        with self._model_lock:
+            return super()._forward(batch_size)
 
     def _next_batch_size(self) -> int:
         # The same counter-driven batcher, bounded as a real one is: served fast, the unbounded
