@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from analyzer import pipeline
+from analyzer import output, pipeline
 from analyzer.config import Config
 from analyzer.config import load as load_config
 from analyzer.derive.session import ATTACH_COST as ATTACH_COST_FILE
@@ -184,6 +184,7 @@ class AttachOptions:
     nsys: bool = False
     progress: Callable[[float, float], None] | None = None  # (elapsed, total)
     config: Config = field(default_factory=Config)  # rule settings (--config): recorded in the session
+    force: bool = False  # --force: replace a session (or .tar.gz) already at output
 
 
 def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Session, Diagnosis]:
@@ -204,9 +205,9 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     out = opts.output or default_output(opts.pid)
     pack = out.endswith(".tar.gz")
     folder = out[: -len(".tar.gz")] if pack else out
-    if pack and os.path.lexists(out):  # checked before the window: the pack step never overwrites
-        raise DiagnoseError(f"{out} already exists.", "Remove it or pass another -o name.")
-    os.makedirs(folder, exist_ok=True)
+    if pack:  # checked before the window: the pack step overwrites only with force
+        output.check_file(out, opts.force)
+    output.make_session_folder(folder, opts.force)  # new or empty; an old session only with force
 
     info = process_collector.target_info(opts.pid)
     cache_dir = process_collector.inductor_cache_dir(opts.pid)
@@ -376,7 +377,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None) -> tuple[Se
     if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
         from analyzer.pack import pack as pack_session
 
-        pack_session(folder, out)
+        pack_session(folder, out, force=opts.force)
     return session, diagnosis
 
 
@@ -585,7 +586,7 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
     opts = AttachOptions(pid=args.pid, duration_s=args.duration, output=args.output, rate_hz=args.rate,
                          light=bool(getattr(args, "light", False)), logs=list(args.log), metrics=list(args.metrics),
                          nsys=args.nsys, cgroup_root=getattr(args, "cgroup_root", None),
-                         config=load_config(getattr(args, "config", None)))
+                         config=load_config(getattr(args, "config", None)), force=bool(getattr(args, "force", False)))
     try:
         if sys.stderr.isatty() and args.format == "text":
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
