@@ -39,6 +39,7 @@ from analyzer.derive.session import ATTACH_COST as ATTACH_COST_FILE
 from analyzer.errors import AttachError, DiagnoseError
 from analyzer.model import CaptureStatus, Diagnosis, Session, Target, Window
 from analyzer.sources import (
+    BusyProbe,
     CgroupSource,
     LogSource,
     MetricsSource,
@@ -134,7 +135,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     """Record a session for ``opts.duration_s`` and diagnose it. Returns (session, diagnosis).
 
     ``extra``: more sources recorded over the same window (``analyzer.sweep`` drives its load with one),
-    started first and stopped last, their captures listed after the attach's own.
+    started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
@@ -161,7 +162,6 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         return stop.is_set() or process.gone
 
     sources = [*window_sources(opts, folder, process, should_stop), *extra]
-    process.probe()  # before the window: what is busy, for py-spy's budget
     ran = run_window(sources, opts.duration_s, stop, should_stop, opts.progress)
     window = ran.window
     cut = ""
@@ -206,6 +206,7 @@ def window_sources(opts: AttachOptions, folder: str, process: ProcessSource,
         process,
         NvmlSource(opts.pid, folder),
         CgroupSource(opts.pid, folder, opts.cgroup_root),
+        BusyProbe(process),  # before the window opens: what is busy, for py-spy's budget
         *([NsysSource(opts.pid, folder)] if opts.nsys else []),
         *(LogSource(p, folder, i) for i, p in enumerate(opts.logs)),
         *(LogSource(p, folder, i, collector="probe") for i, p in enumerate(announced)),

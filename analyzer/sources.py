@@ -187,6 +187,27 @@ class ProcessSource:
                        (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST))
 
 
+class BusyProbe:
+    """Not evidence but a step of the window: before it opens, ``ProcessSource.probe`` (the target's
+    identity, and two full samples ``PROBE_S`` apart that say what is busy, which py-spy's budget is
+    planned from). Listed outside the samplers and the cgroup, and inside the service's files and any
+    load (``analyzer.sweep``), so it sees the service as the window will. It hands back no capture."""
+
+    collector = "process"
+
+    def __init__(self, process: ProcessSource) -> None:
+        self.process = process
+
+    def start(self) -> None:
+        self.process.probe()
+
+    def stop(self) -> None:
+        """Nothing here."""
+
+    def capture(self, window: Window, cut: str) -> None:
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # py-spy: the window's recorder
 # ---------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_attach_composes_its_sources_innermost_first(tmp_path: Path) -> None:
     process = sources.ProcessSource(ME, str(tmp_path))
     composed = attach.window_sources(opts, str(tmp_path), process, lambda: False)
     assert [type(s).__name__ for s in composed] == [
-        "PySpySource", "ProcessSource", "NvmlSource", "CgroupSource", "NsysSource", "LogSource",
+        "PySpySource", "ProcessSource", "NvmlSource", "CgroupSource", "BusyProbe", "NsysSource", "LogSource",
         "ProbeSnapshotSource", "MetricsSource"]
     assert composed[1] is process
 
@@ -183,3 +183,22 @@ def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: N
     for name in ("process", "heartbeat"):
         assert by_name[name].status is CaptureStatus.PARTIAL
         assert by_name[name].reason.startswith("stopped early by the user after")
+
+
+def test_sweep_loads_the_service_through_the_whole_window(tmp_path: Path, no_pyspy: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``diagnose sweep --pid``: its clients are one more source, started before the busy probe sees the service."""
+    from analyzer import sweep
+
+    calls: list[str] = []
+    monkeypatch.setattr(sweep, "run_step", lambda spec, c, warm, secs: calls.append(f"load {c} for {secs:.1f} s"))
+    probe = sources.ProcessSource.probe
+    monkeypatch.setattr(sources.ProcessSource, "probe", lambda self: (calls.append("probe"), probe(self))[1])
+    monkeypatch.chdir(tmp_path)  # the session is written under the default name, here
+    opts = sweep.SweepOptions(url="http://127.0.0.1:9/", pid=ME, attach_duration_s=0.5, warmup_s=0.0)
+    doc = sweep.attach_at(sweep.request_spec(opts), opts, 4, progress=lambda msg: None)
+    assert calls == ["load 4 for 2.5 s", "probe"]
+    manifest = json.loads((Path(doc["session"]) / "manifest.json").read_text())
+    load = manifest["captures"][-1]
+    assert load["collector"] == "load" and load["status"] == "ok"
+    assert load["reason"] == "4 closed-loop client(s) of diagnose sweep loaded http://127.0.0.1:9/"
