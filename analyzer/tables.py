@@ -1,4 +1,4 @@
-"""A recorded session → ``reports.data.SessionData``: the one place that turns a session into tables.
+"""A recorded session → ``analyzer.session_data.SessionData``: the one place that turns a session into tables.
 
 This is the analyzer side of the reports: like the pipeline, it reads the session's raw files with
 the collectors' own parsers (no second parser for a format) and the analyzer's derivations, then
@@ -25,12 +25,12 @@ from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
 from analyzer.redact import redact_command, redact_text
+from analyzer.session_data import COLUMNS as TABLE_COLUMNS
+from analyzer.session_data import TABLES, SessionData, make_table
+from analyzer.stage_stats import stage_rows
 from collectors import engine_log, nvml, process, prom, pyspy, timing
 from collectors.compile_log import CompileLogParser
 from collectors.logtext import clean_lines, looks_binary
-from reports.data import COLUMNS as TABLE_COLUMNS
-from reports.data import TABLES, SessionData, make_table
-from reports.terminal import stage_rows
 
 MAX_REQUESTS = 10_000  # the latest requests kept (by completion); percentiles come from the evidence
 MAX_STACKS = 300  # the py-spy stacks with the most samples
