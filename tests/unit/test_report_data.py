@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analyzer import tables
+from analyzer.derive import series
 from analyzer.derive.activities import Activity, classify
 from analyzer.errors import InputError
 from collectors import nsys, nvml, process, pyspy, snapshot
@@ -464,7 +465,7 @@ def test_glog_time_of_day_lands_on_the_window_date(line_time: str, window_start:
     start = datetime(*window_start).timestamp()  # type: ignore[arg-type]
     *ymdhm, sec = expected
     want = datetime(*(int(x) for x in ymdhm)).timestamp() + sec  # type: ignore[arg-type]
-    assert tables._time_of_log(stamp, start, start + 30) == pytest.approx(want)
+    assert series.time_of_log(stamp, start, start + 30) == pytest.approx(want)
 
 
 def test_events_are_bounded_and_untimed_totals_kept(tmp_path: Path) -> None:
