@@ -21,8 +21,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESENTERS = ("reports", "dashboard")
-# the command line: each renders what its command asked for (--format, -o)
-COMMANDS = {"analyzer/cli.py", "analyzer/cli_fleet.py", "analyzer/demo.py", "analyzer/fleet_demo.py"}
+# the command line: each renders what its command asked for (--format, -o); output.py is its
+# registry of formats, the one table that names each format's presenter
+COMMANDS = {"analyzer/cli.py", "analyzer/cli_fleet.py", "analyzer/demo.py", "analyzer/fleet_demo.py",
+            "analyzer/output.py"}
 
 
 def _imported(path: Path) -> set[str]:
