@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from analyzer.derive.emit import FirstWins
 from analyzer.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table
 from analyzer.model import Evidence, Quality
 from collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
@@ -90,17 +91,8 @@ def _largest(c: Call) -> tuple[int, ...]:
     return max(c.shapes, key=math.prod) if c.shapes else ()
 
 
-class _Out:
+class _Out(FirstWins):
     """Evidence by key, first writer wins (sources are added best first)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.items: dict[str, Evidence] = {}
-
-    def add(self, key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            return
-        self.items.setdefault(key, Evidence(key, value, unit, self.source, quality=quality, detail=detail))
 
     def series(self, prefix: str, s: Series, detail: str, quality: Quality = Quality.GOOD) -> None:
         if not s.n:
@@ -181,7 +173,7 @@ class TimingSource:
         if r.prose_prompt_tokens.n:
             out.add("tokens.input_mean", r.prose_prompt_tokens.mean, "tokens", "prompt length quoted in prose",
                     Quality.LOW)
-        return list(out.items.values())
+        return out.items
 
     # -- per source ---------------------------------------------------------------------------
 
