@@ -29,7 +29,7 @@ test-integration: venv
 
 lint: venv
 	$(BIN)/ruff check analyzer collectors rules reports dashboard examples benchmarks tests docs
-	$(BIN)/mypy analyzer rules
+	$(BIN)/mypy analyzer rules collectors examples
 
 docs: venv
 	$(BIN)/python -m analyzer.rulesdoc docs

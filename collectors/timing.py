@@ -267,6 +267,13 @@ _SPAN = re.compile(
     rf"(?P<u>{TIME_UNIT})?(?![\w/%])",
     re.IGNORECASE,
 )
+# value first, as a list on one line: "Speed: 11.4ms preprocess, 62.3ms inference, 2442.7ms postprocess per image"
+# (ultralytics YOLOv5/v8/11 print it for every run; YOLOv5's last stage is "NMS", its pre-processing "pre-process")
+_SPAN_AFTER = re.compile(
+    rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s+(?P<stage>pre-?process(?:ing)?|inference|forward|"
+    r"post-?process(?:ing)?|NMS|tokeni[sz](?:e|ation)|decode|prefill|queue)(?![\w-])",
+    re.IGNORECASE,
+)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
     rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
@@ -401,6 +408,13 @@ class TimingParser:
         if m and known_stage(m.group("stage")):
             ms, assumed = _ms(m.group("v"), m.group("u"), bool(m.group("ms_key")))
             self._span(normalize_stage(m.group("stage")), ms, assumed)
+            return True
+        after = list(_SPAN_AFTER.finditer(line))
+        if len(after) >= 2:  # a list of stages, each after its time: one request's (or image's) breakdown
+            for m in after:
+                stage = "postprocess" if m.group("stage").upper() == "NMS" else normalize_stage(m.group("stage"))
+                ms, assumed = _ms(m.group("v"), m.group("u"), False)
+                self._span(stage, ms, assumed)
             return True
         found = False
         for m in _SPAN.finditer(line):

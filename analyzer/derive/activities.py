@@ -17,6 +17,11 @@ How a stack is classified:
    a user function ``preprocess`` that loops in pure Python is ``preprocess`` (its own name).
 3. No row matched: ``other``.
 
+A service's own files have no row: the library frames on its stacks and its function names (the
+by-name rows) decide, so the same code is classified the same wherever it lives (the demo
+service's stacks, recorded when it was the one file ``examples/service.py``, classify the same
+under its package ``examples/service/``).
+
 Child processes are classified too (``COMPILER_PROCESSES``): a process in the service's tree whose
 name (``/proc/PID/comm``) or command (``-m module`` / script) matches a row is a compiler, and its
 CPU counts as compilation of the service (inductor's C++ build on the CPU runs ``g++``/``cc1plus``/

@@ -147,7 +147,7 @@ def test_chunked_prefill_matches_the_whole_prompt_prefill() -> None:
     with torch.no_grad():
         expected = model.prefill(ids, whole)
         for start in range(0, 300, 64):
-            got = model.prefill_chunk(ids[start:start + 64], start, chunked)
+            got = model.prefill(ids[start:start + 64], chunked, start)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     for (k0, v0), (k1, v1) in zip(whole, chunked, strict=True):
         torch.testing.assert_close(k1[:, :300], k0[:, :300])

@@ -1,21 +1,29 @@
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 import pytest
 
+import examples.service
 from analyzer.derive.activities import Activity, classify
+from collectors.pyspy import parse_raw
 
 HANDLER = [
     ("_bootstrap", "threading.py"),
     ("process_request_thread", "socketserver.py"),
-    ("do_POST", "examples/service.py"),
+    ("do_POST", "examples/service/server.py"),
 ]
+SESSIONS = Path(__file__).parent.parent / "data" / "sessions"
 
 
 @pytest.mark.parametrize(
     ("frames", "expected"),
     [
         # image decode inside the request handler: the innermost library (PIL) decides
-        ([*HANDLER, ("preprocess", "examples/service.py"), ("load", "PIL/ImageFile.py")], Activity.PREPROCESS),
+        ([*HANDLER, ("preprocess", "examples/service/cpu_preprocess.py"), ("load", "PIL/ImageFile.py")],
+         Activity.PREPROCESS),
         # pure-Python pre-processing is claimed by its function name
         ([*HANDLER, ("preprocess", "app.py"), ("<genexpr>", "app.py")], Activity.PREPROCESS),
         # numpy work outside the model
@@ -81,3 +89,52 @@ HANDLER = [
 )
 def test_classify(frames: list[tuple[str, str]], expected: Activity) -> None:
     assert classify(frames) is expected
+
+
+def _demo_modules() -> dict[str, str]:
+    """Each top-level function and class of the demo service package → the file that defines it."""
+    where: dict[str, str] = {}
+    for info in pkgutil.iter_modules(examples.service.__path__, "examples.service."):
+        module = importlib.import_module(info.name)
+        path = info.name.replace(".", "/") + ".py"
+        for name, obj in vars(module).items():
+            if getattr(obj, "__module__", None) == info.name:
+                where[name] = path
+    return where
+
+
+# what the single-file service's frames are now that no top-level name says: the main thread's
+# module frame, and the classes the package folded into the engine's shared loops
+_FOLDED = {"<module>": "examples/service/__main__.py", "ModelWorker": "examples/service/engine.py",
+           "BatchingWorkerPool": "examples/service/engine.py", "ChunkedPrefillEngine": "examples/service/engine.py"}
+
+
+def test_the_demo_service_modules_are_classified_by_function_not_by_file() -> None:
+    """No row claims a file of the demo package by its path: its code is what its functions say."""
+    files = sorted(set(_demo_modules().values()))
+    assert "examples/service/queueing.py" in files and "examples/service/server.py" in files
+    for path in files:
+        for where in (path, f"/srv/app/{path}", path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1]):
+            assert classify([("run", where)]) is Activity.OTHER, where
+    assert classify([*HANDLER, ("normalize", "examples/service/cpu_preprocess.py")]) is Activity.PREPROCESS
+
+
+@pytest.mark.parametrize("session", sorted(p.name for p in SESSIONS.iterdir() if (p / "pyspy.raw").exists()))
+def test_recorded_demo_stacks_classify_the_same_under_the_package_paths(session: str) -> None:
+    """The recorded sessions hold stacks of the single-file ``examples/service.py``: moved to the
+    module that defines each function now, every stack keeps its activity."""
+    where = _demo_modules()
+    with (SESSIONS / session / "pyspy.raw").open() as fh:
+        samples = parse_raw(fh)
+    moved = 0
+    for sample in samples:
+        old = [(f.function, f.file) for f in sample.frames]
+        new = []
+        for function, file in old:
+            if file == "examples/service.py":
+                top = function.split(".", 1)[0]
+                file = where.get(top) or _FOLDED[top]
+                moved += 1
+            new.append((function, file))
+        assert classify(new) is classify(old), (old, new)
+    assert moved > 0

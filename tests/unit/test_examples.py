@@ -1,7 +1,7 @@
 """The demo service, its load generator and the DemoService/Load helpers, against real processes.
 
 The ``recompile`` pathology is not exercised here (each compile takes seconds); see
-examples/service.py for how it was verified.
+examples/service/recompile.py for how it was verified.
 """
 
 from __future__ import annotations

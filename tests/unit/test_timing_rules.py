@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
@@ -113,3 +114,23 @@ def test_prefill_fixes_follow_the_vllm_generation() -> None:
     assert "--enable-chunked-prefill" not in v1_steps and "--enable-prefix-caching" not in v1_steps
     assert "chunks prefills by default" in v1_steps and "larger favours time to first token" in v1_steps
     assert "--enable-chunked-prefill" in v0_steps and "--enable-prefix-caching" in v0_steps
+
+
+@pytest.mark.parametrize(("line", "post_ms"), [
+    # ultralytics YOLOv8/11 and YOLOv5 (pre-process, NMS) print one such line per run
+    ("Speed: 11.4ms preprocess, 62.3ms inference, 2442.7ms postprocess per image at shape (1, 3, 192, 320)", 2442.7),
+    ("Speed: 0.6ms pre-process, 7.1ms inference, 310.2ms NMS per image at shape (1, 3, 640, 640)", 310.2),
+])
+def test_a_stage_list_with_times_first_is_read_and_post_processing_judged(line: str, post_ms: float) -> None:
+    res = loose.read_text("x", io.BytesIO(line.encode() + b"\n"))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("stage.postprocess_ms.mean") == post_ms and ev.value("stage.compute_ms.mean") is not None
+    findings, _ = run_rules(ev, rules=RULES)
+    f = findings[0]
+    assert f.code == "STG001" and f.category is Category.CPU_PREPROCESSING
+    assert f.title == "Post-processing is a large share of latency" and "NMS" in f.fixes[0].steps[0]
+
+
+def test_one_stage_word_after_a_time_is_prose_not_a_breakdown() -> None:
+    res = loose.read_text("x", io.BytesIO(b"it takes 300ms inference on my laptop\n"))
+    assert EvidenceSet(res.evidence).value("stage.compute_ms.mean") is None
