@@ -2,7 +2,8 @@
 
 Collectors parse text into records; turning records into evidence and statistics is the derive
 step's. A collector that imports ``analyzer.derive`` (or rules, reports) has the layers backwards,
-and ``analyzer.model`` stays a leaf every package may import.
+and the leaves every package may import (``analyzer.model``, the records' types, and ``analyzer.units``, the
+size units and the size and percentage formatters) import nothing of ours.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 OURS = ("analyzer", "collectors", "rules", "reports", "dashboard", "examples")
+LEAVES = ("analyzer.model", "analyzer.units")
 
 
 def _imports(path: str) -> set[str]:
@@ -38,14 +40,15 @@ def _files(package: str) -> list[str]:
 def test_collectors_import_only_collectors_and_the_model() -> None:
     wrong = {
         os.path.relpath(path, ROOT): sorted(m for m in _imports(path)
-                                            if not m.startswith("collectors") and m != "analyzer.model")
+                                            if not m.startswith("collectors") and m not in LEAVES)
         for path in _files("collectors")
     }
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
-def test_the_model_is_a_leaf() -> None:
-    assert _imports(os.path.join(ROOT, "analyzer", "model.py")) == set()
+def test_the_leaves_import_nothing_of_ours() -> None:
+    for leaf in LEAVES:
+        assert _imports(os.path.join(ROOT, *leaf.split(".")) + ".py") == set(), leaf
 
 
 def test_the_check_sees_a_backwards_import(tmp_path: Path) -> None:
