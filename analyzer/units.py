@@ -67,15 +67,17 @@ def parse_size(text: str) -> int | None:
     return None if unit is None else int(float(m.group(1)) * unit)
 
 
-def size(n: float, digits: int = 1) -> str:
+def size(n: float, digits: int = 2) -> str:
     """Bytes in the largest binary unit they reach, with ``digits`` decimals (whole bytes below a KiB):
-    ``size(8.36e9) == "7.8 GiB"``, ``size(20 * MIB, 2) == "20.00 MiB"`` (the allocator's own form)."""
+    ``size(20 * MIB) == "20.00 MiB"`` as torch's allocator prints it, ``size(8.36e9, 1) == "7.8 GiB"`` for a
+    reading whose last digits are noise."""
     for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if abs(n) >= scale:
-            return f"{n / scale:.{digits}f} {unit}"
-    return f"{n:.0f} B"
+            return f"{n / scale:,.{digits}f} {unit}"
+    return f"{n:,.0f} B"
 
 
-def pct(ratio: float, digits: int = 0) -> str:
-    """A ratio as a percentage with a space before the sign: ``pct(0.452) == "45 %"``."""
-    return f"{100 * ratio:.{digits}f} %"
+def pct(ratio: float, digits: int = 0, *, signed: bool = False) -> str:
+    """A ratio as a percentage with a space before the sign: ``pct(0.452) == "45 %"``; ``signed`` for a
+    change (``pct(-0.2, signed=True) == "-20 %"``, ``"+5 %"``)."""
+    return f"{100 * ratio:{'+' if signed else ''}.{digits}f} %"

@@ -42,6 +42,7 @@ from analyzer.derive.nvml import (
     link_bytes_per_s,
 )
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import pct
 from collectors.dcgm import (
     TRIGGERS,
     DcgmBuffer,
@@ -97,10 +98,6 @@ def _counter_rate(pts: Sequence[tuple[float, float]]) -> tuple[float, float] | N
     for (_, a), (_, b) in itertools.pairwise(pts):
         inc += b - a if b >= a else b
     return inc, pts[-1][0] - pts[0][0]
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
 
 
 def _same_pod(a: Pod, b: Pod) -> bool:
@@ -199,7 +196,7 @@ def derive(
         note = ""
         if act is not None and mean - act >= DISAGREE:
             note = (f"; GPU_UTIL overstates the work: it counts the time *a* kernel ran, while {activity_name} "
-                    f"{_pct(act)} of the time — the rules read SM activity (gpm.sm_activity_ratio) first")
+                    f"{pct(act)} of the time — the rules read SM activity (gpm.sm_activity_ratio) first")
         ev.add("gpu.util_ratio", mean, "ratio", f"mean DCGM_FI_DEV_GPU_UTIL, {where}{note}")
         ev.add("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (DCGM_FI_DEV_GPU_UTIL)" + note)
         ev.add("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
@@ -317,7 +314,7 @@ def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit)
         ev.add("pcie.link_gen_max", int(gmax), "gen", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN")
         ev.add("pcie.link_width", int(width), "lanes", where)
         ev.add("pcie.link_width_max", int(wmax), "lanes", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
-        ev.add("pcie.loaded_samples", n_loaded, "samples", f"readings with the GPU ≥ {BUSY:.0%} busy or "
+        ev.add("pcie.loaded_samples", n_loaded, "samples", f"readings with the GPU ≥ {pct(BUSY)} busy or "
                f"≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic")
         if cap is not None:
             ev.add("pcie.link_capacity_bytes_per_s", cap, "bytes/s", f"gen{int(gen)} x{int(width)}, per direction")
@@ -403,7 +400,7 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
             return sum(1 for r in reasons if r & bits) / k
 
         active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
                "reading(s) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)")
         ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio", "readings with a power-cap, thermal or hardware "
                "slowdown reason")
@@ -435,8 +432,8 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
     hot = [r for r in judged if low_clock(r) and slowdown is not None and "temp" in r
            and r["temp"] >= slowdown - THERMAL_MARGIN_C]
     n = len(judged)
-    why = (f"inferred: power draw ≥ {POWER_CAP_SHARE:.0%} of the {limit:.0f} W limit"
-           + (" (datasheet)" if limit_from_spec else "") + f" while the SM clock is ≥ {CLOCK_DEFICIT:.0%} "
+    why = (f"inferred: power draw ≥ {pct(POWER_CAP_SHARE)} of the {limit:.0f} W limit"
+           + (" (datasheet)" if limit_from_spec else "") + f" while the SM clock is ≥ {pct(CLOCK_DEFICIT)} "
            f"below {sm_max:.0f} MHz, in {len(capped)} of {n} reading(s); the data has no "
            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
     names = (["SwPowerCap"] if len(capped) / n >= REASON_SHARE else []) + (

@@ -27,11 +27,12 @@ from typing import Any
 
 from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import KIB, pct, size
 from collectors.nvml import NO_TARGET_GPU, REASONS
 
 SOURCE = "nvml"
 PREFIXES = ("gpu.", "pcie.", "gpm.")
-KIB = 1024
+
 BUSY_UTIL_PCT = 50  # a sample this busy runs at P0: clocks and the link at their working level
 LOADED_LINK_BYTES_PER_S = 256 * 1024 * 1024  # traffic that keeps a link out of its power-saving generation
 REASON_SHARE = 0.10  # a clock-event reason active in ≥ 10 % of samples is listed
@@ -249,7 +250,7 @@ def derive(
                    f"the target's process tree on {focus['label']}, peak")
             others = [p for p in focus["procs"] if not p["is_target"]]
             names = ", ".join(f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
-                              + (f" {p['used_bytes'] / (1 << 30):.1f} GiB" if p["used_bytes"] is not None else "")
+                              + (f" {size(p['used_bytes'], 1)}" if p["used_bytes"] is not None else "")
                               for p in sorted(others, key=lambda p: -(p["used_bytes"] or 0))[:8])
             ev.add("mem.other_processes_bytes", int(focus["others"]), "bytes",
                    (names or "no other process") + f" on {focus['label']}"
@@ -313,7 +314,7 @@ def derive(
             return sum(1 for r in reasons if r & bits) / k
 
         active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
                "readings")
         ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
                "readings with a power-cap, thermal or hardware slowdown reason")

@@ -46,20 +46,16 @@ from analyzer.derive.nvml import (
     link_bytes_per_s,
 )
 from analyzer.model import Evidence, Quality
+from analyzer.units import pct, size
 from collectors.nvsmi import TRIGGERS, GpuProcess, GuessedCsvParser, NvsmiParser, Reading, Sink, Snapshot
 from collectors.nvsmi_base import REASON_BITS
 from collectors.nvsmi_table import FAILURES
 
 KIND = "nvidia-smi"
-GIB = float(1 << 30)
 MAX_NA = 40  # distinct "field: N/A" notes kept
 
 
 FORM_NAMES = {"table": "table", "q": "-q", "xml": "-q -x", "csv": "--query CSV", "dmon": "dmon", "pmon": "pmon"}
-
-
-def _size(n: float) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
 
 
 @dataclass
@@ -389,10 +385,10 @@ def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
     if unl is not None and c.unlisted_seen:
         d = c.devices.get(unl.device)
         label = d.label if d is not None else f"GPU {unl.device}"
-        held = (f"its {unl.n_procs} listed process(es) hold {_size(unl.listed)}" if unl.n_procs
+        held = (f"its {unl.n_procs} listed process(es) hold {size(unl.listed, 1)}" if unl.n_procs
                 else "no process is listed")
         ev.add("gpu.memory_unlisted_bytes", unl.bytes, "bytes",
-               f"{label}: {_size(unl.used)} used of {_size(unl.total)}, {held} (nvidia-smi "
+               f"{label}: {size(unl.used, 1)} used of {size(unl.total, 1)}, {held} (nvidia-smi "
                f"{FORM_NAMES.get(unl.form, unl.form)})")
         ev.add("gpu.memory_unlisted_share_ratio", unl.share, "ratio",
                f"memory no listed process holds / {label}'s total")
@@ -488,7 +484,7 @@ def _clocks(all_devs: list[Device], ev: Emit) -> None:
         else all_devs
     if devs is not all_devs and worst is not None:
         ev.add("gpu.throttled_device", worst.label, "gpu", f"the clock, reason and power keys describe {worst.label}, "
-               f"throttled in {_throttled_share(worst):.0%} of its readings")
+               f"throttled in {pct(_throttled_share(worst))} of its readings")
     pw = sum(d.power[1] for d in devs)
     if pw:
         ev.add("gpu.power_w", sum(d.power[0] for d in devs) / pw, "W", "mean board power draw")
@@ -519,7 +515,7 @@ def _clocks(all_devs: list[Device], ev: Emit) -> None:
             for name, n_ in d.reason_counts.items():
                 counts[name] = counts.get(name, 0) + n_
         active = sorted(name for name, n_ in counts.items() if n_ / k >= REASON_SHARE)
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
                "reading(s)")
 
         def share(bits: int) -> float:

@@ -16,13 +16,8 @@ from typing import Any
 
 from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
+from analyzer.units import size
 from collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
-
-GIB = 1 << 30
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.1f} MiB"
 
 
 def _decisive(events: list[OomEvent]) -> OomEvent:
@@ -132,7 +127,7 @@ class OomSource:
         if used is not None:
             ev.add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
         if others is not None:
-            pids = ", ".join(f"pid {pid} {_gib(b)}" for pid, b in oom.other_processes[:8])
+            pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
             ev.add("mem.other_processes_bytes", int(others), "bytes",
                    pids or "in use before this process allocated (start-up check)")
         if oom.kv_cache_max_tokens is not None:
@@ -190,7 +185,7 @@ class HintsSource:
             ev.add("gpu.count_stated", h.gpu_count, "gpus", "as stated (visible devices or a GPU count in the text)")
         if h.gpu_memory_bytes is not None:
             sizes = " or ".join(f"{g:g}" for g in h.gpu_memory_assumed)
-            detail = (f"{h.gpu_model}: {h.gpu_memory_bytes / GIB:g} GiB assumed — the {h.gpu_model} comes with {sizes} "
+            detail = (f"{h.gpu_model}: {size(h.gpu_memory_bytes, 0)} assumed — the {h.gpu_model} comes with {sizes} "
                       "GB and the text does not say which" if h.gpu_memory_assumed
                       else f"{h.gpu_model}: device memory from the GPU's name" if h.gpu_model
                       else "the GPU's memory as the text states it")

@@ -21,6 +21,7 @@ from typing import Any
 from analyzer.derive.activities import compiler_process
 from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import pct
 
 SOURCE = "psutil"
 BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)
@@ -128,7 +129,7 @@ def derive(
             if wanted / wall >= BUSY_OS_THREAD:
                 busy += 1
     ev.add("threads.busy_count", busy, "threads",
-           f"OS threads runnable (running or waiting for a CPU) ≥ {BUSY_OS_THREAD:.0%} of the window")
+           f"OS threads runnable (running or waiting for a CPU) ≥ {pct(BUSY_OS_THREAD)} of the window")
     if have_sched and run_total + wait_total > 0:
         ev.add("threads.runnable_mean", (run_total + wait_total) / 1e9 / wall, "threads",
                "threads wanting a CPU on average (run + run-queue wait, from schedstat)")

@@ -31,6 +31,7 @@ from typing import Any
 
 from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
+from analyzer.units import pct
 
 MIN_OVERLAP = 0.5  # kernel spans sharing under half of the shorter one were not profiled together
 MAX_SPAN_DIFF = 0.25  # spans differing by more than a quarter cover different work (steps)
@@ -203,7 +204,7 @@ def derive(traces: Sequence[Sequence[Evidence]]) -> list[Evidence]:
         same = sum(b[n] for n, x in excess if x <= UNCHANGED * b[n])
         if base > 0:
             ev.add("kineto.ranks.kernels_unchanged_share", same / base, "ratio",
-                   f"share of those kernels' time (on the median rank) in kernels no more than {UNCHANGED:.0%} slower "
+                   f"share of those kernels' time (on the median rank) in kernels no more than {pct(UNCHANGED)} slower "
                    "on the slowest: some kernels as fast while others take longer is more work on that rank (uneven "
                    "sharding, expert load); none as fast is a slower GPU, or more of every kind of work")
     return ev.items

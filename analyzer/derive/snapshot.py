@@ -24,14 +24,10 @@ from __future__ import annotations
 
 from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, InputRecord, Quality
+from analyzer.units import size
 from collectors.snapshot import Breakdown, SnapshotError, load_breakdown, top_block_records
 
 KIND = "torch_memory_snapshot"
-MIB = 1 << 20
-
-
-def _mib(n: int) -> str:
-    return f"{n / MIB:,.0f} MiB"
 
 
 def analyze_snapshot(path: str, name: str | None = None) -> tuple[list[Evidence], InputRecord]:
@@ -51,7 +47,7 @@ def derive(b: Breakdown, source: str) -> list[Evidence]:
     if not b.segments:
         return ev.items
     ev.add("mem.reserved_bytes", b.reserved_bytes, "bytes", f"memory snapshot of {dev}: {b.segments} segment(s)")
-    awaiting = f", {_mib(b.awaiting_free_bytes)} awaiting free" if b.awaiting_free_bytes else ""
+    awaiting = f", {size(b.awaiting_free_bytes, 1)} awaiting free" if b.awaiting_free_bytes else ""
     ev.add("mem.allocated_bytes", b.allocated_bytes, "bytes", f"memory snapshot: active blocks{awaiting}")
     ev.add("mem.reserved_minus_allocated_bytes", b.inactive_bytes, "bytes",
            f"memory snapshot: {b.inactive_blocks} inactive block(s) in {len(b.fragmented_segments)} segment(s)")
@@ -67,7 +63,7 @@ def derive(b: Breakdown, source: str) -> list[Evidence]:
                "_apply, .to/.cuda)")
         ev.add("mem.weights_bytes", b.weights_bytes, "bytes", how, Quality.PARTIAL if b.other_bytes else Quality.GOOD)
         ev.add("mem.activations_bytes", b.activations_bytes, "bytes",
-               f"heuristic: allocation stacks through forward/serving frames; {_mib(b.other_bytes)} unattributed")
+               f"heuristic: allocation stacks through forward/serving frames; {size(b.other_bytes, 1)} unattributed")
     ev.add("mem.snapshot_layout", b.layout, "layout", "torch.cuda.memory._snapshot() format: 2.1+ (frames, "
            "allocator_settings), 2.0 (block history) or a legacy list of segments")
     if b.expandable_segments is not None:
@@ -104,7 +100,7 @@ def derive(b: Breakdown, source: str) -> list[Evidence]:
         last = b.ooms[-1]
         ev.add("mem.oom_count", len(b.ooms), "events", "OOM events in the snapshot's device_traces")
         ev.add("mem.requested_bytes", last.requested_bytes, "bytes",
-               f"the last OOM event's request; largest inactive block was {_mib(b.largest_free_block_bytes)}")
+               f"the last OOM event's request; largest inactive block was {size(b.largest_free_block_bytes, 1)}")
         if last.device_free_bytes is not None:
             ev.add("mem.device_free_bytes", last.device_free_bytes, "bytes", "what CUDA reported free at the OOM")
         if last.phase != "unknown":

@@ -70,3 +70,4 @@ def test_size(n: float, digits: int, text: str) -> None:
 
 def test_pct() -> None:
     assert pct(0.452) == "45 %" and pct(0.4567, 1) == "45.7 %" and pct(1.0) == "100 %"
+    assert pct(-0.2, signed=True) == "-20 %" and pct(0.05, signed=True) == "+5 %"
