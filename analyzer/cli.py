@@ -3,23 +3,23 @@
 ``main(argv) -> int`` never lets a traceback reach the user: every failure the user can act on is
 a ``DiagnoseError`` printed as one sentence with its remedy, exit code 2.
 Exit codes: 0 done, 1 findings at or above ``--fail-on``, 2 bad usage or input.
+
+Output formats come from one registry (``analyzer.output``: format name → writer and file suffix);
+no command overwrites an existing file or session folder unless it is given ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from analyzer import output
 from analyzer.errors import DiagnoseError, InputError
 from analyzer.model import TOOL_VERSION, Diagnosis, Severity
-
-FORMATS = ("text", "json")
-REPORT_FORMATS = ("md", "html", "json")
-REPORT_SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
+from analyzer.output import emit
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +28,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default="text", help="text (default) or json")
+    p.add_argument("--format", choices=output.DIAGNOSIS.names, default=output.DIAGNOSIS.default,
+                   help="text (default) or json")
     p.add_argument("--fail-on", choices=[s.value for s in Severity] + ["never"], default="never",
                    help="exit 1 when a finding is at or above this severity (default: never)")
     p.add_argument("-v", "--verbose", action="store_true", help="text output lists every rule that could not judge")
@@ -38,6 +39,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _config_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="rule settings (TOML: [rules.CODE] thresholds, disable = [...]); default $DIAGNOSE_CONFIG")
+
+
+def force_option(p: argparse.ArgumentParser, what: str = "the output file") -> None:
+    p.add_argument("--force", action="store_true", help=f"replace {what} if it exists (default: refuse)")
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -57,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pid", type=int, required=True, help="the service's pid (a parent of workers is fine)")
     p.add_argument("--duration", type=float, default=10.0, help="window in seconds (default 10)")
     p.add_argument("-o", "--output", help="session folder (or .tar.gz) to write")
+    force_option(p, "a session already at -o")
     p.add_argument("--rate", type=int, default=50,
                    help="py-spy samples per second at most (default 50; each process gets what its busy threads need)")
     p.add_argument("--light", action="store_true",
@@ -75,19 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="a session as Markdown (for a ticket), one self-contained HTML file, or JSON")
     p.add_argument("session", help="session folder or packed .tar.gz")
-    p.add_argument("--format", choices=REPORT_FORMATS,
+    p.add_argument("--format", choices=output.SESSION_REPORT.names,
                    help="md, html or json (default: from the -o suffix, else md)")
     p.add_argument("-o", "--output", help="file to write (default: stdout)")
+    force_option(p)
     _config_option(p)
 
     p = sub.add_parser("compare", help="two sessions before/after a change: metrics and findings side by side")
     p.add_argument("before", help="session folder or .tar.gz before the change")
     p.add_argument("after", help="session folder or .tar.gz after the change")
-    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("--format", choices=output.COMPARISON.names, default=output.COMPARISON.default)
 
     p = sub.add_parser("pack", help="pack a session into a .tar.gz for a ticket, secrets and payloads redacted")
     p.add_argument("session", help="session folder (or a .tar.gz to clean again)")
     p.add_argument("-o", "--output", help="the .tar.gz to write (default: SESSION.tar.gz beside the folder)")
+    force_option(p, "the .tar.gz")
     p.add_argument("--keep-payloads", action="store_true",
                    help="keep prompts and outputs in logs (secrets are still redacted)")
 
@@ -110,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the same service and load with the fix diagnose recommends applied")
     p.add_argument("--list", action="store_true", help="list the pathologies and exit")
     p.add_argument("--duration", type=float, default=10.0, help="attach window in seconds (default 10)")
-    p.add_argument("-o", "--output", help="session folder to write")
+    p.add_argument("-o", "--output", help="session folder to write (SESSION.md and SESSION.html beside it)")
+    force_option(p, "a session already at -o and its reports")
     p.add_argument("--fleet", action="store_true",
                    help="four demo replicas, a real Prometheus scraping them, then `diagnose fleet` on it")
     _common(p)
@@ -118,23 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_fleet.add_parsers(sub)
     return ap
-
-
-def emit(diagnosis: Diagnosis, fmt: str, fail_on: str, verbose: bool = False) -> int:
-    if fmt == "json":
-        from reports import json_report
-
-        sys.stdout.write(json_report.render(diagnosis))
-        sys.stdout.flush()  # the answer is whole now, not after the interpreter's teardown
-    else:
-        from reports import terminal
-
-        terminal.render(diagnosis, verbose=verbose)
-    if fail_on != "never":
-        floor = Severity(fail_on).rank
-        if any(f.severity.rank >= floor for f in diagnosis.findings):
-            return 1
-    return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -156,77 +148,27 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return emit(diagnosis, args.format, args.fail_on, args.verbose)
 
 
-def _session(path: str) -> None:
-    """An ``InputError`` (one sentence and remedy) unless ``path`` is a session folder or .tar.gz."""
-    from analyzer import session_io
-
-    if not session_io.is_session(path):
-        with session_io.opened(path):  # raises the sentence that fits: no such path, no manifest, …
-            pass
-
-
 def analyze_session(path: str, settings: Any = None) -> Diagnosis:
-    from analyzer import pipeline
+    from analyzer import pipeline, session_io
 
-    _session(path)
+    session_io.require(path)
     return pipeline.analyze([path], config=settings)
-
-
-def _report_format(args: argparse.Namespace) -> str:
-    if args.format:
-        return str(args.format)
-    if not args.output:
-        return "md"
-    suffix = os.path.splitext(args.output)[1].lower()
-    if suffix not in REPORT_SUFFIXES:
-        raise InputError(f"cannot tell the report format from the name {args.output}.",
-                         "Name the file .md, .html or .json, or pass --format md|html|json.")
-    return REPORT_SUFFIXES[suffix]
-
-
-def _check_output_folder(path: str) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise InputError(f"the folder {parent} for {os.path.basename(path)} does not exist.",
-                         "Create it first or write the report somewhere else with -o.")
-    if os.path.isdir(path):
-        raise InputError(f"{path} is a folder, not a file to write the report to.",
-                         "Pass a file name with -o, e.g. -o report.html.")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     if args.output:
-        _check_output_folder(args.output)
-    fmt = _report_format(args)
-    from analyzer.cli_fleet import load_document, render_document
+        output.check_file(args.output, args.force)
+    fmt = output.SESSION_REPORT.pick(args.format, args.output)
+    from analyzer.cli_fleet import load_document
 
     doc = load_document(args.session)  # a fleet or sweep JSON document, not a session
     if doc is not None:
-        out = render_document(doc, fmt)
-    elif fmt == "html":
-        from analyzer import tables
-        from reports import html
-
-        _session(args.session)
-        out = html.render(tables.load(args.session, config=_settings(args)))
-    elif fmt == "json":
-        from reports import json_report
-
-        out = json_report.render(analyze_session(args.session, _settings(args)))
+        output.DOCUMENT.write(fmt, doc, args.output, force=args.force)
     else:
-        from reports import markdown
-
-        out = markdown.render(analyze_session(args.session, _settings(args)))
-    if not args.output:
-        sys.stdout.write(out)
-        return 0
-    try:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(out)
-    except OSError as exc:
-        raise InputError(f"could not write {args.output} ({exc.strerror or exc}).",
-                         "Check that the folder is writable, or pass another -o.") from exc
-    print(f"{fmt} report written to {args.output}", file=sys.stderr)
+        ref = output.SessionRef(args.session, _settings(args))
+        output.SESSION_REPORT.write(fmt, ref, args.output, force=args.force)
+    if args.output:
+        print(f"{fmt} report written to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -241,20 +183,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     lb, la = label(args.before), label(args.after)
     if lb == la:
         lb, la = f"before ({lb})", f"after ({la})"
-    c = compare.compare(before, after, lb, la)
-    if args.format == "json":
-        sys.stdout.write(json.dumps(compare.to_json(c), indent=2, ensure_ascii=False) + "\n")
-    elif args.format == "md":
-        sys.stdout.write(compare.render_markdown(c))
-    else:
-        sys.stdout.write(compare.render_text(c))
+    output.COMPARISON.write(args.format, compare.compare(before, after, lb, la))
     return 0
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from analyzer import pack
 
-    out = pack.pack(args.session, args.output, keep_payloads=args.keep_payloads)
+    out = pack.pack(args.session, args.output, keep_payloads=args.keep_payloads, force=args.force)
     what = "secrets redacted, request payloads kept" if args.keep_payloads else \
         "secrets and request payloads redacted"
     print(f"packed to {out} ({what}; pack.json inside lists what was changed)", file=sys.stderr)
@@ -279,6 +215,10 @@ def cmd_enable(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.fleet:
+        from analyzer import fleet_demo
+
+        return fleet_demo.run(args)
     from analyzer import demo
 
     return demo.run_demo(args)

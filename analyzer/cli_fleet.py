@@ -1,7 +1,8 @@
 """``diagnose fleet`` and ``diagnose sweep``: their arguments and handlers (``analyzer.cli`` registers them).
 
-Both print one document in the chosen format (``--format`` or the ``-o`` suffix): JSON is the
-source of truth, text/Markdown/HTML are rendered from it by ``reports.fleet`` / ``reports.sweep``.
+Both print one document in the chosen format (``--format`` or the ``-o`` suffix; the formats are
+``analyzer.output.DOCUMENT``): JSON is the source of truth, text/Markdown/HTML are rendered from it by
+``reports.fleet`` / ``reports.sweep``. An existing ``-o`` file is refused before any work, unless ``--force``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.model import Severity
-
-DOC_FORMATS = ("text", "json", "md", "html")
-SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".txt": "text"}
+from analyzer.output import DOCUMENT, SWEEP_COMPARISON, check_file
 
 
 def add_parsers(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -69,40 +68,24 @@ def add_parsers(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def _doc_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=DOC_FORMATS, default=None, help="text (default), json, md or html")
+    p.add_argument("--format", choices=DOCUMENT.names, default=None, help="text (default), json, md or html")
     p.add_argument("-o", "--output", help="write to this file (the format also follows its suffix)")
+    p.add_argument("--force", action="store_true", help="replace the -o file if it exists (default: refuse)")
     p.add_argument("--fail-on", choices=[s.value for s in Severity] + ["never"], default="never",
                    help="exit 1 when a finding is at or above this severity (default: never)")
 
 
 def _format(args: argparse.Namespace) -> str:
-    if args.format:
-        return str(args.format)
+    """The format (``--format``, else the ``-o`` suffix), after refusing an ``-o`` that cannot be written."""
     if args.output:
-        suffix = os.path.splitext(args.output)[1].lower()
-        if suffix not in SUFFIXES:
-            raise InputError(f"cannot tell the format from the name {args.output}.",
-                             "Name it .json, .md, .html or .txt, or pass --format.")
-        return SUFFIXES[suffix]
-    return "text"
+        check_file(args.output, args.force)  # before the work: a long sweep is not run for nothing
+    return DOCUMENT.pick(args.format, args.output)
 
 
-def emit_document(doc: Mapping[str, Any], fmt: str, output: str | None,
-                  renderers: Mapping[str, Callable[[Mapping[str, Any]], str]]) -> None:
-    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if fmt == "json" else renderers[fmt](doc)
-    if not output:
-        sys.stdout.write(text)
-        return
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise InputError(f"the folder {parent} for {os.path.basename(output)} does not exist.",
-                         "Create it first or pass another -o.")
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise InputError(f"could not write {output} ({exc.strerror or exc}).", "Pass another -o.") from exc
-    print(f"{fmt} written to {output}", file=sys.stderr)
+def _emit(doc: dict[str, Any], fmt: str, args: argparse.Namespace) -> None:
+    DOCUMENT.write(fmt, doc, args.output, force=args.force)
+    if args.output:
+        print(f"{fmt} written to {args.output}", file=sys.stderr)
 
 
 def _fails(severities: list[str], fail_on: str) -> bool:
@@ -115,7 +98,6 @@ def _fails(severities: list[str], fail_on: str) -> bool:
 def cmd_fleet(args: argparse.Namespace) -> int:
     from analyzer import fleet
     from collectors.promapi import PromApiError, load_auth
-    from reports import fleet as render
 
     fmt = _format(args)
     window = fleet.parse_duration(args.window)
@@ -137,20 +119,17 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     from analyzer import config
 
     doc = fleet.run(opts, config.load(args.config))
-    emit_document(doc, fmt, args.output, {"text": render.render_text, "md": render.render_markdown,
-                                          "html": render.render_html})
+    _emit(doc, fmt, args)
     sev = [f["severity"] for r in doc["replicas"] for f in r.get("findings", ())]
     return 1 if _fails(sev, args.fail_on) else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from analyzer import sweep
-    from reports import sweep as render
 
     fmt = _format(args)
     doc = sweep.run_cli(args)
-    emit_document(doc, fmt, args.output, {"text": render.render_text, "md": render.render_markdown,
-                                          "html": render.render_html})
+    _emit(doc, fmt, args)
     sev = [f["severity"] for f in (doc.get("knee") or {}).get("diagnosis", {}).get("findings", ())]
     return 1 if _fails(sev, args.fail_on) else 0
 
@@ -172,20 +151,6 @@ def load_document(path: str) -> dict[str, Any] | None:
     return doc
 
 
-
-def render_document(doc: Mapping[str, Any], fmt: str) -> str:
-    """``diagnose report`` of a fleet or sweep document: md, html or json."""
-    if fmt == "json":
-        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-    if doc.get("schema") == "diagnose/fleet/v1":
-        from reports import fleet as render_fleet
-
-        return render_fleet.render_html(doc) if fmt == "html" else render_fleet.render_markdown(doc)
-    from reports import sweep as render_sweep
-
-    return render_sweep.render_html(doc) if fmt == "html" else render_sweep.render_markdown(doc)
-
-
 def compare_documents(before: str, after: str, fmt: str) -> bool:
     """``diagnose compare`` of two sweep documents (printed; True), or False when neither is a document."""
     a, b = load_document(before), load_document(after)
@@ -199,11 +164,5 @@ def compare_documents(before: str, after: str, fmt: str) -> bool:
     labels = (os.path.basename(before), os.path.basename(after))
     if labels[0] == labels[1]:
         labels = (f"before ({labels[0]})", f"after ({labels[1]})")
-    c = compare.compare_sweeps(a, b, *labels)
-    if fmt == "json":
-        sys.stdout.write(json.dumps(c, indent=2, ensure_ascii=False) + "\n")
-    elif fmt == "md":
-        sys.stdout.write(compare.render_sweeps_markdown(c))
-    else:
-        sys.stdout.write(compare.render_sweeps_text(c))
+    SWEEP_COMPARISON.write(fmt, compare.compare_sweeps(a, b, *labels))
     return True

@@ -5,6 +5,10 @@ applied, for a before/after (``diagnose compare``) of a pathology and its fix.
 
 Every process it starts (the service, its children, the load) is cleaned up on the way out,
 including on Ctrl-C and errors.
+
+It writes the session (``-o``, by default ``diagnose-PID-TIMESTAMP`` in the current folder, new on
+every run) and its two reports beside it, ``SESSION.md`` and ``SESSION.html``; when ``-o`` names a
+session or reports that already exist, the demo refuses before it starts anything, unless ``--force``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import threading
 
 from analyzer.errors import DiagnoseError
 from analyzer.model import Diagnosis
+from analyzer.output import SESSION_REPORT, SessionRef, check_file, check_session_folder, emit
 
 WARMUP_S = 3.0  # load runs this long before the window opens, so the window sees steady state
 
 
-def _require_demo_extra() -> None:
+def require_demo_extra() -> None:
     missing = [m for m in ("torch", "PIL", "numpy") if importlib.util.find_spec(m) is None]
     if missing:
         raise DiagnoseError(f"the demo needs {', '.join(missing)}, which is not installed.",
@@ -31,12 +36,14 @@ def _require_demo_extra() -> None:
 
 
 def run_pathology(pathology: str, duration_s: float, output: str | None,
-                  stop: threading.Event | None = None, *, fixed: bool = False) -> tuple[str, Diagnosis, object]:
+                  stop: threading.Event | None = None, *, fixed: bool = False,
+                  force: bool = False) -> tuple[str, Diagnosis, object]:
     """Start the service, load it, attach for ``duration_s``; returns (session path, diagnosis, load).
 
     ``fixed``: the service with the pathology's fix applied (``PathologySpec.fix``), same load.
+    ``force``: replace a session already at ``output``.
     """
-    _require_demo_extra()
+    require_demo_extra()
     from analyzer.attach import AttachOptions, attach
     from examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
 
@@ -54,7 +61,7 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
             with background_load(svc.url, spec, WARMUP_S + duration_s + 30) as load:
                 threading.Event().wait(WARMUP_S)
                 opts = AttachOptions(pid=svc.pid, duration_s=duration_s, output=output, logs=[stage_log],
-                                     metrics=[f"{svc.url}/metrics"])
+                                     metrics=[f"{svc.url}/metrics"], force=force)
                 session, diagnosis = attach(opts, stop)
             return session.path, diagnosis, load.result
     except ServiceStartError as exc:
@@ -64,25 +71,26 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from analyzer.cli import emit
+    """``diagnose demo`` (``--fleet`` is ``analyzer.fleet_demo``)."""
     from examples.demo import PATHOLOGIES
 
-    if getattr(args, "fleet", False):
-        from analyzer import fleet_demo
-
-        return fleet_demo.run(args)
     fixed = bool(getattr(args, "fixed", False))
+    force = bool(getattr(args, "force", False))
     if args.list:
         for spec in PATHOLOGIES.values():
             print(f"{spec.name:<16} expect {spec.expected_category or 'no bottleneck':<20} {spec.description}")
             if spec.fix:
                 print(f"{'  --fixed':<44} {spec.fix}")
         return 0
-    path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output, fixed=fixed)
+    if args.output:  # refused before anything starts, not after the window
+        check_session_folder(args.output, force)
+        for report in report_paths(args.output):
+            check_file(report, force)
+    path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output, fixed=fixed, force=force)
     code = emit(diagnosis, args.format, args.fail_on, args.verbose)
     if load is not None:
         print(f"demo: load during the run: {load}", file=sys.stderr)
-    md, html_path = write_reports(path)
+    md, html_path = write_reports(path, force=force)
     print(f"demo: session written to {path}\n"
           f"demo: for the ticket {md}; to open anywhere {html_path}\n"
           f"demo: interactive: diagnose dashboard {path}\n"
@@ -91,15 +99,18 @@ def run_demo(args: argparse.Namespace) -> int:
     return code
 
 
-def write_reports(session: str) -> tuple[str, str]:
-    """The Markdown and the single-file HTML report of a session, written beside it (SESSION.md, SESSION.html)."""
-    from analyzer import tables
-    from reports import html, markdown
+REPORTS = ("md", "html")  # written beside the session, in these formats of output.SESSION_REPORT
 
-    data = tables.load(session)
+
+def report_paths(session: str) -> tuple[str, ...]:
+    """Where ``write_reports`` writes: SESSION.md and SESSION.html beside the session folder."""
     base = session.rstrip(os.sep)
-    outputs = ((f"{base}.md", markdown.render(data.diagnosis)), (f"{base}.html", html.render(data)))
-    for out, text in outputs:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return outputs[0][0], outputs[1][0]
+    return tuple(base + SESSION_REPORT.suffix(fmt) for fmt in REPORTS)
+
+
+def write_reports(session: str, force: bool = False) -> tuple[str, str]:
+    """The Markdown and the single-file HTML report of a session, written beside it (SESSION.md, SESSION.html)."""
+    md, html = report_paths(session)
+    for fmt, path in zip(REPORTS, (md, html), strict=True):
+        SESSION_REPORT.write(fmt, SessionRef(session), path, force=force)
+    return md, html

@@ -14,17 +14,17 @@ import sys
 import threading
 
 from analyzer.errors import DiagnoseError
+from analyzer.output import DOCUMENT
 
 MIN_WINDOW_S = 30.0  # a fleet window shorter than this holds too few scrapes for the histogram deltas
 
 
 def run(args: argparse.Namespace) -> int:
     from analyzer import fleet
-    from analyzer.demo import _require_demo_extra
+    from analyzer.demo import require_demo_extra
     from examples.fleet import DEMO_FLEET, INSTALL_HINT, DemoFleet, find_prometheus
-    from reports import fleet as render
 
-    _require_demo_extra()
+    require_demo_extra()
     if find_prometheus() is None:
         raise DiagnoseError("the fleet demo needs Prometheus, and no prometheus binary was found.", INSTALL_HINT)
     window = max(MIN_WINDOW_S, float(args.duration))
@@ -43,12 +43,7 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         raise DiagnoseError(f"the fleet demo could not start ({str(exc)[:300]}).",
                             "Run `make venv` and check that nothing else holds the CPU.") from exc
-    if args.format == "json":
-        import json
-
-        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    else:
-        sys.stdout.write(render.render_text(doc))
+    DOCUMENT.write(args.format, doc)
     print("demo: on your own fleet: diagnose fleet --prometheus http://PROMETHEUS:9090 --selector '{job=\"vllm\"}' "
           "(--format html -o fleet.html for one file; diagnose dashboard fleet.json for the Fleet page)",
           file=sys.stderr)

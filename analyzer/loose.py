@@ -371,19 +371,24 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
     return _result(name, sources, n)
 
 
-def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES) -> LooseResult:
+def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES,
+                   extra: Sequence[TextSource] = ()) -> LooseResult:
     """A stream of loose evidence: a document (trace, SQLite, binary) by ``analyzer.documents``, else text."""
     found, stream, kind = documents.read_stream(name, stream)
     if found is not None:
         return LooseResult(*found)
-    return read_text(name, stream, kind, head_bytes)
+    return read_text(name, stream, kind, head_bytes, extra)
 
 
-def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: int = HEAD_BYTES) -> LooseResult:
-    """Text (already decompressed from ``kind``, which names the compression for messages) through every source."""
+def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: int = HEAD_BYTES,
+              extra: Sequence[TextSource] = ()) -> LooseResult:
+    """Text (already decompressed from ``kind``, which names the compression for messages) through every source.
+
+    ``extra``: more sources fed in the same pass whose results the caller takes from them (the session's
+    time series, ``analyzer.derive.series``); they add nothing to the result."""
     sources = new_sources()
     try:
-        n = read_into(sources, stream, head_bytes)
+        n = read_into([*sources, *extra], stream, head_bytes)
     except DECOMPRESS_ERRORS as exc:
         if kind is None:
             raise
@@ -394,21 +399,21 @@ def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: 
     return _result(name, sources, n)
 
 
-def analyze_path(path: str) -> LooseResult:
-    """A file (or ``-`` for stdin) of loose evidence."""
+def analyze_path(path: str, extra: Sequence[TextSource] = ()) -> LooseResult:
+    """A file (or ``-`` for stdin) of loose evidence (``extra``: see ``read_text``; fed only when it is text)."""
     if path == "-":
-        return analyze_stream("<stdin>", sys.stdin.buffer)
+        return analyze_stream("<stdin>", sys.stdin.buffer, extra=extra)
     found = documents.read_path(path)  # snapshots, traces and Nsight exports before the line-based sources
     if found is not None:
         return LooseResult(*found)
-    return read_text_file(path)
+    return read_text_file(path, extra)
 
 
-def read_text_file(path: str) -> LooseResult:
+def read_text_file(path: str, extra: Sequence[TextSource] = ()) -> LooseResult:
     """A file ``documents.read_path`` found to be no document: text, possibly compressed."""
     try:
         with open(path, "rb") as fh:
-            return analyze_stream(path, fh)
+            return analyze_stream(path, fh, extra=extra)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         why = exc.strerror or str(exc)
         return LooseResult(inputs=[InputRecord(path, "unknown", "unreadable", why)])

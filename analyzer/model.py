@@ -472,6 +472,10 @@ class Diagnosis:
             return self.verdict
         return Verdict.BOTTLENECK if self.primary is not None else Verdict.UNDETERMINED
 
+    def to_json_text(self) -> str:
+        """The diagnosis as its JSON document (``diagnosis.json``, ``--format json``): the source of truth."""
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> Diagnosis:
         if doc.get("schema") != SCHEMA:

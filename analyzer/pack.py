@@ -2,9 +2,9 @@
 
 ``pack(session, out)`` copies the session (a folder, or an already packed ``.tar.gz``) file by file
 into a staging folder, cleaning each file on the way, and writes ``OUT.tar.gz`` (by default
-``SESSION.tar.gz`` beside the folder). An existing output is never overwritten. The archive holds
-one folder named like the session, so ``diagnose analyze``/``report``/``dashboard`` open it as
-they open the folder (``analyzer.session_io.opened``).
+``SESSION.tar.gz`` beside the folder). An existing output is replaced only with ``force``
+(``--force``). The archive holds one folder named like the session, so ``diagnose
+analyze``/``report``/``dashboard`` open it as they open the folder (``analyzer.session_io.opened``).
 
 What is done to each kind of file (and listed, file by file, in ``pack.json`` inside the archive):
 
@@ -73,7 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer import session_io
+from analyzer import output, session_io
 from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
 from analyzer.model import TOOL_VERSION
@@ -510,17 +510,11 @@ def default_output(session: str) -> str:
     return os.path.join(os.path.dirname(path), (os.path.basename(path) or "session") + ".tar.gz")
 
 
-def _check_output(out: str) -> None:
+def _check_output(out: str, force: bool) -> None:
     if not out.endswith(session_io.PACK_SUFFIXES):
         raise InputError(f"{out} does not end in .tar.gz, the format a packed session has.",
                          "Pass an output name like incident.tar.gz.")
-    if os.path.lexists(out):
-        raise InputError(f"{out} already exists and diagnose pack does not overwrite files.",
-                         "Remove it first or pass another name with -o.")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise InputError(f"the folder {parent} for {os.path.basename(out)} does not exist.",
-                         "Create it first or pass -o with an existing folder.")
+    output.check_file(out, force)
 
 
 def _reset_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -529,7 +523,7 @@ def _reset_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def pack(session: str, out: str | None = None, keep_payloads: bool = False) -> str:
+def pack(session: str, out: str | None = None, keep_payloads: bool = False, force: bool = False) -> str:
     """Write the cleaned ``.tar.gz`` of ``session``; returns its path. See the module docstring."""
     if not os.path.exists(session):
         raise InputError(f"{session} does not exist.", "Pass the session folder `diagnose attach -o` wrote.")
@@ -537,7 +531,7 @@ def pack(session: str, out: str | None = None, keep_payloads: bool = False) -> s
         raise InputError(f"{session} is already packed, so there is no default output name.",
                          "Pass -o NEW.tar.gz to write a cleaned copy.")
     out = out or default_output(session)
-    _check_output(out)
+    _check_output(out, force)
     parent = os.path.dirname(os.path.abspath(out))
     try:  # before the cleaning, which can take a while: can the archive be written there at all?
         fd, partial = tempfile.mkstemp(prefix=".pack-", suffix=".tar.gz", dir=parent)
@@ -546,14 +540,14 @@ def pack(session: str, out: str | None = None, keep_payloads: bool = False) -> s
         raise InputError(f"cannot write {os.path.basename(out)} in {parent} ({exc.strerror or exc}).",
                          "Pass -o with a folder you can write to.") from None
     try:
-        _pack_into(session, out, partial, keep_payloads)
+        _pack_into(session, out, partial, keep_payloads, force)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(partial)
     return out
 
 
-def _pack_into(session: str, out: str, partial: str, keep_payloads: bool) -> None:
+def _pack_into(session: str, out: str, partial: str, keep_payloads: bool, force: bool) -> None:
     note = Note(keep_payloads)
     with session_io.opened(session) as folder, tempfile.TemporaryDirectory(prefix="diagnose-pack-") as tmp:
         name = session_io.label(session)  # `diagnose pack .` names the folder itself
@@ -570,9 +564,9 @@ def _pack_into(session: str, out: str, partial: str, keep_payloads: bool) -> Non
         try:
             with tarfile.open(partial, "w:gz") as tar:
                 tar.add(stage, arcname=os.path.basename(stage), filter=_reset_owner)
-            if os.path.lexists(out):
-                raise InputError(f"{out} appeared while packing and diagnose pack does not overwrite files.",
-                                 "Remove it first or pass another name with -o.")
+            if os.path.lexists(out) and not force:
+                raise InputError(f"{out} appeared while packing and diagnose does not overwrite it without "
+                                 "--force.", output.REMEDY)
             os.replace(partial, out)
         except OSError as exc:
             raise InputError(f"could not write {out} ({exc.strerror or exc}).",

@@ -173,13 +173,14 @@ def _loose(path: str) -> documents.Found:
     return text.evidence, text.inputs
 
 
-def read_session(folder: str, label: str | None = None) -> tuple[Session, Derived]:
+def read_session(folder: str, label: str | None = None, series: bool = False) -> tuple[Session, Derived]:
     """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
-    it was extracted from) names the sources, never the private extraction folder."""
+    it was extracted from) names the sources, never the private extraction folder. ``series``: also
+    the time series of its text captures, from the same pass (``analyzer.tables`` draws them)."""
     from analyzer.derive import session as session_derive  # the collectors' parsers: sessions only
 
     session = load_session(folder, label=label)
-    derived = session_derive.derive(session)
+    derived = session_derive.derive(session, series=series)
     if label is None or label == folder:
         return session, derived
     prefix = folder.rstrip(os.sep) + os.sep
@@ -188,16 +189,22 @@ def read_session(folder: str, label: str | None = None) -> tuple[Session, Derive
         return os.path.join(label, p[len(prefix):]) if p.startswith(prefix) else p
 
     renamed = session_derive.Derived(derived.evidence.with_sources(name),
-                                     [dataclasses.replace(i, path=name(i.path)) for i in derived.inputs])
+                                     [dataclasses.replace(i, path=name(i.path)) for i in derived.inputs],
+                                     derived.series)
     return session, renamed
+
+
+def judge_session(folder: str, session: Session, derived: Derived,
+                  config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> Diagnosis:
+    """The diagnosis of a session read by ``read_session`` (with the session's recorded rule settings
+    unless ``config`` gives others)."""
+    config = config or recorded_config(folder)
+    return judge(derived.evidence, inputs=derived.inputs, captures=session.captures, target=session.target,
+                 window=session.window, config=config)
 
 
 def analyze_session(folder: str, label: str | None = None,
                     config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Session, Diagnosis]:
-    """One opened session (see ``read_session``) and its diagnosis (with the session's recorded rule
-    settings unless ``config`` gives others)."""
+    """One opened session (see ``read_session``) and its diagnosis (see ``judge_session``)."""
     session, derived = read_session(folder, label)
-    config = config or recorded_config(folder)
-    diagnosis = judge(derived.evidence, inputs=derived.inputs, captures=session.captures, target=session.target,
-                      window=session.window, config=config)
-    return session, diagnosis
+    return session, judge_session(folder, session, derived, config)

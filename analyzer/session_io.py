@@ -42,6 +42,13 @@ def is_session(path: str) -> bool:
     return is_packed(path) or (os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST)))
 
 
+def require(path: str) -> None:
+    """An ``InputError`` (one sentence and remedy) unless ``path`` is a session folder or .tar.gz."""
+    if not is_session(path):
+        with opened(path):  # raises the sentence that fits: no such path, no manifest, …
+            pass
+
+
 def _session_root(top: str, origin: str) -> str:
     if os.path.isfile(os.path.join(top, MANIFEST)):
         return top

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.errors import InputError
-from analyzer.model import TOOL_VERSION
+from analyzer.model import TOOL_VERSION, Capture, CaptureStatus, Window
 from analyzer.units import pct
 from collectors.loadclient import RequestSpec, StepResult, Target, TargetError, percentile, probe, run_step
 
@@ -272,27 +272,49 @@ def run(opts: SweepOptions, progress: Callable[[str], None] = _progress) -> dict
     return doc
 
 
+class LoadSource:
+    """The sweep's closed-loop clients at one concurrency, as a source of the attach's window: they start
+    (and warm up) before the window opens and run past its end, so the whole window is under load."""
+
+    collector = "load"
+
+    def __init__(self, spec: RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
+                 timeout_s: float) -> None:
+        self.spec = spec
+        self.concurrency = concurrency
+        self.warmup_s = warmup_s
+        self.duration_s = duration_s
+        self.timeout_s = timeout_s
+        self.step: StepResult | None = None
+        self._thread: threading.Thread | None = None
+
+    def _load(self) -> None:
+        self.step = run_step(self.spec, self.concurrency, self.warmup_s, self.duration_s + 2.0)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._load, name="sweep-attach-load", daemon=True)
+        self._thread.start()
+        time.sleep(self.warmup_s)
+
+    def stop(self) -> None:
+        """Nothing here: the clients run their own bounded time, past the window's end."""
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        if self._thread is not None:
+            self._thread.join(timeout=self.duration_s + self.warmup_s + self.timeout_s + 10)
+        what = f"{self.concurrency} closed-loop client(s) of diagnose sweep loaded {self.spec.target.shown}"
+        return Capture(self.collector, CaptureStatus.OK, what, "", window)
+
+
 def attach_at(spec: RequestSpec, opts: SweepOptions, concurrency: int,
               progress: Callable[[str], None] = _progress) -> dict[str, Any]:
     """Load at ``concurrency`` while attaching to ``opts.pid``; the diagnosis in brief."""
     from analyzer.attach import AttachOptions, attach
 
     assert opts.pid is not None
-    pid = opts.pid
-    warm = opts.warmup
-    result: dict[str, Any] = {}
-
-    def load() -> None:
-        result["step"] = run_step(spec, concurrency, warm, opts.attach_duration_s + 2.0)
-
-    t = threading.Thread(target=load, name="sweep-attach-load", daemon=True)
-    t.start()
+    load = LoadSource(spec, concurrency, opts.warmup, opts.attach_duration_s, opts.timeout_s)
     progress(f"attaching to pid {opts.pid} for {opts.attach_duration_s:.0f} s at {concurrency} client(s)")
-    try:
-        time.sleep(warm)
-        session, diagnosis = attach(AttachOptions(pid=pid, duration_s=opts.attach_duration_s))
-    finally:
-        t.join(timeout=opts.attach_duration_s + warm + opts.timeout_s + 10)
+    session, diagnosis = attach(AttachOptions(pid=opts.pid, duration_s=opts.attach_duration_s), extra=[load])
     top = next((f for f in diagnosis.findings if f.severity.rank > 0), None)
     return {
         "concurrency": concurrency,

@@ -1,10 +1,13 @@
-"""A recorded session → ``reports.data.SessionData``: the one place that turns a session into tables.
+"""A recorded session → ``analyzer.session_data.SessionData``: the one place that turns a session into tables.
 
 This is the analyzer side of the reports: like the pipeline, it reads the session's raw files with
 the collectors' own parsers (no second parser for a format) and the analyzer's derivations, then
-hands the presenters (``reports``, ``dashboard``) plain bounded tables. ``load(path)`` opens a
-folder or packed ``.tar.gz`` and runs the pipeline for the diagnosis; ``build`` fills the tables of
-an already opened session. Every empty table gets a sentence in ``missing`` saying why and how to
+hands the presenters (``reports``, ``dashboard``) plain bounded tables. The text captures (stage
+logs, the probe's JSON lines, compile and engine logs, metrics scrapes) are read once, by the
+pipeline, which derives their time series in the same pass as their evidence
+(``analyzer.derive.series``); this joins those rows. ``load(path)`` opens a folder or packed
+``.tar.gz`` and runs the pipeline for the diagnosis and the series; ``build`` fills the tables of an
+already opened session. Every empty table gets a sentence in ``missing`` saying why and how to
 get it; a file the manifest lists but the session lacks is named there, not passed over.
 """
 
@@ -14,26 +17,24 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from analyzer import pipeline, session_io
 from analyzer.derive import activities
 from analyzer.derive import nvml as nvml_derive
+from analyzer.derive.series import MAX_REQUESTS, FileSeries
+from analyzer.derive.series import num as _num
 from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from analyzer.errors import InputError
 from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
 from analyzer.redact import redact_command, redact_text
+from analyzer.session_data import COLUMNS as TABLE_COLUMNS
+from analyzer.session_data import TABLES, SessionData, make_table
+from analyzer.stage_stats import stage_rows
 from analyzer.units import KIB
-from collectors import engine_log, nvml, process, prom, pyspy, timing
-from collectors.compile_log import CompileLogParser
-from collectors.logtext import clean_lines, looks_binary
-from reports.data import COLUMNS as TABLE_COLUMNS
-from reports.data import TABLES, SessionData, make_table
-from reports.terminal import stage_rows
+from collectors import nvml, process, pyspy
 
-MAX_REQUESTS = 10_000  # the latest requests kept (by completion); percentiles come from the evidence
 MAX_STACKS = 300  # the py-spy stacks with the most samples
 MAX_FRAMES = 40  # frames kept per stack (the innermost ones: they say what the CPU was doing)
 MAX_PROCESS_ROWS = 20_000  # process samples × processes
@@ -45,7 +46,6 @@ MAX_METRICS = 500
 MAX_TIMELINE_ROWS = 20_000  # 200 bins per device and rank: 100 devices
 TEXT_CAPTURES = ("log", "metrics", "probe")
 OK = (CaptureStatus.OK, CaptureStatus.PARTIAL)
-EPOCH_2001 = 1e9  # compile_log stamps below this are glog's month/day/time of day, above it epoch seconds
 
 PROBE_HINT = ("Add the in-process probe to the service (`from collectors import torch_probe; "
               "torch_probe.install(PATH)`) and attach again")
@@ -60,16 +60,17 @@ def load(path: str, config: Any = None) -> SessionData:
     if not isinstance(path, str) or not path:
         raise InputError("No session path was given.", "Pass a session folder written by `diagnose attach`.")
     with session_io.opened(path) as folder:
-        session, diagnosis = pipeline.analyze_session(folder, label=path,  # sources named after the .tar.gz
-                                                      config=config)
-        return build(path, session, diagnosis)
+        session, derived = pipeline.read_session(folder, label=path, series=True)  # sources named after the .tar.gz
+        diagnosis = pipeline.judge_session(folder, session, derived, config)
+        return build(path, session, diagnosis, derived.series)
 
 
-def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
-    """The tables of an opened session (``session.path`` must still exist)."""
+def build(path: str, session: Session, diagnosis: Diagnosis, series: Mapping[str, FileSeries]) -> SessionData:
+    """The tables of an opened session (``session.path`` must still exist) and of the time series its
+    derivation gave (``pipeline.read_session(..., series=True)``)."""
     data = SessionData(path=path, label=session_io.label(path), diagnosis=diagnosis, t0=session.window.start,
                        window_s=session.window.seconds)
-    reader = _Reader(session, data)
+    reader = _Reader(session, data, series)
     steps: tuple[tuple[Callable[[], None], tuple[str, ...]], ...] = (
         (reader.process, ("process", "inflight")), (reader.gpu, ("gpu", "gpu_processes")),
         (reader.profile, ("profile",)), (reader.text_captures, ("requests", "stages", "events", "memory", "metrics")),
@@ -86,27 +87,12 @@ def build(path: str, session: Session, diagnosis: Diagnosis) -> SessionData:
     return data
 
 
-def _num(x: Any) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return math.nan
-    v = float(x)
-    return v if math.isfinite(v) else math.nan
-
-
 def _is_file_kind(path: str, magic: bytes) -> bool:
     try:
         with open(path, "rb") as fh:
             return fh.read(len(magic)) == magic
     except OSError:
         return False
-
-
-def _text_lines(path: str) -> Iterator[str]:
-    with open(path, "rb") as fh:
-        if looks_binary(fh.read(8192)):
-            return
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        yield from clean_lines(fh)
 
 
 def _short_file(file: str) -> str:
@@ -119,44 +105,13 @@ def _names(files: list[str]) -> str:
     return f"{shown} but the file is not" if len(files) == 1 else f"{shown} but the files are not"
 
 
-def _time_of_log(stamp: float, start: float, end: float) -> float:
-    """A log line's time (``collectors.compile_log`` stamps) as epoch seconds, or NaN.
-
-    Bracketed ``[2024-11-30 07:30:47]`` stamps are epoch seconds already. glog stamps
-    (``V1130 07:30:47.123``) carry month, day and time of day only (``day × 86400 + seconds``, with
-    ``day = month × 31 + day of month``): they are put on the year that brings them nearest the
-    session's window. Both are the local time of this machine, as the parser reads them.
-    """
-    if stamp >= EPOCH_2001:
-        return stamp
-    day = int(stamp // 86400)
-    seconds = stamp - day * 86400
-    month, dom = divmod(day, 31)
-    if dom == 0:  # day 31 of month m is encoded as day 0 of month m + 1
-        month, dom = month - 1, 31
-    if not 1 <= month <= 12:
-        return math.nan
-    hh, rest = divmod(seconds, 3600)
-    mm, ss = divmod(rest, 60)
-    mid = (start + end) / 2
-    best = math.nan
-    for year in {datetime.fromtimestamp(x).year + k for x in (start, end) for k in (-1, 0, 1)}:
-        try:
-            t = datetime(year, month, dom, int(hh), int(mm), int(ss), min(round((ss % 1) * 1e6), 999_999))
-        except ValueError:  # 30 February: not a date of that year
-            continue
-        epoch = t.timestamp()
-        if math.isnan(best) or abs(epoch - mid) < abs(best - mid):
-            best = epoch
-    return best
-
-
 class _Reader:
     """Fills one ``SessionData`` from the session's files, noting why each table is empty."""
 
-    def __init__(self, session: Session, data: SessionData) -> None:
+    def __init__(self, session: Session, data: SessionData, series: Mapping[str, FileSeries]) -> None:
         self.s = session
         self.d = data
+        self.series = series
         self.caps: dict[str, list[Capture]] = {}
         for c in session.captures:
             self.caps.setdefault(c.collector, []).append(c)
@@ -347,92 +302,29 @@ class _Reader:
 
     def text_captures(self) -> None:
         d = self.d
-        files = [p for p in self.ok_files(TEXT_CAPTURES)
-                 if not _is_file_kind(p, SQLITE_MAGIC) and not _is_file_kind(p, PICKLE_MAGIC)]
-        window = self.s.window
         requests: list[dict[str, Any]] = []
         stages: list[tuple[int, list[tuple[str, float]]]] = []
         memory: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         logged_recompiles: list[dict[str, Any]] = []  # from TORCH_LOGS: used when the probe logged none
         metrics_rows: list[dict[str, Any]] = []
-        seq = 0
-        for path in files:
-            name = os.path.basename(path)
-            buf = prom.PromBuffer()
-            comp = CompileLogParser()
-            eng = engine_log.EngineLogParser()
-            compile_prev: int | None = None
-            timed_recompiles = 0
-            for line in _text_lines(path):
-                buf.feed(line)
-                eng.feed(line)
-                if "Recompiling" in line:  # one event per recompile, at the line's time when it has one
-                    log = comp.log
-                    before, seen = log.recompiles, dict(log.functions)
-                    log.last_recompile_ts = None
-                    comp.feed(line)
-                    stamp = log.last_recompile_ts
-                    if log.recompiles > before and stamp is not None:
-                        t_abs = _time_of_log(stamp, window.start, window.end)
-                        if not math.isnan(t_abs):
-                            fn = next((f for f, n in log.functions.items() if n > seen.get(f, 0)), "a function")
-                            timed_recompiles += 1
-                            logged_recompiles.append({"t": self.rel(t_abs), "kind": "recompile", "count": 1,
-                                                      "detail": redact_text(f"recompile of {fn} ({name})")})
-                else:
-                    comp.feed(line)
-                stripped = line.strip()
-                if not stripped.startswith("{"):
-                    continue
-                if '"stages_ms"' not in stripped and '"cuda_memory"' not in stripped and \
-                        '"oom"' not in stripped and '"compile"' not in stripped:
-                    continue
-                try:
-                    doc = json.loads(stripped)
-                except ValueError:
-                    continue
-                if not isinstance(doc, dict):
-                    continue
-                ts = _num(doc.get("ts"))
-                t = self.rel(ts) if not math.isnan(ts) else math.nan
-                if isinstance(doc.get("stages_ms"), dict):
-                    req, parts = _request_row(doc, t, seq, name)
-                    seq += 1
-                    requests.append(req)
-                    stages.append((req["seq"], parts))
-                    if len(requests) > 2 * MAX_REQUESTS:
-                        del requests[:MAX_REQUESTS]
-                        del stages[:MAX_REQUESTS]
-                state = doc.get("cuda_memory")
-                if isinstance(state, dict):
-                    memory.extend(_memory_rows(state, t))
-                oom = doc.get("oom")
-                if isinstance(oom, dict):
-                    msg = redact_text(str(oom.get("message") or "CUDA out of memory"))
-                    events.append({"t": t, "kind": "oom", "count": 1,
-                                   "detail": msg.splitlines()[0][:200] if msg else "OOM"})
-                    if isinstance(oom.get("cuda_memory"), dict):
-                        memory.extend(_memory_rows(oom["cuda_memory"], t))
-                comp_doc = doc.get("compile")
-                if isinstance(comp_doc, dict):
-                    events.extend(_compile_events(comp_doc, compile_prev, t))
-                    n = comp_doc.get("recompiles")
-                    if isinstance(n, int) and not isinstance(n, bool):
-                        compile_prev = n
-            if buf.matched():
-                metrics_rows.extend(_metric_rows(buf.result()))
-            log = comp.log
-            untimed = log.recompile_count - timed_recompiles
-            if untimed > 0:
-                top = ", ".join(f"{fn} ×{c}" for fn, c in sorted(log.functions.items(), key=lambda kv: -kv[1])[:3])
-                logged_recompiles.append({"t": math.nan, "kind": "recompile", "count": untimed, "detail": redact_text(
-                    f"{untimed} recompile(s) in {name} without a timestamp" + (f": {top}" if top else ""))})
-            if eng.matched():
-                n_pre = eng.summary().preemptions
-                if n_pre:  # engine_log gives a count, not the lines' times
-                    events.append({"t": math.nan, "kind": "preemption", "count": n_pre,
-                                   "detail": f"{n_pre} preemption(s) in {name}"})
+        seq = 0  # the session's requests are numbered across its files
+        for name in self.listed(TEXT_CAPTURES):
+            got = self.series.get(name)
+            if got is None:  # not in the session, or a document (an Nsight export, a snapshot), not text
+                continue
+            if got.error:
+                raise ValueError(f"{got.name}: {got.error}")
+            for req, parts in zip(got.requests, got.stages, strict=True):
+                n = seq + int(req["seq"])
+                rid = req["request_id"]
+                requests.append({**req, "request_id": f"#{n}" if rid is None else rid, "order": n, "seq": n})
+                stages.append((n, parts))
+            seq += got.n_requests
+            memory.extend(got.memory)
+            events.extend(got.events)
+            logged_recompiles.extend(got.logged_recompiles)
+            metrics_rows.extend(got.metrics)
         if not any(e["kind"] == "recompile" for e in events):  # the probe's and TORCH_LOGS' are the same ones
             events.extend(logged_recompiles)
         pre = next((r for r in metrics_rows if r["name"] == "preemptions"), None)
@@ -655,89 +547,11 @@ def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
-def _request_row(doc: Mapping[str, Any], t: float, seq: int,
-                 source: str) -> tuple[dict[str, Any], list[tuple[str, float]]]:
-    """One stage-log record, read as the timing parser reads it (``collectors.timing``)."""
-    parts: list[tuple[str, float]] = []
-    total = 0.0
-    for name, raw in dict(doc["stages_ms"]).items():
-        v = _num(raw)
-        if math.isnan(v) or v < 0:
-            continue
-        parts.append((timing.normalize_stage(str(name)), v))
-        total += v
-    e2e = _num(doc.get("e2e_ms"))
-    e2e = e2e if not math.isnan(e2e) and e2e >= total * 0.5 else total  # the rule timing.py applies
-    rid = doc.get("request_id")
-    status = doc.get("status")
-    return ({"request_id": redact_text(str(rid)) if rid is not None else f"#{seq}", "t_end": t, "e2e_ms": e2e,
-             "ttft_ms": _num(doc.get("ttft_ms")), "input_tokens": _num(doc.get("input_tokens")),
-             "output_tokens": _num(doc.get("output_tokens")),
-             "status": redact_text(str(status)) if status is not None else "", "order": seq, "seq": seq,
-             "source": redact_text(source)}, parts)
-
-
 def _arrival(req: Mapping[str, Any]) -> float:
     t = req["t_end"]
     if isinstance(t, float) and math.isnan(t):
         return float(req["seq"])
     return float(t) - float(req["e2e_ms"]) / 1000.0
-
-
-def _compile_events(doc: Mapping[str, Any], prev: int | None, t: float) -> list[dict[str, Any]]:
-    """A probe ``compile`` line → a recompile event (the count went up) or else a compile event."""
-    delta = doc.get("delta") if isinstance(doc.get("delta"), dict) else {}
-    assert isinstance(delta, dict)
-    n = doc.get("recompiles")
-    new = 0
-    if isinstance(n, int) and not isinstance(n, bool):
-        if prev is not None:
-            new = n - prev
-        else:  # the first line in the window: only what its delta says is new
-            new = sum(v for k, v in delta.items() if str(k).startswith("recompiles.") and isinstance(v, int))
-    if new > 0:
-        reasons = doc.get("recent_reasons") or []
-        why = redact_text(str(reasons[-1]))[:200] if isinstance(reasons, list) and reasons else "guard failure"
-        return [{"t": t, "kind": "recompile", "count": new, "detail": f"{new} recompile(s), {n} in all: {why}"}]
-    graphs = delta.get("stats.unique_graphs")
-    if isinstance(graphs, int) and not isinstance(graphs, bool) and graphs > 0:
-        return [{"t": t, "kind": "compile", "count": graphs, "detail": f"{graphs} graph(s) compiled"}]
-    return []
-
-
-def _memory_rows(state: Mapping[str, Any], t: float) -> list[dict[str, Any]]:
-    devices = state.get("devices")
-    if not isinstance(devices, dict):
-        return []
-    rows = []
-    for key, dev in devices.items():
-        if not isinstance(dev, dict):
-            continue
-        rows.append({"t": t, "device": str(key), "allocated_bytes": _num(dev.get("allocated_bytes.all.current")),
-                     "reserved_bytes": _num(dev.get("reserved_bytes.all.current")),
-                     "inactive_split_bytes": _num(dev.get("inactive_split_bytes.all.current")),
-                     "weights_bytes": _num(dev.get("weights_bytes")), "total_bytes": _num(dev.get("total_bytes"))})
-    return rows
-
-
-def _metric_rows(r: prom.PromResult) -> list[dict[str, Any]]:
-    labels = ",".join(r.engines)
-    units = {a.canonical: a.unit for a in prom.ALIASES}
-    rows: list[dict[str, Any]] = []
-    for name, values in sorted(r.gauges.items()):
-        if values:
-            rows.append({"name": name, "labels": labels, "unit": units.get(name, ""), "kind": "gauge",
-                         "first": values[0], "last": values[-1], "delta": values[-1] - values[0]})
-    for name, c in sorted(r.counters.items()):
-        rows.append({"name": name, "labels": labels, "unit": units.get(name, ""), "kind": "counter",
-                     "first": c.first if c.windowed else math.nan, "last": c.last, "delta": c.delta})
-    for name, h in sorted(r.histograms.items()):
-        for q, v in sorted(h.quantiles.items()):
-            rows.append({"name": f"{name}.p{round(q * 100)}", "labels": labels, "unit": units.get(name, ""),
-                         "kind": "histogram", "first": math.nan, "last": v, "delta": math.nan})
-        rows.append({"name": f"{name}.count", "labels": labels, "unit": "count", "kind": "histogram",
-                     "first": math.nan, "last": h.count, "delta": math.nan})
-    return rows
 
 
 def _ev_num(diagnosis: Diagnosis, key: str) -> float | None:

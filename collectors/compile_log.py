@@ -46,6 +46,8 @@ class ReasonGroup:
                 self.values.append(v)
 
     def describe(self) -> str:
+        if self.kind == "spurious":
+            return f"guards failed at run time and passed on re-check {self.count}× (no input changed)"
         where = f" at dim {self.dim}" if self.dim is not None else ""
         seen = ", ".join(self.values[:8]) + (", …" if len(self.values) > 8 else "")
         return f"{self.input} {self.kind}{where} changed {self.count}× (seen: {seen})" if seen else \
@@ -118,6 +120,10 @@ _R_LEN = re.compile(r"len\((?P<in>[^)]+)\)\s*==\s*(?P<v>\d+)")
 _R_VALUE = re.compile(r"^(?P<in>L\[[^\]]+\](?:\.\w+|\[[^\]]+\])*)\s*==\s*(?P<v>.+)$")
 _R_CHECK = re.compile(r"___check_(?P<kind>obj_id|type_id|tensors)\((?P<in>[^,)]+)")
 _R_GLOBAL = re.compile(r"GLOBAL_STATE changed:\s*(?P<what>.+)")
+# dynamo's own word for a guard that failed at run time and passed when re-checked for the reason
+# (torch 2.x: "Unexpected recompilation: runtime guards failed even though they passed during
+# recompilation-reason analysis"): nothing in the inputs changed, the check itself raced
+_R_SPURIOUS = re.compile(r"Unexpected recompilation\b.*\bguards? failed even though they passed", re.IGNORECASE)
 
 
 def _input_name(raw: str) -> str:
@@ -127,6 +133,8 @@ def _input_name(raw: str) -> str:
 
 def classify_reason(reason: str) -> tuple[str, str, int | None, tuple[str, ...]]:
     """A guard-failure line → (input, kind, dim, values)."""
+    if _R_SPURIOUS.search(reason):
+        return "(no input changed)", "spurious", None, ()
     m = _R_TENSOR.search(reason)
     if m:
         dim = int(m.group("dim")) if m.group("dim") else None

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from analyzer.stage_stats import stage_rows as stage_rows  # the stage table's rows, re-exported for the reports
 from analyzer.units import pct, size
 from reports.wording import healthy_text
 
@@ -54,19 +55,6 @@ def _finding_block(f: Finding, primary: bool) -> Panel:
     head = f"{'PRIMARY: ' if primary else ''}{f.label} — {f.title}"
     sub = f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · impact {pct(f.impact)}"
     return Panel(body, title=head, subtitle=sub, border_style=_SEV_STYLE[f.severity], title_align="left")
-
-
-def stage_rows(diagnosis: Diagnosis) -> list[tuple[str, float | None, float | None, float | None]]:
-    """(stage, p50 ms, p99 ms, share of end-to-end) for every stage with timings, by share."""
-    ev = {e.key: e.value for e in diagnosis.evidence}
-    stages = sorted({k[len("stage."):].split("_ms.")[0] for k in ev if k.startswith("stage.") and "_ms." in k})
-
-    def num(key: str) -> float | None:
-        v = ev.get(key)
-        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-    rows = [(s, num(f"stage.{s}_ms.p50"), num(f"stage.{s}_ms.p99"), num(f"stage.{s}.share")) for s in stages]
-    return sorted(rows, key=lambda r: -(r[3] or 0.0))
 
 
 def _stage_table(diagnosis: Diagnosis, console: Console) -> None:

@@ -41,6 +41,9 @@ class RecompilesFromLog(Rule):
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic(x, dim)``) or compile with
     ``dynamic=True``; pad/bucket inputs to a few sizes and warm each up; only then consider raising
     ``torch._dynamo.config.recompile_limit`` (each extra variant costs compile time and memory).
+    Guard failures dynamo calls "Unexpected recompilation" (they failed at run time and passed when
+    re-checked: no input changed) come from several threads calling one compiled function at once:
+    call it from one thread (a model thread, or a lock) first.
 
     False positives: a handful of recompiles during warm-up (automatic dynamic shapes recompile once
     per newly varying dimension), hence ``min_recompiles``.
@@ -90,11 +93,21 @@ class RecompilesFromLog(Rule):
         if size_reason is not None:
             dyn = f"torch._dynamo.mark_dynamic({size_reason.get('input')}, {size_reason.get('dim')})"
         value_reason = next((r for r in reasons if r.get("kind") == "value"), None)
+        spurious = next((r for r in reasons if r.get("kind") == "spurious"), None)
         steps = [f"Mark the varying dimension dynamic before the first call: {dyn}",
                  "Or compile with torch.compile(model, dynamic=True)"]
         if value_reason is not None:
             steps.append(f"{value_reason.get('input')} is a Python scalar that changes: pass it as a tensor, or "
                          "keep it constant")
+        serialise = []
+        if spurious is not None:
+            parts.append(f"{spurious.get('count')} guard failure(s) had no changed input: the guards failed at run "
+                         "time and passed when dynamo re-checked them, the mark of several threads calling one "
+                         "compiled function at once (reproduced on torch 2.13 with 8 threads).")
+            serialise = [Fix("Call the compiled model from one thread at a time",
+                             ("One model thread fed by a queue, or a lock around the compiled call: dynamo's guard "
+                              "check is not safe under concurrent callers, and each spurious failure compiles a "
+                              "graph it already has",), Risk.SAFE)]
         impact = 0.8 if limit_hit else min(0.8, 0.25 + 0.03 * n + (0.2 if rate and rate >= t.storm_rate_per_min
                                                                       else 0.0))
         return self.finding(
@@ -107,6 +120,7 @@ class RecompilesFromLog(Rule):
             why="\n".join(f"{str(r.get('input'))[:24]:<24} |{bar(min(1.0, float(r.get('count', 0)) / max(1.0, n)))}| "
                           f"{r.get('count')}×" for r in reasons[:5]),
             fixes=[
+                *serialise,
                 Fix("Stop the shape from specialising", tuple(steps), Risk.SAFE),
                 Fix(
                     "Bound the number of shapes",

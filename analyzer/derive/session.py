@@ -10,6 +10,7 @@ from typing import Any
 
 from analyzer import loose
 from analyzer.derive import cgroup, cpu_profile, nvml, process, ranks, wall
+from analyzer.derive.series import FileSeries, SeriesSource
 from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
 from collectors import cgroup as cgroup_collector
 from collectors import nvml as nvml_collector
@@ -20,12 +21,14 @@ PYSPY_META = "pyspy-meta.json"
 ATTACH_COST = "attach-cost.json"
 # captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports, PyTorch traces)
 TEXT_CAPTURES = ("log", "metrics", "probe", "nsys", "kineto")
+SERIES_CAPTURES = ("log", "metrics", "probe")  # those whose text has time series (``analyzer.derive.series``)
 
 
 @dataclass
 class Derived:
     evidence: EvidenceSet = field(default_factory=EvidenceSet)
     inputs: list[InputRecord] = field(default_factory=list)
+    series: dict[str, FileSeries] = field(default_factory=dict)  # by file name in the session (``series=True``)
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -159,7 +162,9 @@ _CAPTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 _DAMAGE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
-def derive(session: Session) -> Derived:
+def derive(session: Session, series: bool = False) -> Derived:
+    """The session's evidence; with ``series``, also the time series of its text captures, read in the
+    same pass (``Derived.series``)."""
     out = Derived()
     by_name = {c.collector: c for c in session.captures}
     for cap in session.captures:
@@ -224,7 +229,11 @@ def derive(session: Session) -> Derived:
         if cap.collector not in TEXT_CAPTURES or cap.status not in (CaptureStatus.OK, CaptureStatus.PARTIAL):
             continue
         for name in cap.files:
-            res = loose.analyze_path(os.path.join(session.path, name))
+            rows = SeriesSource(os.path.basename(name), session.window) \
+                if series and cap.collector in SERIES_CAPTURES and name not in out.series else None
+            res = loose.analyze_path(os.path.join(session.path, name), extra=(rows,) if rows else ())
+            if rows is not None:
+                out.series[name] = rows.finish()
             if any(r.kind == "kineto_trace" for r in res.inputs):
                 traces.append(len(loose_parts))
             loose_parts.append(res.evidence)

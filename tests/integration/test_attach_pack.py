@@ -39,7 +39,16 @@ def test_attach_to_a_tar_gz_packs_the_same_way(tmp_path: Path, capsys: pytest.Ca
         assert os.path.isdir(tmp_path / "s")  # the folder stays for local use
         capsys.readouterr()
         assert main(["attach", "--pid", str(proc.pid), "--duration", "1", "-o", str(out)]) == 2
-        assert "already exists" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "already exists" in err and str(out) in err and "--force" in err
+        # --force: the session folder and its pack are replaced by the new window's
+        old = (tmp_path / "s" / "manifest.json").read_text()
+        assert main(["attach", "--pid", str(proc.pid), "--duration", "1", "-o", str(tmp_path / "s")]) == 2
+        assert "already holds a session" in capsys.readouterr().err
+        assert main(["attach", "--pid", str(proc.pid), "--duration", "1", "--log", str(log), "-o", str(out),
+                     "--format", "json", "--force"]) == 0
+        assert (tmp_path / "s" / "manifest.json").read_text() != old
+        assert "s/manifest.json" in _members(out)
     finally:
         proc.kill()
         proc.wait()

@@ -19,14 +19,15 @@ pytestmark = pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_one_demo_run_gives_ticket_html_dashboard_and_compare(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    before, after = tmp_path / "before", tmp_path / "after"
-    assert main(["demo", "--pathology", "queueing", "--duration", "6", "-o", str(before)]) == 0
+    monkeypatch.chdir(tmp_path)  # as `make demo` runs it: no -o, a new session in the current folder
+    assert main(["demo", "--pathology", "queueing", "--duration", "6"]) == 0
+    (before,) = tmp_path.glob("diagnose-*[0-9]Z")
     err = capsys.readouterr().err
-    assert f"diagnose dashboard {before}" in err and "--fixed" in err
+    assert f"diagnose dashboard {before.name}" in err and "--fixed" in err
 
-    md = (tmp_path / "before.md").read_text()
+    md = Path(f"{before}.md").read_text()
     assert md.startswith("# Diagnosis: `queueing`") and "## Request stages" in md and "| queue |" in md
-    html = (tmp_path / "before.html").read_text()
+    html = Path(f"{before}.html").read_text()
     assert 'id="diagnosis"' in html and "Plotly" in html and "queueing" in html
 
     at = app(monkeypatch, str(before))
@@ -41,8 +42,15 @@ def test_one_demo_run_gives_ticket_html_dashboard_and_compare(
     gpu_page = texts(open_page(at, CHART_PAGES["GPU"]))
     assert drawn["GPU"] == 0 and "NVML" in gpu_page and "nsys" in gpu_page  # says what is missing and how to get it
 
-    assert main(["demo", "--pathology", "queueing", "--fixed", "--duration", "6", "-o", str(after)]) == 0
+    # a second run (`make demo` again) is not refused: it writes a session of its own
+    assert main(["demo", "--pathology", "queueing", "--fixed", "--duration", "6"]) == 0
+    (after,) = set(tmp_path.glob("diagnose-*[0-9]Z")) - {before}
+    assert Path(f"{after}.md").is_file() and Path(f"{after}.html").is_file()
     capsys.readouterr()
+    # an -o that names an existing session is refused before anything starts
+    assert main(["demo", "--pathology", "queueing", "-o", str(before)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a session" in err and "--force" in err and len(err.strip().splitlines()) == 1
     assert main(["compare", str(before), str(after), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["before_primary"] == "queueing" and doc["after_primary"] != "queueing"

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analyzer import attach
+from analyzer import sources
 from analyzer.model import CaptureStatus, Window
 from collectors import torch_probe
 
@@ -45,7 +45,7 @@ def test_newest_own_snapshots_are_taken(announced: Path) -> None:
     stale = Path(f"{announced}.oom-{me}-0.pickle")  # from before this process started
     shutil.copyfile(SNAPSHOT, stale)
     os.utime(stale, (1_000_000.0, 1_000_000.0))
-    assert attach.probe_snapshots(me) == [str(own[2]), str(own[1])]
+    assert sources.probe_snapshots(me) == [str(own[2]), str(own[1])]
 
 
 def test_snapshots_are_copied_into_a_probe_capture(announced: Path, tmp_path: Path) -> None:
@@ -53,12 +53,12 @@ def test_snapshots_are_copied_into_a_probe_capture(announced: Path, tmp_path: Pa
     shutil.copyfile(SNAPSHOT, snap)
     folder = tmp_path / "session"
     folder.mkdir()
-    caps = attach._copy_snapshots(attach.probe_snapshots(os.getpid()), str(folder), Window(0.0, 1.0))
-    assert len(caps) == 1 and caps[0].collector == "probe" and caps[0].status is CaptureStatus.OK
-    assert caps[0].files == ("probe-snapshot-0.pickle",)
+    cap = sources.ProbeSnapshotSource(os.getpid(), str(folder)).capture(Window(0.0, 1.0), "")
+    assert cap is not None and cap.collector == "probe" and cap.status is CaptureStatus.OK
+    assert cap.files == ("probe-snapshot-0.pickle",)
     assert (folder / "probe-snapshot-0.pickle").read_bytes() == SNAPSHOT.read_bytes()
 
 
 def test_no_snapshot_no_capture(announced: Path, tmp_path: Path) -> None:
-    assert attach.probe_snapshots(os.getpid()) == []
-    assert attach._copy_snapshots([], str(tmp_path), Window(0.0, 1.0)) == []
+    assert sources.probe_snapshots(os.getpid()) == []
+    assert sources.ProbeSnapshotSource(os.getpid(), str(tmp_path)).capture(Window(0.0, 1.0), "") is None

@@ -95,3 +95,17 @@ def test_fuzz_never_raises(lines: list[str]) -> None:
     if src.matched():
         src.evidence("fuzz")
     src.problems()
+
+
+def test_guards_that_failed_with_no_input_changed_are_their_own_reason() -> None:
+    """dynamo's "Unexpected recompilation" (runtime guards failed, re-check passed): threads raced."""
+    assert classify_reason("Unexpected recompilation: runtime guards failed even though they passed during "
+                           "recompilation-reason analysis. Please open an issue with a minimal repro: "
+                           "https://github.com/pytorch/pytorch")[1] == "spurious"
+    ev = _ev("recompiles_concurrent_callers_torch2_13.txt")
+    assert ev["compile.recompiles"] == 3
+    reasons = ev["compile.recompile_reasons"]
+    assert isinstance(reasons, list)
+    by_kind = {r["kind"]: r for r in reasons}
+    assert by_kind["spurious"]["count"] == 3 and "no input changed" in by_kind["spurious"]["summary"]
+    assert by_kind["size"]["input"] == "x" and by_kind["size"]["count"] == 2

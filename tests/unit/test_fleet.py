@@ -8,8 +8,6 @@ The whole path against a real Prometheus scraping real replicas is tests/integra
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +25,8 @@ from collectors.dcgm import DcgmBuffer
 from collectors.promapi import MAX_POINTS, Auth, PromApi, PromApiError, check_url, load_auth, step_for
 from examples.fleet import relabel
 from reports import fleet as render
-from tests.conftest import DATA, ROOT
+from tests.cli import run_cli
+from tests.conftest import DATA
 
 T4 = Path(DATA) / "dcgm" / "t4_busy_util91_engine16_power_capped_ericsson.prom"
 SECRET = "s3cr3t-t0ken-do-not-print"
@@ -171,26 +170,19 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=120)
-
-
 @pytest.mark.parametrize("case", ["unreachable", "not_api", "bad_selector", "credentials_in_url", "bad_window"])
 def test_fleet_bad_input_is_one_sentence_and_exit_2(case: str, tmp_path: Path) -> None:
     if case == "not_api":
         with server(NotPrometheus) as url:
-            r = _cli("fleet", "--prometheus", url)
+            r = run_cli("fleet", "--prometheus", url)
     elif case == "unreachable":
-        r = _cli("fleet", "--prometheus", f"http://127.0.0.1:{_closed_port()}", "--timeout", "5")
+        r = run_cli("fleet", "--prometheus", f"http://127.0.0.1:{_closed_port()}", "--timeout", "5")
     elif case == "bad_selector":
-        r = _cli("fleet", "--prometheus", "http://127.0.0.1:9", "--selector", "job=vllm")
+        r = run_cli("fleet", "--prometheus", "http://127.0.0.1:9", "--selector", "job=vllm")
     elif case == "credentials_in_url":
-        r = _cli("fleet", "--prometheus", f"http://admin:{SECRET}@127.0.0.1:9")
+        r = run_cli("fleet", "--prometheus", f"http://admin:{SECRET}@127.0.0.1:9")
     else:
-        r = _cli("fleet", "--prometheus", "http://127.0.0.1:9", "--window", "a while")
+        r = run_cli("fleet", "--prometheus", "http://127.0.0.1:9", "--window", "a while")
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
@@ -303,37 +295,3 @@ def test_a_gpu_no_replica_claims_is_judged_on_its_own() -> None:
     assert "GPUs no replica claims" in render.render_text(doc)
 
 
-@pytest.fixture
-def tls_cert(tmp_path: Path) -> tuple[str, str]:
-    import shutil as _shutil
-
-    if _shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
-    return str(cert), str(key)
-
-
-def test_tls_is_verified_against_the_given_ca_or_skipped_when_asked(tls_cert: tuple[str, str]) -> None:
-    import ssl
-
-    cert, key = tls_cert
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), WantsToken)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    url = f"https://127.0.0.1:{srv.server_address[1]}"
-    auth = Auth(token=SECRET, origin="a file")
-    try:
-        with pytest.raises(PromApiError) as err:
-            PromApi(url, auth=auth, timeout_s=10).query("up", 0.0)
-        assert err.value.kind == "tls" and "--ca-file" in err.value.remedy
-        assert PromApi(url, auth=auth, ca_file=cert, timeout_s=10).query("up", 0.0)[0]["value"] == [1.0, "3"]
-        assert PromApi(url, auth=auth, insecure=True, timeout_s=10).query("up", 0.0)
-    finally:
-        srv.shutdown()
-        srv.server_close()

@@ -16,7 +16,7 @@ import pytest
 from analyzer import cli, loose, pipeline
 from analyzer.derive import kineto as derive_kineto
 from collectors import kineto
-from tests.conftest import DATA, ROOT, SHARED
+from tests.conftest import DATA, SHARED
 
 KINETO = os.path.join(SHARED, "data", "kineto")
 TRACES = sorted(glob.glob(os.path.join(KINETO, "*.gz")))
@@ -453,21 +453,3 @@ def test_json_that_is_not_a_trace_object_is_decided_early() -> None:
     assert head(b'{"metadata": {}, "traceEvents": [') is True and head(b'\xef\xbb\xbf {"schemaVersion": 1') is True
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")
-def test_reading_a_trace_imports_no_text_parser_and_leaves_the_environment_as_it_was() -> None:
-    import subprocess
-    import sys
-
-    probe = ("import os, sys; from analyzer import cli; cli.main(['analyze', sys.argv[1], '--format', 'json']); "
-             "print(sorted(m for m in sys.modules if m.startswith(('analyzer.loose', 'analyzer.derive.claims', "
-             "'analyzer.derive.prom', 'collectors.engine_log', 'analyzer.derive.session'))), "
-             "os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')), file=sys.stderr)")
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    for blas in (None, "3"):  # numpy was loaded with one BLAS thread; the variable is gone again, or the user's
-        out = subprocess.run([sys.executable, "-c", probe, SYNC_STALL], capture_output=True, text=True, check=True,
-                             cwd=ROOT, env=env if blas is None else {**env, "OPENBLAS_NUM_THREADS": blas})
-        modules, value, threads = out.stderr.strip().splitlines()[-1].rsplit(" ", 2)
-        assert (modules, value) == ("[]", str(blas))
-        if blas is None:
-            assert threads == "1"  # no OpenBLAS worker threads (the process runs on its main thread alone)
-        assert json.loads(out.stdout)["inputs"][0]["kind"] == "kineto_trace"

@@ -199,9 +199,12 @@ def test_symlinks_in_a_session_are_left_out(leaky: Path) -> None:
 def test_refuses_to_overwrite_and_bad_outputs(leaky: Path, tmp_path: Path) -> None:
     out = Path(pack.pack(str(leaky)))
     before = out.read_bytes()
-    with pytest.raises(InputError, match="already exists and diagnose pack does not overwrite files"):
+    with pytest.raises(InputError, match="already exists and diagnose does not overwrite it without --force"):
         pack.pack(str(leaky))
     assert out.read_bytes() == before
+    out.write_bytes(b"stale")
+    assert pack.pack(str(leaky), force=True) == str(out)  # force: replaced by a whole new archive
+    assert _members(out) and not list(tmp_path.glob(".pack-*"))
     with pytest.raises(InputError, match="does not exist"):
         pack.pack(str(leaky), str(tmp_path / "no" / "such" / "x.tar.gz"))
     with pytest.raises(InputError, match=r"does not end in \.tar\.gz"):
@@ -256,6 +259,9 @@ def test_cli_pack(leaky: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["pack", str(leaky), "-o", str(out)]) == 2
     _, err = capsys.readouterr()
     assert err.startswith("diagnose: ") and "already exists" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and str(out) in err and "--force" in err
+    assert main(["pack", str(leaky), "-o", str(out), "--force"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
     assert main(["pack", str(leaky), "-o", str(tmp_path / "keep.tar.gz"), "--keep-payloads"]) == 0
     assert "request payloads kept" in capsys.readouterr().err
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analyzer import tables
+from analyzer.derive import series
 from analyzer.derive.activities import Activity, classify
 from analyzer.errors import InputError
 from collectors import nsys, nvml, process, pyspy, snapshot
@@ -464,7 +465,7 @@ def test_glog_time_of_day_lands_on_the_window_date(line_time: str, window_start:
     start = datetime(*window_start).timestamp()  # type: ignore[arg-type]
     *ymdhm, sec = expected
     want = datetime(*(int(x) for x in ymdhm)).timestamp() + sec  # type: ignore[arg-type]
-    assert tables._time_of_log(stamp, start, start + 30) == pytest.approx(want)
+    assert series.time_of_log(stamp, start, start + 30) == pytest.approx(want)
 
 
 def test_events_are_bounded_and_untimed_totals_kept(tmp_path: Path) -> None:
@@ -528,7 +529,7 @@ def test_presenters_import_no_collector_nor_pipeline() -> None:
 
 def test_report_tables_import_only_the_model_redaction_and_units() -> None:
     ours = ("analyzer", "collectors", "rules", "reports", "dashboard")
-    for rel, allowed in (("reports/data.py", {"analyzer.model", "analyzer.redact"}),
+    for rel, allowed in (("reports/data.py", {"analyzer.model", "analyzer.redact", "analyzer.session_data"}),
                          ("reports/figures.py", {"reports.data", "analyzer.units"})):
         used = {n for n in _imports(ROOT / rel) if n.split(".")[0] in ours}
         modules = {n for n in used if not any(n.startswith(a + ".") for a in allowed)}

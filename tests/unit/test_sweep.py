@@ -7,10 +7,7 @@ Real services under load: tests/integration/test_sweep.py.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from analyzer.errors import InputError
 from collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream, percentile
 from reports import compare
 from reports import sweep as render
+from tests.cli import run_cli
 from tests.conftest import ROOT
 
 
@@ -141,11 +139,6 @@ def test_renderers_and_the_chart() -> None:
     assert "| 2 ← knee |" in render.render_markdown(doc)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ), timeout=120)
-
-
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -161,7 +154,7 @@ def _closed_port() -> int:
     ([], "did not answer"),
 ])
 def test_sweep_bad_input_is_one_sentence_and_exit_2(args: list[str], expected: str) -> None:
-    r = _cli("sweep", f"http://127.0.0.1:{_closed_port()}/infer", "--duration", "1", *args)
+    r = run_cli("sweep", f"http://127.0.0.1:{_closed_port()}/infer", "--duration", "1", *args)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("diagnose: ") and expected in lines[0], r.stderr
@@ -170,9 +163,9 @@ def test_sweep_bad_input_is_one_sentence_and_exit_2(args: list[str], expected: s
 def test_compare_refuses_a_sweep_against_a_session(tmp_path: Path) -> None:
     f = tmp_path / "a.json"
     f.write_text(json.dumps(_doc(ONE_WORKER)))
-    r = _cli("compare", str(f), str(Path(ROOT) / "tests" / "data" / "sessions" / "healthy_light_load_demo"))
+    r = run_cli("compare", str(f), str(Path(ROOT) / "tests" / "data" / "sessions" / "healthy_light_load_demo"))
     assert r.returncode == 2 and "not a mix" in r.stderr
-    r = _cli("compare", str(f), str(f), "--format", "json")
+    r = run_cli("compare", str(f), str(f), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["schema"] == "diagnose/compare-sweep/v1"
 
 

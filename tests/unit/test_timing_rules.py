@@ -55,6 +55,14 @@ def test_recompile_message_names_the_varying_dimension() -> None:
     f = _findings("compile_logs", "recompiles_glog_batch_size_varies.txt")[0]
     assert "x size at dim 1" in f.message and "recompile limit (8) was hit" in f.message
     assert any("torch._dynamo.mark_dynamic(x, 1)" in s for fx in f.fixes for s in fx.steps)
+    assert not any("one thread" in fx.summary for fx in f.fixes)  # every failure there names a changed input
+
+
+def test_recompiles_with_no_changed_input_say_serialise_the_callers_first() -> None:
+    f = _findings("compile_logs", "recompiles_concurrent_callers_torch2_13.txt")[0]
+    assert f.code == "CMP002" and "3 guard failure(s) had no changed input" in f.message
+    assert f.fixes[0].summary == "Call the compiled model from one thread at a time"
+    assert any("mark_dynamic(x, 0)" in s for s in f.fixes[1].steps)
 
 
 def test_fullgraph_limit_is_a_hard_failure() -> None:

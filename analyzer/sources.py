@@ -1,0 +1,633 @@
+"""What ``diagnose attach`` records over its window: one small protocol, one class per kind of evidence.
+
+A ``Source`` opens the window (``start``), closes it (``stop``) and hands back the ``Capture`` of
+what it recorded (``capture``), its raw files written into the session folder. ``analyzer.attach``
+composes a list of them (``window_sources``) and runs the window; ``analyzer.sweep`` adds its load
+generator to that list as one more source. A new kind of evidence is one new class with these three
+methods, listed where the attach composes its sources.
+
+Order: a list of sources is innermost first — the window's recorder (py-spy) first, then the
+samplers, then the brackets (a counter, an offset or a scrape read at both ends of the window). The
+attach starts them from the last to the first and stops them from the first to the last, so every
+bracket encloses the samplers; the window's clock runs from the last ``start`` to the last ``stop``.
+``capture`` runs after that, in list order, which is the order of the session's manifest.
+
+What every source keeps to (the attach's guarantees):
+
+* **read-only, never pausing the target**: /proc, psutil, NVML, cgroup files, the service's logs,
+  its metrics endpoint, py-spy with ``--nonblocking``;
+* **bounded**: ``start`` and ``stop`` return within a bounded time, and inside the window only the
+  samplers run; slow finishing (copying a log, exporting an Nsight report, a last scrape) belongs
+  to ``capture``, after the window's clock stopped;
+* **loud when partial**: a capture cut short says so (``CaptureStatus.PARTIAL``) with the reason the
+  attach passes to ``capture`` (the target exited, the user stopped early); one that could not run
+  is SKIPPED or FAILED with a reason and a remedy, never an exception out of the window.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psutil
+
+from analyzer.derive.session import ATTACH_COST, PYSPY_META
+from analyzer.model import Availability, Capture, CaptureStatus, Window
+from analyzer.redact import redact_argv, redact_command, redact_text
+from collectors import budget, nsys_session, pyspy
+from collectors import cgroup as cgroup_collector
+from collectors import nvml as nvml_collector
+from collectors import process as process_collector
+from collectors import snapshot as snapshot_collector
+
+PROBE_S = 0.5  # before the window: two full process samples this far apart say what is busy
+LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
+LOG_MAX_BYTES = 64 * 1024 * 1024  # never copy more than this from one log
+PROBE_SNAPSHOTS_KEPT = 2
+JOIN_S = 5.0  # a sampler thread ends at its next tick; this only bounds a stuck read
+
+
+class Source(Protocol):
+    """One kind of evidence recorded over the window (see the module docstring for the rules)."""
+
+    collector: str  # the name its captures carry in the manifest
+
+    def start(self) -> None:
+        """Open the window: from now on, record."""
+
+    def stop(self) -> None:
+        """Close the window: stop recording (quick; the target is never paused)."""
+
+    def capture(self, window: Window, cut: str) -> Capture | None:
+        """Write what was recorded into the session folder and say what it is; ``cut`` is why the
+        window ended early ("" when it ran its course). None: there was nothing of this kind to
+        record (e.g. no OOM snapshot was dumped), so the session lists no capture for it."""
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
+    """Write, then rename: a crash never leaves a half-written file under ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def is_python(proc: psutil.Process) -> bool:
+    try:
+        names = [proc.name(), os.path.basename(proc.exe() or "")]
+    except psutil.Error:
+        names = []
+    if any("python" in n.lower() for n in names):
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/maps", encoding="ascii", errors="replace") as fh:
+            return any("libpython" in line for line in fh)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# psutil and /proc: the process tree (the budget's input, and the target's identity)
+# ---------------------------------------------------------------------------------------------
+
+
+class ProcessSource:
+    """Samples the target's process tree (``collectors.process``) and records its identity.
+
+    ``probe()`` runs before the window: two full samples ``PROBE_S`` apart say which processes use
+    CPU and serve requests, what the py-spy budget is planned from. ``gone`` says the target exited.
+    """
+
+    collector = "process"
+
+    def __init__(self, pid: int, folder: str, light: bool = False) -> None:
+        self.pid = pid
+        self.folder = folder
+        self.sampler = process_collector.Sampler(pid, folder, interval_s=1.0 if light else 0.25)
+        self.lock = threading.Lock()  # the sampler thread and py-spy's chunks both take samples
+        self.info: dict[str, Any] = {}
+        self._cache_dir = ""
+        self._cache_before: int | None = None
+        self._modules_before: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.sampler.gone
+
+    @property
+    def children(self) -> tuple[int, ...]:
+        return tuple(sorted(self.sampler.children))
+
+    def tick(self, full: bool = False) -> None:
+        with self.lock:
+            self.sampler.tick(full=full)
+
+    def probe(self) -> None:
+        """Before the window: the target's identity and two full samples of what is busy."""
+        self.info = process_collector.target_info(self.pid)
+        self._cache_dir = process_collector.inductor_cache_dir(self.pid)
+        self._cache_before = process_collector.count_files(self._cache_dir)
+        self._modules_before = process_collector.compiled_modules(self._tree())
+        self.tick(full=True)
+        time.sleep(PROBE_S)
+        self.tick(full=True)
+
+    def _tree(self) -> list[int]:
+        return [p.pid for p in process_collector.process_tree(self.pid)]
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.sampler.interval_s):
+                self.tick()
+                if self.sampler.gone:
+                    return
+
+        self._thread = threading.Thread(target=loop, name="diagnose-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_S)
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        self.tick(full=True)  # the last sample is a full one
+        info = self.info
+        cache_after = process_collector.count_files(self._cache_dir)
+        info["compiled_modules_loaded"] = len(process_collector.compiled_modules(self._tree()) - self._modules_before)
+        info["inductor_cache_dir"] = self._cache_dir
+        info["inductor_cache_files"] = [self._cache_before, cache_after]
+        info["cmdline"] = list(redact_argv(info["cmdline"]))
+        write_json_atomic(os.path.join(self.folder, process_collector.INFO_FILE), info)
+        status = CaptureStatus.PARTIAL if cut else CaptureStatus.OK
+        if self.sampler.samples == 0:
+            status = CaptureStatus.FAILED
+            cut = cut or "no sample could be taken"
+        # attach-cost.json (the attach's own CPU over the window) is written by the attach beside these
+        return Capture(self.collector, status, cut, "", window,
+                       (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST))
+
+
+class BusyProbe:
+    """Not evidence but a step of the window: before it opens, ``ProcessSource.probe`` (the target's
+    identity, and two full samples ``PROBE_S`` apart that say what is busy, which py-spy's budget is
+    planned from). Listed outside the samplers and the cgroup, and inside the service's files and any
+    load (``analyzer.sweep``), so it sees the service as the window will. It hands back no capture."""
+
+    collector = "process"
+
+    def __init__(self, process: ProcessSource) -> None:
+        self.process = process
+
+    def start(self) -> None:
+        self.process.probe()
+
+    def stop(self) -> None:
+        """Nothing here."""
+
+    def capture(self, window: Window, cut: str) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# py-spy: the window's recorder
+# ---------------------------------------------------------------------------------------------
+
+
+class PySpySource:
+    """The CPU and wall-clock profile (``collectors.pyspy.record_chunked``), within the budget.
+
+    Each chunk is planned from the process samples (``collectors.budget``): which processes, at
+    what rate. Recording runs on its own thread for the window's duration and ends by itself;
+    ``should_stop`` (the user stopped, the target exited) ends the current chunk early.
+    """
+
+    collector = "py-spy"
+
+    def __init__(self, pid: int, folder: str, process: ProcessSource, *, duration_s: float, rate_hz: int,
+                 light: bool, should_stop: Callable[[], bool]) -> None:
+        self.pid = pid
+        self.folder = folder
+        self.process = process
+        self.duration_s = duration_s
+        self.rate_hz = rate_hz
+        self.light = light
+        self.should_stop = should_stop
+        self.avail: Availability = pyspy.probe()
+        self.result: pyspy.ChunkedResult | None = None
+        self.error = ""  # what the recording thread raised, if it did
+        self._pythons: dict[int, bool] = {}
+        self._rates: dict[int, tuple[int, int]] = {}
+        self._thread: threading.Thread | None = None
+
+    def _on_chunk(self, k: int) -> None:
+        if k > 0:
+            self.process.tick(full=True)
+
+    def _plan(self, k: int) -> list[pyspy.Plan]:
+        sampler = self.process.sampler
+        seen = []
+        for pid in process_collector.tree_pids(self.pid):
+            if pid not in self._pythons:
+                try:
+                    self._pythons[pid] = is_python(psutil.Process(pid))
+                except psutil.Error:
+                    continue
+            seen.append(budget.Observation(pid, self._pythons[pid], sampler.cores(pid), sampler.busy_threads(pid),
+                                           sampler.threads(pid), pid in sampler.serving))
+        decisions = budget.plan(seen, self.duration_s, max_rate=self.rate_hz, light=self.light, fixed=self._rates)
+        for d in decisions:
+            old = self._rates.get(d.pid, (0, 0))
+            self._rates[d.pid] = (old[0] or d.cpu_rate_hz, old[1] or d.wall_rate_hz)
+        return [pyspy.Plan(d.pid, d.cpu_rate_hz, d.wall_rate_hz, d.why) for d in decisions]
+
+    def _record(self) -> None:
+        try:
+            self.result = pyspy.record_chunked(
+                self.pid, self.duration_s, self.folder, self._plan,
+                n_chunks=budget.chunks_for(self.duration_s, self.light), should_stop=self.should_stop,
+                on_chunk=self._on_chunk, dumps=not self.light)
+        except Exception as exc:  # on its own thread: said in the capture, never lost
+            self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
+
+    def start(self) -> None:
+        if self.avail.ok:
+            self._thread = threading.Thread(target=self._record, name="diagnose-py-spy", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:  # record_chunked ends by itself: at the window's end, or early when asked
+            self._thread.join()
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        res = self.result
+        if not self.avail.ok:
+            return Capture(self.collector, CaptureStatus.SKIPPED, self.avail.reason, self.avail.remedy, window)
+        if res is None:
+            return Capture(self.collector, CaptureStatus.FAILED, self.error or "py-spy recorded nothing",
+                           pyspy_remedy(self.error), window)
+        if not res.ok:
+            return Capture(self.collector, CaptureStatus.FAILED, res.reason, pyspy_remedy(res.reason), window,
+                           tuple(res.files))
+        for name in (pyspy.RAW_FILE, pyspy.WALL_FILE):
+            pyspy.rewrite_commands(os.path.join(self.folder, name), redact_command)
+        files = list(res.files)
+        if write_wall_source(self.folder):
+            files.append(pyspy.SOURCE_FILE)
+        status = CaptureStatus.PARTIAL if (res.partial or cut) else CaptureStatus.OK
+        write_json_atomic(os.path.join(self.folder, PYSPY_META),
+                          {"version": 2, "rate_hz": self.rate_hz, "window_s": window.end - window.start,
+                           "light": self.light, "samples_reported": res.samples_reported, "chunks": res.chunks,
+                           "plans": res.plans})
+        return Capture(self.collector, status, cut or res.reason, "", window, tuple(files))
+
+
+def write_wall_source(folder: str) -> bool:
+    """The source lines the wall-clock samples' innermost frames stand on, secrets redacted."""
+    path = os.path.join(folder, pyspy.WALL_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            samples = pyspy.parse_raw(fh)
+    except OSError:
+        return False
+    from analyzer.derive import waits
+
+    wanted: dict[int, set[tuple[str, int]]] = {}
+    for smp in samples:
+        frames = list(smp.frames[-2:])  # the leaf (a C call is made on its line) and its caller
+        depth = waits.machinery_depth([(f.function, waits.short_path(f.file)) for f in smp.frames])
+        if 0 < depth < len(smp.frames):
+            frames.append(smp.frames[-1 - depth])  # the line that called into a queue, a lock, a socket
+        for f in frames:
+            wanted.setdefault(smp.pid, set()).add((f.file, f.line))
+    lines: dict[str, str] = {}
+    for pid, pairs in wanted.items():
+        lines.update(pyspy.read_source_lines(pid, pairs))
+    if not lines:
+        return False
+    write_json_atomic(os.path.join(folder, pyspy.SOURCE_FILE), {k: redact_text(v) for k, v in lines.items()})
+    return True
+
+
+def pyspy_remedy(reason: str) -> str:
+    if "ptrace" in reason or "permitted" in reason:
+        return ("Run as root or with CAP_SYS_PTRACE (docker --cap-add SYS_PTRACE; "
+                "kubectl debug --profile=general).")
+    if "exited" in reason:
+        return "Start the service again and attach while it runs."
+    if "no Python" in reason:
+        return "Attach to the Python process itself."
+    return "Run `py-spy dump --pid PID` by hand to see why it cannot read the process."
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML, cgroup, Nsight Systems
+# ---------------------------------------------------------------------------------------------
+
+
+class NvmlSource:
+    """The target's GPUs through NVML (``collectors.nvml.NvmlSampler``); SKIPPED where no driver answers."""
+
+    collector = nvml_collector.COLLECTOR
+
+    def __init__(self, pid: int, folder: str) -> None:
+        self.sampler = nvml_collector.NvmlSampler(pid, folder)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.sampler.tick()
+                if self.sampler.failed:
+                    return
+                self._stop.wait(self.sampler.interval_s)
+
+        self._thread = threading.Thread(target=loop, name="diagnose-nvml", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_S)
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        return self.sampler.close(window)
+
+
+CGROUP_REMEDY = "In a container, pass the cgroup hierarchy's mount with --cgroup-root (e.g. /sys/fs/cgroup)."
+
+
+class CgroupSource:
+    """The CPU controller files of the target's cgroup, read at both ends of the window (quota, throttling)."""
+
+    collector = "cgroup"
+
+    def __init__(self, pid: int, folder: str, root: str | None = None) -> None:
+        self.pid = pid
+        self.folder = folder
+        self.root = root
+        self.group: cgroup_collector.Group | None = None
+        self._start: list[dict[str, Any]] = []
+        self._end: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        self.group = cgroup_collector.locate(self.pid, self.root)
+        self._start = cgroup_collector.snapshot(self.group) if self.group is not None else []
+
+    def stop(self) -> None:
+        self._end = cgroup_collector.snapshot(self.group) if self.group is not None else []
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        if self.group is None or not self._end:
+            where = f" under {self.root}" if self.root else ""
+            return Capture(self.collector, CaptureStatus.SKIPPED, f"no readable CPU cgroup for pid {self.pid}{where}",
+                           CGROUP_REMEDY, window)
+        write_json_atomic(os.path.join(self.folder, cgroup_collector.CGROUP_FILE),
+                          cgroup_collector.record(self.group, self._start, self._end, window.start, window.end))
+        return Capture(self.collector, CaptureStatus.OK, "", "", window, (cgroup_collector.CGROUP_FILE,))
+
+
+class NsysSource:
+    """An Nsight Systems capture of a service started under ``nsys launch`` (``--nsys``)."""
+
+    collector = "nsys"
+
+    def __init__(self, pid: int, folder: str) -> None:
+        self.folder = folder
+        self.avail = nsys_session.probe(pid)
+        self.window: nsys_session.NsysWindow | None = None
+
+    def start(self) -> None:
+        if self.avail.ok:
+            self.window = nsys_session.NsysWindow(nsys_session.find_nsys() or "nsys")
+            self.window.start(self.folder)
+
+    def stop(self) -> None:
+        """Nothing here: ``nsys stop`` writes and exports the report, which takes long (in ``capture``)."""
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        if self.window is None:
+            return Capture(self.collector, CaptureStatus.SKIPPED, self.avail.reason, self.avail.remedy, window)
+        files = self.window.stop(self.folder)
+        if not files:
+            return Capture(self.collector, CaptureStatus.FAILED, self.window.error or "nsys capture failed",
+                           "Run `nsys sessions list` to check the launch session.", window)
+        return Capture(self.collector, CaptureStatus.OK, "", "", window, tuple(files))
+
+
+# ---------------------------------------------------------------------------------------------
+# the service's own files: logs, the in-process probe's outputs, its metrics endpoint
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LogTail:
+    """Copies the part of a log written during the window, plus a tail before it."""
+
+    path: str
+    start_offset: int = 0
+
+    def begin(self) -> None:
+        size = os.path.getsize(self.path)
+        self.start_offset = max(0, size - LOG_TAIL_BEFORE_BYTES)
+
+    def finish(self, dest: str) -> None:
+        """Copy from the start offset to the end, secrets redacted line by line, bounded in size."""
+        left = LOG_MAX_BYTES
+        with open(self.path, "rb") as src, open(dest, "w", encoding="utf-8") as out:
+            src.seek(self.start_offset)
+            if self.start_offset:
+                src.readline()  # drop the partial first line
+            for raw in src:
+                left -= len(raw)
+                if left < 0:
+                    break
+                out.write(redact_text(raw.decode("utf-8", errors="replace")))
+
+
+class LogSource:
+    """A log the service writes (``--log``, or a file its probe announced: ``collector="probe"``): what
+    it wrote during the window and a tail before it, secrets redacted, as ``COLLECTOR-INDEX-NAME``."""
+
+    def __init__(self, path: str, folder: str, index: int, collector: str = "log") -> None:
+        self.tail = LogTail(path)
+        self.folder = folder
+        self.name = f"{collector}-{index}-{os.path.basename(path)}"
+        self.collector = collector
+
+    def start(self) -> None:
+        self.tail.begin()
+
+    def stop(self) -> None:
+        """Nothing here: the log is copied after the window (``capture``)."""
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        try:
+            self.tail.finish(os.path.join(self.folder, self.name))
+        except OSError as exc:
+            return Capture(self.collector, CaptureStatus.FAILED, f"could not read {self.tail.path}: {exc.strerror}",
+                           "Check the path and permissions of the file.", window)
+        return Capture(self.collector, CaptureStatus.OK, "", "", window, (self.name,))
+
+
+def _announcements(pid: int) -> list[tuple[int, dict[str, Any]]]:
+    """(pid, announcement) of every process of the tree whose probe announced itself since it started."""
+    from collectors import torch_probe
+
+    out: list[tuple[int, dict[str, Any]]] = []
+    for p in process_collector.process_tree(pid):
+        doc = torch_probe.find_announcement(p.pid)
+        try:
+            stale = float(doc.get("started", 0)) < p.create_time() - 1.0 if doc else True
+        except (TypeError, ValueError, psutil.Error):
+            stale = True
+        if doc and not stale:  # a killed service leaves its announcement behind; a new pid may reuse it
+            out.append((p.pid, doc))
+    return out
+
+
+def _announced_path(pid: int, doc: dict[str, Any], key: str) -> str | None:
+    path = doc.get(key)
+    if not isinstance(path, str) or not path:
+        return None
+    return path if os.path.isabs(path) else os.path.join(f"/proc/{pid}/cwd", path)  # the target's cwd
+
+
+def probe_outputs(pid: int) -> list[str]:
+    """Files the in-process probe of the target's tree announced (stage log, compile log)."""
+    found: list[str] = []
+    for p, doc in _announcements(pid):
+        for key in ("stages_path", "compile_log_path"):
+            path = _announced_path(p, doc, key)
+            if path and os.path.isfile(path) and path not in found:
+                found.append(path)
+    return found
+
+
+def probe_snapshots(pid: int) -> list[str]:
+    """The newest CUDA memory snapshots the probe dumped at an OOM of this run of the service.
+
+    The probe writes them beside its stage log as ``STAGES.oom-PID-N.pickle``; only the current
+    processes' own (by pid in the name, written after the process started) are taken.
+    """
+    found: list[tuple[float, str]] = []
+    for p, doc in _announcements(pid):
+        stages = _announced_path(p, doc, "stages_path")
+        if not stages:
+            continue
+        try:
+            started = psutil.Process(p).create_time()
+        except psutil.Error:
+            continue
+        for path in glob.glob(f"{glob.escape(stages)}.oom-{p}-*.pickle"):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if st.st_mtime >= started and 0 < st.st_size <= snapshot_collector.MAX_FILE_BYTES:
+                found.append((st.st_mtime, path))
+    return [path for _, path in sorted(found, reverse=True)[:PROBE_SNAPSHOTS_KEPT]]
+
+
+def copy_snapshots(paths: list[str], folder: str, window: Window) -> Capture | None:
+    """Copy the probe's OOM snapshots as they are (allocator state and stack frames; read by a safe unpickler)."""
+    names: list[str] = []
+    for i, src in enumerate(paths):
+        name = f"probe-snapshot-{i}.pickle"
+        try:
+            shutil.copyfile(src, os.path.join(folder, name))
+            names.append(name)
+        except OSError:
+            continue
+    if not paths:
+        return None
+    if not names:
+        return Capture("probe", CaptureStatus.FAILED, f"could not copy the probe's OOM snapshot {paths[0]}",
+                       "Check the permissions of the probe's output folder.", window)
+    return Capture("probe", CaptureStatus.OK, "", "", window, tuple(names))
+
+
+class ProbeSnapshotSource:
+    """The CUDA memory snapshots the in-process probe dumped at an OOM (looked for after the window,
+    so one dumped during it is taken); no capture when there is none."""
+
+    collector = "probe"
+
+    def __init__(self, pid: int, folder: str) -> None:
+        self.pid = pid
+        self.folder = folder
+
+    def start(self) -> None:
+        """Nothing here: a snapshot exists once an OOM happened."""
+
+    def stop(self) -> None:
+        """Nothing here."""
+
+    def capture(self, window: Window, cut: str) -> Capture | None:
+        return copy_snapshots(probe_snapshots(self.pid), self.folder, window)
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        body: bytes = resp.read(16 * 1024 * 1024)
+        return body.decode("utf-8", errors="replace")
+
+
+Scrape = tuple[float, str | None, str]  # (time, body or None, error)
+
+
+def _scrape(url: str) -> Scrape:
+    try:
+        return time.time(), scrape(url), ""
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return time.time(), None, str(getattr(exc, "reason", exc))
+
+
+class MetricsSource:
+    """A Prometheus endpoint (``--metrics URL``) scraped at both ends of the window, as ``metrics-INDEX.prom``."""
+
+    collector = "metrics"
+
+    def __init__(self, url: str, folder: str, index: int) -> None:
+        self.url = url
+        self.folder = folder
+        self.name = f"metrics-{index}.prom"
+        self._first: Scrape = (0.0, None, "not scraped")
+
+    def start(self) -> None:
+        self._first = _scrape(self.url)
+
+    def stop(self) -> None:
+        """Nothing here: the second scrape is taken after the window (``capture``)."""
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        both = (self._first, _scrape(self.url))
+        parts = [f"# scrape at {ts:.3f} from {self.url}\n{body.rstrip()}\n" for ts, body, _ in both if body is not None]
+        errors = [e for _, b, e in both if b is None]
+        if not parts:
+            return Capture(self.collector, CaptureStatus.FAILED, f"could not scrape {self.url}: {errors[0]}",
+                           "Check the URL (e.g. http://127.0.0.1:8000/metrics) is reachable from here.", window)
+        with open(os.path.join(self.folder, self.name), "w", encoding="utf-8") as fh:
+            fh.write("".join(parts))
+        status = CaptureStatus.OK if len(parts) == 2 else CaptureStatus.PARTIAL
+        return Capture(self.collector, status, "; ".join(errors), "", window, (self.name,))

@@ -1,0 +1,77 @@
+"""The command line against real processes: a target that is not Python, a fresh interpreter without
+torch, a fresh interpreter reading a trace (moved from the unit tests, which start no process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analyzer.cli import main
+from tests.conftest import DATA, ROOT
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = os.path.join(DATA, "sessions")
+SYNC_STALL = os.path.join(DATA, "kineto", "sync_stall_sglang_decode_hipgraph_mi300x.json.gz")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def _one_sentence(err: str) -> None:
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("diagnose: "), err
+
+
+def test_attach_not_python(capsys) -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        code, _, err = run(["attach", "--pid", str(proc.pid), "--duration", "1"], capsys)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code == 2
+    _one_sentence(err)
+    assert "not a Python process" in err
+
+
+def test_console_script_runs_without_torch(tmp_path) -> None:
+    """The analyzer must import and run without torch: hide it and analyze a session."""
+    shim = tmp_path / "sitecustomize.py"
+    shim.write_text("import sys\nsys.modules['torch'] = None\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    out = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0  # the shim really hides torch
+    session = os.path.join(SESSIONS, "recompile_varying_batch_demo")
+    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", session, "--format", "json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["primary"] == "recompilation"
+
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")
+def test_reading_a_trace_imports_no_text_parser_and_leaves_the_environment_as_it_was() -> None:
+    probe = ("import os, sys; from analyzer import cli; cli.main(['analyze', sys.argv[1], '--format', 'json']); "
+             "print(sorted(m for m in sys.modules if m.startswith(('analyzer.loose', 'analyzer.derive.claims', "
+             "'analyzer.derive.prom', 'collectors.engine_log', 'analyzer.derive.session'))), "
+             "os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')), file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for blas in (None, "3"):  # numpy was loaded with one BLAS thread; the variable is gone again, or the user's
+        out = subprocess.run([sys.executable, "-c", probe, SYNC_STALL], capture_output=True, text=True, check=True,
+                             cwd=ROOT, env=env if blas is None else {**env, "OPENBLAS_NUM_THREADS": blas})
+        modules, value, threads = out.stderr.strip().splitlines()[-1].rsplit(" ", 2)
+        assert (modules, value) == ("[]", str(blas))
+        if blas is None:
+            assert threads == "1"  # no OpenBLAS worker threads (the process runs on its main thread alone)
+        assert json.loads(out.stdout)["inputs"][0]["kind"] == "kineto_trace"
+

@@ -1,0 +1,204 @@
+"""The attach's sources (``analyzer.sources``): each starts, stops and hands back a ``Capture``; the attach
+composes a list of them, and a new kind of evidence is one new class that shows up in the session.
+
+This test process plays the service (a Python process that is never paused); py-spy is replaced by
+its "not installed" answer so no profiler runs here (tests/integration attach real services with it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from analyzer import attach, sources
+from analyzer.attach import AttachOptions
+from analyzer.model import Availability, Capture, CaptureStatus, Window
+from collectors import pyspy
+
+ME = os.getpid()
+WINDOW = Window(1000.0, 1001.0)
+
+
+@pytest.fixture
+def no_pyspy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pyspy, "probe", lambda: Availability(False, "py-spy is not installed", "pip install py-spy"))
+
+
+def _run(src: sources.Source, cut: str = "") -> Capture | None:
+    src.start()
+    src.stop()
+    return src.capture(WINDOW, cut)
+
+
+def test_process_source_samples_the_tree_and_says_partial_with_the_reason(tmp_path: Path) -> None:
+    src = sources.ProcessSource(ME, str(tmp_path))
+    src.probe()
+    cap = _run(src, cut="the target exited 0.4 s into the window")
+    assert cap is not None and cap.collector == "process" and cap.window == WINDOW
+    assert cap.status is CaptureStatus.PARTIAL and cap.reason == "the target exited 0.4 s into the window"
+    assert (tmp_path / "process.jsonl").read_text().count("\n") >= 3  # two probe samples and the last one
+    info = json.loads((tmp_path / "process-info.json").read_text())
+    assert info["pid"] == ME and "inductor_cache_files" in info
+    assert not src.gone
+
+
+def test_pyspy_source_not_installed_is_skipped_with_the_remedy(tmp_path: Path, no_pyspy: None) -> None:
+    process = sources.ProcessSource(ME, str(tmp_path))
+    src = sources.PySpySource(ME, str(tmp_path), process, duration_s=1.0, rate_hz=50, light=False,
+                              should_stop=lambda: True)
+    cap = _run(src)
+    assert cap == Capture("py-spy", CaptureStatus.SKIPPED, "py-spy is not installed", "pip install py-spy", WINDOW)
+
+
+def test_log_source_copies_what_was_written_in_the_window_redacted(tmp_path: Path) -> None:
+    log = tmp_path / "service.log"
+    log.write_text("before\n")
+    src = sources.LogSource(str(log), str(tmp_path), 0)
+    src.start()
+    with log.open("a") as fh:
+        fh.write("during api_key=sk-abcdefghijklmnopqrstuvwx\n")
+    src.stop()
+    cap = src.capture(WINDOW, "")
+    assert cap == Capture("log", CaptureStatus.OK, "", "", WINDOW, ("log-0-service.log",))
+    copied = (tmp_path / "log-0-service.log").read_text()
+    assert "during" in copied and "sk-abcdefghijklmnopqrstuvwx" not in copied
+
+
+def test_log_source_that_vanished_fails_with_the_reason(tmp_path: Path) -> None:
+    log = tmp_path / "service.log"
+    log.write_text("x\n")
+    src = sources.LogSource(str(log), str(tmp_path), 1, collector="probe")
+    src.start()
+    log.unlink()
+    cap = src.capture(WINDOW, "")
+    assert cap is not None and cap.collector == "probe" and cap.status is CaptureStatus.FAILED
+    assert str(log) in cap.reason and cap.remedy
+
+
+def test_metrics_source_that_cannot_scrape_fails_with_the_reason(tmp_path: Path) -> None:
+    cap = _run(sources.MetricsSource("http://127.0.0.1:9/metrics", str(tmp_path), 0))
+    assert cap is not None and cap.collector == "metrics" and cap.status is CaptureStatus.FAILED
+    assert cap.reason.startswith("could not scrape http://127.0.0.1:9/metrics") and cap.remedy
+
+
+def test_cgroup_nvml_nsys_and_snapshot_sources_say_what_they_captured(tmp_path: Path) -> None:
+    cgroup = _run(sources.CgroupSource(ME, str(tmp_path), str(tmp_path / "no-cgroup-here")))
+    assert cgroup is not None and cgroup.status is CaptureStatus.SKIPPED and "--cgroup-root" in cgroup.remedy
+    nvml = _run(sources.NvmlSource(ME, str(tmp_path)))
+    assert nvml is not None and nvml.collector == "nvml" and nvml.window == WINDOW
+    nsys = _run(sources.NsysSource(ME, str(tmp_path)))  # this process was not started under `nsys launch`
+    assert nsys is not None and nsys.status is CaptureStatus.SKIPPED and nsys.reason
+    assert _run(sources.ProbeSnapshotSource(ME, str(tmp_path))) is None  # no OOM snapshot: no capture
+
+
+def test_attach_composes_its_sources_innermost_first(tmp_path: Path) -> None:
+    log = tmp_path / "service.log"
+    log.write_text("")
+    opts = AttachOptions(pid=ME, logs=[str(log)], metrics=["http://127.0.0.1:9/metrics"], nsys=True)
+    process = sources.ProcessSource(ME, str(tmp_path))
+    composed = attach.window_sources(opts, str(tmp_path), process, lambda: False)
+    assert [type(s).__name__ for s in composed] == [
+        "PySpySource", "ProcessSource", "NvmlSource", "CgroupSource", "BusyProbe", "NsysSource", "LogSource",
+        "ProbeSnapshotSource", "MetricsSource"]
+    assert composed[1] is process
+
+
+class Recorder:
+    """A source that notes when it is called: the order of the window."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.collector = name
+        self.calls = calls
+
+    def start(self) -> None:
+        self.calls.append(f"start {self.collector}")
+
+    def stop(self) -> None:
+        self.calls.append(f"stop {self.collector}")
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        self.calls.append(f"capture {self.collector}")
+        return Capture(self.collector, CaptureStatus.OK, cut, "", window)
+
+
+def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
+    calls: list[str] = []
+    srcs = [Recorder("inner", calls), Recorder("outer", calls)]
+    ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
+    assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
+    assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds)
+    assert set(ran.cost) == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores"}
+
+
+class Heartbeat:
+    """A new kind of evidence, as one class: the window's start and stop times, written to a file."""
+
+    collector = "heartbeat"
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.times: list[float] = []
+
+    def start(self) -> None:
+        self.times.append(1.0)
+
+    def stop(self) -> None:
+        self.times.append(2.0)
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        with open(os.path.join(self.folder, "heartbeat.json"), "w", encoding="utf-8") as fh:
+            json.dump(self.times, fh)
+        return Capture(self.collector, CaptureStatus.PARTIAL if cut else CaptureStatus.OK, cut, "", window,
+                       ("heartbeat.json",))
+
+
+def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, no_pyspy: None) -> None:
+    out = tmp_path / "session"
+    beat = Heartbeat(str(out))
+    session, diagnosis = attach.attach(AttachOptions(pid=ME, duration_s=0.5, output=str(out)), extra=[beat])
+    assert beat.times == [1.0, 2.0]
+    names = [c.collector for c in session.captures]
+    assert names[:4] == ["py-spy", "process", "nvml", "cgroup"] and names[-1] == "heartbeat"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["captures"][-1]["collector"] == "heartbeat" and "heartbeat.json" in manifest["files"]
+    assert json.loads((out / "heartbeat.json").read_text()) == [1.0, 2.0]
+    assert session.captures[0].status is CaptureStatus.SKIPPED  # py-spy: not installed here, said so
+    assert [c.collector for c in diagnosis.captures] == names
+    assert 0.4 < session.window.seconds < 5.0
+    cost = json.loads((out / "attach-cost.json").read_text())
+    assert cost["window_s"] == pytest.approx(session.window.seconds) and cost["max_rate_hz"] == 50
+
+
+def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: None) -> None:
+    stop = threading.Event()
+    stop.set()  # Ctrl-C before the window even began
+    session, _ = attach.attach(AttachOptions(pid=ME, duration_s=30.0, output=str(tmp_path / "s")), stop,
+                               extra=[Heartbeat(str(tmp_path / "s"))])
+    assert session.window.seconds < 5.0
+    by_name = {c.collector: c for c in session.captures}
+    for name in ("process", "heartbeat"):
+        assert by_name[name].status is CaptureStatus.PARTIAL
+        assert by_name[name].reason.startswith("stopped early by the user after")
+
+
+def test_sweep_loads_the_service_through_the_whole_window(tmp_path: Path, no_pyspy: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``diagnose sweep --pid``: its clients are one more source, started before the busy probe sees the service."""
+    from analyzer import sweep
+
+    calls: list[str] = []
+    monkeypatch.setattr(sweep, "run_step", lambda spec, c, warm, secs: calls.append(f"load {c} for {secs:.1f} s"))
+    probe = sources.ProcessSource.probe
+    monkeypatch.setattr(sources.ProcessSource, "probe", lambda self: (calls.append("probe"), probe(self))[1])
+    monkeypatch.chdir(tmp_path)  # the session is written under the default name, here
+    opts = sweep.SweepOptions(url="http://127.0.0.1:9/", pid=ME, attach_duration_s=0.5, warmup_s=0.0)
+    doc = sweep.attach_at(sweep.request_spec(opts), opts, 4, progress=lambda msg: None)
+    assert calls == ["load 4 for 2.5 s", "probe"]
+    manifest = json.loads((Path(doc["session"]) / "manifest.json").read_text())
+    load = manifest["captures"][-1]
+    assert load["collector"] == "load" and load["status"] == "ok"
+    assert load["reason"] == "4 closed-loop client(s) of diagnose sweep loaded http://127.0.0.1:9/"
