@@ -38,6 +38,7 @@ from analyzer.derive import dcgm as derive_dcgm
 from analyzer.derive import prom as derive_prom
 from analyzer.errors import DiagnoseError, InputError
 from analyzer.model import TOOL_VERSION, Category, Diagnosis, Evidence, EvidenceSet, Severity, Verdict
+from analyzer.units import pct
 from collectors import dcgm as dcgm_fields
 from collectors.dcgm import DcgmResult, GpuSeries, Pod
 from collectors.prom import (
@@ -500,7 +501,7 @@ def judge_fleet(data: FleetData, config: Config | Mapping[str, Mapping[str, Any]
         if not rep.names:
             rep.missing = ("Prometheus could not scrape it during the window (up = 0)" if rep.up_ratio == 0 else
                            "it exposes none of the engine metrics diagnose reads (vLLM, SGLang, TGI, Triton names)"
-                           + (f"; its scrapes succeeded {rep.up_ratio:.0%} of the window" if rep.up_ratio else ""))
+                           + (f"; its scrapes succeeded {pct(rep.up_ratio)} of the window" if rep.up_ratio else ""))
             continue
         items = derive_prom.derive(_prom_result(rep, window_s), source, span=span)
         if rep.up_ratio is not None and rep.up_ratio < 1.0:
@@ -573,7 +574,7 @@ def outliers(replicas: Sequence[Replica]) -> list[dict[str, Any]]:
             out.append({"instance": r.name, "kind": "throttling", "value": t,
                         "median": _median([_val(x, "gpu.throttle_ratio") or 0.0 for x in with_gpu]),
                         "message": f.title + ": " + f.message if f else
-                        f"throttled in {t or 0:.0%} of its GPU readings"})
+                        f"throttled in {pct(t or 0)} of its GPU readings"})
         ev = r.evidence
         xids = ev.get("gpu.xid_events") if ev is not None else None
         if isinstance(xids, Evidence) and isinstance(xids.value, list) and xids.value:
@@ -587,7 +588,7 @@ def outliers(replicas: Sequence[Replica]) -> list[dict[str, Any]]:
         if (share is not None and share >= FOREIGN_MEMORY_SHARE) or "GPU005" in codes:
             f = codes.get("GPU005")
             out.append({"instance": r.name, "kind": "foreign_memory", "value": share, "median": None,
-                        "message": f.message if f else f"{share or 0:.0%} of its GPU's memory is held by others"})
+                        "message": f.message if f else f"{pct(share or 0)} of its GPU's memory is held by others"})
         elif isinstance(pods, Evidence) and pods.value:
             out.append({"instance": r.name, "kind": "foreign_memory", "value": None, "median": None,
                         "message": f"its GPU is shared with {', '.join(map(str, pods.value))}: another tenant "
@@ -615,7 +616,7 @@ def imbalance(replicas: Sequence[Replica]) -> dict[str, Any]:
     quietest = min(rates, key=lambda x: x[1])
     bad = med >= IMBALANCE_MIN_RPS and (busiest[1] >= IMBALANCE_FACTOR * med or quietest[1] <= med / IMBALANCE_FACTOR)
     msg = (f"requests per second per replica: median {med:.2f}, busiest {busiest[0]} {busiest[1]:.2f}, quietest "
-           f"{quietest[0]} {quietest[1]:.2f} (coefficient of variation {cv:.0%})")
+           f"{quietest[0]} {quietest[1]:.2f} (coefficient of variation {pct(cv)})")
     msg += (": the load is uneven — check the balancer's policy (least-requests over round-robin for long LLM "
             "requests), session affinity and readiness" if bad else ": balanced")
     return {"metric": "throughput.rps", "replicas": len(rates), "median": med, "min": quietest[1], "max": busiest[1],
@@ -634,8 +635,8 @@ def headroom(replicas: Sequence[Replica]) -> dict[str, Any]:
         worst = max(kv, key=lambda x: x[1])
         out["kv_cache"] = {"median_peak": _median([v for _, v in kv]), "max_peak": worst[1], "fullest": worst[0],
                            "near_full": full, "min_headroom": 1.0 - worst[1]}
-        parts.append(f"KV cache peaked at {worst[1]:.0%} on {worst[0]} (median peak "
-                     f"{_median([v for _, v in kv]):.0%}); {len(full)} of {len(kv)} replicas ≥ {KV_NEAR_FULL:.0%}")
+        parts.append(f"KV cache peaked at {pct(worst[1])} on {worst[0]} (median peak "
+                     f"{pct(_median([v for _, v in kv]))}); {len(full)} of {len(kv)} replicas ≥ {pct(KV_NEAR_FULL)}")
     parts.append(f"{len(queued)} of {len(judged)} replicas had requests waiting in the window")
     out["message"] = "; ".join(parts)
     return out

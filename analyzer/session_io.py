@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 
 from analyzer.errors import InputError
+from analyzer.units import size
 
 MANIFEST = "manifest.json"
 PACK_SUFFIXES = (".tar.gz", ".tgz")
@@ -73,7 +74,7 @@ def _extract(path: str, dest: str) -> None:
                 total += max(0, member.size)
                 if len(members) > MAX_MEMBERS or total > MAX_UNPACKED_BYTES:
                     raise InputError(f"{path} unpacks to more than {MAX_MEMBERS:,} files or "
-                                     f"{MAX_UNPACKED_BYTES / 2**30:.0f} GiB, which no session does.",
+                                     f"{size(MAX_UNPACKED_BYTES, 0)}, which no session does.",
                                      "Check that this is the file `diagnose pack` or `attach -o X.tar.gz` wrote.")
             tar.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:

@@ -27,6 +27,7 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.model import TOOL_VERSION, Capture, CaptureStatus, Window
+from analyzer.units import pct
 from collectors.loadclient import RequestSpec, StepResult, Target, TargetError, percentile, probe, run_step
 
 SCHEMA = "diagnose/sweep/v1"
@@ -198,7 +199,7 @@ def find_knee(steps: Sequence[Mapping[str, Any]], within: float = KNEE_WITHIN,
     if first is not sat:
         vs += f", {knee['top_p99_vs_first']:.1f}× the p99 at {first['concurrency']} client(s)"
     why = (f"the knee is at {sat['concurrency']} concurrent {clients}: {sat['throughput_rps']:.1f} req/s (within "
-           f"{within:.0%} of the best, {best['throughput_rps']:.1f} req/s at {best['concurrency']}), p50 "
+           f"{pct(within)} of the best, {best['throughput_rps']:.1f} req/s at {best['concurrency']}), p50 "
            f"{sat['p50_ms']:.0f} ms, p99 {sat['p99_ms']:.0f} ms; past it throughput stays flat while p99 grows to "
            f"{top['p99_ms']:.0f} ms at {top['concurrency']} ({vs}): extra clients only queue")
     if little is not None:

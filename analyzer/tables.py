@@ -32,6 +32,7 @@ from analyzer.redact import redact_command, redact_text
 from analyzer.session_data import COLUMNS as TABLE_COLUMNS
 from analyzer.session_data import TABLES, SessionData, make_table
 from analyzer.stage_stats import stage_rows
+from analyzer.units import KIB
 from collectors import nvml, process, pyspy
 
 MAX_STACKS = 300  # the py-spy stacks with the most samples
@@ -239,7 +240,7 @@ class _Reader:
                     "t": self.rel(ts), "gpu": dev, "name": redact_text(str(r.get("name") or "")),
                     "util_pct": _num(r.get("util_gpu_pct")), "mem_util_pct": _num(r.get("util_mem_pct")),
                     "mem_used_bytes": _num(r.get("mem_used_bytes")), "mem_total_bytes": _num(r.get("mem_total_bytes")),
-                    "pcie_tx_bytes_s": tx * nvml_derive.KIB, "pcie_rx_bytes_s": rx * nvml_derive.KIB,
+                    "pcie_tx_bytes_s": tx * KIB, "pcie_rx_bytes_s": rx * KIB,
                     "power_w": _num(r.get("power_mw")) / 1000.0, "sm_clock_mhz": _num(r.get("sm_clock_mhz")),
                 })
         rows.sort(key=lambda r: (r["t"], r["gpu"]))

@@ -26,6 +26,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from analyzer.units import unit_bytes
+
 # -- quantities ---------------------------------------------------------------------------------
 
 NUM = r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
@@ -35,10 +37,6 @@ _TIME = {
     "s": 1e3, "sec": 1e3, "secs": 1e3, "second": 1e3, "seconds": 1e3, "秒": 1e3,
     "min": 6e4, "mins": 6e4, "minute": 6e4, "minutes": 6e4, "分钟": 6e4,
     "h": 3.6e6, "hr": 3.6e6, "hrs": 3.6e6, "hour": 3.6e6, "hours": 3.6e6, "小时": 3.6e6,
-}
-_SIZE = {
-    "b": 1, "bytes": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000**2, "mib": 1 << 20, "gb": 1000**3,
-    "gib": 1 << 30, "tb": 1000**4, "tib": 1 << 40, "g": 1 << 30, "m": 1 << 20,
 }
 _RATE = ("tokens/s", "tokens/sec", "token/s", "tok/s", "toks/s", "t/s", "tokens per second", "tokens/second",
          "it/s", "req/s", "requests/s", "rps", "qps", "fps", "infer/sec", "samples/s", "images/s", "img/s")
@@ -103,7 +101,7 @@ def quantities(clause: str) -> list[Quantity]:
         elif m.group("pct"):
             out.append(Quantity("pct", n, m.start(), m.end(), m.group(0)))
         elif m.group("size"):
-            out.append(Quantity("size", n * _SIZE.get(m.group("size").lower(), 1), m.start(), m.end(), m.group(0)))
+            out.append(Quantity("size", n * (unit_bytes(m.group("size")) or 1), m.start(), m.end(), m.group(0)))
         elif m.group("time"):
             unit = m.group("time").lower()
             out.append(Quantity("time", n * _TIME.get(unit, 1e3), m.start(), m.end(), m.group(0)))

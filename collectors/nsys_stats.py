@@ -30,6 +30,8 @@ import csv
 import re
 from dataclasses import dataclass, field
 
+from analyzer.units import unit_bytes
+
 # report id → canonical report kind
 _REPORTS = {
     "cuda_gpu_kern_sum": "kern", "gpukernsum": "kern",
@@ -50,8 +52,6 @@ _TITLE = re.compile(r"\*\*\s*.*\((\w+)\):?\s*$")
 _PROCESSING = re.compile(r"^Processing \[.*\] with \[.*?([\w]+)(?:\.py)?\]")
 _UNIT = re.compile(r"\((ns|us|µs|ms|s|sec|B|KiB|MiB|GiB|KB|MB|GB|bytes)\)")
 _TIME_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
-_SIZE_B = {"B": 1.0, "bytes": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3,
-           "KB": 1e3, "MB": 1e6, "GB": 1e9}
 _SYNC_APIS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
     "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
@@ -294,7 +294,7 @@ class NsysStatsParser:
                     out.memcpy_calls += count
         elif t.report == "memsize":
             total, unit = self._col(row, "Total")
-            scale = _SIZE_B.get(unit or t.size_unit, 1e6)
+            scale = unit_bytes(unit or t.size_unit, decimal=True) or 10**6  # nsys's MB is 10**6 bytes
             d = copy_direction(name)
             out.copy_bytes[d] = out.copy_bytes.get(d, 0.0) + (total or 0.0) * scale
             if "memtime" not in self._seen:

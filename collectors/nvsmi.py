@@ -17,7 +17,8 @@ the memory a long recording costs is the deriver's running aggregates, not the r
 
 from __future__ import annotations
 
-from collectors.nvsmi_base import MIB, GpuProcess, MigDevice, Reading, Sink, Snapshot
+from analyzer.units import MIB
+from collectors.nvsmi_base import GpuProcess, MigDevice, Reading, Sink, Snapshot
 from collectors.nvsmi_csv import HEADER_LITERALS as _CSV_LITERALS
 from collectors.nvsmi_csv import MAX_ROWS as _CSV_ROWS
 from collectors.nvsmi_csv import CsvParser, GuessedCsvParser

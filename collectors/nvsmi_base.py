@@ -20,10 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from analyzer.units import unit_bytes
 from collectors.nvml import REASONS
-
-MIB = 1 << 20
-KIB = 1 << 10
 
 # nvidia-smi's names of clock-event (formerly clock-throttle) reasons → NVML's names
 _REASON_NAMES: dict[str, str] = {
@@ -140,8 +138,6 @@ NA_WORDS = ("n/a", "[n/a]", "not supported", "[not supported]", "err!", "-", "",
             "not available", "insufficient permissions", "[insufficient permissions]", "requested functionality "
             "has been deprecated", "gpu is lost", "[gpu is lost]", "none")
 _NUM = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*([A-Za-z/%]*)")
-_SIZE_UNITS = {"b": 1, "kib": KIB, "kb": KIB, "mib": MIB, "mb": MIB, "gib": 1 << 30, "gb": 1 << 30,
-               "tib": 1 << 40, "tb": 1 << 40}
 
 
 def is_na(text: str) -> bool:
@@ -170,8 +166,7 @@ def size_bytes(text: str, default_unit: str = "mib") -> int | None:
     m = _NUM.match(text)
     if not m:
         return None
-    unit = (m.group(2) or default_unit).lower()
-    mult = _SIZE_UNITS.get(unit)
+    mult = unit_bytes(m.group(2) or default_unit)
     if mult is None:
         return None
     return int(float(m.group(1)) * mult)
@@ -185,7 +180,7 @@ def rate_bytes(text: str, default_unit: str = "kb/s") -> float | None:
     if not m:
         return None
     unit = (m.group(2) or default_unit).lower()
-    mult = {"kb/s": KIB, "kib/s": KIB, "mb/s": MIB, "mib/s": MIB, "gb/s": 1 << 30, "b/s": 1}.get(unit)
+    mult = unit_bytes(unit[:-2]) if unit.endswith("/s") else None
     return float(m.group(1)) * mult if mult else None
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analyzer.units import MIB
 from collectors.nvsmi_base import (
     GpuProcess,
     Reading,
@@ -169,8 +170,8 @@ class MonitorParser:
                 temp_c=num("gtemp") if "gtemp" in row else num("temp"), mem_clock_mhz=num("mclk"),
                 sm_clock_mhz=num("pclk"), power_violation_pct=num("pviol"), thermal_violation_pct=num("tviol"),
                 mem_used=size_bytes(fb) if fb is not None and not is_na(fb) else None,
-                rx_bytes_per_s=rx * (1 << 20) if rx is not None else None,
-                tx_bytes_per_s=tx * (1 << 20) if tx is not None else None, na=tuple(na))
+                rx_bytes_per_s=rx * MIB if rx is not None else None,
+                tx_bytes_per_s=tx * MIB if tx is not None else None, na=tuple(na))
         except ValueError:
             return False
         self.rows += 1

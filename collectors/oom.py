@@ -21,7 +21,7 @@ Pure parsing, streamed line by line: ``OomParser.feed(line)`` for each cleaned l
   awq``) with its dtype, tensor parallelism, the GPU count and model, vLLM's
   ``gpu_memory_utilization`` and measured weight sizes (``Loading model weights took 14.99 GB``).
 
-No imports beyond the standard library.
+Sizes are read with ``analyzer.units``: ``KB``/``MB``/``GB`` are binary, as torch and vLLM print them.
 """
 
 from __future__ import annotations
@@ -30,42 +30,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-# ---------------------------------------------------------------------------------------------
-# sizes
-# ---------------------------------------------------------------------------------------------
-
-_UNIT_BYTES = {
-    "b": 1,
-    "byte": 1,
-    "bytes": 1,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-    "k": 1 << 10,  # nvidia-smi / torch shorthand ("12K", "3.5G") is binary
-    "m": 1 << 20,
-    "g": 1 << 30,
-    "t": 1 << 40,
-}
-
-SIZE = r"(?<![\d.])(?:\d+(?:\.\d+)?|\.\d+)\s?(?:[KMGT]i?B|bytes?|B)"
-_SIZE_RX = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?|\.\d+)\s?([KMGT]i?B|bytes?|B|[KMGT])\b", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int | None:
-    """``"79.35 GiB"`` → bytes (binary units for KiB/MiB/GiB, decimal for KB/MB/GB)."""
-    m = _SIZE_RX.search(text)
-    if not m:
-        return None
-    unit = _UNIT_BYTES.get(m.group(2).lower())
-    if unit is None:
-        return None
-    return int(float(m.group(1)) * unit)
-
+from analyzer.units import GIB, SIZE, parse_size
 
 # ---------------------------------------------------------------------------------------------
 # records
@@ -609,7 +574,7 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             hints.gpu_model = m.group("gpu").upper()
             mem = m.group("mem")
             gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
-            hints.gpu_memory_bytes = int(gib * (1 << 30))
+            hints.gpu_memory_bytes = int(gib * GIB)
             hints.gpu_memory_assumed = () if mem else GPU_VARIANTS.get(m.group("gpu").lower(), ())
             if m.group("n") and 1 <= int(m.group("n")) <= 1024:
                 hints.gpu_count = int(m.group("n"))
@@ -620,7 +585,7 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
         if m:
             gib = float(m.group("v") or m.group("w"))
             if 1 <= gib <= 200:
-                hints.gpu_memory_bytes, said = int(gib * (1 << 30)), True
+                hints.gpu_memory_bytes, said = int(gib * GIB), True
     if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
         m = _GPU_COUNT.search(line)
         if m:

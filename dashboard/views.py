@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from analyzer.units import pct
 from dashboard import state
 from reports import compare as report_compare
 from reports import data as report_data
@@ -74,7 +75,7 @@ def finding(rank: int, f: Finding, expanded: bool) -> None:
     head = f"{rank}. {_SEVERITY_MARK[f.severity]} {f.label} — {markdown.text(f.title)}"
     with st.expander(head, expanded=expanded):
         st.caption(f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · "
-                   f"impact {100 * f.impact:.0f} %")
+                   f"impact {pct(f.impact)}")
         st.markdown(markdown.text(f.message))  # session strings in a message must not render as markup
         if f.why:
             st.code(f.why, language=None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyzer.model import Category, Diagnosis, Evidence, Finding
+from analyzer.units import pct
 from reports.markdown import cell, code_cell, format_value, table, text
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def _change(r: Row) -> str:
     ch = r.change
     if ch is None:
         return "-"
-    return f"{100 * ch:+.0f} %"
+    return pct(ch, signed=True)
 
 
 def _primary(c: Category | None) -> str:
@@ -186,7 +187,7 @@ def headline(c: Comparison) -> str:
 
 
 def _finding_line(f: Finding) -> str:
-    return f"{f.code} {f.label}: {f.title} ({f.severity.value}, impact {100 * f.impact:.0f} %)"
+    return f"{f.code} {f.label}: {f.title} ({f.severity.value}, impact {pct(f.impact)})"
 
 
 def render_text(c: Comparison, width: int = 110) -> str:
@@ -216,7 +217,7 @@ def render_text(c: Comparison, width: int = 110) -> str:
             console.print(f"  - {_finding_line(f)}")
     console.print(f"Findings in both: {'none' if not c.kept else ''}")
     for fb, fa in c.kept:
-        console.print(f"  - {fb.code} {fb.label}: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
+        console.print(f"  - {fb.code} {fb.label}: impact {pct(fb.impact)} → {pct(fa.impact)}, "
                       f"{fb.severity.value} → {fa.severity.value}")
     return buf.getvalue()
 
@@ -235,7 +236,7 @@ def render_markdown(c: Comparison) -> str:
         out += [f"- {text(_finding_line(f))}" for f in items] or ["None."]
         out.append("")
     out += ["## Findings in both", ""]
-    out += [f"- {fb.code} `{fb.label}`: impact {100 * fb.impact:.0f} % → {100 * fa.impact:.0f} %, "
+    out += [f"- {fb.code} `{fb.label}`: impact {pct(fb.impact)} → {pct(fa.impact)}, "
             f"{fb.severity.value} → {fa.severity.value}" for fb, fa in c.kept] or ["None."]
     return "\n".join(out) + "\n"
 
@@ -348,7 +349,7 @@ def _sweep_rows(c: dict[str, Any]) -> list[list[str]]:
         return "-" if x is None else format_value(x, unit)
 
     return [[str(r["concurrency"]), r["metric"], v(r["before"], r["unit"]), v(r["after"], r["unit"]),
-             "-" if r["change"] is None else f"{100 * r['change']:+.0f} %", r["verdict"]] for r in c["rows"]]
+             "-" if r["change"] is None else pct(r["change"], signed=True), r["verdict"]] for r in c["rows"]]
 
 
 def render_sweeps_text(c: dict[str, Any]) -> str:

@@ -17,10 +17,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analyzer.units import GIB, pct, size
 from reports.data import FIRST_REQUESTS, MEMORY_PARTS, SessionData
 
 TEMPLATE = "plotly_white"
-GIB = float(1 << 30)
 MB = 1e6
 SEVERITY_COLOURS = {"critical": "#b2182b", "major": "#ef8a62", "minor": "#fddbc7", "info": "#67a9cf"}
 EVENT_COLOURS = {"oom": "#b2182b", "recompile": "#e08214", "preemption": "#8073ac", "compile": "#999999"}
@@ -373,7 +373,7 @@ def top_kernels(d: SessionData, n: int = 15) -> Chart:
     k = d.kernels.nlargest(n, "total_ms")
     names = [_short(str(x), 70) for x in k["name"]]
     fig = go.Figure(go.Bar(
-        orientation="h", y=names, x=k["total_ms"], text=[f"{100 * s:.0f} %" for s in k["share"]],
+        orientation="h", y=names, x=k["total_ms"], text=[pct(s) for s in k["share"]],
         customdata=list(zip(k["count"], k["tiny_count"], strict=True)),
         hovertemplate="%{y}<br>%{x:,.2f} ms in %{customdata[0]} launches (%{customdata[1]} under 10 µs)"
                       "<extra></extra>"))
@@ -449,8 +449,8 @@ def memory_segments(d: SessionData) -> Chart:
     fig.update_yaxes(autorange="reversed", title="segment (address)")
     total, split, cached = (float(m["size_bytes"].sum()), float(m.loc[m["state"] == "split", "free_bytes"].sum()),
                             float(m.loc[m["state"] == "free", "free_bytes"].sum()))
-    note = (f"{len(m):,} segments, {total / GIB:,.2f} GiB reserved: {split / GIB:,.2f} GiB free inside live segments "
-            f"(fragmentation), {cached / GIB:,.2f} GiB in wholly free segments (cache)"
+    note = (f"{len(m):,} segments, {size(total)} reserved: {size(split)} free inside live segments "
+            f"(fragmentation), {size(cached)} in wholly free segments (cache)"
             + (f"; the {MAX_SEGMENTS} largest are drawn" if len(m) > MAX_SEGMENTS else "") + ".")
     fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", showarrow=False,
                        align="left", font={"size": 11})

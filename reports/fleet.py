@@ -14,6 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from analyzer.units import pct
 from reports import markdown as md
 from reports.figures import TEMPLATE, Chart
 
@@ -24,8 +25,8 @@ _COLUMNS = (  # (key number, header, how to show it)
     ("latency.e2e_ms.p99", "e2e p99", md.format_number),
     ("latency.ttft_ms.p99", "TTFT p99", md.format_number),
     ("serving.waiting_mean", "waiting", lambda v: f"{v:.1f}"),
-    ("serving.kv_cache_usage_max_ratio", "KV max", lambda v: f"{100 * v:.0f} %"),
-    ("gpu.util_ratio", "GPU util", lambda v: f"{100 * v:.0f} %"),
+    ("serving.kv_cache_usage_max_ratio", "KV max", pct),
+    ("gpu.util_ratio", "GPU util", pct),
 )
 
 

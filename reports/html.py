@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from analyzer.model import Diagnosis, Finding, Verdict
 from analyzer.redact import redact_argv
+from analyzer.units import pct
 from reports import json_report, markdown
 from reports.markdown import (
     first_sentence,
@@ -105,10 +106,6 @@ def _table(header: list[str], rows: list[list[str]], num: set[int] | None = None
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
-
-
 def verdict_html(d: Diagnosis) -> str:
     primary = d.primary
     f = primary_finding(d)
@@ -120,7 +117,7 @@ def verdict_html(d: Diagnosis) -> str:
                 + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
     steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
     return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b> — '
-            f"{e(first_sentence(f.message))} <span class=sub>(impact {_pct(f.impact)}, {e(f.severity.value)}, "
+            f"{e(first_sentence(f.message))} <span class=sub>(impact {pct(f.impact)}, {e(f.severity.value)}, "
             f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>"
             + (f'<h3>To confirm it, measure</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
 
@@ -129,7 +126,7 @@ def finding_html(n: int, f: Finding, primary: bool) -> str:
     parts = [f'<article class="finding sev-{e(f.severity.value)}" id="finding-{e(f.code)}">',
              f"<h3>{n}. {e(f.code)} {e(f.name)} — {e(f.title)}{' (primary)' if primary else ''}</h3>",
              f"<p><span class=badge>{e(f.severity.value)}</span><span class=badge>confidence "
-             f"{e(f.confidence.value)}</span><span class=badge>impact {_pct(f.impact)}</span>"
+             f"{e(f.confidence.value)}</span><span class=badge>impact {pct(f.impact)}</span>"
              f"<span class=badge>{e(f.label)}</span></p>",
              f"<p>{e(' '.join(f.message.split()))}</p>"]
     if f.why:
@@ -203,7 +200,7 @@ def _stages(d: Diagnosis) -> str:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:,.1f}"
 
-    body = [[e(s), ms(p50), ms(p99), "-" if share is None else _pct(share)] for s, p50, p99, share in rows]
+    body = [[e(s), ms(p50), ms(p99), "-" if share is None else pct(share)] for s, p50, p99, share in rows]
     return "<h3>Request stages</h3>" + _table(["stage", "p50 (ms)", "p99 (ms)", "share of latency"], body, {1, 2, 3})
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from analyzer.redact import redact_argv
+from analyzer.units import pct, size
 from reports.terminal import stage_rows
 from reports.wording import UNDETERMINED_TEXT, healthy_text
 
@@ -49,14 +50,6 @@ def format_number(value: float) -> str:
     return f"{value:.2g}"
 
 
-def format_bytes(n: float) -> str:
-    mag = abs(n)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if mag >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def format_value(value: Any, unit: str) -> str:
     """An evidence value with its unit, for people (ratios as %, bytes as GiB/MiB)."""
     if isinstance(value, bool):
@@ -67,7 +60,7 @@ def format_value(value: Any, unit: str) -> str:
         if unit == "ratio":
             return f"{format_number(100 * float(value))} %"
         if unit == "bytes":
-            return format_bytes(float(value))
+            return size(float(value))
         return f"{format_number(float(value))} {unit}".strip()
     if isinstance(value, list | tuple):
         return f"{len(value)} rows (in the JSON report)"
@@ -129,10 +122,6 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
     out.extend("| " + " | ".join(r) + " |" for r in rows)
     return out
-
-
-def pct(ratio: float) -> str:
-    return f"{100 * ratio:.0f} %"
 
 
 def _fence(body: str) -> list[str]:

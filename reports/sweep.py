@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analyzer.units import pct
 from reports import markdown as md
 from reports.figures import TEMPLATE, Chart
 
@@ -46,11 +47,11 @@ def columns(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     for s in doc["steps"]:
         row = [f"{s['concurrency']}" + (" ← knee" if s["concurrency"] == knee else ""),
                _n(s["throughput_rps"], "{:.2f}"), _n(s["p50_ms"]), _n(s["p90_ms"]), _n(s["p99_ms"]),
-               f"{s['errors']}" + (f" ({100 * s['error_ratio']:.0f} %)" if s["errors"] else "")]
+               f"{s['errors']}" + (f" ({pct(s['error_ratio'])})" if s["errors"] else "")]
         if streamed:
             row += [_n(s.get("ttft_p50_ms")), _n(s.get("ttft_p99_ms")), _n(s.get("tpot_ms")), _n(s.get("itl_p99_ms")),
                     _n(s.get("tokens_per_s"))]
-        row.append(f"{100 * s['client_cpu_cores']:.0f} %")
+        row.append(pct(s['client_cpu_cores']))
         rows.append(row)
     return head, rows
 

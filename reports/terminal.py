@@ -12,6 +12,7 @@ from rich.text import Text
 
 from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from analyzer.stage_stats import stage_rows as stage_rows  # the stage table's rows, re-exported for the reports
+from analyzer.units import pct, size
 from reports.wording import healthy_text
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
@@ -22,11 +23,11 @@ def _fmt_value(ev: Evidence) -> str:
     v = ev.value
     if isinstance(v, float):
         if ev.unit == "ratio":
-            return f"{100 * v:.1f} %"
+            return pct(v, 1)
         return (f"{v:,.0f} {ev.unit}" if abs(v) >= 1000 else f"{v:,.3g} {ev.unit}").strip()
     if isinstance(v, int) and not isinstance(v, bool):
         if ev.unit == "bytes":
-            return f"{v / 2**30:.2f} GiB" if v >= 2**30 else f"{v / 2**20:.1f} MiB"
+            return size(v)
         return f"{v:,} {ev.unit}".strip()
     if isinstance(v, list):
         return f"[{len(v)} rows]"
@@ -52,7 +53,7 @@ def _finding_block(f: Finding, primary: bool) -> Panel:
             for step in fix.steps:
                 body.append(f"      - {step}\n")
     head = f"{'PRIMARY: ' if primary else ''}{f.label} — {f.title}"
-    sub = f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · impact {100 * f.impact:.0f} %"
+    sub = f"{f.code} {f.name} · {f.severity.value} · confidence {f.confidence.value} · impact {pct(f.impact)}"
     return Panel(body, title=head, subtitle=sub, border_style=_SEV_STYLE[f.severity], title_align="left")
 
 
@@ -67,7 +68,7 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
     for stage, p50, p99, share in rows:
         label = f"{stage}  ← largest share" if stage == top else stage
         table.add_row(label, "-" if p50 is None else f"{p50:,.1f}", "-" if p99 is None else f"{p99:,.1f}",
-                      "-" if share is None else f"{100 * share:.0f} %")
+                      "-" if share is None else pct(share))
     console.print(table)
 
 

@@ -137,10 +137,6 @@ def bar(share: float, width: int = 30) -> str:
     return "#" * n + "." * (width - n)
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
-
-
 def fmt_ms(x: float) -> str:
     """A duration for a message: seconds from 1 s up, else milliseconds with 3 significant digits."""
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.3g} ms"

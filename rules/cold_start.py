@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from analyzer.units import pct
 from rules import advice
-from rules.base import Rule, any_low_quality, bar, fmt_ms, pct, present
+from rules.base import Rule, any_low_quality, bar, fmt_ms, present
 
 
 class ColdStart(Rule):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, ramp_for, severity_for, stderr
+from analyzer.units import pct
+from rules.base import Rule, bar, present, ramp_for, severity_for, stderr
 
 
 class RecompilationStorm(Rule):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, ramp, ramp_for, severity_for, stderr
+from analyzer.units import pct
+from rules.base import Rule, bar, present, ramp, ramp_for, severity_for, stderr
 
 
 def _top_list(ev: EvidenceSet, key: str, n: int = 3) -> str:

@@ -7,13 +7,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from rules.base import Rule, bar, pct, present, severity_for
-
-GIB = float(1 << 30)
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
+from analyzer.units import pct, size
+from rules.base import Rule, bar, present, severity_for
 
 
 def _gbps(n: float) -> str:
@@ -763,13 +758,13 @@ class MemoryHeldByOtherProcess(Rule):
         severity = Severity.MAJOR if full or share >= t.major_share else Severity.MINOR
         holders = [p for p in _list(ev, "gpu.processes") if isinstance(p, dict) and p.get("is_target") is False]
         named = ", ".join(f"pid {p.get('pid')}" + (f" ({p['name']})" if p.get("name") else "")
-                          + (f" {_gib(float(p['used_bytes']))}" if p.get("used_bytes") is not None else "")
+                          + (f" {size(float(p['used_bytes']), 1)}" if p.get("used_bytes") is not None else "")
                           for p in holders[:4])
         where = _detail(ev, "gpu.memory_total_bytes").split(",")[0] or "the GPU"
-        msg = (f"Processes outside the service hold {_gib(others)} ({pct(share)}) of {where}"
-               + (f"'s {_gib(total)}" if total else "")
+        msg = (f"Processes outside the service hold {size(others, 1)} ({pct(share)}) of {where}"
+               + (f"'s {size(total, 1)}" if total else "")
                + (f": {named}" if named else "") + "."
-               + (f" The service itself holds {_gib(mine)}." if mine is not None else ""))
+               + (f" The service itself holds {size(mine, 1)}." if mine is not None else ""))
         if full and used is not None and total:
             msg += (f" The device is {pct(used / total)} full: the service cannot grow its batches or KV cache, "
                     "and its next allocation spike will fail.")

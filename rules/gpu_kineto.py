@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
+from analyzer.units import pct
+from rules.base import Rule, bar, fmt_ms, present, severity_for
 
 
 def _thin(ev: EvidenceSet, *keys: str) -> bool:

@@ -11,14 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from rules.base import Rule, bar, pct, present
-
-GIB = float(1 << 30)
-MIB = float(1 << 20)
-
-
-def _size(n: float) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+from analyzer.units import GIB, MIB, pct, size
+from rules.base import Rule, bar, present
 
 
 def _span(seconds: float) -> str:
@@ -110,11 +104,11 @@ class GpuIdleWholeRecording(Rule):
         msg = (f"{gpus[0].upper()}{gpus[1:]} ran no kernel worth counting for the whole recording: "
                f"{samples:.0f} readings per GPU{over}, {pct(mean)} busy on average and never above {pct(peak)}.")
         if used is not None and used < t.no_model_bytes:
-            msg += (f" At most {_size(used)} was ever allocated: no process put a model on it, so the workload ran "
+            msg += (f" At most {size(used, 1)} was ever allocated: no process put a model on it, so the workload ran "
                     "on the CPU or on another device.")
         elif used is not None:
-            msg += (f" {_size(used)} is held (a model is loaded), yet no kernel ran: the process holding it did no GPU "
-                    "work while it was recorded, so requests were served elsewhere (the CPU, another GPU) or none "
+            msg += (f" {size(used, 1)} is held (a model is loaded), yet no kernel ran: the process holding it did no "
+                    "GPU work while it was recorded, so requests were served elsewhere (the CPU, another GPU) or none "
                     "reached it.")
         if loaded:
             what = (f"{max(measured_load):.1f} requests in flight on average" if measured_load
@@ -306,7 +300,7 @@ class MemoryOutsideListedProcesses(Rule):
         procs = ev.get("gpu.processes")
         rows = procs.value if isinstance(procs, Evidence) and isinstance(procs.value, list) else []
         listed = sum(1 for p in rows if isinstance(p, dict) and p.get("pid") is not None)
-        msg = (f"{_size(unlisted)} ({pct(share)}) of the device is in use but no listed process holds it"
+        msg = (f"{size(unlisted, 1)} ({pct(share)}) of the device is in use but no listed process holds it"
                + (f" ({where})" if where else "") + ".")
         if oom:
             msg += (" With the out-of-memory error, this is memory the failing service could not get: processes "

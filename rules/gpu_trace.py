@@ -13,17 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
-from rules.base import Rule, bar, pct, present, severity_for
+from analyzer.units import pct, size
+from rules.base import Rule, bar, present, severity_for
 
 HOST_GAP_BUCKETS = ("100us-1ms", "1ms-10ms", ">=10ms")  # idle gaps the host's own work leaves
 LAUNCH_GAP_BUCKETS = ("<10us", "10us-100us")  # idle gaps of launch latency
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _confidence(ev: EvidenceSet, keys: tuple[str, ...], default: Confidence = Confidence.MEASURED) -> Confidence:
@@ -178,7 +172,7 @@ class CopyBoundGpu(Rule):
         small = ev.value("copy.small_count")
         total = (h2d or 0.0) + (d2h or 0.0)
         moved = " and ".join(
-            f"{_size(b)} {name}" + (f" at {bw:.1f} GB/s" if bw is not None else "")
+            f"{size(b, 1)} {name}" + (f" at {bw:.1f} GB/s" if bw is not None else "")
             for name, b, bw in (("host→device", h2d, h2d_bw), ("device→host", d2h, d2h_bw))
             if b and b >= t.minor_direction * total
         )
@@ -197,8 +191,8 @@ class CopyBoundGpu(Rule):
             title = "Copies from pageable memory keep the GPU waiting"
         elif rate is not None and rate >= t.good_gbps:
             msg += (f" The copies come from pinned memory and reach {rate:.1f} GB/s (PCIe x16 peaks near 13 GB/s on "
-                    f"gen3, 26 on gen4, 52 on gen5): the volume{f', {_size(total)},' if total else ''} is what costs, "
-                    "not the copy path. Move fewer bytes, or hide them behind compute.")
+                    f"gen3, 26 on gen4, 52 on gen5): the volume{f', {size(total, 1)},' if total else ''} is what "
+                    "costs, not the copy path. Move fewer bytes, or hide them behind compute.")
             fixes = [_LESS_DATA, _OVERLAP]
             title = "The GPU waits on large host↔device transfers"
         elif count and small is not None and small / count >= t.small_majority:
@@ -685,7 +679,7 @@ class GpuSaturatedTrace(Rule):
         uvm = ev.value("copy.uvm_count")
         if uvm:
             ub = ev.value("copy.uvm_bytes") or 0.0
-            msg += (f" {uvm:.0f} unified-memory migrations ({_size(ub)}) run during the kernels: page faults stretch "
+            msg += (f" {uvm:.0f} unified-memory migrations ({size(ub, 1)}) run during the kernels: page faults stretch "
                     "them; prefetch with cudaMemPrefetchAsync or use device memory.")
         confidence = _confidence(ev, self.requires)
         if confidence is Confidence.MEASURED and kernels is not None and kernels < 10:

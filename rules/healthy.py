@@ -10,13 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from rules.base import Rule, bar, pct, present
-
-GIB = float(1 << 30)
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
+from analyzer.units import pct, size
+from rules.base import Rule, bar, present
 
 
 def _vllm_process(ev: EvidenceSet) -> dict[str, Any] | None:
@@ -96,11 +91,11 @@ class VllmPreallocation(Rule):
         over_weights = weights is not None and weights > 0 and used >= t.weights_multiple * weights
         if not (on_budget or over_weights):
             return None
-        who = f"The vLLM process{' (' + str(proc['name']) + ')' if proc else ''} holds {_gib(used)}"
+        who = f"The vLLM process{' (' + str(proc['name']) + ')' if proc else ''} holds {size(used, 1)}"
         if share is not None:
-            who += f", {pct(share)} of the {_gib(total or 0.0)} device"
+            who += f", {pct(share)} of the {size(total or 0.0, 1)} device"
         if weights:
-            who += f", {used / weights:.0f}× its model's ~{_gib(weights)} of weights"
+            who += f", {used / weights:.0f}× its model's ~{size(weights, 1)} of weights"
         msg = (who + f". vLLM pre-allocates gpu_memory_utilization ({util:.2g}) of the GPU at start-up and "
                "fills what the weights leave with KV-cache blocks, so the footprint does not depend on the model "
                "size. This is a budget, not a leak, and nothing failed.")

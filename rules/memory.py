@@ -14,16 +14,9 @@ import math
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from analyzer.units import MIB, pct, size
 from rules import advice
-from rules.base import Rule, bar, pct, present
-
-GIB = float(1 << 30)
-MIB = float(1 << 20)
-
-
-def gib(n: float) -> str:
-    """Bytes as the allocator prints them."""
-    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+from rules.base import Rule, bar, present
 
 
 @dataclass(frozen=True)
@@ -132,21 +125,21 @@ def is_fragmented(m: MemView, share_total: float, share_reserved: float, min_byt
 
 
 def _share(x: float) -> str:
-    return f"{100 * x:.1f} %" if x < 0.01 else pct(x)
+    return pct(x, 1 if x < 0.01 else 0)
 
 
 def _numbers(m: MemView) -> str:
     """The allocator's picture in one sentence (only the numbers that were reported)."""
     parts = []
     if m.requested is not None:
-        parts.append(f"a request for {gib(m.requested)} failed")
+        parts.append(f"a request for {size(m.requested)} failed")
     if m.allocated is not None and m.total is not None:
-        parts.append(f"PyTorch had {gib(m.allocated)} allocated of {gib(m.total)} ({pct(m.allocated / m.total)})")
+        parts.append(f"PyTorch had {size(m.allocated)} allocated of {size(m.total)} ({pct(m.allocated / m.total)})")
     elif m.total is not None:
-        parts.append(f"the device has {gib(m.total)}" + (f" ({m.total_note}; say which if the verdict hinges on it)"
+        parts.append(f"the device has {size(m.total)}" + (f" ({m.total_note}; say which if the verdict hinges on it)"
                                                           if m.total_note else ""))
     if m.free is not None:
-        parts.append(f"{gib(m.free)} free")
+        parts.append(f"{size(m.free)} free")
     return ", ".join(parts)
 
 
@@ -240,12 +233,12 @@ class OomWeights(Rule):
             what = "as the engine reported" if m.weights_key == "mem.weights_bytes" else "estimated from the model name"
             w_ev = ev.get(m.weights_key)
             detail = w_ev.detail if isinstance(w_ev, Evidence) and m.weights_key != "mem.weights_bytes" else ""
-            line = f"The weights take about {gib(per)} per device ({what}"
+            line = f"The weights take about {size(per)} per device ({what}"
             line += f": {detail}" if detail else ""
             line += f", split over {m.parallel} device(s)" if m.parallel > 1 else ""
             line += ")"
             if m.total:
-                line += f", {per / m.total:.1f}× the {gib(m.total)} device"
+                line += f", {per / m.total:.1f}× the {size(m.total)} device"
             msg.append(line + ".")
         gpus = ev.value("gpu.count") or ev.value("gpu.count_stated")
         tp = ev.value("mem.tensor_parallel")
@@ -261,7 +254,7 @@ class OomWeights(Rule):
             confidence = Confidence.MEASURED
         why = ""
         if per is not None and m.total:
-            why = f"weights |{bar(per / m.total)}| {gib(per)} of {gib(m.total)}"
+            why = f"weights |{bar(per / m.total)}| {size(per)} of {size(m.total)}"
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=confidence,
@@ -407,14 +400,14 @@ class OomRuntimePeak(Rule):
         if nums:
             parts.append(nums[0].upper() + nums[1:] + ".")
         if m.unallocated is not None and m.reserved and m.unallocated < frag.share_reserved * m.reserved:
-            parts.append(f"Only {gib(m.unallocated)} ({_share(m.unallocated / m.reserved)} of PyTorch's reservation) "
+            parts.append(f"Only {size(m.unallocated)} ({_share(m.unallocated / m.reserved)} of PyTorch's reservation) "
                          "was reserved but unallocated, so this is not fragmentation.")
         if util is not None and util >= t.high_utilization:
             parts.append(f"gpu_memory_utilization is {util:.3g}: the KV cache takes nearly everything, leaving "
                          f"{pct(1 - util)} of the device for activations and other processes.")
         kv_need, kv_have = ev.value("mem.kv_cache_needed_bytes"), ev.value("mem.kv_cache_available_bytes")
         if kv_need is not None and kv_have is not None:
-            parts.append(f"One max-length sequence needs {gib(kv_need)} of KV cache; {gib(kv_have)} is available.")
+            parts.append(f"One max-length sequence needs {size(kv_need)} of KV cache; {size(kv_have)} is available.")
         max_len, kv_tokens = ev.value("mem.max_model_len"), ev.value("mem.kv_cache_max_tokens")
         if max_len is not None and kv_tokens is not None:
             parts.append(f"max_model_len is {max_len:.0f} tokens but the KV cache holds {kv_tokens:.0f}.")
@@ -536,16 +529,16 @@ class OomFragmentation(Rule):
         u = m.unallocated or 0.0
         parts = []
         if m.reserved:
-            parts.append(f"PyTorch reserved {gib(m.reserved)} but had only {gib(m.allocated or 0.0)} allocated: "
-                         f"{gib(u)} ({pct(u / m.reserved)} of the reservation) sat in cached blocks it could not use.")
+            parts.append(f"PyTorch reserved {size(m.reserved)} but had only {size(m.allocated or 0.0)} allocated: "
+                         f"{size(u)} ({pct(u / m.reserved)} of the reservation) sat in cached blocks it could not use.")
         if pieces and m.requested is not None and largest is not None:
-            parts.append(f"The largest free block was {gib(largest)}, smaller than the {gib(m.requested)} asked for, "
+            parts.append(f"The largest free block was {size(largest)}, smaller than the {size(m.requested)} asked for, "
                          "although that much was free in total.")
         elif m.requested is not None and gap:
-            parts.append(f"The failed request ({gib(m.requested)}) would have fit in that gap"
-                         + (f" plus the {gib(m.free)} free" if m.free else "") + ".")
+            parts.append(f"The failed request ({size(m.requested)}) would have fit in that gap"
+                         + (f" plus the {size(m.free)} free" if m.free else "") + ".")
         if split_heavy and split is not None and m.oom:
-            parts.append(f"{gib(split)} sat in split blocks that no request of another size can reuse.")
+            parts.append(f"{size(split)} sat in split blocks that no request of another size can reuse.")
         if thrashing:
             parts.append(f"The allocator retried cudaMalloc {retries:.0f} times after flushing its cache.")
         if not m.oom:
@@ -629,9 +622,9 @@ class OomExternal(Rule):
     def _moved(self, ev: EvidenceSet, m: MemView, held: float) -> Finding:
         """The allocation failed while CUDA reported far more free than it asked for: not this process' use."""
         assert m.free is not None and m.requested is not None and m.total
-        msg = (f"A request for {gib(m.requested)} failed while CUDA reported {gib(m.free)} of the {gib(m.total)} "
-               f"device free and this process' PyTorch held only {gib(m.reserved or 0.0)}: the memory was not short "
-               f"for this process. {gib(held)} was in use outside PyTorch at the error; memory that another process "
+        msg = (f"A request for {size(m.requested)} failed while CUDA reported {size(m.free)} of the {size(m.total)} "
+               f"device free and this process' PyTorch held only {size(m.reserved or 0.0)}: the memory was not short "
+               f"for this process. {size(held)} was in use outside PyTorch at the error; memory that another process "
                "takes between the reading and the allocation (or a device this process shares) is what fails it.")
         return self.finding(
             severity=Severity.MAJOR,
@@ -663,14 +656,14 @@ class OomExternal(Rule):
             share = held / m.total
             if share < (t.external_share if exact else t.rough_share):
                 return None
-        parts = [f"{gib(held)}"
-                 + (f" ({pct(share)} of the {gib(m.total)} device)" if m.total else "")
+        parts = [f"{size(held)}"
+                 + (f" ({pct(share)} of the {size(m.total)} device)" if m.total else "")
                  + (" was held by other processes" if exact else " was in use outside PyTorch's reservation")
                  + " when the out-of-memory error was raised"]
         if m.used is not None:
-            parts[0] += f", while this process used {gib(m.used)}"
+            parts[0] += f", while this process used {size(m.used)}"
         elif m.reserved is not None:
-            parts[0] += f", while this process' PyTorch reservation was {gib(m.reserved)}"
+            parts[0] += f", while this process' PyTorch reservation was {size(m.reserved)}"
         parts[0] += "."
         others_ev = ev.get("mem.other_processes_bytes")
         if isinstance(others_ev, Evidence) and others_ev.detail:
@@ -848,30 +841,30 @@ class MemoryHeadroom(Rule):
             parts = ["No out-of-memory error was recorded (memory history was off or kept almost no events, so the "
                      "peak before this moment is unknown)."]
         if peak is not None:
-            parts.append(f"Live memory peaked at {gib(peak)} (now {gib(allocated)}); segments at "
-                         f"{gib(peak_res or reserved)}.")
+            parts.append(f"Live memory peaked at {size(peak)} (now {size(allocated)}); segments at "
+                         f"{size(peak_res or reserved)}.")
         else:
-            parts.append(f"{gib(allocated)} live in {gib(reserved)} reserved.")
+            parts.append(f"{size(allocated)} live in {size(reserved)} reserved.")
         if m.total:
             top = max(peak_res or 0.0, reserved)
-            parts.append(f"That is {pct(top / m.total)} of the {gib(m.total)} device: "
-                         f"{gib(m.total - top)} of headroom.")
+            parts.append(f"That is {pct(top / m.total)} of the {size(m.total)} device: "
+                         f"{size(m.total - top)} of headroom.")
         if cache is not None and cache > 0:
-            parts.append(f"{gib(cache)} sits in wholly free segments: the caching allocator keeps it for the next "
+            parts.append(f"{size(cache)} sits in wholly free segments: the caching allocator keeps it for the next "
                          "batch (nvidia-smi counts it as used; torch.cuda.empty_cache() would return it).")
         elif reserved - allocated > 0 and cache is None:
-            parts.append(f"{gib(reserved - allocated)} reserved is not live: cached for reuse.")
+            parts.append(f"{size(reserved - allocated)} reserved is not live: cached for reuse.")
         if split is not None and split >= frag.share_reserved * reserved:
-            parts.append(f"{gib(split)} ({pct(split / reserved)} of the reservation) is in split blocks inside live "
+            parts.append(f"{size(split)} ({pct(split / reserved)} of the reservation) is in split blocks inside live "
                          "segments: fragmentation that would matter near the device's limit.")
         if allocated >= t.full * reserved:
             parts.append("Nothing reserved is free: if this was taken at an out-of-memory error, the live memory "
                          "itself (not fragmentation, not the cache) filled what PyTorch could get.")
         weights, acts = ev.value("mem.weights_bytes"), ev.value("mem.activations_bytes")
         if weights and allocated and weights >= 0.5 * allocated:
-            parts.append(f"By allocation stack, {gib(weights)} of the live memory is weights.")
+            parts.append(f"By allocation stack, {size(weights)} of the live memory is weights.")
         elif acts and allocated and acts >= 0.5 * allocated:
-            parts.append(f"By allocation stack, {gib(acts)} of the live memory is activations.")
+            parts.append(f"By allocation stack, {size(acts)} of the live memory is activations.")
         expandable = ev.get("mem.expandable_segments")
         if isinstance(expandable, Evidence) and expandable.value is True:
             parts.append("Expandable segments are on: free memory is not split into stranded blocks.")

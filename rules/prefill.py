@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from analyzer.units import pct
 from rules import advice, hardware
-from rules.base import Rule, bar, pct, present, severity_for
+from rules.base import Rule, bar, present, severity_for
 
 _METRICS = ("queue", "ttft", "prefill", "e2e")
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from analyzer.units import pct, size
 from rules import advice
 from rules.base import Rule, fmt_ms, present, severity_for
 
@@ -91,7 +92,7 @@ class ReportRule(Rule):
             severity=severity_for(impact),
             confidence=Confidence.HEURISTIC,
             title=self.headline,
-            message=(f"The report's wording reads as {self.category} ({p:.0%} by cue weights fitted on the "
+            message=(f"The report's wording reads as {self.category} ({pct(p)} by cue weights fitted on the "
                      f"real-incident corpus; strongest cues: {', '.join(cues) or 'none single'}); nothing it "
                      "pasted measures it: confirm with the next steps."),
             impact=impact,
@@ -204,7 +205,7 @@ class PlacementReported(ReportRule):
         if off is not None and (total or 0) > 0 and off / (total or 1) < t.max_offloaded_share:
             share = off / (total or 1)
             out.append(Signal(max(t.strong, 1 - share), f"shows {off:.0f} of {total:.0f} layers on the GPU: the "
-                              f"other {1 - share:.0%} run on the CPU"))
+                              f"other {pct(1 - share)} run on the CPU"))
         elif off == 0:
             out.append(Signal(t.strong, "shows no layer offloaded to the GPU"))
         if _n(ev, "report.cpu_fallback_messages"):
@@ -221,8 +222,8 @@ class PlacementReported(ReportRule):
         no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
         if weights and gpu_mem and no_oom and weights >= t.oversize * gpu_mem and (
                 _n(ev, "report.slow_statements") or _n(ev, "report.offload_statements")):
-            out.append(Signal(t.stated, f"runs a model of about {weights / 2**30:.0f} GiB on a GPU of "
-                                        f"{gpu_mem / 2**30:.0f} GiB: the layers that do not fit run on the CPU"))
+            out.append(Signal(t.stated, f"runs a model of about {size(weights, 0)} on a GPU of "
+                                        f"{size(gpu_mem, 0)}: the layers that do not fit run on the CPU"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
@@ -1077,8 +1078,8 @@ class WeightsReported(ReportRule):
             out.append(Signal(t.stated, f"fails while loading the model{_q(ev, 'report.loading_statements')}"))
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
         if weights and gpu_mem and weights >= t.oversize * gpu_mem:
-            out.append(Signal(t.stated, f"loads about {weights / 2**30:.0f} GiB of weights on a GPU of "
-                                        f"{gpu_mem / 2**30:.0f} GiB"))
+            out.append(Signal(t.stated, f"loads about {size(weights, 0)} of weights on a GPU of "
+                                        f"{size(gpu_mem, 0)}"))
         return out
 
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
@@ -1208,7 +1209,7 @@ class ExpectedBehaviourReported(Rule):
             severity=Severity.INFO,
             confidence=Confidence.HEURISTIC,
             title="Reads as expected behaviour, not a fault",
-            message=(f"The report's wording reads as a question about expected behaviour ({p:.0%} by cue weights "
+            message=(f"The report's wording reads as a question about expected behaviour ({pct(p)} by cue weights "
                      f"fitted on the real-incident corpus; strongest cues: {', '.join(cues) or 'none single'}), "
                      "and nothing it pasted shows a fault. If it is slow or failing, collect the next steps."),
             impact=0.1,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from analyzer.units import pct
 from rules import advice
-from rules.base import Rule, any_low_quality, bar, pct, present, severity_for
+from rules.base import Rule, any_low_quality, bar, present, severity_for
 
 _CAPACITY_FIXES = (
     Fix(

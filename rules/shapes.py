@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from analyzer.units import pct
 from rules import advice
-from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
+from rules.base import Rule, bar, fmt_ms, present, severity_for
 
 
 def _reasons(ev: EvidenceSet) -> list[dict[str, Any]]:

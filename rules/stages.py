@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from rules.base import Rule, bar, fmt_ms, pct, present, severity_for
+from analyzer.units import pct
+from rules.base import Rule, bar, fmt_ms, present, severity_for
 
 # the category a stage's time belongs to
 STAGE_CATEGORY: dict[str, Category] = {

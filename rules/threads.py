@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, ramp, severity_for
+from analyzer.units import pct
+from rules.base import Rule, bar, present, ramp, severity_for
 
 
 class ThreadOversubscription(Rule):

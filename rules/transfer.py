@@ -5,15 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from rules.base import Rule, bar, pct, present, severity_for
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
+from analyzer.units import pct, size
+from rules.base import Rule, bar, present, severity_for
 
 _PINNED = Fix(
     "Copy from pinned memory, asynchronously",
@@ -126,7 +119,7 @@ class CopyDominatedGpuTime(Rule):
         )
         small = count is not None and mean_b is not None and count >= t.many_copies and mean_b < t.small_copy_bytes
         if count is not None:
-            msg += f" {count:.0f} copies" + (f" of {_size(mean_b)} on average" if mean_b is not None else "")
+            msg += f" {count:.0f} copies" + (f" of {size(mean_b, 1)} on average" if mean_b is not None else "")
             msg += " — many small copies, each paying the per-copy latency." if small else "."
         both = h2d is not None and d2h is not None and min(h2d, d2h) > t.both_ways * max(h2d, d2h) > 0
         if both:

@@ -7,6 +7,7 @@ counted in ``bench.levels``.
 
 from __future__ import annotations
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.bench import BenchLevel, BenchParser
 
@@ -51,65 +52,61 @@ def _pick(levels: list[BenchLevel]) -> BenchLevel | None:
 
 
 def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> list[Evidence]:
-    out: list[Evidence] = []
     lvl = _pick(levels)
     if lvl is None:
-        return out
+        return []
     tool = lvl.tool
     load = (f"concurrency {lvl.concurrency}" if lvl.concurrency is not None
             else f"request rate {lvl.request_rate:g}/s" if lvl.request_rate is not None else "one level")
     where = f"{tool}, {load}"
     partial = Quality.PARTIAL if not lvl.server_breakdown_complete else Quality.GOOD
-
-    def ev(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-        out.append(Evidence(key, value, unit, source, None, quality, detail))
-
-    ev("bench.levels", len(levels), "count", f"{tool} load levels measured (the last one is reported)")
+    ev = Emit(source)
+    ev.add("bench.levels", len(levels), "count", f"{tool} load levels measured (the last one is reported)")
     if lvl.concurrency is not None:
-        ev("bench.concurrency", lvl.concurrency, "requests",
-           f"{tool}: requests the closed-loop client keeps in flight")
+        ev.add("bench.concurrency", lvl.concurrency, "requests",
+               f"{tool}: requests the closed-loop client keeps in flight")
     if lvl.request_rate is not None:
-        ev("bench.request_rate", lvl.request_rate, "requests/s", f"{tool}: offered open-loop request rate")
+        ev.add("bench.request_rate", lvl.request_rate, "requests/s", f"{tool}: offered open-loop request rate")
     if lvl.batch_size != 1:
-        ev("bench.batch_size", lvl.batch_size, "inferences", f"{tool}: batch size of each request")
+        ev.add("bench.batch_size", lvl.batch_size, "inferences", f"{tool}: batch size of each request")
     rps = lvl.requests_per_s
     if rps is not None:
-        ev("throughput.rps", rps, "requests/s", f"{where}: client-measured throughput")
+        ev.add("throughput.rps", rps, "requests/s", f"{where}: client-measured throughput")
     if lvl.request_count is not None:
-        ev("requests.count", lvl.request_count, "requests", f"{where}: requests measured")
+        ev.add("requests.count", lvl.request_count, "requests", f"{where}: requests measured")
     if lvl.latency_mean is not None:
-        ev("latency.e2e_ms.mean", lvl.latency_mean, "ms", f"{where}: client average latency")
+        ev.add("latency.e2e_ms.mean", lvl.latency_mean, "ms", f"{where}: client average latency")
     if lvl.latency_std is not None:
-        ev("latency.e2e_ms.std", lvl.latency_std, "ms", f"{where}: client latency standard deviation")
+        ev.add("latency.e2e_ms.std", lvl.latency_std, "ms", f"{where}: client latency standard deviation")
     for name, value in sorted(lvl.percentiles.items()):
-        ev(f"latency.e2e_ms.{name}", value, "ms", f"{where}: client latency percentile")
+        ev.add(f"latency.e2e_ms.{name}", value, "ms", f"{where}: client latency percentile")
     if lvl.transport_ms is not None:
-        ev("latency.transport_ms.mean", lvl.transport_ms, "ms", f"{where}: client HTTP/gRPC time")
+        ev.add("latency.transport_ms.mean", lvl.transport_ms, "ms", f"{where}: client HTTP/gRPC time")
     if lvl.delayed or delayed_warnings:
-        ev("bench.client_delayed", 1, "flag",
-           f"{tool} warned that it could not keep up with the desired load (results less reliable)")
+        ev.add("bench.client_delayed", 1, "flag",
+               f"{tool} warned that it could not keep up with the desired load (results less reliable)")
     if lvl.server_latency is not None:
-        ev("latency.server_ms.mean", lvl.server_latency, "ms", f"{where}: server-side average request latency")
+        ev.add("latency.server_ms.mean", lvl.server_latency, "ms", f"{where}: server-side average request latency")
         parts = lvl.server_parts
         for part, value in sorted(parts.items()):
-            ev(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")
+            ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")
         compute = [parts[k] for k in ("compute_input", "compute_infer", "compute_output") if k in parts]
         if compute:
             total = sum(compute)
-            ev("stage.compute_ms.mean", total, "ms", f"{where}: server compute input + infer + output", partial)
+            ev.add("stage.compute_ms.mean", total, "ms", f"{where}: server compute input + infer + output", partial)
             if lvl.server_latency > 0:
-                ev("stage.compute.share", total / lvl.server_latency, "ratio",
-                   "server compute / server request latency", partial)
+                ev.add("stage.compute.share", total / lvl.server_latency, "ratio",
+                       "server compute / server request latency", partial)
         if "queue" in parts and lvl.server_latency > 0:
-            ev("stage.queue.share", parts["queue"] / lvl.server_latency, "ratio",
-               "server queue / server request latency")
+            ev.add("stage.queue.share", parts["queue"] / lvl.server_latency, "ratio",
+                   "server queue / server request latency")
     closed = [x for x in levels if x.tool == lvl.tool and x.concurrency is not None and x.latency_mean is not None]
     if len(closed) >= 2:
         base = min(closed, key=lambda x: x.concurrency or 0)
         if base is not lvl and base.concurrency == 1 and base.latency_mean is not None:
-            ev("bench.unloaded_latency_ms", base.latency_mean, "ms",
-               f"{tool}: mean latency at concurrency 1 (no request waits for another)")
+            ev.add("bench.unloaded_latency_ms", base.latency_mean, "ms",
+                   f"{tool}: mean latency at concurrency 1 (no request waits for another)")
     if lvl.server_inferences and lvl.server_executions:
-        ev("bench.server_batch_mean", lvl.server_inferences / lvl.server_executions, "inferences",
-           f"{where}: inferences per model execution (the batch the server formed)")
-    return out
+        ev.add("bench.server_batch_mean", lvl.server_inferences / lvl.server_executions, "inferences",
+               f"{where}: inferences per model execution (the batch the server formed)")
+    return ev.items

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
 from collectors import cgroup
 
@@ -23,24 +24,19 @@ def derive(doc: Mapping[str, Any], *, window: Window | None = None, partial: boo
     version = int(doc.get("version") or 0)
     if version not in (1, 2):
         return []
-    quality = Quality.PARTIAL if partial else Quality.GOOD
-
-    def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
-        return Evidence(key, value, unit, SOURCE, window, quality, detail)
-
+    ev = Emit(SOURCE, window=window, quality=Quality.PARTIAL if partial else Quality.GOOD)
     start = [cgroup.parse(version, lv) for lv in doc.get("start") or ()]
     end = [cgroup.parse(version, lv) for lv in doc.get("end") or ()]
-    out: list[Evidence] = []
     limited = [lv for lv in end if lv.quota_cores is not None]
     files = "cpu.max" if version == 2 else "cpu.cfs_quota_us / cpu.cfs_period_us"
     if limited:
         bind = min(limited, key=lambda lv: lv.quota_cores or 0.0)
-        out.append(ev("cgroup.cpu_quota_cores", bind.quota_cores, "cores",
-                      f"{files} = {bind.quota_us} / {bind.period_us} µs at {bind.path} (cgroup v{version})"))
-        out.append(ev("cgroup.cpu_period_us", bind.period_us, "us"))
-    out.append(ev("cgroup.limited", bool(limited), "flag",
-                  f"cgroup v{version} group {doc.get('path')}" + ("" if limited else ": no CPU quota on it or its "
-                                                                   "ancestors (the budget is the host's cores)")))
+        ev.add("cgroup.cpu_quota_cores", bind.quota_cores, "cores",
+               f"{files} = {bind.quota_us} / {bind.period_us} µs at {bind.path} (cgroup v{version})")
+        ev.add("cgroup.cpu_period_us", bind.period_us, "us")
+    ev.add("cgroup.limited", bool(limited), "flag",
+           f"cgroup v{version} group {doc.get('path')}" + ("" if limited else ": no CPU quota on it or its "
+                                                            "ancestors (the budget is the host's cores)"))
     before = {lv.path: lv for lv in start}
     best: tuple[int, int, float, str] | None = None
     for lv in end:
@@ -54,11 +50,11 @@ def derive(doc: Mapping[str, Any], *, window: Window | None = None, partial: boo
             best = (max(0, periods), max(0, throttled), max(0, usec) / 1e6, lv.path)
     if best is not None:
         periods, throttled, secs, path = best
-        out.append(ev("cgroup.periods", periods, "periods", f"CFS enforcement periods at {path} in the window"))
-        out.append(ev("cgroup.throttled_periods", throttled, "periods",
-                      f"periods in which {path} used its quota and its threads were stopped"))
-        out.append(ev("cgroup.throttled_ratio", throttled / periods if periods else 0.0, "ratio",
-                      f"nr_throttled / nr_periods over the window at {path}"))
-        out.append(ev("cgroup.throttled_s", secs, "s",
-                      "throttled time in the window, summed over the CPUs the group's threads were stopped on"))
-    return out
+        ev.add("cgroup.periods", periods, "periods", f"CFS enforcement periods at {path} in the window")
+        ev.add("cgroup.throttled_periods", throttled, "periods",
+               f"periods in which {path} used its quota and its threads were stopped")
+        ev.add("cgroup.throttled_ratio", throttled / periods if periods else 0.0, "ratio",
+               f"nr_throttled / nr_periods over the window at {path}")
+        ev.add("cgroup.throttled_s", secs, "s",
+               "throttled time in the window, summed over the CPUs the group's threads were stopped on")
+    return ev.items

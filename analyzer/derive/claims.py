@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.claims import ClaimParser, Claims
 
@@ -52,20 +53,17 @@ class ReportSource:
 
     def _evidence_items(self, source: str) -> list[Evidence]:
         c = self._p.claims
-        out: list[Evidence] = []
-
-        def ev(key: str, value: object, unit: str, detail: str) -> None:
-            out.append(Evidence(key, value, unit, source, None, Quality.LOW, detail))
+        ev = Emit(source, quality=Quality.LOW)  # what a report says, not a measurement
 
         def count(key: str, n: int, what: str, *quote: str) -> None:
             if n:
-                ev(key, n, "statements", f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
+                ev.add(key, n, "statements", f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
 
         def top(key: str, values: Iterable[float], unit: str, what: str, *quote: str,
                 pick: Callable[[Iterable[float]], float] = max) -> None:
             vals = list(values)
             if vals:
-                ev(key, pick(vals), unit, f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
+                ev.add(key, pick(vals), unit, f"{what}: {_first_quote(c, *quote)}".rstrip(": "))
 
         con, msg = c.concepts, c.messages
         # -- where the work runs ------------------------------------------------------------
@@ -77,10 +75,10 @@ class ReportSource:
         count("report.offload_statements", con["offload"], "statements about offloading layers", "offload")
         if c.layers is not None:
             off, total = c.layers
-            ev("report.gpu_layers_offloaded", off, "layers", f"layers on the GPU (llama.cpp/ollama): "
-               f"{off}/{total if total >= 0 else '?'}")
+            ev.add("report.gpu_layers_offloaded", off, "layers", f"layers on the GPU (llama.cpp/ollama): "
+                   f"{off}/{total if total >= 0 else '?'}")
             if total > 0:
-                ev("report.gpu_layers_total", total, "layers", "the model's layers")
+                ev.add("report.gpu_layers_total", total, "layers", "the model's layers")
         top("report.gpu_util_pct_max", _values(c, "gpu_util", "pct"), "%", "GPU utilisation the text states",
             "gpu_util")
         top("report.gpu_util_pct_min", _values(c, "gpu_util", "pct"), "%", "GPU utilisation the text states",
@@ -134,8 +132,9 @@ class ReportSource:
         count("report.first_statements", con["first"], "statements about the first requests (cold start)", "first")
         if c.first_steady:
             first, steady = max(c.first_steady, key=lambda p: p[0] / max(p[1], 1e-9))
-            ev("report.first_ms", first, "ms", f"the first request's time the text states: {_first_quote(c, 'first')}")
-            ev("report.steady_ms", steady, "ms", "the later requests' time stated in the same sentence")
+            ev.add("report.first_ms", first, "ms",
+                   f"the first request's time the text states: {_first_quote(c, 'first')}")
+            ev.add("report.steady_ms", steady, "ms", "the later requests' time stated in the same sentence")
         top("report.first_ms_stated", _values(c, "first", "time"), "ms", "time of the first request(s) stated",
             "first")
         top("report.first_factor", [q.value for k in ("first", "compile") for q in c.bound.get(k, ())
@@ -160,8 +159,8 @@ class ReportSource:
                              ("throttle", "gpu"), ("contention", "threads"), ("quota", "threads"),
                              ("serialize", "preprocess"), ("cpu_bound", "cpu")):
             if c.caused.get(concept):
-                ev(f"report.cause.{key}", c.caused[concept], "statements",
-                   f"the report names it as the cause: {_first_quote(c, 'causal')}")
+                ev.add(f"report.cause.{key}", c.caused[concept], "statements",
+                       f"the report names it as the cause: {_first_quote(c, 'causal')}")
         # -- threads and cores ----------------------------------------------------------------
         count("report.thread_statements", con["threads"], "statements about thread counts", "threads")
         count("report.quota_statements", con["quota"], "statements about a CPU quota / limit / throttling", "quota")
@@ -176,9 +175,9 @@ class ReportSource:
             best = max(c.thread_rates, key=lambda p: p[1])
             most = max(c.thread_rates, key=lambda p: p[0])
             if best[0] < most[0] and most[1] > 0:
-                ev("report.fewer_threads_speedup", best[1] / most[1], "x",
-                   f"{best[0]:.0f} threads give {best[1]:g}/s where {most[0]:.0f} give {most[1]:g}/s")
-                ev("report.threads_best", best[0], "threads", "the thread count with the best rate stated")
+                ev.add("report.fewer_threads_speedup", best[1] / most[1], "x",
+                       f"{best[0]:.0f} threads give {best[1]:g}/s where {most[0]:.0f} give {most[1]:g}/s")
+                ev.add("report.threads_best", best[0], "threads", "the thread count with the best rate stated")
         # -- pre/post-processing --------------------------------------------------------------
         count("report.preprocess_statements", con["preprocess"] + con["postprocess"],
               "statements about pre/post-processing", "preprocess", "postprocess")
@@ -199,8 +198,8 @@ class ReportSource:
         count("report.throttle_statements", con["throttle"], "statements about throttling / clocks / heat", "throttle")
         count("report.saturated_statements", con["saturated"], "statements that the GPU is fully used", "saturated")
         if con["slow_gpu_model"] and con["fp16"]:
-            ev("report.fp16_on_slow_fp16_gpu", 1, "flag",
-               f"half precision on a GPU without fast FP16: {_first_quote(c, 'slow_gpu_model')}")
+            ev.add("report.fp16_on_slow_fp16_gpu", 1, "flag",
+                   f"half precision on a GPU without fast FP16: {_first_quote(c, 'slow_gpu_model')}")
         count("report.slow_gpu_statements", con["slow_gpu_model"], "statements naming an older / embedded GPU",
               "slow_gpu_model")
         # -- behaviour by design -----------------------------------------------------------------
@@ -220,17 +219,15 @@ class ReportSource:
         count("report.context_oom_messages", msg["ctx_oom"], "the CUDA context could not be created: device full",
               "msg:ctx_oom")
         count("report.slow_statements", con["slow"], "statements that it is slow", "slow")
-        if out:
-            ev("report.clauses", c.clauses, "clauses", "clauses read")
-            out.append(Evidence("report.cues", cues(c), "", source, None, Quality.LOW,
-                                "concepts the text names (c:), in its title (t:), as the cause (k:), and framework "
-                                "messages (m:): what rules.report_model weighs"))
+        if ev.items:
+            ev.add("report.clauses", c.clauses, "clauses", "clauses read")
+            ev.add("report.cues", cues(c), "",
+                   "concepts the text names (c:), in its title (t:), as the cause (k:), and "
+                   "framework messages (m:): what rules.report_model weighs")
             if c.title:
-                out.append(Evidence("report.title", c.title, "", source, None, Quality.LOW,
-                                    "the report's first line"))
-                out.append(Evidence("report.title_concepts", sorted(c.title_concepts), "", source, None,
-                                    Quality.LOW, "concepts the first line names"))
-        return out
+                ev.add("report.title", c.title, "", "the report's first line")
+                ev.add("report.title_concepts", sorted(c.title_concepts), "", "concepts the first line names")
+        return ev.items
 
 
 VOCABULARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report_vocabulary.txt")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.compile_log import CompileLogParser
 
@@ -33,42 +34,38 @@ class CompileLogSource:
 
     def evidence(self, source: str) -> list[Evidence]:
         log = self._p.log
-        out: list[Evidence] = []
-
-        def add(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-            out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
-
+        ev = Emit(source)
         count = log.recompile_count
         if count:
             fns = ", ".join(f"{k} ×{v}" for k, v in sorted(log.functions.items(), key=lambda kv: -kv[1])[:5])
-            add("compile.recompiles", count, "recompiles", f"recompiled: {fns}" if fns else "from compile ids")
+            ev.add("compile.recompiles", count, "recompiles", f"recompiled: {fns}" if fns else "from compile ids")
         elif log.limit_hit and log.limit:
-            add("compile.recompiles", log.limit, "recompiles",
-                f"at least: the {log.limit_kind or 'recompile limit'} ({log.limit}) was reached", Quality.PARTIAL)
+            ev.add("compile.recompiles", log.limit, "recompiles",
+                   f"at least: the {log.limit_kind or 'recompile limit'} ({log.limit}) was reached", Quality.PARTIAL)
         if log.recompiles or log.limit_hit:
-            add("compile.limit_hit", 1 if log.limit_hit else 0, "flag",
-                (f"{log.limit_kind or 'recompile limit'} ({log.limit})" if log.limit else "recompile limit")
-                + (": hard failure under fullgraph=True" if log.fullgraph_failure else
-                   ": the function falls back to eager" if log.limit_hit else " not reached"))
+            ev.add("compile.limit_hit", 1 if log.limit_hit else 0, "flag",
+                   (f"{log.limit_kind or 'recompile limit'} ({log.limit})" if log.limit else "recompile limit")
+                   + (": hard failure under fullgraph=True" if log.fullgraph_failure else
+                      ": the function falls back to eager" if log.limit_hit else " not reached"))
         if log.limit is not None:
-            add("compile.recompile_limit", log.limit, "recompiles", log.limit_kind)
+            ev.add("compile.recompile_limit", log.limit, "recompiles", log.limit_kind)
         if log.fullgraph_failure:
-            add("compile.fullgraph_failure", 1, "flag", "fullgraph=True turns the limit into an exception")
+            ev.add("compile.fullgraph_failure", 1, "flag", "fullgraph=True turns the limit into an exception")
         groups = log.grouped()
         if groups:
-            add("compile.recompile_reasons", [
+            ev.add("compile.recompile_reasons", [
                 {"input": g.input, "kind": g.kind, "dim": g.dim, "count": g.count, "values": g.values[:16],
                  "summary": g.describe()} for g in groups[:20]], "list",
                 f"{len(groups)} distinct guard failure(s)")
         breaks = log.graph_break_count
         if breaks:
-            add("compile.graph_breaks", breaks, "breaks")
+            ev.add("compile.graph_breaks", breaks, "breaks")
         if count >= 2 and log.first_ts is not None and log.last_recompile_ts is not None:
             span_s = log.last_recompile_ts - log.first_ts
             if span_s >= 1.0:
-                add("compile.recompile_rate_per_min", count / (span_s / 60.0), "per_min",
-                    f"{count} recompiles over {span_s:.0f} s of log")
-        return out
+                ev.add("compile.recompile_rate_per_min", count / (span_s / 60.0), "per_min",
+                       f"{count} recompiles over {span_s:.0f} s of log")
+        return ev.items
 
 
 def sources() -> list[Any]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from analyzer.derive.activities import Activity, classify
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
 from collectors.pyspy import StackSample, ThreadState
 
@@ -72,19 +73,16 @@ def derive(
 ) -> list[Evidence]:
     """``coverage``: pid → (rate Hz, seconds sampled); without it every process was sampled at
     ``rate_hz`` for ``window_s``. ``chunks``: the same samples split by chunk, for the spread."""
-    quality = Quality.PARTIAL if partial else Quality.GOOD
+    ev = Emit(SOURCE, window=window, quality=Quality.PARTIAL if partial else Quality.GOOD)
     total = sum(s.count for s in samples)
-
-    def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
-        return Evidence(key, value, unit, SOURCE, window, quality, detail)
 
     def rate_of(pid: int) -> float:
         return max(1e-9, coverage[pid][0] if coverage and pid in coverage else rate_hz)
 
-    out = [ev("cpu.active_samples", total, "samples")]
+    ev.add("cpu.active_samples", total, "samples")
     if total == 0:
-        out.append(ev("workers.active_mean", 0.0, "threads", "no active Python samples in the window"))
-        return out
+        ev.add("workers.active_mean", 0.0, "threads", "no active Python samples in the window")
+        return ev.items
     by_activity: Counter[Activity] = Counter()
     seconds: dict[Activity, float] = defaultdict(float)
     hot: dict[Activity, Counter[str]] = defaultdict(Counter)
@@ -108,14 +106,14 @@ def derive(
                 spreads[act].append(got[act] / max(1e-12, sum(got.values())))
     for act in Activity:
         share = seconds[act] / busy_s
-        out.append(ev(f"cpu.{act.value}_share", share, "ratio"))
+        ev.add(f"cpu.{act.value}_share", share, "ratio")
         if coverage is not None:
-            out.append(ev(f"cpu.{act.value}_share.stderr", stderr(share, total, spreads[act]), "ratio",
-                          f"{len(spreads[act])} chunks, {total} active samples"))
+            ev.add(f"cpu.{act.value}_share.stderr", stderr(share, total, spreads[act]), "ratio",
+                   f"{len(spreads[act])} chunks, {total} active samples")
         if hot[act]:
             top = [{"function": fn, "share": n / total} for fn, n in hot[act].most_common(5)]
-            out.append(ev(f"cpu.top.{act.value}", top, "list"))
-    out.append(ev("cpu.compile_seconds", seconds[Activity.COMPILE], "s"))
+            ev.add(f"cpu.top.{act.value}", top, "list")
+    ev.add("cpu.compile_seconds", seconds[Activity.COMPILE], "s")
 
     # Ticks: how many samples a thread active for the whole window would have. py-spy may fall
     # behind its nominal rate on a loaded host; the busiest thread then bounds the tick count.
@@ -136,21 +134,21 @@ def derive(
         threads.append(ThreadProfile(key[0], key[1], names[key], n, min(1.0, n / ticks_of[key[0]]),
                                      {a.value: c / n for a, c in counts.items()}))
     threads.sort(key=lambda t: (-t.active_ratio, -t.samples))
-    out.append(ev("workers.active_mean", sum(t.active_ratio for t in threads), "threads",
-                  "Python threads running on average (active samples / ticks)"))
-    out.append(ev("workers.busy_count", sum(1 for t in threads if t.active_ratio >= BUSY_THREAD_RATIO), "threads"))
-    out.append(ev("workers.busiest_active_ratio", threads[0].active_ratio, "ratio",
-                  f"{threads[0].name or threads[0].tid} in pid {threads[0].pid}"))
-    out.append(ev("cpu.processes_sampled", len({t.pid for t in threads}), "processes"))
-    out.append(ev("cpu.threads", [
+    ev.add("workers.active_mean", sum(t.active_ratio for t in threads), "threads",
+           "Python threads running on average (active samples / ticks)")
+    ev.add("workers.busy_count", sum(1 for t in threads if t.active_ratio >= BUSY_THREAD_RATIO), "threads")
+    ev.add("workers.busiest_active_ratio", threads[0].active_ratio, "ratio",
+           f"{threads[0].name or threads[0].tid} in pid {threads[0].pid}")
+    ev.add("cpu.processes_sampled", len({t.pid for t in threads}), "processes")
+    ev.add("cpu.threads", [
         {"pid": t.pid, "tid": t.tid, "name": t.name, "samples": t.samples,
          "active_ratio": round(t.active_ratio, 4), "top_activity": t.top_activity,
          "shares": {k: round(v, 4) for k, v in sorted(t.shares.items())}}
         for t in threads[:50]
-    ], "table"))
+    ], "table")
     if dumps:
         gil = Counter(th.name or str(th.tid) for snap in dumps for th in snap if th.owns_gil)
         active = [sum(1 for th in snap if th.active) for snap in dumps]
-        out.append(ev("gil.holders", [{"thread": k, "snapshots": v} for k, v in gil.most_common(5)], "list"))
-        out.append(ev("dump.active_threads_mean", sum(active) / len(active), "threads"))
-    return out
+        ev.add("gil.holders", [{"thread": k, "snapshots": v} for k, v in gil.most_common(5)], "list")
+        ev.add("dump.active_threads_mean", sum(active) / len(active), "threads")
+    return ev.items

@@ -30,8 +30,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.derive.nvml import (
     HW_BITS,
     LOADED_LINK_BYTES_PER_S,
@@ -42,6 +42,7 @@ from analyzer.derive.nvml import (
     link_bytes_per_s,
 )
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import pct
 from collectors.dcgm import (
     TRIGGERS,
     DcgmBuffer,
@@ -97,10 +98,6 @@ def _counter_rate(pts: Sequence[tuple[float, float]]) -> tuple[float, float] | N
     for (_, a), (_, b) in itertools.pairwise(pts):
         inc += b - a if b >= a else b
     return inc, pts[-1][0] - pts[0][0]
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
 
 
 def _same_pod(a: Pod, b: Pod) -> bool:
@@ -183,12 +180,8 @@ def derive(
     quality = Quality.LOW if few else Quality.GOOD
     form = ("a Prometheus query result" if result.form == "query-json"
             else f"{result.scrapes} scrape(s)" if result.scrapes > 1 else "one scrape")
-    out: list[Evidence] = []
-
-    def ev(key: str, value: Any, unit: str, detail: str = "", q: Quality | None = None) -> None:
-        out.append(Evidence(key, value, unit, source, window, quality if q is None else q, detail))
-
-    ev("gpu.count", len(chosen), "gpus", f"GPUs in the DCGM data ({form})")
+    ev = Emit(source, window=window, quality=quality)
+    ev.add("gpu.count", len(chosen), "gpus", f"GPUs in the DCGM data ({form})")
 
     # -- utilisation, and what the profiling fields say about it ----------------------------------
     util = [r["util"] for r in readings if "util" in r]
@@ -203,26 +196,26 @@ def derive(
         note = ""
         if act is not None and mean - act >= DISAGREE:
             note = (f"; GPU_UTIL overstates the work: it counts the time *a* kernel ran, while {activity_name} "
-                    f"{_pct(act)} of the time — the rules read SM activity (gpm.sm_activity_ratio) first")
-        ev("gpu.util_ratio", mean, "ratio", f"mean DCGM_FI_DEV_GPU_UTIL, {where}{note}")
-        ev("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (DCGM_FI_DEV_GPU_UTIL)" + note)
-        ev("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
-        ev("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
-        ev("gpu.util_samples", len(util), "samples", f"DCGM_FI_DEV_GPU_UTIL readings ({form})")
+                    f"{pct(act)} of the time — the rules read SM activity (gpm.sm_activity_ratio) first")
+        ev.add("gpu.util_ratio", mean, "ratio", f"mean DCGM_FI_DEV_GPU_UTIL, {where}{note}")
+        ev.add("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (DCGM_FI_DEV_GPU_UTIL)" + note)
+        ev.add("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
+        ev.add("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
+        ev.add("gpu.util_samples", len(util), "samples", f"DCGM_FI_DEV_GPU_UTIL readings ({form})")
     copy = [r["mem_copy_util"] for r in readings if "mem_copy_util" in r]
     if copy:
-        ev("gpu.mem_util_ratio", sum(copy) / len(copy), "ratio",
-           "share of time device memory was read or written (DCGM_FI_DEV_MEM_COPY_UTIL)")
+        ev.add("gpu.mem_util_ratio", sum(copy) / len(copy), "ratio",
+               "share of time device memory was read or written (DCGM_FI_DEV_MEM_COPY_UTIL)")
     if engine:
-        ev("gpu.engine_active_ratio", sum(engine) / len(engine), "ratio",
-           "share of time the graphics/compute engine was active (DCGM_FI_PROF_GR_ENGINE_ACTIVE)")
+        ev.add("gpu.engine_active_ratio", sum(engine) / len(engine), "ratio",
+               "share of time the graphics/compute engine was active (DCGM_FI_PROF_GR_ENGINE_ACTIVE)")
     if sm:
-        ev("gpm.sm_activity_ratio", sum(sm) / len(sm), "ratio",
-           f"share of cycles an SM had a warp, mean of {len(sm)} DCGM_FI_PROF_SM_ACTIVE reading(s)")
+        ev.add("gpm.sm_activity_ratio", sum(sm) / len(sm), "ratio",
+               f"share of cycles an SM had a warp, mean of {len(sm)} DCGM_FI_PROF_SM_ACTIVE reading(s)")
     elif engine:
-        ev("gpm.sm_activity_ratio", sum(engine) / len(engine), "ratio",
-           "DCGM_FI_PROF_GR_ENGINE_ACTIVE (time the engine was active), an upper bound of SM activity: the "
-           "exporter does not export DCGM_FI_PROF_SM_ACTIVE", Quality.LOW)
+        ev.add("gpm.sm_activity_ratio", sum(engine) / len(engine), "ratio",
+               "DCGM_FI_PROF_GR_ENGINE_ACTIVE (time the engine was active), an upper bound of SM activity: the "
+               "exporter does not export DCGM_FI_PROF_SM_ACTIVE", Quality.LOW)
     for name, key, what in (
         ("sm_occupancy", "gpm.sm_occupancy_ratio", "resident warps / the maximum (DCGM_FI_PROF_SM_OCCUPANCY)"),
         ("tensor_active", "gpm.tensor_activity_ratio", "tensor pipe active (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)"),
@@ -230,7 +223,7 @@ def derive(
     ):
         vals = [r[name] for r in readings if name in r]
         if vals:
-            ev(key, sum(vals) / len(vals), "ratio", f"{what}, mean of {len(vals)} reading(s)")
+            ev.add(key, sum(vals) / len(vals), "ratio", f"{what}, mean of {len(vals)} reading(s)")
 
     # -- memory, on the focus device ------------------------------------------------------------------
     mems = []
@@ -243,23 +236,23 @@ def derive(
             mems.append((g, max(used), max(totals)))
     if mems:
         g, used_b, total_b = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0)
-        ev("gpu.memory_used_bytes", int(used_b), "bytes", f"{g.gpu.label}, peak (DCGM_FI_DEV_FB_USED)")
-        ev("gpu.memory_total_bytes", int(total_b), "bytes", f"{g.gpu.label} (FB used + free + reserved)")
+        ev.add("gpu.memory_used_bytes", int(used_b), "bytes", f"{g.gpu.label}, peak (DCGM_FI_DEV_FB_USED)")
+        ev.add("gpu.memory_total_bytes", int(total_b), "bytes", f"{g.gpu.label} (FB used + free + reserved)")
         mine = list(target_pods)
         others = [p for p in g.pods if not any(_same_pod(p, m) for m in mine)] if mine else []
         if others:
-            ev("gpu.other_pods", [p.name for p in others], "list",
-               f"other pods sharing {g.gpu.label}: {_pods(others)}")
+            ev.add("gpu.other_pods", [p.name for p in others], "list",
+                   f"other pods sharing {g.gpu.label}: {_pods(others)}")
         if engine_memory_ratio is not None and 0 < engine_memory_ratio <= 1:
             own = engine_memory_ratio * total_b
             rest = max(0.0, used_b - own)
             who = f"; pods on it: {_pods(others)}" if others else ""
-            ev("mem.process_used_bytes", int(min(own, used_b)), "bytes",
-               f"the engine pre-allocates gpu_memory_utilization {engine_memory_ratio:.2f} of {g.gpu.label}")
-            ev("mem.other_processes_bytes", int(rest), "bytes",
-               f"used on {g.gpu.label} beyond the engine's pre-allocated share{who}")
-            ev("mem.other_processes_share_ratio", rest / total_b, "ratio",
-               f"memory used beyond the engine's share / {g.gpu.label}'s total")
+            ev.add("mem.process_used_bytes", int(min(own, used_b)), "bytes",
+                   f"the engine pre-allocates gpu_memory_utilization {engine_memory_ratio:.2f} of {g.gpu.label}")
+            ev.add("mem.other_processes_bytes", int(rest), "bytes",
+                   f"used on {g.gpu.label} beyond the engine's pre-allocated share{who}")
+            ev.add("mem.other_processes_share_ratio", rest / total_b, "ratio",
+                   f"memory used beyond the engine's share / {g.gpu.label}'s total")
     devices = []
     for g, rows in per_gpu:
         last = rows[-1] if rows else {}
@@ -269,19 +262,19 @@ def derive(
                         "util": (sum(u) / len(u)) if u else None, "pods": [p.name for p in g.pods],
                         **({"mig": f"{g.gpu.mig_profile} #{g.gpu.mig_instance}"}
                            if g.gpu.mig_profile or g.gpu.mig_instance else {})})
-    ev("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
+    ev.add("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
     migs = [d for d in devices if "mig" in d]
     if migs:
-        ev("gpu.mig_instances", len(migs), "instances",
-           "MIG instances (GPU_I_PROFILE / GPU_I_ID labels): utilisation and memory are per instance")
+        ev.add("gpu.mig_instances", len(migs), "instances",
+               "MIG instances (GPU_I_PROFILE / GPU_I_ID labels): utilisation and memory are per instance")
 
     _pcie(per_gpu, ev)
     _clocks_power(per_gpu, readings, ev)
     _errors(per_gpu, ev)
-    return out
+    return ev.items
 
 
-def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Any) -> None:
+def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit) -> None:
     tx = [r["pcie_tx"] for _, rows in per_gpu for r in rows if "pcie_tx" in r]
     rx = [r["pcie_rx"] for _, rows in per_gpu for r in rows if "pcie_rx" in r]
     how = "DCGM_FI_PROF_PCIE_TX/RX_BYTES"
@@ -293,13 +286,13 @@ def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Any) 
                     acc.append(got[0] / got[1])
         how = "rate of DCGM_FI_DEV_PCIE_TX/RX_THROUGHPUT"
     if tx:
-        ev("pcie.tx_bytes_per_s", sum(tx) / len(tx), "bytes/s", f"device → host, mean ({how})")
+        ev.add("pcie.tx_bytes_per_s", sum(tx) / len(tx), "bytes/s", f"device → host, mean ({how})")
     if rx:
-        ev("pcie.rx_bytes_per_s", sum(rx) / len(rx), "bytes/s", f"host → device, mean ({how})")
+        ev.add("pcie.rx_bytes_per_s", sum(rx) / len(rx), "bytes/s", f"host → device, mean ({how})")
     peaks = [max(r.get("pcie_tx", 0.0), r.get("pcie_rx", 0.0)) for _, rows in per_gpu for r in rows
              if "pcie_tx" in r or "pcie_rx" in r]
     if peaks:
-        ev("pcie.peak_bytes_per_s", max(peaks), "bytes/s", "busiest reading, either direction")
+        ev.add("pcie.peak_bytes_per_s", max(peaks), "bytes/s", "busiest reading, either direction")
     links = []
     for g, rows in per_gpu:
         with_link = [r for r in rows if "pcie_gen" in r and "pcie_width" in r]
@@ -317,73 +310,73 @@ def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Any) 
         g, gen, width, gmax, wmax, n_loaded, cap, cap_max = min(
             links, key=lambda x: (x[6] / x[7]) if x[6] and x[7] else 1.0)
         where = g.gpu.label + (f", {n_loaded} readings under load" if n_loaded else ", never under load")
-        ev("pcie.link_gen", int(gen), "gen", where)
-        ev("pcie.link_gen_max", int(gmax), "gen", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN")
-        ev("pcie.link_width", int(width), "lanes", where)
-        ev("pcie.link_width_max", int(wmax), "lanes", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
-        ev("pcie.loaded_samples", n_loaded, "samples", f"readings with the GPU ≥ {BUSY:.0%} busy or "
-           f"≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic")
+        ev.add("pcie.link_gen", int(gen), "gen", where)
+        ev.add("pcie.link_gen_max", int(gmax), "gen", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN")
+        ev.add("pcie.link_width", int(width), "lanes", where)
+        ev.add("pcie.link_width_max", int(wmax), "lanes", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
+        ev.add("pcie.loaded_samples", n_loaded, "samples", f"readings with the GPU ≥ {pct(BUSY)} busy or "
+               f"≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic")
         if cap is not None:
-            ev("pcie.link_capacity_bytes_per_s", cap, "bytes/s", f"gen{int(gen)} x{int(width)}, per direction")
+            ev.add("pcie.link_capacity_bytes_per_s", cap, "bytes/s", f"gen{int(gen)} x{int(width)}, per direction")
         if cap_max is not None:
-            ev("pcie.link_capacity_max_bytes_per_s", cap_max, "bytes/s", f"gen{int(gmax)} x{int(wmax)}")
+            ev.add("pcie.link_capacity_max_bytes_per_s", cap_max, "bytes/s", f"gen{int(gmax)} x{int(wmax)}")
     replays = [got[0] for g, _ in per_gpu if (got := _counter_rate(_times(g, "pcie_replay"))) is not None]
     if replays:
-        ev("pcie.replay_count_delta", int(sum(replays)), "count", "PCIe replays during the window "
-           "(DCGM_FI_DEV_PCIE_REPLAY_COUNTER)")
+        ev.add("pcie.replay_count_delta", int(sum(replays)), "count", "PCIe replays during the window "
+               "(DCGM_FI_DEV_PCIE_REPLAY_COUNTER)")
     for name, key, what in (("nvlink_tx", "nvlink.tx_bytes_per_s", "NVLink transmit"),
                             ("nvlink_rx", "nvlink.rx_bytes_per_s", "NVLink receive")):
         vals = [r[name] for _, rows in per_gpu for r in rows if name in r]
         if vals:
-            ev(key, sum(vals) / len(vals), "bytes/s", f"{what}, mean (DCGM_FI_PROF_NVLINK_*_BYTES)")
+            ev.add(key, sum(vals) / len(vals), "bytes/s", f"{what}, mean (DCGM_FI_PROF_NVLINK_*_BYTES)")
 
 
 def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
-                  readings: Sequence[Mapping[str, float]], ev: Any) -> None:
+                  readings: Sequence[Mapping[str, float]], ev: Emit) -> None:
     busy = [r for r in readings if r.get("util", 0.0) >= BUSY]
     pool = busy or list(readings)
     sm = [r["sm_clock"] for r in pool if "sm_clock" in r]
     if sm:
-        ev("gpu.sm_clock_mhz", sum(sm) / len(sm), "MHz", f"mean over {len(sm)} {'busy ' if busy else ''}reading(s)")
+        ev.add("gpu.sm_clock_mhz", sum(sm) / len(sm), "MHz", f"mean over {len(sm)} {'busy ' if busy else ''}reading(s)")
     memclk = [r["mem_clock"] for r in pool if "mem_clock" in r]
     if memclk:
-        ev("gpu.mem_clock_mhz", sum(memclk) / len(memclk), "MHz")
+        ev.add("gpu.mem_clock_mhz", sum(memclk) / len(memclk), "MHz")
     models = {g.gpu.model for g, _ in per_gpu if g.gpu.model}
     spec = next((s for m in sorted(models) if (s := spec_of(m)) is not None), None)
     model = next((m for m in sorted(models) if spec_of(m) is not None), "")
     sm_max_vals = [r["sm_clock_max"] for r in readings if "sm_clock_max" in r]
     sm_max: float | None = max(sm_max_vals) if sm_max_vals else None
     if sm_max is not None:
-        ev("gpu.sm_clock_max_mhz", sm_max, "MHz", "DCGM_FI_DEV_MAX_SM_CLOCK")
+        ev.add("gpu.sm_clock_max_mhz", sm_max, "MHz", "DCGM_FI_DEV_MAX_SM_CLOCK")
     elif spec is not None and len(models) == 1:
         sm_max = spec[1]
-        ev("gpu.sm_clock_max_mhz", sm_max, "MHz", f"the {model}'s datasheet boost clock (the data has no "
-           "DCGM_FI_DEV_MAX_SM_CLOCK)")
+        ev.add("gpu.sm_clock_max_mhz", sm_max, "MHz", f"the {model}'s datasheet boost clock (the data has no "
+               "DCGM_FI_DEV_MAX_SM_CLOCK)")
 
     power = [r["power"] for r in readings if "power" in r]
     if power:
-        ev("gpu.power_w", sum(power) / len(power), "W", "mean board power draw (DCGM_FI_DEV_POWER_USAGE)")
+        ev.add("gpu.power_w", sum(power) / len(power), "W", "mean board power draw (DCGM_FI_DEV_POWER_USAGE)")
     limits = [r[k] for r in readings for k in ("power_limit_enforced", "power_limit") if k in r]
     limit: float | None = min(limits) if limits else None
     limit_from_spec = False
     if limit is not None:
-        ev("gpu.power_limit_w", limit, "W", "enforced power limit (DCGM_FI_DEV_ENFORCED_POWER_LIMIT / "
-           "POWER_MGMT_LIMIT)")
+        ev.add("gpu.power_limit_w", limit, "W", "enforced power limit (DCGM_FI_DEV_ENFORCED_POWER_LIMIT / "
+               "POWER_MGMT_LIMIT)")
     elif spec is not None and len(models) == 1:
         limit, limit_from_spec = spec[0], True
-        ev("gpu.power_limit_w", limit, "W", f"the {model}'s datasheet board power (the data has no "
-           "DCGM_FI_DEV_POWER_MGMT_LIMIT)", Quality.LOW)
+        ev.add("gpu.power_limit_w", limit, "W", f"the {model}'s datasheet board power (the data has no "
+               "DCGM_FI_DEV_POWER_MGMT_LIMIT)", Quality.LOW)
     defaults = [r["power_limit_default"] for r in readings if "power_limit_default" in r]
     if defaults:
-        ev("gpu.power_default_limit_w", max(defaults), "W", "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF")
+        ev.add("gpu.power_default_limit_w", max(defaults), "W", "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF")
     elif spec is not None and len(models) == 1 and not limit_from_spec:
-        ev("gpu.power_default_limit_w", spec[0], "W", f"the {model}'s datasheet board power", Quality.LOW)
+        ev.add("gpu.power_default_limit_w", spec[0], "W", f"the {model}'s datasheet board power", Quality.LOW)
     temp = [r["temp"] for r in readings if "temp" in r]
     if temp:
-        ev("gpu.temp_c", max(temp), "°C", "peak GPU temperature (DCGM_FI_DEV_GPU_TEMP)")
+        ev.add("gpu.temp_c", max(temp), "°C", "peak GPU temperature (DCGM_FI_DEV_GPU_TEMP)")
     slow = [r["slowdown_temp"] for r in readings if "slowdown_temp" in r]
     if slow:
-        ev("gpu.temp_slowdown_c", min(slow), "°C", "DCGM_FI_DEV_SLOWDOWN_TEMP")
+        ev.add("gpu.temp_slowdown_c", min(slow), "°C", "DCGM_FI_DEV_SLOWDOWN_TEMP")
 
     # -- throttling: the bitmask, else violation counters, else inferred from power and clock ------------
     reasons = [int(r["throttle_reasons"]) for r in readings if "throttle_reasons" in r]
@@ -398,8 +391,8 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
         if ratios:
             violations[name] = max(ratios)
             key = "gpu.power_violation_ratio" if name == "power_violation" else "gpu.thermal_violation_ratio"
-            ev(key, violations[name], "ratio", f"share of the window clocks were held down by the "
-               f"{name.split('_')[0]} policy (DCGM_FI_DEV_{name.upper()})")
+            ev.add(key, violations[name], "ratio", f"share of the window clocks were held down by the "
+                   f"{name.split('_')[0]} policy (DCGM_FI_DEV_{name.upper()})")
     if reasons:
         k = len(reasons)
 
@@ -407,23 +400,23 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
             return sum(1 for r in reasons if r & bits) / k
 
         active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
-           "reading(s) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)")
-        ev("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio", "readings with a power-cap, thermal or hardware "
-           "slowdown reason")
-        ev("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
-        ev("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
-        ev("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
-           "or BoardLimit")
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
+               "reading(s) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)")
+        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio", "readings with a power-cap, thermal or hardware "
+               "slowdown reason")
+        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
+        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
+        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
+               "or BoardLimit")
         return
     if violations:
         p, t = violations.get("power_violation", 0.0), violations.get("thermal_violation", 0.0)
-        ev("gpu.throttle_ratio", max(p, t), "ratio", "share of the window under a power or thermal violation "
-           "(DCGM violation counters)")
-        ev("gpu.power_cap_ratio", p, "ratio", "share of the window under the power policy")
-        ev("gpu.thermal_throttle_ratio", t, "ratio", "share of the window under the thermal policy")
+        ev.add("gpu.throttle_ratio", max(p, t), "ratio", "share of the window under a power or thermal violation "
+               "(DCGM violation counters)")
+        ev.add("gpu.power_cap_ratio", p, "ratio", "share of the window under the power policy")
+        ev.add("gpu.thermal_throttle_ratio", t, "ratio", "share of the window under the thermal policy")
         names = [n for n, v in (("SwPowerCap", p), ("SwThermalSlowdown", t)) if v >= REASON_SHARE]
-        ev("gpu.throttle_reasons", names, "list", "from the DCGM violation counters")
+        ev.add("gpu.throttle_reasons", names, "list", "from the DCGM violation counters")
         return
     if sm_max is None:
         return
@@ -439,20 +432,20 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
     hot = [r for r in judged if low_clock(r) and slowdown is not None and "temp" in r
            and r["temp"] >= slowdown - THERMAL_MARGIN_C]
     n = len(judged)
-    why = (f"inferred: power draw ≥ {POWER_CAP_SHARE:.0%} of the {limit:.0f} W limit"
-           + (" (datasheet)" if limit_from_spec else "") + f" while the SM clock is ≥ {CLOCK_DEFICIT:.0%} "
+    why = (f"inferred: power draw ≥ {pct(POWER_CAP_SHARE)} of the {limit:.0f} W limit"
+           + (" (datasheet)" if limit_from_spec else "") + f" while the SM clock is ≥ {pct(CLOCK_DEFICIT)} "
            f"below {sm_max:.0f} MHz, in {len(capped)} of {n} reading(s); the data has no "
            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
     names = (["SwPowerCap"] if len(capped) / n >= REASON_SHARE else []) + (
         ["SwThermalSlowdown"] if len(hot) / n >= REASON_SHARE else [])
-    ev("gpu.throttle_reasons", names, "list", why, Quality.LOW)
-    ev("gpu.throttle_ratio", len({id(r) for r in (*capped, *hot)}) / n, "ratio", why, Quality.LOW)
-    ev("gpu.power_cap_ratio", len(capped) / n, "ratio", why, Quality.LOW)
-    ev("gpu.thermal_throttle_ratio", len(hot) / n, "ratio", "inferred: at the slowdown temperature with the clock "
-       "lowered", Quality.LOW)
+    ev.add("gpu.throttle_reasons", names, "list", why, Quality.LOW)
+    ev.add("gpu.throttle_ratio", len({id(r) for r in (*capped, *hot)}) / n, "ratio", why, Quality.LOW)
+    ev.add("gpu.power_cap_ratio", len(capped) / n, "ratio", why, Quality.LOW)
+    ev.add("gpu.thermal_throttle_ratio", len(hot) / n, "ratio", "inferred: at the slowdown temperature with the clock "
+           "lowered", Quality.LOW)
 
 
-def _errors(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Any) -> None:
+def _errors(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit) -> None:
     if not any("xid" in g.points for g, _ in per_gpu):
         return
     events = []
@@ -462,6 +455,6 @@ def _errors(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Any
             if v and v != last:
                 events.append({"gpu": g.gpu.index, "host": g.gpu.hostname, "xid": int(v), "ts": ts})
             last = v
-    ev("gpu.xid_events", events, "list",
-       f"{len(events)} XID error(s): DCGM_FI_DEV_XID_ERRORS holds the last XID the driver reported, kept until "
-       "the next one (a value already there when the window opened may be older)")
+    ev.add("gpu.xid_events", events, "list",
+           f"{len(events)} XID error(s): DCGM_FI_DEV_XID_ERRORS holds the last XID the driver reported, kept until "
+           "the next one (a value already there when the window opened may be older)")

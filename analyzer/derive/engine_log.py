@@ -7,8 +7,7 @@ names the aggregates with the shared evidence keys.
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.engine_log import EngineLogParser, EngineLogSummary, Series, percentile
 
@@ -59,12 +58,9 @@ def sources() -> list[EngineLogSource]:
 
 def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
     """Evidence from one log's aggregates."""
-    out: list[Evidence] = []
     few = Quality.LOW if s.samples < 3 else Quality.GOOD
     engines = "+".join(e for e in s.engines if e != "vllm-benchmark") or "engine"
-
-    def ev(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-        out.append(Evidence(key, value, unit, source, None, quality, detail))
+    ev = Emit(source)
 
     def series(prefix: str, ser: Series, unit: str, what: str) -> None:
         if ser.count == 0:
@@ -72,38 +68,40 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         top = ser.max
         if top is not None and unit == "requests" and top.is_integer():
             top = int(top)
-        ev(f"{prefix}_max", top, unit, f"largest {what} over {ser.count} {engines} stats line(s)", few)
-        ev(f"{prefix}_mean", ser.mean, unit, f"mean {what} over {ser.count} {engines} stats line(s)", few)
+        ev.add(f"{prefix}_max", top, unit, f"largest {what} over {ser.count} {engines} stats line(s)", few)
+        ev.add(f"{prefix}_mean", ser.mean, unit, f"mean {what} over {ser.count} {engines} stats line(s)", few)
 
     if s.samples:
-        ev("serving.stat_samples", s.samples, "count", f"{engines} scheduler stats lines read")
+        ev.add("serving.stat_samples", s.samples, "count", f"{engines} scheduler stats lines read")
         series("serving.running", s.running, "requests", "running requests")
         series("serving.waiting", s.waiting, "requests", "waiting (pending/queued) requests")
         if s.swapped.count:
-            ev("serving.swapped_max", int(s.swapped.max or 0), "requests", "largest swapped-out request count", few)
+            ev.add("serving.swapped_max", int(s.swapped.max or 0), "requests", "largest swapped-out request count", few)
         if s.kv_usage.count:
-            ev("serving.kv_cache_usage_max_ratio", s.kv_usage.max, "ratio",
-               "largest GPU KV-cache usage (fraction of the KV pool)", few)
-            ev("serving.kv_cache_usage_mean_ratio", s.kv_usage.mean, "ratio",
-               "mean GPU KV-cache usage (fraction of the KV pool)", few)
-        ev("serving.queued_samples", s.queued_samples, "count", "stats lines with at least one request waiting")
-        ev("serving.queued_sample_ratio", s.queued_samples / s.samples, "ratio",
-           "share of stats lines with at least one request waiting", few)
+            ev.add("serving.kv_cache_usage_max_ratio", s.kv_usage.max, "ratio",
+                   "largest GPU KV-cache usage (fraction of the KV pool)", few)
+            ev.add("serving.kv_cache_usage_mean_ratio", s.kv_usage.mean, "ratio",
+                   "mean GPU KV-cache usage (fraction of the KV pool)", few)
+        ev.add("serving.queued_samples", s.queued_samples, "count", "stats lines with at least one request waiting")
+        ev.add("serving.queued_sample_ratio", s.queued_samples / s.samples, "ratio",
+               "share of stats lines with at least one request waiting", few)
         if s.waiting.last is not None:
-            ev("serving.waiting_last", int(s.waiting.last), "requests", "waiting requests on the last stats line", few)
+            ev.add("serving.waiting_last", int(s.waiting.last), "requests", "waiting requests on the last stats line",
+                   few)
         if s.running_when_queued.count:
-            ev("serving.running_when_queued_mean", s.running_when_queued.mean, "requests",
-               "mean running requests on the lines where requests were waiting", few)
-            ev("serving.running_when_queued_max", int(s.running_when_queued.max or 0), "requests",
-               "most running requests on a line where requests were waiting", few)
+            ev.add("serving.running_when_queued_mean", s.running_when_queued.mean, "requests",
+                   "mean running requests on the lines where requests were waiting", few)
+            ev.add("serving.running_when_queued_max", int(s.running_when_queued.max or 0), "requests",
+                   "most running requests on a line where requests were waiting", few)
         if s.kv_when_queued.count:
-            ev("serving.kv_cache_usage_when_queued_mean_ratio", s.kv_when_queued.mean, "ratio",
-               "mean KV-cache usage on the lines where requests were waiting", few)
+            ev.add("serving.kv_cache_usage_when_queued_mean_ratio", s.kv_when_queued.mean, "ratio",
+                   "mean KV-cache usage on the lines where requests were waiting", few)
         if s.prompt_tps.count:
-            ev("serving.prompt_tokens_per_s", s.prompt_tps.mean, "tokens/s", "mean prompt (prefill) throughput", few)
+            ev.add("serving.prompt_tokens_per_s", s.prompt_tps.mean, "tokens/s", "mean prompt (prefill) throughput",
+                   few)
         if s.gen_tps.count:
-            ev("serving.generation_tokens_per_s", s.gen_tps.mean, "tokens/s", "mean generation throughput", few)
-            ev("serving.generation_tokens_per_s_max", s.gen_tps.max, "tokens/s", "peak generation throughput", few)
+            ev.add("serving.generation_tokens_per_s", s.gen_tps.mean, "tokens/s", "mean generation throughput", few)
+            ev.add("serving.generation_tokens_per_s_max", s.gen_tps.max, "tokens/s", "peak generation throughput", few)
     prefix_ratio: float | None = None
     prefix_detail = ""
     if s.new_tokens + s.cached_tokens > 0:
@@ -113,36 +111,36 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         prefix_ratio = s.prefix_hit.last
         prefix_detail = "prefix-cache hit rate on the last stats line"
     if prefix_ratio is not None:
-        ev("serving.prefix_cache_hit_ratio", prefix_ratio, "ratio", prefix_detail)
+        ev.add("serving.prefix_cache_hit_ratio", prefix_ratio, "ratio", prefix_detail)
     if s.preemption_lines or s.retracted or s.preemptions_cumulative:
         modes = ", ".join(f"{m.lower()} {n}" for m, n in sorted(s.preempt_modes.items()))
-        ev("serving.preemptions", s.preemptions, "count",
-           "requests preempted for lack of KV cache (vLLM warnings / SGLang retractions)"
-           + (f"; modes: {modes}" if modes else ""))
+        ev.add("serving.preemptions", s.preemptions, "count",
+               "requests preempted for lack of KV cache (vLLM warnings / SGLang retractions)"
+               + (f"; modes: {modes}" if modes else ""))
     if "max_num_seqs" in s.config:
-        ev("serving.max_num_seqs", s.config["max_num_seqs"], "requests", "stated in the log's configuration")
+        ev.add("serving.max_num_seqs", s.config["max_num_seqs"], "requests", "stated in the log's configuration")
     if "max_num_batched_tokens" in s.config:
-        ev("serving.max_num_batched_tokens", s.config["max_num_batched_tokens"], "tokens",
-           "stated in the log's configuration")
+        ev.add("serving.max_num_batched_tokens", s.config["max_num_batched_tokens"], "tokens",
+               "stated in the log's configuration")
     if s.kv_max_concurrency is not None:
-        ev("serving.kv_max_concurrency", s.kv_max_concurrency, "requests",
-           f"requests of {s.kv_max_concurrency_tokens} tokens the KV cache holds at once")
+        ev.add("serving.kv_max_concurrency", s.kv_max_concurrency, "requests",
+               f"requests of {s.kv_max_concurrency_tokens} tokens the KV cache holds at once")
     if s.gpu_blocks is not None:
-        ev("serving.kv_gpu_blocks", s.gpu_blocks, "blocks", "KV-cache blocks on the GPU")
+        ev.add("serving.kv_gpu_blocks", s.gpu_blocks, "blocks", "KV-cache blocks on the GPU")
     if s.kv_capacity_tokens is not None:
-        ev("serving.kv_capacity_tokens", s.kv_capacity_tokens, "tokens", "KV-cache size in tokens")
+        ev.add("serving.kv_capacity_tokens", s.kv_capacity_tokens, "tokens", "KV-cache size in tokens")
     if s.overloaded:
-        ev("serving.rejected_overloaded", s.overloaded, "count", "requests rejected: 'Model is overloaded'")
+        ev.add("serving.rejected_overloaded", s.overloaded, "count", "requests rejected: 'Model is overloaded'")
     _tgi(s, ev)
     _benchmark(s, ev)
-    return out
+    return ev.items
 
 
-def _tgi(s: EngineLogSummary, ev: _Emit) -> None:
+def _tgi(s: EngineLogSummary, ev: Emit) -> None:
     if not s.tgi_requests:
         return
     q = Quality.LOW if s.tgi_requests < 10 else Quality.GOOD
-    ev("requests.count", s.tgi_requests, "requests", "TGI request spans with timings")
+    ev.add("requests.count", s.tgi_requests, "requests", "TGI request spans with timings")
     means: dict[str, float] = {}
     for field, values in sorted(s.tgi.items()):
         if not values:
@@ -157,23 +155,23 @@ def _tgi(s: EngineLogSummary, ev: _Emit) -> None:
         else:
             prefix = f"stage.{_TGI_STAGES.get(field, field)}_ms"
         means[prefix] = mean
-        ev(f"{prefix}.mean", mean, "ms", f"TGI {field} over {len(values)} requests", q)
-        ev(f"{prefix}.p50", p50, "ms", f"TGI {field}", q)
-        ev(f"{prefix}.p99", p99, "ms", f"TGI {field}", q)
+        ev.add(f"{prefix}.mean", mean, "ms", f"TGI {field} over {len(values)} requests", q)
+        ev.add(f"{prefix}.p50", p50, "ms", f"TGI {field}", q)
+        ev.add(f"{prefix}.p99", p99, "ms", f"TGI {field}", q)
     total = means.get("latency.e2e_ms")
     if total:
         for prefix, mean in means.items():
             if prefix.startswith("stage."):
                 stage = prefix[len("stage."):-len("_ms")]
-                ev(f"stage.{stage}.share", mean / total, "ratio", f"mean TGI {stage} time / mean total time", q)
+                ev.add(f"stage.{stage}.share", mean / total, "ratio", f"mean TGI {stage} time / mean total time", q)
 
 
-def _benchmark(s: EngineLogSummary, ev: _Emit) -> None:
+def _benchmark(s: EngineLogSummary, ev: Emit) -> None:
     if s.offline_throughput:
-        ev("throughput.rps", s.offline_throughput["rps"], "requests/s", "vLLM offline throughput benchmark")
+        ev.add("throughput.rps", s.offline_throughput["rps"], "requests/s", "vLLM offline throughput benchmark")
         if "output_tokens_per_s" in s.offline_throughput:
-            ev("throughput.tokens_per_s", s.offline_throughput["output_tokens_per_s"], "tokens/s",
-               "vLLM offline throughput benchmark (output tokens)")
+            ev.add("throughput.tokens_per_s", s.offline_throughput["output_tokens_per_s"], "tokens/s",
+                   "vLLM offline throughput benchmark (output tokens)")
     b = s.benchmark
     if b is None:
         return
@@ -182,34 +180,29 @@ def _benchmark(s: EngineLogSummary, ev: _Emit) -> None:
     rows = b.rows
     n = rows.get("Successful requests")
     if n is not None:
-        ev("requests.count", int(n), "requests", f"{what}: successful requests", q)
+        ev.add("requests.count", int(n), "requests", f"{what}: successful requests", q)
     if rows.get("Failed requests"):
-        ev("requests.failed", int(rows["Failed requests"]), "requests", f"{what}: failed requests", q)
+        ev.add("requests.failed", int(rows["Failed requests"]), "requests", f"{what}: failed requests", q)
     for label in ("Maximum request concurrency", "Max request concurrency"):
         if label in rows:
-            ev("bench.concurrency", rows[label], "requests", f"{what}: client-side concurrency cap", q)
+            ev.add("bench.concurrency", rows[label], "requests", f"{what}: client-side concurrency cap", q)
     if "Benchmark duration (s)" in rows:
-        ev("bench.duration_s", rows["Benchmark duration (s)"], "s", what, q)
+        ev.add("bench.duration_s", rows["Benchmark duration (s)"], "s", what, q)
     if "Request throughput (req/s)" in rows:
-        ev("throughput.rps", rows["Request throughput (req/s)"], "requests/s", what, q)
+        ev.add("throughput.rps", rows["Request throughput (req/s)"], "requests/s", what, q)
     if "Output token throughput (tok/s)" in rows:
-        ev("throughput.tokens_per_s", rows["Output token throughput (tok/s)"], "tokens/s",
-           f"{what}: output tokens", q)
+        ev.add("throughput.tokens_per_s", rows["Output token throughput (tok/s)"], "tokens/s",
+               f"{what}: output tokens", q)
     if "Total Token throughput (tok/s)" in rows:
-        ev("throughput.total_tokens_per_s", rows["Total Token throughput (tok/s)"], "tokens/s",
-           f"{what}: input + output tokens", q)
+        ev.add("throughput.total_tokens_per_s", rows["Total Token throughput (tok/s)"], "tokens/s",
+               f"{what}: input + output tokens", q)
     if n:
         if "Total input tokens" in rows:
-            ev("tokens.input_mean", rows["Total input tokens"] / n, "tokens", f"{what}: total input / requests", q)
+            ev.add("tokens.input_mean", rows["Total input tokens"] / n, "tokens", f"{what}: total input / requests", q)
         if "Total generated tokens" in rows:
-            ev("tokens.output_mean", rows["Total generated tokens"] / n, "tokens",
-               f"{what}: total generated / requests", q)
+            ev.add("tokens.output_mean", rows["Total generated tokens"] / n, "tokens",
+                   f"{what}: total generated / requests", q)
     for metric, name in _BENCH_METRICS.items():
         for stat, value in sorted(b.latency(metric).items()):
-            ev(f"latency.{name}_ms.{stat}", value, "ms", f"{what}: {metric}", q)
+            ev.add(f"latency.{name}_ms.{stat}", value, "ms", f"{what}: {metric}", q)
 
-
-class _Emit(Protocol):  # the signature of ``ev`` inside ``derive``, for the helpers' annotations
-    def __call__(
-        self, key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD
-    ) -> None: ...

@@ -35,10 +35,11 @@ import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Protocol
+from typing import IO
 
 import numpy as np
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, InputRecord, Quality
 from analyzer.redact import redact_text
 from collectors import kineto
@@ -194,16 +195,15 @@ def _memory_timeline(stream: IO[bytes], name: str) -> tuple[list[Evidence], Inpu
         tl = kineto.read_memory_timeline(stream)
     except kineto.KinetoError as exc:
         return [], InputRecord(name, MEMORY_KIND, "unreadable", str(exc))
-    ev = [
-        Evidence("mem.timeline_peak_bytes", tl.peak_bytes, "bytes", name,
-                 detail="peak of live tensor bytes in torch.profiler's memory timeline (export_memory_timeline_raw)"),
-        Evidence("mem.timeline_peak_by_category", dict(tl.peak_by_category), "table", name,
-                 detail="live bytes by category at that peak (parameter, optimizer_state, activation, gradient, …)"),
-    ]
+    ev = Emit(name)
+    ev.add("mem.timeline_peak_bytes", tl.peak_bytes, "bytes",
+           "peak of live tensor bytes in torch.profiler's memory timeline (export_memory_timeline_raw)")
+    ev.add("mem.timeline_peak_by_category", dict(tl.peak_by_category), "table",
+           "live bytes by category at that peak (parameter, optimizer_state, activation, gradient, …)")
     why = (f"a torch.profiler memory timeline ({tl.records} allocation records over {tl.span_ns / 1e9:.2f} s), "
            "not a Chrome trace: its peak and categories are read, no GPU timeline; the allocator's reserved "
            "memory and any OOM need a CUDA memory snapshot (torch.cuda.memory._dump_snapshot)")
-    return ev, InputRecord(name, MEMORY_KIND, "partial", why)
+    return ev.items, InputRecord(name, MEMORY_KIND, "partial", why)
 
 
 # -- folds (pure numpy) -----------------------------------------------------------------------------
@@ -311,10 +311,6 @@ def hta_breakdown(trace: KinetoTrace) -> Breakdown | None:
 # -- evidence ------------------------------------------------------------------------------------
 
 
-class _Emit(Protocol):
-    def __call__(self, key: str, value: object, unit: str, detail: str = "", q: Quality | None = None) -> None: ...
-
-
 def _ms(us: float) -> float:
     return round(us / US_PER_MS, 3)
 
@@ -350,27 +346,22 @@ def _name_flags(names: tuple[str, ...], test: Callable[[str], bool]) -> np.ndarr
 
 
 def derive(trace: KinetoTrace, source: str) -> list[Evidence]:
-    out: list[Evidence] = []
     g = trace.gpu
     devices = _distinct(g.device) if g.ts.size else np.zeros(0, dtype=np.int64)
     windows: dict[int, Union] = {int(d): union(g.ts[g.device == d], (g.ts + g.dur)[g.device == d]) for d in devices}
     longest = max((u.span for u in windows.values()), default=0.0)
-    quality = Quality.LOW if longest < MIN_WINDOW_US else Quality.GOOD
-
-    def ev(key: str, value: object, unit: str, detail: str = "", q: Quality | None = None) -> None:
-        out.append(Evidence(key, value, unit, source, None, q or quality, detail))
-
+    ev = Emit(source, quality=Quality.LOW if longest < MIN_WINDOW_US else Quality.GOOD)
     _meta(trace, ev)
     judged = timeline_judged(trace) is None
     if not judged:
-        quality = Quality.LOW
+        ev.quality = Quality.LOW
     bd = hta_breakdown(trace)
     if bd is not None and bd.span_us > 0:
         _breakdown(trace, bd, ev)
     if trace.host.ts.size:
         _cold_start(trace, windows, ev)
     if not judged:
-        return out
+        return ev.items
     if g.ts.size:
         _timeline(trace, windows, ev)
         _idle_attribution(trace, windows, ev)
@@ -381,39 +372,40 @@ def derive(trace: KinetoTrace, source: str) -> list[Evidence]:
         _copies(trace, windows, ev)
     if trace.host.ts.size:
         _api(trace, ev)
-    return out
+    return ev.items
 
 
-def _meta(trace: KinetoTrace, ev: _Emit) -> None:
+def _meta(trace: KinetoTrace, ev: Emit) -> None:
     m = trace.meta
     if m.rank is not None:
-        ev("kineto.rank", m.rank, "rank", "distributedInfo.rank of the trace" + (
-            f" (of {m.world_size}, {m.backend})" if m.world_size else ""), Quality.GOOD)
-    ev("kineto.platform", m.platform or "cpu-only", "platform",
-       "from the runtime call names, versions and device names: cuda, rocm (hip* calls) or mtia", Quality.GOOD)
-    ev("kineto.events", trace.events, "events", "trace events read (all categories)", Quality.GOOD)
+        ev.add("kineto.rank", m.rank, "rank", "distributedInfo.rank of the trace" + (
+                f" (of {m.world_size}, {m.backend})" if m.world_size else ""), Quality.GOOD)
+    ev.add("kineto.platform", m.platform or "cpu-only", "platform",
+           "from the runtime call names, versions and device names: cuda, rocm (hip* calls) or mtia", Quality.GOOD)
+    ev.add("kineto.events", trace.events, "events", "trace events read (all categories)", Quality.GOOD)
     if m.devices:
-        ev("kineto.device_names", sorted({redact_text(d) for d in m.devices if d}) or ["(unnamed)"], "table",
-           "deviceProperties names", Quality.GOOD)
+        ev.add("kineto.device_names", sorted({redact_text(d) for d in m.devices if d}) or ["(unnamed)"], "table",
+               "deviceProperties names", Quality.GOOD)
 
 
-def _breakdown(trace: KinetoTrace, bd: Breakdown, ev: _Emit) -> None:
+def _breakdown(trace: KinetoTrace, bd: Breakdown, ev: Emit) -> None:
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     detail = (f"HTA temporal breakdown of rank {rank} over its kernel span ({_ms(bd.span_us)} ms, {bd.events} GPU "
               "events): share of the span in which")
-    ev("kineto.idle_share", bd.share(bd.idle_us), "ratio", detail + " no GPU event runs on any stream")
-    ev("kineto.compute_share", bd.share(bd.compute_us), "ratio", detail + " a computation kernel runs")
-    ev("kineto.non_compute_share", bd.share(bd.non_compute_us), "ratio",
-       detail + " only communication, memory (memcpy/memset) or sync events run")
-    ev("kineto.kernel_span_ms", _ms(bd.span_us), "ms", "HTA's kernel span: first GPU event start to last end")
-    ev("kineto.rank_breakdown", {"rank": rank, "idle_us": round(bd.idle_us, 3), "compute_us": round(bd.compute_us, 3),
-                                 "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3),
-                                 "start_us": round(bd.start_us, 3)},
-       "table", "HTA temporal breakdown in µs, and where the kernel span starts on the trace's clock (several trace "
-       "files, one per rank, are set side by side in kineto.ranks.*)")
+    ev.add("kineto.idle_share", bd.share(bd.idle_us), "ratio", detail + " no GPU event runs on any stream")
+    ev.add("kineto.compute_share", bd.share(bd.compute_us), "ratio", detail + " a computation kernel runs")
+    ev.add("kineto.non_compute_share", bd.share(bd.non_compute_us), "ratio",
+           detail + " only communication, memory (memcpy/memset) or sync events run")
+    ev.add("kineto.kernel_span_ms", _ms(bd.span_us), "ms", "HTA's kernel span: first GPU event start to last end")
+    ev.add("kineto.rank_breakdown", {"rank": rank, "idle_us": round(bd.idle_us, 3),
+                                     "compute_us": round(bd.compute_us, 3),
+                                     "non_compute_us": round(bd.non_compute_us, 3), "span_us": round(bd.span_us, 3),
+                                     "start_us": round(bd.start_us, 3)},
+           "table", "HTA temporal breakdown in µs, and where the kernel span starts on the trace's clock (several "
+           "trace files, one per rank, are set side by side in kineto.ranks.*)")
 
 
-def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
     g = trace.gpu
     end = g.ts + g.dur
     kern = g.kind == GPU_KERNEL
@@ -440,42 +432,43 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
                          "busy_ratio": round(u.busy / u.span, 4) if u.span else None, "busy_bins": _bins(u)})
     kernels = int(kern.sum())
     kernel_us = float(g.dur[kern].sum())
-    ev("trace.device_count", len(windows), "devices", "GPUs with kernel, copy or memset activity in the trace")
-    ev("trace.window_ms", _ms(max(u.span for u in windows.values())), "ms",
-       "GPU-active window: first to last GPU operation (the longest over devices)")
+    ev.add("trace.device_count", len(windows), "devices", "GPUs with kernel, copy or memset activity in the trace")
+    ev.add("trace.window_ms", _ms(max(u.span for u in windows.values())), "ms",
+           "GPU-active window: first to last GPU operation (the longest over devices)")
     if window > 0:
-        ev("trace.gpu_busy_ratio", busy / window, "ratio",
-           "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
-        ev("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
-    ev("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
+        ev.add("trace.gpu_busy_ratio", busy / window, "ratio",
+               "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
+        ev.add("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
+    ev.add("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
     if busy > 0:
-        ev("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
-           "share of GPU busy time in which copies or memsets run and no kernel does")
+        ev.add("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
+               "share of GPU busy time in which copies or memsets run and no kernel does")
     gaps = np.concatenate([u.gap_len for u in windows.values()]) if windows else np.zeros(0)
-    ev("trace.idle_gaps.count", int(gaps.size), "gaps", "idle gaps between GPU operations, all devices")
-    ev("trace.idle_gaps.total_ms", _ms(float(gaps.sum())), "ms", "GPU idle time inside the active window")
-    ev("trace.idle_gaps.longest_ms", _ms(float(gaps.max()) if gaps.size else 0.0), "ms", "longest idle gap")
+    ev.add("trace.idle_gaps.count", int(gaps.size), "gaps", "idle gaps between GPU operations, all devices")
+    ev.add("trace.idle_gaps.total_ms", _ms(float(gaps.sum())), "ms", "GPU idle time inside the active window")
+    ev.add("trace.idle_gaps.longest_ms", _ms(float(gaps.max()) if gaps.size else 0.0), "ms", "longest idle gap")
     bucket = np.searchsorted(np.array(GAP_EDGES_US), gaps, side="right")
-    ev("trace.idle_gaps.histogram",
-       {b: {"count": int((bucket == i).sum()), "time_ms": _ms(float(gaps[bucket == i].sum()))}
-        for i, b in enumerate(GAP_BUCKETS)}, "table", "idle gaps by length: count and total time per bucket")
-    ev("trace.kernel_count", kernels, "kernels", "kernel executions")
-    ev("gpu.kernel_count", kernels, "count", "kernel executions (from the PyTorch-profiler trace)")
-    ev("gpu.kernel_time_ms", _ms(kernel_us), "ms", "sum of kernel durations")
+    ev.add("trace.idle_gaps.histogram",
+           {b: {"count": int((bucket == i).sum()), "time_ms": _ms(float(gaps[bucket == i].sum()))}
+            for i, b in enumerate(GAP_BUCKETS)}, "table", "idle gaps by length: count and total time per bucket")
+    ev.add("trace.kernel_count", kernels, "kernels", "kernel executions")
+    ev.add("gpu.kernel_count", kernels, "count", "kernel executions (from the PyTorch-profiler trace)")
+    ev.add("gpu.kernel_time_ms", _ms(kernel_us), "ms", "sum of kernel durations")
     if kernels:
         tiny = int((kern & (g.dur < TINY_KERNEL_US)).sum())
-        ev("trace.kernel_mean_us", kernel_us / kernels, "us", "mean kernel duration")
-        ev("trace.tiny_kernel_ratio", tiny / kernels, "ratio", f"share of kernels shorter than {TINY_KERNEL_US:.0f} µs")
-        ev("trace.top_kernels", _top_kernels(trace, kern, kernel_us), "table", "kernels by total GPU time")
+        ev.add("trace.kernel_mean_us", kernel_us / kernels, "us", "mean kernel duration")
+        ev.add("trace.tiny_kernel_ratio", tiny / kernels, "ratio",
+               f"share of kernels shorter than {TINY_KERNEL_US:.0f} µs")
+        ev.add("trace.top_kernels", _top_kernels(trace, kern, kernel_us), "table", "kernels by total GPU time")
         launch_us = _host_time(trace, LAUNCH_CALLS | GRAPH_LAUNCH_CALLS)
         if launch_us > 0 and kernel_us > 0:
-            ev("trace.launch_overhead_ratio", launch_us / kernel_us, "ratio",
-               "host time in kernel-launch and graph-launch calls / GPU time of the kernels (≥ 1: the host cannot "
-               "issue work as fast as the GPU finishes it)")
-    ev("trace.devices", rows, "table", "per GPU: window, busy ratios, kernels, copies, gaps")
-    ev("kineto.timeline", timeline, "table",
-       f"per GPU: busy_bins, the busy share of each of {TIMELINE_BINS} equal bins of its window (the busy/idle "
-       "timeline the reports draw)")
+            ev.add("trace.launch_overhead_ratio", launch_us / kernel_us, "ratio",
+                   "host time in kernel-launch and graph-launch calls / GPU time of the kernels (≥ 1: the host cannot "
+                   "issue work as fast as the GPU finishes it)")
+    ev.add("trace.devices", rows, "table", "per GPU: window, busy ratios, kernels, copies, gaps")
+    ev.add("kineto.timeline", timeline, "table",
+           f"per GPU: busy_bins, the busy share of each of {TIMELINE_BINS} equal bins of its window (the busy/idle "
+           "timeline the reports draw)")
 
 
 def _device_name(trace: KinetoTrace, d: int) -> str:
@@ -546,7 +539,7 @@ def _launcher(trace: KinetoTrace) -> np.ndarray:
     return out
 
 
-def _idle_attribution(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+def _idle_attribution(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
     h = trace.host
     launcher = _launcher(trace)
     sync = _call_mask(trace, SYNC_CALLS) | _call_mask(trace, lambda n: bool(_SYNC_COPY.match(n)))
@@ -579,15 +572,15 @@ def _idle_attribution(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) 
     if idle <= 0:
         return
     for part, v in totals.items():
-        ev(f"kineto.idle.{part}_ms", _ms(v), "ms", _IDLE_DETAIL[part])
-        ev(f"kineto.idle.{part}_share", v / idle, "ratio", "share of the GPU's idle time: " + _IDLE_DETAIL[part])
+        ev.add(f"kineto.idle.{part}_ms", _ms(v), "ms", _IDLE_DETAIL[part])
+        ev.add(f"kineto.idle.{part}_share", v / idle, "ratio", "share of the GPU's idle time: " + _IDLE_DETAIL[part])
     window = sum(u.span for u in windows.values())
-    ev("kineto.idle.dispatch_ms", _ms(dispatch), "ms",
-       f"host-wait gaps shorter than {DISPATCH_GAP_US / 1000:.0f} ms: the GPU waits for the next op of the same step "
-       "(Python and framework dispatch between kernels, not host work between steps)")
+    ev.add("kineto.idle.dispatch_ms", _ms(dispatch), "ms",
+           f"host-wait gaps shorter than {DISPATCH_GAP_US / 1000:.0f} ms: the GPU waits for the next op of the same "
+           "step (Python and framework dispatch between kernels, not host work between steps)")
     if window > 0:
-        ev("kineto.idle.dispatch_share", dispatch / window, "ratio",
-           "those dispatch gaps / the GPU-active window (summed over devices)")
+        ev.add("kineto.idle.dispatch_share", dispatch / window, "ratio",
+               "those dispatch gaps / the GPU-active window (summed over devices)")
 
 
 _IDLE_DETAIL = {
@@ -601,7 +594,7 @@ _IDLE_DETAIL = {
 }
 
 
-def _launches(trace: KinetoTrace, ev: _Emit) -> None:
+def _launches(trace: KinetoTrace, ev: Emit) -> None:
     g, h = trace.gpu, trace.host
     launcher = _launcher(trace)
     kern = g.kind == GPU_KERNEL
@@ -612,21 +605,22 @@ def _launches(trace: KinetoTrace, ev: _Emit) -> None:
     by_direct[known] = direct[launcher[known]]
     if by_direct.any():
         delay = g.ts[by_direct] - h.ts[launcher[by_direct]]
-        ev("kineto.launch_delay_us.p50", _pct(delay, 50), "us",
-           "kernel start − start of the launch call that issued it (by correlation id): launch latency plus queueing")
-        ev("kineto.launch_delay_us.p99", _pct(delay, 99), "us", "99th percentile of that delay")
-        ev("kineto.launch_delay_us.max", float(delay.max()), "us", "longest launch-to-start delay")
+        ev.add("kineto.launch_delay_us.p50", _pct(delay, 50), "us",
+               "kernel start − start of the launch call that issued it (by correlation id): launch latency plus "
+               "queueing")
+        ev.add("kineto.launch_delay_us.p99", _pct(delay, 99), "us", "99th percentile of that delay")
+        ev.add("kineto.launch_delay_us.max", float(delay.max()), "us", "longest launch-to-start delay")
     if graph.any():
         by_graph = known.copy()
         by_graph[known] = graph[launcher[known]]
-        ev("api.graph_launches", int(graph.sum()), "count", "cudaGraphLaunch/hipGraphLaunch calls (CUDA graphs in use)",
-           Quality.GOOD)
+        ev.add("api.graph_launches", int(graph.sum()), "count",
+               "cudaGraphLaunch/hipGraphLaunch calls (CUDA graphs in use)", Quality.GOOD)
         if kern.any():
-            ev("kineto.graph_kernel_share", float(by_graph.sum() / kern.sum()), "ratio",
-               "share of kernels replayed from a CUDA/HIP graph (their correlation id is a graph launch's)")
+            ev.add("kineto.graph_kernel_share", float(by_graph.sum() / kern.sum()), "ratio",
+                   "share of kernels replayed from a CUDA/HIP graph (their correlation id is a graph launch's)")
 
 
-def _comm(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+def _comm(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
     g = trace.gpu
     flags = _name_flags(trace.names, lambda n: bool(_COMM.search(n)))
     comm = (g.kind == GPU_KERNEL) & flags[g.name]
@@ -637,16 +631,16 @@ def _comm(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
     kern_other = (g.kind == GPU_KERNEL) & ~flags[g.name]
     ou = union(g.ts[kern_other], (g.ts + g.dur)[kern_other])
     overlap = cu.busy + ou.busy - union(g.ts[g.kind == GPU_KERNEL], (g.ts + g.dur)[g.kind == GPU_KERNEL]).busy
-    ev("kineto.comm_kernel_count", int(comm.sum()), "kernels", "collective kernels (NCCL/RCCL, custom all-reduce)")
-    ev("kineto.comm_time_ms", _ms(cu.busy), "ms", "union of collective-kernel intervals")
+    ev.add("kineto.comm_kernel_count", int(comm.sum()), "kernels", "collective kernels (NCCL/RCCL, custom all-reduce)")
+    ev.add("kineto.comm_time_ms", _ms(cu.busy), "ms", "union of collective-kernel intervals")
     if span > 0:
-        ev("kineto.comm_share", cu.busy / span, "ratio", "collective-kernel time (union) / the GPU-active window")
-        ev("kineto.comm_exposed_share", max(0.0, cu.busy - overlap) / span, "ratio",
-           "collective-kernel time with no other kernel running / the GPU-active window (communication not "
-           "hidden behind compute)")
+        ev.add("kineto.comm_share", cu.busy / span, "ratio", "collective-kernel time (union) / the GPU-active window")
+        ev.add("kineto.comm_exposed_share", max(0.0, cu.busy - overlap) / span, "ratio",
+               "collective-kernel time with no other kernel running / the GPU-active window (communication not "
+               "hidden behind compute)")
 
 
-def _operators(trace: KinetoTrace, ev: _Emit) -> None:
+def _operators(trace: KinetoTrace, ev: Emit) -> None:
     g = trace.gpu
     if trace.op_ext.size and g.ts.size:
         ext, names = trace.op_ext[:, 0], trace.op_ext[:, 1]
@@ -666,15 +660,16 @@ def _operators(trace: KinetoTrace, ev: _Emit) -> None:
             rows = [{"name": redact_text(trace.names[i])[:120], "gpu_ms": _ms(totals[i]), "gpu_ops": int(counts[i]),
                      "share": round(float(totals[i] / total), 4) if total else 0.0}
                     for i in np.argsort(-totals)[:TOP] if counts[i]]
-            ev("kineto.top_operators", rows, "table",
-               "operators (cpu_op) by the GPU time of the kernels and copies they launched (External id)")
+            ev.add("kineto.top_operators", rows, "table",
+                   "operators (cpu_op) by the GPU time of the kernels and copies they launched (External id)")
     if trace.ops:
-        ev("kineto.top_cpu_operators",
-           [{"name": redact_text(o.name)[:120], "count": o.count, "cpu_ms": _ms(o.total_us)} for o in trace.ops[:TOP]],
-           "table", "operators by inclusive host time (nested operators counted in each level)")
+        ev.add("kineto.top_cpu_operators",
+               [{"name": redact_text(o.name)[:120], "count": o.count, "cpu_ms": _ms(o.total_us)}
+                for o in trace.ops[:TOP]],
+               "table", "operators by inclusive host time (nested operators counted in each level)")
 
 
-def _copies(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+def _copies(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
     g, h = trace.gpu, trace.host
     cp = np.flatnonzero(g.kind == GPU_MEMCPY)
     kinds = {i: kineto.memcpy_kind(trace.names[i]) for i in _distinct(g.name[cp])}
@@ -688,21 +683,21 @@ def _copies(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
     is_sync = np.array([bool(_SYNC_COPY.match(c)) for c in call], dtype=bool)
     kernel_us = float(g.dur[g.kind == GPU_KERNEL].sum())
     copy_us = float(dur.sum())
-    ev("copy.count", int(cp.size), "count", "memcpy operations (memsets excluded)")
-    ev("copy.time_ms", _ms(copy_us), "ms", "all memcpy GPU time")
-    ev("copy.mean_bytes", float(nbytes.mean()), "bytes", "bytes per memcpy on average")
+    ev.add("copy.count", int(cp.size), "count", "memcpy operations (memsets excluded)")
+    ev.add("copy.time_ms", _ms(copy_us), "ms", "all memcpy GPU time")
+    ev.add("copy.mean_bytes", float(nbytes.mean()), "bytes", "bytes per memcpy on average")
     if copy_us + kernel_us > 0:
-        ev("copy.time_share", copy_us / (copy_us + kernel_us), "ratio", "memcpy time / (memcpy + kernel time)")
+        ev.add("copy.time_share", copy_us / (copy_us + kernel_us), "ratio", "memcpy time / (memcpy + kernel time)")
     for d in ("h2d", "d2h", "d2d", "p2p"):
         sel = direction == d
         if not sel.any():
             continue
         b, t = int(nbytes[sel].sum()), float(dur[sel].sum())
-        ev(f"copy.{d}_count", int(sel.sum()), "count", f"memcpy {d} operations")
-        ev(f"copy.{d}_bytes", b, "bytes", f"memcpy {d} bytes")
-        ev(f"copy.{d}_time_ms", _ms(t), "ms", f"memcpy {d} GPU time")
+        ev.add(f"copy.{d}_count", int(sel.sum()), "count", f"memcpy {d} operations")
+        ev.add(f"copy.{d}_bytes", b, "bytes", f"memcpy {d} bytes")
+        ev.add(f"copy.{d}_time_ms", _ms(t), "ms", f"memcpy {d} GPU time")
         if t > 0:
-            ev(f"copy.{d}_gbps", b / t / 1000.0, "GB/s", f"achieved {d} bandwidth: bytes / copy time")
+            ev.add(f"copy.{d}_gbps", b / t / 1000.0, "GB/s", f"achieved {d} bandwidth: bytes / copy time")
     host = np.isin(direction, ("h2d", "d2h"))
     host_bytes = int(nbytes[host].sum())
     for k in ("pageable", "pinned"):
@@ -710,61 +705,62 @@ def _copies(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
         if not sel.any():
             continue
         b, t = int(nbytes[sel].sum()), float(dur[sel].sum())
-        ev(f"copy.{k}_bytes", b, "bytes", f"host↔device bytes on {k} host memory")
-        ev(f"copy.{k}_count", int(sel.sum()), "count", f"host↔device copies on {k} host memory")
-        ev(f"copy.{k}_time_ms", _ms(t), "ms", f"GPU time of copies on {k} host memory")
+        ev.add(f"copy.{k}_bytes", b, "bytes", f"host↔device bytes on {k} host memory")
+        ev.add(f"copy.{k}_count", int(sel.sum()), "count", f"host↔device copies on {k} host memory")
+        ev.add(f"copy.{k}_time_ms", _ms(t), "ms", f"GPU time of copies on {k} host memory")
         if t > 0:
-            ev(f"copy.{k}_gbps", b / t / 1000.0, "GB/s", f"achieved bandwidth of copies on {k} host memory")
+            ev.add(f"copy.{k}_gbps", b / t / 1000.0, "GB/s", f"achieved bandwidth of copies on {k} host memory")
         if k == "pageable":
             for d in ("h2d", "d2h"):
                 sub = sel & (direction == d)
                 if sub.any():
-                    ev(f"copy.{d}_pageable_bytes", int(nbytes[sub].sum()), "bytes", f"{d} bytes on pageable memory")
+                    ev.add(f"copy.{d}_pageable_bytes", int(nbytes[sub].sum()), "bytes", f"{d} bytes on pageable memory")
     known_kind = host & np.isin(host_kind, ("pageable", "pinned"))
     if host_bytes and known_kind.any():
         pageable = int(nbytes[host & (host_kind == "pageable")].sum())
-        ev("copy.pageable_ratio", pageable / host_bytes, "ratio", "pageable share of host↔device bytes")
+        ev.add("copy.pageable_ratio", pageable / host_bytes, "ratio", "pageable share of host↔device bytes")
         pa = host & (host_kind == "pageable") & is_async
-        ev("copy.pageable_async_count", int(pa.sum()), "count",
-           "async memcpy calls on pageable host memory: the host blocks and the copy cannot overlap compute")
-        ev("copy.pageable_async_time_ms", _ms(float(dur[pa].sum())), "ms", "GPU time of those copies")
+        ev.add("copy.pageable_async_count", int(pa.sum()), "count",
+               "async memcpy calls on pageable host memory: the host blocks and the copy cannot overlap compute")
+        ev.add("copy.pageable_async_time_ms", _ms(float(dur[pa].sum())), "ms", "GPU time of those copies")
     small = (nbytes < SMALL_COPY_BYTES) & (g.nbytes[cp] >= 0)
-    ev("copy.small_count", int(small.sum()), "count", f"copies under {SMALL_COPY_BYTES // 1024} KiB (latency-bound)")
-    ev("copy.small_time_ms", _ms(float(dur[small].sum())), "ms", "GPU time of those small copies")
+    ev.add("copy.small_count", int(small.sum()), "count",
+           f"copies under {SMALL_COPY_BYTES // 1024} KiB (latency-bound)")
+    ev.add("copy.small_time_ms", _ms(float(dur[small].sum())), "ms", "GPU time of those small copies")
     if (launcher >= 0).any():
-        ev("copy.sync_count", int(is_sync.sum()), "count",
-           "copies issued by a synchronous memcpy call (cudaMemcpy, hipMemcpy, hipMemcpyWithStream)")
-        ev("copy.sync_time_ms", _ms(float(dur[is_sync].sum())), "ms", "GPU time of those copies")
+        ev.add("copy.sync_count", int(is_sync.sum()), "count",
+               "copies issued by a synchronous memcpy call (cudaMemcpy, hipMemcpy, hipMemcpyWithStream)")
+        ev.add("copy.sync_time_ms", _ms(float(dur[is_sync].sum())), "ms", "GPU time of those copies")
     if host.any():
-        ev("copy.host_share", float(dur[host].sum()) / copy_us if copy_us else 0.0, "ratio",
-           "host↔device (H2D + D2H) share of memcpy time; the rest is device-to-device")
+        ev.add("copy.host_share", float(dur[host].sum()) / copy_us if copy_us else 0.0, "ratio",
+               "host↔device (H2D + D2H) share of memcpy time; the rest is device-to-device")
 
 
-def _api(trace: KinetoTrace, ev: _Emit) -> None:
+def _api(trace: KinetoTrace, ev: Emit) -> None:
     h = trace.host
     sync = _call_mask(trace, SYNC_CALLS) | _call_mask(trace, lambda n: bool(_SYNC_COPY.match(n)))
     launch = _call_mask(trace, LAUNCH_CALLS)
     graph = _call_mask(trace, GRAPH_LAUNCH_CALLS)
     memcpy = _call_mask(trace, lambda n: bool(_SYNC_COPY.match(n) or _ASYNC_COPY.match(n)))
-    ev("api.sync_time_ms", _ms(float(h.dur[sync].sum())), "ms",
-       "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaEventSynchronize (hip*) and "
-       "synchronous memcpy calls", Quality.GOOD)
-    ev("api.memcpy_calls", int(memcpy.sum()), "count", "memcpy calls (cuda*/hip*)", Quality.GOOD)
+    ev.add("api.sync_time_ms", _ms(float(h.dur[sync].sum())), "ms",
+           "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaEventSynchronize (hip*) and "
+           "synchronous memcpy calls", Quality.GOOD)
+    ev.add("api.memcpy_calls", int(memcpy.sum()), "count", "memcpy calls (cuda*/hip*)", Quality.GOOD)
     n_launch = int(launch.sum() + graph.sum())
-    ev("api.launch_count", n_launch, "count", "kernel and graph launch calls", Quality.GOOD)
+    ev.add("api.launch_count", n_launch, "count", "kernel and graph launch calls", Quality.GOOD)
     if n_launch:
         t = float(h.dur[launch | graph].sum())
-        ev("api.launch_time_ms", _ms(t), "ms", "host time in launch calls", Quality.GOOD)
-        ev("api.launch_mean_us", t / n_launch, "us", "mean host time per launch call", Quality.GOOD)
+        ev.add("api.launch_time_ms", _ms(t), "ms", "host time in launch calls", Quality.GOOD)
+        ev.add("api.launch_mean_us", t / n_launch, "us", "mean host time per launch call", Quality.GOOD)
     if sync.any():
         by: dict[int, list[float]] = {}
         for i in np.flatnonzero(sync):
             acc = by.setdefault(int(h.name[i]), [0, 0.0])
             acc[0] += 1
             acc[1] += float(h.dur[i])
-        ev("api.sync_by_call", [{"name": trace.names[n], "calls": int(c), "time_ms": _ms(t)}
-                                for n, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])],
-           "table", "synchronising calls by name", Quality.GOOD)
+        ev.add("api.sync_by_call", [{"name": trace.names[n], "calls": int(c), "time_ms": _ms(t)}
+                                    for n, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])],
+               "table", "synchronising calls by name", Quality.GOOD)
         best: tuple[float, int, float] | None = None
         for tid in _distinct(h.tid):
             sel = h.tid == tid
@@ -774,28 +770,28 @@ def _api(trace: KinetoTrace, ev: _Emit) -> None:
                 best = (wall, int(tid), st)
         if best is not None:
             wall, tid, st = best
-            ev("api.sync_wall_share", min(1.0, st / wall), "ratio",
-               f"share of the most-blocked host thread's runtime wall (first to last runtime call, {_ms(wall)} ms) "
-               f"spent in synchronising calls (tid {tid})", Quality.GOOD)
-            ev("api.sync_thread_wall_ms", _ms(wall), "ms", "that thread's runtime wall", Quality.GOOD)
+            ev.add("api.sync_wall_share", min(1.0, st / wall), "ratio",
+                   f"share of the most-blocked host thread's runtime wall (first to last runtime call, {_ms(wall)} ms) "
+                   f"spent in synchronising calls (tid {tid})", Quality.GOOD)
+            ev.add("api.sync_thread_wall_ms", _ms(wall), "ms", "that thread's runtime wall", Quality.GOOD)
 
 
-def _cold_start(trace: KinetoTrace, windows: dict[int, Union], ev: _Emit) -> None:
+def _cold_start(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
     h = trace.host
     i = int(np.argmax(h.dur))
     name = trace.names[h.name[i]]
     t0, t1 = float(h.ts[i]), float(h.ts[i] + h.dur[i])
-    ev("kineto.slowest_call_ms", _ms(t1 - t0), "ms",
-       f"the longest runtime call: {name} (CUDA context creation, lazy module loading or a first launch of seconds "
-       "is a cold start)", Quality.GOOD)
-    ev("kineto.slowest_call", name, "name", "the runtime call that took longest", Quality.GOOD)
+    ev.add("kineto.slowest_call_ms", _ms(t1 - t0), "ms",
+           f"the longest runtime call: {name} (CUDA context creation, lazy module loading or a first launch of seconds "
+           "is a cold start)", Quality.GOOD)
+    ev.add("kineto.slowest_call", name, "name", "the runtime call that took longest", Quality.GOOD)
     if trace.host_span is not None:
-        ev("kineto.host_span_ms", _ms(trace.host_span[1] - trace.host_span[0]), "ms",
-           "first to last host event of the trace", Quality.GOOD)
+        ev.add("kineto.host_span_ms", _ms(trace.host_span[1] - trace.host_span[0]), "ms",
+               "first to last host event of the trace", Quality.GOOD)
     if windows:
         inside = sum(max(0.0, min(t1, u.last) - max(t0, u.first)) for u in windows.values())
         span = sum(u.span for u in windows.values())
         if span > 0:
-            ev("kineto.slowest_call_window_share", inside / span, "ratio",
-               "share of the GPU-active window that the longest runtime call covers (the GPU idles through it)",
-               Quality.GOOD)
+            ev.add("kineto.slowest_call_window_share", inside / span, "ratio",
+                   "share of the GPU-active window that the longest runtime call covers (the GPU idles through it)",
+                   Quality.GOOD)

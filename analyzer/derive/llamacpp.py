@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.llamacpp import LlamaTimingParser, LlamaTimings
 
@@ -43,12 +44,7 @@ class LlamaTimingSource:
         r = self._result()
         gens = r.generations
         fmt = "/".join(sorted(r.formats)) or "llama.cpp"
-        q = Quality.LOW if len(gens) < 3 else Quality.GOOD
-        out: list[Evidence] = []
-
-        def ev(key: str, value: float | int, unit: str, detail: str) -> None:
-            out.append(Evidence(key, value, unit, source, None, q, detail))
-
+        ev = Emit(source, quality=Quality.LOW if len(gens) < 3 else Quality.GOOD)
         prompt = [g.prompt_ms for g in gens if g.prompt_ms is not None]
         gen = [g.gen_ms for g in gens if g.gen_ms is not None]
         both = [(g.prompt_ms, g.gen_ms) for g in gens if g.prompt_ms is not None and g.gen_ms is not None]
@@ -56,31 +52,34 @@ class LlamaTimingSource:
         gtok = [g.gen_tokens for g in gens if g.gen_tokens]
         n = len(gens)
         if prompt:
-            ev("stage.prefill_ms.mean", fmean(prompt), "ms", f"{fmt} prompt eval time over {len(prompt)} generation(s)")
-            ev("latency.ttft_ms.mean", fmean(prompt), "ms", f"{fmt}: the prompt eval time is the wait for the first "
-               "token")
+            ev.add("stage.prefill_ms.mean", fmean(prompt), "ms",
+                   f"{fmt} prompt eval time over {len(prompt)} generation(s)")
+            ev.add("latency.ttft_ms.mean", fmean(prompt), "ms",
+                   f"{fmt}: the prompt eval time is the wait for the first "
+                   "token")
         if gen:
-            ev("stage.decode_ms.mean", fmean(gen), "ms", f"{fmt} eval (generation) time over {len(gen)} generation(s)")
+            ev.add("stage.decode_ms.mean", fmean(gen), "ms",
+                   f"{fmt} eval (generation) time over {len(gen)} generation(s)")
         if both:
             total = sum(p + d for p, d in both)
             share = sum(p for p, _ in both) / total if total else 0.0
-            ev("stage.prefill.share", share, "ratio", f"prompt eval time / (prompt eval + eval) over {len(both)} "
-               "generation(s)")
-            ev("stage.decode.share", 1.0 - share, "ratio", "eval time / (prompt eval + eval)")
-            ev("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} prompt eval + eval per generation")
+            ev.add("stage.prefill.share", share, "ratio", f"prompt eval time / (prompt eval + eval) over {len(both)} "
+                   "generation(s)")
+            ev.add("stage.decode.share", 1.0 - share, "ratio", "eval time / (prompt eval + eval)")
+            ev.add("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} prompt eval + eval per generation")
         if ptok:
-            ev("tokens.input_mean", fmean(ptok), "tokens", f"{fmt} prompt tokens per generation")
+            ev.add("tokens.input_mean", fmean(ptok), "tokens", f"{fmt} prompt tokens per generation")
         if gtok:
-            ev("tokens.output_mean", fmean(gtok), "tokens", f"{fmt} generated tokens per generation")
+            ev.add("tokens.output_mean", fmean(gtok), "tokens", f"{fmt} generated tokens per generation")
         if prompt and ptok and len(prompt) == len(ptok):
             rate = sum(ptok) / (sum(prompt) / 1000.0) if sum(prompt) else 0.0
-            ev("serving.prompt_tokens_per_s", rate, "tokens/s", f"{fmt} prompt processing speed")
+            ev.add("serving.prompt_tokens_per_s", rate, "tokens/s", f"{fmt} prompt processing speed")
         if gen and gtok and len(gen) == len(gtok):
             rate = sum(gtok) / (sum(gen) / 1000.0) if sum(gen) else 0.0
-            ev("serving.generation_tokens_per_s", rate, "tokens/s", f"{fmt} generation speed")
+            ev.add("serving.generation_tokens_per_s", rate, "tokens/s", f"{fmt} generation speed")
         if n:
-            ev("requests.count", n, "requests", f"{fmt} generations with timings")
-        return out
+            ev.add("requests.count", n, "requests", f"{fmt} generations with timings")
+        return ev.items
 
 
 def sources() -> list[LlamaTimingSource]:

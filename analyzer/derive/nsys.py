@@ -18,8 +18,8 @@ names and nsys's own warnings pass through ``redact_text`` before they are kept.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, InputRecord, Quality
 from analyzer.redact import redact_text
 from collectors import nsys
@@ -56,18 +56,13 @@ def analyze_export(path: str, name: str | None = None) -> tuple[list[Evidence], 
 
 
 def derive(trace: NsysTrace, source: str) -> list[Evidence]:
-    out: list[Evidence] = []
     devices = trace.devices
     window = sum(d.window_ns for d in devices)
     thin = max((d.window_ns for d in devices), default=0) < MIN_WINDOW_NS
-    quality = Quality.LOW if thin else Quality.GOOD
-
-    def ev(key: str, value: object, unit: str, detail: str = "", q: Quality | None = None) -> None:
-        out.append(Evidence(key, value, unit, source, None, q or quality, detail))
-
+    ev = Emit(source, quality=Quality.LOW if thin else Quality.GOOD)
     if trace.info.nsys_version:
-        ev("trace.nsys_version", trace.info.nsys_version, "version",
-           f"Nsight Systems that exported the file (schema {trace.info.schema_version or '?'})", Quality.GOOD)
+        ev.add("trace.nsys_version", trace.info.nsys_version, "version",
+               f"Nsight Systems that exported the file (schema {trace.info.schema_version or '?'})", Quality.GOOD)
     if devices:
         _timeline(trace, ev, window)
     if any(c.count for c in trace.copies):
@@ -75,55 +70,53 @@ def derive(trace: NsysTrace, source: str) -> list[Evidence]:
     if trace.api is not None:
         _api(trace, ev)
     if trace.sync_events:
-        ev("trace.sync_events", {k: {"count": n, "time_ms": _ms(ns)} for k, n, ns in trace.sync_events},
-           "table", "CUPTI synchronisation records by kind (context/stream/event/stream-wait-event)")
+        ev.add("trace.sync_events", {k: {"count": n, "time_ms": _ms(ns)} for k, n, ns in trace.sync_events},
+               "table", "CUPTI synchronisation records by kind (context/stream/event/stream-wait-event)")
     if trace.stages:
         _stages(trace, ev)
-    return out
-
-
-class _Emit(Protocol):
-    def __call__(self, key: str, value: object, unit: str, detail: str = "", q: Quality | None = None) -> None: ...
+    return ev.items
 
 
 def _ms(ns: float) -> float:
     return round(ns / NS_PER_MS, 3)
 
 
-def _timeline(trace: NsysTrace, ev: _Emit, window: int) -> None:
+def _timeline(trace: NsysTrace, ev: Emit, window: int) -> None:
     devices = trace.devices
     busy = sum(d.busy_ns for d in devices)
     kbusy = sum(d.kernel_busy_ns for d in devices)
     kernels = sum(d.kernel_count for d in devices)
     kernel_ns = sum(d.kernel_ns for d in devices)
     tiny = sum(d.tiny_kernels for d in devices)
-    ev("trace.device_count", len(devices), "devices", "GPUs with kernel, copy or memset activity")
-    ev("trace.window_ms", _ms(max(d.window_ns for d in devices)), "ms",
-       "GPU-active window: first to last GPU operation (the longest over devices)")
+    ev.add("trace.device_count", len(devices), "devices", "GPUs with kernel, copy or memset activity")
+    ev.add("trace.window_ms", _ms(max(d.window_ns for d in devices)), "ms",
+           "GPU-active window: first to last GPU operation (the longest over devices)")
     if window > 0:
-        ev("trace.gpu_busy_ratio", busy / window, "ratio",
-           "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
-        ev("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
-    ev("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
+        ev.add("trace.gpu_busy_ratio", busy / window, "ratio",
+               "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
+        ev.add("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
+    ev.add("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
     if busy > 0:
-        ev("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
-           "share of GPU busy time in which copies or memsets run and no kernel does (copy time not hidden by compute)")
+        ev.add("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
+               "share of GPU busy time in which copies or memsets run and no kernel does (copy time not hidden by "
+               "compute)")
     gaps = [d.gaps for d in devices]
-    ev("trace.idle_gaps.count", sum(g.count for g in gaps), "gaps", "idle gaps between GPU operations, all devices")
-    ev("trace.idle_gaps.total_ms", _ms(sum(g.total_ns for g in gaps)), "ms", "GPU idle time inside the active window")
-    ev("trace.idle_gaps.longest_ms", _ms(max(g.longest_ns for g in gaps)), "ms", "longest idle gap")
+    ev.add("trace.idle_gaps.count", sum(g.count for g in gaps), "gaps", "idle gaps between GPU operations, all devices")
+    ev.add("trace.idle_gaps.total_ms", _ms(sum(g.total_ns for g in gaps)), "ms",
+           "GPU idle time inside the active window")
+    ev.add("trace.idle_gaps.longest_ms", _ms(max(g.longest_ns for g in gaps)), "ms", "longest idle gap")
     hist = {
         b: {"count": sum(g.hist_count[i] for g in gaps), "time_ms": _ms(sum(g.hist_ns[i] for g in gaps))}
         for i, b in enumerate(nsys.GAP_BUCKETS)
     }
-    ev("trace.idle_gaps.histogram", hist, "table", "idle gaps by length: count and total time per bucket")
-    ev("trace.kernel_count", kernels, "kernels", "kernel executions")
-    ev("gpu.kernel_count", kernels, "count", "kernel launches (from the SQLite timeline)")
-    ev("gpu.kernel_time_ms", _ms(kernel_ns), "ms", "sum of kernel durations")
+    ev.add("trace.idle_gaps.histogram", hist, "table", "idle gaps by length: count and total time per bucket")
+    ev.add("trace.kernel_count", kernels, "kernels", "kernel executions")
+    ev.add("gpu.kernel_count", kernels, "count", "kernel launches (from the SQLite timeline)")
+    ev.add("gpu.kernel_time_ms", _ms(kernel_ns), "ms", "sum of kernel durations")
     if kernels:
-        ev("trace.kernel_mean_us", kernel_ns / kernels / NS_PER_US, "us", "mean kernel duration")
-        ev("trace.tiny_kernel_ratio", tiny / kernels, "ratio",
-           f"share of kernels shorter than {nsys.TINY_KERNEL_NS // 1000} µs")
+        ev.add("trace.kernel_mean_us", kernel_ns / kernels / NS_PER_US, "us", "mean kernel duration")
+        ev.add("trace.tiny_kernel_ratio", tiny / kernels, "ratio",
+               f"share of kernels shorter than {nsys.TINY_KERNEL_NS // 1000} µs")
         top = []
         for k in trace.kernels:
             top.append({
@@ -131,15 +124,15 @@ def _timeline(trace: NsysTrace, ev: _Emit, window: int) -> None:
                 "mean_us": round(k.total_ns / max(1, k.count) / NS_PER_US, 2),
                 "share": round(k.total_ns / kernel_ns, 4) if kernel_ns else 0.0, "tiny": k.tiny_count,
             })
-        ev("trace.top_kernels", top, "table", f"kernels by total time (of {trace.kernel_names} distinct names)")
+        ev.add("trace.top_kernels", top, "table", f"kernels by total time (of {trace.kernel_names} distinct names)")
         api = trace.api
         if api is not None and api.launch_calls + api.graph_launches and kernel_ns > 0:
-            ev("trace.launch_overhead_ratio", (api.launch_ns + api.graph_launch_ns) / kernel_ns, "ratio",
-               "host time in kernel-launch calls / GPU time of the kernels (≥ 1: the host cannot issue work as "
-               "fast as the GPU finishes it)")
-    ev("trace.devices", [_device_row(d) for d in devices], "table",
-       "per GPU: window, busy ratio, kernels, copies, gaps")
-    ev("trace.processes", _process_rows(trace), "table", "per process: devices, kernels and copies it issued")
+            ev.add("trace.launch_overhead_ratio", (api.launch_ns + api.graph_launch_ns) / kernel_ns, "ratio",
+                   "host time in kernel-launch calls / GPU time of the kernels (≥ 1: the host cannot issue work as "
+                   "fast as the GPU finishes it)")
+    ev.add("trace.devices", [_device_row(d) for d in devices], "table",
+           "per GPU: window, busy ratio, kernels, copies, gaps")
+    ev.add("trace.processes", _process_rows(trace), "table", "per process: devices, kernels and copies it issued")
 
 
 def _device_row(d: DeviceStats) -> dict[str, object]:
@@ -180,31 +173,31 @@ def _gbps(nbytes: int, ns: int) -> float | None:
     return nbytes / ns if ns > 0 else None  # bytes per ns == GB/s
 
 
-def _copies(trace: NsysTrace, ev: _Emit) -> None:
+def _copies(trace: NsysTrace, ev: Emit) -> None:
     copies = [c for c in trace.copies if c.count]
     moves = [c for c in copies if not c.direction.startswith("uvm")]
     kernel_ns = sum(d.kernel_ns for d in trace.devices)
     copy_ns = _sum(moves, "ns")
     count = _sum(moves, "count")
     moved = _sum(moves, "bytes")
-    ev("copy.count", count, "count", "memcpy operations (memset and unified-memory migrations excluded)")
-    ev("copy.time_ms", _ms(copy_ns), "ms", "all memcpy GPU time (memset excluded)")
+    ev.add("copy.count", count, "count", "memcpy operations (memset and unified-memory migrations excluded)")
+    ev.add("copy.time_ms", _ms(copy_ns), "ms", "all memcpy GPU time (memset excluded)")
     if count:
-        ev("copy.mean_bytes", moved / count, "bytes", "bytes per memcpy on average")
+        ev.add("copy.mean_bytes", moved / count, "bytes", "bytes per memcpy on average")
     if copy_ns + kernel_ns > 0:
-        ev("copy.time_share", copy_ns / (copy_ns + kernel_ns), "ratio",
-           "memcpy time / (memcpy + kernel time) on the GPU (the `nsys stats` reader's definition)")
+        ev.add("copy.time_share", copy_ns / (copy_ns + kernel_ns), "ratio",
+               "memcpy time / (memcpy + kernel time) on the GPU (the `nsys stats` reader's definition)")
     for d in ("h2d", "d2h", "d2d", "p2p"):
         group = [c for c in moves if c.direction == d]
         if not group:
             continue
         b, ns = _sum(group, "bytes"), _sum(group, "ns")
-        ev(f"copy.{d}_count", _sum(group, "count"), "count", f"memcpy {d} operations")
-        ev(f"copy.{d}_bytes", b, "bytes", f"memcpy {d} bytes")
-        ev(f"copy.{d}_time_ms", _ms(ns), "ms", f"memcpy {d} GPU time")
+        ev.add(f"copy.{d}_count", _sum(group, "count"), "count", f"memcpy {d} operations")
+        ev.add(f"copy.{d}_bytes", b, "bytes", f"memcpy {d} bytes")
+        ev.add(f"copy.{d}_time_ms", _ms(ns), "ms", f"memcpy {d} GPU time")
         rate = _gbps(b, ns)
         if rate is not None:
-            ev(f"copy.{d}_gbps", rate, "GB/s", f"achieved {d} bandwidth: bytes / copy time")
+            ev.add(f"copy.{d}_gbps", rate, "GB/s", f"achieved {d} bandwidth: bytes / copy time")
     host = [c for c in moves if c.direction in HOST_DIRECTIONS]
     host_bytes = _sum(host, "bytes")
     for kind in ("pageable", "pinned"):
@@ -212,69 +205,69 @@ def _copies(trace: NsysTrace, ev: _Emit) -> None:
         if not group:
             continue
         b, ns = _sum(group, "bytes"), _sum(group, "ns")
-        ev(f"copy.{kind}_bytes", b, "bytes", f"host↔device bytes copied from/to {kind} host memory")
-        ev(f"copy.{kind}_count", _sum(group, "count"), "count", f"host↔device copies on {kind} host memory")
-        ev(f"copy.{kind}_time_ms", _ms(ns), "ms", f"GPU time of copies on {kind} host memory")
+        ev.add(f"copy.{kind}_bytes", b, "bytes", f"host↔device bytes copied from/to {kind} host memory")
+        ev.add(f"copy.{kind}_count", _sum(group, "count"), "count", f"host↔device copies on {kind} host memory")
+        ev.add(f"copy.{kind}_time_ms", _ms(ns), "ms", f"GPU time of copies on {kind} host memory")
         rate = _gbps(b, ns)
         if rate is not None:
-            ev(f"copy.{kind}_gbps", rate, "GB/s", f"achieved bandwidth of copies on {kind} host memory")
+            ev.add(f"copy.{kind}_gbps", rate, "GB/s", f"achieved bandwidth of copies on {kind} host memory")
         for d in HOST_DIRECTIONS:
             sub = [c for c in group if c.direction == d]
             if sub and kind == "pageable":
-                ev(f"copy.{d}_pageable_bytes", _sum(sub, "bytes"), "bytes", f"{d} bytes on pageable host memory")
+                ev.add(f"copy.{d}_pageable_bytes", _sum(sub, "bytes"), "bytes", f"{d} bytes on pageable host memory")
     if host_bytes:
         pageable = _sum([c for c in host if c.host_kind == "pageable"], "bytes")
-        ev("copy.pageable_ratio", pageable / host_bytes, "ratio", "pageable share of host↔device bytes")
+        ev.add("copy.pageable_ratio", pageable / host_bytes, "ratio", "pageable share of host↔device bytes")
         pa = [c for c in host if c.host_kind == "pageable" and c.api == "async"]
-        ev("copy.pageable_async_count", _sum(pa, "count"), "count",
-           "cudaMemcpy*Async calls on pageable host memory: the host blocks and the copy cannot overlap compute")
-        ev("copy.pageable_async_time_ms", _ms(_sum(pa, "ns")), "ms", "GPU time of those copies")
+        ev.add("copy.pageable_async_count", _sum(pa, "count"), "count",
+               "cudaMemcpy*Async calls on pageable host memory: the host blocks and the copy cannot overlap compute")
+        ev.add("copy.pageable_async_time_ms", _ms(_sum(pa, "ns")), "ms", "GPU time of those copies")
     small = _sum(moves, "small_count")
-    ev("copy.small_count", small, "count", f"copies under {nsys.SMALL_COPY_BYTES // 1024} KiB (latency-bound)")
-    ev("copy.small_time_ms", _ms(_sum(moves, "small_ns")), "ms", "GPU time of those small copies")
+    ev.add("copy.small_count", small, "count", f"copies under {nsys.SMALL_COPY_BYTES // 1024} KiB (latency-bound)")
+    ev.add("copy.small_time_ms", _ms(_sum(moves, "small_ns")), "ms", "GPU time of those small copies")
     known = [c for c in moves if c.api != "unknown"]
     if known:
         sync = [c for c in known if c.api == "sync"]
-        ev("copy.sync_count", _sum(sync, "count"), "count",
-           "copies issued by a synchronous cudaMemcpy* call: the host thread waits for each")
-        ev("copy.sync_time_ms", _ms(_sum(sync, "ns")), "ms", "GPU time of those copies")
+        ev.add("copy.sync_count", _sum(sync, "count"), "count",
+               "copies issued by a synchronous cudaMemcpy* call: the host thread waits for each")
+        ev.add("copy.sync_time_ms", _ms(_sum(sync, "ns")), "ms", "GPU time of those copies")
     uvm = [c for c in copies if c.direction.startswith("uvm")]
     if uvm:
-        ev("copy.uvm_count", _sum(uvm, "count"), "count", "unified-memory page migrations")
-        ev("copy.uvm_bytes", _sum(uvm, "bytes"), "bytes", "bytes migrated by unified memory")
-        ev("copy.uvm_time_ms", _ms(_sum(uvm, "ns")), "ms", "GPU time of unified-memory migrations")
+        ev.add("copy.uvm_count", _sum(uvm, "count"), "count", "unified-memory page migrations")
+        ev.add("copy.uvm_bytes", _sum(uvm, "bytes"), "bytes", "bytes migrated by unified memory")
+        ev.add("copy.uvm_time_ms", _ms(_sum(uvm, "ns")), "ms", "GPU time of unified-memory migrations")
 
 
-def _api(trace: NsysTrace, ev: _Emit) -> None:
+def _api(trace: NsysTrace, ev: Emit) -> None:
     api = trace.api
     assert api is not None
-    ev("api.sync_time_ms", _ms(api.sync_ns), "ms",
-       "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaEventSynchronize/synchronous cudaMemcpy",
-       Quality.GOOD)
-    ev("api.memcpy_calls", api.memcpy_calls, "count", "cudaMemcpy* / cuMemcpy* calls", Quality.GOOD)
-    ev("api.launch_count", api.launch_calls + api.graph_launches, "count",
-       "kernel and CUDA-graph launch calls", Quality.GOOD)
+    ev.add("api.sync_time_ms", _ms(api.sync_ns), "ms",
+           "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaEventSynchronize/synchronous "
+           "cudaMemcpy", Quality.GOOD)
+    ev.add("api.memcpy_calls", api.memcpy_calls, "count", "cudaMemcpy* / cuMemcpy* calls", Quality.GOOD)
+    ev.add("api.launch_count", api.launch_calls + api.graph_launches, "count",
+           "kernel and CUDA-graph launch calls", Quality.GOOD)
     if api.launch_calls + api.graph_launches:
         launch_ns = api.launch_ns + api.graph_launch_ns
-        ev("api.launch_time_ms", _ms(launch_ns), "ms", "host time in launch calls", Quality.GOOD)
-        ev("api.launch_mean_us", launch_ns / (api.launch_calls + api.graph_launches) / NS_PER_US, "us",
-           "mean host time per launch call", Quality.GOOD)
+        ev.add("api.launch_time_ms", _ms(launch_ns), "ms", "host time in launch calls", Quality.GOOD)
+        ev.add("api.launch_mean_us", launch_ns / (api.launch_calls + api.graph_launches) / NS_PER_US, "us",
+               "mean host time per launch call", Quality.GOOD)
     if api.graph_launches:
-        ev("api.graph_launches", api.graph_launches, "count", "cudaGraphLaunch calls (CUDA graphs in use)",
-           Quality.GOOD)
+        ev.add("api.graph_launches", api.graph_launches, "count", "cudaGraphLaunch calls (CUDA graphs in use)",
+               Quality.GOOD)
     if api.sync_by_call:
-        ev("api.sync_by_call", [{"name": n, "calls": c, "time_ms": _ms(ns)} for n, c, ns in api.sync_by_call],
-           "table", "synchronising CUDA calls by name", Quality.GOOD)
+        ev.add("api.sync_by_call", [{"name": n, "calls": c, "time_ms": _ms(ns)} for n, c, ns in api.sync_by_call],
+               "table", "synchronising CUDA calls by name", Quality.GOOD)
     if api.threads:
         t = api.threads[0]
         if t.wall_ns > 0:
-            ev("api.sync_wall_share", min(1.0, t.sync_ns / t.wall_ns), "ratio",
-               f"share of the most-blocked host thread's CUDA wall (first to last CUDA call, {_ms(t.wall_ns)} ms) "
-               f"spent in synchronising calls (pid {t.pid}, tid {t.tid})", Quality.GOOD)
-            ev("api.sync_thread_wall_ms", _ms(t.wall_ns), "ms", "that thread's CUDA wall", Quality.GOOD)
+            ev.add("api.sync_wall_share", min(1.0, t.sync_ns / t.wall_ns), "ratio",
+                   f"share of the most-blocked host thread's CUDA wall (first to last CUDA call, {_ms(t.wall_ns)} ms) "
+                   f"spent in synchronising calls (pid {t.pid}, tid {t.tid})", Quality.GOOD)
+            ev.add("api.sync_thread_wall_ms", _ms(t.wall_ns), "ms", "that thread's CUDA wall", Quality.GOOD)
 
 
-def _stages(trace: NsysTrace, ev: _Emit) -> None:
+def _stages(trace: NsysTrace, ev: Emit) -> None:
     rows = []
     for s in trace.stages:
         rows.append({
@@ -284,11 +277,11 @@ def _stages(trace: NsysTrace, ev: _Emit) -> None:
             "gpu_ratio": round(min(1.0, s.gpu_busy_ns / s.in_window_ns), 4) if s.in_window_ns else None,
             "pids": list(s.pids),
         })
-    ev("trace.nvtx_ranges", rows, "table",
-       f"NVTX ranges ≥ {trace.stage_min_ns / NS_PER_MS:.2f} ms grouped by name (digits folded), top by time: "
-       "cpu_ms = time inside the ranges (union), in_gpu_window_ms = the part of it inside the GPU-active window, "
-       "gpu_busy_ms = GPU busy time while they were open (a time projection, mean over devices), "
-       "gpu_ratio = gpu_busy_ms / in_gpu_window_ms")
+    ev.add("trace.nvtx_ranges", rows, "table",
+           f"NVTX ranges ≥ {trace.stage_min_ns / NS_PER_MS:.2f} ms grouped by name (digits folded), top by time: "
+           "cpu_ms = time inside the ranges (union), in_gpu_window_ms = the part of it inside the GPU-active window, "
+           "gpu_busy_ms = GPU busy time while they were open (a time projection, mean over devices), "
+           "gpu_ratio = gpu_busy_ms / in_gpu_window_ms")
 
 
 def _is_sqlite(path: str) -> bool:

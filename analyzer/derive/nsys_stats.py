@@ -8,6 +8,7 @@ what a person saw in Nsight rather than the numbers themselves, so they are kept
 
 from __future__ import annotations
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.nsys_stats import NsysStats, NsysStatsParser, scan_transfer_statement
 
@@ -72,18 +73,17 @@ class TransferReportSource:
         return []
 
     def evidence(self, source: str) -> list[Evidence]:
-        out: list[Evidence] = []
-        low = Quality.LOW
+        ev = Emit(source, quality=Quality.LOW)  # what a text says, not a measurement
         if self.in_profile:
-            out.append(Evidence("copy.reported_in_profile", self.in_profile, "statements", source, None, low,
-                                f"statements that a profile shows host/device copies, e.g. \"{self.quote}\""))
+            ev.add("copy.reported_in_profile", self.in_profile, "statements",
+                   f"statements that a profile shows host/device copies, e.g. \"{self.quote}\"")
         if self.round_trips:
-            out.append(Evidence("copy.reported_round_trip", self.round_trips, "statements", source, None, low,
-                                "statements that data is copied device→host and back (or host→device and back)"))
+            ev.add("copy.reported_round_trip", self.round_trips, "statements",
+                   "statements that data is copied device→host and back (or host→device and back)")
         if self.factor is not None:
-            out.append(Evidence("copy.reported_latency_factor", self.factor, "x", source, None, low,
-                                "latency factor stated together with the copies (before / after removing them)"))
-        return out
+            ev.add("copy.reported_latency_factor", self.factor, "x",
+                   "latency factor stated together with the copies (before / after removing them)")
+        return ev.items
 
 
 def sources() -> list[NsysStatsSource | TransferReportSource]:
@@ -91,50 +91,46 @@ def sources() -> list[NsysStatsSource | TransferReportSource]:
 
 
 def derive(st: NsysStats, source: str) -> list[Evidence]:
-    out: list[Evidence] = []
     reports = "+".join(st.reports)
-
-    def ev(key: str, value: object, unit: str, detail: str = "") -> None:
-        out.append(Evidence(key, value, unit, source, None, Quality.GOOD, detail))
-
+    ev = Emit(source)
     copies = {d: ns for d, ns in st.copy_time_ns.items() if d != "memset"}
     copy_ns = sum(copies.values())
     n_copies = sum(n for d, n in st.copy_count.items() if d != "memset")
     if st.has_kernels:
-        ev("gpu.kernel_time_ms", st.kernel_time_ns / NS_PER_MS, "ms", f"sum of kernel time (nsys {reports})")
-        ev("gpu.kernel_count", st.kernel_instances, "count", "kernel launches")
+        ev.add("gpu.kernel_time_ms", st.kernel_time_ns / NS_PER_MS, "ms", f"sum of kernel time (nsys {reports})")
+        ev.add("gpu.kernel_count", st.kernel_instances, "count", "kernel launches")
     if st.copy_time_ns:
         for d in ("h2d", "d2h", "d2d", "p2p"):
             if d in st.copy_time_ns:
-                ev(f"copy.{d}_time_ms", st.copy_time_ns[d] / NS_PER_MS, "ms", f"memcpy {d} GPU time (nsys)")
-        ev("copy.time_ms", copy_ns / NS_PER_MS, "ms", "all memcpy GPU time (memset excluded)")
+                ev.add(f"copy.{d}_time_ms", st.copy_time_ns[d] / NS_PER_MS, "ms", f"memcpy {d} GPU time (nsys)")
+        ev.add("copy.time_ms", copy_ns / NS_PER_MS, "ms", "all memcpy GPU time (memset excluded)")
     if st.has_copies:
-        ev("copy.count", n_copies, "count", "memcpy operations (memset excluded)")
+        ev.add("copy.count", n_copies, "count", "memcpy operations (memset excluded)")
         for d in ("h2d", "d2h"):
             if d in st.copy_count:
-                ev(f"copy.{d}_count", st.copy_count[d], "count", f"memcpy {d} operations")
+                ev.add(f"copy.{d}_count", st.copy_count[d], "count", f"memcpy {d} operations")
     for d in ("h2d", "d2h", "d2d"):
         if d in st.copy_bytes:
-            ev(f"copy.{d}_bytes", round(st.copy_bytes[d]), "bytes", f"memcpy {d} bytes (nsys size summary)")
+            ev.add(f"copy.{d}_bytes", round(st.copy_bytes[d]), "bytes", f"memcpy {d} bytes (nsys size summary)")
     moved = sum(b for d, b in st.copy_bytes.items() if d != "memset")
     if moved and n_copies:
-        ev("copy.mean_bytes", moved / n_copies, "bytes", "bytes per memcpy on average")
+        ev.add("copy.mean_bytes", moved / n_copies, "bytes", "bytes per memcpy on average")
     if st.has_kernels and st.copy_time_ns and copy_ns + st.kernel_time_ns > 0:
-        ev("copy.time_share", copy_ns / (copy_ns + st.kernel_time_ns), "ratio",
-           "memcpy time / (memcpy + kernel time) on the GPU")
+        ev.add("copy.time_share", copy_ns / (copy_ns + st.kernel_time_ns), "ratio",
+               "memcpy time / (memcpy + kernel time) on the GPU")
     if "api" in st.reports:
-        ev("api.total_time_ms", st.api_time_ns / NS_PER_MS, "ms", "CUDA API time on the host threads")
-        ev("api.sync_time_ms", st.sync_time_ns / NS_PER_MS, "ms",
-           "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaMemcpy (synchronous)")
-        ev("api.memcpy_calls", st.memcpy_calls, "count", "cudaMemcpy* / cuMemcpy* calls")
+        ev.add("api.total_time_ms", st.api_time_ns / NS_PER_MS, "ms", "CUDA API time on the host threads")
+        ev.add("api.sync_time_ms", st.sync_time_ns / NS_PER_MS, "ms",
+               "host time blocked in cudaStreamSynchronize/cudaDeviceSynchronize/cudaMemcpy (synchronous)")
+        ev.add("api.memcpy_calls", st.memcpy_calls, "count", "cudaMemcpy* / cuMemcpy* calls")
         if st.api_time_ns > 0:
-            ev("api.sync_share", st.sync_time_ns / st.api_time_ns, "ratio", "synchronising API time / all API time")
+            ev.add("api.sync_share", st.sync_time_ns / st.api_time_ns, "ratio", "synchronising API time / all API time")
         if st.top_apis:
-            ev("api.top", [{"name": n, "time_ms": round(t / NS_PER_MS, 3), "calls": c} for n, t, c in st.top_apis],
-               "table", "CUDA API calls by total time")
+            ev.add("api.top", [{"name": n, "time_ms": round(t / NS_PER_MS, 3), "calls": c} for n, t, c in st.top_apis],
+                   "table", "CUDA API calls by total time")
     if "pageable" in st.reports:
-        ev("copy.pageable_async_count", st.pageable_async, "count",
-           "async memcpys on pageable host memory (nsys cuda_memcpy_async rule): they run synchronously")
+        ev.add("copy.pageable_async_count", st.pageable_async, "count",
+               "async memcpys on pageable host memory (nsys cuda_memcpy_async rule): they run synchronously")
     if "syncmemcpy" in st.reports:
-        ev("copy.sync_count", st.sync_memcpy_rows, "count", "synchronous memcpys (nsys cuda_memcpy_sync rule)")
-    return out
+        ev.add("copy.sync_count", st.sync_memcpy_rows, "count", "synchronous memcpys (nsys cuda_memcpy_sync rule)")
+    return ev.items

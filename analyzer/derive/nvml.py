@@ -25,12 +25,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import KIB, pct, size
 from collectors.nvml import NO_TARGET_GPU, REASONS
 
 SOURCE = "nvml"
 PREFIXES = ("gpu.", "pcie.", "gpm.")
-KIB = 1024
+
 BUSY_UTIL_PCT = 50  # a sample this busy runs at P0: clocks and the link at their working level
 LOADED_LINK_BYTES_PER_S = 256 * 1024 * 1024  # traffic that keeps a link out of its power-saving generation
 REASON_SHARE = 0.10  # a clock-event reason active in ≥ 10 % of samples is listed
@@ -201,41 +203,37 @@ def derive(
         return []
     n = len(samples)
     quality = Quality.PARTIAL if partial else (Quality.LOW if n < FEW_SAMPLES else Quality.GOOD)
-    out: list[Evidence] = []
-
-    def ev(key: str, value: Any, unit: str, detail: str = "") -> None:
-        out.append(Evidence(key, value, unit, SOURCE, window, quality, detail))
-
+    ev = Emit(SOURCE, window=window, quality=quality)
     readings = [d for series in devices.values() for _, d in series]
     match = str(samples[-1].get("match", ""))
-    ev("gpu.count", len(devices), "gpus", "GPUs the target's process tree holds a context on"
-       + (" (found from the device files it holds open: NVML's pids did not match)" if match == "device-file"
-          else ""))
+    ev.add("gpu.count", len(devices), "gpus", "GPUs the target's process tree holds a context on"
+           + (" (found from the device files it holds open: NVML's pids did not match)" if match == "device-file"
+              else ""))
 
     device_names = sorted({str(d["name"]) for d in readings if d.get("name")})
     if device_names:
-        ev("gpu.name", device_names[0], "name",
-           "NVML device name" + (f" (also {', '.join(device_names[1:])})" if device_names[1:] else ""))
+        ev.add("gpu.name", device_names[0], "name",
+               "NVML device name" + (f" (also {', '.join(device_names[1:])})" if device_names[1:] else ""))
 
     # utilisation
     util = [v / 100.0 for d in readings if (v := _num(d.get("util_gpu_pct"))) is not None]
     if util:
         mean = sum(util) / len(util)
         where = f"{len(util)} readings over {len(devices)} GPU(s)"
-        ev("gpu.util_ratio", mean, "ratio", f"mean NVML utilization.gpu, {where}")
-        ev("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (NVML utilization.gpu; "
-           "copies alone do not count)")
-        ev("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
-        ev("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
-        ev("gpu.util_max_ratio", max(util), "ratio", "the busiest single reading")
-        ev("gpu.util_samples", len(util), "samples")
+        ev.add("gpu.util_ratio", mean, "ratio", f"mean NVML utilization.gpu, {where}")
+        ev.add("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (NVML utilization.gpu; "
+               "copies alone do not count)")
+        ev.add("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
+        ev.add("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
+        ev.add("gpu.util_max_ratio", max(util), "ratio", "the busiest single reading")
+        ev.add("gpu.util_samples", len(util), "samples")
         times = [float(s.get("ts", 0.0)) for s in samples]
         if times[-1] > times[0]:
-            ev("gpu.sampled_span_s", times[-1] - times[0], "s", "from the first sample to the last")
+            ev.add("gpu.sampled_span_s", times[-1] - times[0], "s", "from the first sample to the last")
     mem_util = [v / 100.0 for d in readings if (v := _num(d.get("util_mem_pct"))) is not None]
     if mem_util:
-        ev("gpu.mem_util_ratio", sum(mem_util) / len(mem_util), "ratio",
-           "share of time device memory was being read or written (NVML utilization.memory)")
+        ev.add("gpu.mem_util_ratio", sum(mem_util) / len(mem_util), "ratio",
+               "share of time device memory was being read or written (NVML utilization.memory)")
 
     # memory, on the focus device
     mems = [_memory(dev, series, pids) for dev, series in sorted(devices.items())]
@@ -245,23 +243,23 @@ def derive(
                                                (m["used"] or 0.0) / m["total"]))
         label = f"{focus['label']}, peak over the window"
         if focus["used"] is not None:
-            ev("gpu.memory_used_bytes", int(focus["used"]), "bytes", label)
-        ev("gpu.memory_total_bytes", int(focus["total"]), "bytes", focus["label"])
+            ev.add("gpu.memory_used_bytes", int(focus["used"]), "bytes", label)
+        ev.add("gpu.memory_total_bytes", int(focus["total"]), "bytes", focus["label"])
         if focus["owner_known"]:
-            ev("mem.process_used_bytes", int(focus["mine"]), "bytes",
-               f"the target's process tree on {focus['label']}, peak")
+            ev.add("mem.process_used_bytes", int(focus["mine"]), "bytes",
+                   f"the target's process tree on {focus['label']}, peak")
             others = [p for p in focus["procs"] if not p["is_target"]]
             names = ", ".join(f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
-                              + (f" {p['used_bytes'] / (1 << 30):.1f} GiB" if p["used_bytes"] is not None else "")
+                              + (f" {size(p['used_bytes'], 1)}" if p["used_bytes"] is not None else "")
                               for p in sorted(others, key=lambda p: -(p["used_bytes"] or 0))[:8])
-            ev("mem.other_processes_bytes", int(focus["others"]), "bytes",
-               (names or "no other process") + f" on {focus['label']}"
-               + ("; some processes' usage is not reported" if focus["others_unknown"] else ""))
-            ev("mem.other_processes_share_ratio", focus["others"] / focus["total"], "ratio",
-               f"memory held by processes outside the target's tree / {focus['label']}'s total")
+            ev.add("mem.other_processes_bytes", int(focus["others"]), "bytes",
+                   (names or "no other process") + f" on {focus['label']}"
+                   + ("; some processes' usage is not reported" if focus["others_unknown"] else ""))
+            ev.add("mem.other_processes_share_ratio", focus["others"] / focus["total"], "ratio",
+                   f"memory held by processes outside the target's tree / {focus['label']}'s total")
     procs = sorted((p for m in mems for p in m["procs"]), key=lambda p: -(p["used_bytes"] or 0))
-    ev("gpu.processes", procs, "list", f"{len(procs)} process(es) with a context on the target's GPU(s)"
-       + ("" if all(m["owner_known"] for m in mems) else "; which ones are the target's is unknown"))
+    ev.add("gpu.processes", procs, "list", f"{len(procs)} process(es) with a context on the target's GPU(s)"
+           + ("" if all(m["owner_known"] for m in mems) else "; which ones are the target's is unknown"))
 
     # PCIe
     links = [(dev, lk) for dev, series in sorted(devices.items()) if (lk := _link(series)) is not None]
@@ -270,43 +268,44 @@ def derive(
         where = lk["label"] + (f", {lk['loaded']} samples under load" if lk["loaded"] else
                                ", never under load (an idle link lowers its generation to save power)")
         if lk["tx"] is not None:
-            ev("pcie.tx_bytes_per_s", lk["tx"], "bytes/s", f"device → host, mean, {lk['label']}")
+            ev.add("pcie.tx_bytes_per_s", lk["tx"], "bytes/s", f"device → host, mean, {lk['label']}")
         if lk["rx"] is not None:
-            ev("pcie.rx_bytes_per_s", lk["rx"], "bytes/s", f"host → device, mean, {lk['label']}")
+            ev.add("pcie.rx_bytes_per_s", lk["rx"], "bytes/s", f"host → device, mean, {lk['label']}")
         if lk["peak"] is not None:
-            ev("pcie.peak_bytes_per_s", lk["peak"], "bytes/s", f"busiest 20 ms reading, either direction, "
-               f"{lk['label']}")
-        ev("pcie.link_gen", lk["gen"], "gen", where)
-        ev("pcie.link_gen_max", lk["gen_max"], "gen", "the highest generation this GPU and slot support")
+            ev.add("pcie.peak_bytes_per_s", lk["peak"], "bytes/s", f"busiest 20 ms reading, either direction, "
+                   f"{lk['label']}")
+        ev.add("pcie.link_gen", lk["gen"], "gen", where)
+        ev.add("pcie.link_gen_max", lk["gen_max"], "gen", "the highest generation this GPU and slot support")
         if lk["gen_gpu_max"] is not None:
-            ev("pcie.link_gen_gpu_max", int(lk["gen_gpu_max"]), "gen", "the GPU's own maximum")
-        ev("pcie.link_width", lk["width"], "lanes", where)
-        ev("pcie.link_width_max", lk["width_max"], "lanes")
-        ev("pcie.loaded_samples", lk["loaded"], "samples",
-           f"readings with ≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic or the GPU ≥ {BUSY_UTIL_PCT} % busy")
+            ev.add("pcie.link_gen_gpu_max", int(lk["gen_gpu_max"]), "gen", "the GPU's own maximum")
+        ev.add("pcie.link_width", lk["width"], "lanes", where)
+        ev.add("pcie.link_width_max", lk["width_max"], "lanes")
+        ev.add("pcie.loaded_samples", lk["loaded"], "samples",
+               f"readings with ≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic or the GPU ≥ {BUSY_UTIL_PCT} % busy")
         if lk["cap"] is not None:
-            ev("pcie.link_capacity_bytes_per_s", lk["cap"], "bytes/s", f"gen{lk['gen']} x{lk['width']}, per direction")
+            ev.add("pcie.link_capacity_bytes_per_s", lk["cap"], "bytes/s",
+                   f"gen{lk['gen']} x{lk['width']}, per direction")
         if lk["cap_max"] is not None:
-            ev("pcie.link_capacity_max_bytes_per_s", lk["cap_max"], "bytes/s",
-               f"gen{lk['gen_max']} x{lk['width_max']}, per direction")
+            ev.add("pcie.link_capacity_max_bytes_per_s", lk["cap_max"], "bytes/s",
+                   f"gen{lk['gen_max']} x{lk['width_max']}, per direction")
         deltas = [x["replay_delta"] for _, x in links if x["replay_delta"] is not None]
         if deltas:
-            ev("pcie.replay_count_delta", int(sum(deltas)), "count",
-               "PCIe replays (link-level retransmissions) during the window")
+            ev.add("pcie.replay_count_delta", int(sum(deltas)), "count",
+                   "PCIe replays (link-level retransmissions) during the window")
 
     # clocks and clock-event reasons
     busy = [d for d in readings if (_num(d.get("util_gpu_pct")) or 0) >= BUSY_UTIL_PCT]
     pool = busy or readings
     sm = [v for d in pool if (v := _num(d.get("sm_clock_mhz"))) is not None]
     if sm:
-        ev("gpu.sm_clock_mhz", sum(sm) / len(sm), "MHz",
-           f"mean over {len(sm)} {'busy ' if busy else ''}readings")
+        ev.add("gpu.sm_clock_mhz", sum(sm) / len(sm), "MHz",
+               f"mean over {len(sm)} {'busy ' if busy else ''}readings")
     sm_max = [v for d in readings if (v := _num(d.get("sm_clock_max_mhz"))) is not None]
     if sm_max:
-        ev("gpu.sm_clock_max_mhz", max(sm_max), "MHz", "maximum boost clock")
+        ev.add("gpu.sm_clock_max_mhz", max(sm_max), "MHz", "maximum boost clock")
     memclk = [v for d in pool if (v := _num(d.get("mem_clock_mhz"))) is not None]
     if memclk:
-        ev("gpu.mem_clock_mhz", sum(memclk) / len(memclk), "MHz")
+        ev.add("gpu.mem_clock_mhz", sum(memclk) / len(memclk), "MHz")
     reasons = [int(v) for d in readings if (v := _num(d.get("reasons"))) is not None]
     if reasons:
         k = len(reasons)
@@ -315,42 +314,42 @@ def derive(
             return sum(1 for r in reasons if r & bits) / k
 
         active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
-           "readings")
-        ev("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
-           "readings with a power-cap, thermal or hardware slowdown reason")
-        ev("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
-        ev("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
-        ev("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
-           "or BoardLimit")
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
+               "readings")
+        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
+               "readings with a power-cap, thermal or hardware slowdown reason")
+        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
+        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
+        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
+               "or BoardLimit")
     for policy, key in (("power", "gpu.power_violation_ratio"), ("thermal", "gpu.thermal_violation_ratio")):
         ratios = [r for series in devices.values() if (r := _violation_ratio(series, policy)) is not None]
         if ratios:
-            ev(key, max(ratios), "ratio", f"share of the window clocks were held down by the {policy} policy "
-               "(NVML violation counters)")
+            ev.add(key, max(ratios), "ratio", f"share of the window clocks were held down by the {policy} policy "
+                   "(NVML violation counters)")
 
     # power and temperature
     power = [v / 1000.0 for d in readings if (v := _num(d.get("power_mw"))) is not None]
     if power:
-        ev("gpu.power_w", sum(power) / len(power), "W", "mean board power draw")
+        ev.add("gpu.power_w", sum(power) / len(power), "W", "mean board power draw")
     limit = [v / 1000.0 for d in readings if (v := _num(d.get("power_limit_mw"))) is not None]
     if limit:
-        ev("gpu.power_limit_w", min(limit), "W", "enforced power limit")
+        ev.add("gpu.power_limit_w", min(limit), "W", "enforced power limit")
     default = [v / 1000.0 for d in readings if (v := _num(d.get("power_default_limit_mw"))) is not None]
     if default:
-        ev("gpu.power_default_limit_w", max(default), "W", "the board's default power limit")
+        ev.add("gpu.power_default_limit_w", max(default), "W", "the board's default power limit")
     temp = [v for d in readings if (v := _num(d.get("temp_c"))) is not None]
     if temp:
-        ev("gpu.temp_c", max(temp), "°C", "peak GPU temperature")
+        ev.add("gpu.temp_c", max(temp), "°C", "peak GPU temperature")
     slow = [v for d in readings if (v := _num(d.get("temp_slowdown_c"))) is not None]
     if slow:
-        ev("gpu.temp_slowdown_c", min(slow), "°C", "temperature at which the GPU slows down")
+        ev.add("gpu.temp_slowdown_c", min(slow), "°C", "temperature at which the GPU slows down")
 
     # XID events
     if any(s.get("xid_watched") for s in samples):
         xids = [{"gpu": int(x.get("device", -1)), "xid": int(x.get("xid", 0)), "ts": float(s.get("ts", 0.0))}
                 for s in samples for x in s.get("xid", ())]
-        ev("gpu.xid_events", xids, "list", f"{len(xids)} XID error(s) reported by the driver during the window")
+        ev.add("gpu.xid_events", xids, "list", f"{len(xids)} XID error(s) reported by the driver during the window")
 
     # GPM (Hopper and newer)
     for name, key, what in (
@@ -362,10 +361,10 @@ def derive(
         vals = [v / 100.0 for d in readings if isinstance(d.get("gpm"), Mapping)
                 and (v := _num(d["gpm"].get(name))) is not None]
         if vals:
-            ev(key, sum(vals) / len(vals), "ratio", f"{what}, mean of {len(vals)} GPM interval(s)")
+            ev.add(key, sum(vals) / len(vals), "ratio", f"{what}, mean of {len(vals)} GPM interval(s)")
 
     # what NVML could not say
     na = sorted({f"{k}: {r}" for d in readings for k, r in (d.get("na") or {}).items()})
     if na:
-        ev("gpu.nvml_unavailable", na, "list", "NVML fields not available on this driver/device, with the reason")
-    return out
+        ev.add("gpu.nvml_unavailable", na, "list", "NVML fields not available on this driver/device, with the reason")
+    return ev.items

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.derive.nvml import (
     BUSY_UTIL_PCT,
     FEW_SAMPLES,
@@ -45,20 +46,16 @@ from analyzer.derive.nvml import (
     link_bytes_per_s,
 )
 from analyzer.model import Evidence, Quality
+from analyzer.units import pct, size
 from collectors.nvsmi import TRIGGERS, GpuProcess, GuessedCsvParser, NvsmiParser, Reading, Sink, Snapshot
 from collectors.nvsmi_base import REASON_BITS
 from collectors.nvsmi_table import FAILURES
 
 KIND = "nvidia-smi"
-GIB = float(1 << 30)
 MAX_NA = 40  # distinct "field: N/A" notes kept
 
 
 FORM_NAMES = {"table": "table", "q": "-q", "xml": "-q -x", "csv": "--query CSV", "dmon": "dmon", "pmon": "pmon"}
-
-
-def _size(n: float) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
 
 
 @dataclass
@@ -313,20 +310,14 @@ SAMPLED = ("gpu.util_ratio", "gpu.busy_ratio", "gpu.util_p10_ratio", "gpu.util_p
 def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
     """The evidence for what was collected (see the module docstring for the aggregation)."""
     devs = [d for _, d in sorted(c.devices.items())]
-    out: list[Evidence] = []
     per_device = max((d.util_n for d in devs), default=0)
-    thin = per_device < FEW_SAMPLES
-
-    def ev(key: str, value: Any, unit: str, detail: str = "") -> None:
-        quality = Quality.LOW if thin and key in SAMPLED else Quality.GOOD
-        out.append(Evidence(key, value, unit, source, None, quality, detail))
-
+    ev = Emit(source)
     where = f"nvidia-smi {forms}" if forms else "nvidia-smi"
     if devs:
         count_detail = f"devices in {where}"
         if c.notes:
             count_detail += "; " + "; ".join(n for n in c.notes if "GPU" in n or "rows" in n)
-        ev("gpu.count", len(devs), "gpus", count_detail)
+        ev.add("gpu.count", len(devs), "gpus", count_detail)
 
     # utilisation
     hist = [sum(d.util_hist[v] for d in devs) for v in range(101)]
@@ -334,21 +325,21 @@ def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
     if util_n:
         mean = sum(d.util_sum for d in devs) / util_n
         span = f"{per_device} reading(s) per GPU over {sum(1 for d in devs if d.util_n)} GPU(s)"
-        ev("gpu.util_ratio", mean / 100.0, "ratio", f"mean utilization.gpu, {span} ({where})")
-        ev("gpu.busy_ratio", mean / 100.0, "ratio", "share of time a kernel was running (utilization.gpu; copies "
-           "alone do not count)")
-        ev("gpu.util_p10_ratio", (_hist_quantile(hist, 0.10) or 0.0) / 100.0, "ratio", span)
-        ev("gpu.util_p90_ratio", (_hist_quantile(hist, 0.90) or 0.0) / 100.0, "ratio", span)
-        ev("gpu.util_max_ratio", max(d.util_max for d in devs) / 100.0, "ratio", "the busiest single reading")
-        ev("gpu.util_samples", per_device, "samples", "utilisation readings per GPU (the most of any GPU)")
+        ev.add("gpu.util_ratio", mean / 100.0, "ratio", f"mean utilization.gpu, {span} ({where})")
+        ev.add("gpu.busy_ratio", mean / 100.0, "ratio", "share of time a kernel was running (utilization.gpu; copies "
+               "alone do not count)")
+        ev.add("gpu.util_p10_ratio", (_hist_quantile(hist, 0.10) or 0.0) / 100.0, "ratio", span)
+        ev.add("gpu.util_p90_ratio", (_hist_quantile(hist, 0.90) or 0.0) / 100.0, "ratio", span)
+        ev.add("gpu.util_max_ratio", max(d.util_max for d in devs) / 100.0, "ratio", "the busiest single reading")
+        ev.add("gpu.util_samples", per_device, "samples", "utilisation readings per GPU (the most of any GPU)")
     mem_util_n = sum(d.mem_util_n for d in devs)
     if mem_util_n:
-        ev("gpu.mem_util_ratio", sum(d.mem_util_sum for d in devs) / mem_util_n / 100.0, "ratio",
-           "share of time device memory was read or written (utilization.memory)")
+        ev.add("gpu.mem_util_ratio", sum(d.mem_util_sum for d in devs) / mem_util_n / 100.0, "ratio",
+               "share of time device memory was read or written (utilization.memory)")
     firsts = [d.ts_first for d in devs if d.ts_first is not None]
     lasts = [d.ts_last for d in devs if d.ts_last is not None]
     if firsts and lasts and max(lasts) > min(firsts):
-        ev("gpu.sampled_span_s", max(lasts) - min(firsts), "s", "from the first reading's time to the last one's")
+        ev.add("gpu.sampled_span_s", max(lasts) - min(firsts), "s", "from the first reading's time to the last one's")
 
     # memory, on the focus device
     with_total = [d for d in devs if d.mem_total]
@@ -358,19 +349,20 @@ def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
         if focus is None:
             focus = max(with_total, key=lambda d: (d.mem_used_max or 0) / (d.mem_total or 1))
         if focus.mem_used_max is not None:
-            ev("gpu.memory_used_bytes", int(focus.mem_used_max), "bytes",
-               f"{focus.label}, the fullest of {len(with_total)}" if len(with_total) > 1 else f"{focus.label}, peak")
-        ev("gpu.memory_total_bytes", int(focus.mem_total or 0), "bytes", focus.label)
+            ev.add("gpu.memory_used_bytes", int(focus.mem_used_max), "bytes",
+                   f"{focus.label}, the fullest of {len(with_total)}" if len(with_total) > 1
+                   else f"{focus.label}, peak")
+        ev.add("gpu.memory_total_bytes", int(focus.mem_total or 0), "bytes", focus.label)
     elif any(d.mem_used_max is not None for d in devs):
         fullest = max((d for d in devs if d.mem_used_max is not None), key=lambda d: d.mem_used_max or 0)
-        ev("gpu.memory_used_bytes", int(fullest.mem_used_max or 0), "bytes",
-           f"{fullest.label}, peak; the device's total is not in the input")
+        ev.add("gpu.memory_used_bytes", int(fullest.mem_used_max or 0), "bytes",
+               f"{fullest.label}, peak; the device's total is not in the input")
     if devs:
-        ev("gpu.devices", [{
-            "index": d.index, "name": d.name, "bus_id": d.bus_id, "memory_used_bytes": d.mem_used_max,
-            "memory_total_bytes": d.mem_total, "util_ratio": (d.util_sum / d.util_n / 100.0) if d.util_n else None,
-            "util_max_ratio": d.util_max / 100.0 if d.util_n else None, "samples": d.util_n, "pstate": d.pstate,
-            "mig": d.mig} for d in devs], "list", where)
+        ev.add("gpu.devices", [{
+                "index": d.index, "name": d.name, "bus_id": d.bus_id, "memory_used_bytes": d.mem_used_max,
+                "memory_total_bytes": d.mem_total, "util_ratio": (d.util_sum / d.util_n / 100.0) if d.util_n else None,
+                "util_max_ratio": d.util_max / 100.0 if d.util_n else None, "samples": d.util_n, "pstate": d.pstate,
+                "mig": d.mig} for d in devs], "list", where)
 
     # processes, and memory no listed process holds
     if c.processes:
@@ -387,23 +379,23 @@ def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
         if c.na_process_memory:
             detail += (f"; the memory of {c.na_process_memory} is not reported (Windows WDDM prints N/A): memory "
                        "outside the listed processes cannot be computed")
-        ev("gpu.processes", rows, "list", detail)
+        ev.add("gpu.processes", rows, "list", detail)
     elif c.listed:
-        ev("gpu.processes", [], "list", "no process listed (`No running processes found` / an empty process list)")
+        ev.add("gpu.processes", [], "list", "no process listed (`No running processes found` / an empty process list)")
     if unl is not None and c.unlisted_seen:
         d = c.devices.get(unl.device)
         label = d.label if d is not None else f"GPU {unl.device}"
-        held = (f"its {unl.n_procs} listed process(es) hold {_size(unl.listed)}" if unl.n_procs
+        held = (f"its {unl.n_procs} listed process(es) hold {size(unl.listed, 1)}" if unl.n_procs
                 else "no process is listed")
-        ev("gpu.memory_unlisted_bytes", unl.bytes, "bytes",
-           f"{label}: {_size(unl.used)} used of {_size(unl.total)}, {held} (nvidia-smi "
-           f"{FORM_NAMES.get(unl.form, unl.form)})")
-        ev("gpu.memory_unlisted_share_ratio", unl.share, "ratio",
-           f"memory no listed process holds / {label}'s total")
+        ev.add("gpu.memory_unlisted_bytes", unl.bytes, "bytes",
+               f"{label}: {size(unl.used, 1)} used of {size(unl.total, 1)}, {held} (nvidia-smi "
+               f"{FORM_NAMES.get(unl.form, unl.form)})")
+        ev.add("gpu.memory_unlisted_share_ratio", unl.share, "ratio",
+               f"memory no listed process holds / {label}'s total")
     if c.mig:
-        ev("gpu.mig_devices", [{"gpu": m.gpu, "gpu_instance": m.gi, "compute_instance": m.ci, "device": m.dev,
-                                "memory_used_bytes": m.used, "memory_total_bytes": m.total, "sm_count": m.sm_count}
-                               for m in c.mig.values()], "list", "MIG devices: each is a GPU of its own to CUDA")
+        ev.add("gpu.mig_devices", [{"gpu": m.gpu, "gpu_instance": m.gi, "compute_instance": m.ci, "device": m.dev,
+                                    "memory_used_bytes": m.used, "memory_total_bytes": m.total, "sm_count": m.sm_count}
+                                   for m in c.mig.values()], "list", "MIG devices: each is a GPU of its own to CUDA")
 
     _link(devs, ev)
     _clocks(devs, ev)
@@ -411,16 +403,18 @@ def evidence_of(c: Collected, source: str, forms: str) -> list[Evidence]:
     # temperature
     temps = [d.temp_max for d in devs if d.temp_max is not None]
     if temps:
-        ev("gpu.temp_c", max(temps), "°C", "peak GPU temperature")
+        ev.add("gpu.temp_c", max(temps), "°C", "peak GPU temperature")
     slows = [d.temp_slow for d in devs if d.temp_slow]
     if slows:
-        ev("gpu.temp_slowdown_c", min(slows), "°C", "temperature at which the GPU slows down")
+        ev.add("gpu.temp_slowdown_c", min(slows), "°C", "temperature at which the GPU slows down")
     if c.na:
-        ev("gpu.fields_unavailable", sorted(c.na), "list", "values nvidia-smi printed as N/A or not supported")
-    return out
+        ev.add("gpu.fields_unavailable", sorted(c.na), "list", "values nvidia-smi printed as N/A or not supported")
+    # few samples per device make the sampled figures thin, not the device's facts (count, memory, names)
+    thin = per_device < FEW_SAMPLES
+    return [replace(e, quality=Quality.LOW) if thin and e.key in SAMPLED else e for e in ev.items]
 
 
-def _link(devs: list[Device], ev: Any) -> None:
+def _link(devs: list[Device], ev: Emit) -> None:
     links = [d for d in devs if d.link_readings and d.gen_max and d.width_max]
     if not links:
         busiest = max((d for d in devs if d.tx[1] or d.rx[1]), key=lambda d: d.traffic_peak or 0.0, default=None)
@@ -441,33 +435,34 @@ def _link(devs: list[Device], ev: Any) -> None:
     where = d.label + (f", {d.loaded} reading(s) under load" if d.loaded else
                        ", never under load (an idle link lowers its generation to save power)")
     _traffic(d, ev)
-    ev("pcie.link_gen", gen, "gen", where)
-    ev("pcie.link_gen_max", int(d.gen_max or 0), "gen", "the highest generation this GPU and slot support")
+    ev.add("pcie.link_gen", gen, "gen", where)
+    ev.add("pcie.link_gen_max", int(d.gen_max or 0), "gen", "the highest generation this GPU and slot support")
     if d.gen_gpu_max:
-        ev("pcie.link_gen_gpu_max", int(d.gen_gpu_max), "gen", "the GPU's own maximum")
-    ev("pcie.link_width", width, "lanes", where)
-    ev("pcie.link_width_max", int(d.width_max or 0), "lanes")
-    ev("pcie.loaded_samples", d.loaded, "samples",
-       f"readings with ≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic or the GPU ≥ {BUSY_UTIL_PCT} % busy")
+        ev.add("pcie.link_gen_gpu_max", int(d.gen_gpu_max), "gen", "the GPU's own maximum")
+    ev.add("pcie.link_width", width, "lanes", where)
+    ev.add("pcie.link_width_max", int(d.width_max or 0), "lanes")
+    ev.add("pcie.loaded_samples", d.loaded, "samples",
+           f"readings with ≥ {LOADED_LINK_BYTES_PER_S >> 20} MiB/s of traffic or the GPU ≥ {BUSY_UTIL_PCT} % busy")
     cap = link_bytes_per_s(gen, width)
     if cap is not None:
-        ev("pcie.link_capacity_bytes_per_s", cap, "bytes/s", f"gen{gen} x{width}, per direction")
+        ev.add("pcie.link_capacity_bytes_per_s", cap, "bytes/s", f"gen{gen} x{width}, per direction")
     cap_max = link_bytes_per_s(int(d.gen_max or 0), int(d.width_max or 0))
     if cap_max is not None:
-        ev("pcie.link_capacity_max_bytes_per_s", cap_max, "bytes/s", f"gen{d.gen_max} x{d.width_max}, per direction")
+        ev.add("pcie.link_capacity_max_bytes_per_s", cap_max, "bytes/s",
+               f"gen{d.gen_max} x{d.width_max}, per direction")
     deltas = [x.replays_last - x.replays_first for x in devs
               if x.replays_first is not None and x.replays_last is not None and x.readings > 1]
     if deltas:
-        ev("pcie.replay_count_delta", int(sum(deltas)), "count", "PCIe replays between the first and last reading")
+        ev.add("pcie.replay_count_delta", int(sum(deltas)), "count", "PCIe replays between the first and last reading")
 
 
-def _traffic(d: Device, ev: Any) -> None:
+def _traffic(d: Device, ev: Emit) -> None:
     if d.tx[1]:
-        ev("pcie.tx_bytes_per_s", d.tx[0] / d.tx[1], "bytes/s", f"device → host, mean, {d.label}")
+        ev.add("pcie.tx_bytes_per_s", d.tx[0] / d.tx[1], "bytes/s", f"device → host, mean, {d.label}")
     if d.rx[1]:
-        ev("pcie.rx_bytes_per_s", d.rx[0] / d.rx[1], "bytes/s", f"host → device, mean, {d.label}")
+        ev.add("pcie.rx_bytes_per_s", d.rx[0] / d.rx[1], "bytes/s", f"host → device, mean, {d.label}")
     if d.traffic_peak is not None:
-        ev("pcie.peak_bytes_per_s", d.traffic_peak, "bytes/s", f"busiest reading, either direction, {d.label}")
+        ev.add("pcie.peak_bytes_per_s", d.traffic_peak, "bytes/s", f"busiest reading, either direction, {d.label}")
 
 
 def _throttled_share(d: Device) -> float:
@@ -478,7 +473,7 @@ def _throttled_share(d: Device) -> float:
     return max(p, t_mean / 100.0 if t_mean > 1.0 else t_mean)
 
 
-def _clocks(all_devs: list[Device], ev: Any) -> None:
+def _clocks(all_devs: list[Device], ev: Emit) -> None:
     """Clocks, clock-event reasons and power: of the most throttled GPU when one is, else pooled.
 
     Pooled over eight GPUs, one GPU throttling all the time reads as 12 %, under GPU003's bar, and
@@ -488,31 +483,31 @@ def _clocks(all_devs: list[Device], ev: Any) -> None:
     devs = [worst] if worst is not None and len(all_devs) > 1 and _throttled_share(worst) >= REASON_SHARE \
         else all_devs
     if devs is not all_devs and worst is not None:
-        ev("gpu.throttled_device", worst.label, "gpu", f"the clock, reason and power keys describe {worst.label}, "
-           f"throttled in {_throttled_share(worst):.0%} of its readings")
+        ev.add("gpu.throttled_device", worst.label, "gpu", f"the clock, reason and power keys describe {worst.label}, "
+               f"throttled in {pct(_throttled_share(worst))} of its readings")
     pw = sum(d.power[1] for d in devs)
     if pw:
-        ev("gpu.power_w", sum(d.power[0] for d in devs) / pw, "W", "mean board power draw")
+        ev.add("gpu.power_w", sum(d.power[0] for d in devs) / pw, "W", "mean board power draw")
     limits = [d.power_limit for d in devs if d.power_limit]
     if limits:
-        ev("gpu.power_limit_w", min(limits), "W", "enforced power limit")
+        ev.add("gpu.power_limit_w", min(limits), "W", "enforced power limit")
     defaults = [d.power_default for d in devs if d.power_default]
     if defaults:
-        ev("gpu.power_default_limit_w", max(defaults), "W", "the board's default power limit")
+        ev.add("gpu.power_default_limit_w", max(defaults), "W", "the board's default power limit")
     busy_n = sum(d.sm_busy[1] for d in devs)
     all_n = sum(d.sm_all[1] for d in devs)
     if busy_n or all_n:
         total = sum(d.sm_busy[0] for d in devs) if busy_n else sum(d.sm_all[0] for d in devs)
         n = busy_n or all_n
-        ev("gpu.sm_clock_mhz", total / n, "MHz", f"mean over {int(n)} {'busy ' if busy_n else ''}reading(s)")
+        ev.add("gpu.sm_clock_mhz", total / n, "MHz", f"mean over {int(n)} {'busy ' if busy_n else ''}reading(s)")
     maxes = [d.sm_max for d in devs if d.sm_max]
     if maxes:
-        ev("gpu.sm_clock_max_mhz", max(maxes), "MHz", "maximum boost clock")
+        ev.add("gpu.sm_clock_max_mhz", max(maxes), "MHz", "maximum boost clock")
     mb = sum(d.memclk_busy[1] for d in devs)
     ma = sum(d.memclk_all[1] for d in devs)
     if mb or ma:
         total = sum(d.memclk_busy[0] for d in devs) if mb else sum(d.memclk_all[0] for d in devs)
-        ev("gpu.mem_clock_mhz", total / (mb or ma), "MHz")
+        ev.add("gpu.mem_clock_mhz", total / (mb or ma), "MHz")
     k = sum(d.reasons_n for d in devs)
     if k:
         counts: dict[str, int] = {}
@@ -520,30 +515,31 @@ def _clocks(all_devs: list[Device], ev: Any) -> None:
             for name, n_ in d.reason_counts.items():
                 counts[name] = counts.get(name, 0) + n_
         active = sorted(name for name, n_ in counts.items() if n_ / k >= REASON_SHARE)
-        ev("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {REASON_SHARE:.0%} of {k} "
-           "reading(s)")
+        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
+               "reading(s)")
 
         def share(bits: int) -> float:
             return sum(d.bits_counts.get(bits, 0) for d in devs) / k
 
-        ev("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
-           "readings with a power-cap, thermal or hardware slowdown reason")
-        ev("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SW Power Cap")
-        ev("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with SW/HW Thermal Slowdown")
-        ev("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HW Slowdown or HW Power Brake")
+        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
+               "readings with a power-cap, thermal or hardware slowdown reason")
+        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SW Power Cap")
+        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with SW/HW Thermal Slowdown")
+        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HW Slowdown or HW Power Brake")
     for acc, key, what in (("pviol", "gpu.power_violation_ratio", "power"),
                            ("tviol", "gpu.thermal_violation_ratio", "thermal")):
         n = sum(getattr(d, acc)[1] for d in devs)
         if n:
             mean = sum(getattr(d, acc)[0] for d in devs) / n
             scale = 100.0 if acc == "pviol" or mean > 1.0 else 1.0
-            ev(key, min(1.0, mean / scale), "ratio", f"share of the time clocks were held down by the {what} policy "
-               "(dmon)")
+            ev.add(key, min(1.0, mean / scale), "ratio",
+                   f"share of the time clocks were held down by the {what} policy "
+                   "(dmon)")
     if not k:
         _throttle_from_violations(devs, ev)
 
 
-def _throttle_from_violations(devs: list[Device], ev: Any) -> None:
+def _throttle_from_violations(devs: list[Device], ev: Emit) -> None:
     """dmon gives no clock-event reasons but the power and thermal violation shares: the same question."""
     n_p, n_t = sum(d.pviol[1] for d in devs), sum(d.tviol[1] for d in devs)
     if not n_p and not n_t:
@@ -552,11 +548,11 @@ def _throttle_from_violations(devs: list[Device], ev: Any) -> None:
     t_mean = sum(d.tviol[0] for d in devs) / n_t if n_t else 0.0
     thermal = min(1.0, t_mean / 100.0 if t_mean > 1.0 else t_mean)
     names = [name for name, share in (("SwPowerCap", power), ("HwThermalSlowdown", thermal)) if share >= REASON_SHARE]
-    ev("gpu.throttle_reasons", names, "list", "from dmon's power (pviol) and thermal (tviol) violation columns")
-    ev("gpu.throttle_ratio", max(power, thermal), "ratio", "share of the time held by the power or thermal policy "
-       "(dmon pviol/tviol)")
-    ev("gpu.power_cap_ratio", power, "ratio", "dmon pviol: share of the time the power policy held the clocks")
-    ev("gpu.thermal_throttle_ratio", thermal, "ratio", "dmon tviol: thermal violation")
+    ev.add("gpu.throttle_reasons", names, "list", "from dmon's power (pviol) and thermal (tviol) violation columns")
+    ev.add("gpu.throttle_ratio", max(power, thermal), "ratio", "share of the time held by the power or thermal policy "
+           "(dmon pviol/tviol)")
+    ev.add("gpu.power_cap_ratio", power, "ratio", "dmon pviol: share of the time the power policy held the clocks")
+    ev.add("gpu.thermal_throttle_ratio", thermal, "ratio", "dmon tviol: thermal violation")
 
 
 EVERY_LINE = "\n"  # a trigger every line holds: past a big file's head, the rest of a series that runs into it
@@ -610,10 +606,12 @@ class NvsmiSource:
         failures = self._p.table.failures
         if failures:
             meaning = {kind: what for _, kind, what in FAILURES}
-            out.append(Evidence("gpu.unusable", sorted(failures), "list", source, detail="; ".join(
-                f"{meaning[k]} (nvidia-smi: \"{line}\")" for k, line in sorted(failures.items()))))
+            ev = Emit(source)
+            ev.add("gpu.unusable", sorted(failures), "list", "; ".join(
+                f"{meaning[k]} (nvidia-smi: \"{line}\")" for k, line in sorted(failures.items())))
             if not self.collected.devices and "gpu_lost" not in failures:
-                out.append(Evidence("gpu.count", 0, "gpus", source, detail="nvidia-smi sees no usable GPU"))
+                ev.add("gpu.count", 0, "gpus", "nvidia-smi sees no usable GPU")
+            out.extend(ev.items)
         return out
 
 

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
+from analyzer.units import size
 from collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
-
-GIB = 1 << 30
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.1f} MiB"
 
 
 def _decisive(events: list[OomEvent]) -> OomEvent:
@@ -89,65 +85,60 @@ class OomSource:
 
     def evidence(self, source: str) -> list[Evidence]:
         res = self._done()
-        out: list[Evidence] = []
+        ev = Emit(source)
         if res.alloc_retries is not None:
-            out.append(Evidence("mem.alloc_retries", res.alloc_retries, "retries", source,
-                                detail="cudaMalloc retries (the allocator freed its cache and tried again)"))
+            ev.add("mem.alloc_retries", res.alloc_retries, "retries",
+                   "cudaMalloc retries (the allocator freed its cache and tried again)")
         if res.fragmentation_statements:
-            out.append(Evidence("mem.fragmentation_reported", len(res.fragmentation_statements), "statements", source,
-                                quality=Quality.LOW,
-                                detail=f"the text itself blames fragmentation: '{res.fragmentation_statements[0]}'"))
+            ev.add("mem.fragmentation_reported", len(res.fragmentation_statements), "statements",
+                   f"the text itself blames fragmentation: '{res.fragmentation_statements[0]}'", Quality.LOW)
         if not res.events:
-            return out
-        ev = _decisive(res.events)
-        quality = Quality.PARTIAL if ev.truncated else Quality.GOOD
-        if ev.kind == "prose":
-            quality = Quality.LOW
-        where = f"{ev.device} {ev.device_index}" if ev.device and ev.device_index is not None else ev.device
-
-        def add(key: str, value: object, unit: str, detail: str = "") -> None:
-            out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
+            return ev.items
+        oom = _decisive(res.events)
+        # the decisive event's keys are as good as its message: cut short, or only prose
+        ev.quality = Quality.LOW if oom.kind == "prose" else Quality.PARTIAL if oom.truncated else Quality.GOOD
+        where = f"{oom.device} {oom.device_index}" if oom.device and oom.device_index is not None else oom.device
 
         kinds = {e.kind for e in res.events}
         count_detail = (
             "mentioned in prose; no allocator message" if kinds == {"prose"}
             else f"{len(res.events)} out-of-memory event(s)" + (f" on {where}" if where else "")
         )
-        add("mem.oom_count", len(res.events), "events", count_detail)
-        told = ("no traceback frame or log line told the phase" if not ev.phase_from
-                else f"from {ev.phase_from}" if ev.phase_from.startswith("the log line")
-                else f"from the traceback: {ev.phase_from}")
-        add("mem.oom_phase", ev.phase, "phase", told)
+        ev.add("mem.oom_count", len(res.events), "events", count_detail)
+        told = ("no traceback frame or log line told the phase" if not oom.phase_from
+                else f"from {oom.phase_from}" if oom.phase_from.startswith("the log line")
+                else f"from the traceback: {oom.phase_from}")
+        ev.add("mem.oom_phase", oom.phase, "phase", told)
         for key, value in (
-            ("mem.requested_bytes", ev.requested),
-            ("mem.device_total_bytes", ev.total),
-            ("mem.device_free_bytes", ev.free),
-            ("mem.allocated_bytes", ev.allocated),
-            ("mem.reserved_bytes", ev.reserved),
-            ("mem.reserved_minus_allocated_bytes", ev.reserved_unallocated),
-            ("mem.private_pools_bytes", ev.private_pools),
-            ("mem.allocation_limit_bytes", ev.limit),
-            ("mem.kv_cache_needed_bytes", ev.kv_cache_needed),
-            ("mem.kv_cache_available_bytes", ev.kv_cache_available),
+            ("mem.requested_bytes", oom.requested),
+            ("mem.device_total_bytes", oom.total),
+            ("mem.device_free_bytes", oom.free),
+            ("mem.allocated_bytes", oom.allocated),
+            ("mem.reserved_bytes", oom.reserved),
+            ("mem.reserved_minus_allocated_bytes", oom.reserved_unallocated),
+            ("mem.private_pools_bytes", oom.private_pools),
+            ("mem.allocation_limit_bytes", oom.limit),
+            ("mem.kv_cache_needed_bytes", oom.kv_cache_needed),
+            ("mem.kv_cache_available_bytes", oom.kv_cache_available),
         ):
             if value is not None:
-                add(key, int(value), "bytes")
-        used, others = _split_processes(ev)
+                ev.add(key, int(value), "bytes")
+        used, others = _split_processes(oom)
         if used is not None:
-            add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
+            ev.add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
         if others is not None:
-            pids = ", ".join(f"pid {pid} {_gib(b)}" for pid, b in ev.other_processes[:8])
-            add("mem.other_processes_bytes", int(others), "bytes",
-                pids or "in use before this process allocated (start-up check)")
-        if ev.kv_cache_max_tokens is not None:
-            add("mem.kv_cache_max_tokens", ev.kv_cache_max_tokens, "tokens")
-        if ev.max_model_len is not None:
-            add("mem.max_model_len", ev.max_model_len, "tokens")
-        if ev.prefill_tokens is not None:
-            add("mem.prefill_tokens_failed", ev.prefill_tokens, "tokens")
-        if ev.reason:
-            add("mem.oom_reason", ev.reason, "text", ev.message[:300])
-        return out
+            pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
+            ev.add("mem.other_processes_bytes", int(others), "bytes",
+                   pids or "in use before this process allocated (start-up check)")
+        if oom.kv_cache_max_tokens is not None:
+            ev.add("mem.kv_cache_max_tokens", oom.kv_cache_max_tokens, "tokens")
+        if oom.max_model_len is not None:
+            ev.add("mem.max_model_len", oom.max_model_len, "tokens")
+        if oom.prefill_tokens is not None:
+            ev.add("mem.prefill_tokens_failed", oom.prefill_tokens, "tokens")
+        if oom.reason:
+            ev.add("mem.oom_reason", oom.reason, "text", oom.message[:300])
+        return ev.items
 
 
 class HintsSource:
@@ -173,53 +164,49 @@ class HintsSource:
 
     def evidence(self, source: str) -> list[Evidence]:
         h = self._parser.hints
-        out: list[Evidence] = []
-
-        def add(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-            out.append(Evidence(key, value, unit, source, quality=quality, detail=detail))
-
+        ev = Emit(source)
         if h.params is not None:
-            add("model.params", int(h.params), "params", f"from the model name {h.model}")
+            ev.add("model.params", int(h.params), "params", f"from the model name {h.model}")
             est = h.weights_estimate
             if est is not None:
                 dtype = h.dtype or "16-bit assumed, no dtype stated"
-                add("mem.weights_estimate_bytes", est, "bytes",
-                    f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
-                    Quality.GOOD if h.dtype else Quality.LOW)
+                ev.add("mem.weights_estimate_bytes", est, "bytes",
+                       f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
+                       Quality.GOOD if h.dtype else Quality.LOW)
         if h.weights_measured is not None:
-            add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
+            ev.add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
         if h.tensor_parallel is not None:
-            add("mem.tensor_parallel", h.tensor_parallel, "gpus", "as stated")
+            ev.add("mem.tensor_parallel", h.tensor_parallel, "gpus", "as stated")
         elif h.launch_seen:
-            add("mem.tensor_parallel", 1, "gpus", "not set on the launch command line (defaults to 1)")
+            ev.add("mem.tensor_parallel", 1, "gpus", "not set on the launch command line (defaults to 1)")
         if h.pipeline_parallel is not None:
-            add("mem.pipeline_parallel", h.pipeline_parallel, "gpus", "as stated")
+            ev.add("mem.pipeline_parallel", h.pipeline_parallel, "gpus", "as stated")
         if h.gpu_count is not None:
-            add("gpu.count_stated", h.gpu_count, "gpus", "as stated (visible devices or a GPU count in the text)")
+            ev.add("gpu.count_stated", h.gpu_count, "gpus", "as stated (visible devices or a GPU count in the text)")
         if h.gpu_memory_bytes is not None:
             sizes = " or ".join(f"{g:g}" for g in h.gpu_memory_assumed)
-            detail = (f"{h.gpu_model}: {h.gpu_memory_bytes / GIB:g} GiB assumed — the {h.gpu_model} comes with {sizes} "
+            detail = (f"{h.gpu_model}: {size(h.gpu_memory_bytes, 0)} assumed — the {h.gpu_model} comes with {sizes} "
                       "GB and the text does not say which" if h.gpu_memory_assumed
                       else f"{h.gpu_model}: device memory from the GPU's name" if h.gpu_model
                       else "the GPU's memory as the text states it")
-            add("gpu.spec_memory_bytes", h.gpu_memory_bytes, "bytes", detail)
+            ev.add("gpu.spec_memory_bytes", h.gpu_memory_bytes, "bytes", detail)
         if h.gpu_model:
-            add("gpu.name", h.gpu_model, "name", "named in the text")
+            ev.add("gpu.name", h.gpu_model, "name", "named in the text")
         if h.gpu_memory_utilization is not None:
-            add("mem.gpu_memory_utilization_ratio", h.gpu_memory_utilization, "ratio", "as configured")
+            ev.add("mem.gpu_memory_utilization_ratio", h.gpu_memory_utilization, "ratio", "as configured")
         if h.engine:
-            add("serving.engine", h.engine, "name", "named in the text")
+            ev.add("serving.engine", h.engine, "name", "named in the text")
         if h.engine_version:
-            add("serving.engine_version", h.engine_version, "version", "the engine's version the text gives")
+            ev.add("serving.engine_version", h.engine_version, "version", "the engine's version the text gives")
         if h.vllm_v1 is not None:
-            add("serving.vllm_v1", int(h.vllm_v1), "flag", "vLLM's V1 engine (1) or V0 (0), from the log's markers")
+            ev.add("serving.vllm_v1", int(h.vllm_v1), "flag", "vLLM's V1 engine (1) or V0 (0), from the log's markers")
         if h.cpu_loading_pct is not None:
-            add("cpu.loading_util_pct", h.cpu_loading_pct, "pct", "CPU use reported while the model loads",
-                Quality.LOW)
+            ev.add("cpu.loading_util_pct", h.cpu_loading_pct, "pct", "CPU use reported while the model loads",
+                   Quality.LOW)
             if h.cpu_after_loading_normal:
-                add("cpu.after_loading_normal", 1, "flag", "CPU use reported back to normal once the model is up",
-                    Quality.LOW)
-        return out
+                ev.add("cpu.after_loading_normal", 1, "flag", "CPU use reported back to normal once the model is up",
+                       Quality.LOW)
+        return ev.items
 
 
 def sources() -> list[Any]:

@@ -19,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analyzer.derive.activities import compiler_process
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality, Window
+from analyzer.units import pct
 
 SOURCE = "psutil"
 BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)
@@ -38,63 +40,58 @@ def derive(
     partial: bool = False,
     cache_files: tuple[int | None, int | None] = (None, None),
 ) -> list[Evidence]:
-    quality = Quality.PARTIAL if partial else Quality.GOOD
-
-    def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
-        return Evidence(key, value, unit, SOURCE, window, quality, detail)
-
-    out: list[Evidence] = []
+    ev = Emit(SOURCE, window=window, quality=Quality.PARTIAL if partial else Quality.GOOD)
     cores = int(info.get("cores") or 0)
     if cores:
-        out.append(ev("host.cores", cores, "cores", "CPUs the target may run on (affinity)"))
+        ev.add("host.cores", cores, "cores", "CPUs the target may run on (affinity)")
     if cache_files[0] is not None and cache_files[1] is not None:
-        out.append(ev("compile.cache_files_added", max(0, cache_files[1] - cache_files[0]), "files",
-                      "files added to the torch inductor cache during the window"))
+        ev.add("compile.cache_files_added", max(0, cache_files[1] - cache_files[0]), "files",
+               "files added to the torch inductor cache during the window")
     loaded = info.get("compiled_modules_loaded")
     if isinstance(loaded, int):
-        out.append(ev("compile.modules_loaded", loaded, "modules",
-                      "compiled-graph shared objects (inductor kernels) newly mapped during the window"))
+        ev.add("compile.modules_loaded", loaded, "modules",
+               "compiled-graph shared objects (inductor kernels) newly mapped during the window")
     if not samples:
-        return out
+        return ev.items
     loads = [float(s["loadavg"][0]) for s in samples if s.get("loadavg")]
     if loads:
-        out.append(ev("host.load_1m", max(loads), "runnable", "the host's 1-minute load average (all processes)"))
+        ev.add("host.load_1m", max(loads), "runnable", "the host's 1-minute load average (all processes)")
     inflight = [int(s.get("conn", {}).get("inflight", 0)) for s in samples]
     listen = sorted({p for s in samples for p in s.get("conn", {}).get("listen_ports", ())})
     if listen:
         mean = sum(inflight) / len(inflight)
         err = _stderr_of_mean(inflight)
-        out.append(ev("conn.inflight_mean", mean, "requests",
-                      f"accepted connections + accept queue on port(s) {', '.join(map(str, listen))}; "
-                      f"±{err:.2f} ({len(inflight)} samples)"))
-        out.append(ev("conn.inflight_mean.stderr", err, "requests",
-                      f"spread of {INFLIGHT_SUBWINDOWS} sub-window means / √{INFLIGHT_SUBWINDOWS}, or the "
-                      "samples' standard error, the larger"))
-        out.append(ev("conn.inflight_max", max(inflight), "requests"))
-        out.append(ev("conn.accept_queue_max", max(int(s["conn"].get("accept_queue", 0)) for s in samples),
-                      "requests"))
-    out.append(ev("proc.processes", max(len(s.get("processes", ())) for s in samples), "processes"))
-    out.append(ev("proc.threads", max(sum(int(p.get("num_threads", 0)) for p in s.get("processes", ()))
-                                      for s in samples), "threads"))
-    out.append(ev("proc.rss_bytes", max(sum(int(p.get("rss", 0)) for p in s.get("processes", ()))
-                                        for s in samples), "bytes"))
+        ev.add("conn.inflight_mean", mean, "requests",
+               f"accepted connections + accept queue on port(s) {', '.join(map(str, listen))}; "
+               f"±{err:.2f} ({len(inflight)} samples)")
+        ev.add("conn.inflight_mean.stderr", err, "requests",
+               f"spread of {INFLIGHT_SUBWINDOWS} sub-window means / √{INFLIGHT_SUBWINDOWS}, or the "
+               "samples' standard error, the larger")
+        ev.add("conn.inflight_max", max(inflight), "requests")
+        ev.add("conn.accept_queue_max", max(int(s["conn"].get("accept_queue", 0)) for s in samples),
+               "requests")
+    ev.add("proc.processes", max(len(s.get("processes", ())) for s in samples), "processes")
+    ev.add("proc.threads", max(sum(int(p.get("num_threads", 0)) for p in s.get("processes", ()))
+                               for s in samples), "threads")
+    ev.add("proc.rss_bytes", max(sum(int(p.get("rss", 0)) for p in s.get("processes", ()))
+                                 for s in samples), "bytes")
     if len(samples) < 2:
-        return out
+        return ev.items
     first, last = samples[0], samples[-1]
     wall = float(last["ts"]) - float(first["ts"])
     if wall <= 0:
-        return out
-    out.extend(_compile_children(samples, wall, ev))
+        return ev.items
+    _compile_children(samples, wall, ev)
     full = [s for s in samples if _is_full(s)]
     if len(full) >= 2:
         first, last = full[0], full[-1]
         wall = float(last["ts"]) - float(first["ts"])
         if wall <= 0:
-            return out
+            return ev.items
     a, b = _index(first), _index(last)
     both = [pid for pid in b if pid in a]
     cpu_s = sum((b[p]["cpu_user"] + b[p]["cpu_system"]) - (a[p]["cpu_user"] + a[p]["cpu_system"]) for p in both)
-    out.append(ev("proc.cpu_cores_used", max(0.0, cpu_s) / wall, "cores"))
+    ev.add("proc.cpu_cores_used", max(0.0, cpu_s) / wall, "cores")
     per_proc = [
         {"pid": p, "name": b[p].get("name", ""),
          "cpu_cores": round(((b[p]["cpu_user"] + b[p]["cpu_system"]) - (a[p]["cpu_user"] + a[p]["cpu_system"]))
@@ -102,13 +99,13 @@ def derive(
          "threads": b[p].get("num_threads", 0), "rss_bytes": b[p].get("rss", 0)}
         for p in both
     ]
-    out.append(ev("proc.per_process", sorted(per_proc, key=lambda r: -r["cpu_cores"]), "table"))
+    ev.add("proc.per_process", sorted(per_proc, key=lambda r: -r["cpu_cores"]), "table")
     ctx = [p for p in both if "ctx_involuntary" in a[p] and "ctx_involuntary" in b[p]]
     if ctx:
         invol = sum(b[p]["ctx_involuntary"] - a[p]["ctx_involuntary"] for p in ctx)
         vol = sum(b[p]["ctx_voluntary"] - a[p]["ctx_voluntary"] for p in ctx)
-        out.append(ev("proc.involuntary_switches_per_s", max(0, invol) / wall, "1/s"))
-        out.append(ev("proc.voluntary_switches_per_s", max(0, vol) / wall, "1/s"))
+        ev.add("proc.involuntary_switches_per_s", max(0, invol) / wall, "1/s")
+        ev.add("proc.voluntary_switches_per_s", max(0, vol) / wall, "1/s")
 
     busy = 0
     run_total = wait_total = 0
@@ -131,14 +128,14 @@ def derive(
                 wanted = (t[1] + t[2]) - (old[1] + old[2])
             if wanted / wall >= BUSY_OS_THREAD:
                 busy += 1
-    out.append(ev("threads.busy_count", busy, "threads",
-                  f"OS threads runnable (running or waiting for a CPU) ≥ {BUSY_OS_THREAD:.0%} of the window"))
+    ev.add("threads.busy_count", busy, "threads",
+           f"OS threads runnable (running or waiting for a CPU) ≥ {pct(BUSY_OS_THREAD)} of the window")
     if have_sched and run_total + wait_total > 0:
-        out.append(ev("threads.runnable_mean", (run_total + wait_total) / 1e9 / wall, "threads",
-                      "threads wanting a CPU on average (run + run-queue wait, from schedstat)"))
-        out.append(ev("proc.runqueue_wait_ratio", wait_total / (run_total + wait_total), "ratio",
-                      "time runnable threads waited for a CPU / (run + wait), from schedstat"))
-    return out
+        ev.add("threads.runnable_mean", (run_total + wait_total) / 1e9 / wall, "threads",
+               "threads wanting a CPU on average (run + run-queue wait, from schedstat)")
+        ev.add("proc.runqueue_wait_ratio", wait_total / (run_total + wait_total), "ratio",
+               "time runnable threads waited for a CPU / (run + wait), from schedstat")
+    return ev.items
 
 
 def _is_full(rec: Mapping[str, Any]) -> bool:
@@ -168,7 +165,7 @@ def _cpu(p: Mapping[str, Any], children: bool = False) -> float:
     return own + float(p.get("children_user", 0.0)) + float(p.get("children_system", 0.0))
 
 
-def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Any) -> list[Evidence]:
+def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Emit) -> None:
     """CPU of compiler processes in the tree during the window (see the module docstring)."""
     names: dict[tuple[int, int], str] = {}
     hints: dict[tuple[int, int], str] = {}
@@ -190,7 +187,7 @@ def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Any
             by_pid_last[int(p["pid"])] = p
     compilers = {i for i in seen if compiler_process(names[i], hints.get(i, ""))}
     if not compilers:
-        return []
+        return
     compiler_pids = {i[0] for i in compilers}
     top = {i for i in compilers if parent[i] not in compiler_pids}
     cpu_s = 0.0
@@ -207,11 +204,9 @@ def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Any
         if a is not None and b is not None:
             cpu_s += max(0.0, (_cpu(b, True) - _cpu(b)) - (_cpu(a, True) - _cpu(a)))
     kinds = sorted({names[i] for i in compilers})
-    return [
-        ev("compile.children_cpu_s", cpu_s, "s",
-           f"CPU of compiler processes under the service ({', '.join(kinds[:6])}) during the window"),
-        ev("compile.children_cores", cpu_s / wall, "cores"),
-        ev("compile.children_seen", len(compilers), "processes",
+    ev.add("compile.children_cpu_s", cpu_s, "s",
+           f"CPU of compiler processes under the service ({', '.join(kinds[:6])}) during the window")
+    ev.add("compile.children_cores", cpu_s / wall, "cores")
+    ev.add("compile.children_seen", len(compilers), "processes",
            "compiler processes seen (sampled every tick; a compiler shorter than a tick may be missed, "
-           "its CPU is still counted when its parent reaps it)"),
-    ]
+           "its CPU is still counted when its parent reaps it)")

@@ -7,8 +7,7 @@ cover the window between them; with one, they cover the process lifetime (said i
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
 from collectors.prom import TRIGGERS as PROM_TRIGGERS
 from collectors.prom import PromBuffer, PromResult
@@ -29,12 +28,6 @@ _HIST_KEYS = {
 }
 _STAGES = ("queue", "prefill", "decode", "inference", "preprocess")
 _QNAMES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
-
-
-class _Emit(Protocol):
-    def __call__(
-        self, key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD
-    ) -> None: ...
 
 
 class PromSource:
@@ -78,7 +71,6 @@ def sources() -> list[PromSource]:
 def derive(r: PromResult, source: str, span: str | None = None) -> list[Evidence]:
     """Evidence from a parsed scrape pair; ``span`` says what the window is when it is not two scrapes
     (``diagnose fleet`` builds a ``PromResult`` from a Prometheus server's window)."""
-    out: list[Evidence] = []
     engines = "+".join(r.engines) or "prometheus"
     windowed = r.scrapes >= 2
     span = span or (
@@ -87,17 +79,15 @@ def derive(r: PromResult, source: str, span: str | None = None) -> list[Evidence
         else "since the server started (one scrape)"
     )
 
-    def ev(key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-        out.append(Evidence(key, value, unit, source, None, quality, detail))
-
-    ev("serving.metric_scrapes", r.scrapes, "count", f"{engines} scrapes read (first and last used)")
+    ev = Emit(source)
+    ev.add("serving.metric_scrapes", r.scrapes, "count", f"{engines} scrapes read (first and last used)")
     _gauges(r, ev, engines)
     _histograms(r, ev, engines, span)
     _counters(r, ev, engines, span)
-    return out
+    return ev.items
 
 
-def _gauges(r: PromResult, ev: _Emit, engines: str) -> None:
+def _gauges(r: PromResult, ev: Emit, engines: str) -> None:
     g = r.gauges
     q = Quality.LOW if len(next(iter(g.values()), ())) < 2 else Quality.GOOD
     for canonical, key, unit in (
@@ -106,40 +96,40 @@ def _gauges(r: PromResult, ev: _Emit, engines: str) -> None:
     ):
         vals = g.get(canonical)
         if vals:
-            ev(f"{key}_max", max(vals), unit, f"{engines} gauge, largest of {len(vals)} scrape(s)", q)
-            ev(f"{key}_mean", sum(vals) / len(vals), unit, f"{engines} gauge, mean of {len(vals)} scrape(s)", q)
+            ev.add(f"{key}_max", max(vals), unit, f"{engines} gauge, largest of {len(vals)} scrape(s)", q)
+            ev.add(f"{key}_mean", sum(vals) / len(vals), unit, f"{engines} gauge, mean of {len(vals)} scrape(s)", q)
     if g.get("swapped"):
-        ev("serving.swapped_max", max(g["swapped"]), "requests", f"{engines} gauge", q)
+        ev.add("serving.swapped_max", max(g["swapped"]), "requests", f"{engines} gauge", q)
     kv = g.get("kv_usage")
     if kv:
-        ev("serving.kv_cache_usage_max_ratio", max(kv), "ratio", f"{engines} KV-cache usage gauge (0..1)", q)
-        ev("serving.kv_cache_usage_mean_ratio", sum(kv) / len(kv), "ratio", f"{engines} KV-cache usage gauge", q)
+        ev.add("serving.kv_cache_usage_max_ratio", max(kv), "ratio", f"{engines} KV-cache usage gauge (0..1)", q)
+        ev.add("serving.kv_cache_usage_mean_ratio", sum(kv) / len(kv), "ratio", f"{engines} KV-cache usage gauge", q)
     waiting = g.get("waiting")
     if waiting:
         running = g.get("running", ())
         queued = [i for i, w in enumerate(waiting) if w > 0]
-        ev("serving.stat_samples", len(waiting), "count", f"{engines} scrapes with the queue gauge")
-        ev("serving.queued_samples", len(queued), "count", "scrapes with at least one request waiting")
-        ev("serving.queued_sample_ratio", len(queued) / len(waiting), "ratio",
-           "share of scrapes with at least one request waiting", q)
-        ev("serving.waiting_last", waiting[-1], "requests", "waiting requests at the last scrape", q)
+        ev.add("serving.stat_samples", len(waiting), "count", f"{engines} scrapes with the queue gauge")
+        ev.add("serving.queued_samples", len(queued), "count", "scrapes with at least one request waiting")
+        ev.add("serving.queued_sample_ratio", len(queued) / len(waiting), "ratio",
+               "share of scrapes with at least one request waiting", q)
+        ev.add("serving.waiting_last", waiting[-1], "requests", "waiting requests at the last scrape", q)
         aligned = len(running) == len(waiting)
         if queued and aligned:
             rq = [running[i] for i in queued]
-            ev("serving.running_when_queued_mean", sum(rq) / len(rq), "requests",
-               "running requests at the scrapes where requests were waiting", q)
-            ev("serving.running_when_queued_max", max(rq), "requests",
-               "most running requests at a scrape where requests were waiting", q)
+            ev.add("serving.running_when_queued_mean", sum(rq) / len(rq), "requests",
+                   "running requests at the scrapes where requests were waiting", q)
+            ev.add("serving.running_when_queued_max", max(rq), "requests",
+                   "most running requests at a scrape where requests were waiting", q)
         if queued and kv and len(kv) == len(waiting):
             kq = [kv[i] for i in queued]
-            ev("serving.kv_cache_usage_when_queued_mean_ratio", sum(kq) / len(kq), "ratio",
-               "KV-cache usage at the scrapes where requests were waiting", q)
+            ev.add("serving.kv_cache_usage_when_queued_mean_ratio", sum(kq) / len(kq), "ratio",
+                   "KV-cache usage at the scrapes where requests were waiting", q)
     if g.get("prefix_hit_rate") and "prefix_hits" not in r.counters:
-        ev("serving.prefix_cache_hit_ratio", g["prefix_hit_rate"][-1], "ratio",
-           f"{engines} prefix-cache hit-rate gauge")
+        ev.add("serving.prefix_cache_hit_ratio", g["prefix_hit_rate"][-1], "ratio",
+               f"{engines} prefix-cache hit-rate gauge")
 
 
-def _histograms(r: PromResult, ev: _Emit, engines: str, span: str) -> None:
+def _histograms(r: PromResult, ev: Emit, engines: str, span: str) -> None:
     h = r.histograms
     means: dict[str, float] = {}
     for canonical, prefix in _HIST_KEYS.items():
@@ -151,46 +141,47 @@ def _histograms(r: PromResult, ev: _Emit, engines: str, span: str) -> None:
         m = hist.mean
         if m is not None:
             means[canonical] = m
-            ev(f"{prefix}.mean", m, "ms", what, q)
+            ev.add(f"{prefix}.mean", m, "ms", what, q)
         for quant, name in _QNAMES.items():
             if quant in hist.quantiles:
-                ev(f"{prefix}.{name}", hist.quantiles[quant], "ms", what + " (interpolated in buckets)", q)
+                ev.add(f"{prefix}.{name}", hist.quantiles[quant], "ms", what + " (interpolated in buckets)", q)
     e2e = means.get("e2e")
     if e2e:
         for stage in _STAGES:
             if stage in means:
-                ev(f"stage.{stage}.share", means[stage] / e2e, "ratio", f"mean {stage} time / mean end-to-end time")
+                ev.add(f"stage.{stage}.share", means[stage] / e2e, "ratio", f"mean {stage} time / mean end-to-end time")
         if "e2e" in h:
-            ev("requests.count", round(h["e2e"].count), "requests", f"requests finished {span}")
+            ev.add("requests.count", round(h["e2e"].count), "requests", f"requests finished {span}")
     for canonical, key in (("prompt_len", "tokens.input"), ("output_len", "tokens.output")):
         hist = h.get(canonical)
         if hist is None or hist.mean is None:
             continue
-        ev(f"{key}_mean", hist.mean, "tokens", f"{engines} histogram {span}")
+        ev.add(f"{key}_mean", hist.mean, "tokens", f"{engines} histogram {span}")
         if 0.5 in hist.quantiles:
-            ev(f"{key}_p50", hist.quantiles[0.5], "tokens", f"{engines} histogram {span}")
+            ev.add(f"{key}_p50", hist.quantiles[0.5], "tokens", f"{engines} histogram {span}")
         if 0.99 in hist.quantiles:
-            ev(f"{key}_p99", hist.quantiles[0.99], "tokens", f"{engines} histogram {span}")
+            ev.add(f"{key}_p99", hist.quantiles[0.99], "tokens", f"{engines} histogram {span}")
 
 
-def _counters(r: PromResult, ev: _Emit, engines: str, span: str) -> None:
+def _counters(r: PromResult, ev: Emit, engines: str, span: str) -> None:
     c = r.counters
     if "preemptions" in c:
-        ev("serving.preemptions", round(c["preemptions"].delta), "count", f"{engines} preemptions {span}")
+        ev.add("serving.preemptions", round(c["preemptions"].delta), "count", f"{engines} preemptions {span}")
     if r.window_s:
         for canonical, key in (("prompt_tokens", "serving.prompt_tokens_per_s"),
                                ("generation_tokens", "serving.generation_tokens_per_s")):
             if canonical in c and c[canonical].windowed:
-                ev(key, c[canonical].delta / r.window_s, "tokens/s", f"{engines} counter rate {span}")
+                ev.add(key, c[canonical].delta / r.window_s, "tokens/s", f"{engines} counter rate {span}")
         if "requests_success" in c and c["requests_success"].windowed:
-            ev("throughput.rps", c["requests_success"].delta / r.window_s, "requests/s", f"finished requests {span}")
+            ev.add("throughput.rps", c["requests_success"].delta / r.window_s, "requests/s",
+                   f"finished requests {span}")
     if "prefix_queries" in c and "prefix_hits" in c and c["prefix_queries"].delta > 0:
-        ev("serving.prefix_cache_hit_ratio", c["prefix_hits"].delta / c["prefix_queries"].delta, "ratio",
-           f"prefix-cache hits / queries (tokens) {span}")
+        ev.add("serving.prefix_cache_hit_ratio", c["prefix_hits"].delta / c["prefix_queries"].delta, "ratio",
+               f"prefix-cache hits / queries (tokens) {span}")
     _triton(r, ev, span)
 
 
-def _triton(r: PromResult, ev: _Emit, span: str) -> None:
+def _triton(r: PromResult, ev: Emit, span: str) -> None:
     c = r.counters
     req = c.get("requests_success")
     if req is None or req.delta <= 0 or not any(k.startswith("triton_") for k in c):
@@ -204,19 +195,19 @@ def _triton(r: PromResult, ev: _Emit, span: str) -> None:
     compute = sum(parts) / n if parts else None
     request = c["triton_request_ms"].delta / n if "triton_request_ms" in c else None
     if queue is not None:
-        ev("stage.queue_ms.mean", queue, "ms", what, q)
+        ev.add("stage.queue_ms.mean", queue, "ms", what, q)
     if compute is not None:
-        ev("stage.compute_ms.mean", compute, "ms", what + " (input + infer + output)", q)
+        ev.add("stage.compute_ms.mean", compute, "ms", what + " (input + infer + output)", q)
     if "triton_compute_infer_ms" in c:
-        ev("stage.compute_infer_ms.mean", c["triton_compute_infer_ms"].delta / n, "ms", what, q)
+        ev.add("stage.compute_infer_ms.mean", c["triton_compute_infer_ms"].delta / n, "ms", what, q)
     if request is not None:
-        ev("latency.server_ms.mean", request, "ms", what, q)
-        ev("latency.e2e_ms.mean", request, "ms", what + " (server-side request duration)", q)
+        ev.add("latency.server_ms.mean", request, "ms", what, q)
+        ev.add("latency.e2e_ms.mean", request, "ms", what + " (server-side request duration)", q)
         if queue is not None and request > 0:
-            ev("stage.queue.share", queue / request, "ratio", "mean queue time / mean server request time", q)
+            ev.add("stage.queue.share", queue / request, "ratio", "mean queue time / mean server request time", q)
         if compute is not None and request > 0:
-            ev("stage.compute.share", compute / request, "ratio", "mean compute time / mean server request time", q)
-    ev("requests.count", round(n), "requests", f"Triton successful requests {span}")
+            ev.add("stage.compute.share", compute / request, "ratio", "mean compute time / mean server request time", q)
+    ev.add("requests.count", round(n), "requests", f"Triton successful requests {span}")
     if "triton_inferences" in c and "triton_executions" in c and c["triton_executions"].delta > 0:
-        ev("bench.server_batch_mean", c["triton_inferences"].delta / c["triton_executions"].delta, "inferences",
-           "Triton inferences per model execution (dynamic batch size)", q)
+        ev.add("bench.server_batch_mean", c["triton_inferences"].delta / c["triton_executions"].delta, "inferences",
+               "Triton inferences per model execution (dynamic batch size)", q)

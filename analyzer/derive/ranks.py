@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from analyzer.derive.emit import Emit
 from analyzer.model import Evidence, Quality
+from analyzer.units import pct
 
 MIN_OVERLAP = 0.5  # kernel spans sharing under half of the shorter one were not profiled together
 MAX_SPAN_DIFF = 0.25  # spans differing by more than a quarter cover different work (steps)
@@ -157,56 +159,52 @@ def derive(traces: Sequence[Sequence[Evidence]]) -> list[Evidence]:
         return []
     source = " + ".join(dict.fromkeys(r.source for r in ranks))
     thin = any(r.low for r in ranks)
-    out: list[Evidence] = []
-
-    def ev(key: str, value: object, unit: str, detail: str) -> None:
-        out.append(Evidence(key, value, unit, source, None, Quality.LOW if thin else Quality.GOOD, detail))
-
+    ev = Emit(source, quality=Quality.LOW if thin else Quality.GOOD)
     distinct = len({r.rank for r in ranks})
-    ev("kineto.ranks.count", distinct, "ranks", f"distinct ranks among the {len(ranks)} traces with GPU events")
-    ev("kineto.ranks.table", [row(r.ev) for r in sorted(ranks, key=lambda r: (r.rank, r.index))], "table",
-       "per trace: rank, HTA's temporal breakdown, GPU busy, collective share and its exposed part, and each "
-       "device's busy/idle timeline")
+    ev.add("kineto.ranks.count", distinct, "ranks", f"distinct ranks among the {len(ranks)} traces with GPU events")
+    ev.add("kineto.ranks.table", [row(r.ev) for r in sorted(ranks, key=lambda r: (r.rank, r.index))], "table",
+           "per trace: rank, HTA's temporal breakdown, GPU busy, collective share and its exposed part, and each "
+           "device's busy/idle timeline")
     why = _same_window(ranks) or ("" if distinct == len(ranks) else "several traces give the same rank")
     if why:
-        ev("kineto.ranks.not_compared", why, "reason", "why the ranks' compute is not compared step for step")
-        return out
+        ev.add("kineto.ranks.not_compared", why, "reason", "why the ranks' compute is not compared step for step")
+        return ev.items
     by_compute = sorted(ranks, key=lambda r: r.compute_us)
     slow = by_compute[-1]
     mid = by_compute[(len(by_compute) - 1) // 2]  # the median rank (of an even count, the lower middle one)
     med_us = mid.compute_us
     span = median(r.span_us for r in ranks)
-    ev("kineto.ranks.slowest", slow.rank, "rank",
-       f"the rank with the most computation-kernel time in the shared window ({_ms(slow.compute_us)} ms; the median "
-       f"rank, {mid.rank}: {_ms(med_us)} ms): every collective waits for it; its trace.* keys are the ones the rules "
-       "read")
-    ev("kineto.ranks.compute_imbalance_ratio", slow.compute_us / med_us if med_us > 0 else 0.0, "ratio",
-       "the slowest rank's computation time / the median rank's (HTA's compute: the union of computation kernels; of "
-       "an even count of ranks, the median rank is the lower middle one)")
-    ev("kineto.ranks.compute_spread_ms", _ms(slow.compute_us - med_us), "ms", "slowest − median rank's computation")
-    ev("kineto.ranks.wait_share", max(0.0, slow.compute_us - med_us) / span, "ratio",
-       f"that difference / the shared kernel span ({_ms(span)} ms): the share of the window the median rank waits "
-       "for the slowest at collectives (idle, or spinning in communication kernels)")
+    ev.add("kineto.ranks.slowest", slow.rank, "rank",
+           f"the rank with the most computation-kernel time in the shared window ({_ms(slow.compute_us)} ms; the "
+           f"median rank, {mid.rank}: {_ms(med_us)} ms): every collective waits for it; its trace.* keys are the ones "
+           "the rules read")
+    ev.add("kineto.ranks.compute_imbalance_ratio", slow.compute_us / med_us if med_us > 0 else 0.0, "ratio",
+           "the slowest rank's computation time / the median rank's (HTA's compute: the union of computation "
+           "kernels; of an even count of ranks, the median rank is the lower middle one)")
+    ev.add("kineto.ranks.compute_spread_ms", _ms(slow.compute_us - med_us), "ms", "slowest − median rank's computation")
+    ev.add("kineto.ranks.wait_share", max(0.0, slow.compute_us - med_us) / span, "ratio",
+           f"that difference / the shared kernel span ({_ms(span)} ms): the share of the window the median rank waits "
+           "for the slowest at collectives (idle, or spinning in communication kernels)")
     exposed = [(float(r.value("kineto.comm_exposed_share")), r.rank) for r in ranks
                if isinstance(r.value("kineto.comm_exposed_share"), int | float)]
     if exposed:
         share, rank = max(exposed)
-        ev("kineto.ranks.comm_exposed_share_max", share, "ratio",
-           f"the largest exposed-communication share over the ranks (rank {rank}): collective kernels with no "
-           "other kernel running, where waiting for a slower rank shows")
+        ev.add("kineto.ranks.comm_exposed_share_max", share, "ratio",
+               f"the largest exposed-communication share over the ranks (rank {rank}): collective kernels with no "
+               "other kernel running, where waiting for a slower rank shows")
     a, b = _kernels(slow), _kernels(mid)
     excess = sorted(((n, a[n] - b[n]) for n in a.keys() & b.keys()), key=lambda nx: -nx[1])
     if excess:
-        ev("kineto.ranks.excess_kernels",
-           [{"name": n, "slowest_ms": a[n], "median_rank_ms": b[n], "excess_ms": round(x, 3),
-             "ratio": round(a[n] / b[n], 3) if b[n] > 0 else None} for n, x in excess[:TOP_EXCESS]], "table",
-           f"computation kernels both rank {slow.rank} (slowest) and rank {mid.rank} (median) list among their top "
-           "ones, most extra time on the slowest first")
+        ev.add("kineto.ranks.excess_kernels",
+               [{"name": n, "slowest_ms": a[n], "median_rank_ms": b[n], "excess_ms": round(x, 3),
+                 "ratio": round(a[n] / b[n], 3) if b[n] > 0 else None} for n, x in excess[:TOP_EXCESS]], "table",
+               f"computation kernels both rank {slow.rank} (slowest) and rank {mid.rank} (median) list among their top "
+               "ones, most extra time on the slowest first")
         base = sum(b[n] for n, _ in excess)
         same = sum(b[n] for n, x in excess if x <= UNCHANGED * b[n])
         if base > 0:
-            ev("kineto.ranks.kernels_unchanged_share", same / base, "ratio",
-               f"share of those kernels' time (on the median rank) in kernels no more than {UNCHANGED:.0%} slower "
-               "on the slowest: some kernels as fast while others take longer is more work on that rank (uneven "
-               "sharding, expert load); none as fast is a slower GPU, or more of every kind of work")
-    return out
+            ev.add("kineto.ranks.kernels_unchanged_share", same / base, "ratio",
+                   f"share of those kernels' time (on the median rank) in kernels no more than {pct(UNCHANGED)} slower "
+                   "on the slowest: some kernels as fast while others take longer is more work on that rank (uneven "
+                   "sharding, expert load); none as fast is a slower GPU, or more of every kind of work")
+    return ev.items

@@ -19,33 +19,80 @@ Keys beyond the shared convention:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from statistics import median
 from typing import Any
 
+from analyzer.derive.emit import FirstWins
+from analyzer.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table
 from analyzer.model import Evidence, Quality
-from collectors.timing import (
-    ConditionTable,
-    Series,
-    StageLog,
-    StageTable,
-    TimingParser,
-    TimingRecords,
-    VariantTable,
-    analyze_table,
-    shape_spikes,
-)
+from collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
+
+# -- the engine-rebuild signature: latency spikes on new input-size extremes ---------------------
 
 
-class _Out:
+@dataclass(frozen=True)
+class SpikeStats:
+    calls: int
+    extreme_calls: int  # after the first call: a new minimum or maximum of the input size
+    spike_calls: int  # after the first call: ≥ spike_factor × the median latency
+    new_extreme_spikes: int
+    first_ms: float
+    median_ms: float
+    extreme_median_ms: float | None
+    in_range_median_ms: float | None
+    extreme_time_share: float  # share of all call time spent in the first call and new-extreme calls
+    unit_assumed: bool
+    sizes_seen: tuple[int, int]
+    min_shape: tuple[int, ...] = ()  # the largest input of the smallest call
+    max_shape: tuple[int, ...] = ()  # the largest input of the largest call
+
+    @property
+    def spike_on_extreme_ratio(self) -> float | None:
+        return self.new_extreme_spikes / self.spike_calls if self.spike_calls else None
+
+
+def shape_spikes(calls: list[Call], spike_factor: float = 3.0) -> SpikeStats | None:
+    """Latency spikes against new input-size extremes (the first call is the initial build)."""
+    if len(calls) < 3:
+        return None
+    lo = hi = calls[0].size
+    mid = median([c.ms for c in calls])
+    extreme_ms: list[float] = []
+    in_range_ms: list[float] = []
+    spikes = both = 0
+    for c in calls[1:]:
+        extreme = c.size < lo or c.size > hi
+        lo, hi = min(lo, c.size), max(hi, c.size)
+        spike = mid > 0 and c.ms >= spike_factor * mid
+        spikes += spike
+        both += spike and extreme
+        (extreme_ms if extreme else in_range_ms).append(c.ms)
+    total = sum(c.ms for c in calls)
+    share = (calls[0].ms + sum(extreme_ms)) / total if total > 0 else 0.0
+    return SpikeStats(
+        calls=len(calls),
+        extreme_calls=len(extreme_ms),
+        spike_calls=spikes,
+        new_extreme_spikes=both,
+        first_ms=calls[0].ms,
+        median_ms=mid,
+        extreme_median_ms=median(extreme_ms) if extreme_ms else None,
+        in_range_median_ms=median(in_range_ms) if in_range_ms else None,
+        extreme_time_share=share,
+        unit_assumed=any(c.unit_assumed for c in calls),
+        sizes_seen=(lo, hi),
+        min_shape=_largest(min(calls, key=lambda c: c.size)),
+        max_shape=_largest(max(calls, key=lambda c: c.size)),
+    )
+
+
+def _largest(c: Call) -> tuple[int, ...]:
+    return max(c.shapes, key=math.prod) if c.shapes else ()
+
+
+class _Out(FirstWins):
     """Evidence by key, first writer wins (sources are added best first)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.items: dict[str, Evidence] = {}
-
-    def add(self, key: str, value: object, unit: str, detail: str = "", quality: Quality = Quality.GOOD) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            return
-        self.items.setdefault(key, Evidence(key, value, unit, self.source, quality=quality, detail=detail))
 
     def series(self, prefix: str, s: Series, detail: str, quality: Quality = Quality.GOOD) -> None:
         if not s.n:
@@ -126,7 +173,7 @@ class TimingSource:
         if r.prose_prompt_tokens.n:
             out.add("tokens.input_mean", r.prose_prompt_tokens.mean, "tokens", "prompt length quoted in prose",
                     Quality.LOW)
-        return list(out.items.values())
+        return out.items
 
     # -- per source ---------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from analyzer.derive import activities, waits
+from analyzer.derive.emit import Emit
 from analyzer.derive.waits import Wait
 from analyzer.model import Evidence, Quality, Window
 from collectors.pyspy import StackSample
@@ -183,19 +184,16 @@ def derive(
     quality = Quality.PARTIAL if partial else Quality.GOOD
     if samples < MIN_SAMPLES:
         quality = Quality.LOW
-
-    def ev(key: str, value: object, unit: str, detail: str = "") -> Evidence:
-        return Evidence(key, value, unit, SOURCE, window, quality, detail)
-
-    out = [ev("wall.samples", samples, "samples", "wall-clock samples of threads serving a request"),
-           ev("wall.request_threads", len(threads), "threads")]
+    ev = Emit(SOURCE, window=window, quality=quality)
+    ev.add("wall.samples", samples, "samples", "wall-clock samples of threads serving a request")
+    ev.add("wall.request_threads", len(threads), "threads")
     busy_others = other_threads(others)
     if busy_others:
-        out.append(ev("wall.other_threads", busy_others, "table",
-                      "threads serving no request that were busy (running, sleeping, blocked outside a queue)"))
+        ev.add("wall.other_threads", busy_others, "table",
+               "threads serving no request that were busy (running, sleeping, blocked outside a queue)")
     if seconds <= 0:
-        return out
-    out.append(ev("wall.request_seconds", seconds, "s", "request-thread time observed (samples / rate)"))
+        return ev.items
+    ev.add("wall.request_seconds", seconds, "s", "request-thread time observed (samples / rate)")
     usable = [i for i in by_index if by_index_n[i] >= MIN_CHUNK_SAMPLES]
     for w in Wait:
         share = total[w] / seconds
@@ -204,12 +202,12 @@ def derive(
             per = [by_index[i][w] / max(1e-12, sum(by_index[i].values())) for i in usable]
             spread = statistics.stdev(per) / math.sqrt(len(per))
         binomial = math.sqrt(max(share * (1 - share), 0.25 / max(samples, 1)) / max(samples, 1))
-        out.append(ev(f"wall.{w.value}_share", share, "ratio",
-                      f"share of request-thread wall time; ±{max(spread, binomial):.2f} "
-                      f"({len(usable)} chunks, {samples} samples)"))
-        out.append(ev(f"wall.{w.value}_share.stderr", max(spread, binomial), "ratio"))
+        ev.add(f"wall.{w.value}_share", share, "ratio",
+               f"share of request-thread wall time; ±{max(spread, binomial):.2f} "
+               f"({len(usable)} chunks, {samples} samples)")
+        ev.add(f"wall.{w.value}_share.stderr", max(spread, binomial), "ratio")
         if sites[w]:
             best = sorted(sites[w].items(), key=lambda kv: -kv[1])[:3]
             top = [{"site": k, "share": v / seconds} for k, v in best]
-            out.append(ev(f"wall.top.{w.value}", top, "list"))
-    return out
+            ev.add(f"wall.top.{w.value}", top, "list")
+    return ev.items

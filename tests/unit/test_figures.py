@@ -228,7 +228,7 @@ def test_memory_segments_of_the_snapshot(gpu: data.SessionData) -> None:
     drawn = sum(sum(tr.x) for tr in fig.data)
     assert drawn == pytest.approx(float(seg["size_bytes"].sum()) / GIB)
     (note,) = fig.layout.annotations
-    assert "6.09 GiB free inside live segments (fragmentation), 0.00 GiB in wholly free segments" in note.text
+    assert "6.09 GiB free inside live segments (fragmentation), 0 B in wholly free segments" in note.text
     assert fig.data[0].y[0].startswith("0x")  # largest first, named by address
 
 

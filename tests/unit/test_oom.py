@@ -40,8 +40,8 @@ def test_sizes_in_every_unit() -> None:
     assert parse_size("79.35 GiB") == int(79.35 * GiB)
     assert parse_size("145.19 MiB") == int(145.19 * MiB)
     assert parse_size("512.00 KiB") == 512 * 1024
-    assert parse_size("2 GB") == 2_000_000_000
-    assert parse_size("300 MB") == 300_000_000
+    assert parse_size("2 GB") == 2 * GiB  # torch 1.x and vLLM print GB meaning GiB (analyzer.units)
+    assert parse_size("300 MB") == 300 * MiB
     assert parse_size("4096 bytes") == 4096
     assert parse_size("no size here") is None
 
@@ -197,7 +197,7 @@ def test_framework_messages() -> None:
     kv = _evidence("oom_framework_vllm_kv_cache_too_small.txt")
     assert kv["mem.oom_phase"] == "profile_run"
     assert kv["mem.max_model_len"] == 32768 and kv["mem.kv_cache_max_tokens"] == 21936
-    assert _near(kv["mem.weights_bytes"], 14.9888e9)
+    assert _near(kv["mem.weights_bytes"], 14.9888 * GiB)  # vLLM's "GB" here is bytes / 2**30
     startup = _evidence("oom_external_vllm_startup_check.txt")
     assert _near(startup["mem.other_processes_bytes"], (79.19 - 30.12) * GiB)
     p = OomParser()

@@ -1,0 +1,300 @@
+"""Timing tables → what they say: a stage breakdown, a variant comparison or load conditions.
+
+``collectors.timing`` keeps each Markdown/ASCII table it reads as it stands (header, rows and the
+lines just before it); this module interprets one: stage breakdowns (rows of stages with ms and
+share columns), variant comparisons (``| PIL reference | 76.25 fps | 13.11 ms/frame |`` vs a faster
+path) and load conditions (rows of concurrency / prompt length with a latency metric).
+``analyzer.derive.timing`` turns the results into evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from statistics import median
+
+from collectors.timing import Table, clean_label, known_stage, normalize_stage
+from collectors.units import TIME_UNIT, to_ms
+
+
+@dataclass(frozen=True)
+class CellValue:
+    value: float  # the representative value (median if given, else mean of a range, else the number)
+    low: float
+    high: float
+    unit: str  # "ms", "s", "%", "fps", "" …
+    approx: bool = False
+
+
+_NUM = r"(?<![\d.,])[-−]?\d+(?:[.,]\d+)?"
+_CELL_MMM = re.compile(rf"min\s*(?P<lo>{_NUM}).{{0,40}}?med(?:ian)?\s*(?P<med>{_NUM}).{{0,40}}?max\s*(?P<hi>{_NUM})",
+                       re.I)
+_CELL_RANGE = re.compile(rf"(?P<lo>{_NUM})\s*(?:–|—|-|to|~)\s*(?P<hi>{_NUM})")
+_CELL_ONE = re.compile(rf"(?P<approx>[~≈]\s*)?(?P<v>{_NUM})")
+_CELL_UNIT = re.compile(rf"(?P<u>%|fps|it/s|req/s|rps|tok/s|tokens/s|{TIME_UNIT})$", re.I)
+
+
+def _f(s: str) -> float:
+    return float(s.replace("−", "-").replace(",", "."))
+
+
+def parse_cell(cell: str) -> CellValue | None:
+    text = " ".join(re.sub(r"[*_`]", "", cell).split())
+    if not text or not re.search(r"\d", text) or len(text) > 200:
+        return None
+    um = _CELL_UNIT.search(text)
+    unit = um.group("u").lower() if um else ""
+    m = _CELL_MMM.search(text)
+    if m:
+        return CellValue(_f(m.group("med")), _f(m.group("lo")), _f(m.group("hi")), unit)
+    m = _CELL_RANGE.fullmatch(re.sub(rf"(?:{TIME_UNIT}|%)$", "", text, flags=re.I).rstrip())
+    if m:
+        lo, hi = _f(m.group("lo")), _f(m.group("hi"))
+        return CellValue((lo + hi) / 2, lo, hi, unit)
+    m = _CELL_ONE.search(text)
+    if m and re.fullmatch(rf"[~≈]?\s*[+]?{_NUM}\s*(?:%|fps|it/s|req/s|rps|tok/s|tokens/s|x|×|{TIME_UNIT})?", text,
+                          re.I):
+        v = _f(m.group("v"))
+        return CellValue(v, v, v, unit, bool(m.group("approx")))
+    return None
+
+
+@dataclass(frozen=True)
+class StageRow:
+    stage: str
+    label: str
+    ms: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class StageTable:
+    rows: tuple[StageRow, ...]
+    total_ms: float | None
+    total_label: str
+    total_is_ttft: bool
+
+
+@dataclass(frozen=True)
+class VariantTable:
+    stage: str  # the stage the variants differ in
+    slow_label: str
+    fast_label: str
+    slow_ms: float
+    fast_ms: float
+    from_fps: bool
+    evidence_words: tuple[str, ...]
+
+    @property
+    def delta_share(self) -> float:
+        return (self.slow_ms - self.fast_ms) / self.slow_ms if self.slow_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ConditionTable:
+    metric: str  # normalised stage/metric name of the timed column: queue, ttft, e2e, …
+    prompt_length_ratio: float | None
+    concurrency_ratio: float | None
+    long_value_ms: float | None
+    long_max_ms: float | None
+    short_max_ms: float | None
+    rows: int
+
+
+_STAGE_HEADERS = re.compile(r"^(?:stage|phase|step|component|span|segment|part|breakdown|where)s?$", re.I)
+_MS_HEADER = re.compile(r"\bms\b|millisec|\btime\b|latency|duration|\(s\)|seconds|\bsec\b", re.I)
+_SHARE_HEADER = re.compile(r"share|%|percent|fraction|of total|ratio", re.I)
+_FPS_HEADER = re.compile(r"\bfps\b|frames?/s|it/s|throughput|img/s|images/s|req/s|rps", re.I)
+_PER_ITEM_MS = re.compile(r"ms\s*/\s*(?:frame|image|img|item|request|req|batch|call|sample)|latency|\bms\b", re.I)
+_DELTA_ROW = re.compile(r"^(?:Δ|delta|diff|difference|change|speed-?up|improvement|gain|ratio)\b", re.I)
+_TOTAL_ROW = re.compile(r"^(?:total|sum|overall|e2e|end[- ]to[- ]end|all)\b", re.I)
+_TTFT_LABEL = re.compile(r"first\w*(?:event|token|byte|chunk)|\bttft\b|time[- _]?to[- _]?first", re.I)
+_CONDITION_WORDS = re.compile(
+    r"\bload\b|concurren|\bc\s*=\s*\d|\bidle\b|sequential|prompts?\b|requests?\b|\bbatch|\bqps\b|\brps\b|"
+    r"input len|context", re.I)
+_METRIC_HEADERS = re.compile(r"queue|ttft|first token|latency|e2e|itl|tpot|prefill|decode|wait", re.I)
+
+_VARIANT_STAGE_WORDS: dict[str, re.Pattern[str]] = {
+    "preprocess": re.compile(
+        r"pre[- _]?process\w*|\bresiz\w*|normali[sz]\w*|\bPIL\b|pillow|opencv|\bcv2\b|torchvision\.transforms|"
+        r"letterbox|image decod\w*|jpeg|tokeni[sz]\w*", re.I),
+    "h2d": re.compile(r"\bh2d\b|host[- ]to[- ]device|pinned|pin_memory|memcpy|\bcopies\b|\bcopy\b|transfers?", re.I),
+    "postprocess": re.compile(r"post[- _]?process\w*|\bnms\b|detokeni[sz]\w*", re.I),
+}
+_CPU_PATH = re.compile(r"\bPIL\b|pillow|\bcpu\b|numpy|opencv|\bcv2\b|reference|baseline|before|=\s*false|\boff\b", re.I)
+_GPU_PATH = re.compile(r"\bgpu\b|cuda|triton|kernel|dali|nvjpeg|=\s*true|\bon\b|after|fast", re.I)
+
+
+def _concurrency(text: str) -> float | None:
+    m = re.search(r"\bc\s*=\s*(\d+)|(\d+)\s+concurren\w*|concurren\w*\s*[:=]?\s*(\d+)", text, re.I)
+    if m:
+        return float(next(g for g in m.groups() if g))
+    if re.search(r"\bidle\b|sequential|single request|one at a time", text, re.I):
+        return 1.0
+    return None
+
+
+def _prompt_class(text: str) -> tuple[str | None, float | None]:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([kK])?[- ]?tokens?", text)
+    tokens = None
+    if m:
+        tokens = float(m.group(1)) * (1000 if m.group(2) else 1)
+    if tokens is not None and tokens >= 1000:
+        return "long", tokens
+    if tokens is not None and tokens <= 256:
+        return "short", tokens
+    if re.search(r"\blong(?:er)?\s+(?:prompts?|context|inputs?)", text, re.I):
+        return "long", tokens
+    if re.search(r"\bshort(?:er)?\s+(?:prompts?|inputs?)", text, re.I):
+        return "short", tokens
+    return None, tokens
+
+
+def _cell_ms(cell: CellValue, header: str) -> float:
+    unit = cell.unit if cell.unit not in ("", "%") else ("s" if re.search(r"\(s\)|seconds|\bsec\b", header, re.I)
+                                                          else "ms")
+    return to_ms(cell.value, unit, "ms")
+
+
+def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None:
+    """What one table says about timing, or None when it is not a timing table."""
+    header = [clean_label(h) for h in t.header]
+    if len(header) < 2 or not t.rows:
+        return None
+    rows = [(r + [""] * len(header))[: len(header)] for r in t.rows]
+    labels = [clean_label(r[0]) for r in rows]
+    first = header[0]
+    if _STAGE_HEADERS.match(first):
+        return _stage_table(header, rows, labels)
+    fps_cols = [i for i, h in enumerate(header) if i and _FPS_HEADER.search(h)]
+    ms_cols = [i for i, h in enumerate(header) if i and _PER_ITEM_MS.search(h)]
+    body = [(lab, r) for lab, r in zip(labels, rows, strict=True) if not _DELTA_ROW.match(lab)]
+    if (fps_cols or ms_cols) and not any(_CONDITION_WORDS.search(lab) for lab, _ in body) and len(body) >= 2:
+        got = _variant_table(header, body, fps_cols, ms_cols, t.context)
+        if got is not None:
+            return got
+    metric_cols = [i for i, h in enumerate(header) if i and (_METRIC_HEADERS.search(h) or _MS_HEADER.search(h))]
+    if metric_cols and (re.search(r"load|concurren|condition|scenario|setup|workload", first, re.I)
+                        or sum(bool(_CONDITION_WORDS.search(" ".join(r))) for r in rows) >= 2):
+        return _condition_table(header, rows, metric_cols[-1])
+    if sum(known_stage(lab) is not None for lab in labels) >= 2 and ms_cols:
+        return _stage_table(header, rows, labels)
+    return None
+
+
+def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) -> StageTable | None:
+    ms_col = next((i for i, h in enumerate(header) if i and _MS_HEADER.search(h) and not _SHARE_HEADER.search(h)),
+                  None)
+    share_col = next((i for i, h in enumerate(header) if i and _SHARE_HEADER.search(h)), None)
+    if ms_col is None:
+        ms_col = next((i for i in range(1, len(header)) if any(
+            (c := parse_cell(r[i])) is not None and c.unit not in ("%",) for r in rows)), None)
+    if ms_col is None:
+        return None
+    out: list[StageRow] = []
+    total_ms: float | None = None
+    total_label = ""
+    for lab, r in zip(labels, rows, strict=True):
+        cell = parse_cell(r[ms_col])
+        if cell is None:
+            continue
+        ms = _cell_ms(cell, header[ms_col])
+        share = None
+        if share_col is not None:
+            sc = parse_cell(r[share_col])
+            if sc is not None:
+                share = sc.value / 100.0 if (sc.unit == "%" or sc.value > 1.0) else sc.value
+        has_shares = share_col is not None and any(parse_cell(x[share_col]) for x in rows)
+        if _TOTAL_ROW.match(lab) or (has_shares and share is None and _TTFT_LABEL.search(r[0])):
+            total_ms, total_label = ms, lab
+            continue
+        out.append(StageRow(normalize_stage(lab), lab, ms, share))
+    if len(out) < 2 and total_ms is None:
+        return None
+    return StageTable(tuple(out), total_ms, total_label, bool(total_label and _TTFT_LABEL.search(total_label)))
+
+
+def _variant_table(header: list[str], body: list[tuple[str, list[str]]], fps_cols: list[int],
+                   ms_cols: list[int], context: list[str]) -> VariantTable | None:
+    variants: list[tuple[str, float, bool]] = []
+    for lab, r in body:
+        ms: float | None = None
+        from_fps = False
+        for i in ms_cols:
+            c = parse_cell(r[i])
+            if c is not None and c.value > 0:
+                ms = _cell_ms(c, header[i])
+                break
+        if ms is None:
+            for i in fps_cols:
+                c = parse_cell(r[i])
+                if c is not None and c.value > 0 and c.unit != "%":
+                    ms, from_fps = 1000.0 / c.value, True
+                    break
+        if ms is not None:
+            variants.append((lab, ms, from_fps))
+    if len(variants) < 2:
+        return None
+    slow = max(variants, key=lambda v: v[1])
+    fast = min(variants, key=lambda v: v[1])
+    if slow[1] <= fast[1]:
+        return None
+    text = "\n".join([*context, slow[0], fast[0]])
+    hits = {stage: rx.findall(text) for stage, rx in _VARIANT_STAGE_WORDS.items()}
+    ranked = sorted(hits.items(), key=lambda kv: -len(kv[1]))
+    stage, words = ranked[0]
+    runner_up = len(ranked[1][1]) if len(ranked) > 1 else 0
+    if len(words) < 2 or len(words) <= runner_up:
+        return None
+    if stage == "preprocess" and _GPU_PATH.search(slow[0]) and _CPU_PATH.search(fast[0]) \
+            and not _CPU_PATH.search(slow[0]):
+        return None  # the slow variant is the GPU path: nothing says the CPU is the problem
+    return VariantTable(stage, slow[0], fast[0], slow[1], fast[1], slow[2] or fast[2],
+                        tuple(dict.fromkeys(w.lower() for w in words)))
+
+
+def _condition_table(header: list[str], rows: list[list[str]], col: int) -> ConditionTable | None:
+    metric = header[col]
+    name = "ttft" if re.search(r"ttft|first token", metric, re.I) else normalize_stage(metric)
+    if re.search(r"\be2e\b|end[- ]to[- ]end|^latency$", metric, re.I):
+        name = "e2e"
+    parsed = []
+    for r in rows:
+        cell = parse_cell(r[col])
+        if cell is None:
+            continue
+        desc = " ".join(c for i, c in enumerate(r) if i != col)
+        desc_cols = " ".join(f"{header[i]} {c}" for i, c in enumerate(r) if i != col)
+        pclass, _tokens = _prompt_class(desc_cols)
+        conc = _concurrency(desc)
+        if conc is None:
+            for i, h in enumerate(header):
+                if i != col and re.search(r"concurren", h, re.I):
+                    m = re.match(r"\s*(\d+)", r[i])
+                    conc = float(m.group(1)) if m else None
+        high = CellValue(cell.high, cell.high, cell.high, cell.unit)
+        parsed.append((pclass, conc, _cell_ms(cell, metric), _cell_ms(high, metric)))
+    if len(parsed) < 2:
+        return None
+    longs = [p for p in parsed if p[0] == "long"]
+    shorts = [p for p in parsed if p[0] != "long"] if longs else [p for p in parsed if p[0] == "short"]
+    ratio = None
+    long_v = long_max = short_max = None
+    if longs and shorts:
+        long_v = median([p[2] for p in longs])
+        long_max = max(p[3] for p in longs)
+        short_max = max(p[3] for p in shorts)
+        base = max(p[2] for p in shorts)
+        ratio = long_v / base if base > 0 else math.inf
+    conc_ratio = None
+    pool = shorts if shorts else parsed
+    with_c = [p for p in pool if p[1] is not None]
+    if len({p[1] for p in with_c}) >= 2:
+        lo = min(with_c, key=lambda p: (p[1], p[2]))
+        hi = max(with_c, key=lambda p: (p[1], p[2]))
+        if lo[2] > 0:
+            conc_ratio = hi[2] / lo[2]
+    if ratio is None and conc_ratio is None:
+        return None
+    return ConditionTable(name, ratio, conc_ratio, long_v, long_max, short_max, len(parsed))
