@@ -32,13 +32,16 @@ from typing import Any
 
 import psutil
 
-from analyzer import output, pipeline
-from analyzer.config import Config
-from analyzer.config import load as load_config
-from analyzer.derive.session import ATTACH_COST as ATTACH_COST_FILE
-from analyzer.errors import AttachError, DiagnoseError
-from analyzer.model import CaptureStatus, Diagnosis, Session, Target, Window
-from analyzer.sources import (
+from diagnose import output, pipeline
+from diagnose.collectors import budget
+from diagnose.collectors import nvml as nvml_collector
+from diagnose.collectors import process as process_collector
+from diagnose.config import Config
+from diagnose.config import load as load_config
+from diagnose.derive.session import ATTACH_COST as ATTACH_COST_FILE
+from diagnose.errors import AttachError, DiagnoseError
+from diagnose.model import CaptureStatus, Diagnosis, Session, Target, Window
+from diagnose.sources import (
     BusyProbe,
     CgroupSource,
     LogSource,
@@ -53,9 +56,6 @@ from analyzer.sources import (
     probe_outputs,
     write_json_atomic,
 )
-from collectors import budget
-from collectors import nvml as nvml_collector
-from collectors import process as process_collector
 
 
 def _ptrace_scope() -> int:
@@ -190,7 +190,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
         fh.write(diagnosis.to_json_text())
     if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
-        from analyzer.pack import pack as pack_session
+        from diagnose.pack import pack as pack_session
 
         pack_session(folder, out, force=opts.force)
     return session, diagnosis

@@ -16,10 +16,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from analyzer import output
-from analyzer.errors import DiagnoseError, InputError
-from analyzer.model import TOOL_VERSION, Diagnosis, Severity
-from analyzer.output import emit
+from diagnose import output
+from diagnose.errors import DiagnoseError, InputError
+from diagnose.model import TOOL_VERSION, Diagnosis, Severity
+from diagnose.output import emit
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ def force_option(p: argparse.ArgumentParser, what: str = "the output file") -> N
 
 def _settings(args: argparse.Namespace) -> Any:
     """The ``analyzer.config.Config`` of ``--config`` / ``$DIAGNOSE_CONFIG`` (an ``InputError`` when bad)."""
-    from analyzer import config
+    from diagnose import config
 
     return config.load(getattr(args, "config", None))
 
@@ -123,33 +123,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fleet", action="store_true",
                    help="four demo replicas, a real Prometheus scraping them, then `diagnose fleet` on it")
     _common(p)
-    from analyzer import cli_fleet
+    from diagnose import cli_fleet
 
     cli_fleet.add_parsers(sub)
     return ap
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from analyzer import pipeline
+    from diagnose import pipeline
 
     return emit(pipeline.analyze(args.paths, config=_settings(args)), args.format, args.fail_on, args.verbose)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from analyzer import rulesdoc
+    from diagnose import rulesdoc
 
     return rulesdoc.print_rules(args.code, args.format)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from analyzer import attach
+    from diagnose import attach
 
     diagnosis = attach.attach_cli(args)
     return emit(diagnosis, args.format, args.fail_on, args.verbose)
 
 
 def analyze_session(path: str, settings: Any = None) -> Diagnosis:
-    from analyzer import pipeline, session_io
+    from diagnose import pipeline, session_io
 
     session_io.require(path)
     return pipeline.analyze([path], config=settings)
@@ -159,7 +159,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output:
         output.check_file(args.output, args.force)
     fmt = output.SESSION_REPORT.pick(args.format, args.output)
-    from analyzer.cli_fleet import load_document
+    from diagnose.cli_fleet import load_document
 
     doc = load_document(args.session)  # a fleet or sweep JSON document, not a session
     if doc is not None:
@@ -173,9 +173,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from analyzer.cli_fleet import compare_documents
-    from analyzer.session_io import label
-    from reports import compare
+    from diagnose.cli_fleet import compare_documents
+    from diagnose.reports import compare
+    from diagnose.session_io import label
 
     if compare_documents(args.before, args.after, args.format):
         return 0
@@ -188,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from analyzer import pack
+    from diagnose import pack
 
     out = pack.pack(args.session, args.output, keep_payloads=args.keep_payloads, force=args.force)
     what = "secrets redacted, request payloads kept" if args.keep_payloads else \
@@ -201,7 +201,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise InputError(f"--port {args.port} is not a TCP port.", "Pass a port between 1 and 65535, or none.")
-    from dashboard import launch
+    from diagnose.dashboard import launch
 
     # a browser only where one can show: on a headless host webbrowser may start a console browser that blocks
     has_display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform == "darwin")
@@ -209,29 +209,29 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_enable(args: argparse.Namespace) -> int:
-    from analyzer import enable
+    from diagnose import enable
 
     return enable.print_enable(args.service, args.format)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.fleet:
-        from analyzer import fleet_demo
+        from diagnose import fleet_demo
 
         return fleet_demo.run(args)
-    from analyzer import demo
+    from diagnose import demo
 
     return demo.run_demo(args)
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from analyzer import cli_fleet
+    from diagnose import cli_fleet
 
     return cli_fleet.cmd_fleet(args)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from analyzer import cli_fleet
+    from diagnose import cli_fleet
 
     return cli_fleet.cmd_sweep(args)
 

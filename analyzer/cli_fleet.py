@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from analyzer.errors import InputError
-from analyzer.model import Severity
-from analyzer.output import DOCUMENT, SWEEP_COMPARISON, check_file
+from diagnose.errors import InputError
+from diagnose.model import Severity
+from diagnose.output import DOCUMENT, SWEEP_COMPARISON, check_file
 
 
 def add_parsers(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -96,8 +96,8 @@ def _fails(severities: list[str], fail_on: str) -> bool:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from analyzer import fleet
-    from collectors.promapi import PromApiError, load_auth
+    from diagnose import fleet
+    from diagnose.collectors.promapi import PromApiError, load_auth
 
     fmt = _format(args)
     window = fleet.parse_duration(args.window)
@@ -116,7 +116,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                               gpu_selector=fleet.parse_selector(args.gpu_selector, "--gpu-selector"),
                               by=by, timeout_s=args.timeout, auth=auth, ca_file=args.ca_file,
                               insecure=args.insecure, step_s=step)
-    from analyzer import config
+    from diagnose import config
 
     doc = fleet.run(opts, config.load(args.config))
     _emit(doc, fmt, args)
@@ -125,7 +125,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from analyzer import sweep
+    from diagnose import sweep
 
     fmt = _format(args)
     doc = sweep.run_cli(args)
@@ -159,7 +159,7 @@ def compare_documents(before: str, after: str, fmt: str) -> bool:
     if a is None or b is None or a["schema"] != "diagnose/sweep/v1" or b["schema"] != "diagnose/sweep/v1":
         raise InputError("compare takes two sessions or two sweep documents, not a mix.",
                          "Pass two `diagnose sweep --format json` outputs, or two session folders.")
-    from reports import compare
+    from diagnose.reports import compare
 
     labels = (os.path.basename(before), os.path.basename(after))
     if labels[0] == labels[1]:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.errors import InputError
+from diagnose.errors import InputError
 
 ENV = "DIAGNOSE_CONFIG"
 KEYS = ("rules", "disable")
@@ -79,7 +79,7 @@ def load(path: str | None = None) -> Config:
 
 def parse(doc: Mapping[str, Any], path: str = "") -> Config:
     """Validate a parsed TOML document against the rule registry (``InputError`` on the first problem)."""
-    from rules.registry import RULES
+    from diagnose.rules.registry import RULES
 
     where = path or "the config"
     by_code = {r.code: r for r in RULES}

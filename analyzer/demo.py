@@ -21,9 +21,9 @@ import sys
 import tempfile
 import threading
 
-from analyzer.errors import DiagnoseError
-from analyzer.model import Diagnosis
-from analyzer.output import SESSION_REPORT, SessionRef, check_file, check_session_folder, emit
+from diagnose.errors import DiagnoseError
+from diagnose.model import Diagnosis
+from diagnose.output import SESSION_REPORT, SessionRef, check_file, check_session_folder, emit
 
 WARMUP_S = 3.0  # load runs this long before the window opens, so the window sees steady state
 
@@ -44,8 +44,8 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
     ``force``: replace a session already at ``output``.
     """
     require_demo_extra()
-    from analyzer.attach import AttachOptions, attach
-    from examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
+    from diagnose.attach import AttachOptions, attach
+    from diagnose.examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
 
     spec = PATHOLOGIES.get(pathology)
     if spec is None:
@@ -72,7 +72,7 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
 
 def run_demo(args: argparse.Namespace) -> int:
     """``diagnose demo`` (``--fleet`` is ``analyzer.fleet_demo``)."""
-    from examples.demo import PATHOLOGIES
+    from diagnose.examples.demo import PATHOLOGIES
 
     fixed = bool(getattr(args, "fixed", False))
     force = bool(getattr(args, "force", False))

@@ -19,8 +19,8 @@ import zlib
 from collections.abc import Callable
 from typing import BinaryIO, cast
 
-from analyzer.model import Evidence, InputRecord
-from collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
+from diagnose.collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
+from diagnose.model import Evidence, InputRecord
 
 READ_ERRORS: tuple[type[BaseException], ...] = (*DECOMPRESS_ERRORS, zlib.error)  # a damaged deflate stream
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -29,7 +29,7 @@ PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapsh
 PEEK_BYTES = 8192  # what a buffered stream shows without reading
 SNIFF_BYTES = 64 << 10  # a file's first decompressed bytes read to decide whether it is a trace
 SNIFF_MAX_BYTES = 16 << 20  # the most read to decide (a trace's metadata before its events is KiBs)
-TRACE_KIND = "kineto_trace"  # analyzer.derive.kineto.KIND, named here so a text input imports nothing
+TRACE_KIND = "kineto_trace"  # diagnose.derive.kineto.KIND, named here so a text input imports nothing
 MEMORY_KIND = "torch_memory_timeline"
 
 Found = tuple[list[Evidence], list[InputRecord]]
@@ -50,7 +50,7 @@ def trace_kind(head: bytes, final: bool = True) -> str | None:
     is returned as ``"?"`` (more of the input decides)."""
     if not _json_like(head):
         return None
-    from collectors import kineto
+    from diagnose.collectors import kineto
 
     opens = kineto.trace_head(head)
     if opens:
@@ -77,7 +77,7 @@ def _decide(head: bytes, read: Callable[[int], bytes]) -> tuple[bytes, str | Non
 
 def file_trace_kind(path: str) -> str | None:
     """The trace kind of a plain or gzip file (``trace_kind``), read as far as needed to decide."""
-    from collectors import kineto
+    from diagnose.collectors import kineto
 
     with open(path, "rb") as raw:
         magic = raw.read(2)
@@ -101,18 +101,18 @@ def read_path(path: str) -> Found | None:
         with open(path, "rb") as fh:
             magic = fh.read(len(SQLITE_MAGIC))
         if magic[:1] == PICKLE_MAGIC:
-            from analyzer.derive import snapshot  # CUDA memory snapshot, read by a restricted unpickler
+            from diagnose.derive import snapshot  # CUDA memory snapshot, read by a restricted unpickler
 
             evidence, record = snapshot.analyze_snapshot(path)
             return evidence, [record]
         kind = file_trace_kind(path)
         if kind is not None:  # a PyTorch-profiler trace (.json / .json.gz), before the line-based sources
-            from analyzer.derive import kineto
+            from diagnose.derive import kineto
 
             evidence, record = kineto.analyze_path(path, kind=kind)
             return evidence, [record]
         if magic == SQLITE_MAGIC or path.endswith(NSYS_REPORT_SUFFIXES):
-            from analyzer.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export
+            from diagnose.derive import nsys  # sqlite3 + numpy, loaded only for an Nsight Systems export
 
             evidence, record = nsys.analyze_export(path)
             return evidence, [record]
@@ -163,7 +163,7 @@ def read_stream(name: str, stream: BinaryIO) -> tuple[Found | None, BinaryIO, st
         head, kind = _decide(first, stream.read)
         stream = io.BufferedReader(_Replay(head, stream))
     if kind is not None:  # a PyTorch-profiler trace: a JSON document, not lines (analyzer/derive/kineto.py)
-        from analyzer.derive import kineto
+        from diagnose.derive import kineto
 
         evidence, record = kineto.analyze_stream(stream, name, kind)
         return (evidence, [record]), stream, compression

@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from analyzer.errors import DiagnoseError
+from diagnose.errors import DiagnoseError
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Step:
 
 PROBE = Step(
     "the in-process probe (stage timings per request, CUDA allocator state, compile events, OOM state)",
-    "import collectors.torch_probe as probe\n"
+    "import diagnose.collectors.torch_probe as probe\n"
     "probe.install('/var/log/svc/stages.jsonl')   # or env DIAGNOSE_PROBE=/var/log/svc/stages.jsonl\n"
     "# per request:\n"
     "with probe.request(request_id=rid):\n"

@@ -33,15 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from analyzer.config import Config
-from analyzer.derive import dcgm as derive_dcgm
-from analyzer.derive import prom as derive_prom
-from analyzer.errors import DiagnoseError, InputError
-from analyzer.model import TOOL_VERSION, Category, Diagnosis, Evidence, EvidenceSet, Severity, Verdict
-from analyzer.units import pct
-from collectors import dcgm as dcgm_fields
-from collectors.dcgm import DcgmResult, GpuSeries, Pod
-from collectors.prom import (
+from diagnose.collectors import dcgm as dcgm_fields
+from diagnose.collectors.dcgm import DcgmResult, GpuSeries, Pod
+from diagnose.collectors.prom import (
     ALIASES,
     Alias,
     Counter,
@@ -53,7 +47,13 @@ from collectors.prom import (
     name_matcher,
     stored_names,
 )
-from collectors.promapi import Auth, PromApi, PromApiError, step_for
+from diagnose.collectors.promapi import Auth, PromApi, PromApiError, step_for
+from diagnose.config import Config
+from diagnose.derive import dcgm as derive_dcgm
+from diagnose.derive import prom as derive_prom
+from diagnose.errors import DiagnoseError, InputError
+from diagnose.model import TOOL_VERSION, Category, Diagnosis, Evidence, EvidenceSet, Severity, Verdict
+from diagnose.units import pct
 
 SCHEMA = "diagnose/fleet/v1"
 DEFAULT_WINDOW_S = 900.0
@@ -491,7 +491,7 @@ def _match_gpus(data: FleetData) -> list[GpuSeries]:
 
 def judge_fleet(data: FleetData, config: Config | Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Evidence and a diagnosis for every replica that has engine series (in place)."""
-    from analyzer.pipeline import judge
+    from diagnose.pipeline import judge
 
     window_s = data.end - data.start
     span = f"over the {window_s:.0f} s window on the Prometheus server"

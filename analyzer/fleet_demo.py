@@ -13,16 +13,16 @@ import argparse
 import sys
 import threading
 
-from analyzer.errors import DiagnoseError
-from analyzer.output import DOCUMENT
+from diagnose.errors import DiagnoseError
+from diagnose.output import DOCUMENT
 
 MIN_WINDOW_S = 30.0  # a fleet window shorter than this holds too few scrapes for the histogram deltas
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer import fleet
-    from analyzer.demo import require_demo_extra
-    from examples.fleet import DEMO_FLEET, INSTALL_HINT, DemoFleet, find_prometheus
+    from diagnose import fleet
+    from diagnose.demo import require_demo_extra
+    from diagnose.examples.fleet import DEMO_FLEET, INSTALL_HINT, DemoFleet, find_prometheus
 
     require_demo_extra()
     if find_prometheus() is None:

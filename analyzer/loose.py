@@ -32,8 +32,18 @@ from typing import BinaryIO, Protocol, cast
 
 import numpy as np
 
-from analyzer import documents
-from analyzer.derive import (
+from diagnose import documents
+from diagnose.collectors.logtext import (
+    DECOMPRESS_ERRORS,
+    MAX_LINE_CHARS,
+    clean_lines,
+    compression_of,
+    decompressed,
+    iter_text_lines,
+    split_glued,
+    strip_prefixes,
+)
+from diagnose.derive import (
     bench,
     claims,
     compile_log,
@@ -47,17 +57,7 @@ from analyzer.derive import (
     prom,
     timing,
 )
-from analyzer.model import Evidence, InputRecord
-from collectors.logtext import (
-    DECOMPRESS_ERRORS,
-    MAX_LINE_CHARS,
-    clean_lines,
-    compression_of,
-    decompressed,
-    iter_text_lines,
-    split_glued,
-    strip_prefixes,
-)
+from diagnose.model import Evidence, InputRecord
 
 Trigger = str | tuple[str, int, int]  # a literal, or (literal, context lines before, lines after)
 

@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
-from analyzer.errors import InputError
-from analyzer.model import Diagnosis, Severity
+from diagnose.errors import InputError
+from diagnose.model import Diagnosis, Severity
 
 T = TypeVar("T")
 Writer = Callable[[T, IO[str]], object]  # what it returns is not used
@@ -106,13 +106,13 @@ class Shown:
 
 
 def _diagnosis_text(shown: Shown, out: IO[str]) -> None:
-    from reports import terminal
+    from diagnose.reports import terminal
 
     terminal.render(shown.diagnosis, file=out, verbose=shown.verbose)
 
 
 def _diagnosis_json(shown: Shown, out: IO[str]) -> None:
-    from reports import json_report
+    from diagnose.reports import json_report
 
     out.write(json_report.render(shown.diagnosis))
 
@@ -132,28 +132,28 @@ class SessionRef:
 
 
 def _session_diagnosis(ref: SessionRef) -> Diagnosis:
-    from analyzer import pipeline, session_io
+    from diagnose import pipeline, session_io
 
     session_io.require(ref.path)
     return pipeline.analyze([ref.path], config=ref.settings)
 
 
 def _report_md(ref: SessionRef, out: IO[str]) -> None:
-    from reports import markdown
+    from diagnose.reports import markdown
 
     out.write(markdown.render(_session_diagnosis(ref)))
 
 
 def _report_html(ref: SessionRef, out: IO[str]) -> None:
-    from analyzer import session_io, tables
-    from reports import html
+    from diagnose import session_io, tables
+    from diagnose.reports import html
 
     session_io.require(ref.path)
     out.write(html.render(tables.load(ref.path, config=ref.settings)))
 
 
 def _report_json(ref: SessionRef, out: IO[str]) -> None:
-    from reports import json_report
+    from diagnose.reports import json_report
 
     out.write(json_report.render(_session_diagnosis(ref)))
 
@@ -170,10 +170,10 @@ Document = Mapping[str, Any]  # a `diagnose fleet` or `diagnose sweep` JSON docu
 def _renderer(doc: Document) -> Any:
     """The module that renders this document: ``reports.fleet`` or ``reports.sweep``."""
     if doc.get("schema") == "diagnose/fleet/v1":
-        from reports import fleet
+        from diagnose.reports import fleet
 
         return fleet
-    from reports import sweep
+    from diagnose.reports import sweep
 
     return sweep
 
@@ -191,12 +191,12 @@ DOCUMENT: Formats[Document] = Formats("document", "text", {
 
 
 def _compare() -> Any:
-    from reports import compare
+    from diagnose.reports import compare
 
     return compare
 
 
-COMPARISON: Formats[Any] = Formats("comparison", "text", {  # a reports.compare.Comparison of two sessions
+COMPARISON: Formats[Any] = Formats("comparison", "text", {  # a diagnose.reports.compare.Comparison of two sessions
     "text": Format(lambda c, out: out.write(_compare().render_text(c)), ".txt"),
     "md": Format(lambda c, out: out.write(_compare().render_markdown(c)), ".md", (".markdown",)),
     "json": Format(lambda c, out: _json(_compare().to_json(c), out), ".json"),
@@ -255,7 +255,7 @@ def write_file(path: str, text: str, force: bool = False) -> None:
 
 
 def _holds_session(folder: str) -> bool:
-    from analyzer.session_io import MANIFEST
+    from diagnose.session_io import MANIFEST
 
     return os.path.isfile(os.path.join(folder, MANIFEST))
 

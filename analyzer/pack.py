@@ -73,13 +73,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer import output, session_io
-from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
-from analyzer.errors import InputError
-from analyzer.model import TOOL_VERSION
-from analyzer.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
-from collectors.pyspy import rewrite_commands
-from collectors.snapshot import SnapshotError, check_plain, read_snapshot_file
+from diagnose import output, session_io
+from diagnose.collectors.pyspy import rewrite_commands
+from diagnose.collectors.snapshot import SnapshotError, check_plain, read_snapshot_file
+from diagnose.documents import PICKLE_MAGIC, SQLITE_MAGIC
+from diagnose.errors import InputError
+from diagnose.model import TOOL_VERSION
+from diagnose.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 
 PACK_NOTE = "pack.json"
 PACK_SCHEMA = "diagnose/pack/v1"

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from analyzer import documents, session_io
-from analyzer.config import Config
-from analyzer.errors import InputError
-from analyzer.model import (
+from diagnose import documents, session_io
+from diagnose.config import Config
+from diagnose.errors import InputError
+from diagnose.model import (
     Capture,
     Diagnosis,
     Evidence,
@@ -22,12 +22,12 @@ from analyzer.model import (
     Target,
     Window,
 )
-from analyzer.redact import redact_argv
-from rules.engine import run_rules
-from rules.verdict import decide
+from diagnose.redact import redact_argv
+from diagnose.rules.engine import run_rules
+from diagnose.rules.verdict import decide
 
 if TYPE_CHECKING:
-    from analyzer.derive.session import Derived
+    from diagnose.derive.session import Derived
 
 MANIFEST = session_io.MANIFEST
 
@@ -92,7 +92,7 @@ def recorded_config(folder: str) -> Config | None:
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
-        from analyzer.config import parse
+        from diagnose.config import parse
 
         return parse({"rules": doc.get("rules", {}), "disable": doc.get("disable", [])}, str(doc.get("path", "")))
     except (OSError, ValueError, InputError, AttributeError) as exc:
@@ -144,7 +144,7 @@ def analyze(
 
 def _ranks(parts: list[EvidenceSet], traces: dict[int, list[Evidence]]) -> list[EvidenceSet]:
     """Put several traces' evidence in ``parts`` in rank order (in place); their cross-rank evidence."""
-    from analyzer.derive import ranks
+    from diagnose.derive import ranks
 
     slots = list(traces)
     found = list(traces.values())
@@ -160,14 +160,14 @@ def _loose(path: str) -> documents.Found:
         found = documents.read_path(path)
         if found is not None:
             return found
-        from analyzer import loose
+        from diagnose import loose
 
         text = loose.read_text_file(path)
         return text.evidence, text.inputs
     found, stream, compression = documents.read_stream("<stdin>", sys.stdin.buffer)
     if found is not None:
         return found
-    from analyzer import loose
+    from diagnose import loose
 
     text = loose.read_text("<stdin>", stream, compression)
     return text.evidence, text.inputs
@@ -177,7 +177,7 @@ def read_session(folder: str, label: str | None = None, series: bool = False) ->
     """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
     it was extracted from) names the sources, never the private extraction folder. ``series``: also
     the time series of its text captures, from the same pass (``analyzer.tables`` draws them)."""
-    from analyzer.derive import session as session_derive  # the collectors' parsers: sessions only
+    from diagnose.derive import session as session_derive  # the collectors' parsers: sessions only
 
     session = load_session(folder, label=label)
     derived = session_derive.derive(session, series=series)

@@ -8,9 +8,9 @@ import json
 import os
 import sys
 
-from analyzer.errors import DiagnoseError
-from rules.base import Rule
-from rules.registry import RULES, lookup
+from diagnose.errors import DiagnoseError
+from diagnose.rules.base import Rule
+from diagnose.rules.registry import RULES, lookup
 
 SECTIONS = ("What it detects", "Why it matters", "How it decides", "Evidence", "Fix", "False positives")
 
@@ -71,15 +71,15 @@ def page(rule: type[Rule]) -> str:
     return "\n".join(lines) + "\n"
 
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "rules")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "tests", "data", "rules")
 
 
 def example_json(rule: type[Rule]) -> str:
     """The diagnosis fields a user reads first (verdict, primary, next steps, the finding) for the rule's
     positive fixture, or "" when the fixture is not there (an installed package without its tests)."""
-    from analyzer.model import Diagnosis, Evidence, EvidenceSet
-    from rules.engine import run_rules
-    from rules.verdict import decide
+    from diagnose.model import Diagnosis, Evidence, EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.verdict import decide
 
     path = os.path.join(FIXTURES, rule.code, "positive.json")
     if not os.path.exists(path):
@@ -102,7 +102,7 @@ def _cell(text: str) -> str:
 
 def activities_page() -> str:
     """docs/activities.md: the stack-classification table, generated from the code."""
-    from analyzer.derive import activities
+    from diagnose.derive import activities
 
     doc = inspect.cleandoc(activities.__doc__ or "")
     lines = ["# Activities: how a sampled stack is classified", "", doc, "",
@@ -119,7 +119,7 @@ def activities_page() -> str:
 
 def waits_page() -> str:
     """docs/waits.md: the wall-clock classification tables, generated from the code."""
-    from analyzer.derive import activities, waits
+    from diagnose.derive import activities, waits
 
     doc = inspect.cleandoc(waits.__doc__ or "")
     lines = ["# Waits: what a request thread's wall-clock time went to", "", doc, "",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyzer.model import Diagnosis
+from diagnose.model import Diagnosis
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "process": ("t", "pid", "name", "cpu_cores", "rss_bytes", "threads"),

@@ -17,8 +17,8 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 
-from analyzer.errors import InputError
-from analyzer.units import size
+from diagnose.errors import InputError
+from diagnose.units import size
 
 MANIFEST = "manifest.json"
 PACK_SUFFIXES = (".tar.gz", ".tgz")

@@ -41,14 +41,14 @@ from typing import Any, Protocol
 
 import psutil
 
-from analyzer.derive.session import ATTACH_COST, PYSPY_META
-from analyzer.model import Availability, Capture, CaptureStatus, Window
-from analyzer.redact import redact_argv, redact_command, redact_text
-from collectors import budget, nsys_session, pyspy
-from collectors import cgroup as cgroup_collector
-from collectors import nvml as nvml_collector
-from collectors import process as process_collector
-from collectors import snapshot as snapshot_collector
+from diagnose.collectors import budget, nsys_session, pyspy
+from diagnose.collectors import cgroup as cgroup_collector
+from diagnose.collectors import nvml as nvml_collector
+from diagnose.collectors import process as process_collector
+from diagnose.collectors import snapshot as snapshot_collector
+from diagnose.derive.session import ATTACH_COST, PYSPY_META
+from diagnose.model import Availability, Capture, CaptureStatus, Window
+from diagnose.redact import redact_argv, redact_command, redact_text
 
 PROBE_S = 0.5  # before the window: two full process samples this far apart say what is busy
 LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kept for context
@@ -309,7 +309,7 @@ def write_wall_source(folder: str) -> bool:
             samples = pyspy.parse_raw(fh)
     except OSError:
         return False
-    from analyzer.derive import waits
+    from diagnose.derive import waits
 
     wanted: dict[int, set[tuple[str, int]]] = {}
     for smp in samples:
@@ -492,7 +492,7 @@ class LogSource:
 
 def _announcements(pid: int) -> list[tuple[int, dict[str, Any]]]:
     """(pid, announcement) of every process of the tree whose probe announced itself since it started."""
-    from collectors import torch_probe
+    from diagnose.collectors import torch_probe
 
     out: list[tuple[int, dict[str, Any]]] = []
     for p in process_collector.process_tree(pid):

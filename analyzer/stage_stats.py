@@ -7,7 +7,7 @@ Derivation put each stage's percentiles and share in the evidence (``stage.<name
 
 from __future__ import annotations
 
-from analyzer.model import Diagnosis
+from diagnose.model import Diagnosis
 
 
 def stage_rows(diagnosis: Diagnosis) -> list[tuple[str, float | None, float | None, float | None]]:

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.errors import InputError
-from analyzer.model import TOOL_VERSION, Capture, CaptureStatus, Window
-from analyzer.units import pct
-from collectors.loadclient import RequestSpec, StepResult, Target, TargetError, percentile, probe, run_step
+from diagnose.collectors.loadclient import RequestSpec, StepResult, Target, TargetError, percentile, probe, run_step
+from diagnose.errors import InputError
+from diagnose.model import TOOL_VERSION, Capture, CaptureStatus, Window
+from diagnose.units import pct
 
 SCHEMA = "diagnose/sweep/v1"
 KNEE_WITHIN = 0.05  # throughput within 5 % of the best: the service gives no more
@@ -309,7 +309,7 @@ class LoadSource:
 def attach_at(spec: RequestSpec, opts: SweepOptions, concurrency: int,
               progress: Callable[[str], None] = _progress) -> dict[str, Any]:
     """Load at ``concurrency`` while attaching to ``opts.pid``; the diagnosis in brief."""
-    from analyzer.attach import AttachOptions, attach
+    from diagnose.attach import AttachOptions, attach
 
     assert opts.pid is not None
     load = LoadSource(spec, concurrency, opts.warmup, opts.attach_duration_s, opts.timeout_s)

@@ -20,20 +20,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from analyzer import pipeline, session_io
-from analyzer.derive import activities
-from analyzer.derive import nvml as nvml_derive
-from analyzer.derive.series import MAX_REQUESTS, FileSeries
-from analyzer.derive.series import num as _num
-from analyzer.documents import PICKLE_MAGIC, SQLITE_MAGIC
-from analyzer.errors import InputError
-from analyzer.model import Capture, CaptureStatus, Diagnosis, Session
-from analyzer.redact import redact_command, redact_text
-from analyzer.session_data import COLUMNS as TABLE_COLUMNS
-from analyzer.session_data import TABLES, SessionData, make_table
-from analyzer.stage_stats import stage_rows
-from analyzer.units import KIB
-from collectors import nvml, process, pyspy
+from diagnose import pipeline, session_io
+from diagnose.collectors import nvml, process, pyspy
+from diagnose.derive import activities
+from diagnose.derive import nvml as nvml_derive
+from diagnose.derive.series import MAX_REQUESTS, FileSeries
+from diagnose.derive.series import num as _num
+from diagnose.documents import PICKLE_MAGIC, SQLITE_MAGIC
+from diagnose.errors import InputError
+from diagnose.model import Capture, CaptureStatus, Diagnosis, Session
+from diagnose.redact import redact_command, redact_text
+from diagnose.session_data import COLUMNS as TABLE_COLUMNS
+from diagnose.session_data import TABLES, SessionData, make_table
+from diagnose.stage_stats import stage_rows
+from diagnose.units import KIB
 
 MAX_STACKS = 300  # the py-spy stacks with the most samples
 MAX_FRAMES = 40  # frames kept per stack (the innermost ones: they say what the CPU was doing)
@@ -47,7 +47,7 @@ MAX_TIMELINE_ROWS = 20_000  # 200 bins per device and rank: 100 devices
 TEXT_CAPTURES = ("log", "metrics", "probe")
 OK = (CaptureStatus.OK, CaptureStatus.PARTIAL)
 
-PROBE_HINT = ("Add the in-process probe to the service (`from collectors import torch_probe; "
+PROBE_HINT = ("Add the in-process probe to the service (`from diagnose.collectors import torch_probe; "
               "torch_probe.install(PATH)`) and attach again")
 NSYS_HINT = ("Start the service under `nsys launch` and attach with `diagnose attach --nsys` to record "
              "an Nsight Systems timeline")
@@ -390,7 +390,7 @@ class _Reader:
             for n in names:
                 self.why[n] = why
             return
-        from collectors import nsys  # sqlite3 + numpy: only for a session that has an export
+        from diagnose.collectors import nsys  # sqlite3 + numpy: only for a session that has an export
 
         kernels: list[dict[str, Any]] = []
         copies: dict[tuple[str, str, str], list[float]] = {}
@@ -442,7 +442,7 @@ class _Reader:
         """The busy/idle timeline and the ranks of the session's traces, from the diagnosis's evidence
         (``kineto.timeline``: ``analyzer.derive.kineto`` bins each device's window; several ranks:
         ``kineto.ranks.table``, each rank's timeline with it)."""
-        from analyzer.derive import ranks as rank_derive
+        from diagnose.derive import ranks as rank_derive
 
         d = self.d
         ev = {e.key: e for e in d.diagnosis.evidence}
@@ -485,7 +485,7 @@ class _Reader:
         rows: list[dict[str, Any]] = []
         snaps = [p for p in self.ok_files(("probe", "log", "snapshot", "nsys")) if _is_file_kind(p, PICKLE_MAGIC)]
         if snaps:
-            from collectors import snapshot  # restricted unpickler: loaded only for a session with a snapshot
+            from diagnose.collectors import snapshot  # restricted unpickler: loaded only for a session with a snapshot
 
             for path in snaps:
                 try:

@@ -110,8 +110,8 @@ def litserve_embedding() -> Iterator[Service]:
 def demo(pathology: str) -> Iterator[Service]:
     import random
 
-    from examples.demo import DemoService
-    from examples.loadgen import make_payload
+    from diagnose.examples.demo import DemoService
+    from diagnose.examples.loadgen import make_payload
 
     with DemoService(pathology) as svc:
         body, ctype = make_payload(pathology, random.Random(0))
@@ -236,7 +236,7 @@ def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool
     process and every py-spy it ran and reaped in the window), the whole command's from ``wait4``.
     ``meter`` cross-checks the window's figure from outside (psutil on the tree, 10 Hz) — in this
     process, so it slows the clients a little and is off when throughput is measured."""
-    cmd = [sys.executable, "-m", "analyzer.cli", "attach", "--pid", str(pid), "--duration", str(window),
+    cmd = [sys.executable, "-m", "diagnose", "attach", "--pid", str(pid), "--duration", str(window),
            "-o", out, "--format", "json", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     stdout = b""
@@ -336,8 +336,8 @@ def _cores_in_process(fn: Callable[[], None], seconds: float, hz: float) -> floa
 
 
 def collectors(svc: Service, args: argparse.Namespace) -> int:
-    from collectors import process as pc
-    from collectors import pyspy
+    from diagnose.collectors import process as pc
+    from diagnose.collectors import pyspy
 
     exe = pyspy.find_pyspy() or "py-spy"
     w = args.window
@@ -390,7 +390,7 @@ def collectors(svc: Service, args: argparse.Namespace) -> int:
 
 
 def _extra_sampler_rows(pid: int, folder: str, w: float) -> list[tuple[str, float]]:
-    from collectors import process as pc
+    from diagnose.collectors import process as pc
 
     pids = [p.pid for p in pc.process_tree(pid)]
     watcher = pc.ConnWatcher(pid)

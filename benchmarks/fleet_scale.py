@@ -32,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from examples.fleet import STEP_S, TIERS, PrometheusServer, find_prometheus, write_openmetrics  # noqa: E402
+from diagnose.examples.fleet import STEP_S, TIERS, PrometheusServer, find_prometheus, write_openmetrics  # noqa: E402
 
 MAX_WALL_S = 60.0
 MAX_RSS_MIB = 500.0
@@ -49,7 +49,7 @@ print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "rc": p.return
 
 
 def measure(url: str, at: int, tiers: str) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "analyzer.cli", "fleet", "--prometheus", url, "--window", "15m", "--at", str(at),
+    cmd = [sys.executable, "-m", "diagnose", "fleet", "--prometheus", url, "--window", "15m", "--at", str(at),
            "--selector", f'{{tier=~"{tiers}"}}', "--gpu-selector", f'{{tier=~"{tiers}"}}', "--format", "json",
            "-o", os.devnull, "--timeout", "120"]
     got = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -116,7 +116,7 @@ def main() -> int:
 
 def measure_base() -> float:
     """Peak RSS of the same interpreter importing what `diagnose fleet` imports, doing nothing."""
-    code = "import analyzer.cli, analyzer.fleet, analyzer.pipeline, reports.fleet"
+    code = "import diagnose.cli, diagnose.fleet, diagnose.pipeline, diagnose.reports.fleet"
     got = subprocess.run([sys.executable, "-c", WRAPPER, sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True)
     return float(json.loads(got.stdout)["rss_mib"])

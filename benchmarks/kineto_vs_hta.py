@@ -6,7 +6,7 @@ process's exit, which adds the interpreter's teardown):
 
 * HTA: ``TraceAnalysis(trace_dir=…).get_temporal_breakdown(visualize=False)`` run by
   ``--hta-python`` (a venv with ``pip install holistictraceanalysis``; HTA pins its own pandas);
-* diagnose: ``python -m analyzer.cli analyze TRACE --format json`` (the whole diagnosis).
+* diagnose: ``python -m diagnose analyze TRACE --format json`` (the whole diagnosis).
 
 Each tool runs ``--repeat`` times per trace (default 5), the two taking turns, and its shortest run
 counts: on a shared machine other work only ever adds time, and one run of a 0.1 s process varies by
@@ -104,7 +104,7 @@ def hta(python: str, path: str) -> tuple[tuple[float, float, float], dict[str, o
 
 
 def diagnose(path: str) -> tuple[tuple[float, float, float], dict[str, object]]:
-    *times, out = timed([sys.executable, "-m", "analyzer.cli", "analyze", path, "--format", "json"], cwd=ROOT)
+    *times, out = timed([sys.executable, "-m", "diagnose", "analyze", path, "--format", "json"], cwd=ROOT)
     return (times[0], times[1], times[2]), json.loads(out)
 
 
@@ -207,7 +207,7 @@ def big(data: str, mb: int) -> None:
               f"in {time.perf_counter() - t0:.0f} s")
         probe = ("import resource, subprocess, sys, time, json\n"
                  "t0 = time.perf_counter()\n"
-                 "out = subprocess.run([sys.executable, '-m', 'analyzer.cli', 'analyze', sys.argv[1], '--format', "
+                 "out = subprocess.run([sys.executable, '-m', 'diagnose', 'analyze', sys.argv[1], '--format', "
                  "'json'], capture_output=True, text=True).stdout\n"
                  "s = time.perf_counter() - t0\n"
                  "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"

@@ -73,8 +73,8 @@ def write_log(path: str, size_bytes: int) -> int:
 
 def per_source(path: str, limit: int) -> None:
     """Time each text source alone on the first ``limit`` bytes of the log (lines cleaned once)."""
-    from analyzer import loose
-    from collectors.logtext import clean_lines
+    from diagnose import loose
+    from diagnose.collectors.logtext import clean_lines
 
     lines: list[str] = []
     size = 0
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time each text source alone on the first MB of the log")
     args = ap.parse_args(argv)
 
-    from analyzer import loose  # imported after the path setup
+    from diagnose import loose  # imported after the path setup
 
     tmp = tempfile.mkdtemp(prefix="diagnose-logbench-")
     path = os.path.join(tmp, "vllm-synthetic.log")

@@ -41,7 +41,7 @@ ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024.0,
                   "rc": p.returncode, "err": p.stderr[-400:]}))
 """
-DIAGNOSE = "import sys; from analyzer.cli import main; sys.exit(main())"
+DIAGNOSE = "import sys; from diagnose.cli import main; sys.exit(main())"
 
 
 def measure(cmd: list[str]) -> dict[str, float]:

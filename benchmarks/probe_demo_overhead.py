@@ -20,8 +20,8 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from examples.demo import PATHOLOGIES, DemoService
-from examples.loadgen import run_load
+from diagnose.examples.demo import PATHOLOGIES, DemoService
+from diagnose.examples.loadgen import run_load
 
 
 def _cpu(pid: int) -> float:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-from collectors.torch_probe import Probe
+from diagnose.collectors.torch_probe import Probe
 
 
 def _calibrate(work_ms: float) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from collectors.units import to_ms
+from diagnose.collectors.units import to_ms
 
 _NUM = r"(-?[\d.]+(?:e[-+]?\d+)?)"
 _PA_SETTINGS = re.compile(r"\*\*\*\s*Measurement Settings\s*\*\*\*")

@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analyzer.units import unit_bytes
+from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from analyzer.units import KIB, MIB
+from diagnose.units import KIB, MIB
 
 MAX_SAMPLES = 500_000  # lines kept from one input: a node of 8 GPUs exposes ~200 per scrape
 MAX_JSON_CHARS = 256 * 1024 * 1024  # a query result bigger than this is not read whole

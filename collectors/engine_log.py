@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from collectors.logtext import clean_lines
-from collectors.units import to_ms
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.units import to_ms
 
 MAX_SAMPLES = 100_000  # per-request values kept for percentiles; beyond, a fixed-seed reservoir
 BULK_MIN = 32  # fewer lines than this in a block: feed them one by one

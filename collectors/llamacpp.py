@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from collectors.units import to_ms
+from diagnose.collectors.units import to_ms
 
 _NUM = r"(\d+(?:\.\d+)?)"
 # llama.cpp: "prompt eval time = 551847.36 ms / 4235 tokens"; "eval time = 62647.15 ms / 346 runs"

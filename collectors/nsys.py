@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.model import Availability
+from diagnose.model import Availability
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_SUFFIXES = (".nsys-rep", ".qdrep")

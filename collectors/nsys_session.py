@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from analyzer.model import Availability
+from diagnose.model import Availability
 
 REPORT_BASENAME = "nsys-window"
 LAUNCH_HINT = ("start the service as `nsys launch --trace=cuda,nvtx,osrt --session-new=diagnose "

@@ -30,7 +30,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 
-from analyzer.units import unit_bytes
+from diagnose.units import unit_bytes
 
 # report id → canonical report kind
 _REPORTS = {

@@ -55,7 +55,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from analyzer.model import Availability, Capture, CaptureStatus, Window
+from diagnose.model import Availability, Capture, CaptureStatus, Window
 
 SCHEMA = "diagnose/nvml/v1"
 NVML_FILE = "nvml.jsonl"
@@ -1049,12 +1049,12 @@ def record(pid: int, seconds: float, out_dir: str, interval_s: float = 0.1) -> C
     return sampler.close(Window(start, time.time()))
 
 
-if __name__ == "__main__":  # python -m collectors.nvml PID [SECONDS] [OUT_DIR]
+if __name__ == "__main__":  # python -m diagnose.collectors.nvml PID [SECONDS] [OUT_DIR]
     import sys
 
     args = sys.argv[1:]
     if not args:
-        sys.exit("usage: python -m collectors.nvml PID [SECONDS=10] [OUT_DIR=nvml-recording]")
+        sys.exit("usage: python -m diagnose.collectors.nvml PID [SECONDS=10] [OUT_DIR=nvml-recording]")
     cap = record(int(args[0]), float(args[1]) if len(args) > 1 else 10.0,
                  args[2] if len(args) > 2 else "nvml-recording")
     print(json.dumps(cap.to_json(), indent=2))

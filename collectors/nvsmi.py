@@ -17,17 +17,17 @@ the memory a long recording costs is the deriver's running aggregates, not the r
 
 from __future__ import annotations
 
-from analyzer.units import MIB
-from collectors.nvsmi_base import GpuProcess, MigDevice, Reading, Sink, Snapshot
-from collectors.nvsmi_csv import HEADER_LITERALS as _CSV_LITERALS
-from collectors.nvsmi_csv import MAX_ROWS as _CSV_ROWS
-from collectors.nvsmi_csv import CsvParser, GuessedCsvParser
-from collectors.nvsmi_monitor import TRIGGERS as _MONITOR_TRIGGERS
-from collectors.nvsmi_monitor import MonitorParser
-from collectors.nvsmi_query import TRIGGERS as _QUERY_TRIGGERS
-from collectors.nvsmi_query import QueryTextParser, QueryXmlParser
-from collectors.nvsmi_table import TRIGGERS as _TABLE_TRIGGERS
-from collectors.nvsmi_table import TableParser
+from diagnose.collectors.nvsmi_base import GpuProcess, MigDevice, Reading, Sink, Snapshot
+from diagnose.collectors.nvsmi_csv import HEADER_LITERALS as _CSV_LITERALS
+from diagnose.collectors.nvsmi_csv import MAX_ROWS as _CSV_ROWS
+from diagnose.collectors.nvsmi_csv import CsvParser, GuessedCsvParser
+from diagnose.collectors.nvsmi_monitor import TRIGGERS as _MONITOR_TRIGGERS
+from diagnose.collectors.nvsmi_monitor import MonitorParser
+from diagnose.collectors.nvsmi_query import TRIGGERS as _QUERY_TRIGGERS
+from diagnose.collectors.nvsmi_query import QueryTextParser, QueryXmlParser
+from diagnose.collectors.nvsmi_table import TRIGGERS as _TABLE_TRIGGERS
+from diagnose.collectors.nvsmi_table import TableParser
+from diagnose.units import MIB
 
 __all__ = ["MIB", "TRIGGERS", "GpuProcess", "GuessedCsvParser", "MigDevice", "NvsmiParser", "Reading", "Sink",
            "Snapshot"]

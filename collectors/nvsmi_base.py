@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from analyzer.units import unit_bytes
-from collectors.nvml import REASONS
+from diagnose.collectors.nvml import REASONS
+from diagnose.units import unit_bytes
 
 # nvidia-smi's names of clock-event (formerly clock-throttle) reasons → NVML's names
 _REASON_NAMES: dict[str, str] = {

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.nvsmi_base import (
+from diagnose.collectors.nvsmi_base import (
     CSV_TS,
     GpuProcess,
     Reading,

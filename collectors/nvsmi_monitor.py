@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzer.units import MIB
-from collectors.nvsmi_base import (
+from diagnose.collectors.nvsmi_base import (
     GpuProcess,
     Reading,
     Sink,
@@ -36,6 +35,7 @@ from collectors.nvsmi_base import (
     number,
     size_bytes,
 )
+from diagnose.units import MIB
 
 MAX_ROWS = 2_000_000  # rows read under one header (a day of dmon -d 1 on 16 GPUs is 1.4 M)
 RECENT_ROWS = 100  # a row within this many lines: the series goes on

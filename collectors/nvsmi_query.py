@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from collectors.nvsmi_base import (
+from diagnose.collectors.nvsmi_base import (
     GpuProcess,
     MigDevice,
     Reading,

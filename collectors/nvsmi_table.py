@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from collectors.nvsmi_base import (
+from diagnose.collectors.nvsmi_base import (
     GpuProcess,
     MigDevice,
     Reading,

@@ -30,7 +30,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from analyzer.units import GIB, SIZE, parse_size
+from diagnose.units import GIB, SIZE, parse_size
 
 # ---------------------------------------------------------------------------------------------
 # records

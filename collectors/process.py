@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from analyzer.model import Availability
+from diagnose.model import Availability
 
 SAMPLES_FILE = "process.jsonl"
 INFO_FILE = "process-info.json"

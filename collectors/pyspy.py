@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from analyzer.model import Availability
+from diagnose.model import Availability
 
 RAW_FILE = "pyspy.raw"
 WALL_FILE = "pyspy-wall.raw"

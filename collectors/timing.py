@@ -27,8 +27,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from analyzer.model import FIRST_REQUESTS  # the cold-start window
-from collectors.units import TIME_UNIT, to_ms
+from diagnose.collectors.units import TIME_UNIT, to_ms
+from diagnose.model import FIRST_REQUESTS  # the cold-start window
 
 RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
 MAX_CALLS = 100_000

@@ -3,7 +3,7 @@
 Imported by the *service* (not by ``diagnose``): it needs only the standard library, and uses torch
 when, and only when, the service has already imported it. Two lines::
 
-    from collectors import torch_probe
+    from diagnose.collectors import torch_probe
     probe = torch_probe.install("/var/log/svc/stages.jsonl")
 
 or, with no code change, ``DIAGNOSE_PROBE=/var/log/svc/stages.jsonl`` in the environment of a

@@ -6,17 +6,9 @@ small script (``page_*.py``) that calls ``dashboard.views``. Nothing is read unt
 
 from __future__ import annotations
 
-import os
-import sys
+import streamlit as st
 
-# `streamlit run dashboard/app.py` from a checkout that is not installed: make `dashboard` and `reports` importable
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import streamlit as st  # noqa: E402
-
-from dashboard import state  # noqa: E402
+from diagnose.dashboard import state
 
 PAGES = (
     # (script, title, url path, icon)

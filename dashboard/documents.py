@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analyzer.cli_fleet import load_document
-from analyzer.errors import DiagnoseError
-from dashboard import state
-from dashboard.views import show_chart, table
-from reports import fleet as render_fleet
-from reports import markdown
-from reports import sweep as render_sweep
+from diagnose.cli_fleet import load_document
+from diagnose.dashboard import state
+from diagnose.dashboard.views import show_chart, table
+from diagnose.errors import DiagnoseError
+from diagnose.reports import fleet as render_fleet
+from diagnose.reports import markdown
+from diagnose.reports import sweep as render_sweep
 
 FLEET_SCHEMA = "diagnose/fleet/v1"
 SWEEP_SCHEMA = "diagnose/sweep/v1"

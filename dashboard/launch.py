@@ -1,4 +1,4 @@
-"""Start the dashboard: ``diagnose dashboard SESSION…`` (and ``python -m dashboard.launch SESSION…``).
+"""Start the dashboard: ``diagnose dashboard SESSION…`` (and ``python -m diagnose.dashboard.launch SESSION…``).
 
 The Streamlit server runs as a child process bound to 127.0.0.1 on a free port; this process
 prints the URL, waits, and stops the child on Ctrl-C or exit. Session paths are checked before
@@ -23,10 +23,10 @@ import webbrowser
 from collections.abc import Sequence
 from typing import IO, Any
 
-from analyzer import session_io
-from analyzer.errors import DiagnoseError, InputError
+from diagnose import session_io
+from diagnose.errors import DiagnoseError, InputError
 
-APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
+APP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "app.py")
 HOST = "127.0.0.1"
 ENV_SESSIONS = "DIAGNOSE_SESSIONS"  # read by the app when set (AppTest); the launcher passes argv instead
 START_TIMEOUT_S = 60.0
@@ -39,7 +39,7 @@ def check_sessions(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for path in paths:
         if path.lower().endswith(".json"):  # a fleet or sweep document: shown on the Fleet and Sweep pages
-            from analyzer.cli_fleet import load_document
+            from diagnose.cli_fleet import load_document
 
             if load_document(path) is None:
                 raise InputError(f"{path} does not exist.", "Pass a document written by `diagnose fleet` or "
@@ -195,7 +195,8 @@ def _serve(paths: list[str], port: int | None, open_browser: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m dashboard.launch", description="Serve the diagnose dashboard.")
+    ap = argparse.ArgumentParser(prog="python -m diagnose.dashboard.launch",
+                                 description="Serve the diagnose dashboard.")
     ap.add_argument("paths", nargs="+", help="session folders or .tar.gz")
     ap.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
     ap.add_argument("--browser", action="store_true", help="open a browser on the dashboard")

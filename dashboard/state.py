@@ -12,9 +12,9 @@ import sys
 
 import streamlit as st
 
-from analyzer import session_io, tables
-from analyzer.errors import DiagnoseError
-from reports import data as report_data
+from diagnose import session_io, tables
+from diagnose.errors import DiagnoseError
+from diagnose.reports import data as report_data
 
 ENV_SESSIONS = "DIAGNOSE_SESSIONS"
 

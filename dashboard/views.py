@@ -13,12 +13,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from analyzer.units import pct
-from dashboard import state
-from reports import compare as report_compare
-from reports import data as report_data
-from reports import figures, markdown, wording
+from diagnose.dashboard import state
+from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from diagnose.reports import compare as report_compare
+from diagnose.reports import data as report_data
+from diagnose.reports import figures, markdown, wording
+from diagnose.units import pct
 
 # Streamlit's coloured-text markdown (not emoji: a browser without an emoji font shows boxes)
 _SEVERITY_MARK = {Severity.CRITICAL: ":red[**critical**]", Severity.MAJOR: ":orange[**major**]",

@@ -23,8 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from analyzer.errors import DiagnoseError  # noqa: E402
-from dashboard import launch  # noqa: E402
+from diagnose.dashboard import launch  # noqa: E402
+from diagnose.errors import DiagnoseError  # noqa: E402
 from tests.chromium import ChromiumMissing, chromium  # noqa: E402
 
 DEFAULT_SESSION = os.path.join(ROOT, "tests", "data", "sessions", "prefill_long_prompts_demo")

@@ -22,13 +22,11 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from examples.loadgen import LoadResult, run_load
+from diagnose.examples.loadgen import LoadResult, run_load
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 _TAIL_LINES = 60
@@ -113,7 +111,7 @@ def _drain(stream: IO[str], tail: collections.deque[str], ready: queue.Queue[str
 
 
 class DemoService:
-    """Run ``python -m examples.service --pathology NAME [--fixed]`` in its own process group.
+    """Run ``python -m diagnose.examples.service --pathology NAME [--fixed]`` in its own process group.
 
     Entering starts the service and waits for its ``READY`` line; leaving terminates the whole
     process group (SIGTERM, then SIGKILL after a grace period) so that no process is left.
@@ -168,15 +166,13 @@ class DemoService:
         env = dict(os.environ)
         if self.env is not None:
             env.update(self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
-        cmd = [self.python, "-m", "examples.service", "--pathology", self.pathology, "--port", "0"]
+        cmd = [self.python, "-m", "diagnose.examples.service", "--pathology", self.pathology, "--port", "0"]
         if self.fixed:
             cmd.append("--fixed")
         cmd += self.extra_args
         self.proc = subprocess.Popen(
             cmd,
-            cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -305,7 +305,7 @@ class DemoFleet:
         self.prometheus: PrometheusServer | None = None
 
     def __enter__(self) -> DemoFleet:
-        from examples.demo import PATHOLOGIES, DemoService, background_load
+        from diagnose.examples.demo import PATHOLOGIES, DemoService, background_load
 
         try:
             binary = find_prometheus()

@@ -4,7 +4,7 @@ Each of ``concurrency`` client threads sends one request, waits for the reply, o
 for ``think_s``, and sends the next, until ``duration_s`` is over, ``max_requests`` were sent, or a
 ``stop`` event is set.
 
-    python -m examples.loadgen --url http://127.0.0.1:8000 --pathology queueing --concurrency 16 --duration 10
+    python -m diagnose.examples.loadgen --url http://127.0.0.1:8000 --pathology queueing --concurrency 16 --duration 10
 
 For ``prefill`` each request is a prompt of 64-4096 words with a streamed reply; the client reads
 it line by line and records its time to first token (``LoadResult.ttft_p50_ms``/``ttft_p99_ms``).
@@ -222,7 +222,7 @@ def run_load(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m examples.loadgen", description="Closed-loop load generator.")
+    p = argparse.ArgumentParser(prog="python -m diagnose.examples.loadgen", description="Closed-loop load generator.")
     p.add_argument("--url", required=True, help="base URL of the service, e.g. http://127.0.0.1:8000")
     p.add_argument("--pathology", required=True, help="the service's pathology (chooses the payload)")
     p.add_argument("--concurrency", type=int, default=1)

@@ -16,9 +16,9 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analyzer.model import Category, Diagnosis, Evidence, Finding
-from analyzer.units import pct
-from reports.markdown import cell, code_cell, format_value, table, text
+from diagnose.model import Category, Diagnosis, Evidence, Finding
+from diagnose.reports.markdown import cell, code_cell, format_value, table, text
+from diagnose.units import pct
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

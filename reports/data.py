@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzer.model import FIRST_REQUESTS as FIRST_REQUESTS  # re-exported for the figures (cold start)
-from analyzer.redact import redact_text
-from analyzer.session_data import COLUMNS as COLUMNS
-from analyzer.session_data import MEMORY_PARTS as MEMORY_PARTS
-from analyzer.session_data import TABLES as TABLES
-from analyzer.session_data import SessionData as SessionData
-from analyzer.session_data import empty_table as empty_table
-from analyzer.session_data import make_table as make_table
+from diagnose.model import FIRST_REQUESTS as FIRST_REQUESTS  # re-exported for the figures (cold start)
+from diagnose.redact import redact_text
+from diagnose.session_data import COLUMNS as COLUMNS
+from diagnose.session_data import MEMORY_PARTS as MEMORY_PARTS
+from diagnose.session_data import TABLES as TABLES
+from diagnose.session_data import SessionData as SessionData
+from diagnose.session_data import empty_table as empty_table
+from diagnose.session_data import make_table as make_table
 
 # ---------------------------------------------------------------------------------------------
 # summary tables

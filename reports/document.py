@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from reports.figures import Chart
-from reports.html import _BOOT, _CSS, PLOTLY_CONFIG, _Charts, _table, e, script_json
+from diagnose.reports.figures import Chart
+from diagnose.reports.html import _BOOT, _CSS, PLOTLY_CONFIG, _Charts, _table, e, script_json
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], num: set[int] | None = None) -> str:

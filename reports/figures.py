@@ -17,8 +17,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyzer.units import GIB, pct, size
-from reports.data import FIRST_REQUESTS, MEMORY_PARTS, SessionData
+from diagnose.reports.data import FIRST_REQUESTS, MEMORY_PARTS, SessionData
+from diagnose.units import GIB, pct, size
 
 TEMPLATE = "plotly_white"
 MB = 1e6

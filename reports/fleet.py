@@ -14,9 +14,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from analyzer.units import pct
-from reports import markdown as md
-from reports.figures import TEMPLATE, Chart
+from diagnose.reports import markdown as md
+from diagnose.reports.figures import TEMPLATE, Chart
+from diagnose.units import pct
 
 SCHEMA = "diagnose/fleet/v1"
 SEVERITY_RANK = {"critical": 3, "major": 2, "minor": 1, "info": 0}
@@ -175,7 +175,7 @@ def replica_chart(doc: Mapping[str, Any], instance: str) -> Chart:
 
 
 def render_html(doc: Mapping[str, Any]) -> str:
-    from reports.document import html_page, table
+    from diagnose.reports.document import html_page, table
 
     sections = [("replicas", "Replicas", table(HEADER, rows(doc)))]
     body_charts: list[Chart] = [heatmap(doc)]
@@ -200,6 +200,6 @@ def render_html(doc: Mapping[str, Any]) -> str:
 
 
 def _e(s: object) -> str:
-    from reports.html import e
+    from diagnose.reports.html import e
 
     return e(s)

@@ -22,23 +22,23 @@ import html
 import json
 from typing import TYPE_CHECKING
 
-from analyzer.model import Diagnosis, Finding, Verdict
-from analyzer.redact import redact_argv
-from analyzer.units import pct
-from reports import json_report, markdown
-from reports.markdown import (
+from diagnose.model import Diagnosis, Finding, Verdict
+from diagnose.redact import redact_argv
+from diagnose.reports import json_report, markdown
+from diagnose.reports.markdown import (
     first_sentence,
     format_value,
     primary_finding,
     source_name,
     verdict_title,
 )
-from reports.terminal import stage_rows
-from reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.reports.terminal import stage_rows
+from diagnose.reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.units import pct
 
 if TYPE_CHECKING:
-    from reports.data import SessionData
-    from reports.figures import Chart
+    from diagnose.reports.data import SessionData
+    from diagnose.reports.figures import Chart
 
 PLOTLY_CONFIG = {"responsive": True, "displaylogo": False, "showLink": False, "showSendToCloud": False,
                  "showEditInChartStudio": False}
@@ -218,7 +218,7 @@ def render(data: SessionData) -> str:
     """The whole report as one HTML document."""
     import plotly.offline
 
-    from reports import figures
+    from diagnose.reports import figures
 
     d = _redacted(data.diagnosis)
     charts = _Charts()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.model import Diagnosis
+from diagnose.model import Diagnosis
 
 
 def render(diagnosis: Diagnosis) -> str:

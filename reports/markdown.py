@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from analyzer.redact import redact_argv
-from analyzer.units import pct, size
-from reports.terminal import stage_rows
-from reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from diagnose.redact import redact_argv
+from diagnose.reports.terminal import stage_rows
+from diagnose.reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.units import pct, size
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 

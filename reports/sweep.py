@@ -14,9 +14,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyzer.units import pct
-from reports import markdown as md
-from reports.figures import TEMPLATE, Chart
+from diagnose.reports import markdown as md
+from diagnose.reports.figures import TEMPLATE, Chart
+from diagnose.units import pct
 
 SCHEMA = "diagnose/sweep/v1"
 
@@ -119,8 +119,8 @@ def chart(doc: Mapping[str, Any]) -> Chart:
 
 
 def render_html(doc: Mapping[str, Any]) -> str:
-    from reports.document import html_page, table
-    from reports.html import e
+    from diagnose.reports.document import html_page, table
+    from diagnose.reports.html import e
 
     head, rows = columns(doc)
     sections = [("steps", "Steps", table(head, rows, set(range(1, len(head)))))]

@@ -10,10 +10,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from analyzer.stage_stats import stage_rows as stage_rows  # the stage table's rows, re-exported for the reports
-from analyzer.units import pct, size
-from reports.wording import healthy_text
+from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
+from diagnose.reports.wording import healthy_text
+from diagnose.stage_stats import stage_rows as stage_rows  # the stage table's rows, re-exported for the reports
+from diagnose.units import pct, size
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
               Severity.INFO: "cyan"}
@@ -75,7 +75,7 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
 def _verdict(diagnosis: Diagnosis, console: Console) -> None:
     """The verdict line, and with it the first fix or the next steps: what the reader acts on."""
     if diagnosis.config:
-        from reports.markdown import config_line
+        from diagnose.reports.markdown import config_line
 
         console.print("[dim]Rule settings:[/dim] " + escape(config_line(diagnosis.config)))
     verdict = diagnosis.overall

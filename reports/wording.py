@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.model import Diagnosis, Severity
+from diagnose.model import Diagnosis, Severity
 
 HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
 UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."

@@ -18,7 +18,7 @@ pytorch/pytorch#183387, so setting both is safe). Expandable segments do not wor
 
 from __future__ import annotations
 
-from analyzer.model import Evidence, EvidenceSet
+from diagnose.model import Evidence, EvidenceSet
 
 
 def engine(ev: EvidenceSet) -> str:

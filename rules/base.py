@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from analyzer.model import (
+from diagnose.model import (
     Category,
     Confidence,
     Evidence,

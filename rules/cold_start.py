@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct
-from rules import advice
-from rules.base import Rule, any_low_quality, bar, fmt_ms, present
+from diagnose.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules import advice
+from diagnose.rules.base import Rule, any_low_quality, bar, fmt_ms, present
+from diagnose.units import pct
 
 
 class ColdStart(Rule):

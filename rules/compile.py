@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
-from analyzer.units import pct
-from rules.base import Rule, bar, present, ramp_for, severity_for, stderr
+from diagnose.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
+from diagnose.rules.base import Rule, bar, present, ramp_for, severity_for, stderr
+from diagnose.units import pct
 
 
 class RecompilationStorm(Rule):

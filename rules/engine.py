@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from analyzer.model import Category, EvidenceSet, Finding, Severity, Skipped
-from rules.base import Rule
-from rules.registry import RULES
-from rules.report import RULES as REPORT_RULES
+from diagnose.model import Category, EvidenceSet, Finding, Severity, Skipped
+from diagnose.rules.base import Rule
+from diagnose.rules.registry import RULES
+from diagnose.rules.report import RULES as REPORT_RULES
 
 REPORT_CODES = frozenset(r.code for r in REPORT_RULES)
 
@@ -45,7 +45,7 @@ def lead_with_causes(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
     its symptom, whichever of the two scores a little higher in this window (as long as the cause
     weighs ``CAUSE_MIN_SCORE`` of the symptom). Only moves a finding down, so informational notes and
     prose-only findings keep their places."""
-    from rules.registry import BY_CODE
+    from diagnose.rules.registry import BY_CODE
 
     out = list(findings)
     for f in findings:
@@ -79,12 +79,12 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
         return findings, ""
     if "report.retraction_statements" in evidence:
         return findings, ""  # the reporter withdrew it: nothing to weigh
-    from rules.verdict import covered_by
+    from diagnose.rules.verdict import covered_by
 
     if covered_by(evidence):
         return findings, ""  # measurements cover the service and found nothing: that verdict stands
     explained = any(f.severity is Severity.INFO for f in findings)
-    from rules import report, report_model
+    from diagnose.rules import report, report_model
 
     decided = report_model.decide(evidence, findings)
     if decided is None:

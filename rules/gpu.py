@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct, size
-from rules.base import Rule, bar, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules.base import Rule, bar, present, severity_for
+from diagnose.units import pct, size
 
 
 def _gbps(n: float) -> str:
@@ -837,7 +837,7 @@ class DecodeAtBandwidthRoofline(Rule):
         max_share: float = 1.3  # above the roofline the rate is not one dense stream's (batch, MoE, speculation)
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        from rules import hardware
+        from diagnose.rules import hardware
 
         spec = hardware.memory_gbps(hardware.gpu_name(ev))
         params = ev.value("model.params")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from analyzer.units import pct
-from rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from diagnose.rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.units import pct
 
 
 def _thin(ev: EvidenceSet, *keys: str) -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import GIB, MIB, pct, size
-from rules.base import Rule, bar, present
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules.base import Rule, bar, present
+from diagnose.units import GIB, MIB, pct, size
 
 
 def _span(seconds: float) -> str:

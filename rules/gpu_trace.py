@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
-from analyzer.units import pct, size
-from rules.base import Rule, bar, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from diagnose.rules.base import Rule, bar, present, severity_for
+from diagnose.units import pct, size
 
 HOST_GAP_BUCKETS = ("100us-1ms", "1ms-10ms", ">=10ms")  # idle gaps the host's own work leaves
 LAUNCH_GAP_BUCKETS = ("<10us", "10us-100us")  # idle gaps of launch latency

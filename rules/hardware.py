@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from analyzer.model import Evidence, EvidenceSet
+from diagnose.model import Evidence, EvidenceSet
 
 DENSE_TFLOPS: dict[str, float] = {
     "b200": 2250, "gh200": 989, "h200": 989, "h100 pcie": 756, "h100": 989, "h800": 989, "h20": 148,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct, size
-from rules.base import Rule, bar, present
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules.base import Rule, bar, present
+from diagnose.units import pct, size
 
 
 def _vllm_process(ev: EvidenceSet) -> dict[str, Any] | None:

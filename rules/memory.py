@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
-from analyzer.units import MIB, pct, size
-from rules import advice
-from rules.base import Rule, bar, present
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
+from diagnose.rules import advice
+from diagnose.rules.base import Rule, bar, present
+from diagnose.units import MIB, pct, size
 
 
 @dataclass(frozen=True)

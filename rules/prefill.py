@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from analyzer.units import pct
-from rules import advice, hardware
-from rules.base import Rule, bar, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from diagnose.rules import advice, hardware
+from diagnose.rules.base import Rule, bar, present, severity_for
+from diagnose.units import pct
 
 _METRICS = ("queue", "ttft", "prefill", "e2e")
 

@@ -6,24 +6,24 @@ Retired codes go into ``RETIRED`` so that nobody gives them a new meaning.
 
 from __future__ import annotations
 
-from rules import cold_start as _cold_start
-from rules import compile as _compile
-from rules import cpu as _cpu
-from rules import gpu as _gpu
-from rules import gpu_kineto as _gpu_kineto
-from rules import gpu_state as _gpu_state
-from rules import gpu_trace as _gpu_trace
-from rules import healthy as _healthy
-from rules import memory as _memory
-from rules import prefill as _prefill
-from rules import queueing as _queueing
-from rules import report as _report
-from rules import serving as _serving
-from rules import shapes as _shapes
-from rules import stages as _stages
-from rules import threads as _threads
-from rules import transfer as _transfer
-from rules.base import Rule
+from diagnose.rules import cold_start as _cold_start
+from diagnose.rules import compile as _compile
+from diagnose.rules import cpu as _cpu
+from diagnose.rules import gpu as _gpu
+from diagnose.rules import gpu_kineto as _gpu_kineto
+from diagnose.rules import gpu_state as _gpu_state
+from diagnose.rules import gpu_trace as _gpu_trace
+from diagnose.rules import healthy as _healthy
+from diagnose.rules import memory as _memory
+from diagnose.rules import prefill as _prefill
+from diagnose.rules import queueing as _queueing
+from diagnose.rules import report as _report
+from diagnose.rules import serving as _serving
+from diagnose.rules import shapes as _shapes
+from diagnose.rules import stages as _stages
+from diagnose.rules import threads as _threads
+from diagnose.rules import transfer as _transfer
+from diagnose.rules.base import Rule
 
 RULES: tuple[type[Rule], ...] = (
     *_cpu.RULES,

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct, size
-from rules import advice
-from rules.base import Rule, fmt_ms, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules import advice
+from diagnose.rules.base import Rule, fmt_ms, present, severity_for
+from diagnose.units import pct, size
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ multinomial logistic regression is fitted on the real-incident corpus's train sp
 (``tests/data/incidents/train.jsonl``), over cues and the presence of structured evidence families
 (an allocator message and its phase, an engine's stats, a compile log, stage timings, a GPU sample),
 never over words of one incident. The weights live in ``report_model.json`` beside this module with
-how they were fitted; ``python -m rules.report_model`` refits them. Only the train split is used:
+how they were fitted; ``python -m diagnose.rules.report_model`` refits them. Only the train split is used:
 the validation split stays unseen.
 
 At run time ``lean(ev)`` gives each category a probability; the report rules take the top one as
@@ -22,9 +22,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from analyzer.model import Category, Evidence, EvidenceSet, Finding, Severity
+from diagnose.model import Category, Evidence, EvidenceSet, Finding, Severity
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.realpath(__file__))
 MODEL_PATH = os.path.join(HERE, "report_model.json")
 NONE = "none"  # the class of reports whose thread settled that nothing was wrong
 CLASSES: tuple[str, ...] = (*(c.value for c in Category), NONE)
@@ -169,7 +169,7 @@ def _accuracy(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence
 
 
 def _report_codes() -> frozenset[str]:
-    from rules.engine import REPORT_CODES
+    from diagnose.rules.engine import REPORT_CODES
 
     return REPORT_CODES
 
@@ -178,8 +178,8 @@ def _corpus(path: str) -> tuple[list[dict[str, float]], list[str], list[float], 
     """Features, labels, weights (stretch cases count half) and accept lists of a corpus split."""
     import io
 
-    from analyzer import loose
-    from rules.engine import run_rules
+    from diagnose import loose
+    from diagnose.rules.engine import run_rules
 
     xs, ys, ws, accepts = [], [], [], []
     with open(path, encoding="utf-8") as fh:
@@ -207,7 +207,7 @@ def build_vocabulary(path: str) -> frozenset[str]:
     """Words and word pairs used by at least ``MIN_DOCS`` incidents of the split at ``path``."""
     from collections import Counter
 
-    from collectors.claims import words_of
+    from diagnose.collectors.claims import words_of
 
     df: Counter[str] = Counter()
     with open(path, encoding="utf-8") as fh:
@@ -218,13 +218,13 @@ def build_vocabulary(path: str) -> frozenset[str]:
 
 def train(path: str, folds: int = 5, l2s: Sequence[float] = (0.003, 0.01, 0.03)) -> Model:
     """Fit on ``path``; the regularisation is chosen by ``folds``-fold cross-validation on it alone."""
-    from analyzer.derive import claims
+    from diagnose.derive import claims
 
     words = build_vocabulary(path)
     claims.set_vocabulary(words)
     with open(claims.VOCABULARY_PATH, "w", encoding="utf-8") as fh:
         fh.write(f"# words and word pairs in at least {MIN_DOCS} incidents of {os.path.basename(path)}; "
-                 "written by python -m rules.report_model\n")
+                 "written by python -m diagnose.rules.report_model\n")
         fh.writelines(f"{w}\n" for w in sorted(words))
     xs, ys, ws, accepts = _corpus(path)
     best: tuple[float, float] | None = None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct
-from rules import advice
-from rules.base import Rule, any_low_quality, bar, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules import advice
+from diagnose.rules.base import Rule, any_low_quality, bar, present, severity_for
+from diagnose.units import pct
 
 _CAPACITY_FIXES = (
     Fix(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
-from analyzer.units import pct
-from rules import advice
-from rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.rules import advice
+from diagnose.rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.units import pct
 
 
 def _reasons(ev: EvidenceSet) -> list[dict[str, Any]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
-from analyzer.units import pct
-from rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk
+from diagnose.rules.base import Rule, bar, fmt_ms, present, severity_for
+from diagnose.units import pct
 
 # the category a stage's time belongs to
 STAGE_CATEGORY: dict[str, Category] = {

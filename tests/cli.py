@@ -7,7 +7,7 @@ import os
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 
-from analyzer.cli import main
+from diagnose.cli import main
 
 
 @dataclass(frozen=True)

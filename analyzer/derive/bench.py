@@ -7,9 +7,9 @@ counted in ``bench.levels``.
 
 from __future__ import annotations
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.bench import BenchLevel, BenchParser
+from diagnose.collectors.bench import BenchLevel, BenchParser
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "benchmark"
 

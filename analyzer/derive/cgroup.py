@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality, Window
-from collectors import cgroup
+from diagnose.collectors import cgroup
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality, Window
 
 SOURCE = "cgroup"
 

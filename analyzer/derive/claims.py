@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.claims import ClaimParser, Claims
+from diagnose.collectors.claims import ClaimParser, Claims
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "report"
 
@@ -223,19 +223,19 @@ class ReportSource:
             ev.add("report.clauses", c.clauses, "clauses", "clauses read")
             ev.add("report.cues", cues(c), "",
                    "concepts the text names (c:), in its title (t:), as the cause (k:), and "
-                   "framework messages (m:): what rules.report_model weighs")
+                   "framework messages (m:): what diagnose.rules.report_model weighs")
             if c.title:
                 ev.add("report.title", c.title, "", "the report's first line")
                 ev.add("report.title_concepts", sorted(c.title_concepts), "", "concepts the first line names")
         return ev.items
 
 
-VOCABULARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report_vocabulary.txt")
+VOCABULARY_PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), "report_vocabulary.txt")
 _VOCABULARY: frozenset[str] | None = None
 
 
 def vocabulary() -> frozenset[str]:
-    """The words the report model weighs (written by ``python -m rules.report_model`` from the train
+    """The words the report model weighs (written by ``python -m diagnose.rules.report_model`` from the train
     split: words and word pairs found in at least three incidents), empty when none was written."""
     global _VOCABULARY
     if _VOCABULARY is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.compile_log import CompileLogParser
+from diagnose.collectors.compile_log import CompileLogParser
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 
 class CompileLogSource:

@@ -18,10 +18,10 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from analyzer.derive.activities import Activity, classify
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality, Window
-from collectors.pyspy import StackSample, ThreadState
+from diagnose.collectors.pyspy import StackSample, ThreadState
+from diagnose.derive.activities import Activity, classify
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality, Window
 
 SOURCE = "py-spy"
 BUSY_THREAD_RATIO = 0.5  # a Python thread active half the window or more counts as a busy worker

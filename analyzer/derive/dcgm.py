@@ -31,19 +31,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from analyzer.derive.emit import Emit
-from analyzer.derive.nvml import (
-    HW_BITS,
-    LOADED_LINK_BYTES_PER_S,
-    POWER_BITS,
-    REASON_SHARE,
-    THERMAL_BITS,
-    THROTTLE_BITS,
-    link_bytes_per_s,
-)
-from analyzer.model import Evidence, Quality, Window
-from analyzer.units import pct
-from collectors.dcgm import (
+from diagnose.collectors.dcgm import (
     TRIGGERS,
     DcgmBuffer,
     DcgmResult,
@@ -52,10 +40,22 @@ from collectors.dcgm import (
     QueryJsonBuffer,
     spec_of,
 )
-from collectors.nvml import REASONS
+from diagnose.collectors.nvml import REASONS
+from diagnose.derive.emit import Emit
+from diagnose.derive.nvml import (
+    HW_BITS,
+    LOADED_LINK_BYTES_PER_S,
+    POWER_BITS,
+    REASON_SHARE,
+    THERMAL_BITS,
+    THROTTLE_BITS,
+    link_bytes_per_s,
+)
+from diagnose.model import Evidence, Quality, Window
+from diagnose.units import pct
 
 KIND = "dcgm"
-BUSY = 0.5  # a reading this busy runs at working clocks (P0), as analyzer.derive.nvml's BUSY_UTIL_PCT
+BUSY = 0.5  # a reading this busy runs at working clocks (P0), as diagnose.derive.nvml's BUSY_UTIL_PCT
 FEW_SAMPLES = 10  # fewer readings: the figures are marked low quality (one scrape is one reading)
 DISAGREE = 0.3  # GPU_UTIL this far above engine/SM activity: "a kernel ran" overstates the work
 POWER_CAP_SHARE = 0.95  # drawing ≥ 95 % of the power limit: the power cap is what holds the clock

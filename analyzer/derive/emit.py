@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from analyzer.model import Evidence, Quality, Window
+from diagnose.model import Evidence, Quality, Window
 
 
 class Emit:

@@ -7,9 +7,9 @@ names the aggregates with the shared evidence keys.
 
 from __future__ import annotations
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.engine_log import EngineLogParser, EngineLogSummary, Series, percentile
+from diagnose.collectors.engine_log import EngineLogParser, EngineLogSummary, Series, percentile
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "engine_log"
 

@@ -39,18 +39,18 @@ from typing import IO
 
 import numpy as np
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, InputRecord, Quality
-from analyzer.redact import redact_text
-from collectors import kineto
-from collectors.kineto import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KinetoTrace
+from diagnose.collectors import kineto
+from diagnose.collectors.kineto import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KinetoTrace
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, InputRecord, Quality
+from diagnose.redact import redact_text
 
 KIND = "kineto_trace"
 MEMORY_KIND = "torch_memory_timeline"
 US_PER_MS = 1000.0
 MIN_WINDOW_US = 10_000.0  # under 10 ms of GPU activity (less than one model step) a timeline is too short to judge
-TINY_KERNEL_US = 10.0  # a kernel under 10 µs is shorter than its own launch path (collectors.nsys)
-SMALL_COPY_BYTES = 64 * 1024  # under 64 KiB a copy is latency-bound (collectors.nsys)
+TINY_KERNEL_US = 10.0  # a kernel under 10 µs is shorter than its own launch path (diagnose.collectors.nsys)
+SMALL_COPY_BYTES = 64 * 1024  # under 64 KiB a copy is latency-bound (diagnose.collectors.nsys)
 GAP_EDGES_US = (10.0, 100.0, 1000.0, 10000.0)
 GAP_BUCKETS = ("<10us", "10us-100us", "100us-1ms", "1ms-10ms", ">=10ms")  # the nsys reader's buckets
 TOP = 10

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.llamacpp import LlamaTimingParser, LlamaTimings
+from diagnose.collectors.llamacpp import LlamaTimingParser, LlamaTimings
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "llama.cpp-timings"
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, InputRecord, Quality
-from analyzer.redact import redact_text
-from collectors import nsys
-from collectors.nsys import CopyGroup, DeviceStats, NsysTrace
+from diagnose.collectors import nsys
+from diagnose.collectors.nsys import CopyGroup, DeviceStats, NsysTrace
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, InputRecord, Quality
+from diagnose.redact import redact_text
 
 KIND = "nsys_sqlite"
 NS_PER_MS = 1e6

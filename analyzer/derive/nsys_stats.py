@@ -8,9 +8,9 @@ what a person saw in Nsight rather than the numbers themselves, so they are kept
 
 from __future__ import annotations
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.nsys_stats import NsysStats, NsysStatsParser, scan_transfer_statement
+from diagnose.collectors.nsys_stats import NsysStats, NsysStatsParser, scan_transfer_statement
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "nsys_stats"
 REPORT_KIND = "transfer_report"

@@ -25,10 +25,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality, Window
-from analyzer.units import KIB, pct, size
-from collectors.nvml import NO_TARGET_GPU, REASONS
+from diagnose.collectors.nvml import NO_TARGET_GPU, REASONS
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality, Window
+from diagnose.units import KIB, pct, size
 
 SOURCE = "nvml"
 PREFIXES = ("gpu.", "pcie.", "gpm.")

@@ -33,8 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.derive.nvml import (
+from diagnose.collectors.nvsmi import TRIGGERS, GpuProcess, GuessedCsvParser, NvsmiParser, Reading, Sink, Snapshot
+from diagnose.collectors.nvsmi_base import REASON_BITS
+from diagnose.collectors.nvsmi_table import FAILURES
+from diagnose.derive.emit import Emit
+from diagnose.derive.nvml import (
     BUSY_UTIL_PCT,
     FEW_SAMPLES,
     HW_BITS,
@@ -45,11 +48,8 @@ from analyzer.derive.nvml import (
     THROTTLE_BITS,
     link_bytes_per_s,
 )
-from analyzer.model import Evidence, Quality
-from analyzer.units import pct, size
-from collectors.nvsmi import TRIGGERS, GpuProcess, GuessedCsvParser, NvsmiParser, Reading, Sink, Snapshot
-from collectors.nvsmi_base import REASON_BITS
-from collectors.nvsmi_table import FAILURES
+from diagnose.model import Evidence, Quality
+from diagnose.units import pct, size
 
 KIND = "nvidia-smi"
 MAX_NA = 40  # distinct "field: N/A" notes kept

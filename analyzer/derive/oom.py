@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from analyzer.units import size
-from collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
+from diagnose.collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
+from diagnose.units import size
 
 
 def _decisive(events: list[OomEvent]) -> OomEvent:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from analyzer.model import Evidence
+from diagnose.model import Evidence
 
 _STAT = {
     "allocated_bytes.all.current": "mem.allocated_bytes",

@@ -18,10 +18,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analyzer.derive.activities import compiler_process
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality, Window
-from analyzer.units import pct
+from diagnose.derive.activities import compiler_process
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality, Window
+from diagnose.units import pct
 
 SOURCE = "psutil"
 BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)

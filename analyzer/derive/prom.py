@@ -7,10 +7,10 @@ cover the window between them; with one, they cover the process lifetime (said i
 
 from __future__ import annotations
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from collectors.prom import TRIGGERS as PROM_TRIGGERS
-from collectors.prom import PromBuffer, PromResult
+from diagnose.collectors.prom import TRIGGERS as PROM_TRIGGERS
+from diagnose.collectors.prom import PromBuffer, PromResult
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
 
 KIND = "prometheus"
 

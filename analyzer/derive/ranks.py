@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, Quality
-from analyzer.units import pct
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
+from diagnose.units import pct
 
 MIN_OVERLAP = 0.5  # kernel spans sharing under half of the shorter one were not profiled together
 MAX_SPAN_DIFF = 0.25  # spans differing by more than a quarter cover different work (steps)
@@ -144,7 +144,7 @@ def row(by_key: Mapping[str, Evidence]) -> dict[str, Any] | None:
 
 def _kernels(r: _Rank) -> dict[str, float]:
     """The rank's top computation kernels (communication kernels take longer on the ranks that wait)."""
-    from analyzer.derive.kineto import hta_kernel_type
+    from diagnose.derive.kineto import hta_kernel_type
 
     rows = r.value("trace.top_kernels") or []
     return {str(k["name"]): float(k["time_ms"]) for k in rows if isinstance(k, Mapping) and "time_ms" in k

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from analyzer.derive import compile_log, engine_log, prom
-from analyzer.model import Window
-from analyzer.redact import redact_text
-from collectors import engine_log as engine_log_parser
-from collectors import prom as prom_parser
-from collectors import timing
-from collectors.compile_log import CompileLogParser
+from diagnose.collectors import engine_log as engine_log_parser
+from diagnose.collectors import prom as prom_parser
+from diagnose.collectors import timing
+from diagnose.collectors.compile_log import CompileLogParser
+from diagnose.derive import compile_log, engine_log, prom
+from diagnose.model import Window
+from diagnose.redact import redact_text
 
 MAX_REQUESTS = 10_000  # the latest requests kept (by completion); percentiles come from the evidence
 EPOCH_2001 = 1e9  # compile_log stamps below this are glog's month/day/time of day, above it epoch seconds

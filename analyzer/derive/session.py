@@ -8,14 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer import loose
-from analyzer.derive import cgroup, cpu_profile, nvml, process, ranks, wall
-from analyzer.derive.series import FileSeries, SeriesSource
-from analyzer.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
-from collectors import cgroup as cgroup_collector
-from collectors import nvml as nvml_collector
-from collectors import process as process_collector
-from collectors import pyspy
+from diagnose import loose
+from diagnose.collectors import cgroup as cgroup_collector
+from diagnose.collectors import nvml as nvml_collector
+from diagnose.collectors import process as process_collector
+from diagnose.collectors import pyspy
+from diagnose.derive import cgroup, cpu_profile, nvml, process, ranks, wall
+from diagnose.derive.series import FileSeries, SeriesSource
+from diagnose.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
 
 PYSPY_META = "pyspy-meta.json"
 ATTACH_COST = "attach-cost.json"

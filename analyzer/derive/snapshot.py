@@ -22,10 +22,10 @@ or OOM retries).
 
 from __future__ import annotations
 
-from analyzer.derive.emit import Emit
-from analyzer.model import Evidence, InputRecord, Quality
-from analyzer.units import size
-from collectors.snapshot import Breakdown, SnapshotError, load_breakdown, top_block_records
+from diagnose.collectors.snapshot import Breakdown, SnapshotError, load_breakdown, top_block_records
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, InputRecord, Quality
+from diagnose.units import size
 
 KIND = "torch_memory_snapshot"
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from analyzer.derive.emit import FirstWins
-from analyzer.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table
-from analyzer.model import Evidence, Quality
-from collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
+from diagnose.collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
+from diagnose.derive.emit import FirstWins
+from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table
+from diagnose.model import Evidence, Quality
 
 # -- the engine-rebuild signature: latency spikes on new input-size extremes ---------------------
 

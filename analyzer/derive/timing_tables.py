@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from statistics import median
 
-from collectors.timing import Table, clean_label, known_stage, normalize_stage
-from collectors.units import TIME_UNIT, to_ms
+from diagnose.collectors.timing import Table, clean_label, known_stage, normalize_stage
+from diagnose.collectors.units import TIME_UNIT, to_ms
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from analyzer.derive import activities, waits
-from analyzer.derive.emit import Emit
-from analyzer.derive.waits import Wait
-from analyzer.model import Evidence, Quality, Window
-from collectors.pyspy import StackSample
+from diagnose.collectors.pyspy import StackSample
+from diagnose.derive import activities, waits
+from diagnose.derive.emit import Emit
+from diagnose.derive.waits import Wait
+from diagnose.model import Evidence, Quality, Window
 
 SOURCE = "py-spy (wall clock)"
 MIN_SAMPLES = 30  # fewer serving samples than this: the shares are reported with LOW quality

@@ -2,7 +2,7 @@
 
 Run one pathology at a time::
 
-    python -m examples.service --pathology cpu-preprocess [--port 0] [--host 127.0.0.1]
+    python -m diagnose.examples.service --pathology cpu-preprocess [--port 0] [--host 127.0.0.1]
 
 Once it serves it prints exactly one line to stdout, ``READY port=<N> pid=<PID>``; everything
 else goes to stderr. The endpoints (``/healthz``, ``/infer``, ``/stats``, ``/metrics``,
@@ -36,9 +36,16 @@ replaced, and still are.
 
 from __future__ import annotations
 
-from examples.service.base import JOB_TIMEOUT_S, STOP_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.cli import main, parse_args
-from examples.service.cpu_preprocess import (
+from diagnose.examples.service.base import (
+    JOB_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    BadRequest,
+    InferenceResult,
+    Pathology,
+    parse_json,
+)
+from diagnose.examples.service.cli import main, parse_args
+from diagnose.examples.service.cpu_preprocess import (
     IMAGE_SIZE,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -54,9 +61,16 @@ from examples.service.cpu_preprocess import (
     preprocess_fast,
     resize,
 )
-from examples.service.engine import KV_BLOCK_SIZE, KV_CACHE_BLOCKS, GenerationEngine, GenRequest, Job, WorkerPool
-from examples.service.healthy import HEALTHY_MODEL
-from examples.service.metrics import (
+from diagnose.examples.service.engine import (
+    KV_BLOCK_SIZE,
+    KV_CACHE_BLOCKS,
+    GenerationEngine,
+    GenRequest,
+    Job,
+    WorkerPool,
+)
+from diagnose.examples.service.healthy import HEALTHY_MODEL
+from diagnose.examples.service.metrics import (
     ITL_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
     TTFT_BUCKETS,
@@ -64,7 +78,7 @@ from examples.service.metrics import (
     Metrics,
     build_1_2_5_buckets,
 )
-from examples.service.model import (
+from diagnose.examples.service.model import (
     DecoderConfig,
     DecoderLayer,
     FeatureMLP,
@@ -77,8 +91,8 @@ from examples.service.model import (
     TokenModelConfig,
     summarize_logits,
 )
-from examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
-from examples.service.prefill import (
+from diagnose.examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
+from diagnose.examples.service.prefill import (
     CHUNKED_PREFILL_TOKENS,
     DEFAULT_MAX_TOKENS,
     LONG_PREFILL_TOKENS,
@@ -88,7 +102,7 @@ from examples.service.prefill import (
     detokenize,
     tokenize,
 )
-from examples.service.queueing import (
+from diagnose.examples.service.queueing import (
     BATCH_WAIT_S,
     MAX_BATCH,
     QUEUEING_MODEL,
@@ -96,8 +110,8 @@ from examples.service.queueing import (
     WorkerQueuePathology,
     default_pool_workers,
 )
-from examples.service.recompile import DynamicShapePathology, RecompilePathology, configure_recompile_storm
-from examples.service.server import MAX_BODY_BYTES, InferenceHandler, InferenceServer
+from diagnose.examples.service.recompile import DynamicShapePathology, RecompilePathology, configure_recompile_storm
+from diagnose.examples.service.server import MAX_BODY_BYTES, InferenceHandler, InferenceServer
 
 __all__ = [
     "BATCH_WAIT_S",

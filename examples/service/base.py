@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from examples.service.metrics import Metrics
+    from diagnose.examples.service.metrics import Metrics
 
 
-log = logging.getLogger("examples.service")  # one logger for every module: the log lines name it
+log = logging.getLogger("diagnose.examples.service")  # one logger for every module: the log lines name it
 
 JOB_TIMEOUT_S = 300.0  # the longest a request waits for the model (a job, a pre-processing task, a token)
 STOP_TIMEOUT_S = 30.0  # the longest prefill takes a few seconds

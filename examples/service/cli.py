@@ -1,4 +1,4 @@
-"""``python -m examples.service``: the command line, warm-up, READY line and shutdown of the demo service."""
+"""``python -m diagnose.examples.service``: the command line, warm-up, READY line and shutdown of the demo service."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from collectors import torch_probe
-from examples.service.base import Pathology, log
-from examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
-from examples.service.server import InferenceServer
+from diagnose.collectors import torch_probe
+from diagnose.examples.service.base import Pathology, log
+from diagnose.examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
+from diagnose.examples.service.server import InferenceServer
 
 
 def _private_inductor_cache() -> Callable[[], None]:
@@ -36,10 +36,11 @@ def _private_inductor_cache() -> Callable[[], None]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    import examples.service
+    import diagnose.examples.service
 
-    description = (examples.service.__doc__ or "").splitlines()[0]  # the package's first line, as before the split
-    p = argparse.ArgumentParser(prog="python -m examples.service", description=description)
+    # the package's first line, as before the split
+    description = (diagnose.examples.service.__doc__ or "").splitlines()[0]
+    p = argparse.ArgumentParser(prog="python -m diagnose.examples.service", description=description)
     p.add_argument("--pathology", required=True, choices=PATHOLOGY_NAMES)
     p.add_argument("--fixed", action="store_true",
                    help="serve the same load with the fix diagnose recommends for the pathology applied")

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageFilter, ImageOps
 
-from examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.model import TinyCNN, summarize_logits
+from diagnose.examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
+from diagnose.examples.service.model import TinyCNN, summarize_logits
 
 IMAGE_SIZE = 224
 RESIZE_SHORT_SIDE = 256
@@ -131,7 +131,7 @@ class CpuPreprocessPathology(Pathology):
         self.model = TinyCNN().eval()
 
     def warmup(self) -> None:
-        from examples.loadgen import make_jpeg
+        from diagnose.examples.loadgen import make_jpeg
 
         for _ in range(2):
             self._run(make_jpeg())
@@ -188,7 +188,7 @@ class FastPreprocessPathology(CpuPreprocessPathology):
         self.pool_workers = n
 
     def warmup(self) -> None:
-        from examples.loadgen import make_jpeg
+        from diagnose.examples.loadgen import make_jpeg
 
         jpeg = make_jpeg()
         if self.pool is not None:  # start every worker (each imports this module) before READY

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from examples.service.base import STOP_TIMEOUT_S, log
-from examples.service.metrics import GenerationTimings
-from examples.service.model import KVCache, TinyDecoderLM
+from diagnose.examples.service.base import STOP_TIMEOUT_S, log
+from diagnose.examples.service.metrics import GenerationTimings
+from diagnose.examples.service.model import KVCache, TinyDecoderLM
 
 
 @dataclass

@@ -7,9 +7,9 @@ wait. ``--fixed`` has nothing to fix and serves the same.
 
 from __future__ import annotations
 
-from examples.service.base import Pathology
-from examples.service.model import TokenModelConfig
-from examples.service.queueing import WorkerQueuePathology
+from diagnose.examples.service.base import Pathology
+from diagnose.examples.service.model import TokenModelConfig
+from diagnose.examples.service.queueing import WorkerQueuePathology
 
 HEALTHY_MODEL = TokenModelConfig(vocab=32000, d_model=512, d_hidden=2048, n_blocks=3, seq_len=64)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from examples.service import cpu_preprocess, healthy, prefill, queueing, recompile
-from examples.service.base import Pathology
+from diagnose.examples.service import cpu_preprocess, healthy, prefill, queueing, recompile
+from diagnose.examples.service.base import Pathology
 
 PATHOLOGY_NAMES: tuple[str, ...] = ("cpu-preprocess", "recompile", "queueing", "healthy", "prefill")
 

@@ -30,10 +30,17 @@ from typing import Any
 
 import torch
 
-from examples.service.base import JOB_TIMEOUT_S, STOP_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.engine import GenerationEngine, GenRequest
-from examples.service.metrics import Metrics
-from examples.service.model import DecoderConfig, TinyDecoderLM
+from diagnose.examples.service.base import (
+    JOB_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    BadRequest,
+    InferenceResult,
+    Pathology,
+    parse_json,
+)
+from diagnose.examples.service.engine import GenerationEngine, GenRequest
+from diagnose.examples.service.metrics import Metrics
+from diagnose.examples.service.model import DecoderConfig, TinyDecoderLM
 
 # ~15 M parameters. On one CPU thread a 4k-token prompt takes ~1.5-2.5 s to prefill (a 512-token one
 # ~0.2 s: attention is quadratic in the prompt), one decode step of 4 sequences ~10-40 ms.

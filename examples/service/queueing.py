@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.engine import Job, WorkerPool
-from examples.service.model import TokenClassifier, TokenModelConfig, summarize_logits
+from diagnose.examples.service.base import JOB_TIMEOUT_S, BadRequest, InferenceResult, Pathology, parse_json
+from diagnose.examples.service.engine import Job, WorkerPool
+from diagnose.examples.service.model import TokenClassifier, TokenModelConfig, summarize_logits
 
 QUEUEING_MODEL = TokenModelConfig(vocab=32000, d_model=768, d_hidden=3072, n_blocks=4, seq_len=128)
 MAX_BATCH = 8  # queueing --fixed: requests one forward serves at most

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from examples.service.base import BadRequest, InferenceResult, Pathology, parse_json
-from examples.service.model import FeatureMLP, summarize_logits
+from diagnose.examples.service.base import BadRequest, InferenceResult, Pathology, parse_json
+from diagnose.examples.service.model import FeatureMLP, summarize_logits
 
 
 def configure_recompile_storm(limit: int = 1000) -> None:

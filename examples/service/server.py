@@ -24,11 +24,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from collectors import torch_probe
-from examples.service.base import BadRequest, Pathology, log, parse_json
-from examples.service.engine import GenRequest
-from examples.service.metrics import Metrics
-from examples.service.prefill import PrefillPathology, detokenize
+from diagnose.collectors import torch_probe
+from diagnose.examples.service.base import BadRequest, Pathology, log, parse_json
+from diagnose.examples.service.engine import GenRequest
+from diagnose.examples.service.metrics import Metrics
+from diagnose.examples.service.prefill import PrefillPathology, detokenize
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 

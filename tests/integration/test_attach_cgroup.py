@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from analyzer.attach import AttachOptions, attach
-from collectors import cgroup
+from diagnose.attach import AttachOptions, attach
+from diagnose.collectors import cgroup
 from tests.integration.test_foreign_services import _post, _wait_for, load, service
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analyzer import config, pipeline
-from analyzer.attach import AttachOptions, attach
+from diagnose import config, pipeline
+from diagnose.attach import AttachOptions, attach
 
 
 def test_attach_records_the_settings_in_the_session(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ import time
 import psutil
 import pytest
 
-from analyzer.attach import AttachOptions, attach
-from analyzer.demo import run_pathology
-from analyzer.model import CaptureStatus
-from examples.demo import PATHOLOGIES, DemoService, background_load
+from diagnose.attach import AttachOptions, attach
+from diagnose.demo import run_pathology
+from diagnose.examples.demo import PATHOLOGIES, DemoService, background_load
+from diagnose.model import CaptureStatus
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ def test_ctrl_c_stops_early_and_still_writes_the_verdict(tmp_path) -> None:
     """)
     try:
         out = tmp_path / "s"
-        cli = subprocess.Popen([sys.executable, "-m", "analyzer.cli", "attach", "--pid", str(child.pid),
+        cli = subprocess.Popen([sys.executable, "-m", "diagnose", "attach", "--pid", str(child.pid),
                                 "--duration", "60", "-o", str(out), "--format", "json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_early_and_still_writes_the_verdict(tmp_path) -> None:
         child.wait()
     assert cli.returncode == 0, stderr
     assert "Traceback" not in stderr
-    from collectors import nvml
+    from diagnose.collectors import nvml
 
     if not nvml.probe(child.pid).ok:  # no GPU here: one line says GPU evidence was skipped and why
         gpu_lines = [ln for ln in stderr.splitlines() if "GPU evidence skipped" in ln]
@@ -127,7 +127,7 @@ def test_attach_to_another_users_process_is_refused_with_the_remedy() -> None:
             os.setgid(65534)
             os.setuid(65534)
             sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115 - the child exits right after
-            from analyzer.cli import main
+            from diagnose.cli import main
 
             code = main(["attach", "--pid", str(target), "--duration", "1"])
             sys.stderr.flush()
@@ -206,7 +206,7 @@ def test_attach_finds_the_probe_and_reports_stage_percentiles(tmp_path) -> None:
     assert probe and probe[0].status is CaptureStatus.OK
     keys = {e.key: e.value for e in diagnosis.evidence}
     assert keys["stage.queue_ms.p50"] > 0 and "stage.queue_ms.p99" in keys and "stage.queue.share" in keys
-    from reports.terminal import stage_rows
+    from diagnose.reports.terminal import stage_rows
 
     rows = stage_rows(diagnosis)
     assert rows[0][0] == "queue"  # the queueing demo's requests spend most of their time waiting

@@ -1,4 +1,4 @@
-"""`diagnose attach -o X.tar.gz` packs through analyzer.pack: a real process, py-spy, a log with prompts."""
+"""`diagnose attach -o X.tar.gz` packs through diagnose.pack: a real process, py-spy, a log with prompts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
+from diagnose.cli import main
 from tests.unit.test_pack import SECRETS, _members
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from analyzer.attach import AttachOptions, attach
+from diagnose.attach import AttachOptions, attach
 from tests.integration.test_foreign_services import _post, _wait_for, load, service
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from analyzer.cli import main
+from diagnose.cli import main
 from tests.conftest import DATA, ROOT
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def test_console_script_runs_without_torch(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert out.returncode != 0  # the shim really hides torch
     session = os.path.join(SESSIONS, "recompile_varying_batch_demo")
-    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", session, "--format", "json"],
+    out = subprocess.run([sys.executable, "-m", "diagnose", "analyze", session, "--format", "json"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["primary"] == "recompilation"
@@ -61,9 +61,9 @@ def test_console_script_runs_without_torch(tmp_path) -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")
 def test_reading_a_trace_imports_no_text_parser_and_leaves_the_environment_as_it_was() -> None:
-    probe = ("import os, sys; from analyzer import cli; cli.main(['analyze', sys.argv[1], '--format', 'json']); "
-             "print(sorted(m for m in sys.modules if m.startswith(('analyzer.loose', 'analyzer.derive.claims', "
-             "'analyzer.derive.prom', 'collectors.engine_log', 'analyzer.derive.session'))), "
+    probe = ("import os, sys; from diagnose import cli; cli.main(['analyze', sys.argv[1], '--format', 'json']); "
+             "print(sorted(m for m in sys.modules if m.startswith(('diagnose.loose', 'diagnose.derive.claims', "
+             "'diagnose.derive.prom', 'diagnose.collectors.engine_log', 'diagnose.derive.session'))), "
              "os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')), file=sys.stderr)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     for blas in (None, "3"):  # numpy was loaded with one BLAS thread; the variable is gone again, or the user's

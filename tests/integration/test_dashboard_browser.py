@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dashboard import launch
+from diagnose.dashboard import launch
 from tests.chromium import chromium
 
 pytestmark = pytest.mark.integration
@@ -79,7 +79,7 @@ def test_ctrl_c_stops_the_launcher_and_its_server() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.launch", PREFILL], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose.dashboard.launch", PREFILL], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert proc.stdout is not None

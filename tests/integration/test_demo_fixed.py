@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import torch
 
-from analyzer.demo import run_demo, run_pathology
-from analyzer.derive.activities import Activity, classify
-from analyzer.model import Diagnosis
-from examples.demo import PATHOLOGIES, DemoService, background_load
-from examples.loadgen import LoadResult
-from examples.service import DecoderConfig, DynamicShapePathology, TinyDecoderLM
+from diagnose.demo import run_demo, run_pathology
+from diagnose.derive.activities import Activity, classify
+from diagnose.examples.demo import PATHOLOGIES, DemoService, background_load
+from diagnose.examples.loadgen import LoadResult
+from diagnose.examples.service import DecoderConfig, DynamicShapePathology, TinyDecoderLM
+from diagnose.model import Diagnosis
 
 pytestmark = pytest.mark.integration
 

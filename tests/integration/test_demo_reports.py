@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
+from diagnose.cli import main
 from tests.unit.test_dashboard_pages import CHART_PAGES, app, open_page, texts
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
-from examples.loadgen import make_jpeg, run_load
+from diagnose.examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
+from diagnose.examples.loadgen import make_jpeg, run_load
 from tests.vllm_metrics import check_exposition, sample
 
 pytestmark = pytest.mark.integration
@@ -157,7 +157,7 @@ def _stream(port: int, doc: dict[str, Any]) -> tuple[http.client.HTTPResponse, l
 
 
 def test_prefill_service_streams_tokens_and_exposes_vllm_metrics(tmp_path, monkeypatch) -> None:
-    import examples.loadgen as loadgen
+    import diagnose.examples.loadgen as loadgen
 
     stage_log = tmp_path / "stages.jsonl"
     with DemoService("prefill", extra_args=["--stage-log", str(stage_log)]) as svc:

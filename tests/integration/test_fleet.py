@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.demo import PATHOLOGIES, DemoService, Load
-from examples.fleet import (
+from diagnose.examples.demo import PATHOLOGIES, DemoService, Load
+from diagnose.examples.fleet import (
     REPO_ROOT,
     T4_SCRAPE,
     DcgmReplay,
@@ -39,7 +39,7 @@ MAX_REQUESTS = 50_000  # every load loop is bounded in count as well as in time
 
 
 def _diagnose(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True,
                           cwd=REPO_ROOT, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
 
 
@@ -157,6 +157,6 @@ def test_a_backfilled_fleet_and_a_server_that_answers_only_part(tmp_path: Path) 
 
 
 def test_demo_fleet_without_prometheus_says_how_to_install_it() -> None:
-    r = subprocess.run([sys.executable, "-m", "analyzer.cli", "demo", "--fleet"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "diagnose", "demo", "--fleet"], capture_output=True, text=True,
                        cwd=REPO_ROOT, timeout=120, env={**os.environ, "DIAGNOSE_PROMETHEUS_BIN": "/nonexistent"})
     assert r.returncode == 2 and "apt-get install prometheus" in r.stderr and "Traceback" not in r.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import fleet
-from analyzer.cli import main
+from diagnose import fleet
+from diagnose.cli import main
 from tests.chromium import chromium
 from tests.unit.test_fleet import _data, _replica, _t4_for
 from tests.unit.test_sweep import ONE_WORKER, _doc
@@ -52,7 +52,7 @@ def test_fleet_html_draws_the_map_and_the_replicas_series(tmp_path: Path) -> Non
     data = _data(reps, dcgm=_t4_for("vllm-0"))
     fleet.judge_fleet(data)
     out = tmp_path / "fleet.html"
-    from reports import fleet as render
+    from diagnose.reports import fleet as render
 
     out.write_text(render.render_html(fleet.summarise(data)))
     verdict, marks, network = _open(out, 3)  # the map and two replicas' series

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.promapi import Auth, PromApi, PromApiError
+from diagnose.collectors.promapi import Auth, PromApi, PromApiError
 from tests.unit.test_fleet import SECRET, WantsToken
 
 pytestmark = pytest.mark.integration

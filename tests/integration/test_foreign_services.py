@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from analyzer.attach import AttachOptions, attach
+from diagnose.attach import AttachOptions, attach
 
 pytestmark = pytest.mark.integration
 HERE = os.path.join(os.path.dirname(__file__), "foreign")

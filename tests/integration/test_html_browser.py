@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
+from diagnose.cli import main
 from tests.chromium import chromium
 from tests.conftest import DATA
 

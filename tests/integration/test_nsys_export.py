@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from analyzer import loose
-from analyzer.derive import nsys as derive
+from diagnose import loose
+from diagnose.derive import nsys as derive
 from tests.unit.test_nsys_reader import overlap_export
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from analyzer.attach import AttachOptions, attach
-from analyzer.model import CaptureStatus
-from collectors import nsys_session
+from diagnose.attach import AttachOptions, attach
+from diagnose.collectors import nsys_session
+from diagnose.model import CaptureStatus
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.demo import DemoService
-from examples.fleet import free_port
+from diagnose.examples.demo import DemoService
+from diagnose.examples.fleet import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ FOREIGN = ROOT / "tests" / "integration" / "foreign" / "single_worker_no_batchin
 
 
 def _diagnose(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

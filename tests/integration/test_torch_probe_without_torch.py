@@ -24,7 +24,7 @@ def _lines(path: str | None) -> list[dict[str, Any]]:
 _NO_TORCH_SCRIPT = r"""
 import json, os, sys, time
 assert sys.modules["torch"] is None
-from collectors import torch_probe
+from diagnose.collectors import torch_probe
 probe = torch_probe.get()
 assert probe is not None, "DIAGNOSE_PROBE did not install"
 with probe.request() as req:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import examples.service
-from analyzer.derive.activities import Activity, classify
-from collectors.pyspy import parse_raw
+import diagnose.examples.service
+from diagnose.collectors.pyspy import parse_raw
+from diagnose.derive.activities import Activity, classify
 
 HANDLER = [
     ("_bootstrap", "threading.py"),
@@ -94,9 +94,9 @@ def test_classify(frames: list[tuple[str, str]], expected: Activity) -> None:
 def _demo_modules() -> dict[str, str]:
     """Each top-level function and class of the demo service package → the file that defines it."""
     where: dict[str, str] = {}
-    for info in pkgutil.iter_modules(examples.service.__path__, "examples.service."):
+    for info in pkgutil.iter_modules(diagnose.examples.service.__path__, "diagnose.examples.service."):
         module = importlib.import_module(info.name)
-        path = info.name.replace(".", "/") + ".py"
+        path = info.name.removeprefix("diagnose.").replace(".", "/") + ".py"
         for name, obj in vars(module).items():
             if getattr(obj, "__module__", None) == info.name:
                 where[name] = path

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.derive.oom import HintsSource
-from analyzer.model import Evidence, EvidenceSet
-from rules import advice
+from diagnose.derive.oom import HintsSource
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules import advice
 
 
 def _hints(*lines: str) -> EvidenceSet:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRESENTERS = ("reports", "dashboard")
+PRESENTERS = ("diagnose.reports", "diagnose.dashboard")
 # the command line: each renders what its command asked for (--format, -o); output.py is its
 # registry of formats, the one table that names each format's presenter
 COMMANDS = {"analyzer/cli.py", "analyzer/cli_fleet.py", "analyzer/demo.py", "analyzer/fleet_demo.py",
@@ -35,11 +35,12 @@ def _imported(path: Path) -> set[str]:
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)  # `from diagnose import reports`
     return out
 
 
 def _presenters(path: Path) -> list[str]:
-    return sorted(m for m in _imported(path) if m.split(".")[0] in PRESENTERS)
+    return sorted(m for m in _imported(path) if any(m == p or m.startswith(p + ".") for p in PRESENTERS))
 
 
 def test_no_analyzer_module_imports_a_presenter() -> None:
@@ -56,15 +57,17 @@ def test_the_commands_listed_exist() -> None:
 
 def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import reports.html\nfrom reports.data import SessionData\n\n"
-                   "def f():\n    from dashboard import state\n    from . import reports\n", encoding="utf-8")
-    assert _presenters(bad) == ["dashboard", "reports.data", "reports.html"]
+    bad.write_text("import diagnose.reports.html\nfrom diagnose.reports.data import SessionData\n\n"
+                   "def f():\n    from diagnose.dashboard import state\n    from diagnose import reports\n"
+                   "    from . import reports as r\n    from diagnose import model\n", encoding="utf-8")
+    assert _presenters(bad) == ["diagnose.dashboard", "diagnose.dashboard.state", "diagnose.reports",
+                                "diagnose.reports.data", "diagnose.reports.data.SessionData", "diagnose.reports.html"]
 
 
 def test_the_tables_read_each_text_capture_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stage logs, probe lines and scrapes are read by the derivation, in one pass that gives both their
     evidence and their time series; ``analyzer.tables`` opens none of them again."""
-    from analyzer import loose, tables
+    from diagnose import loose, tables
     from tests import sessions
 
     folder = sessions.demo_session()

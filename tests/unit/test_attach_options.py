@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from analyzer.attach import AttachOptions, attach
-from analyzer.cli import main
-from analyzer.errors import DiagnoseError
+from diagnose.attach import AttachOptions, attach
+from diagnose.cli import main
+from diagnose.errors import DiagnoseError
 
 
 @pytest.mark.parametrize("rate", [0, -5, 5000])

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analyzer import sources
-from analyzer.model import CaptureStatus, Window
-from collectors import torch_probe
+from diagnose import sources
+from diagnose.collectors import torch_probe
+from diagnose.model import CaptureStatus, Window
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "data" / "snapshots" / "oom_fragmentation.pickle"
 

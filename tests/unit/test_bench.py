@@ -7,9 +7,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.bench import BenchSource
-from collectors.bench import BenchParser
-from collectors.logtext import clean_lines
+from diagnose.collectors.bench import BenchParser
+from diagnose.collectors.logtext import clean_lines
+from diagnose.derive.bench import BenchSource
 from tests.conftest import DATA
 
 BENCH = os.path.join(DATA, "bench")
@@ -135,7 +135,7 @@ def test_fuzz_shuffled_and_random_lines(lines: list[str]) -> None:
 def test_huge_line_and_mixed_encoding() -> None:
     import io
 
-    from collectors.logtext import iter_text_lines
+    from diagnose.collectors.logtext import iter_text_lines
 
     raw = b"Request concurrency: 4\n  Client:\n    Throughput: " + b"9" * 1_000_000 + b" infer/sec\n\xff\xfe\n"
     src = _source(list(iter_text_lines(io.BytesIO(raw))))

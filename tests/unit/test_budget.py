@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collectors import budget
-from collectors.budget import Observation
+from diagnose.collectors import budget
+from diagnose.collectors.budget import Observation
 
 
 def _by_pid(decisions: list[budget.Decision]) -> dict[int, budget.Decision]:

@@ -13,11 +13,11 @@ import shutil
 
 import pytest
 
-from analyzer.derive import cgroup as derive_cgroup
-from analyzer.model import Evidence, EvidenceSet
-from collectors import cgroup
-from rules.engine import run_rules
-from rules.threads import CfsThrottling, ThreadOversubscription
+from diagnose.collectors import cgroup
+from diagnose.derive import cgroup as derive_cgroup
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.engine import run_rules
+from diagnose.rules.threads import CfsThrottling, ThreadOversubscription
 from tests.conftest import DATA
 
 HERE = os.path.join(DATA, "cgroup")

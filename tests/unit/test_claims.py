@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import loose, pipeline
-from analyzer.derive import claims as derive_claims
-from analyzer.model import EvidenceSet, Verdict
-from collectors.claims import ClaimParser, quantities
-from rules import report_model
-from rules.engine import claims_only, run_rules
+from diagnose import loose, pipeline
+from diagnose.collectors.claims import ClaimParser, quantities
+from diagnose.derive import claims as derive_claims
+from diagnose.model import EvidenceSet, Verdict
+from diagnose.rules import report_model
+from diagnose.rules.engine import claims_only, run_rules
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "data" / "incidents"
 
@@ -152,7 +152,7 @@ def test_prose_findings_without_a_measurement_carry_next_steps_only_when_undeter
 def test_the_prefilter_keeps_what_every_trigger_source_reads_on_real_incidents(split: str) -> None:
     """Every corpus incident read as a big log's tail (no head): each trigger source derives what it
     derives from every line (the trigger lists cover real reports, not only fixtures)."""
-    from collectors.logtext import clean_lines
+    from diagnose.collectors.logtext import clean_lines
 
     for line in (INCIDENTS / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
         case = json.loads(line)

@@ -10,7 +10,7 @@ import sys
 import jsonschema
 import pytest
 
-from analyzer.cli import main
+from diagnose.cli import main
 from tests.conftest import DATA, ROOT
 
 SESSIONS = os.path.join(DATA, "sessions")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
-from reports import markdown
+from diagnose.cli import main
+from diagnose.reports import markdown
 from tests.conftest import DATA
 
 SESSIONS = os.path.join(DATA, "sessions")
@@ -124,7 +124,7 @@ def test_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_dashboard_subcommand_calls_the_launcher(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import launch
+    from diagnose.dashboard import launch
 
     calls: list[tuple[list[str], int | None, bool]] = []
 
@@ -154,7 +154,7 @@ def test_dashboard_with_a_missing_session_is_exit_2(tmp_path: Path, capsys: pyte
 
 
 def test_markdown_report_matches_the_library(capsys: pytest.CaptureFixture[str]) -> None:
-    from analyzer import pipeline
+    from diagnose import pipeline
 
     code, out, _ = run(["report", HEALTHY, "--format", "md"], capsys)
     assert code == 0 and out == markdown.render(pipeline.analyze([HEALTHY]))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from analyzer.model import Evidence, EvidenceSet
-from rules.cold_start import ColdStart, LatencyScalesWithInputSize
-from rules.engine import run_rules
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.cold_start import ColdStart, LatencyScalesWithInputSize
+from diagnose.rules.engine import run_rules
 
 
 def _ev(**kv: float) -> EvidenceSet:
@@ -48,7 +48,7 @@ def test_scaling_needs_enough_requests_and_spread() -> None:
 
 
 def test_fixtures_and_docs_as_the_registry_test_will_check_them() -> None:
-    from analyzer import rulesdoc
+    from diagnose import rulesdoc
     from tests.unit import test_rules_registry as reg
 
     for rule in (ColdStart, LatencyScalesWithInputSize):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pipeline
-from analyzer.model import Category, Confidence, Diagnosis, Evidence, Finding, Severity
-from reports import compare
+from diagnose import pipeline
+from diagnose.model import Category, Confidence, Diagnosis, Evidence, Finding, Severity
+from diagnose.reports import compare
 from tests.conftest import DATA
 
 SESSIONS = os.path.join(DATA, "sessions")

@@ -7,9 +7,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.compile_log import CompileLogSource
-from collectors.compile_log import CompileLogParser, classify_reason
-from collectors.logtext import clean_lines
+from diagnose.collectors.compile_log import CompileLogParser, classify_reason
+from diagnose.collectors.logtext import clean_lines
+from diagnose.derive.compile_log import CompileLogSource
 from tests.conftest import DATA
 
 

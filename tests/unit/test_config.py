@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import config, pipeline
-from analyzer.cli import main
-from analyzer.errors import InputError
-from analyzer.model import Evidence, EvidenceSet
-from rules.engine import run_rules
+from diagnose import config, pipeline
+from diagnose.cli import main
+from diagnose.errors import InputError
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA
 
 # the legacy OOM message: 5.09 GiB of a 23.65 GiB device in use outside PyTorch's 17.50 GiB reservation

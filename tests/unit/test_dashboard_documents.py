@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import fleet
-from analyzer.errors import InputError
-from dashboard import launch
+from diagnose import fleet
+from diagnose.dashboard import launch
+from diagnose.errors import InputError
 from tests.unit.test_dashboard_pages import HEALTHY, app, charts, frames, open_page, texts
 from tests.unit.test_fleet import _data, _replica, _t4_for
 from tests.unit.test_sweep import ONE_WORKER, _doc

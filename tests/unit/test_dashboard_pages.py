@@ -20,10 +20,10 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyzer import tables
-from analyzer.errors import DiagnoseError
-from dashboard import launch, state
-from reports import figures
+from diagnose import tables
+from diagnose.dashboard import launch, state
+from diagnose.errors import DiagnoseError
+from diagnose.reports import figures
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "dashboard" / "app.py"
@@ -412,9 +412,9 @@ def test_no_page_shows_the_secret_in_the_session(monkeypatch: pytest.MonkeyPatch
 
 
 def test_session_strings_render_as_written_and_values_as_in_the_reports() -> None:
-    from analyzer.model import Evidence
-    from dashboard import views
-    from reports import markdown
+    from diagnose.dashboard import views
+    from diagnose.model import Evidence
+    from diagnose.reports import markdown
 
     for value, unit in ((100_000_000.0, "bytes"), (0, "bytes"), (0.1234, "ratio"), (12, "requests")):
         ev = Evidence(key="k", value=value, unit=unit, source="s")

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import loose
-from analyzer.derive import dcgm as derive_dcgm
-from analyzer.model import Evidence, EvidenceSet, Quality
-from collectors.dcgm import DcgmBuffer, Pod, QueryJsonBuffer, parse_labels, parse_query_json
-from rules.engine import run_rules
-from rules.verdict import decide
+from diagnose import loose
+from diagnose.collectors.dcgm import DcgmBuffer, Pod, QueryJsonBuffer, parse_labels, parse_query_json
+from diagnose.derive import dcgm as derive_dcgm
+from diagnose.model import Evidence, EvidenceSet, Quality
+from diagnose.rules.engine import run_rules
+from diagnose.rules.verdict import decide
 from tests.conftest import DATA, SHARED
 
 SHARED_DCGM = os.path.join(SHARED, "data", "gpu", "dcgm")
@@ -269,7 +269,7 @@ def test_a_scrape_past_the_head_of_a_big_input_derives_the_same(path: str) -> No
     tail with no head at all, the DCGM source derives exactly what it derives from every line."""
     import io
 
-    from collectors.logtext import clean_lines
+    from diagnose.collectors.logtext import clean_lines
 
     data = Path(path).read_bytes()
     tail = derive_dcgm.DcgmSource()

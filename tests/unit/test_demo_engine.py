@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from examples.service.engine import GenerationEngine, GenRequest, Job, WorkerPool
-from examples.service.model import DecoderConfig, TinyDecoderLM
+from diagnose.examples.service.engine import GenerationEngine, GenRequest, Job, WorkerPool
+from diagnose.examples.service.model import DecoderConfig, TinyDecoderLM
 
 
 class GatedModel(nn.Module):

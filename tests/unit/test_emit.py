@@ -1,11 +1,11 @@
-"""The one evidence builder of the derive step (analyzer.derive.emit)."""
+"""The one evidence builder of the derive step (diagnose.derive.emit)."""
 
 from __future__ import annotations
 
 import math
 
-from analyzer.derive.emit import Emit, FirstWins
-from analyzer.model import Evidence, Quality, Window
+from diagnose.derive.emit import Emit, FirstWins
+from diagnose.model import Evidence, Quality, Window
 
 
 def test_emit_shares_source_window_and_quality_and_keeps_the_order() -> None:

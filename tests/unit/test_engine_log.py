@@ -8,9 +8,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.engine_log import EngineLogSource
-from collectors.engine_log import EngineLogParser, parse_sglang_batch, parse_tgi_request, parse_vllm_stats
-from collectors.logtext import clean_lines, iter_text_lines
+from diagnose.collectors.engine_log import EngineLogParser, parse_sglang_batch, parse_tgi_request, parse_vllm_stats
+from diagnose.collectors.logtext import clean_lines, iter_text_lines
+from diagnose.derive.engine_log import EngineLogSource
 from tests.conftest import DATA
 
 LOGS = os.path.join(DATA, "logs")

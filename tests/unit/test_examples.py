@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from examples.demo import PATHOLOGIES
-from examples.loadgen import LoadResult, make_jpeg, make_payload, run_load
+from diagnose.examples.demo import PATHOLOGIES
+from diagnose.examples.loadgen import LoadResult, make_jpeg, make_payload, run_load
 from tests.vllm_metrics import check_exposition, sample
 
 
@@ -77,7 +77,7 @@ def test_payloads() -> None:
 def test_preprocess_pipeline_shape() -> None:
     import numpy as np
 
-    from examples.service import decode_image, normalize, preprocess, resize
+    from diagnose.examples.service import decode_image, normalize, preprocess, resize
 
     img = decode_image(make_jpeg())
     assert img.size == (640, 480) and img.mode == "RGB"
@@ -93,7 +93,7 @@ def test_preprocess_pipeline_shape() -> None:
 
 
 def test_metrics_exposition_without_a_process() -> None:
-    from examples.service import GenerationTimings, Metrics
+    from diagnose.examples.service import GenerationTimings, Metrics
 
     m = Metrics()
     check_exposition(m.prometheus("m", 0, 0), "m")
@@ -122,7 +122,7 @@ def test_metrics_exposition_without_a_process() -> None:
 def test_decoder_kv_cache_matches_a_full_prefill() -> None:
     import torch
 
-    from examples.service import DecoderConfig, TinyDecoderLM, detokenize, tokenize
+    from diagnose.examples.service import DecoderConfig, TinyDecoderLM, detokenize, tokenize
 
     torch.manual_seed(0)
     model = TinyDecoderLM(DecoderConfig(vocab=97, d_model=32, n_heads=4, d_hidden=64, n_layers=2,

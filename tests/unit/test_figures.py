@@ -1,4 +1,4 @@
-"""reports.figures: each chart shows the session's tables, or says what is missing and how to get it."""
+"""diagnose.reports.figures: each chart shows the session's tables, or says what is missing and how to get it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
-from analyzer import tables
-from collectors.timing import FIRST_REQUESTS
-from reports import data, figures
-from reports.data import make_table
+from diagnose import tables
+from diagnose.collectors.timing import FIRST_REQUESTS
+from diagnose.reports import data, figures
+from diagnose.reports.data import make_table
 from tests import sessions
 
 MIB = 1 << 20

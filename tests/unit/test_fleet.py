@@ -19,12 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analyzer import fleet
-from analyzer.errors import InputError
-from collectors.dcgm import DcgmBuffer
-from collectors.promapi import MAX_POINTS, Auth, PromApi, PromApiError, check_url, load_auth, step_for
-from examples.fleet import relabel
-from reports import fleet as render
+from diagnose import fleet
+from diagnose.collectors.dcgm import DcgmBuffer
+from diagnose.collectors.promapi import MAX_POINTS, Auth, PromApi, PromApiError, check_url, load_auth, step_for
+from diagnose.errors import InputError
+from diagnose.examples.fleet import relabel
+from diagnose.reports import fleet as render
 from tests.cli import run_cli
 from tests.conftest import DATA
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from analyzer import loose, pipeline
-from analyzer.model import Evidence, EvidenceSet
-from rules.engine import run_rules
-from rules.gpu_state import GpuIdleWholeRecording, MemoryOutsideListedProcesses
+from diagnose import loose, pipeline
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.engine import run_rules
+from diagnose.rules.gpu_state import GpuIdleWholeRecording, MemoryOutsideListedProcesses
 from tests.conftest import DATA
 
 MiB = 1 << 20
@@ -120,8 +120,8 @@ def test_the_oom_and_the_table_in_one_paste() -> None:
 
 
 def test_an_nvml_window_gives_the_same_keys_and_a_few_seconds_are_not_a_run() -> None:
-    from analyzer.derive.nvml import derive
-    from collectors.nvml import read_samples
+    from diagnose.collectors.nvml import read_samples
+    from diagnose.derive.nvml import derive
 
     samples = read_samples(os.path.join(DATA, "nvml", "idle_no_load_h100.jsonl"))
     ev = EvidenceSet([*derive(samples, ()), Evidence("conn.inflight_mean", 6.0, "requests", "psutil")])

@@ -13,9 +13,9 @@ import numpy as np
 import plotly.offline
 import pytest
 
-from analyzer import tables
-from analyzer.model import Category, Confidence, Diagnosis, Finding, Severity, Target
-from reports import data, html, json_report
+from diagnose import tables
+from diagnose.model import Category, Confidence, Diagnosis, Finding, Severity, Target
+from diagnose.reports import data, html, json_report
 from tests.conftest import DATA
 
 PREFILL = os.path.join(DATA, "sessions", "prefill_long_prompts_demo")

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from analyzer import cli, loose, pipeline
-from analyzer.derive import kineto as derive_kineto
-from collectors import kineto
+from diagnose import cli, loose, pipeline
+from diagnose.collectors import kineto
+from diagnose.derive import kineto as derive_kineto
 from tests.conftest import DATA, SHARED
 
 KINETO = os.path.join(SHARED, "data", "kineto")
@@ -246,7 +246,7 @@ def test_two_rank_traces_inside_a_session_are_compared(tmp_path) -> None:
 
 
 def test_cross_rank_evidence_needs_two_breakdowns() -> None:
-    from analyzer.derive import ranks
+    from diagnose.derive import ranks
 
     one = loose.analyze_path(SYNC_STALL).evidence
     assert ranks.derive([one]) == [] and ranks.order([one]) == [0]

@@ -1,9 +1,9 @@
-"""The layers of DESIGN.md: record (collectors) → derive (analyzer.derive) → judge (rules).
+"""The layers of DESIGN.md: record (collectors) → derive (diagnose.derive) → judge (rules).
 
 Collectors parse text into records; turning records into evidence and statistics is the derive
-step's. A collector that imports ``analyzer.derive`` (or rules, reports) has the layers backwards,
-and the leaves every package may import (``analyzer.model``, the records' types, and ``analyzer.units``, the
-size units and the size and percentage formatters) import nothing of ours.
+step's. A collector that imports ``diagnose.derive`` (or rules, reports) has the layers backwards,
+and the leaves every package may import (``diagnose.model``, the records' types, and ``diagnose.units``,
+the size units and the size and percentage formatters) import nothing of ours.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-OURS = ("analyzer", "collectors", "rules", "reports", "dashboard", "examples")
-LEAVES = ("analyzer.model", "analyzer.units")
+LEAVES = {"diagnose.model": "analyzer/model.py", "diagnose.units": "analyzer/units.py"}
 
 
 def _imports(path: str) -> set[str]:
@@ -28,8 +27,8 @@ def _imports(path: str) -> set[str]:
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names if node.module in OURS)
-    return {m for m in out if m.split(".")[0] in OURS}
+            out.update(f"{node.module}.{a.name}" for a in node.names if node.module == "diagnose")
+    return {m for m in out if m == "diagnose" or m.startswith("diagnose.")}
 
 
 def _files(package: str) -> list[str]:
@@ -40,19 +39,20 @@ def _files(package: str) -> list[str]:
 def test_collectors_import_only_collectors_and_the_model() -> None:
     wrong = {
         os.path.relpath(path, ROOT): sorted(m for m in _imports(path)
-                                            if not m.startswith("collectors") and m not in LEAVES)
+                                            if not m.startswith("diagnose.collectors") and m not in LEAVES)
         for path in _files("collectors")
     }
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def test_the_leaves_import_nothing_of_ours() -> None:
-    for leaf in LEAVES:
-        assert _imports(os.path.join(ROOT, *leaf.split(".")) + ".py") == set(), leaf
+    for leaf, path in LEAVES.items():
+        assert _imports(os.path.join(ROOT, path)) == set(), leaf
 
 
 def test_the_check_sees_a_backwards_import(tmp_path: Path) -> None:
     path = os.path.join(str(tmp_path), "bad.py")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write("from analyzer.derive.timing import shape_spikes\n\ndef f():\n    from rules import base\n")
-    assert _imports(path) == {"analyzer.derive.timing", "rules", "rules.base"}
+        fh.write("from diagnose.derive.timing import shape_spikes\n\ndef f():\n    from diagnose import rules\n"
+                 "    import os\n")
+    assert _imports(path) == {"diagnose.derive.timing", "diagnose", "diagnose.rules"}

@@ -5,7 +5,14 @@ import io
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.logtext import MAX_LINE_CHARS, clean_lines, iter_text_lines, looks_binary, split_glued, strip_prefixes
+from diagnose.collectors.logtext import (
+    MAX_LINE_CHARS,
+    clean_lines,
+    iter_text_lines,
+    looks_binary,
+    split_glued,
+    strip_prefixes,
+)
 
 
 def test_container_process_and_rank_prefixes_are_stripped_even_nested() -> None:

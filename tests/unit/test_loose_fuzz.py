@@ -10,9 +10,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer import loose
-from analyzer.model import EvidenceSet
-from analyzer.pipeline import judge
+from diagnose import loose
+from diagnose.model import EvidenceSet
+from diagnose.pipeline import judge
 from tests.conftest import DATA, ROOT
 
 TEXT_DIRS = ("logs", "oom", "compile_logs", "timing", "nvsmi", "metrics", "bench", "nsys_stats", "reports")

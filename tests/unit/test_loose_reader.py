@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import loose
-from collectors import engine_log
-from collectors.logtext import clean_lines
+from diagnose import loose
+from diagnose.collectors import engine_log
+from diagnose.collectors.logtext import clean_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TEXT_FIXTURES = sorted(

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pipeline
-from analyzer.cli import main
-from analyzer.model import (
+from diagnose import pipeline
+from diagnose.cli import main
+from diagnose.model import (
     Capture,
     CaptureStatus,
     Category,
@@ -33,7 +33,7 @@ from analyzer.model import (
     Verdict,
     Window,
 )
-from reports import json_report, markdown
+from diagnose.reports import json_report, markdown
 from tests.conftest import DATA, ROOT
 
 GOLDEN = Path(DATA) / "golden"

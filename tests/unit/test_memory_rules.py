@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from analyzer import loose
-from analyzer.model import Category, Evidence, EvidenceSet, Finding, Severity
-from rules.engine import run_rules
-from rules.registry import RULES
+from diagnose import loose
+from diagnose.model import Category, Evidence, EvidenceSet, Finding, Severity
+from diagnose.rules.engine import run_rules
+from diagnose.rules.registry import RULES
 from tests.conftest import DATA
 
 
@@ -93,7 +93,7 @@ def test_busy_triton_gpu_is_not_called_vllm_preallocation() -> None:
 
 
 def test_bare_message_defaults_to_runtime_peak_thinly() -> None:
-    from analyzer.model import Confidence
+    from diagnose.model import Confidence
 
     res = loose.analyze_lines("bare", [
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "

@@ -6,7 +6,7 @@ import os
 import jsonschema
 import pytest
 
-from analyzer.model import (
+from diagnose.model import (
     SCHEMA,
     Capture,
     CaptureStatus,

@@ -14,12 +14,12 @@ import sqlite3
 
 import pytest
 
-from analyzer import cli, loose
-from analyzer.derive.nsys_stats import NsysStatsSource
-from analyzer.model import EvidenceSet, Finding
-from collectors.logtext import clean_lines
-from rules import gpu_trace, registry
-from rules.engine import run_rules
+from diagnose import cli, loose
+from diagnose.collectors.logtext import clean_lines
+from diagnose.derive.nsys_stats import NsysStatsSource
+from diagnose.model import EvidenceSet, Finding
+from diagnose.rules import gpu_trace, registry
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA, SHARED
 
 NSYS_DATA = os.path.join(SHARED, "data", "nsys")
@@ -180,7 +180,7 @@ def test_union_of_busy_intervals_matches_a_plain_merge_on_a_real_export() -> Non
                 cur[1] = max(cur[1], e)
         want[dev] = busy + (cur[1] - cur[0] if cur else 0)
     con.close()
-    from collectors import nsys
+    from diagnose.collectors import nsys
 
     got = {d.device: d.busy_ns for d in nsys.read_export(path).devices}
     assert got == want

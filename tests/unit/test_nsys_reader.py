@@ -23,10 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer import loose
-from analyzer.derive import nsys as derive
-from analyzer.model import Quality
-from collectors import nsys
+from diagnose import loose
+from diagnose.collectors import nsys
+from diagnose.derive import nsys as derive
+from diagnose.model import Quality
 
 MS = 1_000_000
 US = 1_000
@@ -560,8 +560,8 @@ def test_nsys_rep_without_nsys_says_how_to_export(tmp_path, monkeypatch) -> None
 
 
 def test_an_export_inside_a_session_is_read_like_a_loose_one(tmp_path) -> None:
-    from analyzer import pipeline
-    from analyzer.model import Capture, CaptureStatus, Session, Target, Window
+    from diagnose import pipeline
+    from diagnose.model import Capture, CaptureStatus, Session, Target, Window
 
     folder = tmp_path / "diagnose-4242-session"
     folder.mkdir()

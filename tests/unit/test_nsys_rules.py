@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from analyzer import rulesdoc
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Quality, Severity
-from rules import gpu_trace, registry
-from rules.engine import run_rules
+from diagnose import rulesdoc
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Quality, Severity
+from diagnose.rules import gpu_trace, registry
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA, ROOT
 
 RULES = gpu_trace.RULES

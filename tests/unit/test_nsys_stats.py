@@ -7,9 +7,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.nsys_stats import NsysStatsSource, TransferReportSource
-from collectors.logtext import clean_lines
-from collectors.nsys_stats import copy_direction, scan_transfer_statement
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.nsys_stats import copy_direction, scan_transfer_statement
+from diagnose.derive.nsys_stats import NsysStatsSource, TransferReportSource
 from tests.conftest import DATA
 
 NSYS = os.path.join(DATA, "nsys_stats")
@@ -139,7 +139,7 @@ def test_fuzz_truncated_and_binary(cut: int, junk: bytes) -> None:
 def test_huge_line_and_mixed_encoding() -> None:
     import io
 
-    from collectors.logtext import iter_text_lines
+    from diagnose.collectors.logtext import iter_text_lines
 
     raw = (b" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):\n\n Time (%)  Total Time (ns)  Instances  Name\n"
            b" --------  ---------------  ---------  ----\n    100.0  " + b"1" * 500_000 + b"  3  k\xff\xfe(int)\n"

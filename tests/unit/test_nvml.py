@@ -15,10 +15,8 @@ from typing import Any
 
 import pytest
 
-from analyzer.derive.nvml import derive, link_bytes_per_s, missing_reason
-from analyzer.model import CaptureStatus, Evidence, EvidenceSet, Window
-from collectors import nvml
-from collectors.nvml import (
+from diagnose.collectors import nvml
+from diagnose.collectors.nvml import (
     NO_TARGET_GPU,
     Collector,
     LiveNvml,
@@ -31,8 +29,10 @@ from collectors.nvml import (
     probe,
     read_samples,
 )
-from rules.engine import run_rules
-from rules.gpu import RULES as GPU_RULES
+from diagnose.derive.nvml import derive, link_bytes_per_s, missing_reason
+from diagnose.model import CaptureStatus, Evidence, EvidenceSet, Window
+from diagnose.rules.engine import run_rules
+from diagnose.rules.gpu import RULES as GPU_RULES
 from tests.conftest import DATA
 
 NVML_DATA = os.path.join(DATA, "nvml")

@@ -1,5 +1,5 @@
 """GPU rules (rules/gpu.py): fixtures, documented sections, and the false-alarm guards a GPU engineer
-would insist on. Runs on rules.gpu.RULES directly, so it holds before and after registration."""
+would insist on. Runs on diagnose.rules.gpu.RULES directly, so it holds before and after registration."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from analyzer import rulesdoc
-from analyzer.model import Category, Evidence, EvidenceSet, Severity
-from rules.engine import rank, run_rules
-from rules.gpu import (
+from diagnose import rulesdoc
+from diagnose.model import Category, Evidence, EvidenceSet, Severity
+from diagnose.rules.engine import rank, run_rules
+from diagnose.rules.gpu import (
     RULES,
     GpuLaunchBound,
     GpuSaturated,
@@ -221,7 +221,7 @@ def test_other_process_defers_to_the_oom_rule() -> None:
 
 
 def test_single_stream_generation_at_the_bandwidth_limit_is_a_note() -> None:
-    from rules.gpu import DecodeAtBandwidthRoofline
+    from diagnose.rules.gpu import DecodeAtBandwidthRoofline
 
     # 7B fp16 (14 GB) on a 4090 (1,008 GB/s): at most 72 tokens/s for one stream; 65 is 90 % of it
     f = _one(_ev(model__params=7e9, gpu__name="NVIDIA GeForce RTX 4090", report__decode_tokens_per_s=65.0),

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer import loose, pipeline
-from analyzer.derive.nvsmi import NvsmiGuessedCsvSource, NvsmiSource
-from analyzer.model import EvidenceSet
-from collectors.logtext import clean_lines
-from collectors.nvsmi import NvsmiParser
-from collectors.nvsmi_base import Sink, csv_ts, ctime_ts, dmon_ts, reason_name
-from collectors.nvsmi_csv import guess_layout
+from diagnose import loose, pipeline
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.nvsmi import NvsmiParser
+from diagnose.collectors.nvsmi_base import Sink, csv_ts, ctime_ts, dmon_ts, reason_name
+from diagnose.collectors.nvsmi_csv import guess_layout
+from diagnose.derive.nvsmi import NvsmiGuessedCsvSource, NvsmiSource
+from diagnose.model import EvidenceSet
 from tests.conftest import DATA, SHARED
 
 MiB = 1 << 20

@@ -7,10 +7,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.oom import HintsSource, OomSource
-from analyzer.model import Quality
-from collectors.logtext import clean_lines
-from collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
+from diagnose.derive.oom import HintsSource, OomSource
+from diagnose.model import Quality
 from tests.conftest import DATA
 
 GiB = 1 << 30
@@ -40,7 +40,7 @@ def test_sizes_in_every_unit() -> None:
     assert parse_size("79.35 GiB") == int(79.35 * GiB)
     assert parse_size("145.19 MiB") == int(145.19 * MiB)
     assert parse_size("512.00 KiB") == 512 * 1024
-    assert parse_size("2 GB") == 2 * GiB  # torch 1.x and vLLM print GB meaning GiB (analyzer.units)
+    assert parse_size("2 GB") == 2 * GiB  # torch 1.x and vLLM print GB meaning GiB (diagnose.units)
     assert parse_size("300 MB") == 300 * MiB
     assert parse_size("4096 bytes") == 4096
     assert parse_size("no size here") is None

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from analyzer import attach, output
-from analyzer.cli import build_parser
-from analyzer.errors import InputError
-from analyzer.fleet import summarise
+from diagnose import attach, output
+from diagnose.cli import build_parser
+from diagnose.errors import InputError
+from diagnose.fleet import summarise
 from tests.cli import Ran, run_cli
 from tests.conftest import DATA, ROOT
 from tests.unit.test_fleet import _data, _replica
@@ -261,10 +261,11 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 
 def test_no_import_cycle_in_the_analyzer() -> None:
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+    # analyzer/ is the package diagnose: analyzer/derive/nvml.py is diagnose.derive.nvml
+    files = {".".join(("diagnose", *p.relative_to(ROOT, "analyzer").with_suffix("").parts)).removesuffix(".__init__"): p
              for p in Path(ROOT, "analyzer").rglob("*.py")}
-    graph = {m: _imports(p, set(files)) - {m, "analyzer"} for m, p in files.items()}
-    assert "analyzer.demo" in graph["analyzer.cli"] and "analyzer.cli" not in graph["analyzer.demo"]
+    graph = {m: _imports(p, set(files)) - {m, "diagnose"} for m, p in files.items()}
+    assert "diagnose.demo" in graph["diagnose.cli"] and "diagnose.cli" not in graph["diagnose.demo"]
 
     def path_back(start: str) -> list[str] | None:
         stack, seen = [(start, [start])], set()

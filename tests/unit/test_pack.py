@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pack, pipeline, session_io
-from analyzer.cli import main
-from analyzer.errors import InputError
-from analyzer.redact import redact_text
-from collectors import pyspy, snapshot
+from diagnose import pack, pipeline, session_io
+from diagnose.cli import main
+from diagnose.collectors import pyspy, snapshot
+from diagnose.errors import InputError
+from diagnose.redact import redact_text
 from tests.conftest import DATA
 
 PREFILL = Path(DATA) / "sessions" / "prefill_long_prompts_demo"

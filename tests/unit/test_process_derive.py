@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.derive.process import derive
+from diagnose.derive.process import derive
 
 
 def _sample(ts: float, cpu: float, threads: list[list], inflight: int, invol: int = 0) -> dict:

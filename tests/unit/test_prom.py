@@ -8,9 +8,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.prom import PromSource
-from collectors.logtext import clean_lines
-from collectors.prom import ALIASES, BY_NAME, Kind, PromBuffer, interpolate_quantile, lookup
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.prom import ALIASES, BY_NAME, Kind, PromBuffer, interpolate_quantile, lookup
+from diagnose.derive.prom import PromSource
 from tests.conftest import DATA
 
 METRICS = os.path.join(DATA, "metrics")
@@ -172,7 +172,7 @@ def test_fuzz_binary(junk: bytes) -> None:
 def test_huge_line_and_mixed_encoding() -> None:
     import io
 
-    from collectors.logtext import iter_text_lines
+    from diagnose.collectors.logtext import iter_text_lines
 
     raw = b'vllm:num_requests_waiting{model_name="' + b"\xe9\xff" * 400_000 + b'"} 3\n' + "é".encode("latin-1") + b"\n"
     src = _source(list(iter_text_lines(io.BytesIO(raw))))

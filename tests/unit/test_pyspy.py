@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import os
 
-from analyzer.derive import cpu_profile
-from collectors.pyspy import explain_failure, parse_dump, parse_raw, parse_raw_line
+from diagnose.collectors.pyspy import explain_failure, parse_dump, parse_raw, parse_raw_line
+from diagnose.derive import cpu_profile
 from tests.conftest import DATA
 
 
@@ -80,7 +80,7 @@ def test_command_line_with_newlines_spans_physical_lines() -> None:
 
 
 def test_a_single_process_record_gets_its_pid_and_a_process_prefix(tmp_path) -> None:
-    from collectors.pyspy import _prefixed
+    from diagnose.collectors.pyspy import _prefixed
 
     raw = tmp_path / "cpu-0-7.raw"
     raw.write_text("thread (11): MainThread;<module> (app.py:3);work (app.py:9) 5\n")
@@ -93,7 +93,7 @@ def test_a_single_process_record_gets_its_pid_and_a_process_prefix(tmp_path) -> 
 
 
 def test_source_lines_are_read_as_the_target_sees_its_files(tmp_path) -> None:
-    from collectors.pyspy import read_source_lines
+    from diagnose.collectors.pyspy import read_source_lines
 
     src = tmp_path / "app.py"
     src.write_text("import threading\nLOCK = threading.Lock()\n    with LOCK:  \n")

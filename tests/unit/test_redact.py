@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
-from collectors.pyspy import parse_raw, rewrite_commands
+from diagnose.collectors.pyspy import parse_raw, rewrite_commands
+from diagnose.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 
 
 def test_argv_flags_and_assignments_are_redacted() -> None:

@@ -1,4 +1,4 @@
-"""analyzer.tables → reports.data: a session as tables, checked against the raw files through the repo's own
+"""diagnose.tables → diagnose.reports.data: a session as tables, checked against the raw files through the repo's own
 parsers; and the layering that keeps the presenters (reports, dashboard) off the collectors."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyzer import tables
-from analyzer.derive import series
-from analyzer.derive.activities import Activity, classify
-from analyzer.errors import InputError
-from collectors import nsys, nvml, process, pyspy, snapshot
-from collectors.compile_log import CompileLogParser
-from reports import data, figures
-from reports.terminal import stage_rows
+from diagnose import tables
+from diagnose.collectors import nsys, nvml, process, pyspy, snapshot
+from diagnose.collectors.compile_log import CompileLogParser
+from diagnose.derive import series
+from diagnose.derive.activities import Activity, classify
+from diagnose.errors import InputError
+from diagnose.reports import data, figures
+from diagnose.reports.terminal import stage_rows
 from tests import sessions
 
 DEMO = sessions.demo_session()
@@ -496,7 +496,7 @@ def test_icicle_names_the_share_of_samples_it_shows(monkeypatch: pytest.MonkeyPa
 # -- layering ------------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("collectors", "analyzer.derive", "analyzer.pipeline", "analyzer.tables")
+FORBIDDEN = ("diagnose.collectors", "diagnose.derive", "diagnose.pipeline", "diagnose.tables")
 SESSION_LOADERS = {"dashboard/state.py"}  # the dashboard's entry point loads sessions, as the CLI does
 
 
@@ -520,7 +520,7 @@ def test_presenters_import_no_collector_nor_pipeline() -> None:
     offenders = []
     for path in files:
         rel = path.relative_to(ROOT).as_posix()
-        allowed = ("analyzer.tables",) if rel in SESSION_LOADERS else ()
+        allowed = ("diagnose.tables",) if rel in SESSION_LOADERS else ()
         for name in _imports(path):
             if any(name == f or name.startswith(f + ".") for f in FORBIDDEN if f not in allowed):
                 offenders.append(f"{rel}: {name}")
@@ -528,10 +528,9 @@ def test_presenters_import_no_collector_nor_pipeline() -> None:
 
 
 def test_report_tables_import_only_the_model_redaction_and_units() -> None:
-    ours = ("analyzer", "collectors", "rules", "reports", "dashboard")
-    for rel, allowed in (("reports/data.py", {"analyzer.model", "analyzer.redact", "analyzer.session_data"}),
-                         ("reports/figures.py", {"reports.data", "analyzer.units"})):
-        used = {n for n in _imports(ROOT / rel) if n.split(".")[0] in ours}
+    for rel, allowed in (("reports/data.py", {"diagnose.model", "diagnose.redact", "diagnose.session_data"}),
+                         ("reports/figures.py", {"diagnose.reports.data", "diagnose.units"})):
+        used = {n for n in _imports(ROOT / rel) if n.startswith("diagnose.")}
         modules = {n for n in used if not any(n.startswith(a + ".") for a in allowed)}
         assert modules <= allowed, (rel, modules - allowed)
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from analyzer import rulesdoc
-from analyzer.model import Evidence, EvidenceSet, Severity
-from rules.engine import run_rules
-from rules.registry import RULES, _check_unique, lookup
+from diagnose import rulesdoc
+from diagnose.model import Evidence, EvidenceSet, Severity
+from diagnose.rules.engine import run_rules
+from diagnose.rules.registry import RULES, _check_unique, lookup
 from tests.conftest import DATA, ROOT
 
 FIXTURE_KINDS = ("positive", "negative", "insufficient")
@@ -107,8 +107,8 @@ def test_queue_caused_by_preprocessing_ranks_the_cause_first() -> None:
 
 
 def test_info_findings_never_rank_before_real_ones() -> None:
-    from analyzer.model import Category, Confidence, Finding
-    from rules.engine import rank
+    from diagnose.model import Category, Confidence, Finding
+    from diagnose.rules.engine import rank
 
     info = Finding("HLT999", "h", Category.OOM_EXTERNAL, Severity.INFO, Confidence.MEASURED, "t", "m", 1.0)
     real = Finding("CPU999", "c", Category.CPU_PREPROCESSING, Severity.MINOR, Confidence.THIN, "t", "m", 0.1)

@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from analyzer.derive.bench import BenchSource
-from analyzer.derive.engine_log import EngineLogSource
-from analyzer.derive.prom import PromSource
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding, Severity
-from collectors.logtext import clean_lines
-from rules.engine import run_rules
-from rules.serving import EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
+from diagnose.collectors.logtext import clean_lines
+from diagnose.derive.bench import BenchSource
+from diagnose.derive.engine_log import EngineLogSource
+from diagnose.derive.prom import PromSource
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Severity
+from diagnose.rules.engine import run_rules
+from diagnose.rules.serving import EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
 from tests.conftest import DATA
 
 MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency)
@@ -144,7 +144,7 @@ def test_open_loop_lowers_confidence() -> None:
 
 
 def test_dev_incidents_end_to_end() -> None:
-    from analyzer import pipeline
+    from diagnose import pipeline
 
     for rel in ("logs/vllm_v0_pending_kv_cache_full.txt", "logs/vllm_benchmark_running_capped_low_kv.txt",
                 "bench/perf_analyzer_concurrency1000_queue_dominates.txt"):

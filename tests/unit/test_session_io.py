@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pipeline, session_io
-from analyzer.cli import main
-from analyzer.errors import InputError
+from diagnose import pipeline, session_io
+from diagnose.cli import main
+from diagnose.errors import InputError
 
 SESSIONS = Path(__file__).resolve().parent.parent / "data" / "sessions"
 PREFILL = SESSIONS / "prefill_long_prompts_demo"

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from analyzer import pipeline
-from analyzer.model import CaptureStatus
+from diagnose import pipeline
+from diagnose.model import CaptureStatus
 from tests.conftest import DATA
 
 CASES = {

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from analyzer.derive.snapshot import analyze_snapshot
-from analyzer.loose import analyze_path
-from analyzer.model import EvidenceSet
-from collectors.snapshot import SnapshotError, breakdown, check_plain, load_breakdown, safe_loads
-from rules.engine import run_rules
+from diagnose.collectors.snapshot import SnapshotError, breakdown, check_plain, load_breakdown, safe_loads
+from diagnose.derive.snapshot import analyze_snapshot
+from diagnose.loose import analyze_path
+from diagnose.model import EvidenceSet
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA
 
 SNAPS = os.path.join(DATA, "snapshots")
@@ -127,5 +127,5 @@ def test_garbage_and_limits_are_clear_errors(tmp_path) -> None:
 def test_snapshot_without_traces_has_no_oom_keys() -> None:
     snap = make_snapshots.oom_fragmentation()
     snap["device_traces"] = []
-    ev = EvidenceSet(__import__("analyzer.derive.snapshot", fromlist=["derive"]).derive(breakdown(snap), "t"))
+    ev = EvidenceSet(__import__("diagnose.derive.snapshot", fromlist=["derive"]).derive(breakdown(snap), "t"))
     assert "mem.oom_count" not in ev and ev.value("mem.reserved_minus_allocated_bytes") == 20 * 312 * MIB

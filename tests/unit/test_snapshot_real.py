@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import pipeline
-from analyzer.loose import analyze_path
-from analyzer.model import Category, Evidence, EvidenceSet, Severity, Verdict
-from collectors.snapshot import breakdown, read_snapshot_file
-from rules.engine import run_rules
+from diagnose import pipeline
+from diagnose.collectors.snapshot import breakdown, read_snapshot_file
+from diagnose.loose import analyze_path
+from diagnose.model import Category, Evidence, EvidenceSet, Severity, Verdict
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA, SHARED
 
 REAL = Path(SHARED) / "data" / "gpu" / "memory-snapshots"

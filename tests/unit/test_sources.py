@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import attach, sources
-from analyzer.attach import AttachOptions
-from analyzer.model import Availability, Capture, CaptureStatus, Window
-from collectors import pyspy
+from diagnose import attach, sources
+from diagnose.attach import AttachOptions
+from diagnose.collectors import pyspy
+from diagnose.model import Availability, Capture, CaptureStatus, Window
 
 ME = os.getpid()
 WINDOW = Window(1000.0, 1001.0)
@@ -188,7 +188,7 @@ def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: N
 def test_sweep_loads_the_service_through_the_whole_window(tmp_path: Path, no_pyspy: None,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """``diagnose sweep --pid``: its clients are one more source, started before the busy probe sees the service."""
-    from analyzer import sweep
+    from diagnose import sweep
 
     calls: list[str] = []
     monkeypatch.setattr(sweep, "run_step", lambda spec, c, warm, secs: calls.append(f"load {c} for {secs:.1f} s"))

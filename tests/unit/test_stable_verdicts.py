@@ -12,12 +12,12 @@ import itertools
 
 import pytest
 
-from analyzer.derive import cpu_profile
-from analyzer.model import Evidence, EvidenceSet
-from collectors.pyspy import Frame, StackSample
-from rules.base import ramp
-from rules.engine import run_rules
-from rules.queueing import QueueingObserved
+from diagnose.collectors.pyspy import Frame, StackSample
+from diagnose.derive import cpu_profile
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.base import ramp
+from diagnose.rules.engine import run_rules
+from diagnose.rules.queueing import QueueingObserved
 
 
 def _ev(inflight: float, pre: float, active: float = 1.05, stderr: float = 0.05) -> EvidenceSet:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from analyzer import sweep
-from analyzer.errors import InputError
-from collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream, percentile
-from reports import compare
-from reports import sweep as render
+from diagnose import sweep
+from diagnose.collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream, percentile
+from diagnose.errors import InputError
+from diagnose.reports import compare
+from diagnose.reports import sweep as render
 from tests.cli import run_cli
 from tests.conftest import ROOT
 

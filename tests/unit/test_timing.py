@@ -8,11 +8,11 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.derive.timing import TimingSource, shape_spikes
-from analyzer.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table, parse_cell
-from analyzer.model import Quality
-from collectors.logtext import clean_lines
-from collectors.timing import Call, Table, TimingParser, normalize_stage
+from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.timing import Call, Table, TimingParser, normalize_stage
+from diagnose.derive.timing import TimingSource, shape_spikes
+from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table, parse_cell
+from diagnose.model import Quality
 from tests.conftest import DATA
 
 TIMING = os.path.join(DATA, "timing")

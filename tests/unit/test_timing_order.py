@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from analyzer import loose
-from analyzer.model import EvidenceSet
-from analyzer.pipeline import judge
+from diagnose import loose
+from diagnose.model import EvidenceSet
+from diagnose.pipeline import judge
 
 
 def _diagnose(records: list[dict]) -> tuple[dict[str, object], list[str]]:

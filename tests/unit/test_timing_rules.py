@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from analyzer import loose
-from analyzer.model import Category, Evidence, EvidenceSet, Finding, Severity
-from rules import stages
-from rules.engine import run_rules
-from rules.registry import RULES
+from diagnose import loose
+from diagnose.model import Category, Evidence, EvidenceSet, Finding, Severity
+from diagnose.rules import stages
+from diagnose.rules.engine import run_rules
+from diagnose.rules.registry import RULES
 from tests.conftest import DATA
 
 ALL_RULES = RULES if any(r.code == "STG001" for r in RULES) else (*RULES, *stages.RULES)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from collectors import torch_probe
-from collectors.torch_probe import Probe
+from diagnose.collectors import torch_probe
+from diagnose.collectors.torch_probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,7 +193,7 @@ def test_burst_on_a_tiny_queue_drops_and_never_blocks(make_probe: Any) -> None:
 
 
 def test_output_is_read_by_the_existing_timing_parser(make_probe: Any) -> None:
-    from analyzer.loose import analyze_path
+    from diagnose.loose import analyze_path
 
     probe = make_probe(stats_interval_s=0.0)
     for i in range(40):
@@ -217,7 +217,7 @@ def test_output_is_read_by_the_existing_timing_parser(make_probe: Any) -> None:
     assert keys["requests.count"].value == 41
     assert not any(k.startswith("mem.") for k in keys)  # the probe's own lines mean nothing else
     # the non-request lines are ignored by the timing parser: 41 requests counted, not more
-    from collectors.timing import TimingParser
+    from diagnose.collectors.timing import TimingParser
 
     parser = TimingParser()
     for line in text.splitlines():
@@ -249,7 +249,7 @@ def test_compile_events_on_cpu(make_probe: Any, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     dynamo = pytest.importorskip("torch._dynamo")
 
-    from collectors.compile_log import CompileLogParser
+    from diagnose.collectors.compile_log import CompileLogParser
 
     dynamo.reset()
     probe = make_probe(compile_events=True, cuda_interval_s=0.05)

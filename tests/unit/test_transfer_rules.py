@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from analyzer.derive.nsys_stats import NsysStatsSource, TransferReportSource
-from analyzer.model import Category, Confidence, Evidence, EvidenceSet, Finding
-from collectors.logtext import clean_lines
-from rules.engine import run_rules
-from rules.transfer import CopyDominatedGpuTime, CopyOverheadReported
+from diagnose.collectors.logtext import clean_lines
+from diagnose.derive.nsys_stats import NsysStatsSource, TransferReportSource
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding
+from diagnose.rules.engine import run_rules
+from diagnose.rules.transfer import CopyDominatedGpuTime, CopyOverheadReported
 from tests.conftest import DATA
 
 MINE = (CopyDominatedGpuTime, CopyOverheadReported)
@@ -70,7 +70,7 @@ def test_prose_without_a_profile_claim_is_silent() -> None:
 
 
 def test_dev_incident_end_to_end() -> None:
-    from analyzer import pipeline
+    from diagnose import pipeline
 
     d = pipeline.analyze([os.path.join(DATA, "reports/transfer_if_node_memcpy_nsight_3x.txt")])
     assert d.primary is Category.PCIE_TRANSFER

@@ -45,6 +45,6 @@ def test_unit_tests_start_no_process() -> None:
 def test_the_check_sees_what_it_is_for(tmp_path: Path) -> None:
     bad = tmp_path / "test_bad.py"
     bad.write_text("import os\nimport subprocess\nfrom multiprocessing import Pool\n"
-                   "from examples.demo import DemoService\nos.system('true')\n")
+                   "from diagnose.examples.demo import DemoService\nos.system('true')\n")
     assert [o.split(" ", 1)[1] for o in _offences(bad)] == [
         "imports subprocess", "imports from multiprocessing", "imports DemoService", "calls os.system"]

@@ -1,14 +1,14 @@
 """One table of size units (binary, as torch, vLLM and nvidia-smi print them), one size and one
-percentage formatter (analyzer.units)."""
+percentage formatter (diagnose.units)."""
 
 from __future__ import annotations
 
 import pytest
 
-from analyzer.units import GIB, KIB, MIB, SIZE_UNITS, parse_size, pct, size, unit_bytes
-from collectors.nsys_stats import NsysStatsParser
-from collectors.nvsmi_base import rate_bytes, size_bytes
-from collectors.oom import parse_allocator_message
+from diagnose.collectors.nsys_stats import NsysStatsParser
+from diagnose.collectors.nvsmi_base import rate_bytes, size_bytes
+from diagnose.collectors.oom import parse_allocator_message
+from diagnose.units import GIB, KIB, MIB, SIZE_UNITS, parse_size, pct, size, unit_bytes
 
 
 def test_every_spelling_is_binary() -> None:

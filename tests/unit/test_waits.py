@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.derive import waits
-from analyzer.derive.activities import compiler_process
-from analyzer.derive.waits import Wait
+from diagnose.derive import waits
+from diagnose.derive.activities import compiler_process
+from diagnose.derive.waits import Wait
 
 BOOT = [
     ("Thread._bootstrap", "threading.py"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from analyzer.derive import wall
-from analyzer.model import Evidence, EvidenceSet
-from collectors.pyspy import Frame, StackSample
-from rules.compile import RecompilationStorm
-from rules.engine import run_rules
-from rules.queueing import LockContention
+from diagnose.collectors.pyspy import Frame, StackSample
+from diagnose.derive import wall
+from diagnose.model import Evidence, EvidenceSet
+from diagnose.rules.compile import RecompilationStorm
+from diagnose.rules.engine import run_rules
+from diagnose.rules.queueing import LockContention
 
 SITE = "/srv/venv/lib/python3.11/site-packages"
 STD = "/usr/lib/python3.11"

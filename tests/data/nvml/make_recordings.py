@@ -24,7 +24,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
 
-from collectors.nvml import (  # noqa: E402
+from diagnose.collectors.nvml import (  # noqa: E402
     CLOCK_MEM,
     CLOCK_SM,
     PCIE_TX_BYTES,
