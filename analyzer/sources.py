@@ -108,7 +108,32 @@ def is_python(proc: psutil.Process) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-class ProcessSource:
+class Periodic:
+    """A source that samples on a thread of its own: ``_every`` starts it, ``stop`` ends and joins it."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _every(self, interval_s: float, name: str, step: Callable[[], bool], first_wait: bool = False) -> None:
+        """Run ``step`` every ``interval_s`` until ``stop`` or until it returns False."""
+
+        def loop() -> None:
+            if first_wait and self._stop.wait(interval_s):
+                return
+            while step() and not self._stop.wait(interval_s):
+                pass
+
+        self._thread = threading.Thread(target=loop, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_S)
+
+
+class ProcessSource(Periodic):
     """Samples the target's process tree (``collectors.process``) and records its identity.
 
     ``probe()`` runs before the window: two full samples ``PROBE_S`` apart say which processes use
@@ -118,6 +143,7 @@ class ProcessSource:
     collector = "process"
 
     def __init__(self, pid: int, folder: str, light: bool = False) -> None:
+        super().__init__()
         self.pid = pid
         self.folder = folder
         self.sampler = process_collector.Sampler(pid, folder, interval_s=1.0 if light else 0.25)
@@ -126,8 +152,6 @@ class ProcessSource:
         self._cache_dir = ""
         self._cache_before: int | None = None
         self._modules_before: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def gone(self) -> bool:
@@ -155,19 +179,12 @@ class ProcessSource:
         return [p.pid for p in process_collector.process_tree(self.pid)]
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.sampler.interval_s):
-                self.tick()
-                if self.sampler.gone:
-                    return
+        # the probe has just sampled: the first tick of the window is one interval in
+        self._every(self.sampler.interval_s, "diagnose-sampler", self._step, first_wait=True)
 
-        self._thread = threading.Thread(target=loop, name="diagnose-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=JOIN_S)
+    def _step(self) -> bool:
+        self.tick()
+        return not self.sampler.gone
 
     def capture(self, window: Window, cut: str) -> Capture:
         self.tick(full=True)  # the last sample is a full one
@@ -344,31 +361,21 @@ def pyspy_remedy(reason: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class NvmlSource:
+class NvmlSource(Periodic):
     """The target's GPUs through NVML (``collectors.nvml.NvmlSampler``); SKIPPED where no driver answers."""
 
     collector = nvml_collector.COLLECTOR
 
     def __init__(self, pid: int, folder: str) -> None:
+        super().__init__()
         self.sampler = nvml_collector.NvmlSampler(pid, folder)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.sampler.tick()
-                if self.sampler.failed:
-                    return
-                self._stop.wait(self.sampler.interval_s)
+        self._every(self.sampler.interval_s, "diagnose-nvml", self._step)
 
-        self._thread = threading.Thread(target=loop, name="diagnose-nvml", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=JOIN_S)
+    def _step(self) -> bool:
+        self.sampler.tick()
+        return not self.sampler.failed
 
     def capture(self, window: Window, cut: str) -> Capture:
         return self.sampler.close(window)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from diagnose.cli import main
+from tests.cli import one_sentence, run
 from tests.conftest import DATA, ROOT
 
 pytestmark = pytest.mark.integration
@@ -20,16 +20,6 @@ SESSIONS = os.path.join(DATA, "sessions")
 SYNC_STALL = os.path.join(DATA, "kineto", "sync_stall_sglang_decode_hipgraph_mi300x.json.gz")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def _one_sentence(err: str) -> None:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("diagnose: "), err
 
 
 def test_attach_not_python(capsys) -> None:
@@ -40,7 +30,7 @@ def test_attach_not_python(capsys) -> None:
         proc.kill()
         proc.wait()
     assert code == 2
-    _one_sentence(err)
+    one_sentence(err)
     assert "not a Python process" in err
 
 

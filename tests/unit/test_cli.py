@@ -8,30 +8,19 @@ import os
 import sys
 
 import jsonschema
-import pytest
 
-from diagnose.cli import main
+from tests.cli import one_sentence, run
 from tests.conftest import DATA, ROOT
 
 SESSIONS = os.path.join(DATA, "sessions")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def _one_sentence(err: str) -> None:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("diagnose: "), err
 
 
 def test_attach_no_such_pid(capsys) -> None:
     code, _, err = run(["attach", "--pid", "4194300", "--duration", "1"], capsys)
     assert code == 2
-    _one_sentence(err)
+    one_sentence(err)
     assert "no process with pid 4194300" in err and "pgrep" in err
 
 
@@ -52,7 +41,7 @@ def test_usage_errors_exit_2(capsys) -> None:
 def test_analyze_missing_file_and_non_session_folder(capsys, tmp_path) -> None:
     code, _, err = run(["analyze", str(tmp_path / "nope.log")], capsys)
     assert code == 2
-    _one_sentence(err)
+    one_sentence(err)
     assert "does not exist" in err
     code, _, err = run(["analyze", str(tmp_path)], capsys)
     assert code == 2 and "manifest.json" in err
@@ -62,7 +51,7 @@ def test_analyze_corrupt_manifest(capsys, tmp_path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
     code, _, err = run(["analyze", str(tmp_path)], capsys)
     assert code == 2
-    _one_sentence(err)
+    one_sentence(err)
     assert "not a readable diagnose session" in err
 
 

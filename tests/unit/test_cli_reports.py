@@ -13,6 +13,7 @@ import pytest
 
 from diagnose.cli import main
 from diagnose.reports import markdown
+from tests.cli import one_sentence, run
 from tests.conftest import DATA
 
 SESSIONS = os.path.join(DATA, "sessions")
@@ -21,17 +22,6 @@ QUEUEING = os.path.join(SESSIONS, "queueing_one_worker_demo")
 HEALTHY = os.path.join(SESSIONS, "healthy_light_load_demo")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def _one_sentence(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("diagnose: "), err
-    return lines[0]
 
 
 def test_report_defaults_to_markdown_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,17 +51,17 @@ def test_explicit_format_wins_over_the_suffix(tmp_path: Path, capsys: pytest.Cap
 
 def test_report_errors_are_one_sentence_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["report", PREFILL, "-o", str(tmp_path / "r.txt")], capsys)
-    assert code == 2 and "cannot tell the report format" in _one_sentence(err) and "--format md|html|json" in err
+    assert code == 2 and "cannot tell the report format" in one_sentence(err) and "--format md|html|json" in err
     code, _, err = run(["report", PREFILL, "-o", str(tmp_path / "missing" / "r.md")], capsys)
-    assert code == 2 and "does not exist" in _one_sentence(err) and "Create it first" in err
+    assert code == 2 and "does not exist" in one_sentence(err) and "Create it first" in err
     code, _, err = run(["report", str(tmp_path / "nope")], capsys)
-    assert code == 2 and "does not exist" in _one_sentence(err)
+    assert code == 2 and "does not exist" in one_sentence(err)
     code, _, err = run(["report", SESSIONS], capsys)
-    assert code == 2 and "without a manifest.json" in _one_sentence(err)
+    assert code == 2 and "without a manifest.json" in one_sentence(err)
     code, _, err = run(["report", PREFILL, "-o", str(tmp_path)], capsys)
-    assert code == 2 and "is a folder" in _one_sentence(err)
+    assert code == 2 and "is a folder" in one_sentence(err)
     code, _, err = run(["report", PREFILL, "--format", "pdf"], capsys)
-    assert code == 2 and "invalid choice" in _one_sentence(err)
+    assert code == 2 and "invalid choice" in one_sentence(err)
     assert not list(tmp_path.iterdir())
 
 
@@ -117,9 +107,9 @@ def test_compare_of_two_sessions_with_the_same_name(tmp_path: Path, capsys: pyte
 
 def test_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["compare", PREFILL, str(tmp_path / "nope")], capsys)
-    assert code == 2 and "does not exist" in _one_sentence(err)
+    assert code == 2 and "does not exist" in one_sentence(err)
     code, _, err = run(["compare", PREFILL], capsys)
-    assert code == 2 and "after" in _one_sentence(err)
+    assert code == 2 and "after" in one_sentence(err)
 
 
 def test_dashboard_subcommand_calls_the_launcher(monkeypatch: pytest.MonkeyPatch,
@@ -142,15 +132,15 @@ def test_dashboard_subcommand_calls_the_launcher(monkeypatch: pytest.MonkeyPatch
     assert main(["dashboard", PREFILL]) == 0  # a headless host: print the URL, open nothing
     assert calls == [([PREFILL, HEALTHY], 8765, False), ([PREFILL], None, True), ([PREFILL], None, False)]
     code, _, err = run(["dashboard", PREFILL, "--port", "70000"], capsys)
-    assert code == 2 and "not a TCP port" in _one_sentence(err)
+    assert code == 2 and "not a TCP port" in one_sentence(err)
     code, _, err = run(["dashboard"], capsys)
-    assert code == 2 and "sessions" in _one_sentence(err)
+    assert code == 2 and "sessions" in one_sentence(err)
     assert len(calls) == 3
 
 
 def test_dashboard_with_a_missing_session_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["dashboard", str(tmp_path / "nope"), "--no-browser"], capsys)
-    assert code == 2 and "does not exist" in _one_sentence(err) and out == ""
+    assert code == 2 and "does not exist" in one_sentence(err) and out == ""
 
 
 def test_markdown_report_matches_the_library(capsys: pytest.CaptureFixture[str]) -> None:
