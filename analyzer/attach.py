@@ -1,6 +1,6 @@
 """``diagnose attach``: watch a live service for a bounded window, read-only, then diagnose.
 
-The attach composes a list of sources (``analyzer.sources``: py-spy, the process tree, NVML, the
+The attach composes a list of sources (``diagnose.sources``: py-spy, the process tree, NVML, the
 cgroup, Nsight Systems, the service's logs, its probe's outputs, its metrics endpoint), opens the
 window on all of them, waits, closes it and writes what each captured into the session folder.
 
@@ -9,7 +9,7 @@ only read; the window is bounded (py-spy's own ``--duration`` plus a hard deadli
 the window early and the session and verdict are still written from what was captured. If the
 target exits during the window, what was captured is kept and marked partial.
 
-Cost: the attach spends its budget where evidence comes from (``collectors.budget``): before the
+Cost: the attach spends its budget where evidence comes from (``diagnose.collectors.budget``): before the
 window, two full process samples half a second apart say which processes use CPU and serve
 requests; the window is then recorded in chunks, each re-planned from the latest samples. The
 attach's own CPU over the window is measured and kept in the session (``attach-cost.json``).
@@ -135,7 +135,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
            extra: Sequence[Source] = ()) -> tuple[Session, Diagnosis]:
     """Record a session for ``opts.duration_s`` and diagnose it. Returns (session, diagnosis).
 
-    ``extra``: more sources recorded over the same window (``analyzer.sweep`` drives its load with one),
+    ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
     if opts.duration_s <= 0 or opts.duration_s > 600:
@@ -198,7 +198,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
 
 def window_sources(opts: AttachOptions, folder: str, process: ProcessSource,
                    should_stop: Callable[[], bool]) -> list[Source]:
-    """The sources of an attach, innermost first (see ``analyzer.sources``): the manifest's order."""
+    """The sources of an attach, innermost first (see ``diagnose.sources``): the manifest's order."""
     given = {os.path.realpath(p) for p in opts.logs}
     announced = [p for p in probe_outputs(opts.pid) if os.path.realpath(p) not in given]
     return [

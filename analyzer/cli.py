@@ -4,7 +4,7 @@
 a ``DiagnoseError`` printed as one sentence with its remedy, exit code 2.
 Exit codes: 0 done, 1 findings at or above ``--fail-on``, 2 bad usage or input.
 
-Output formats come from one registry (``analyzer.output``: format name → writer and file suffix);
+Output formats come from one registry (``diagnose.output``: format name → writer and file suffix);
 no command overwrites an existing file or session folder unless it is given ``--force``.
 """
 
@@ -46,7 +46,7 @@ def force_option(p: argparse.ArgumentParser, what: str = "the output file") -> N
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    """The ``analyzer.config.Config`` of ``--config`` / ``$DIAGNOSE_CONFIG`` (an ``InputError`` when bad)."""
+    """The ``diagnose.config.Config`` of ``--config`` / ``$DIAGNOSE_CONFIG`` (an ``InputError`` when bad)."""
     from diagnose import config
 
     return config.load(getattr(args, "config", None))

@@ -1,8 +1,9 @@
-"""``diagnose fleet`` and ``diagnose sweep``: their arguments and handlers (``analyzer.cli`` registers them).
+"""``diagnose fleet`` and ``diagnose sweep``: their arguments and handlers (``diagnose.cli`` registers them).
 
 Both print one document in the chosen format (``--format`` or the ``-o`` suffix; the formats are
-``analyzer.output.DOCUMENT``): JSON is the source of truth, text/Markdown/HTML are rendered from it by
-``reports.fleet`` / ``reports.sweep``. An existing ``-o`` file is refused before any work, unless ``--force``.
+``diagnose.output.DOCUMENT``): JSON is the source of truth, text/Markdown/HTML are rendered from it by
+``diagnose.reports.fleet`` / ``diagnose.reports.sweep``. An existing ``-o`` file is refused before any
+work, unless ``--force``.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def run_pathology(pathology: str, duration_s: float, output: str | None,
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """``diagnose demo`` (``--fleet`` is ``analyzer.fleet_demo``)."""
+    """``diagnose demo`` (``--fleet`` is ``diagnose.fleet_demo``)."""
     from diagnose.examples.demo import PATHOLOGIES
 
     fixed = bool(getattr(args, "fixed", False))

@@ -3,10 +3,10 @@
 ``diagnose analyze`` asks this module first. A PyTorch-profiler trace (JSON, plain or compressed),
 torch.profiler's memory timeline, a CUDA memory snapshot (pickle) and an Nsight Systems export
 (SQLite, or a ``.nsys-rep``) each go to their own reader, imported only then; what is none of
-these is text, for ``analyzer.loose`` and its line parsers. Nothing here imports those parsers: a
+these is text, for ``diagnose.loose`` and its line parsers. Nothing here imports those parsers: a
 trace is read without paying for them (they are most of a text run's start-up).
 
-A trace is recognised by the structure of its head (``collectors.kineto.trace_head``): the top-level
+A trace is recognised by the structure of its head (``diagnose.collectors.kineto.trace_head``): the top-level
 keys of the JSON object are walked until one is Kineto's. When the head does not yet decide (a
 ``metadata`` object of tens of KiB written before ``traceEvents``), more is read, doubling, up to
 ``SNIFF_MAX_BYTES``; on a stream (stdin) the bytes read to decide are replayed to the reader.
@@ -46,7 +46,7 @@ def _json_like(head: bytes) -> bool:
 
 def trace_kind(head: bytes, final: bool = True) -> str | None:
     """``kineto_trace`` / ``torch_memory_timeline`` when decompressed ``head`` opens one, else None
-    (``collectors.kineto`` is imported only for JSON-looking heads). ``final=False``: "undecided"
+    (``diagnose.collectors.kineto`` is imported only for JSON-looking heads). ``final=False``: "undecided"
     is returned as ``"?"`` (more of the input decides)."""
     if not _json_like(head):
         return None
@@ -96,7 +96,7 @@ def file_trace_kind(path: str) -> str | None:
 
 def read_path(path: str) -> Found | None:
     """Evidence and input record of a document file (snapshot, trace, memory timeline, Nsight export);
-    None when the file is text (``analyzer.loose`` reads it)."""
+    None when the file is text (``diagnose.loose`` reads it)."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(len(SQLITE_MAGIC))

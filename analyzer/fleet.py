@@ -3,8 +3,8 @@
 The fleet's data stays where it lives. This module sends PromQL that aggregates on the server —
 ``sum by (instance)`` of the engine gauges, ``increase()`` of the counters, ``histogram_quantile``
 of ``increase()``-d buckets over the window, the DCGM fields per GPU — turns each replica's answers
-into the evidence one service gets (``analyzer.derive.prom`` through a ``PromResult``,
-``analyzer.derive.dcgm`` for its GPUs), runs the same rules per replica (``pipeline.judge``), and
+into the evidence one service gets (``diagnose.derive.prom`` through a ``PromResult``,
+``diagnose.derive.dcgm`` for its GPUs), runs the same rules per replica (``pipeline.judge``), and
 summarises the fleet (``summarise``): which bottleneck how many replicas share, the outliers, load
 imbalance and headroom. It never stores or re-scrapes the fleet.
 

@@ -1,6 +1,6 @@
 """``diagnose demo --fleet``: four demo replicas, a real Prometheus scraping them, then ``diagnose fleet``.
 
-Replicas (``examples.fleet.DEMO_FLEET``): two ``queueing`` services, one ``prefill``, one ``healthy``
+Replicas (``diagnose.examples.fleet.DEMO_FLEET``): two ``queueing`` services, one ``prefill``, one ``healthy``
 whose GPU is a replayed real dcgm-exporter scrape of a power-capped Tesla T4. Prometheus (the
 Debian package's binary) scrapes them every second on 127.0.0.1; after the window, the fleet is
 judged from Prometheus alone, exactly as ``diagnose fleet --prometheus URL`` would. Everything started

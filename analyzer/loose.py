@@ -96,7 +96,7 @@ class TextSource(Protocol):
 class RawLinesSource(TextSource, Protocol):
     """A source that takes the tail's wanted lines as they stand (not cleaned), a block at a time,
     because it can read many of them at once faster than one by one (``feed_raw``); it cleans
-    whatever it reads line by line itself (``collectors.logtext.clean_lines``)."""
+    whatever it reads line by line itself (``diagnose.collectors.logtext.clean_lines``)."""
 
     def feed_raw(self, lines: list[str]) -> None:
         """Physical lines, in order."""
@@ -373,7 +373,7 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
 
 def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES,
                    extra: Sequence[TextSource] = ()) -> LooseResult:
-    """A stream of loose evidence: a document (trace, SQLite, binary) by ``analyzer.documents``, else text."""
+    """A stream of loose evidence: a document (trace, SQLite, binary) by ``diagnose.documents``, else text."""
     found, stream, kind = documents.read_stream(name, stream)
     if found is not None:
         return LooseResult(*found)
@@ -385,7 +385,7 @@ def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: 
     """Text (already decompressed from ``kind``, which names the compression for messages) through every source.
 
     ``extra``: more sources fed in the same pass whose results the caller takes from them (the session's
-    time series, ``analyzer.derive.series``); they add nothing to the result."""
+    time series, ``diagnose.derive.series``); they add nothing to the result."""
     sources = new_sources()
     try:
         n = read_into([*sources, *extra], stream, head_bytes)

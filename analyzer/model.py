@@ -433,7 +433,7 @@ class Diagnosis:
     # None: not judged yet (a document from an older tool); the pipeline always sets it
     verdict: Verdict | None = None
     next_steps: tuple[str, ...] = ()  # what to collect next, most useful first (the exact command)
-    # the rule settings in force (``analyzer.config.Config.to_json``), when a --config changed any
+    # the rule settings in force (``diagnose.config.Config.to_json``), when a --config changed any
     config: Mapping[str, Any] | None = None
 
     @property

@@ -168,7 +168,7 @@ Document = Mapping[str, Any]  # a `diagnose fleet` or `diagnose sweep` JSON docu
 
 
 def _renderer(doc: Document) -> Any:
-    """The module that renders this document: ``reports.fleet`` or ``reports.sweep``."""
+    """The module that renders this document: ``diagnose.reports.fleet`` or ``diagnose.reports.sweep``."""
     if doc.get("schema") == "diagnose/fleet/v1":
         from diagnose.reports import fleet
 

@@ -4,18 +4,18 @@
 into a staging folder, cleaning each file on the way, and writes ``OUT.tar.gz`` (by default
 ``SESSION.tar.gz`` beside the folder). An existing output is replaced only with ``force``
 (``--force``). The archive holds one folder named like the session, so ``diagnose
-analyze``/``report``/``dashboard`` open it as they open the folder (``analyzer.session_io.opened``).
+analyze``/``report``/``dashboard`` open it as they open the folder (``diagnose.session_io.opened``).
 
 What is done to each kind of file (and listed, file by file, in ``pack.json`` inside the archive):
 
-* **Secrets, always** (``analyzer.redact``): command lines (``target.cmdline`` in
+* **Secrets, always** (``diagnose.redact``): command lines (``target.cmdline`` in
   ``manifest.json``, ``cmdline`` in ``process-info.json``, every ``process N:"…"`` part of a
-  ``pyspy.raw`` record, chains of them included, through ``collectors.pyspy.rewrite_commands``)
+  ``pyspy.raw`` record, chains of them included, through ``diagnose.collectors.pyspy.rewrite_commands``)
   through ``redact_argv``, as is every JSON list of strings (``"--api-key", "VALUE"``); every other
   string of a JSON document or line, and every line of a text file, through ``redact_text`` plus
   the forms it does not see: a quoted name (``'api_key': '…'``, ``'--hf-token', '…'``) and a
   command-line flag (``--api-key VALUE``, ``redact_command``); JSON fields named like a secret
-  (``analyzer.redact.is_secret_name``: ``api_key``, ``HF_TOKEN``, ``auth_token``, ``DB_PASS``,
+  (``diagnose.redact.is_secret_name``: ``api_key``, ``HF_TOKEN``, ``auth_token``, ``DB_PASS``,
   ``api-key``…, not counts such as ``max_tokens``) replaced by ``***``. ``pyspy.raw`` frames are left
   as they are: they hold only function and file names, and ``redact_text`` would mangle ``auth.py:12``.
 * **Request payloads, unless ``keep_payloads``**, in every file diagnose did not write itself (logs
@@ -47,7 +47,7 @@ What is done to each kind of file (and listed, file by file, in ``pack.json`` in
 * ``.nsys-rep``/``.qdrep`` reports are left out: a binary format that cannot be cleaned and holds
   the same environment (the SQLite export next to it carries the evidence).
 * CUDA memory snapshots (pickles) are read with the restricted unpickler
-  (``collectors.snapshot.read_snapshot_file``: plain containers only, no code) and written again from
+  (``diagnose.collectors.snapshot.read_snapshot_file``: plain containers only, no code) and written again from
   what it read, so nothing appended after the pickle comes along; they hold allocator state and stack
   frames (file, line, function), no environment, arguments or tensor contents. A pickle that it refuses,
   or that is not shaped like a snapshot (a list of segments), is left out.

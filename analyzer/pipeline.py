@@ -81,7 +81,7 @@ def load_session(path: str, label: str | None = None) -> Session:
     return dataclasses.replace(session, target=target)
 
 
-CONFIG_FILE = "config.json"  # the rule settings an attach ran with (``analyzer.config``)
+CONFIG_FILE = "config.json"  # the rule settings an attach ran with (``diagnose.config``)
 
 
 def recorded_config(folder: str) -> Config | None:
@@ -107,7 +107,7 @@ def analyze(
 
     Evidence is merged in the order of ``paths`` (for a key, the first input that gives it wins),
     except that several PyTorch-profiler traces (one per rank) are put in the order
-    ``analyzer.derive.ranks`` gives: the rank that sets the pace first; their cross-rank evidence
+    ``diagnose.derive.ranks`` gives: the rank that sets the pace first; their cross-rank evidence
     comes after them.
     """
     parts: list[EvidenceSet] = []
@@ -154,8 +154,8 @@ def _ranks(parts: list[EvidenceSet], traces: dict[int, list[Evidence]]) -> list[
 
 
 def _loose(path: str) -> documents.Found:
-    """A loose input: a document (trace, snapshot, Nsight export) by ``analyzer.documents``, else text
-    by ``analyzer.loose``, imported only then (its line parsers are most of a run's start-up)."""
+    """A loose input: a document (trace, snapshot, Nsight export) by ``diagnose.documents``, else text
+    by ``diagnose.loose``, imported only then (its line parsers are most of a run's start-up)."""
     if path != "-":
         found = documents.read_path(path)
         if found is not None:
@@ -176,7 +176,7 @@ def _loose(path: str) -> documents.Found:
 def read_session(folder: str, label: str | None = None, series: bool = False) -> tuple[Session, Derived]:
     """The session in ``folder`` and its evidence; ``label`` (what the user passed, e.g. the .tar.gz
     it was extracted from) names the sources, never the private extraction folder. ``series``: also
-    the time series of its text captures, from the same pass (``analyzer.tables`` draws them)."""
+    the time series of its text captures, from the same pass (``diagnose.tables`` draws them)."""
     from diagnose.derive import session as session_derive  # the collectors' parsers: sessions only
 
     session = load_session(folder, label=label)

@@ -4,11 +4,11 @@
 table always exists with its columns (``COLUMNS``), empty when the evidence is absent, and then
 ``missing[table]`` says in one sentence why, and how to get it. Every table is bounded, so a long
 session still gives small frames, and its labels already went through the analyzer's redaction
-(``analyzer.redact``): no secret reaches a table, so none reaches a figure.
+(``diagnose.redact``): no secret reaches a table, so none reaches a figure.
 
-This module only describes the tables; it reads no session. ``analyzer.tables.load(path)`` fills
+This module only describes the tables; it reads no session. ``diagnose.tables.load(path)`` fills
 a ``SessionData`` from a session folder or ``.tar.gz``; ``reports`` and ``dashboard`` draw from it
-(``reports.data`` re-exports these names for them) and the analyzer imports nothing of theirs.
+(``diagnose.reports.data`` re-exports these names for them) and the analyzer imports nothing of theirs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What ``diagnose attach`` records over its window: one small protocol, one class per kind of evidence.
 
 A ``Source`` opens the window (``start``), closes it (``stop``) and hands back the ``Capture`` of
-what it recorded (``capture``), its raw files written into the session folder. ``analyzer.attach``
-composes a list of them (``window_sources``) and runs the window; ``analyzer.sweep`` adds its load
+what it recorded (``capture``), its raw files written into the session folder. ``diagnose.attach``
+composes a list of them (``window_sources``) and runs the window; ``diagnose.sweep`` adds its load
 generator to that list as one more source. A new kind of evidence is one new class with these three
 methods, listed where the attach composes its sources.
 
@@ -134,7 +134,7 @@ class Periodic:
 
 
 class ProcessSource(Periodic):
-    """Samples the target's process tree (``collectors.process``) and records its identity.
+    """Samples the target's process tree (``diagnose.collectors.process``) and records its identity.
 
     ``probe()`` runs before the window: two full samples ``PROBE_S`` apart say which processes use
     CPU and serve requests, what the py-spy budget is planned from. ``gone`` says the target exited.
@@ -208,7 +208,7 @@ class BusyProbe:
     """Not evidence but a step of the window: before it opens, ``ProcessSource.probe`` (the target's
     identity, and two full samples ``PROBE_S`` apart that say what is busy, which py-spy's budget is
     planned from). Listed outside the samplers and the cgroup, and inside the service's files and any
-    load (``analyzer.sweep``), so it sees the service as the window will. It hands back no capture."""
+    load (``diagnose.sweep``), so it sees the service as the window will. It hands back no capture."""
 
     collector = "process"
 
@@ -231,9 +231,9 @@ class BusyProbe:
 
 
 class PySpySource:
-    """The CPU and wall-clock profile (``collectors.pyspy.record_chunked``), within the budget.
+    """The CPU and wall-clock profile (``diagnose.collectors.pyspy.record_chunked``), within the budget.
 
-    Each chunk is planned from the process samples (``collectors.budget``): which processes, at
+    Each chunk is planned from the process samples (``diagnose.collectors.budget``): which processes, at
     what rate. Recording runs on its own thread for the window's duration and ends by itself;
     ``should_stop`` (the user stopped, the target exited) ends the current chunk early.
     """
@@ -362,7 +362,7 @@ def pyspy_remedy(reason: str) -> str:
 
 
 class NvmlSource(Periodic):
-    """The target's GPUs through NVML (``collectors.nvml.NvmlSampler``); SKIPPED where no driver answers."""
+    """The target's GPUs through NVML (``diagnose.collectors.nvml.NvmlSampler``); SKIPPED where no driver answers."""
 
     collector = nvml_collector.COLLECTOR
 

@@ -1,6 +1,6 @@
 """``diagnose sweep URL``: the playbook's concurrency ladder against a live endpoint, and its knee.
 
-At each step (1, 2, 4, 8, …) ``concurrency`` closed-loop clients (``collectors.loadclient``, one
+At each step (1, 2, 4, 8, …) ``concurrency`` closed-loop clients (``diagnose.collectors.loadclient``, one
 asyncio thread) load the endpoint: a warm-up that is discarded, then ``duration`` seconds measured:
 p50/p90/p99 latency, throughput, errors, and for streamed LLM answers time to first token, time per
 output token, inter-token latency and tokens per second. The client reports its own CPU and warns
@@ -9,7 +9,7 @@ when it fills a core (then it, not the service, may be the limit).
 The knee (``find_knee``): the lowest concurrency whose throughput is within ``KNEE_WITHIN`` (5 %) of
 the best step's, provided p99 then grows past ``p99_bound`` × its value there at a higher step — the
 point where adding clients only adds waiting. With ``--pid`` the service is attached at the knee's
-concurrency and diagnosed (``analyzer.attach``), so the sweep names why it saturates.
+concurrency and diagnosed (``diagnose.attach``), so the sweep names why it saturates.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A recorded session → ``analyzer.session_data.SessionData``: the one place that turns a session into tables.
+"""A recorded session → ``diagnose.session_data.SessionData``: the one place that turns a session into tables.
 
 This is the analyzer side of the reports: like the pipeline, it reads the session's raw files with
 the collectors' own parsers (no second parser for a format) and the analyzer's derivations, then
 hands the presenters (``reports``, ``dashboard``) plain bounded tables. The text captures (stage
 logs, the probe's JSON lines, compile and engine logs, metrics scrapes) are read once, by the
 pipeline, which derives their time series in the same pass as their evidence
-(``analyzer.derive.series``); this joins those rows. ``load(path)`` opens a folder or packed
+(``diagnose.derive.series``); this joins those rows. ``load(path)`` opens a folder or packed
 ``.tar.gz`` and runs the pipeline for the diagnosis and the series; ``build`` fills the tables of an
 already opened session. Every empty table gets a sentence in ``missing`` saying why and how to
 get it; a file the manifest lists but the session lacks is named there, not passed over.
@@ -56,7 +56,7 @@ LOST_HINT = "Copy the whole session folder (or its .tar.gz) again, or record the
 
 def load(path: str, config: Any = None) -> SessionData:
     """Read a session folder or packed ``.tar.gz``; ``InputError`` when it is not one. ``config``: an
-    ``analyzer.config.Config`` (else the one the session recorded, else the defaults)."""
+    ``diagnose.config.Config`` (else the one the session recorded, else the defaults)."""
     if not isinstance(path, str) or not path:
         raise InputError("No session path was given.", "Pass a session folder written by `diagnose attach`.")
     with session_io.opened(path) as folder:
@@ -440,7 +440,7 @@ class _Reader:
 
     def trace(self) -> None:
         """The busy/idle timeline and the ranks of the session's traces, from the diagnosis's evidence
-        (``kineto.timeline``: ``analyzer.derive.kineto`` bins each device's window; several ranks:
+        (``kineto.timeline``: ``diagnose.derive.kineto`` bins each device's window; several ranks:
         ``kineto.ranks.table``, each rank's timeline with it)."""
         from diagnose.derive import ranks as rank_derive
 

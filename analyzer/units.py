@@ -24,7 +24,7 @@ Writing. ``size`` writes bytes in the largest binary unit they reach (``7.79 GiB
 and ``pct`` a ratio as a percentage (``45 %``): every report, rule message and evidence detail
 uses these two, so one figure reads the same wherever it is shown.
 
-Like ``analyzer.model`` this module imports nothing of diagnose's: every layer may use it.
+Like ``diagnose.model`` this module imports nothing of diagnose's: every layer may use it.
 """
 
 from __future__ import annotations

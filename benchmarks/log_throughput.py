@@ -2,7 +2,7 @@
 
 Writes a synthetic vLLM-style log (real-format lines: V0 and V1 stats lines, request logs, a
 preemption warning, a config dump, HTTP access lines) of the requested size into a temporary
-folder, runs the loose-evidence analysis on it in-process (``analyzer.loose.analyze_path``, the
+folder, runs the loose-evidence analysis on it in-process (``diagnose.loose.analyze_path``, the
 streaming path ``diagnose analyze FILE`` uses), deletes the file, and prints the throughput in
 MB/s and the peak resident memory (``resource.getrusage(...).ru_maxrss``).
 

@@ -22,7 +22,7 @@ manager, a resource tracker, an idle launcher). So the budget goes where evidenc
 ``light`` (for a host at 100 % CPU) samples only the busiest process and the main serving one, at
 ``LIGHT_MAX_RATE_HZ`` / ``LIGHT_WALL_RATE_HZ``.
 
-Pure: ``plan`` maps observations (from ``collectors.process.Sampler``) to decisions with reasons.
+Pure: ``plan`` maps observations (from ``diagnose.collectors.process.Sampler``) to decisions with reasons.
 """
 
 from __future__ import annotations

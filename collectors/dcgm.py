@@ -4,7 +4,7 @@ Two forms are read, both pure (no network here):
 
 * **text exposition** (``curl http://NODE:9400/metrics``): ``DCGM_FI_*`` samples with or without
   ``# HELP``/``# TYPE``, one scrape or several (split at ``# scrape at …`` comments, at a repeated
-  ``# HELP``/``# TYPE`` or at a series that repeats, as ``collectors.prom`` does), sample
+  ``# HELP``/``# TYPE`` or at a series that repeats, as ``diagnose.collectors.prom`` does), sample
   timestamps (ms) honoured; dcgm-exporter 1.x names (``dcgm_gpu_utilization`` …) too.
   ``DcgmBuffer.feed(line)`` keeps only DCGM lines, bounded.
 * **Prometheus query JSON** (``/api/v1/query_range`` → ``"resultType": "matrix"``, or

@@ -1,7 +1,7 @@
 """Serving-engine logs: vLLM (V0 and V1), SGLang and TGI scheduler and request lines.
 
 A pure, streaming parser: ``EngineLogParser.feed(line)`` takes one cleaned log line (see
-``collectors.logtext``) and keeps running aggregates only, so a multi-GB log is read in bounded
+``diagnose.collectors.logtext``) and keeps running aggregates only, so a multi-GB log is read in bounded
 memory. ``EngineLogParser.summary()`` returns a frozen ``EngineLogSummary``.
 
 Recognised lines (one example each; numbers vary, extra fields are ignored):

@@ -927,7 +927,7 @@ def probe(pid: int, api: NvmlApi | None = None) -> Availability:
 class NvmlSampler:
     """Samples the target's GPUs every ``interval_s`` into ``out_dir/nvml.jsonl``.
 
-    Like ``collectors.process.Sampler``: call ``tick()`` from a loop, then ``close()``, which
+    Like ``diagnose.collectors.process.Sampler``: call ``tick()`` from a loop, then ``close()``, which
     returns the ``Capture``. ``api`` defaults to ``LiveNvml``; any api is wrapped in a
     ``Recorder``, so the file is what a replay needs. ``tick`` never raises.
     """

@@ -2,14 +2,14 @@
 
 Pure parsing, streamed line by line (``NvsmiParser.feed``); each form has its reader:
 
-* ``collectors.nvsmi_table`` — the default table (410-era to 580+ layouts, Windows WDDM/TCC,
+* ``diagnose.collectors.nvsmi_table`` — the default table (410-era to 580+ layouts, Windows WDDM/TCC,
   MIG devices, the processes table with or without per-process memory), ``nvidia-smi -l`` /
   ``watch nvidia-smi`` pastes as a time series, process lines quoted in prose;
-* ``collectors.nvsmi_query`` — ``nvidia-smi -q`` text and ``nvidia-smi -q -x`` XML (v11-v13);
-* ``collectors.nvsmi_csv`` — ``--query-gpu`` / ``--query-compute-apps`` CSV with a header (or the
+* ``diagnose.collectors.nvsmi_query`` — ``nvidia-smi -q`` text and ``nvidia-smi -q -x`` XML (v11-v13);
+* ``diagnose.collectors.nvsmi_csv`` — ``--query-gpu`` / ``--query-compute-apps`` CSV with a header (or the
   command line above it), units or not, ``-l`` time series, GPUs interleaved; and
   ``GuessedCsvParser`` for headerless rows, whose layout is guessed from the values and said so;
-* ``collectors.nvsmi_monitor`` — ``nvidia-smi dmon`` and ``pmon``.
+* ``diagnose.collectors.nvsmi_monitor`` — ``nvidia-smi dmon`` and ``pmon``.
 
 What is read goes to a ``Sink`` (readings, snapshots, problems, notes) one record at a time, so
 the memory a long recording costs is the deriver's running aggregates, not the records.

@@ -21,7 +21,7 @@ Pure parsing, streamed line by line: ``OomParser.feed(line)`` for each cleaned l
   awq``) with its dtype, tensor parallelism, the GPU count and model, vLLM's
   ``gpu_memory_utilization`` and measured weight sizes (``Loading model weights took 14.99 GB``).
 
-Sizes are read with ``analyzer.units``: ``KB``/``MB``/``GB`` are binary, as torch and vLLM print them.
+Sizes are read with ``diagnose.units``: ``KB``/``MB``/``GB`` are binary, as torch and vLLM print them.
 """
 
 from __future__ import annotations

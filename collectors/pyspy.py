@@ -1,7 +1,7 @@
 """py-spy: sample the target's Python stacks without pausing it.
 
 Recording (``record_chunked``, what ``diagnose attach`` runs): the window is cut into chunks of a
-few seconds; before each, a planner (``collectors.budget``) picks the processes worth sampling and
+few seconds; before each, a planner (``diagnose.collectors.budget``) picks the processes worth sampling and
 their rates, and for each one py-spy runs ``record --nonblocking --threads --format raw``:
 
 * a ``cpu`` record (active samples only) for the processes that use CPU: the on-CPU profile. The

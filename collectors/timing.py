@@ -8,7 +8,7 @@ Pure parsing, streamed line by line (``TimingParser.feed``), bounded memory. It 
   printed with them or just before them (``logmel:(1444,80) cost:…``, ``input_ids (1, 10)``), for
   the engine-rebuild signature: slow calls exactly when the input size is a new minimum or maximum;
 * Markdown/ASCII tables, kept as they stand (header, rows and the lines before them): what a table
-  says (a stage breakdown, a variant comparison, load conditions) is ``analyzer.derive.timing_tables``'
+  says (a stage breakdown, a variant comparison, load conditions) is ``diagnose.derive.timing_tables``'
   to decide;
 * token usage fields (``cache_read_tokens``, ``cache_write_tokens``, ``prompt_tokens``,
   ``cached_tokens``) and prose figures of TTFT and prompt length.

@@ -19,7 +19,7 @@ Per request::
 Output: one JSONL file (the stage-timing log of DESIGN.md plus ``probe``, ``cuda_memory``,
 ``compile`` and ``oom`` lines that the timing parser ignores) and, with ``compile_events=True``,
 ``<path>.compile.log``: recompile and recompile-limit messages in the ``TORCH_LOGS=recompiles``
-glog text format that ``collectors.compile_log`` reads. All writing happens on one daemon thread fed
+glog text format that ``diagnose.collectors.compile_log`` reads. All writing happens on one daemon thread fed
 by a bounded queue; the request path never touches a file and never waits (a full queue drops the
 record and counts it). The probe announces itself in ``diagnose-probe-<pid>.json`` (see
 ``announcement_path``) so ``diagnose attach --pid PID`` can find the files.

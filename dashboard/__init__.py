@@ -1,5 +1,5 @@
-"""The interactive Streamlit + plotly report: ``diagnose dashboard SESSION…`` (see ``dashboard.launch``).
+"""The interactive Streamlit + plotly report: ``diagnose dashboard SESSION…`` (see ``diagnose.dashboard.launch``).
 
 The only package that imports streamlit. Pages hold presentation only; the tables and figures
-come from ``reports.data``, ``reports.figures`` and ``reports.compare``.
+come from ``diagnose.reports.data``, ``diagnose.reports.figures`` and ``diagnose.reports.compare``.
 """

@@ -1,7 +1,7 @@
 """The diagnose dashboard: ``streamlit run dashboard/app.py -- SESSION…`` (or ``diagnose dashboard SESSION…``).
 
 This script only lays out the navigation and the sidebar's session selector; each page is a
-small script (``page_*.py``) that calls ``dashboard.views``. Nothing is read until a page runs.
+small script (``page_*.py``) that calls ``diagnose.dashboard.views``. Nothing is read until a page runs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Fleet and Sweep pages: documents written by ``diagnose fleet`` / ``diagnose sweep --format json``.
 
-Data and charts come from ``reports.fleet`` and ``reports.sweep`` (the same functions as the HTML
+Data and charts come from ``diagnose.reports.fleet`` and ``diagnose.reports.sweep`` (the same functions as the HTML
 report); nothing here computes a number of its own. Each page opens with the empty-state guard: no
 document of its kind given → what to run to get one.
 """

@@ -2,7 +2,7 @@
 
 Sessions come from the command line (``streamlit run dashboard/app.py -- SESSION…``) or, when it
 is set, from ``DIAGNOSE_SESSIONS`` (``os.pathsep``-separated; AppTest sets it). Loading a session
-is ``analyzer.tables.load``, cached per path (and modification time) for the life of the server.
+is ``diagnose.tables.load``, cached per path (and modification time) for the life of the server.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The pages' presentation: how a session's tables and charts are laid out in Streamlit.
 
-Data and figures come from ``reports`` (``reports.data``, ``reports.figures``, ``reports.compare``);
+Data and figures come from ``reports`` (``diagnose.reports.data``, ``diagnose.reports.figures``,
+``diagnose.reports.compare``);
 nothing here computes a number of its own. Every page opens with the empty-state guard
 (``state.current()``) and says plainly what is missing and how to get it.
 """

@@ -1,7 +1,7 @@
 """A session as tables: the ``SessionData`` every report (HTML, the dashboard) draws from.
 
-The tables themselves are the analyzer's (``analyzer.session_data``: ``SessionData``, ``COLUMNS``,
-``make_table``), re-exported here for the presenters; ``analyzer.tables.load(path)`` fills them from a
+The tables themselves are the analyzer's (``diagnose.session_data``: ``SessionData``, ``COLUMNS``,
+``make_table``), re-exported here for the presenters; ``diagnose.tables.load(path)`` fills them from a
 session with the analyzer's derivations (presenters in ``reports`` and ``dashboard`` import no
 collector, and the analyzer imports no presenter). This module adds the summary tables of a diagnosis.
 """

@@ -1,8 +1,8 @@
 """One self-contained HTML page for a document that is not a session (a fleet, a sweep).
 
-The same page as ``reports.html`` (its CSS, plotly.js inlined once, charts booted from JSON blocks,
+The same page as ``diagnose.reports.html`` (its CSS, plotly.js inlined once, charts booted from JSON blocks,
 the source document embedded in a ``<script type="application/json">``), with the document's own
-sections. Every string is escaped by the caller through ``reports.html.e``.
+sections. Every string is escaped by the caller through ``diagnose.reports.html.e``.
 """
 
 from __future__ import annotations

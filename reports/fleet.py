@@ -1,6 +1,6 @@
 """The fleet document (``diagnose/fleet/v1``) as text, Markdown, one HTML file, and its charts.
 
-Pure renderers of the JSON document ``analyzer.fleet.summarise`` returns (JSON is the source of
+Pure renderers of the JSON document ``diagnose.fleet.summarise`` returns (JSON is the source of
 truth): the same functions serve ``diagnose fleet --format``, ``diagnose report fleet.json`` and the
 dashboard's Fleet page. Strings from the server (labels, instance names) are escaped by each format.
 """

@@ -2,10 +2,10 @@
 
 * plotly.js is inlined once (``plotly.offline.get_plotlyjs()``); nothing is fetched from a CDN,
   the page has no external ``src``/``href`` at all (the plotly logo link is turned off).
-* The diagnosis JSON (``reports.json_report``, the source of truth) is embedded in
+* The diagnosis JSON (``diagnose.reports.json_report``, the source of truth) is embedded in
   ``<script type="application/json" id="diagnosis">`` so that tools can read it back from the file.
 * The verdict, findings (evidence, fixes), request stages, capture health, skipped rules and the
-  environment are plain HTML; the charts are the functions of ``reports.figures`` (the dashboard's),
+  environment are plain HTML; the charts are the functions of ``diagnose.reports.figures`` (the dashboard's),
   each followed by its ``missing`` sentence when the session lacks the evidence for it.
 
 Escaping: every string from the session or a rule goes through ``html.escape``; every JSON

@@ -226,7 +226,7 @@ def environment(diagnosis: Diagnosis) -> list[tuple[str, str, bool]]:
 
 
 def config_line(config: Mapping[str, Any]) -> str:
-    """The rule settings a diagnosis was judged with, in one line (``analyzer.config`` records them)."""
+    """The rule settings a diagnosis was judged with, in one line (``diagnose.config`` records them)."""
     parts = [f"{code}.{k} = {v:g}" for code, t in sorted(dict(config.get("rules", {})).items())
              for k, v in sorted(dict(t).items())]
     if config.get("disable"):

@@ -1,6 +1,6 @@
 """The sweep document (``diagnose/sweep/v1``) as text, Markdown, one HTML file, and its chart.
 
-Pure renderers of the JSON ``analyzer.sweep.run`` returns; ``chart`` (throughput and p99 against
+Pure renderers of the JSON ``diagnose.sweep.run`` returns; ``chart`` (throughput and p99 against
 concurrency, the knee marked) is shared by the HTML report and the dashboard's Sweep page.
 """
 

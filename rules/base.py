@@ -55,7 +55,7 @@ class Rule:
 
     @classmethod
     def thresholds(cls, overrides: Mapping[str, Any] | None = None) -> Any:
-        """Default thresholds, with fields overridden by a config's ``[rules.CODE]`` (``analyzer.config``)."""
+        """Default thresholds, with fields overridden by a config's ``[rules.CODE]`` (``diagnose.config``)."""
         base = cls.Thresholds()
         if not overrides:
             return base

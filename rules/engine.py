@@ -73,7 +73,7 @@ NONE_MIN = 0.6  # ... and this much to call a report a non-issue (a wrong "healt
 
 def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Finding], str]:
     """When only prose speaks (no finding from structured evidence), let the corpus-fitted model
-    (``rules.report_model``) weigh the report's cues with the report rules' own signals and pick the
+    (``diagnose.rules.report_model``) weigh the report's cues with the report rules' own signals and pick the
     category; its rule's finding leads (made from the wording alone if the rule had none)."""
     if any(not claims_only(f) and f.severity is not Severity.INFO for f in findings):
         return findings, ""
@@ -118,7 +118,7 @@ def run_rules(
     disabled: Collection[str] = (),
 ) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     """Judge ``evidence`` with every rule; ``config`` maps a rule code to threshold overrides, and the
-    codes in ``disabled`` are skipped (``analyzer.config``). ``decide``: with the full registry, let
+    codes in ``disabled`` are skipped (``diagnose.config``). ``decide``: with the full registry, let
     the report model arbitrate between prose findings."""
     config = config or {}
     findings: list[Finding] = []

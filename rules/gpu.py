@@ -808,7 +808,7 @@ class DecodeAtBandwidthRoofline(Rule):
     (bytes from ``mem.weights_estimate_bytes``, else 2 for 16-bit) is between ``min_share`` and
     ``max_share`` (above it the numbers do not describe one dense stream: a batch, a mixture of
     experts, speculative decoding), with no concurrency above one stated. Bandwidth from
-    ``rules.hardware.MEMORY_GBPS`` for ``gpu.name``. A note (info, no category).
+    ``diagnose.rules.hardware.MEMORY_GBPS`` for ``gpu.name``. A note (info, no category).
 
     Evidence: model.params, gpu.name and one of report.decode_tokens_per_s,
     serving.generation_tokens_per_s; optionally mem.weights_estimate_bytes, report.concurrency_max,

@@ -51,7 +51,7 @@ class PrefillBoundTtft(Rule):
     and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
     (``serving.waiting_max`` under ``max_waiting``). Then the prefill is judged against the model
     and the device, not a fixed token count: with ``model.params`` and ``gpu.name`` known, the
-    prefill's dense compute (2 FLOPs per parameter per token, at ``rules.hardware.PREFILL_MFU`` of
+    prefill's dense compute (2 FLOPs per parameter per token, at ``diagnose.rules.hardware.PREFILL_MFU`` of
     the GPU's datasheet TFLOP/s, times ``mem.tensor_parallel``) either explains at least
     ``explains`` of the TTFT (prefill-bound) or the measured rate is that many times slower (a slow
     prefill: attention backend, offload, time before the prefill); with only the model's size, the

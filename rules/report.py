@@ -86,7 +86,7 @@ class ReportRule(Rule):
         raise NotImplementedError
 
     def lean_finding(self, ev: EvidenceSet, p: float, cues: Sequence[str]) -> Finding:
-        """The finding when only the report's wording points here (``rules.report_model`` decided)."""
+        """The finding when only the report's wording points here (``diagnose.rules.report_model`` decided)."""
         impact = self.LEAN_BASE + self.LEAN_SPAN * p
         return self.finding(
             severity=severity_for(impact),
@@ -1039,7 +1039,7 @@ class WeightsReported(ReportRule):
     """The report reads as weights that do not fit the device: an out-of-memory error while loading.
 
     What it detects: an out-of-memory error named with the model being loaded (the wording of the
-    report, weighed by the corpus-fitted cues of ``rules.report_model``, leans to oom_weights) when
+    report, weighed by the corpus-fitted cues of ``diagnose.rules.report_model``, leans to oom_weights) when
     no allocator numbers decide it (MEM001 decides with them).
 
     Why it matters: if the weights alone do not fit, no setting of batch or context helps: the fix
@@ -1048,7 +1048,7 @@ class WeightsReported(ReportRule):
     How it decides: an out-of-memory error named (or read without deciding numbers) while the
     report speaks of loading the model (``stated``), or a model estimated ``oversize`` × the GPU's
     memory with the error (``stated``); when only the wording leans to oom_weights, the report model
-    picks this rule (``rules.report_model``).
+    picks this rule (``diagnose.rules.report_model``).
 
     Evidence: report.oom_statements or mem.oom_count, with report.loading_statements or
     mem.weights_estimate_bytes + gpu.spec_memory_bytes; report.cues for the lean.

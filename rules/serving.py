@@ -37,7 +37,7 @@ def _num(ev: EvidenceSet, key: str) -> float | None:
 
 def _default_max_num_seqs(ev: EvidenceSet, v0_default: float) -> float:
     """vLLM's default sequence limit for the deployment at hand: 1024 for V1 on a GPU of 70 GiB or more
-    other than the A100 (``rules.advice``), else ``v0_default`` (256, V0's and V1's elsewhere)."""
+    other than the A100 (``diagnose.rules.advice``), else ``v0_default`` (256, V0's and V1's elsewhere)."""
     gpu_mem = ev.value("gpu.spec_memory_bytes") or ev.value("gpu.memory_total_bytes")
     model = ev.get("gpu.spec_memory_bytes")
     a100 = isinstance(model, Evidence) and "A100" in model.detail.upper()

@@ -10,7 +10,7 @@ carry GPU evidence in the formats the collectors write, copied from this repo's 
 * ``nvml.jsonl``: an NVML recording (tests/data/nvml, synthetic but in the recorder's format),
   its clock moved onto the session's window so that the samples fall inside it;
 * ``nsys-window.sqlite``: a real Nsight Systems export (tests/data/nsys, RTX 4060 Ti);
-* ``probe-0-stages.jsonl``: the in-process probe's lines (``collectors.torch_probe``): allocator
+* ``probe-0-stages.jsonl``: the in-process probe's lines (``diagnose.collectors.torch_probe``): allocator
   state every second, compile counters with two recompiles, and an OOM with its allocator state;
 * ``oom-snapshot.pickle``: a CUDA memory snapshot (tests/data/snapshots, fragmentation OOM);
 * ``trace.pt.trace.json.gz``: a real PyTorch-profiler trace (tests/data/kineto: an SGLang decode step on
@@ -110,7 +110,7 @@ def _device_state(allocated: int, reserved: int, inactive: int, retries: int, oo
 
 
 def probe_lines(start: float, end: float) -> list[dict[str, Any]]:
-    """The probe's periodic and event lines over [start, end] (the formats of ``collectors.torch_probe``)."""
+    """The probe's periodic and event lines over [start, end] (the formats of ``diagnose.collectors.torch_probe``)."""
     lines: list[dict[str, Any]] = []
     step = (end - start) / (PROBE_STATES + 1)
     recompiles = 0

@@ -1,4 +1,4 @@
-"""What an incident report says (``collectors.claims``) → ``report.*`` evidence, all of ``low`` quality.
+"""What an incident report says (``diagnose.collectors.claims``) → ``report.*`` evidence, all of ``low`` quality.
 
 Every key is a claim of the text, not a measurement: a count of statements naming a concept, or the
 numbers the text ties to one (``report.gpu_util_pct_max`` is the largest GPU utilisation the text

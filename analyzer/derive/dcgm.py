@@ -1,7 +1,7 @@
 """dcgm-exporter series → the same ``gpu.*``, ``gpm.*``, ``pcie.*`` (and ``mem.*``) keys NVML gives.
 
 The GPU rules (GPU001–GPU005) read these keys whatever the source, so a Grafana board's DCGM data
-is judged exactly as a live NVML recording is. Aggregation follows ``analyzer.derive.nvml``:
+is judged exactly as a live NVML recording is. Aggregation follows ``diagnose.derive.nvml``:
 
 - ``gpu.util_ratio`` is ``DCGM_FI_DEV_GPU_UTIL``, the same NVML counter: the share of the sample
   period in which *a* kernel ran, pooled over the GPUs and the readings (mean, p10, p90). It does
@@ -17,7 +17,7 @@ is judged exactly as a live NVML recording is. Aggregation follows ``analyzer.de
   ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` (NVML's bits), else from the violation counters, else
   it is *inferred* — power draw within ``POWER_CAP_SHARE`` of the limit while the SM clock is
   ``CLOCK_DEFICIT`` or more below its maximum — and marked low quality with the reason. A limit or
-  maximum clock the scrape lacks is taken from the model's datasheet (``collectors.dcgm.SPECS``)
+  maximum clock the scrape lacks is taken from the model's datasheet (``diagnose.collectors.dcgm.SPECS``)
   and said so.
 - Memory held by others needs to know what the service itself holds: DCGM reports the device, not
   processes. With ``engine_memory_ratio`` (vLLM's ``gpu_memory_utilization``: it pre-allocates that

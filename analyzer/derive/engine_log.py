@@ -1,6 +1,6 @@
 """Serving-engine logs → ``serving.*`` evidence (and ``latency.*`` / ``throughput.*`` from benchmarks).
 
-The parser (``collectors.engine_log``) aggregates vLLM/SGLang scheduler stats lines, preemption
+The parser (``diagnose.collectors.engine_log``) aggregates vLLM/SGLang scheduler stats lines, preemption
 warnings, configuration dumps, TGI request spans and vLLM benchmark result blocks; this module
 names the aggregates with the shared evidence keys.
 """

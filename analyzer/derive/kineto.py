@@ -2,7 +2,7 @@
 trace says beyond it (HTA's temporal breakdown, idle-time attribution, launch delay, CUDA graphs,
 communication, operators, cold start).
 
-Keys, measured on the trace's own clock (``collectors.kineto`` reads it):
+Keys, measured on the trace's own clock (``diagnose.collectors.kineto`` reads it):
 
 * ``kineto.idle_share`` / ``kineto.compute_share`` / ``kineto.non_compute_share``: HTA's temporal
   breakdown of the rank (HolisticTraceAnalysis 0.5, ``BreakdownAnalysis.get_temporal_breakdown``,

@@ -1,6 +1,6 @@
 """Nsight Systems SQLite export → evidence about the GPU timeline, copies, sync calls and NVTX stages.
 
-Keys, all measured on the export's own timeline (``collectors.nsys`` reads it):
+Keys, all measured on the export's own timeline (``diagnose.collectors.nsys`` reads it):
 
 * ``trace.*``: the GPU timeline per device, summed over devices: busy ratio (union of kernel,
   copy and memset intervals over each device's active window, not a sum of durations), idle

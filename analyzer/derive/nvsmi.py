@@ -2,7 +2,7 @@
 
 Readings (one GPU at one instant) are folded into running aggregates per device as they are
 parsed, so a day of ``--query-gpu … -l 1`` costs a few hundred bytes per GPU. Aggregation follows
-``analyzer.derive.nvml``, and why:
+``diagnose.derive.nvml``, and why:
 
 - Utilisation (nvidia-smi's ``utilization.gpu``, dmon's ``sm``: the share of the sample period a
   kernel ran) is pooled over devices and readings: mean, p10, p90 and the largest reading.
@@ -562,7 +562,7 @@ class NvsmiSource:
     """Text source for nvidia-smi output (every form but headerless CSV rows; see ``NvsmiGuessedCsvSource``).
 
     ``triggers``: the literals every line a reader acts on holds, or follows within a document's or a
-    header's context (``collectors.nvsmi.TRIGGERS``). The loose reader asks for them once the head
+    header's context (``diagnose.collectors.nvsmi.TRIGGERS``). The loose reader asks for them once the head
     of a big input has been read: when that head ends inside a series (``--query-gpu -l`` rows,
     ``dmon``, a ``-q`` or XML document still open), its rows carry no literal and their header lies
     behind, so the trigger becomes every line (a newline): the rest of a long recording is read, not

@@ -1,6 +1,6 @@
 """Text source: the probe's allocator-state and OOM lines → the mem.* evidence the OOM rules read.
 
-The probe (``collectors.torch_probe``) writes ``{"ts": …, "cuda_memory": {"devices": {"0": {…}}}}``
+The probe (``diagnose.collectors.torch_probe``) writes ``{"ts": …, "cuda_memory": {"devices": {"0": {…}}}}``
 every few seconds and ``{"ts": …, "oom": {…, "cuda_memory": {…}}}`` at an OOM, both into its stage
 log. Numbers beat messages: the allocator's own counters at the moment of the OOM are taken over
 whatever the exception text said, because this source is listed before the OOM-message parser's

@@ -3,7 +3,7 @@
 Thread-level figures (busy threads, run-queue wait, context switches) come from the first and last
 *full* samples; a light sample (per-process CPU, RSS, in-flight count) carries no thread list.
 
-Compiler children (``analyzer.derive.activities.COMPILER_PROCESSES``: ``cc1plus``, ``g++``, ``ld``,
+Compiler children (``diagnose.derive.activities.COMPILER_PROCESSES``: ``cc1plus``, ``g++``, ``ld``,
 ``nvcc``, ``ptxas``, inductor's compile workers, …) are compilation *of their parent*, with their CPU:
 ``compile.children_cpu_s`` is the CPU they used in the window, counted once: a compiler still running
 at the end by its own and its children's CPU since it was first seen (or since the window began), one

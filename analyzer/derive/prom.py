@@ -1,6 +1,6 @@
 """Prometheus scrapes → ``serving.*``, ``latency.*``, ``stage.*`` and ``tokens.*`` evidence.
 
-The collector (``collectors.prom``) maps every engine's metric names onto canonical series; this
+The collector (``diagnose.collectors.prom``) maps every engine's metric names onto canonical series; this
 module names those series with the shared evidence keys. With two scrapes, counters and histograms
 cover the window between them; with one, they cover the process lifetime (said in ``detail``).
 """

@@ -2,10 +2,10 @@
 
 The session's stage logs, the in-process probe's JSON lines (CUDA allocator readings, OOMs, compile
 counters), compile logs (``TORCH_LOGS=recompiles``), engine logs and metrics scrapes are read once,
-by ``analyzer.loose``: besides the evidence sources, ``analyzer.derive.session`` hands it one
+by ``diagnose.loose``: besides the evidence sources, ``diagnose.derive.session`` hands it one
 ``SeriesSource`` per file (``derive(session, series=True)``), which keeps what the file says over
 time — one row per request with its stages, allocator readings, events, metric values — as plain
-rows (``FileSeries``). ``analyzer.tables`` joins the files' rows into the tables the presenters
+rows (``FileSeries``). ``diagnose.tables`` joins the files' rows into the tables the presenters
 draw; nothing reads these files a second time.
 
 Times are seconds since the window's start (NaN when a line gave none); every label is redacted.
@@ -43,7 +43,7 @@ def num(x: Any) -> float:
 
 @dataclass
 class FileSeries:
-    """What one text file of a session says over time (rows as ``analyzer.session_data.COLUMNS`` name them).
+    """What one text file of a session says over time (rows as ``diagnose.session_data.COLUMNS`` name them).
 
     ``requests[i]`` and ``stages[i]`` are one request: its ``seq`` counts from 0 in this file (the
     tables number the session's requests across its files) and its ``request_id`` is None when the
@@ -62,7 +62,7 @@ class FileSeries:
 
 
 class SeriesSource:
-    """A ``analyzer.loose.TextSource`` that keeps one file's time series (``finish``); no evidence of its own."""
+    """A ``diagnose.loose.TextSource`` that keeps one file's time series (``finish``); no evidence of its own."""
 
     kind = "series"
 
@@ -188,7 +188,7 @@ class SeriesSource:
 
 
 def time_of_log(stamp: float, start: float, end: float) -> float:
-    """A log line's time (``collectors.compile_log`` stamps) as epoch seconds, or NaN.
+    """A log line's time (``diagnose.collectors.compile_log`` stamps) as epoch seconds, or NaN.
 
     Bracketed ``[2024-11-30 07:30:47]`` stamps are epoch seconds already. glog stamps
     (``V1130 07:30:47.123``) carry month, day and time of day only (``day × 86400 + seconds``, with
@@ -221,7 +221,7 @@ def time_of_log(stamp: float, start: float, end: float) -> float:
 
 def request_row(doc: Mapping[str, Any], t: float, seq: int,
                 source: str) -> tuple[dict[str, Any], list[tuple[str, float]]]:
-    """One stage-log record, read as the timing parser reads it (``collectors.timing``)."""
+    """One stage-log record, read as the timing parser reads it (``diagnose.collectors.timing``)."""
     parts: list[tuple[str, float]] = []
     total = 0.0
     for name, raw in dict(doc["stages_ms"]).items():

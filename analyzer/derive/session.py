@@ -21,7 +21,7 @@ PYSPY_META = "pyspy-meta.json"
 ATTACH_COST = "attach-cost.json"
 # captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports, PyTorch traces)
 TEXT_CAPTURES = ("log", "metrics", "probe", "nsys", "kineto")
-SERIES_CAPTURES = ("log", "metrics", "probe")  # those whose text has time series (``analyzer.derive.series``)
+SERIES_CAPTURES = ("log", "metrics", "probe")  # those whose text has time series (``diagnose.derive.series``)
 
 
 @dataclass

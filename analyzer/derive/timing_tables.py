@@ -1,10 +1,10 @@
 """Timing tables → what they say: a stage breakdown, a variant comparison or load conditions.
 
-``collectors.timing`` keeps each Markdown/ASCII table it reads as it stands (header, rows and the
+``diagnose.collectors.timing`` keeps each Markdown/ASCII table it reads as it stands (header, rows and the
 lines just before it); this module interprets one: stage breakdowns (rows of stages with ms and
 share columns), variant comparisons (``| PIL reference | 76.25 fps | 13.11 ms/frame |`` vs a faster
 path) and load conditions (rows of concurrency / prompt length with a latency metric).
-``analyzer.derive.timing`` turns the results into evidence.
+``diagnose.derive.timing`` turns the results into evidence.
 """
 
 from __future__ import annotations

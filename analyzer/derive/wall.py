@@ -3,7 +3,7 @@
 Inputs: the ``wall`` records (py-spy ``--idle``: every thread, every sample) and the ``cpu`` records
 (active samples only) of the same chunks and processes, the source lines blocked threads stood on,
 and whether compiler processes ran as children (psutil). Each wall sample of a thread that serves a
-request is classified by ``analyzer.derive.waits`` and weighted by 1 / its record's rate (seconds of
+request is classified by ``diagnose.derive.waits`` and weighted by 1 / its record's rate (seconds of
 thread time), so processes sampled at different rates add up.
 
 Evidence: ``wall.<class>_share`` for every class of ``waits.Wait`` (shares of request-thread time,

@@ -4,10 +4,10 @@ Endpoints:
 
 * ``GET /healthz``  -> 200 ``{"status": "ok", ...}``
 * ``POST /infer``   -> a real inference, JSON reply with a summary of the result (``prefill``:
-  a streamed generation, see ``examples.service.prefill``)
+  a streamed generation, see ``diagnose.examples.service.prefill``)
 * ``GET /stats``    -> JSON counters (in flight, queue depth, completed, compiles, ...)
 * ``GET /metrics``  -> Prometheus text with vLLM's metric names and buckets, computed from the
-  real request timings (see ``examples.service.metrics``)
+  real request timings (see ``diagnose.examples.service.metrics``)
 * ``POST /v1/completions`` (``prefill`` only) -> OpenAI's completions API, streamed as server-sent
   events with ``"stream": true``
 """

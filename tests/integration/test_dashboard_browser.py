@@ -1,6 +1,6 @@
 """The dashboard as a user meets it: a real Streamlit server, opened in headless Chromium.
 
-``dashboard.launch.start`` starts the server on the prefill demo session (127.0.0.1, a free port);
+``diagnose.dashboard.launch.start`` starts the server on the prefill demo session (127.0.0.1, a free port);
 the overview must render the verdict and a plotly chart, and the other pages must be reachable by
 their URL. The server is always stopped.
 """

@@ -1,5 +1,5 @@
 """The analyzer never imports a presenter: derivation produces the evidence and the time series
-(``analyzer.session_data``, filled by ``analyzer.tables``), and ``reports`` / ``dashboard`` read them.
+(``diagnose.session_data``, filled by ``diagnose.tables``), and ``reports`` / ``dashboard`` read them.
 
 Only the command line renders, so only its modules (the ``diagnose`` commands that print or write a
 report) may import ``reports``; every other module of ``analyzer/`` (``analyzer/derive`` included),
@@ -66,7 +66,7 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 def test_the_tables_read_each_text_capture_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stage logs, probe lines and scrapes are read by the derivation, in one pass that gives both their
-    evidence and their time series; ``analyzer.tables`` opens none of them again."""
+    evidence and their time series; ``diagnose.tables`` opens none of them again."""
     from diagnose import loose, tables
     from tests import sessions
 

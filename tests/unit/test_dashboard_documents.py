@@ -1,9 +1,9 @@
 """The Fleet and Sweep dashboard pages, run by ``streamlit.testing.v1.AppTest``: empty, and with a document.
 
 Documents are given as the launcher gives them (``DIAGNOSE_SESSIONS``, the command line's paths):
-``diagnose dashboard fleet.json sweep.json SESSION``. The fleet document is the one ``analyzer.fleet``
+``diagnose dashboard fleet.json sweep.json SESSION``. The fleet document is the one ``diagnose.fleet``
 writes for replicas judged by the real rules (the helpers of test_fleet.py); the sweep document the one
-``analyzer.sweep`` writes for a one-worker ladder.
+``diagnose.sweep`` writes for a one-worker ladder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every dashboard page, run by ``streamlit.testing.v1.AppTest``: empty, and with a session's data.
 
 Pages are reached the way a user reaches them: the app's ``st.navigation`` and ``AppTest.switch_page``
-on the page script. Each chart page must show, for every chart of ``reports.figures.PAGES[page]``,
+on the page script. Each chart page must show, for every chart of ``diagnose.reports.figures.PAGES[page]``,
 either the plotly chart or the chart's missing-evidence sentence; the overview the verdict; compare
 the findings gained and lost. Sessions are given through ``DIAGNOSE_SESSIONS`` as the launcher's
 command line would give them.

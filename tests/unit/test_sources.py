@@ -1,4 +1,4 @@
-"""The attach's sources (``analyzer.sources``): each starts, stops and hands back a ``Capture``; the attach
+"""The attach's sources (``diagnose.sources``): each starts, stops and hands back a ``Capture``; the attach
 composes a list of them, and a new kind of evidence is one new class that shows up in the session.
 
 This test process plays the service (a Python process that is never paused); py-spy is replaced by
