@@ -36,13 +36,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 INSTALL_HINT = "Install it: sudo apt-get install prometheus (Debian/Ubuntu), or put the prometheus binary on PATH."
-# a real dcgm-exporter scrape of a busy, power-capped Tesla T4 (tests/data/dcgm/SOURCES.md)
-T4_SCRAPE = REPO_ROOT / "tests" / "data" / "dcgm" / "t4_busy_util91_engine16_power_capped_ericsson.prom"
+# a real dcgm-exporter scrape of a busy, power-capped Tesla T4 (examples/data/SOURCES.md), installed
+# with the package so that `diagnose demo --fleet` runs from a wheel
+T4_SCRAPE = Path(__file__).resolve().parent / "data" / "t4_busy_util91_engine16_power_capped_ericsson.prom"
 
 
 def find_prometheus() -> str | None:

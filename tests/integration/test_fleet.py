@@ -20,7 +20,6 @@ import pytest
 
 from diagnose.examples.demo import PATHOLOGIES, DemoService, Load
 from diagnose.examples.fleet import (
-    REPO_ROOT,
     T4_SCRAPE,
     DcgmReplay,
     Job,
@@ -29,7 +28,9 @@ from diagnose.examples.fleet import (
     free_port,
     write_openmetrics,
 )
+from tests.conftest import ROOT
 
+REPO_ROOT = Path(ROOT)
 pytestmark = pytest.mark.integration
 needs_prometheus = pytest.mark.skipif(find_prometheus() is None, reason="prometheus is not installed (apt-get install "
                                       "prometheus; .ci/run does)")

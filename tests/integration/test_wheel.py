@@ -62,7 +62,8 @@ def test_the_wheel_holds_one_top_level_package_and_its_data(wheel: Path) -> None
     assert {n.split("/")[0] for n in names} == {"diagnose", "diagnose-0.1.0.dist-info"}
     for data in ("diagnose/py.typed", "diagnose/diagnosis.schema.json", "diagnose/rules/report_model.json",
                  "diagnose/derive/report_vocabulary.txt", "diagnose/__main__.py",
-                 "diagnose/collectors/nvml.py", "diagnose/dashboard/app.py", "diagnose/examples/service/server.py"):
+                 "diagnose/collectors/nvml.py", "diagnose/dashboard/app.py", "diagnose/examples/service/server.py",
+                 "diagnose/examples/data/t4_busy_util91_engine16_power_capped_ericsson.prom"):
         assert data in names, data
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     with zipfile.ZipFile(wheel) as zf:
