@@ -18,6 +18,7 @@ attach's own CPU over the window is measured and kept in the session (``attach-c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import signal
@@ -235,8 +236,16 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     """Start ``sources`` (last to first), wait ``duration_s`` or until ``should_stop()`` (``stop``: the
     user's, which ends the wait at once), stop them (first to last). The attach's own CPU (its process
     and every child it waited for: each py-spy) is measured from the last start to the last stop."""
-    for s in reversed(sources):
-        s.start()
+    started: list[Source] = []
+    try:
+        for s in reversed(sources):
+            s.start()
+            started.append(s)
+    except BaseException:  # a source that cannot start: stop (and join) those already running, then say why
+        for s in reversed(started):
+            with contextlib.suppress(Exception):
+                s.stop()
+        raise
     cpu_before = _own_cpu()
     t0 = clock()
     while not should_stop():

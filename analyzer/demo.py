@@ -83,8 +83,12 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"{'  --fixed':<44} {spec.fix}")
         return 0
     if args.output:  # refused before anything starts, not after the window
-        check_session_folder(args.output, force)
-        for report in report_paths(args.output):
+        # as attach: X.tar.gz is the folder X, packed; the reports go beside the folder (X.md, X.html)
+        folder = args.output[: -len(".tar.gz")] if args.output.endswith(".tar.gz") else args.output
+        if folder != args.output:
+            check_file(args.output, force)
+        check_session_folder(folder, force)
+        for report in report_paths(folder):
             check_file(report, force)
     path, diagnosis, load = run_pathology(args.pathology, args.duration, args.output, fixed=fixed, force=force)
     code = emit(diagnosis, args.format, args.fail_on, args.verbose)

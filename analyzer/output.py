@@ -13,9 +13,10 @@ default; ``Formats.write`` renders the whole answer first, then writes it to std
 
 Overwriting: no file that exists is replaced unless the command was given ``--force``
 (``check_file``, ``write_file``). A session folder (``attach -o``, ``demo -o``) may be new or
-empty; one that already holds a session is replaced only with ``--force`` (its old files are removed
-first, so no evidence of the earlier window mixes with the new one); a non-empty folder that is not
-a session is never written into, ``--force`` or not, since diagnose removes only what it wrote.
+empty; one that already holds a session is replaced only with ``--force`` (its contents are removed
+first, so no evidence of the earlier window mixes with the new one; the folder itself stays, so
+``-o .`` works); a non-empty folder that is not a session is never written into, ``--force`` or not:
+diagnose empties only a folder that holds one of its sessions.
 Each refusal is one ``InputError`` sentence naming the path and the remedy (exit code 2).
 """
 
@@ -279,6 +280,15 @@ def check_session_folder(path: str, force: bool = False) -> None:
 def make_session_folder(path: str, force: bool = False) -> None:
     """Create the folder a session is written into: new, empty, or (``force``) an old session's, emptied."""
     check_session_folder(path, force)
-    if os.path.isdir(path) and os.listdir(path):  # an old session, and force: none of its files stay
-        shutil.rmtree(path)
-    os.makedirs(path, exist_ok=True)
+    try:
+        if os.path.isdir(path):  # an old session, and force: none of its files stay (the folder itself does)
+            for name in os.listdir(path):
+                entry = os.path.join(path, name)
+                if os.path.isdir(entry) and not os.path.islink(entry):
+                    shutil.rmtree(entry)
+                else:
+                    os.remove(entry)
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{path} could not be made ready for the session: {exc.strerror or exc}.",
+                         "Pass a folder you can write to with -o.") from exc

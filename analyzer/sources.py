@@ -186,8 +186,11 @@ class ProcessSource(Periodic):
         self.tick()
         return not self.sampler.gone
 
+    def stop(self) -> None:
+        super().stop()
+        self.tick(full=True)  # the last sample is a full one, taken as the window closes
+
     def capture(self, window: Window, cut: str) -> Capture:
-        self.tick(full=True)  # the last sample is a full one
         info = self.info
         cache_after = process_collector.count_files(self._cache_dir)
         info["compiled_modules_loaded"] = len(process_collector.compiled_modules(self._tree()) - self._modules_before)

@@ -303,6 +303,8 @@ class LoadSource:
         if self._thread is not None:
             self._thread.join(timeout=self.duration_s + self.warmup_s + self.timeout_s + 10)
         what = f"{self.concurrency} closed-loop client(s) of diagnose sweep loaded {self.spec.target.shown}"
+        if cut:  # the window ended early: the load covered only part of what was asked
+            return Capture(self.collector, CaptureStatus.PARTIAL, f"{what}; {cut}", "", window)
         return Capture(self.collector, CaptureStatus.OK, what, "", window)
 
 

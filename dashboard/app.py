@@ -1,4 +1,5 @@
-"""The diagnose dashboard: ``streamlit run dashboard/app.py -- SESSION…`` (or ``diagnose dashboard SESSION…``).
+"""The diagnose dashboard: ``diagnose dashboard SESSION…`` (``python -m diagnose.dashboard.launch``) runs
+``streamlit run`` on this script of the installed package.
 
 This script only lays out the navigation and the sidebar's session selector; each page is a
 small script (``page_*.py``) that calls ``diagnose.dashboard.views``. Nothing is read until a page runs.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -24,14 +25,22 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
+PACKAGE_FOLDERS = ("analyzer", "collectors", "rules", "reports", "dashboard", "examples")
 OOM = os.path.join(ROOT, "tests", "data", "oom", "oom_external_other_process_torch2_4.txt")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # built from a copy of what the build reads, never in the checkout: setuptools keeps build/lib
+    # between builds, where a data file dropped from the package would still be found
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
+    for folder in PACKAGE_FOLDERS:
+        shutil.copytree(os.path.join(ROOT, folder), src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(out), ROOT], check=True, timeout=300)
+                    "--wheel-dir", str(out), str(src)], check=True, timeout=300)
     (built,) = out.glob("diagnose-*.whl")
     return built
 

@@ -392,8 +392,8 @@ def test_importing_the_page_modules_reads_nothing(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("DIAGNOSE_SESSIONS", PREFILL)
     state._load.clear()  # a cached load would hide a page that reads at import
     for script in ("page_overview", *(Path(s).stem for s in CHART_PAGES.values()), "page_compare"):
-        monkeypatch.delitem(sys.modules, f"dashboard.{script}", raising=False)
-        importlib.import_module(f"dashboard.{script}")
+        monkeypatch.delitem(sys.modules, f"diagnose.dashboard.{script}", raising=False)
+        importlib.import_module(f"diagnose.dashboard.{script}")
     assert calls == []
 
 

@@ -228,6 +228,20 @@ def test_a_session_folder_is_new_empty_or_replaced_only_when_forced(tmp_path: Pa
         output.make_session_folder(str(tmp_path / "file"), force=True)
 
 
+def test_forcing_the_session_folder_one_is_in_empties_it_and_keeps_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    old = _session_copy(tmp_path / "here")
+    monkeypatch.chdir(old)
+    output.make_session_folder(".", force=True)  # -o . inside the old session
+    assert old.is_dir() and list(old.iterdir()) == []
+
+
+def test_a_session_folder_that_cannot_be_made_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="could not be made ready"):
+        output.make_session_folder(str(tmp_path / "file" / "session"))
+
+
 def test_demo_refuses_an_existing_session_or_report_before_starting(tmp_path: Path) -> None:
     old = _session_copy(tmp_path / "before")
     _refused(run_cli("demo", "--pathology", "healthy", "-o", str(old)), old)
@@ -235,6 +249,11 @@ def test_demo_refuses_an_existing_session_or_report_before_starting(tmp_path: Pa
     md.write_text("mine")
     _refused(run_cli("demo", "--pathology", "healthy", "-o", str(tmp_path / "fresh")), md)
     assert md.read_text() == "mine" and not (tmp_path / "fresh").exists()
+    # -o X.tar.gz: the folder is X and the reports X.md / X.html, checked before anything starts
+    packed_md = tmp_path / "packed.md"
+    packed_md.write_text("mine")
+    _refused(run_cli("demo", "--pathology", "healthy", "-o", str(tmp_path / "packed.tar.gz")), packed_md)
+    assert not (tmp_path / "packed").exists() and not (tmp_path / "packed.tar.gz").exists()
 
 
 def test_a_demo_without_o_writes_a_new_session_every_run() -> None:

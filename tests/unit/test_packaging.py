@@ -67,3 +67,11 @@ def test_every_package_folder_is_installed_under_diagnose() -> None:
                 on_disk.add(name if rel == "." else f"{name}.{rel.replace(os.sep, '.')}")
     assert listed == on_disk
     assert all(p == "diagnose" or p.startswith("diagnose.") for p in listed)
+
+
+def test_the_demo_fleets_scrape_is_the_tested_one() -> None:
+    """examples/data ships a copy of a tests/data/dcgm scrape (the wheel has no tests/): the same bytes."""
+    name = "t4_busy_util91_engine16_power_capped_ericsson.prom"
+    with open(os.path.join(ROOT, "examples", "data", name), "rb") as a, \
+            open(os.path.join(ROOT, "tests", "data", "dcgm", name), "rb") as b:
+        assert a.read() == b.read()
