@@ -235,18 +235,15 @@ class _Ask:
         self.failed = failed  # what → the server's reason, for the evidence those answers would have given
 
     def instant(self, expr: str, at: float, what: str) -> list[dict[str, Any]]:
-        try:
-            return self.api.query(expr, at)
-        except PromApiError as exc:
-            if exc.kind != "query":
-                raise
-            self.problems.append(f"{what}: {exc.detail}")
-            self.failed.setdefault(what, exc.detail)
-            return []
+        return self._ask(lambda: self.api.query(expr, at), what)
 
     def range(self, expr: str, start: float, end: float, step: float, what: str) -> list[dict[str, Any]]:
+        return self._ask(lambda: self.api.query_range(expr, start, end, step), what)
+
+    def _ask(self, query: Callable[[], list[dict[str, Any]]], what: str) -> list[dict[str, Any]]:
+        """The answer, or (a query the server refused) nothing, with the reason kept as a problem."""
         try:
-            return self.api.query_range(expr, start, end, step)
+            return query()
         except PromApiError as exc:
             if exc.kind != "query":
                 raise

@@ -31,9 +31,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from diagnose.collectors.prom import SCRAPE_COMMENT, scrape_time
 from diagnose.units import KIB, MIB
 
 MAX_SAMPLES = 500_000  # lines kept from one input: a node of 8 GPUs exposes ~200 per scrape
@@ -213,7 +213,6 @@ class DcgmResult:
 
 _LINE = re.compile(r"^(?:#\s*(HELP|TYPE)\s+)?([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*?\})?(?=\s|$)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORECASE)
 
 
 def _is_dcgm_name(name: str) -> bool:
@@ -255,20 +254,6 @@ def _value(f: Field, raw: float) -> float:
     if f.ratio_or_pct and raw > 1.0:
         raw /= 100.0
     return raw * f.scale
-
-
-def _parse_time(text: str) -> float | None:
-    text = text.strip().rstrip(":").strip()
-    if not text:
-        return None
-    try:
-        return float(text.split()[0])
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class _Collect:
@@ -347,9 +332,9 @@ class DcgmBuffer:
         if not line:
             return False
         if line[0] == "#":
-            m = _SCRAPE_COMMENT.match(line)
+            m = SCRAPE_COMMENT.match(line)
             if m:
-                self._new_scrape(_parse_time(m.group(1)))
+                self._new_scrape(scrape_time(m.group(1)))
                 return False
         elif line[0] not in "Dd":
             return False

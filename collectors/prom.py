@@ -119,7 +119,8 @@ for _a in ALIASES:
 
 _ENGINE_OF = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_", "triton"))
 _NAME = re.compile(r"^(?:#\s*(HELP|TYPE)\s+)?([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
-_SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORECASE)
+# "# scrape at T" between concatenated scrapes (T: Unix seconds or ISO time); the DCGM reader shares it
+SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORECASE)
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
 
@@ -148,7 +149,8 @@ def lookup(sample_name: str) -> tuple[Alias, str] | None:
     return None
 
 
-def _parse_time(text: str) -> float | None:
+def scrape_time(text: str) -> float | None:
+    """The time of a ``# scrape at …`` comment: Unix seconds or an ISO time; None when neither."""
     text = text.strip().rstrip(":").strip()
     if not text:
         return None
@@ -270,9 +272,9 @@ class PromBuffer:
             return False
         c = line[0]
         if c == "#":
-            m = _SCRAPE_COMMENT.match(line)
+            m = SCRAPE_COMMENT.match(line)
             if m:
-                self._new_scrape(_parse_time(m.group(1)))
+                self._new_scrape(scrape_time(m.group(1)))
                 return False
         elif not (c.isalpha() or c in "_:"):
             return False

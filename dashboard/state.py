@@ -1,8 +1,8 @@
 """Which sessions the dashboard shows, which one is selected, and their cached loads.
 
 Sessions come from the command line (``diagnose dashboard SESSION…`` runs ``streamlit run …/app.py --
-SESSION…``) or, when it is set, from ``DIAGNOSE_SESSIONS`` (``os.pathsep``-separated; AppTest sets it). Loading a session
-is ``diagnose.tables.load``, cached per path (and modification time) for the life of the server.
+SESSION…``) or, when it is set, from ``DIAGNOSE_SESSIONS`` (``os.pathsep``-separated; AppTest sets
+it). Loading a session is ``diagnose.tables.load``, cached per path (and modification time) for the life of the server.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ is judged exactly as a live NVML recording is. Aggregation follows ``diagnose.de
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from diagnose.collectors.dcgm import (
@@ -51,6 +50,8 @@ from diagnose.derive.nvml import (
     THROTTLE_BITS,
     link_bytes_per_s,
 )
+from diagnose.derive.nvml import mean as _mean
+from diagnose.derive.nvml import quantile as _quantile
 from diagnose.model import Evidence, Quality, Window
 from diagnose.units import pct
 
@@ -62,19 +63,6 @@ POWER_CAP_SHARE = 0.95  # drawing ≥ 95 % of the power limit: the power cap is 
 CLOCK_DEFICIT = 0.10  # SM clock ≥ 10 % below its maximum: GPU Boost's normal range is within it
 THERMAL_MARGIN_C = 2.0  # within 2 °C of the slowdown temperature counts as at it
 NS_VIOLATION = 1.5  # a violation "µs" delta above 1.5 × the elapsed µs can only be nanoseconds
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _quantile(xs: Sequence[float], q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _rows(g: GpuSeries) -> list[dict[str, float]]:

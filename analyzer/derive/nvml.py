@@ -59,11 +59,12 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
-def _mean(xs: Sequence[float]) -> float | None:
+def mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _quantile(xs: Sequence[float], q: float) -> float | None:
+def quantile(xs: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1), linear between closest ranks; None when empty."""
     if not xs:
         return None
     s = sorted(xs)
@@ -161,7 +162,7 @@ def _link(series: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any] | Non
     return {
         "label": _label(last), "gen": int(gen), "width": int(width), "gen_max": int(gen_max),
         "width_max": int(width_max), "gen_gpu_max": _num(last.get("pcie_gen_gpu_max")),
-        "loaded": len(under_load), "tx": _mean(tx), "rx": _mean(rx), "peak": max(peaks) if peaks else None,
+        "loaded": len(under_load), "tx": mean(tx), "rx": mean(rx), "peak": max(peaks) if peaks else None,
         "cap": cap, "cap_max": cap_max, "ratio": (cap / cap_max) if cap and cap_max else 1.0,
         "replay_delta": (replays[-1] - replays[0]) if len(replays) >= 2 else None,
     }
@@ -223,8 +224,8 @@ def derive(
         ev.add("gpu.util_ratio", mean, "ratio", f"mean NVML utilization.gpu, {where}")
         ev.add("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (NVML utilization.gpu; "
                "copies alone do not count)")
-        ev.add("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
-        ev.add("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
+        ev.add("gpu.util_p10_ratio", quantile(util, 0.10), "ratio", where)
+        ev.add("gpu.util_p90_ratio", quantile(util, 0.90), "ratio", where)
         ev.add("gpu.util_max_ratio", max(util), "ratio", "the busiest single reading")
         ev.add("gpu.util_samples", len(util), "samples")
         times = [float(s.get("ts", 0.0)) for s in samples]

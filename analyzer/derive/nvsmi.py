@@ -203,7 +203,7 @@ class Device:
 
 
 def _hist_quantile(hist: Sequence[int], q: float) -> float | None:
-    """The q-quantile of integer percentages from their histogram, interpolated as ``nvml._quantile``."""
+    """The q-quantile of integer percentages from their histogram, interpolated as ``nvml.quantile``."""
     n = sum(hist)
     if not n:
         return None
