@@ -145,6 +145,13 @@ class InferenceHandler(BaseHTTPRequestHandler):
         t0 = time.perf_counter()
         srv.metrics.begin()
         ended = False
+
+        def failed() -> None:  # a failed request leaves /stats before its reply goes out, as a served one does
+            nonlocal ended
+            if not ended:
+                ended = True
+                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+
         try:
             body = self._read_body()
             content_type = (self.headers.get("Content-Type") or "").lower()
@@ -161,16 +168,17 @@ class InferenceHandler(BaseHTTPRequestHandler):
             reply = {"pathology": srv.pathology.name, "latency_ms": round(latency_ms, 3), **result.body}
             self._send_json(HTTPStatus.OK, reply)
         except BadRequest as exc:
+            failed()
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as exc:
             log.exception("inference failed")
+            failed()
             with contextlib.suppress(OSError):
                 self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
         finally:
-            if not ended:
-                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+            failed()
 
     def _generate(self, pathology: PrefillPathology, openai: bool = False) -> None:
         """POST /infer of a text-generation pathology: one NDJSON line per token, then a summary line.
