@@ -126,9 +126,12 @@ _QUOTED = r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""
 _PAYLOAD_NAMES = "|".join(sorted((re.escape(n) for n in PAYLOAD_FIELDS if not n.endswith("_ids")), key=len,
                                  reverse=True))
 # `prompt: '…'` (vLLM), `text='…'` (SGLang's GenerateReqInput), `'content': '…'` (a logged messages list)
-_LOG_PAYLOAD = re.compile(rf"(?P<k>(?P<q>['\"]?)\b(?:{_PAYLOAD_NAMES})(?P=q)\s*[=:]\s*)(?P<v>{_QUOTED})")
+# a value whose closing quote (or bracket) is missing runs to the line's end: a line cut short (a log read
+# while the service wrote it, a truncated paste) still has its prompt removed
+_OPEN_QUOTED = r"'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$)"
+_LOG_PAYLOAD = re.compile(rf"(?P<k>(?P<q>['\"]?)\b(?:{_PAYLOAD_NAMES})(?P=q)\s*[=:]\s*)(?P<v>{_OPEN_QUOTED})")
 _LOG_IDS = re.compile(r"(?P<k>\b(?:prompt_token_ids|input_ids|token_ids|output_ids|output_token_ids)"
-                      r"(?P<q>['\"]?)\s*[=:]\s*)\[(?P<v>[^\]]*)\]")
+                      r"(?P<q>['\"]?)\s*[=:]\s*)\[(?P<v>[^\]]*)(?:\]|$)")
 
 
 @dataclass
@@ -247,7 +250,8 @@ def clean_log_line(line: str, payloads: bool, count: _Counter) -> str:
         def value(m: re.Match[str]) -> str:
             count.payloads += 1
             v = m.group("v")
-            return f"{m.group('k')}{v[0]}{redacted_marker(v[1:-1])}{v[0]}"
+            closed = len(v) > 1 and v.endswith(v[0])
+            return f"{m.group('k')}{v[0]}{redacted_marker(v[1:-1] if closed else v[1:])}{v[0] if closed else ''}"
 
         def ids(m: re.Match[str]) -> str:
             count.payloads += 1

@@ -462,7 +462,10 @@ class LogTail:
         self.start_offset = max(0, size - LOG_TAIL_BEFORE_BYTES)
 
     def finish(self, dest: str) -> None:
-        """Copy from the start offset to the end, secrets redacted line by line, bounded in size."""
+        """Copy the whole lines from the start offset to the end, secrets redacted line by line, bounded
+        in size. A last line without its newline is one the service is writing now: it is left out, as
+        half a line would defeat the redaction of its fields (a prompt whose closing quote is not written
+        yet)."""
         left = LOG_MAX_BYTES
         with open(self.path, "rb") as src, open(dest, "w", encoding="utf-8") as out:
             src.seek(self.start_offset)
@@ -470,7 +473,7 @@ class LogTail:
                 src.readline()  # drop the partial first line
             for raw in src:
                 left -= len(raw)
-                if left < 0:
+                if left < 0 or not raw.endswith(b"\n"):
                     break
                 out.write(redact_text(raw.decode("utf-8", errors="replace")))
 

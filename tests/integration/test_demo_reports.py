@@ -54,6 +54,11 @@ def test_one_demo_run_gives_ticket_html_dashboard_and_compare(
     assert main(["compare", str(before), str(after), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["before_primary"] == "queueing" and doc["after_primary"] != "queueing"
-    assert "QUE001" in {f["code"] for f in doc["lost"]}
+    # the queueing findings are gone: QUE004 (the stage log's measured queue share) always, and at least one
+    # more; QUE001 (in-flight over serving, a correlated finding) fires in the queueing run on a quiet machine
+    # but not in every run under CI load, so it is not required here (test_demo_fixed holds the fixed run free
+    # of it)
+    lost = {f["code"] for f in doc["lost"]}
+    assert "QUE004" in lost and len({c for c in lost if c.startswith("QUE")}) >= 2, doc["lost"]
     rows = {r["metric"]: r for r in doc["rows"]}
     assert rows["stage.queue_ms.p99"]["verdict"] == "better"

@@ -347,6 +347,21 @@ def test_json_strings_get_the_log_line_cleaning(leaky: Path, tmp_path: Path) -> 
     _same_primary(leaky, str(leaky) + ".tar.gz")
 
 
+@pytest.mark.parametrize("line, kept", [
+    ("INFO logger.py:39] Received request r: prompt: 'CUT SHORT PROMPT", "prompt: '<redacted 16 chars>"),
+    ("INFO logger.py:39] Received request r: prompt: 'CUT SHORT PROMPT\n", "prompt: '<redacted 16 chars>\n"),
+    ('{"text": "CUT SHORT PROMPT', '"text": "<redacted 16 chars>'),
+    ("prompt: '', prompt_token_ids: [7, 8, 9", "prompt_token_ids: [<redacted 3 token ids>]"),
+])
+def test_a_line_cut_short_loses_its_prompt_too(line: str, kept: str) -> None:
+    """A prompt whose closing quote (or a token list whose bracket) was never written — a log read while the
+    service wrote it, a truncated paste — runs to the line's end and is removed as a closed one is."""
+    count = pack._Counter()
+    out = pack.clean_log_line(line, True, count)
+    assert "CUT SHORT" not in out and "7, 8" not in out and out.endswith(kept) and count.payloads >= 1
+    assert pack.clean_log_line(line, False, pack._Counter()) == line  # --keep-payloads keeps it as written
+
+
 def test_json_keys_named_like_secrets(leaky: Path, tmp_path: Path) -> None:
     doc = {"HF_TOKEN": "k-secret-1", "GITHUB_TOKEN": "k-secret-2", "auth_token": "k-secret-3", "DB_PASS": "k-secret-4",
            "api-key": "k-secret-5", "env": {"clientSecret": "k-secret-6"}, "api_keys": ["k-secret-7", "k-secret-8"],

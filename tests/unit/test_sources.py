@@ -68,6 +68,22 @@ def test_log_source_copies_what_was_written_in_the_window_redacted(tmp_path: Pat
     assert "during" in copied and "sk-abcdefghijklmnopqrstuvwx" not in copied
 
 
+def test_log_source_leaves_out_the_line_being_written(tmp_path: Path) -> None:
+    """A last line without its newline is one the service is writing as the window closes: copying half of
+    it would cut a prompt before its closing quote (the CI failure of stop 15: the pack kept the prompt)."""
+    log = tmp_path / "service.log"
+    log.write_text("")
+    src = sources.LogSource(str(log), str(tmp_path), 0)
+    src.start()
+    with log.open("a") as fh:
+        fh.write("INFO logger.py:39] Received request a: prompt: 'done', params: SamplingParams(n=1)\n")
+        fh.write("INFO logger.py:39] Received request b: prompt: 'HALF WRITT")
+    src.stop()
+    src.capture(WINDOW, "")
+    copied = (tmp_path / "log-0-service.log").read_text()
+    assert copied == "INFO logger.py:39] Received request a: prompt: 'done', params: SamplingParams(n=1)\n"
+
+
 def test_log_source_that_vanished_fails_with_the_reason(tmp_path: Path) -> None:
     log = tmp_path / "service.log"
     log.write_text("x\n")
