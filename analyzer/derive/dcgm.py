@@ -39,15 +39,11 @@ from diagnose.collectors.dcgm import (
     QueryJsonBuffer,
     spec_of,
 )
-from diagnose.collectors.nvml import REASONS
 from diagnose.derive.emit import Emit
 from diagnose.derive.nvml import (
-    HW_BITS,
     LOADED_LINK_BYTES_PER_S,
-    POWER_BITS,
     REASON_SHARE,
-    THERMAL_BITS,
-    THROTTLE_BITS,
+    emit_reason_bits,
     link_bytes_per_s,
 )
 from diagnose.derive.nvml import mean as _mean
@@ -382,20 +378,7 @@ def _clocks_power(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]],
             ev.add(key, violations[name], "ratio", f"share of the window clocks were held down by the "
                    f"{name.split('_')[0]} policy (DCGM_FI_DEV_{name.upper()})")
     if reasons:
-        k = len(reasons)
-
-        def share(bits: int) -> float:
-            return sum(1 for r in reasons if r & bits) / k
-
-        active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
-               "reading(s) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)")
-        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio", "readings with a power-cap, thermal or hardware "
-               "slowdown reason")
-        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
-        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
-        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
-               "or BoardLimit")
+        emit_reason_bits(ev, reasons, " (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)")
         return
     if violations:
         p, t = violations.get("power_violation", 0.0), violations.get("thermal_violation", 0.0)

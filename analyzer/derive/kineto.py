@@ -42,6 +42,7 @@ import numpy as np
 from diagnose.collectors import kineto
 from diagnose.collectors.kineto import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KinetoTrace
 from diagnose.derive.emit import Emit
+from diagnose.derive.gpu_timeline import GAP_BUCKETS, GAP_EDGES_US, TINY_KERNEL_US, emit_busy, emit_gaps, emit_kernels
 from diagnose.model import Evidence, InputRecord, Quality
 from diagnose.redact import redact_text
 
@@ -49,10 +50,7 @@ KIND = "kineto_trace"
 MEMORY_KIND = "torch_memory_timeline"
 US_PER_MS = 1000.0
 MIN_WINDOW_US = 10_000.0  # under 10 ms of GPU activity (less than one model step) a timeline is too short to judge
-TINY_KERNEL_US = 10.0  # a kernel under 10 µs is shorter than its own launch path (diagnose.collectors.nsys)
 SMALL_COPY_BYTES = 64 * 1024  # under 64 KiB a copy is latency-bound (diagnose.collectors.nsys)
-GAP_EDGES_US = (10.0, 100.0, 1000.0, 10000.0)
-GAP_BUCKETS = ("<10us", "10us-100us", "100us-1ms", "1ms-10ms", ">=10ms")  # the nsys reader's buckets
 TOP = 10
 TIMELINE_BINS = 200  # busy/idle timeline: bins over each device's window (bounded table for the reports)
 SNIFF_BYTES = 1 << 20  # Kineto writes deviceProperties and large metadata before traceEvents
@@ -432,33 +430,14 @@ def _timeline(trace: KinetoTrace, windows: dict[int, Union], ev: Emit) -> None:
                          "busy_ratio": round(u.busy / u.span, 4) if u.span else None, "busy_bins": _bins(u)})
     kernels = int(kern.sum())
     kernel_us = float(g.dur[kern].sum())
-    ev.add("trace.device_count", len(windows), "devices", "GPUs with kernel, copy or memset activity in the trace")
-    ev.add("trace.window_ms", _ms(max(u.span for u in windows.values())), "ms",
-           "GPU-active window: first to last GPU operation (the longest over devices)")
-    if window > 0:
-        ev.add("trace.gpu_busy_ratio", busy / window, "ratio",
-               "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
-        ev.add("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
-    ev.add("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
-    if busy > 0:
-        ev.add("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
-               "share of GPU busy time in which copies or memsets run and no kernel does")
+    emit_busy(ev, len(windows), _ms(max(u.span for u in windows.values())), busy, kbusy, window, _ms(busy))
     gaps = np.concatenate([u.gap_len for u in windows.values()]) if windows else np.zeros(0)
-    ev.add("trace.idle_gaps.count", int(gaps.size), "gaps", "idle gaps between GPU operations, all devices")
-    ev.add("trace.idle_gaps.total_ms", _ms(float(gaps.sum())), "ms", "GPU idle time inside the active window")
-    ev.add("trace.idle_gaps.longest_ms", _ms(float(gaps.max()) if gaps.size else 0.0), "ms", "longest idle gap")
     bucket = np.searchsorted(np.array(GAP_EDGES_US), gaps, side="right")
-    ev.add("trace.idle_gaps.histogram",
-           {b: {"count": int((bucket == i).sum()), "time_ms": _ms(float(gaps[bucket == i].sum()))}
-            for i, b in enumerate(GAP_BUCKETS)}, "table", "idle gaps by length: count and total time per bucket")
-    ev.add("trace.kernel_count", kernels, "kernels", "kernel executions")
-    ev.add("gpu.kernel_count", kernels, "count", "kernel executions (from the PyTorch-profiler trace)")
-    ev.add("gpu.kernel_time_ms", _ms(kernel_us), "ms", "sum of kernel durations")
+    emit_gaps(ev, int(gaps.size), _ms(float(gaps.sum())), _ms(float(gaps.max()) if gaps.size else 0.0),
+              {b: {"count": int((bucket == i).sum()), "time_ms": _ms(float(gaps[bucket == i].sum()))}
+               for i, b in enumerate(GAP_BUCKETS)})
+    emit_kernels(ev, kernels, kernel_us, int((kern & (g.dur < TINY_KERNEL_US)).sum()), "the PyTorch-profiler trace")
     if kernels:
-        tiny = int((kern & (g.dur < TINY_KERNEL_US)).sum())
-        ev.add("trace.kernel_mean_us", kernel_us / kernels, "us", "mean kernel duration")
-        ev.add("trace.tiny_kernel_ratio", tiny / kernels, "ratio",
-               f"share of kernels shorter than {TINY_KERNEL_US:.0f} µs")
         ev.add("trace.top_kernels", _top_kernels(trace, kern, kernel_us), "table", "kernels by total GPU time")
         launch_us = _host_time(trace, LAUNCH_CALLS | GRAPH_LAUNCH_CALLS)
         if launch_us > 0 and kernel_us > 0:

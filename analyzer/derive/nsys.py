@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from diagnose.collectors import nsys
 from diagnose.collectors.nsys import CopyGroup, DeviceStats, NsysTrace
 from diagnose.derive.emit import Emit
+from diagnose.derive.gpu_timeline import GAP_BUCKETS, emit_busy, emit_gaps, emit_kernels
 from diagnose.model import Evidence, InputRecord, Quality
 from diagnose.redact import redact_text
 
@@ -88,35 +89,13 @@ def _timeline(trace: NsysTrace, ev: Emit, window: int) -> None:
     kernels = sum(d.kernel_count for d in devices)
     kernel_ns = sum(d.kernel_ns for d in devices)
     tiny = sum(d.tiny_kernels for d in devices)
-    ev.add("trace.device_count", len(devices), "devices", "GPUs with kernel, copy or memset activity")
-    ev.add("trace.window_ms", _ms(max(d.window_ns for d in devices)), "ms",
-           "GPU-active window: first to last GPU operation (the longest over devices)")
-    if window > 0:
-        ev.add("trace.gpu_busy_ratio", busy / window, "ratio",
-               "union of kernel, memcpy and memset intervals over each device's active window (overlaps counted once)")
-        ev.add("trace.kernel_busy_ratio", kbusy / window, "ratio", "union of kernel intervals over the active window")
-    ev.add("trace.gpu_busy_ms", _ms(busy), "ms", "GPU busy time (union), summed over devices")
-    if busy > 0:
-        ev.add("copy.exposed_share", max(0.0, (busy - kbusy) / busy), "ratio",
-               "share of GPU busy time in which copies or memsets run and no kernel does (copy time not hidden by "
-               "compute)")
+    emit_busy(ev, len(devices), _ms(max(d.window_ns for d in devices)), busy, kbusy, window, _ms(busy))
     gaps = [d.gaps for d in devices]
-    ev.add("trace.idle_gaps.count", sum(g.count for g in gaps), "gaps", "idle gaps between GPU operations, all devices")
-    ev.add("trace.idle_gaps.total_ms", _ms(sum(g.total_ns for g in gaps)), "ms",
-           "GPU idle time inside the active window")
-    ev.add("trace.idle_gaps.longest_ms", _ms(max(g.longest_ns for g in gaps)), "ms", "longest idle gap")
-    hist = {
-        b: {"count": sum(g.hist_count[i] for g in gaps), "time_ms": _ms(sum(g.hist_ns[i] for g in gaps))}
-        for i, b in enumerate(nsys.GAP_BUCKETS)
-    }
-    ev.add("trace.idle_gaps.histogram", hist, "table", "idle gaps by length: count and total time per bucket")
-    ev.add("trace.kernel_count", kernels, "kernels", "kernel executions")
-    ev.add("gpu.kernel_count", kernels, "count", "kernel launches (from the SQLite timeline)")
-    ev.add("gpu.kernel_time_ms", _ms(kernel_ns), "ms", "sum of kernel durations")
+    emit_gaps(ev, sum(g.count for g in gaps), _ms(sum(g.total_ns for g in gaps)), _ms(max(g.longest_ns for g in gaps)),
+              {b: {"count": sum(g.hist_count[i] for g in gaps), "time_ms": _ms(sum(g.hist_ns[i] for g in gaps))}
+               for i, b in enumerate(GAP_BUCKETS)})
+    emit_kernels(ev, kernels, kernel_ns / NS_PER_US, tiny, "the SQLite timeline")
     if kernels:
-        ev.add("trace.kernel_mean_us", kernel_ns / kernels / NS_PER_US, "us", "mean kernel duration")
-        ev.add("trace.tiny_kernel_ratio", tiny / kernels, "ratio",
-               f"share of kernels shorter than {nsys.TINY_KERNEL_NS // 1000} µs")
         top = []
         for k in trace.kernels:
             top.append({

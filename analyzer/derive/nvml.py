@@ -22,7 +22,7 @@ Aggregation, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from diagnose.collectors.nvml import NO_TARGET_GPU, REASONS
@@ -51,6 +51,29 @@ def link_bytes_per_s(gen: int, width: int) -> float | None:
     """A PCIe link's usable bandwidth per direction, or None for an unknown generation."""
     lane = LANE_BYTES_PER_S.get(int(gen))
     return lane * int(width) if lane is not None and width > 0 else None
+
+
+def emit_throttle(ev: Emit, k: int, active: list[str], share: Callable[[int], float], where: str = "") -> None:
+    """The clock-event evidence of ``k`` readings: the reasons active in ≥ ``REASON_SHARE`` of them and the
+    share of readings with each kind (``share(bits)``), for NVML, DCGM and nvidia-smi alike."""
+    ev.add("gpu.throttle_reasons", active, "list",
+           f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} reading(s){where}")
+    ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
+           "readings with a power-cap, thermal or hardware slowdown reason")
+    ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap (nvidia-smi: SW Power Cap)")
+    ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
+    ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
+           "or BoardLimit")
+
+
+def emit_reason_bits(ev: Emit, reasons: Sequence[int], where: str = "") -> None:
+    """``emit_throttle`` from NVML's clock-event bitmasks, one per reading (NVML, DCGM's field 112)."""
+    k = len(reasons)
+
+    def share(bits: int) -> float:
+        return sum(1 for r in reasons if r & bits) / k
+
+    emit_throttle(ev, k, [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE], share, where)
 
 
 def _num(x: Any) -> float | None:
@@ -309,20 +332,7 @@ def derive(
         ev.add("gpu.mem_clock_mhz", sum(memclk) / len(memclk), "MHz")
     reasons = [int(v) for d in readings if (v := _num(d.get("reasons"))) is not None]
     if reasons:
-        k = len(reasons)
-
-        def share(bits: int) -> float:
-            return sum(1 for r in reasons if r & bits) / k
-
-        active = [name for bit, name in sorted(REASONS.items()) if share(bit) >= REASON_SHARE]
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
-               "readings")
-        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
-               "readings with a power-cap, thermal or hardware slowdown reason")
-        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SwPowerCap")
-        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with Sw/HwThermalSlowdown")
-        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HwSlowdown, HwPowerBrakeSlowdown "
-               "or BoardLimit")
+        emit_reason_bits(ev, reasons)
     for policy, key in (("power", "gpu.power_violation_ratio"), ("thermal", "gpu.thermal_violation_ratio")):
         ratios = [r for series in devices.values() if (r := _violation_ratio(series, policy)) is not None]
         if ratios:

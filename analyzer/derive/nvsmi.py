@@ -46,6 +46,7 @@ from diagnose.derive.nvml import (
     REASON_SHARE,
     THERMAL_BITS,
     THROTTLE_BITS,
+    emit_throttle,
     link_bytes_per_s,
 )
 from diagnose.model import Evidence, Quality
@@ -515,17 +516,11 @@ def _clocks(all_devs: list[Device], ev: Emit) -> None:
             for name, n_ in d.reason_counts.items():
                 counts[name] = counts.get(name, 0) + n_
         active = sorted(name for name, n_ in counts.items() if n_ / k >= REASON_SHARE)
-        ev.add("gpu.throttle_reasons", active, "list", f"clock-event reasons active in ≥ {pct(REASON_SHARE)} of {k} "
-               "reading(s)")
 
         def share(bits: int) -> float:
             return sum(d.bits_counts.get(bits, 0) for d in devs) / k
 
-        ev.add("gpu.throttle_ratio", share(THROTTLE_BITS), "ratio",
-               "readings with a power-cap, thermal or hardware slowdown reason")
-        ev.add("gpu.power_cap_ratio", share(POWER_BITS), "ratio", "readings with SW Power Cap")
-        ev.add("gpu.thermal_throttle_ratio", share(THERMAL_BITS), "ratio", "readings with SW/HW Thermal Slowdown")
-        ev.add("gpu.hw_slowdown_ratio", share(HW_BITS), "ratio", "readings with HW Slowdown or HW Power Brake")
+        emit_throttle(ev, k, active, share)
     for acc, key, what in (("pviol", "gpu.power_violation_ratio", "power"),
                            ("tviol", "gpu.thermal_violation_ratio", "thermal")):
         n = sum(getattr(d, acc)[1] for d in devs)
