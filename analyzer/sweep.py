@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose.collectors.loadclient import RequestSpec, StepResult, Target, TargetError, percentile, probe, run_step
+from diagnose.collectors.loadclient import RequestSpec, StepResult, Target, TargetError, probe, run_step
 from diagnose.errors import InputError
 from diagnose.model import TOOL_VERSION, Capture, CaptureStatus, Window
+from diagnose.stats import quantile
 from diagnose.units import pct
 
 SCHEMA = "diagnose/sweep/v1"
@@ -130,9 +131,9 @@ def step_doc(res: StepResult) -> dict[str, Any]:
         "errors": errors,
         "error_ratio": round(errors / len(res.samples), 4) if res.samples else 0.0,
         "throughput_rps": round(res.completed_in_window / res.window_s, 4),
-        "p50_ms": _ms(percentile(lat, 0.5)),
-        "p90_ms": _ms(percentile(lat, 0.9)),
-        "p99_ms": _ms(percentile(lat, 0.99)),
+        "p50_ms": _ms(quantile(lat, 0.5)),
+        "p90_ms": _ms(quantile(lat, 0.9)),
+        "p99_ms": _ms(quantile(lat, 0.99)),
         "mean_ms": _ms(sum(lat) / len(lat)) if lat else None,
         "max_ms": _ms(max(lat)) if lat else None,
         "duration_s": res.window_s,
@@ -152,9 +153,9 @@ def step_doc(res: StepResult) -> dict[str, Any]:
         tpot = [(s.latency_s - (s.ttft_s or 0.0)) / (s.tokens - 1) for s in streamed if s.tokens > 1]
         tokens = sum(s.tokens for s in streamed)
         doc.update({
-            "ttft_p50_ms": _ms(percentile(ttft, 0.5)), "ttft_p99_ms": _ms(percentile(ttft, 0.99)),
+            "ttft_p50_ms": _ms(quantile(ttft, 0.5)), "ttft_p99_ms": _ms(quantile(ttft, 0.99)),
             "tpot_ms": _ms(sum(tpot) / len(tpot)) if tpot else None,
-            "itl_p50_ms": _ms(percentile(gaps, 0.5)), "itl_p99_ms": _ms(percentile(gaps, 0.99)),
+            "itl_p50_ms": _ms(quantile(gaps, 0.5)), "itl_p99_ms": _ms(quantile(gaps, 0.99)),
             "tokens_per_request": round(tokens / len(streamed), 2),
             "tokens_per_s": round(tokens / res.window_s, 3),  # tokens of the requests started in the window
         })

@@ -212,15 +212,6 @@ class Reservoir:
             self.values[j] = x
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..1) of ``values``; None when empty."""
-    if not values:
-        return None
-    s = sorted(values)
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 class StatsSample(NamedTuple):

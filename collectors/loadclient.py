@@ -24,7 +24,7 @@ import json
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -361,12 +361,3 @@ def probe(spec: RequestSpec) -> Sample:
     return asyncio.run(go())
 
 
-def percentile(xs: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (as numpy's default)."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)

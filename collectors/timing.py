@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from diagnose.collectors.units import TIME_UNIT, to_ms
 from diagnose.model import FIRST_REQUESTS  # the cold-start window
+from diagnose.stats import quantile
 
 RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
 MAX_CALLS = 100_000
@@ -74,11 +75,7 @@ class Series:
     def quantile(self, q: float) -> float:
         if not self._keep:
             return 0.0
-        xs = sorted(self._keep)
-        pos = q * (len(xs) - 1)
-        lo = math.floor(pos)
-        hi = min(lo + 1, len(xs) - 1)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+        return quantile(self._keep, q) or 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from diagnose.stats import quantile
+
 ALLOWED_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 NDJSON = "application/x-ndjson"  # the content type of streamed (one JSON line per token) replies
 MAX_DURATION_S = 3600.0
@@ -121,15 +123,6 @@ def _check_target(base_url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    k = (len(sorted_values) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
-
-
 def run_load(
     base_url: str,
     pathology: str,
@@ -213,11 +206,11 @@ def run_load(
         requests=len(lat) + errors,
         errors=errors,
         throughput_rps=round(len(lat) / elapsed, 3) if elapsed > 0 else 0.0,
-        p50_ms=round(_percentile(lat, 0.50), 3),
-        p99_ms=round(_percentile(lat, 0.99), 3),
+        p50_ms=round(quantile(lat, 0.50) or 0.0, 3),
+        p99_ms=round(quantile(lat, 0.99) or 0.0, 3),
         duration_s=round(elapsed, 3),
-        ttft_p50_ms=round(_percentile(ttft, 0.50), 3) if ttft else None,
-        ttft_p99_ms=round(_percentile(ttft, 0.99), 3) if ttft else None,
+        ttft_p50_ms=round(quantile(ttft, 0.50) or 0.0, 3) if ttft else None,
+        ttft_p99_ms=round(quantile(ttft, 0.99) or 0.0, 3) if ttft else None,
     )
 
 

@@ -47,8 +47,8 @@ from diagnose.derive.nvml import (
     link_bytes_per_s,
 )
 from diagnose.derive.nvml import mean as _mean
-from diagnose.derive.nvml import quantile as _quantile
 from diagnose.model import Evidence, Quality, Window
+from diagnose.stats import quantile
 from diagnose.units import pct
 
 KIND = "dcgm"
@@ -183,8 +183,8 @@ def derive(
                     f"{pct(act)} of the time — the rules read SM activity (gpm.sm_activity_ratio) first")
         ev.add("gpu.util_ratio", mean, "ratio", f"mean DCGM_FI_DEV_GPU_UTIL, {where}{note}")
         ev.add("gpu.busy_ratio", mean, "ratio", "share of time a kernel was running (DCGM_FI_DEV_GPU_UTIL)" + note)
-        ev.add("gpu.util_p10_ratio", _quantile(util, 0.10), "ratio", where)
-        ev.add("gpu.util_p90_ratio", _quantile(util, 0.90), "ratio", where)
+        ev.add("gpu.util_p10_ratio", quantile(util, 0.10), "ratio", where)
+        ev.add("gpu.util_p90_ratio", quantile(util, 0.90), "ratio", where)
         ev.add("gpu.util_samples", len(util), "samples", f"DCGM_FI_DEV_GPU_UTIL readings ({form})")
     copy = [r["mem_copy_util"] for r in readings if "mem_copy_util" in r]
     if copy:

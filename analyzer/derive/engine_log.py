@@ -7,9 +7,10 @@ names the aggregates with the shared evidence keys.
 
 from __future__ import annotations
 
-from diagnose.collectors.engine_log import EngineLogParser, EngineLogSummary, Series, percentile
+from diagnose.collectors.engine_log import EngineLogParser, EngineLogSummary, Series
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
+from diagnose.stats import quantile
 
 KIND = "engine_log"
 
@@ -146,8 +147,8 @@ def _tgi(s: EngineLogSummary, ev: Emit) -> None:
         if not values:
             continue
         mean = sum(values) / len(values)
-        p50 = percentile(values, 0.5)
-        p99 = percentile(values, 0.99)
+        p50 = quantile(values, 0.5)
+        p99 = quantile(values, 0.99)
         if field == "total":
             prefix = "latency.e2e_ms"
         elif field == "time_per_token":

@@ -21,13 +21,13 @@ Aggregation, and why:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from diagnose.collectors.nvml import NO_TARGET_GPU, REASONS
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality, Window
+from diagnose.stats import quantile
 from diagnose.units import KIB, pct, size
 
 SOURCE = "nvml"
@@ -84,16 +84,6 @@ def _num(x: Any) -> float | None:
 
 def mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
-
-
-def quantile(xs: Sequence[float], q: float) -> float | None:
-    """The q-quantile (0..1), linear between closest ranks; None when empty."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def target_devices(samples: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, Mapping[str, Any]]]]:

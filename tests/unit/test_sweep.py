@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from diagnose import sweep
-from diagnose.collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream, percentile
+from diagnose.collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream
 from diagnose.errors import InputError
 from diagnose.reports import compare
 from diagnose.reports import sweep as render
+from diagnose.stats import quantile
 from tests.cli import run_cli
 from tests.conftest import ROOT
 
@@ -67,7 +68,7 @@ def test_step_numbers_count_only_the_measured_window() -> None:
     assert doc["throughput_rps"] == 1.0 and doc["errors"] == 1 and doc["error_ratio"] == pytest.approx(1 / 11, 1e-3)
     assert doc["p50_ms"] == pytest.approx(100.0) and doc["client_cpu_cores"] == 0.04
     assert doc["error_kinds"] == {"HTTP 503": 1}
-    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
 
 
 def test_server_sent_events_and_json_lines_are_timed_per_token() -> None:
