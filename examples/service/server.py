@@ -194,6 +194,15 @@ class InferenceHandler(BaseHTTPRequestHandler):
         req: GenRequest | None = None
         created = int(time.time())
         model = ""
+
+        def failed() -> None:  # a failed request leaves /stats before its reply goes out, as a served one does
+            nonlocal ended
+            if not ended:
+                ended = True
+                if req is not None:
+                    pathology.cancel(req)
+                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+
         try:
             body = self._read_body()
             if openai:
@@ -276,11 +285,13 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 summary["text"] = "".join(detokenize(t) for t in req.output)
                 self._send_json(HTTPStatus.OK, summary)
         except BadRequest as exc:
+            failed()
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as exc:
             log.exception("generation failed")
+            failed()
             error = {"error": f"{type(exc).__name__}: {exc}"}
             with contextlib.suppress(OSError):
                 if streaming:
@@ -289,10 +300,7 @@ class InferenceHandler(BaseHTTPRequestHandler):
                 else:
                     self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, error)
         finally:
-            if not ended:
-                if req is not None:
-                    pathology.cancel(req)
-                srv.metrics.end(ok=False, e2e_s=time.perf_counter() - t0, queue_s=None)
+            failed()
 
 
 def _openai_body(body: bytes) -> tuple[bytes, str]:

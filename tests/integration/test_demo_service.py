@@ -186,6 +186,10 @@ def test_prefill_service_streams_tokens_and_exposes_vllm_metrics(tmp_path, monke
                     {"prompt_tokens": list(range(8190)), "max_tokens": 8}):
             status, doc = _request(svc.port, "POST", "/infer", json.dumps(bad).encode())
             assert status == 400 and doc["error"], bad
+            # a refused request has left /stats by the time its reply is read (it used to leave after it)
+            status, stats = _request(svc.port, "GET", "/stats")
+            assert status == 200 and stats["in_flight"] == 0, (bad, stats)
+        assert stats["errors"] == 5 and stats["completed"] == 3
 
         conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
         conn.request("GET", "/metrics")
