@@ -32,8 +32,8 @@ from diagnose.reports.markdown import (
     source_name,
     verdict_title,
 )
-from diagnose.reports.terminal import stage_rows
 from diagnose.reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.stage_stats import stage_rows
 from diagnose.units import pct
 
 if TYPE_CHECKING:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from diagnose.redact import redact_argv
-from diagnose.reports.terminal import stage_rows
-from diagnose.reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.reports.wording import UNDETERMINED_TEXT, config_line, healthy_text
+from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
@@ -223,15 +223,6 @@ def environment(diagnosis: Diagnosis) -> list[tuple[str, str, bool]]:
     if diagnosis.config:
         rows.append(("rule settings", config_line(diagnosis.config), True))
     return rows
-
-
-def config_line(config: Mapping[str, Any]) -> str:
-    """The rule settings a diagnosis was judged with, in one line (``diagnose.config`` records them)."""
-    parts = [f"{code}.{k} = {v:g}" for code, t in sorted(dict(config.get("rules", {})).items())
-             for k, v in sorted(dict(t).items())]
-    if config.get("disable"):
-        parts.append("disabled: " + ", ".join(sorted(config["disable"])))
-    return f"{config.get('path') or 'settings'}: " + ("; ".join(parts) or "no change")
 
 
 def _environment(diagnosis: Diagnosis) -> list[str]:

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from diagnose.reports.wording import healthy_text
-from diagnose.stage_stats import stage_rows as stage_rows  # the stage table's rows, re-exported for the reports
+from diagnose.reports.wording import config_line, healthy_text
+from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.MAJOR: "red", Severity.MINOR: "yellow",
@@ -75,8 +75,6 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
 def _verdict(diagnosis: Diagnosis, console: Console) -> None:
     """The verdict line, and with it the first fix or the next steps: what the reader acts on."""
     if diagnosis.config:
-        from diagnose.reports.markdown import config_line
-
         console.print("[dim]Rule settings:[/dim] " + escape(config_line(diagnosis.config)))
     verdict = diagnosis.overall
     primary = diagnosis.primary

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from diagnose.model import Diagnosis, Severity
 
 HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
@@ -14,3 +17,12 @@ def healthy_text(diagnosis: Diagnosis) -> str:
     if note is not None:
         return f"nothing significant in the evidence given; {note.title[:1].lower()}{note.title[1:]} ({note.code})."
     return HEALTHY_TEXT
+
+
+def config_line(config: Mapping[str, Any]) -> str:
+    """The rule settings a diagnosis was judged with, in one line (``diagnose.config`` records them)."""
+    parts = [f"{code}.{k} = {v:g}" for code, t in sorted(dict(config.get("rules", {})).items())
+             for k, v in sorted(dict(t).items())]
+    if config.get("disable"):
+        parts.append("disabled: " + ", ".join(sorted(config["disable"])))
+    return f"{config.get('path') or 'settings'}: " + ("; ".join(parts) or "no change")

@@ -11,16 +11,12 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from diagnose.model import Category, EvidenceSet, Finding, Severity, Skipped
+from diagnose.rules import report, report_model
 from diagnose.rules.base import Rule
 from diagnose.rules.registry import RULES
-from diagnose.rules.report import RULES as REPORT_RULES
-
-REPORT_CODES = frozenset(r.code for r in REPORT_RULES)
-
-def claims_only(f: Finding) -> bool:
-    """A finding of the report rules (``rules/report.py``): it rests on what a report's prose says,
-    not on anything parsed from a log, table, trace or measurement."""
-    return f.code in REPORT_CODES
+from diagnose.rules.report import REPORT_CODES as REPORT_CODES  # re-exported: the engine's callers ask it
+from diagnose.rules.report import claims_only as claims_only
+from diagnose.rules.verdict import covered_by
 
 
 def rank(findings: Iterable[Finding], preferred: str = "") -> tuple[Finding, ...]:
@@ -79,13 +75,9 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
         return findings, ""
     if "report.retraction_statements" in evidence:
         return findings, ""  # the reporter withdrew it: nothing to weigh
-    from diagnose.rules.verdict import covered_by
-
     if covered_by(evidence):
         return findings, ""  # measurements cover the service and found nothing: that verdict stands
     explained = any(f.severity is Severity.INFO for f in findings)
-    from diagnose.rules import report, report_model
-
     decided = report_model.decide(evidence, findings)
     if decided is None:
         return findings, ""

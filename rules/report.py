@@ -1275,3 +1275,10 @@ RULES: tuple[type[Rule], ...] = (
     FragmentationReported,
     ExpectedBehaviourReported,
 )
+REPORT_CODES = frozenset(r.code for r in RULES)
+
+
+def claims_only(f: Finding) -> bool:
+    """A finding of the report rules: it rests on what a report's prose says, not on anything parsed
+    from a log, table, trace or measurement."""
+    return f.code in REPORT_CODES

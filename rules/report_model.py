@@ -7,7 +7,7 @@ multinomial logistic regression is fitted on the real-incident corpus's train sp
 (``tests/data/incidents/train.jsonl``), over cues and the presence of structured evidence families
 (an allocator message and its phase, an engine's stats, a compile log, stage timings, a GPU sample),
 never over words of one incident. The weights live in ``report_model.json`` beside this module with
-how they were fitted; ``python -m diagnose.rules.report_model`` refits them. Only the train split is used:
+how they were fitted; ``python -m diagnose.rules.report_fit`` refits them. Only the train split is used:
 the validation split stays unseen.
 
 At run time ``lean(ev)`` gives each category a probability; the report rules take the top one as
@@ -160,102 +160,4 @@ def fit(xs: Sequence[Mapping[str, float]], ys: Sequence[str], sample_weight: Seq
     return Model(weights, {c: round(float(b[j]), 4) for j, c in enumerate(classes)})
 
 
-def _accuracy(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence[Sequence[str]]) -> float:
-    ok = 0
-    for x, acc in zip(xs, accepts, strict=True):
-        probs = model.predict(x)
-        ok += max(probs, key=probs.__getitem__) in acc
-    return ok / max(1, len(xs))
-
-
-def _report_codes() -> frozenset[str]:
-    from diagnose.rules.engine import REPORT_CODES
-
-    return REPORT_CODES
-
-
-def _corpus(path: str) -> tuple[list[dict[str, float]], list[str], list[float], list[list[str]]]:
-    """Features, labels, weights (stretch cases count half) and accept lists of a corpus split."""
-    import io
-
-    from diagnose import loose
-    from diagnose.rules.engine import run_rules
-
-    xs, ys, ws, accepts = [], [], [], []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            case = json.loads(line)
-            label = case["expected_class"]
-            if label not in CLASSES:
-                continue
-            res = loose.analyze_stream("case", io.BufferedReader(io.BytesIO(case["evidence"].encode())))
-            ev = EvidenceSet(res.evidence)
-            found, _ = run_rules(ev, decide=False)
-            prose = [f for f in found if f.code in _report_codes()]
-            xs.append({**features(ev), **signal_features(prose)})
-            ys.append(label)
-            ws.append(1.0 if case.get("scored", True) else 0.5)
-            accepts.append(list(case["accept"]))
-    return xs, ys, ws, accepts
-
-
 PRUNE = 0.05  # weights smaller than this change no decision; dropping them keeps the table small
-MIN_DOCS = 3  # a word counts only when three incidents of the train split use it: no single incident's phrase
-
-
-def build_vocabulary(path: str) -> frozenset[str]:
-    """Words and word pairs used by at least ``MIN_DOCS`` incidents of the split at ``path``."""
-    from collections import Counter
-
-    from diagnose.collectors.claims import words_of
-
-    df: Counter[str] = Counter()
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            df.update(words_of(json.loads(line)["evidence"]))
-    return frozenset(w for w, n in df.items() if n >= MIN_DOCS)
-
-
-def train(path: str, folds: int = 5, l2s: Sequence[float] = (0.003, 0.01, 0.03)) -> Model:
-    """Fit on ``path``; the regularisation is chosen by ``folds``-fold cross-validation on it alone."""
-    from diagnose.derive import claims
-
-    words = build_vocabulary(path)
-    claims.set_vocabulary(words)
-    with open(claims.VOCABULARY_PATH, "w", encoding="utf-8") as fh:
-        fh.write(f"# words and word pairs in at least {MIN_DOCS} incidents of {os.path.basename(path)}; "
-                 "written by python -m diagnose.rules.report_model\n")
-        fh.writelines(f"{w}\n" for w in sorted(words))
-    xs, ys, ws, accepts = _corpus(path)
-    best: tuple[float, float] | None = None
-    for l2 in l2s:
-        scores = []
-        for k in range(folds):
-            tr = [i for i in range(len(xs)) if i % folds != k]
-            te = [i for i in range(len(xs)) if i % folds == k]
-            m = fit([xs[i] for i in tr], [ys[i] for i in tr], [ws[i] for i in tr], l2)
-            scores.append(_accuracy(m, [xs[i] for i in te], [accepts[i] for i in te]))
-        mean = sum(scores) / len(scores)
-        if best is None or mean > best[0]:
-            best = (mean, l2)
-    assert best is not None
-    m = fit(xs, ys, ws, best[1])
-    m.meta = {"fitted_on": os.path.relpath(path, os.path.dirname(HERE)), "cases": len(xs), "l2": best[1],
-              "cross_validated_accuracy": round(best[0], 3), "train_accuracy": round(_accuracy(m, xs, accepts), 3)}
-    return m
-
-
-def save(m: Model, path: str = MODEL_PATH) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"meta": m.meta, "bias": m.bias, "weights": m.weights}, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-
-
-if __name__ == "__main__":
-    import sys
-
-    corpus = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(HERE), "tests", "data",
-                                                                "incidents", "train.jsonl")
-    fitted = train(corpus)
-    save(fitted)
-    print(json.dumps(fitted.meta, indent=1))

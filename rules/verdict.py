@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from diagnose.model import Evidence, EvidenceSet, Finding, Quality, Severity, Target, Verdict
+from diagnose.rules import report_model
+from diagnose.rules.report import claims_only
 
 # -- coverage: evidence that watched the service doing its work -------------------------------------
 
@@ -196,8 +198,6 @@ def _leaning_topics(ev: EvidenceSet) -> tuple[str, ...]:
     """The collection topics of the category a report's wording leans to, most likely first ("" none)."""
     if "report.cues" not in ev:
         return ()
-    from diagnose.rules import report_model
-
     decided = report_model.decide(ev, ())
     if decided is None or decided[0] not in CONFIRMED_BY:
         return ()
@@ -211,8 +211,6 @@ def decide(
     the bottleneck rests only on what a report says (its prose), so the reader knows how to confirm it."""
     lead = next((f for f in findings if f.severity is not Severity.INFO), None)
     if lead is not None:
-        from diagnose.rules.engine import claims_only
-
         return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
     failing = signals(ev)
     if not failing and (_explained(findings) or covered_by(ev)):

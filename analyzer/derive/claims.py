@@ -235,7 +235,7 @@ _VOCABULARY: frozenset[str] | None = None
 
 
 def vocabulary() -> frozenset[str]:
-    """The words the report model weighs (written by ``python -m diagnose.rules.report_model`` from the train
+    """The words the report model weighs (written by ``python -m diagnose.rules.report_fit`` from the train
     split: words and word pairs found in at least three incidents), empty when none was written."""
     global _VOCABULARY
     if _VOCABULARY is None:

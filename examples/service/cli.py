@@ -21,6 +21,8 @@ from diagnose.examples.service.base import Pathology, log
 from diagnose.examples.service.pathologies import PATHOLOGY_NAMES, make_pathology
 from diagnose.examples.service.server import InferenceServer
 
+DESCRIPTION = "The demo inference service: a real HTTP service around a small real PyTorch model (CPU)."
+
 
 def _private_inductor_cache() -> Callable[[], None]:
     """Give ``recompile`` a fresh inductor cache unless the caller chose one.
@@ -36,11 +38,7 @@ def _private_inductor_cache() -> Callable[[], None]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    import diagnose.examples.service
-
-    # the package's first line, as before the split
-    description = (diagnose.examples.service.__doc__ or "").splitlines()[0]
-    p = argparse.ArgumentParser(prog="python -m diagnose.examples.service", description=description)
+    p = argparse.ArgumentParser(prog="python -m diagnose.examples.service", description=DESCRIPTION)
     p.add_argument("--pathology", required=True, choices=PATHOLOGY_NAMES)
     p.add_argument("--fixed", action="store_true",
                    help="serve the same load with the fix diagnose recommends for the pathology applied")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from diagnose.examples.service import cpu_preprocess, healthy, prefill, queueing, recompile
+import diagnose.examples.service.cpu_preprocess as cpu_preprocess
+import diagnose.examples.service.healthy as healthy
+import diagnose.examples.service.prefill as prefill
+import diagnose.examples.service.queueing as queueing
+import diagnose.examples.service.recompile as recompile
 from diagnose.examples.service.base import Pathology
 
 PATHOLOGY_NAMES: tuple[str, ...] = ("cpu-preprocess", "recompile", "queueing", "healthy", "prefill")

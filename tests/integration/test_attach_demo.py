@@ -206,7 +206,7 @@ def test_attach_finds_the_probe_and_reports_stage_percentiles(tmp_path) -> None:
     assert probe and probe[0].status is CaptureStatus.OK
     keys = {e.key: e.value for e in diagnosis.evidence}
     assert keys["stage.queue_ms.p50"] > 0 and "stage.queue_ms.p99" in keys and "stage.queue.share" in keys
-    from diagnose.reports.terminal import stage_rows
+    from diagnose.stage_stats import stage_rows
 
     rows = stage_rows(diagnosis)
     assert rows[0][0] == "queue"  # the queueing demo's requests spend most of their time waiting

@@ -22,7 +22,7 @@ from diagnose.derive import series
 from diagnose.derive.activities import Activity, classify
 from diagnose.errors import InputError
 from diagnose.reports import data, figures
-from diagnose.reports.terminal import stage_rows
+from diagnose.stage_stats import stage_rows
 from tests import sessions
 
 DEMO = sessions.demo_session()
