@@ -126,12 +126,14 @@ _QUOTED = r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""
 _PAYLOAD_NAMES = "|".join(sorted((re.escape(n) for n in PAYLOAD_FIELDS if not n.endswith("_ids")), key=len,
                                  reverse=True))
 # `prompt: '…'` (vLLM), `text='…'` (SGLang's GenerateReqInput), `'content': '…'` (a logged messages list)
-# a value whose closing quote (or bracket) is missing runs to the line's end: a line cut short (a log read
-# while the service wrote it, a truncated paste) still has its prompt removed
-_OPEN_QUOTED = r"'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$)"
-_LOG_PAYLOAD = re.compile(rf"(?P<k>(?P<q>['\"]?)\b(?:{_PAYLOAD_NAMES})(?P=q)\s*[=:]\s*)(?P<v>{_OPEN_QUOTED})")
+# a value whose closing quote (or bracket) never came runs to its line's end, never past it: a line cut short
+# (a log read while the service wrote it, a truncated paste) still loses its prompt, and the next line stays
+_LINE_END = r"(?=\r?\n|\Z)"
+_UNCLOSED = rf"'(?:[^'\\\r\n]|\\[^\r\n])*\\?{_LINE_END}|\"(?:[^\"\\\r\n]|\\[^\r\n])*\\?{_LINE_END}"
+_LOG_PAYLOAD = re.compile(rf"(?P<k>(?P<q>['\"]?)\b(?:{_PAYLOAD_NAMES})(?P=q)\s*[=:]\s*)"
+                          rf"(?:(?P<v>{_QUOTED})|(?P<open>{_UNCLOSED}))")
 _LOG_IDS = re.compile(r"(?P<k>\b(?:prompt_token_ids|input_ids|token_ids|output_ids|output_token_ids)"
-                      r"(?P<q>['\"]?)\s*[=:]\s*)\[(?P<v>[^\]]*)(?:\]|$)")
+                      r"(?P<q>['\"]?)\s*[=:]\s*)\[(?:(?P<v>[^\]\n]*)\]|(?P<open>[^\]\r\n]*)" + _LINE_END + ")")
 
 
 @dataclass
@@ -250,12 +252,14 @@ def clean_log_line(line: str, payloads: bool, count: _Counter) -> str:
         def value(m: re.Match[str]) -> str:
             count.payloads += 1
             v = m.group("v")
-            closed = len(v) > 1 and v.endswith(v[0])
-            return f"{m.group('k')}{v[0]}{redacted_marker(v[1:-1] if closed else v[1:])}{v[0] if closed else ''}"
+            if v is None:  # cut short: no closing quote to put back
+                v = m.group("open")
+                return f"{m.group('k')}{v[0]}{redacted_marker(v[1:])}"
+            return f"{m.group('k')}{v[0]}{redacted_marker(v[1:-1])}{v[0]}"
 
         def ids(m: re.Match[str]) -> str:
             count.payloads += 1
-            n = len([x for x in m.group("v").split(",") if x.strip()])
+            n = len([x for x in (m.group("v") or m.group("open")).split(",") if x.strip()])
             return f"{m.group('k')}[<redacted {n} token ids>]"
 
         def long_json(m: re.Match[str]) -> str:

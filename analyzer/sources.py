@@ -462,10 +462,13 @@ class LogTail:
         self.start_offset = max(0, size - LOG_TAIL_BEFORE_BYTES)
 
     def finish(self, dest: str) -> None:
-        """Copy the whole lines from the start offset to the end, secrets redacted line by line, bounded
-        in size. A last line without its newline is one the service is writing now: it is left out, as
-        half a line would defeat the redaction of its fields (a prompt whose closing quote is not written
-        yet)."""
+        """Copy from the start offset to the end, secrets redacted line by line, bounded in size.
+
+        A last line without its newline is one the service is writing now: only its finished part is
+        kept — up to its last carriage return, as a progress bar (tqdm: CUDA-graph capture, weight
+        loading) rewrites its line with ``\r`` until it is done — and the part after it, half written,
+        is left out: half a field would defeat its redaction (a prompt whose closing quote is not
+        written yet)."""
         left = LOG_MAX_BYTES
         with open(self.path, "rb") as src, open(dest, "w", encoding="utf-8") as out:
             src.seek(self.start_offset)
@@ -473,8 +476,10 @@ class LogTail:
                 src.readline()  # drop the partial first line
             for raw in src:
                 left -= len(raw)
-                if left < 0 or not raw.endswith(b"\n"):
+                if left < 0:
                     break
+                if not raw.endswith(b"\n"):
+                    raw = raw[:raw.rfind(b"\r") + 1]  # the finished updates of a line being written
                 out.write(redact_text(raw.decode("utf-8", errors="replace")))
 
 

@@ -352,6 +352,13 @@ def test_json_strings_get_the_log_line_cleaning(leaky: Path, tmp_path: Path) -> 
     ("INFO logger.py:39] Received request r: prompt: 'CUT SHORT PROMPT\n", "prompt: '<redacted 16 chars>\n"),
     ('{"text": "CUT SHORT PROMPT', '"text": "<redacted 16 chars>'),
     ("prompt: '', prompt_token_ids: [7, 8, 9", "prompt_token_ids: [<redacted 3 token ids>]"),
+    ("INFO logger.py:39] Received request r: prompt: 'CUT SHORT\\", "prompt: '<redacted 10 chars>"),  # cut after a \\
+    ("INFO logger.py:39] Received request r: prompt: 'CUT SHORT PROMPT\r\n", "prompt: '<redacted 16 chars>\r\n"),
+    # the value ends with its line: the next line (a stats line, a traceback's next frame) is kept whole
+    ("prompt_token_ids: [7, 8, 9\nINFO metrics.py:1] Avg prompt throughput: 5.0 tokens/s\n",
+     "[<redacted 3 token ids>]\nINFO metrics.py:1] Avg prompt throughput: 5.0 tokens/s\n"),
+    ("text: 'CUT SHORT PROMPT\nRuntimeError: CUDA error: out of memory\n",
+     "'<redacted 16 chars>\nRuntimeError: CUDA error: out of memory\n"),
 ])
 def test_a_line_cut_short_loses_its_prompt_too(line: str, kept: str) -> None:
     """A prompt whose closing quote (or a token list whose bracket) was never written — a log read while the

@@ -84,6 +84,23 @@ def test_log_source_leaves_out_the_line_being_written(tmp_path: Path) -> None:
     assert copied == "INFO logger.py:39] Received request a: prompt: 'done', params: SamplingParams(n=1)\n"
 
 
+def test_log_source_keeps_the_finished_updates_of_a_progress_bar(tmp_path: Path) -> None:
+    """A progress bar rewrites its line with \\r until it is done (a service stuck capturing CUDA graphs
+    shows nothing else): the updates it finished are kept, the one being written is not."""
+    log = tmp_path / "service.log"
+    log.write_text("")
+    src = sources.LogSource(str(log), str(tmp_path), 0)
+    src.start()
+    bar = "Capturing CUDA graphs:  {}%|###   | {}/67 [00:0{}<00:30]"
+    with log.open("a", newline="") as fh:
+        fh.write("INFO loading weights took 14.9 GiB\n")
+        fh.write("".join(bar.format(p, n, n) + "\r" for p, n in ((1, 1), (3, 2))) + bar.format(4, 3, 3)[:20])
+    src.stop()
+    src.capture(WINDOW, "")
+    copied = (tmp_path / "log-0-service.log").read_bytes().decode()
+    assert copied == "INFO loading weights took 14.9 GiB\n" + bar.format(1, 1, 1) + "\r" + bar.format(3, 2, 2) + "\r"
+
+
 def test_log_source_that_vanished_fails_with_the_reason(tmp_path: Path) -> None:
     log = tmp_path / "service.log"
     log.write_text("x\n")
