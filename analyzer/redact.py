@@ -28,6 +28,7 @@ def redact_text(text: str) -> str:
     text = _KNOWN_TOKENS.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _URL_CRED.sub(lambda m: f"{m.group('s')}{REDACTED}@", text)
+
     def assign(m: re.Match[str]) -> str:
         key = m.group("k")
         # counts and ratios named like a token (#token: 198432, token_ratio=0.4) are evidence: tokens are not numbers

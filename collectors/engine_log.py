@@ -212,8 +212,6 @@ class Reservoir:
             self.values[j] = x
 
 
-
-
 class StatsSample(NamedTuple):
     """One scheduler stats line (vLLM or SGLang). Fractions are 0..1, not percent.
 

@@ -359,5 +359,3 @@ def probe(spec: RequestSpec) -> Sample:
             await conn.close()
 
     return asyncio.run(go())
-
-

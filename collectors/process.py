@@ -50,6 +50,7 @@ TCP_ESTABLISHED = "01"
 CLK_TCK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 PAGE_BYTES = int(os.sysconf("SC_PAGE_SIZE")) if hasattr(os, "sysconf") else 4096
 
+
 def probe(pid: int) -> Availability:
     if not psutil.pid_exists(pid):
         return Availability(False, f"no process with pid {pid}", "check the pid with `ps` or `pgrep -f`")

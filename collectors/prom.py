@@ -124,7 +124,6 @@ SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNOREC
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
 
-
 def _family_prefix(name: str) -> str:
     """``vllm:num_requests_running`` → ``vllm:``; ``tgi_batch_current_size`` → ``tgi_``."""
     cut = name.find(":")

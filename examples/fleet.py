@@ -356,6 +356,7 @@ DCGM = (("DCGM_FI_DEV_GPU_UTIL", 80.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.7), 
         ("DCGM_FI_DEV_FB_FREE", 11000.0), ("DCGM_FI_DEV_SM_CLOCK", 1755.0), ("DCGM_FI_DEV_MAX_SM_CLOCK", 1980.0),
         ("DCGM_FI_DEV_POWER_USAGE", 600.0), ("DCGM_FI_DEV_POWER_MGMT_LIMIT", 700.0), ("DCGM_FI_DEV_GPU_TEMP", 65.0))
 
+
 def tier_of(i: int) -> str:
     for size, tier in TIERS:
         if i < size:

@@ -142,8 +142,6 @@ class ReportRule(Rule):
         )
 
 
-
-
 class PlacementReported(ReportRule):
     """The report shows the work running on the CPU (or the wrong GPU) while a GPU is meant to do it.
 

@@ -135,7 +135,6 @@ class PreprocessDominatesLatency(Rule):
             ],
         )
 
-
     def _post(self, ev: EvidenceSet, pre: float, post: float) -> Finding:
         ms = ev.value("stage.postprocess_ms.p50") or ev.value("stage.postprocess_ms.mean")
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
@@ -156,6 +155,7 @@ class PreprocessDominatesLatency(Rule):
             why=f"postprocess |{bar(post)}| {pct(post)}",
             fixes=list(_POST_FIXES),
         )
+
 
 class TransferDominatesLatency(Rule):
     """Host↔device copies take a large share of each request's latency.

@@ -109,6 +109,7 @@ RUNS_COMPILED = Pattern(Activity.FORWARD, r"torch/_inductor/(runtime/|output_cod
                         r"|torch/_functorch/_aot_autograd/(runtime_wrappers|subclass_codegen)", "",
                         "running a compiled graph")
 
+
 @dataclass(frozen=True)
 class ProcessPattern:
     name: str  # regex matched against the process name (/proc/PID/comm, 15 characters at most)

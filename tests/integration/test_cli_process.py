@@ -20,8 +20,6 @@ SESSIONS = os.path.join(DATA, "sessions")
 SYNC_STALL = os.path.join(DATA, "kineto", "sync_stall_sglang_decode_hipgraph_mi300x.json.gz")
 
 
-
-
 def test_attach_not_python(capsys) -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
@@ -46,7 +44,6 @@ def test_console_script_runs_without_torch(tmp_path) -> None:
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["primary"] == "recompilation"
-
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")

@@ -15,8 +15,6 @@ from tests.conftest import DATA, ROOT
 SESSIONS = os.path.join(DATA, "sessions")
 
 
-
-
 def test_attach_no_such_pid(capsys) -> None:
     code, _, err = run(["attach", "--pid", "4194300", "--duration", "1"], capsys)
     assert code == 2

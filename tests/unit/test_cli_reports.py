@@ -22,8 +22,6 @@ QUEUEING = os.path.join(SESSIONS, "queueing_one_worker_demo")
 HEALTHY = os.path.join(SESSIONS, "healthy_light_load_demo")
 
 
-
-
 def test_report_defaults_to_markdown_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["report", PREFILL], capsys)
     assert code == 0 and err == ""
