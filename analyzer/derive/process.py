@@ -5,10 +5,11 @@ Thread-level figures (busy threads, run-queue wait, context switches) come from 
 
 Compiler children (``diagnose.derive.activities.COMPILER_PROCESSES``: ``cc1plus``, ``g++``, ``ld``,
 ``nvcc``, ``ptxas``, inductor's compile workers, …) are compilation *of their parent*, with their CPU:
-``compile.children_cpu_s`` is the CPU they used in the window, counted once: a compiler still running
-at the end by its own and its children's CPU since it was first seen (or since the window began), one
-that exited by what its non-compiler parent reaped (the parent's ``children_user``/``children_system``
-grow by a child's whole CPU, grandchildren included, when it is waited for).
+``compile.children_cpu_s`` is the CPU they used in the window, counted once: each compiler still running
+at the end (a ``g++`` driver and the ``cc1plus`` under it alike) by its own and its reaped children's CPU
+since it was first seen (or since the window began), one that exited by what its parent reaped (the
+parent's ``children_user``/``children_system`` grow by a child's whole CPU, grandchildren included, when
+it is waited for: a compiler parent still running counts it above, a non-compiler parent here).
 """
 
 from __future__ import annotations
@@ -192,12 +193,13 @@ def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Emi
     top = {i for i in compilers if parent[i] not in compiler_pids}
     cpu_s = 0.0
     reaping: set[int] = set()
-    for ident in top:
+    for ident in compilers:
         recs = seen[ident]
-        if ident in last_ids:  # still running: its CPU since it was first seen, or since it began
+        if ident in last_ids:  # still running: its CPU since it was first seen, or since it began, and what
+            # it reaped (a g++ driver uses little itself; the cc1plus under it, running, counts on its own)
             base = _cpu(recs[0], children=True) if ident in first_ids else 0.0
             cpu_s += max(0.0, _cpu(recs[-1], children=True) - base)
-        else:
+        elif ident in top:  # exited: its whole CPU reached its (non-compiler) parent when reaped
             reaping.add(parent[ident])
     for ppid in reaping:
         a, b = by_pid_first.get(ppid), by_pid_last.get(ppid)

@@ -86,6 +86,24 @@ def test_compiler_children_count_as_compilation_once() -> None:
     assert ev["compile.children_cores"] == pytest.approx(2.85 / 2.0)
 
 
+def test_a_compile_still_running_counts_the_cc1plus_under_its_driver() -> None:
+    """The window ends while inductor builds: the g++ driver has used next to nothing itself and reaped
+    nothing yet; the cc1plus under it did the work (the CI failure of this stop: 4 compilers seen,
+    0.0 s counted, as only the top compiler's own CPU was read)."""
+    svc = 10
+    samples = [
+        _rec(0.0, [_proc(svc, "python", 1.0)], full=True),
+        _rec(1.0, [_proc(svc, "python", 1.1), _proc(20, "g++", 0.0, ppid=svc, start=7),
+                   _proc(21, "cc1plus", 0.6, ppid=20, start=7)]),
+        _rec(2.0, [_proc(svc, "python", 1.2), _proc(20, "g++", 0.01, ppid=svc, start=7),
+                   _proc(21, "cc1plus", 1.5, ppid=20, start=7), _proc(23, "as", 0.0, ppid=20, start=8)],
+             full=True),
+    ]
+    ev = {e.key: e.value for e in derive(samples, {"cores": 2})}
+    assert ev["compile.children_seen"] == 3
+    assert ev["compile.children_cpu_s"] == pytest.approx(0.01 + 1.5)
+
+
 def test_in_flight_uncertainty_grows_with_the_spread_between_sub_windows() -> None:
     steady = [_rec(float(i), [_proc(10, "python", 0.0)]) for i in range(16)]
     for s in steady:
