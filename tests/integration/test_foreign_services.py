@@ -43,10 +43,12 @@ def _post(port: int, path: str, body: dict, timeout: float = 120.0) -> int:
 
 
 @contextmanager
-def service(script: str, ready: Callable[[int], bool]) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def service(script: str, ready: Callable[[int], bool],
+            env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, script), str(port)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, **env} if env else None)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -137,8 +139,11 @@ def test_fastapi_compiled_model_with_changing_shapes_is_recompilation(tmp_path) 
     def payload(i: int) -> dict:
         return {"rows": [[0.5] * 64] * next(sizes)}
 
+    # a cache of its own, as a fresh pod has: inductor's cache (shared by every run on this machine) would
+    # hold the kernels of an earlier run's batch sizes, and no compiler would run in the window
     with service("fastapi_compiled_varying_shapes.py",
-                 lambda p: socket.create_connection(("127.0.0.1", p), 1).close() is None) as (proc, port):
+                 lambda p: socket.create_connection(("127.0.0.1", p), 1).close() is None,
+                 env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}) as (proc, port):
         with load(port, "/embed", payload, clients=2, seconds=120) as done:
             _wait_for(done, 1, 90)
             _, diagnosis = attach(AttachOptions(pid=proc.pid, duration_s=8, output=str(tmp_path / "s")))
