@@ -234,7 +234,7 @@ CONCEPTS: dict[str, str] = {
                  r"maxed|saturated|pegged)|fully (?:utili[sz]ed|loaded)|compute[- ]bound|flops?[- ]bound",
     "slow_gpu_model": r"\b(?:p40|p100|p4|k80|m60|m40|t4|gtx ?10\d0|gtx ?9\d0|jetson|xavier|orin|nano|tx2)\b",
     "fp16": r"fp16|half precision|float16|half\b",
-    "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足",
+    "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
     "preallocate": r"pre-?allocat\w*|gpu_memory_utilization|gpu-memory-utilization|mem[_-]fraction\w*"
                    r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
                    r"(?:all|the (?:entire|whole)) (?:gpu )?memory|(?:takes|uses|eats|occupies|fills?|consumes?)"
@@ -264,7 +264,9 @@ CONCEPTS: dict[str, str] = {
     "empty_cache": r"empty_cache|gc\.collect|expandable_segments|max_split_size_mb|fragment\w*",
     "batch": r"batch[_ ]?size|\bbs\s?=|\bbatch(?:es|ing)?\b|批",
 }
-_CONCEPT_RX = {name: re.compile(rx, re.IGNORECASE) for name, rx in CONCEPTS.items()}
+# ASCII word boundaries: Chinese prose glues English words and numbers to its characters ("显存溢出OOM",
+# "使用GPU运行"), and with Unicode's \b there is no boundary between 出 and O
+_CONCEPT_RX = {name: re.compile(rx, re.IGNORECASE | re.ASCII) for name, rx in CONCEPTS.items()}
 
 # the kinds of quantity a concept can own (a concept not listed owns any): "8000 input tokens takes
 # 60 seconds before the first token" binds the tokens to the prompt and the seconds to the first token

@@ -199,7 +199,8 @@ _TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "
              "cudamalloc failed")
 _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
-_PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足", re.IGNORECASE)
+_PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
+                    re.IGNORECASE | re.ASCII)  # ASCII \b: "显存溢出OOM" (Chinese glued to the word)
 # PyTorch's own hint, printed with every OOM: never evidence of anything by itself
 _HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
 
@@ -388,7 +389,7 @@ _FAMILIES = (
     "codegen", "santacoder", "orion", "skywork", "xverse", "telechat", "minimax", "seed", "llava", "vl",
     "chat", "instruct", "coder",
 )
-_PARAMS = re.compile(r"(?<![\w.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])")
+_PARAMS = re.compile(r"(?<![\w.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])", re.ASCII)
 _WORD = re.compile(r"[A-Za-z0-9_./:+-]+")
 _LAUNCH = re.compile(
     r"vllm\s+serve\s+(?P<m1>\S+)|--model(?:[=\s]+)(?P<m2>\S+)|--model-id(?:[=\s]+)(?P<m3>\S+)"
@@ -428,11 +429,12 @@ _GPU_SPEC = re.compile(
     re.IGNORECASE,
 )
 _GPU_MEM_PROSE = re.compile(
-    r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\s*(?:of\s+)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存|graphics"
-    r" card|card)\b|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?(?P<w>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b",
-    re.IGNORECASE,
+    r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\s*(?:of\s+|的)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存"
+    r"|显卡|graphics card|card)(?![A-Za-z])|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?"
+    r"(?P<w>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b",
+    re.IGNORECASE | re.ASCII,  # ASCII \w and \b: "使用49G的显卡" (Chinese glued to the number and the unit)
 )
-_GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b")
+_GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b", re.ASCII)
 _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference", "lmdeploy",
                  "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")
 _ENGINES = (
@@ -478,7 +480,7 @@ def _model_params(word: str, line: str) -> float | None:
             at = line.find(word)
             before = line[max(0, at - 24):at].lower() if at > 0 else ""
             named = bool(before.strip()) and any(f in before.split()[-1] for f in _FAMILIES)
-        if named or re.search(r"\bmodels?\b|参数|parameters?", line, re.IGNORECASE):
+        if named or re.search(r"\bmodels?\b|模型|参数|parameters?", line, re.IGNORECASE | re.ASCII):
             return value
     return None
 
@@ -579,8 +581,8 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             if m.group("n") and 1 <= int(m.group("n")) <= 1024:
                 hints.gpu_count = int(m.group("n"))
             said = True
-    if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "card" in low
-                                           or "video memory" in low):
+    if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "显卡" in line
+                                           or "card" in low or "video memory" in low):
         m = _GPU_MEM_PROSE.search(line)
         if m:
             gib = float(m.group("v") or m.group("w"))

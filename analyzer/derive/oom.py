@@ -60,6 +60,7 @@ class OomSource:
     # fragmentation); the traceback around an event (its phase) comes as context
     triggers = (*((t, CONTEXT_LINES, CONTEXT_LINES) for t in (
         "out of memory", "Out of memory", "Out Of Memory", "OUT OF MEMORY", "out-of-memory", "OutOfMemory", "OOM",
+        "oom",
         "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
         "内存")), "retries", "fragment", "expandable_segments")

@@ -54,6 +54,22 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
     assert [q.value for q in c.bound["cpu_util"]] == [100.0] and [q.value for q in c.bound["gpu_util"]] == [0.0]
 
 
+@pytest.mark.parametrize("text", [
+    "使用49G的显卡运行Yi-34B-Chat时提示显存溢出OOM",  # the number, its unit and the word glued to Chinese
+    "用34B模型, 49G显存的卡, 爆显存了",
+])
+def test_chinese_prose_glued_to_numbers_and_words_is_read(text: str) -> None:
+    """Chinese writes "49G的显卡" and "溢出OOM" without spaces: Unicode's \\b sees no word boundary between
+    a Chinese character and a Latin one, so the size, the GPU memory and the OOM were missed."""
+    got = _report(text)
+    assert got["model.params"] == 34e9 and got["gpu.spec_memory_bytes"] == 49 * 2**30
+    assert got["mem.oom_count"] == 1 and "oom" in got["report.title_concepts"]
+
+
+def test_the_report_statements_count_an_oom_glued_to_chinese() -> None:
+    assert _claims("接着查看日志发现oom了").claims.concepts["oom"] == 1
+
+
 def test_framework_messages_are_recognised_whatever_surrounds_them() -> None:
     got = _report("prefix noise load_tensors: offloaded 0/29 layers to GPU trailing\n"
                   "UserWarning: FP16 is not supported on CPU; using FP32 instead\n")
