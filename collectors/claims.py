@@ -217,7 +217,7 @@ CONCEPTS: dict[str, str] = {
                      r"available|false)|is_available\(\) (?:returns? )?false|没有使用gpu|没用gpu|只用cpu",
     "wrong_gpu": r"wrong (?:gpu|device|card)|(?:another|other|different|second) (?:gpu|card)(?! memory)"
                  r"|gpu \d instead|instead of (?:the )?(?:gpu|cuda:?\d)"
-                 r"|(?:ignor\w*|not respect\w*) cuda_visible_devices"
+                 r"|(?:ignor\w*|overrid\w*|not respect\w*|not honou?r\w*) cuda_visible_devices"
                  r"|cuda_visible_devices (?:is |was )?(?:ignored|not (?:respected|working|honou?red))"
                  r"|(?:index|order|enumeration) mismatch|mismatch\w* (?:index|order)",
     # the report withdrawing itself: a false alarm, the reporter's own mistake, behaviour by design

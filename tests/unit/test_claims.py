@@ -70,6 +70,12 @@ def test_the_report_statements_count_an_oom_glued_to_chinese() -> None:
     assert _claims("接着查看日志发现oom了").claims.concepts["oom"] == 1
 
 
+@pytest.mark.parametrize("text", ["Vulkan device detection overriding CUDA_VISIBLE_DEVICES",
+                                  "ollama is not honouring CUDA_VISIBLE_DEVICES", "it ignores CUDA_VISIBLE_DEVICES"])
+def test_a_device_mask_that_does_not_hold_is_a_statement_about_which_gpu(text: str) -> None:
+    assert _report(text)["report.wrong_gpu_statements"] == 1
+
+
 def test_framework_messages_are_recognised_whatever_surrounds_them() -> None:
     got = _report("prefix noise load_tensors: offloaded 0/29 layers to GPU trailing\n"
                   "UserWarning: FP16 is not supported on CPU; using FP32 instead\n")
