@@ -147,7 +147,8 @@ CONCEPTS: dict[str, str] = {
                r"|process(?:es|ing)? (?:the )?prompt|context processing|预填充",
     "decode": r"\bdecod\w*|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
               r"|tokens? per second|\btpot\b|\bitl\b|inter[- ]token",
-    "prompt_len": r"prompt (?:length|size|of)|input (?:length|size|tokens?)|context (?:length|size)|long (?:prompt|"
+    "prompt_len": r"prompt (?:length|size|of)|input (?:length|size|tokens?|contexts?)|context (?:length|size)"
+                  r"|tokens? (?:context|prompt|input)s?\b|long (?:prompt|"
                   r"context|input)|输入长度|上下文|长文本|input sequence length|prompt tokens|\bisl\b",
     "queue": r"\bqueu\w*|\bpending\b|\bwaiting\b|排队|等待",
     "sequential": r"\bsequentially\b|sequential (?:processing|execution|order|manner|requests)|one (?:by|after) "
@@ -201,7 +202,7 @@ CONCEPTS: dict[str, str] = {
               r" of (?:its |the )?time (?:in|on)|most of the time (?:is|goes)|dominat\w*|the culprit|root cause",
     # what grows a runtime peak: the input's size
     "input_size": r"resolution|image size|\d{3,5} ?[x×*] ?\d{3,5}|(?:long|longer|large|larger|big|bigger|huge) "
-                  r"(?:inputs?|images?|videos?|audio|prompts?|contexts?|sequences?|batch(?:es)?|documents?)"
+                  r"(?:inputs?|images?|videos?|audio|prompts?|contexts?|sequences?|batch(?:es)?|documents?|requests?)"
                   r"|batch[_ ]?size|sequence length|context length|max[_-]model[_-]len|n_ctx|num[_-]?frames|frames"
                   r"|vae (?:decode|decoding)|decode the (?:vae|latents?)|tiled|\d+ ?(?:min|minutes?|s|seconds?) "
                   r"(?:of )?(?:audio|video)|超分|分辨率",
@@ -214,7 +215,8 @@ CONCEPTS: dict[str, str] = {
                      r"not (?:used|utili[sz]ed|being used)|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
                      r"|no gpu usage|without (?:the )?gpu|device[=:] ?['\"]?cpu|torch\.device\(['\"]cpu"
                      r"|\.to\(['\"]cpu['\"]\)|cpuexecutionprovider|cuda(?:\.is_available\(\))? (?:is )?(?:not "
-                     r"available|false)|is_available\(\) (?:returns? )?false|没有使用gpu|没用gpu|只用cpu",
+                     r"available|false)|is_available\(\) (?:returns? )?false|没有使用gpu|没用gpu|只用cpu"
+                     r"|not (?:\w+ )?(?:loaded|moved|put|placed|sent)(?: \w+)? (?:in)?to (?:the )?[`'\"]?(?:cuda|gpu)",
     "wrong_gpu": r"wrong (?:gpu|device|card)|(?:another|other|different|second) (?:gpu|card)(?! memory)"
                  r"|gpu \d instead|instead of (?:the )?(?:gpu|cuda:?\d)"
                  r"|(?:ignor\w*|overrid\w*|not respect\w*|not honou?r\w*) cuda_visible_devices"
@@ -229,7 +231,8 @@ CONCEPTS: dict[str, str] = {
     # the GPU held below its clocks (a power draw below the limit is not throttling: the GPU is idle)
     "throttle": r"throttl\w*|power cap|power brake|sw power cap|hw slowdown|thermal\w*|\d{2,3} ?°c\b|overheat"
                 r"|gpu temp\w*|clocks? (?:drop|down|low|fall|fell)|low clocks?|downclock\w*|heat[- ]soak\w*"
-                r"|power mode|nvpmodel|jetson_clocks",
+                r"|power mode|nvpmodel|jetson_clocks|fans? (?:to|at|on|running at) (?:full|max\w*|100)|full blast"
+                r"|fan (?:speed|control|curve)",
     "saturated": r"(?:gpu|util\w*|usage) (?:is |was |at |of |stays? |sits? )?(?:near |around |about )?(?:full|100 ?%|"
                  r"maxed|saturated|pegged)|fully (?:utili[sz]ed|loaded)|compute[- ]bound|flops?[- ]bound",
     "slow_gpu_model": r"\b(?:p40|p100|p4|k80|m60|m40|t4|gtx ?10\d0|gtx ?9\d0|jetson|xavier|orin|nano|tx2)\b",

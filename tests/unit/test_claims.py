@@ -76,6 +76,22 @@ def test_a_device_mask_that_does_not_hold_is_a_statement_about_which_gpu(text: s
     assert _report(text)["report.wrong_gpu_statements"] == 1
 
 
+@pytest.mark.parametrize(("text", "key"), [
+    ("The model is not loaded directly into `CUDA` with from_pretrained", "report.placement_statements"),
+    ("the pipeline was not automatically moved to the GPU", "report.placement_statements"),
+    ("with the fans set to full blast the long run got faster", "report.throttle_statements"),
+    ("OOM for concurrent long requests", "report.input_size_statements"),
+])
+def test_general_phrasings_of_placement_heat_and_input_size(text: str, key: str) -> None:
+    assert _report(text)[key] == 1
+
+
+def test_a_token_count_before_context_is_the_prompt_length() -> None:
+    got = _report("When I provide an example 3000 token context, there is a 10-30 second overhead before the "
+                  "first token is generated.")
+    assert got["report.prompt_tokens_max"] == 3000 and got["report.ttft_ms_max"] == 30_000
+
+
 def test_framework_messages_are_recognised_whatever_surrounds_them() -> None:
     got = _report("prefix noise load_tensors: offloaded 0/29 layers to GPU trailing\n"
                   "UserWarning: FP16 is not supported on CPU; using FP32 instead\n")
