@@ -73,8 +73,6 @@ class Series:
         return self.total / self.n if self.n else 0.0
 
     def quantile(self, q: float) -> float:
-        if not self._keep:
-            return 0.0
         return quantile(self._keep, q) or 0.0
 
 

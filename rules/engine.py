@@ -14,8 +14,7 @@ from diagnose.model import Category, EvidenceSet, Finding, Severity, Skipped
 from diagnose.rules import report, report_model
 from diagnose.rules.base import Rule
 from diagnose.rules.registry import RULES
-from diagnose.rules.report import REPORT_CODES as REPORT_CODES  # re-exported: the engine's callers ask it
-from diagnose.rules.report import claims_only as claims_only
+from diagnose.rules.report import claims_only
 from diagnose.rules.verdict import covered_by
 
 

@@ -13,7 +13,8 @@ from diagnose.collectors.claims import ClaimParser, quantities
 from diagnose.derive import claims as derive_claims
 from diagnose.model import EvidenceSet, Verdict
 from diagnose.rules import report_model
-from diagnose.rules.engine import claims_only, run_rules
+from diagnose.rules.engine import run_rules
+from diagnose.rules.report import claims_only
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "data" / "incidents"
 

@@ -54,50 +54,40 @@ def test_pyspy_source_not_installed_is_skipped_with_the_remedy(tmp_path: Path, n
     assert cap == Capture("py-spy", CaptureStatus.SKIPPED, "py-spy is not installed", "pip install py-spy", WINDOW)
 
 
-def test_log_source_copies_what_was_written_in_the_window_redacted(tmp_path: Path) -> None:
+def _log_window(tmp_path: Path, before: str, during: str) -> tuple[Capture | None, str]:
+    """A log holding ``before`` when the window opens and ``during`` appended in it (bytes as written):
+    the capture and the copy the source left in the session folder."""
     log = tmp_path / "service.log"
-    log.write_text("before\n")
+    log.write_text(before)
     src = sources.LogSource(str(log), str(tmp_path), 0)
     src.start()
-    with log.open("a") as fh:
-        fh.write("during api_key=sk-abcdefghijklmnopqrstuvwx\n")
+    with log.open("a", newline="") as fh:
+        fh.write(during)
     src.stop()
     cap = src.capture(WINDOW, "")
+    return cap, (tmp_path / "log-0-service.log").read_bytes().decode()
+
+
+def test_log_source_copies_what_was_written_in_the_window_redacted(tmp_path: Path) -> None:
+    cap, copied = _log_window(tmp_path, "before\n", "during api_key=sk-abcdefghijklmnopqrstuvwx\n")
     assert cap == Capture("log", CaptureStatus.OK, "", "", WINDOW, ("log-0-service.log",))
-    copied = (tmp_path / "log-0-service.log").read_text()
     assert "during" in copied and "sk-abcdefghijklmnopqrstuvwx" not in copied
 
 
 def test_log_source_leaves_out_the_line_being_written(tmp_path: Path) -> None:
     """A last line without its newline is one the service is writing as the window closes: copying half of
     it would cut a prompt before its closing quote (the CI failure of stop 15: the pack kept the prompt)."""
-    log = tmp_path / "service.log"
-    log.write_text("")
-    src = sources.LogSource(str(log), str(tmp_path), 0)
-    src.start()
-    with log.open("a") as fh:
-        fh.write("INFO logger.py:39] Received request a: prompt: 'done', params: SamplingParams(n=1)\n")
-        fh.write("INFO logger.py:39] Received request b: prompt: 'HALF WRITT")
-    src.stop()
-    src.capture(WINDOW, "")
-    copied = (tmp_path / "log-0-service.log").read_text()
+    _, copied = _log_window(tmp_path, "", "INFO logger.py:39] Received request a: prompt: 'done', params: "
+                            "SamplingParams(n=1)\nINFO logger.py:39] Received request b: prompt: 'HALF WRITT")
     assert copied == "INFO logger.py:39] Received request a: prompt: 'done', params: SamplingParams(n=1)\n"
 
 
 def test_log_source_keeps_the_finished_updates_of_a_progress_bar(tmp_path: Path) -> None:
     """A progress bar rewrites its line with \\r until it is done (a service stuck capturing CUDA graphs
     shows nothing else): the updates it finished are kept, the one being written is not."""
-    log = tmp_path / "service.log"
-    log.write_text("")
-    src = sources.LogSource(str(log), str(tmp_path), 0)
-    src.start()
     bar = "Capturing CUDA graphs:  {}%|###   | {}/67 [00:0{}<00:30]"
-    with log.open("a", newline="") as fh:
-        fh.write("INFO loading weights took 14.9 GiB\n")
-        fh.write("".join(bar.format(p, n, n) + "\r" for p, n in ((1, 1), (3, 2))) + bar.format(4, 3, 3)[:20])
-    src.stop()
-    src.capture(WINDOW, "")
-    copied = (tmp_path / "log-0-service.log").read_bytes().decode()
+    _, copied = _log_window(tmp_path, "", "INFO loading weights took 14.9 GiB\n" + "".join(
+        bar.format(p, n, n) + "\r" for p, n in ((1, 1), (3, 2))) + bar.format(4, 3, 3)[:20])
     assert copied == "INFO loading weights took 14.9 GiB\n" + bar.format(1, 1, 1) + "\r" + bar.format(3, 2, 2) + "\r"
 
 
