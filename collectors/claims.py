@@ -26,6 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from diagnose.collectors.linekind import LineKind, is_machine, kind_of
 from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
@@ -382,6 +383,12 @@ _BOILERPLATE = re.compile(
 
 _WORD = re.compile(r"[a-z][a-z_]{2,}|[\u4e00-\u9fff]{2}")
 MAX_WORDS = 20_000
+# kinds of line that are a program's data, never a claim nor a framework message: a command line (its
+# --tokenizer is no statement about tokenising), a metrics exposition (HELP texts), JSON or XML records
+_DATA = frozenset({LineKind.COMMAND, LineKind.METRICS, LineKind.JSON})
+# kinds whose clauses are read for quantities tied to concepts: a person's sentences and the tables
+# they paste (a log record, a traceback frame or an exception line states nothing the reporter says)
+_READ_CLAUSES = frozenset({LineKind.PROSE, LineKind.TABLE})
 
 
 def words_of(text: str) -> set[str]:
@@ -390,45 +397,75 @@ def words_of(text: str) -> set[str]:
     return set(ws) | {f"{a}_{b}" for a, b in itertools.pairwise(ws)}
 
 
-# a shell or REPL command pasted first ("$ nvidia-smi --query-gpu=…", "root@host:~# …", ">>> torch…",
-# "PS C:\\> …"), a code fence or a metrics file's comments: not the report's title
-_COMMAND_LINE = re.compile(r"\s*(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|```|[\w.-]+@[\w.-]+:[^\s]*[#$]\s"
-                           r"|# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Prometheus comments, diagnose's header
-                           # a metric sample: name{labels} value [timestamp]
-                           r"|[A-Za-z_:][\w:]*(?:\{[^}]*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|Inf)(?:\s+\d+)?\s*$)")
-
-
-# the prefix of a program's log line: glog (I0726 13:03:07.418), a bracketed or bare date-time, vLLM's
-# "INFO 05-01 10:00:00" (after an "(EngineCore pid=…)" tag), logging's "WARNING:", key=value loggers
-# (ollama's time=…), journald ("Nov 20 09:20:22 host proc[123]:")
-_LOG_LINE = re.compile(
-    r"\s*(?:\(\w+ pid=\d+\)\s*)?(?:[IWEFV]\d{4} \d\d:\d\d:\d\d|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d"
-    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d \d\d:\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):"
-    r"|time=\d{4}-|[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ \S+\[\d+\]:)")
-
-
 def _is_title(line: str) -> bool:
-    """A sentence a person wrote, not a command, a table row or a CSV header (``a, b, c, d``)."""
-    text = line.strip()
-    if not text or _COMMAND_LINE.match(text) or text.startswith(("{", "[{", '["', "<?xml", "<")):
-        return False  # a command, or a record (JSON, XML): data, not a sentence
-    words = re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", text)
-    fields = re.split(r"[,|;\t]", text)
-    tabular = len(fields) >= 6 and all(len(f.split()) <= 4 for f in fields)  # a CSV header or a table row
-    return len(words) >= 2 and not tabular
+    """A sentence of two words or more (``line`` is prose: ``diagnose.collectors.linekind``)."""
+    return len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", line)) >= 2
 
 
 class ClaimParser:
-    """Feed cleaned lines; ``claims`` holds what the text says."""
+    """Feed cleaned lines; ``claims`` holds what the text says.
+
+    Each line is typed first (``diagnose.collectors.linekind``): only a person's prose is read for
+    cues and claims. A run of prose-like lines between two lines a program wrote (a log record, a
+    traceback, code, a command), with no blank line in between, is that program's output too ("Triton
+    is installed, but doesn't include CPU backend" between an engine's records, a leak report at exit),
+    except a last line ending with a colon (a person introducing the paste that follows); and a line a
+    program already printed is the program's wherever it appears again. So prose waits for the line
+    after its run before it is read."""
+
+    MAX_RUN = 64  # prose lines held while their run is undecided; a longer run is a person's text
 
     def __init__(self) -> None:
-        self.claims = Claims()
+        self._claims = Claims()
+        self._prev_machine = False  # the last line was a program's (no blank line since)
+        self._run: list[str] = []  # prose lines waiting for the line after them
+        self._run_after_machine = False
+        self._program: set[str] = set()  # prose-like lines already known as a program's output
+
+    @property
+    def claims(self) -> Claims:
+        self._end_run(next_machine=False)
+        return self._claims
 
     def feed(self, line: str) -> None:
-        c = self.claims
-        if len(c.words) < MAX_WORDS:
-            c.words |= words_of(line)
-        if not c.title and _is_title(line):
+        kind = kind_of(line)
+        if kind is LineKind.PROSE:
+            if line.strip() in self._program:
+                kind = LineKind.LOG  # the program printed it before: its output again
+            else:
+                if not self._run:
+                    self._run_after_machine = self._prev_machine
+                self._run.append(line)
+                if len(self._run) > self.MAX_RUN:
+                    self._end_run(next_machine=False)
+                self._prev_machine = False
+                return
+        machine = is_machine(line, kind)
+        self._end_run(next_machine=machine)
+        self._read(line, kind)
+        self._prev_machine = machine
+
+    def _end_run(self, next_machine: bool) -> None:
+        run, self._run = self._run, []
+        if not run:
+            return
+        program = self._run_after_machine and next_machine
+        for i, line in enumerate(run):
+            last_intro = i == len(run) - 1 and line.rstrip().endswith((":", "："))
+            if program and not last_intro:
+                if len(self._program) < self.MAX_RUN * 16:
+                    self._program.add(line.strip())
+            else:
+                self._read(line, LineKind.PROSE)
+
+    def _read(self, line: str, kind: LineKind) -> None:
+        c = self._claims
+        if kind in _DATA:
+            return  # a command line, a metrics exposition or a record: the program's text, nobody's claim
+        prose = kind is LineKind.PROSE
+        if prose and len(c.words) < MAX_WORDS:
+            c.words |= words_of(line)  # the report model's cues: what a person wrote, only
+        if prose and not c.title and _is_title(line):
             c.title = line.strip()[:300]
             c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}
         for name, rx in MESSAGES.items():
@@ -442,13 +479,12 @@ class ClaimParser:
             m = _OFFLOADING.search(line)
             if m:
                 c.layers = (int(m.group(1)), -1)
-        if _LOG_LINE.match(line):
-            return  # a program's log line: its words are cues, but it states nothing the reporter says
-        for clause in clauses_of(line):
-            self._clause(clause)
+        if kind in _READ_CLAUSES:
+            for clause in clauses_of(line):
+                self._clause(clause)
 
     def _clause(self, clause: str) -> None:
-        c = self.claims
+        c = self._claims
         c.clauses += 1
         if _BOILERPLATE.search(clause):
             return
@@ -481,7 +517,7 @@ class ClaimParser:
 
     def _pairs(self, clause: str, found: list[tuple[int, int, str]], qs: list[Quantity]) -> None:
         """Comparisons inside one clause: thread counts with rates, first vs later timings."""
-        c = self.claims
+        c = self._claims
         names = {f[2] for f in found}
         if "threads" in names:
             threads = [q for q in qs if q.dim == "count:threads"]

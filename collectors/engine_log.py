@@ -11,12 +11,13 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
   cache usage: 0.0%``
 * vLLM V1 stats: ``Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput:
   45.2 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.3%, Prefix cache hit
-  rate: 0.0%``
+  rate: 0.0%``; V1 names the pool by its device (``CPU KV cache usage`` on the CPU backend, which
+  V0 used for its swap space beside the GPU's) and adds ``Preemptions: N`` (this interval) when any
 * vLLM preemption: ``Sequence group 12 is preempted by PreemptionMode.RECOMPUTE mode because there
   is not enough KV cache space. … total_num_cumulative_preemption=51``
 * configuration: ``max_num_seqs=256``, ``'max_num_seqs': 256``, ``--max-num-seqs 256`` (and the
   same for max_num_batched_tokens); ``Maximum concurrency for 4096 tokens per request: 12.34x``;
-  ``# GPU blocks: 7281``; ``GPU KV cache size: 116,496 tokens``
+  ``# GPU blocks: 7281``; ``GPU KV cache size: 116,496 tokens`` (``CPU KV cache size`` on the CPU backend)
 * vLLM ``benchmark_serving`` / ``vllm bench serve`` result block (``==== Serving Benchmark Result
   ====`` … ``Mean TTFT (ms): …`` … ``=====``) and ``benchmark_throughput`` (``Throughput: 10.5
   requests/s, 4313.4 total tokens/s, 2105.5 output tokens/s``)
@@ -39,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from diagnose.collectors.linekind import LineKind, kind_of
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.units import to_ms
 
@@ -57,12 +59,20 @@ _V_LABELS: dict[str, str] = {
     "pending": "waiting",
     "waiting": "waiting",
     "gpu kv cache usage": "kv_pct",
+    # V1 names the KV pool by its device ("GPU", "CPU" on the CPU backend, "XPU", "TPU", "HPU"); V0 printed
+    # "CPU KV cache usage" beside the GPU's for its swap space: CPU is the pool itself when it is alone
     "cpu kv cache usage": "cpu_kv_pct",
+    "xpu kv cache usage": "kv_pct",
+    "tpu kv cache usage": "kv_pct",
+    "hpu kv cache usage": "kv_pct",
+    "npu kv cache usage": "kv_pct",
+    "preemptions": "preempted",  # V1: requests preempted in this stats interval (printed when > 0)
     "prefix cache hit rate": "prefix_pct",
     "gpu prefix cache hit rate": "prefix_pct",
 }
 _PREEMPT = re.compile(r"is preempted by PreemptionMode\.(\w+)|\bpreempted\b", re.IGNORECASE)
 _PREEMPT_CUM = re.compile(r"total_num_cumulative_preemption=(\d+)")
+_NOT_RECORDS = frozenset({LineKind.METRICS, LineKind.COMMAND, LineKind.JSON})
 
 # -- configuration -------------------------------------------------------------------------------
 _CONF = re.compile(
@@ -71,7 +81,7 @@ _CONF = re.compile(
 )
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _GPU_BLOCKS = re.compile(r"#\s*GPU blocks:\s*([\d,]+)")
-_KV_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
+_KV_TOKENS = re.compile(r"(?:[GCXTHN]PU )?KV cache size:\s*([\d,]+)\s*tokens")  # V1 names its device
 
 # -- vLLM benchmark blocks -----------------------------------------------------------------------
 _BENCH_START = re.compile(r"=+\s*Serving Benchmark Result\s*=+")
@@ -238,6 +248,12 @@ def _label_name(label: str) -> str | None:
     return _V_LABELS.get(label.strip().lower())
 
 
+def _field_name(label: str, cpu_pool: bool) -> str | None:
+    """``_label_name``, where "CPU KV cache usage" is the KV pool itself when no GPU pool is on the line."""
+    name = _label_name(label)
+    return "kv_pct" if name == "cpu_kv_pct" and cpu_pool else name
+
+
 _NUMBER = re.compile(r"-?[\d.]+")
 _DIGITS = b"0123456789."
 
@@ -278,8 +294,9 @@ def _learn(line: str) -> dict[str, float]:
     """Read ``line`` field by field (the general path) and remember its layout."""
     got: dict[str, float] = {}
     fields = [m for m in _V_FIELD.finditer(line) if _label_name(m.group(1)) is not None]
+    alone = not any(_label_name(m.group(1)) == "kv_pct" for m in fields)  # the CPU's KV pool is the only one
     for m in fields:
-        name = _label_name(m.group(1))
+        name = _field_name(m.group(1), alone)
         if name is None or name in got:
             continue
         try:
@@ -296,7 +313,7 @@ def _learn(line: str) -> dict[str, float]:
         names: list[str] = []
         cursor = 0
         for m in fields:
-            name = _label_name(m.group(1))
+            name = _field_name(m.group(1), alone)
             if name is None or name in names:
                 continue
             want = m.group(2)
@@ -469,6 +486,7 @@ class EngineLogSummary:
     new_tokens: int
     cached_tokens: int
     preemption_lines: int
+    preempted_in_stats: int  # the sum of V1 stats lines' per-interval "Preemptions: N"
     preemptions_cumulative: int | None
     preempt_modes: Mapping[str, int]
     retracted: int
@@ -486,7 +504,7 @@ class EngineLogSummary:
 
     @property
     def preemptions(self) -> int:
-        return max(self.preemption_lines + self.retracted, self.preemptions_cumulative or 0)
+        return max(self.preemption_lines + self.retracted, self.preemptions_cumulative or 0, self.preempted_in_stats)
 
 
 class EngineLogParser:
@@ -509,6 +527,7 @@ class EngineLogParser:
         self.new_tokens = 0
         self.cached_tokens = 0
         self.preemption_lines = 0
+        self.preempted = Series()  # V1 stats lines' "Preemptions: N" (per interval)
         self.preemptions_cumulative: int | None = None
         self.preempt_modes: dict[str, int] = {}
         self.retracted = 0
@@ -651,7 +670,7 @@ class EngineLogParser:
         for name, series, scale in (("running", self.running, 1.0), ("waiting", self.waiting, 1.0),
                                     ("swapped", self.swapped, 1.0), ("kv_pct", self.kv_usage, 0.01),
                                     ("prefix_pct", self.prefix_hit, 0.01), ("prompt_tps", self.prompt_tps, 1.0),
-                                    ("gen_tps", self.gen_tps, 1.0)):
+                                    ("gen_tps", self.gen_tps, 1.0), ("preempted", self.preempted, 1.0)):
             col = cols.get(name)
             if col is not None:
                 series.extend(col if scale == 1.0 else [v * scale for v in col])
@@ -670,7 +689,8 @@ class EngineLogParser:
         """For a layout's fields: (each field's adder and scale), and where running/waiting/kv sit (-1: absent)."""
         target = {"running": (self.running, 1.0), "waiting": (self.waiting, 1.0), "swapped": (self.swapped, 1.0),
                   "kv_pct": (self.kv_usage, 0.01), "prefix_pct": (self.prefix_hit, 0.01),
-                  "prompt_tps": (self.prompt_tps, 1.0), "gen_tps": (self.gen_tps, 1.0)}
+                  "prompt_tps": (self.prompt_tps, 1.0), "gen_tps": (self.gen_tps, 1.0),
+                  "preempted": (self.preempted, 1.0)}
         adders: list[tuple[Callable[[float], None], float]] = [
             (target[n][0].add, target[n][1]) if n in target else (_ignore, 1.0) for n in names]
         r, w, k = (names.index(n) if n in names else -1 for n in ("running", "waiting", "kv_pct"))
@@ -718,6 +738,8 @@ class EngineLogParser:
             self.prompt_tps.add(got["prompt_tps"])
         if "gen_tps" in got:
             self.gen_tps.add(got["gen_tps"])
+        if "preempted" in got:
+            self.preempted.add(got["preempted"])
         if waiting:
             self.queued_samples += 1
             if running is not None:
@@ -755,8 +777,8 @@ class EngineLogParser:
 
     def _feed_preempt(self, line: str) -> bool:
         m = _PREEMPT.search(line)
-        if not m:
-            return False
+        if not m or kind_of(line) in _NOT_RECORDS:
+            return False  # a metric's HELP text ("times a request was preempted") or a flag is no event
         if "PreemptionMode" not in line and "Sequence group" not in line and "request" not in line.lower():
             return False  # "preempted" in an unrelated sentence
         self.preemption_lines += 1
@@ -838,6 +860,7 @@ class EngineLogParser:
             new_tokens=self.new_tokens,
             cached_tokens=self.cached_tokens,
             preemption_lines=self.preemption_lines,
+            preempted_in_stats=round(self.preempted.total),
             preemptions_cumulative=self.preemptions_cumulative,
             preempt_modes=dict(self.preempt_modes),
             retracted=self.retracted,

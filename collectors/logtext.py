@@ -30,7 +30,7 @@ _GLUED = re.compile(
 # One anchored alternation, tried repeatedly (prefixes nest: "vllm-1  | (APIServer pid=7) …").
 _PREFIX = re.compile(
     r"[\w.-]{1,64}\s{1,32}\|\s?"  # docker compose: "vllm-1  | "
-    r"|\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker\w*|RayWorkerWrapper)\s+pid=\d+\)\s*"
+    r"|\((?:APIServer|EngineCore[\w-]*|VllmWorker[\w-]*|Worker[\w-]*|RayWorkerWrapper)\s+pid=\d+\)\s*"
     r"|\[rank\d+\]:\s*"
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"  # ISO 8601
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog

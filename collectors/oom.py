@@ -422,9 +422,11 @@ GPU_VARIANTS: dict[str, tuple[float, ...]] = {
 }
 _GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
 _GPU_SPEC = re.compile(
-    rf"(?:(?<![A-Za-z0-9.])(?P<n>\d+)\s*(?:(?:x|×|\*|张|块|台|个)\s*)?|(?<![A-Za-z0-9.]))(?:NVIDIA\s+)?"
+    # a GPU's name stands alone: inside a file or model name ("tinyllama-L4-H256.gguf", "/models/t4_int8")
+    # it names no device, so a name glued to "-", "_" or "/" before it, or to "_" or "-word" after it, is none
+    rf"(?:(?<![A-Za-z0-9._/-])(?P<n>\d+)\s*(?:(?:x|×|\*|张|块|台|个)\s*)?|(?<![A-Za-z0-9._/-]))(?:NVIDIA\s+)?"
     rf"(?P<pre>Tesla\s+|GeForce\s+RTX\s+|RTX\s+|GeForce\s+|Ascend\s+)?"
-    rf"(?P<gpu>{_GPU_NAME})(?![a-zA-Z0-9]|\.\d)(?:[\s-]*(?:(?:SXM\d?|PCIe|NVL)[\s-]*)?(?P<mem>\d+)\s?G(?:i?B)?\b)?"
+    rf"(?P<gpu>{_GPU_NAME})(?![a-zA-Z0-9_]|\.\d|-(?!SXM|PCIe|NVL)[A-Za-z])(?:[\s-]*(?:(?:SXM\d?|PCIe|NVL)[\s-]*)?(?P<mem>\d+)\s?G(?:i?B)?\b)?"
     rf"(?P<suf>\s*(?:GPUs?|cards?|显卡|卡))?",
     re.IGNORECASE,
 )

@@ -31,6 +31,9 @@ from diagnose.collectors.units import TIME_UNIT, to_ms
 from diagnose.model import FIRST_REQUESTS  # the cold-start window
 from diagnose.stats import quantile
 
+MAX_TEMPLATES = 1024  # distinct untagged-timing line templates kept (a log of ever-new lines stops adding)
+MIN_REPEATS = 2  # a timing line's template printed this often is a call's timing, not a one-off phase
+_NO_DIGITS = str.maketrans("", "", "0123456789")
 RESERVOIR = 50_000  # values kept per series for percentiles (the mean and count stay exact)
 MAX_CALLS = 100_000
 MAX_TABLES = 64
@@ -67,6 +70,14 @@ class Series:
             j = self._rng.randrange(self.n)
             if j < RESERVOIR:
                 self._keep[j] = x
+
+    def merge(self, other: Series) -> None:
+        """Add ``other``'s values: count, sum, min and max exactly, its kept values to the reservoir."""
+        n, total, low, high = self.n, self.total, self.min, self.max
+        for x in other._keep:
+            self.add(x)
+        self.n, self.total = n + other.n, total + other.total
+        self.min, self.max = min(low, other.min), max(high, other.max)
 
     @property
     def mean(self) -> float:
@@ -314,7 +325,10 @@ class TimingParser:
         self.stage_log = StageLog()
         self.spans: dict[str, Series] = {}
         self.calls: list[Call] = []
-        self.untagged = Series()
+        # untagged timings by the template of their line (the line without its digits): a per-call timing
+        # repeats one template ("cost: 100.49" on every call), a start-up phase ("init engine took 63.00 s",
+        # "Initializing model took 0.39 seconds") is printed once and is no call's latency
+        self._untagged: dict[str, Series] = {}
         self.tables: list[Table] = []
         self.usage = Usage()
         self.prose_ttft = Series()
@@ -392,7 +406,12 @@ class TimingParser:
                 size = max(math.prod(s) for s in call_shapes)
                 self.calls.append(Call(size, ms, tuple(call_shapes), assumed))
             else:
-                self.untagged.add(ms)
+                template = line.translate(_NO_DIGITS).strip()
+                series = self._untagged.get(template)
+                if series is None and len(self._untagged) < MAX_TEMPLATES:
+                    series = self._untagged[template] = Series()
+                if series is not None:
+                    series.add(ms)
             self.lines += 1
             return True
         return False
@@ -578,6 +597,15 @@ class TimingParser:
         if t.header and t.rows and len(self.tables) < MAX_TABLES:
             self.tables.append(t)
             self.lines += 1 + len(t.rows)
+
+    @property
+    def untagged(self) -> Series:
+        """The untagged timings of every template seen at least ``MIN_REPEATS`` times: the calls."""
+        out = Series()
+        for series in self._untagged.values():
+            if series.n >= MIN_REPEATS:
+                out.merge(series)
+        return out
 
     def records(self) -> TimingRecords:
         self._end_table()

@@ -80,9 +80,9 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
             ev.add("serving.swapped_max", int(s.swapped.max or 0), "requests", "largest swapped-out request count", few)
         if s.kv_usage.count:
             ev.add("serving.kv_cache_usage_max_ratio", s.kv_usage.max, "ratio",
-                   "largest GPU KV-cache usage (fraction of the KV pool)", few)
+                   "largest KV-cache usage (fraction of the KV pool)", few)
             ev.add("serving.kv_cache_usage_mean_ratio", s.kv_usage.mean, "ratio",
-                   "mean GPU KV-cache usage (fraction of the KV pool)", few)
+                   "mean KV-cache usage (fraction of the KV pool)", few)
         ev.add("serving.queued_samples", s.queued_samples, "count", "stats lines with at least one request waiting")
         ev.add("serving.queued_sample_ratio", s.queued_samples / s.samples, "ratio",
                "share of stats lines with at least one request waiting", few)
@@ -113,10 +113,10 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         prefix_detail = "prefix-cache hit rate on the last stats line"
     if prefix_ratio is not None:
         ev.add("serving.prefix_cache_hit_ratio", prefix_ratio, "ratio", prefix_detail)
-    if s.preemption_lines or s.retracted or s.preemptions_cumulative:
+    if s.preemption_lines or s.retracted or s.preemptions_cumulative or s.preempted_in_stats:
         modes = ", ".join(f"{m.lower()} {n}" for m, n in sorted(s.preempt_modes.items()))
         ev.add("serving.preemptions", s.preemptions, "count",
-               "requests preempted for lack of KV cache (vLLM warnings / SGLang retractions)"
+               "requests preempted for lack of KV cache (vLLM warnings and stats lines / SGLang retractions)"
                + (f"; modes: {modes}" if modes else ""))
     if "max_num_seqs" in s.config:
         ev.add("serving.max_num_seqs", s.config["max_num_seqs"], "requests", "stated in the log's configuration")

@@ -1,0 +1,136 @@
+"""What a line of text *is*, before anything reads what it says.
+
+An incident paste mixes kinds of text: a program's log records, the command that started the server,
+a metrics exposition, JSON records, a traceback, a table, and the sentences a person wrote around
+them. Each reader reads only its own kind; in particular the report-text cues
+(``diagnose.collectors.claims``) read human prose only, so a server's command line (``--tokenizer``),
+its log records and its metric names never count as "statements" of the reporter.
+
+``kind_of(line)`` types one cleaned line (``diagnose.collectors.logtext.clean_lines``: container,
+process and rank prefixes already stripped) by its structure alone, never by one program's wording:
+
+* ``LOG`` — a record a program wrote: a timestamp or level prefix (glog ``I0726 13:03:07``, ISO or
+  bracketed date-times, vLLM's ``INFO 05-01 10:00:00``, ``WARNING:``, key=value loggers' ``time=``,
+  journald), or a C-style ``function_name:`` prefix (llama.cpp's ``load_tensors:``,
+  ``llama_perf_context_print:``), or a ``[LEVEL]``/``LEVEL |`` tag;
+* ``COMMAND`` — a shell or REPL command: a prompt (``$``, ``>>>``, ``user@host:~#``), ``set -x``'s
+  ``+ ``, a launcher program (``python -m``, ``vllm serve``, ``docker run``, ``torchrun``…), or a
+  line made of ``--flags`` (a command's continuation lines, ``\\`` at the end);
+* ``METRICS`` — Prometheus exposition: ``# HELP``/``# TYPE`` comments and ``name{labels} value``;
+* ``JSON`` — a record: a line that opens with ``{``, ``[{``, ``["`` or ``<`` (XML);
+* ``TRACEBACK`` — Python's traceback frames, its header and the exception line;
+* ``CODE`` — an indented line of source code (a traceback's source line, a pasted snippet):
+  an assignment, a call, a keyword statement;
+* ``TABLE`` — a row: ``|``-separated, tab-separated, a CSV row of short fields, box drawing;
+* ``PROSE`` — everything else: what a person wrote;
+* ``BLANK`` — nothing but spaces.
+
+Pure, stdlib only, one compiled pattern per kind.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class LineKind(Enum):
+    BLANK = "blank"
+    LOG = "log"
+    COMMAND = "command"
+    METRICS = "metrics"
+    JSON = "json"
+    TRACEBACK = "traceback"
+    TABLE = "table"
+    CODE = "code"
+    PROSE = "prose"
+
+
+# a program's log record, by its prefix: glog (I0726 13:03:07.418), a bracketed or bare date-time,
+# vLLM's "INFO 05-01 10:00:00", logging's "WARNING:", key=value loggers (ollama's time=…), journald
+# ("Nov 20 09:20:22 host proc[123]:"), a bare time ("12:03:01.123 "), "[INFO]"/"INFO |" tags, and
+# C-style "function_name:" prefixes (llama.cpp's "load_tensors:", "llama_model_loader:"; an
+# identifier with an underscore: a person's "Note:" is prose)
+_LOG = re.compile(
+    r"\s*(?:\(\w[\w-]* pid=\d+\)\s*)?(?:\(\w[\w-]* pid=\d+\)\s*$"  # a process tag alone: its record follows
+    r"|\[?[IWEFV]\d{4} \d\d:\d\d:\d\d|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|TRACE|FATAL)\s+\d\d-\d\d \d\d:\d\d"
+    r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):"
+    r"|time=\d{4}-|[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ \S+\[\d+\]:"
+    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s"
+    r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
+    r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"
+    r"|[a-z][a-z0-9]*(?:_[a-z0-9]+)+:\s"
+    r"|(?:srv|slot|que|main|init)\s+[\w:]+:\s"
+    r"|\S+\.py:\d+: \w*(?:Warning|Error):"  # Python's warnings module: "path.py:24: DeprecationWarning: …"
+    r")"
+)
+_CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:if|elif|while|for|with|def|class|try|except)\b.*:\s*$"
+                   r"|(?:return|import|raise|yield|await|assert)\s|from\s+[\w.]+\s+import\s"
+                   r"|[\w.\[\]'\"]+\s*(?:[-+*/]?=(?!=)|\()|[)\]}]+[,:)]*\s*$)")
+# a shell or REPL prompt: whatever follows is a command
+_PROMPT = r"(?:[$%]\s|>>>\s|PS [A-Za-z]:\\|[\w.-]+@[\w.-]+:[^\s]*[#$]\s)"
+_ENV = r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)"
+# a program an incident's command line starts with; a command only with an argument that only a command
+# has (a flag, a path, a .py file, an assignment): "vllm reserves 90 % of the memory" is a sentence
+_LAUNCHER = (
+    r"(?:sudo\s+)?(?:\S*/)?(?:python[\d.]*|pip[\d.]*|uv|conda|vllm|docker|podman|kubectl|helm|torchrun|deepspeed"
+    r"|accelerate|llama-server|llama-cli|llama-bench|ollama|text-generation-launcher|trtllm-serve|trtllm-build"
+    r"|tritonserver|perf_analyzer|genai-perf|uvicorn|gunicorn|nvidia-smi|nsys|ncu|py-spy|curl|wget|bash|sh"
+    r"|export|cd|make|cmake|git|lmdeploy|sglang|mlc_llm|ray|serve|diagnose)\s"
+)
+_ARGUMENT = r".*?(?:\s--?[A-Za-z]|\S/\S|\.py\b|\w=\S)"
+_COMMAND = re.compile(rf"\s*(?:{_PROMPT}|```|(?:\+\s+)?{_ENV}*{_LAUNCHER}{_ARGUMENT}|(?:\+\s+)?{_ENV}+\S)")
+_FLAGS_ONLY = re.compile(r"\s*--?[A-Za-z][\w.-]*(?:[= ]\S+)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ]\S+)?)*\s*\\?\s*$")
+_CONTINUED = re.compile(r"\s\\\s*$")
+_METRICS = re.compile(r"\s*(?:# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Prometheus comments, diagnose's header
+                      r"|[A-Za-z_:][\w:]*(?:\{[^}]*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|Inf|\+Inf|-Inf)(?:\s+\d+)?\s*$)")
+_TRACEBACK = re.compile(r"\s*(?:Traceback \(most recent call last\):|File \"[^\"]+\", line \d+"
+                        r"|\^[\^~]*\s*$|During handling of the above exception|The above exception was the direct)")
+_EXCEPTION = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)")
+_BOX = re.compile(r"[│┃┆┊╎║├┼┤└┘┌┐─━═╔╗╚╝]")
+
+
+def _tabular(text: str) -> bool:
+    if text.startswith("|") or text.count("|") >= 3 or _BOX.search(text):
+        return True
+    if text.count("\t") >= 2:
+        return True
+    fields = re.split(r"[,;]", text)
+    return len(fields) >= 6 and all(len(f.split()) <= 4 for f in fields)  # a CSV header or row
+
+
+def kind_of(line: str) -> LineKind:
+    """The kind of one cleaned line (see the module docstring)."""
+    text = line.strip()
+    if not text:
+        return LineKind.BLANK
+    if _METRICS.match(text):
+        return LineKind.METRICS
+    if _TRACEBACK.match(text) or _EXCEPTION.match(text):
+        return LineKind.TRACEBACK
+    if _CODE.match(line):
+        return LineKind.CODE
+    if _LOG.match(line):
+        return LineKind.LOG
+    if _COMMAND.match(text) or _FLAGS_ONLY.match(text) or (_CONTINUED.search(text) and "--" in text):
+        return LineKind.COMMAND
+    if text.startswith(("{", "[{", '["', "[[", "<?xml", "<")):
+        return LineKind.JSON
+    if _tabular(text):
+        return LineKind.TABLE
+    return LineKind.PROSE
+
+
+# what a program (not a person) wrote: a prose-like line between two of these is the program's output too
+MACHINE = frozenset({LineKind.LOG, LineKind.TRACEBACK, LineKind.CODE, LineKind.METRICS, LineKind.COMMAND})
+
+
+def is_machine(line: str, kind: LineKind) -> bool:
+    """``line`` (of ``kind``) is a program's text; a code fence (```) is a separator, not a program's."""
+    return kind in MACHINE and not line.lstrip().startswith("```")
+
+
+def is_prose(line: str) -> bool:
+    """What a person wrote (a sentence, a title, a note), not a program's output or a command."""
+    return kind_of(line) is LineKind.PROSE
