@@ -38,6 +38,23 @@ class Category(StrEnum):
     DEVICE_PLACEMENT = "device_placement"
 
 
+class Mechanism(StrEnum):
+    """What makes requests queue (a ``queueing`` finding's ``mechanism``): each has its own fix."""
+
+    ADMISSION_CAP = "admission_cap"  # a sequence/slot limit (max_num_seqs, --parallel) holds them, memory has room
+    KV_CAPACITY = "kv_capacity"  # the KV cache is full: preemption, swapping, no room to admit
+    FRONT_END_LAG = "front_end_lag"  # the API server (HTTP, tokenising, streaming) lags the engine
+    SATURATED_WORKERS = "saturated_workers"  # every worker is busy: too little capacity for the load
+
+
+# categories that only a GPU can have: on a host without one (``HOST_NO_GPU``) no rule may name them
+GPU_ONLY_CATEGORIES = frozenset({Category.GPU_COMPUTE, Category.PCIE_TRANSFER, Category.LAUNCH_OVERHEAD,
+                                 Category.DEVICE_PLACEMENT})
+# the evidence key that says the host has no GPU (NVML finds no driver or no device; an engine's log
+# says it runs on the CPU platform): its value is 1, its detail says how it is known
+HOST_NO_GPU = "host.gpu_absent"
+
+
 class Verdict(StrEnum):
     """What a diagnosis amounts to; says what a null ``primary`` means."""
 
@@ -161,9 +178,10 @@ class Capture:
     remedy: str = ""
     window: Window | None = None
     files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what it covered, one line per part (py-spy: each process of the tree)
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
+        doc: dict[str, JsonValue] = {
             "collector": self.collector,
             "status": self.status.value,
             "reason": self.reason,
@@ -171,10 +189,14 @@ class Capture:
             "window": self.window.to_json() if self.window else None,
             "files": list(self.files),
         }
+        if self.notes:
+            doc["notes"] = list(self.notes)
+        return doc
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> Capture:
         w = doc.get("window")
+        notes = doc.get("notes")
         return Capture(
             collector=str(doc["collector"]),
             status=CaptureStatus(doc["status"]),
@@ -182,6 +204,7 @@ class Capture:
             remedy=str(doc.get("remedy", "")),
             window=Window(float(w["start"]), float(w["end"])) if w else None,
             files=tuple(str(f) for f in doc.get("files", ())),
+            notes=tuple(str(n) for n in notes) if isinstance(notes, list) else (),
         )
 
 
@@ -348,6 +371,7 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     fixes: tuple[Fix, ...] = ()
     why: str = ""  # an optional ASCII picture of why (a timeline, a breakdown)
+    mechanism: Mechanism | None = None  # for queueing: what makes requests wait
 
     @property
     def label(self) -> str:
@@ -374,6 +398,8 @@ class Finding:
         }
         if self.why:
             doc["why"] = self.why
+        if self.mechanism is not None:
+            doc["mechanism"] = self.mechanism.value
         return doc
 
     @staticmethod
@@ -390,6 +416,7 @@ class Finding:
             evidence=tuple(Evidence.from_json(e) for e in doc.get("evidence", ())),
             fixes=tuple(Fix.from_json(f) for f in doc.get("fixes", ())),
             why=str(doc.get("why", "")),
+            mechanism=Mechanism(doc["mechanism"]) if doc.get("mechanism") in Mechanism._value2member_map_ else None,
         )
 
 

@@ -1058,3 +1058,29 @@ if __name__ == "__main__":  # python -m diagnose.collectors.nvml PID [SECONDS] [
     cap = record(int(args[0]), float(args[1]) if len(args) > 1 else 10.0,
                  args[2] if len(args) > 2 else "nvml-recording")
     print(json.dumps(cap.to_json(), indent=2))
+
+
+# NVML's start-up errors that mean the host has no NVIDIA GPU at all (not a fault of one that is there)
+NO_GPU_ERRORS = frozenset({"LibraryNotFound"})
+
+
+def no_gpu_reason(path: str) -> str | None:
+    """Why the recording at ``path`` says this host has no NVIDIA GPU (no NVML library, or NVML up
+    with no device), or None when it has one or cannot tell."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(doc, dict):
+                    continue
+                err = doc.get("err")
+                if doc.get("fn") == "init" and isinstance(err, dict) and err.get("name") in NO_GPU_ERRORS:
+                    return "no NVIDIA driver on this host (NVML's library libnvidia-ml.so.1 is absent)"
+                if doc.get("fn") == "nvmlDeviceGetCount" and doc.get("ok") == 0:
+                    return "NVML found no GPU on this host"
+    except OSError:
+        return None
+    return None

@@ -18,6 +18,7 @@ from diagnose.model import (
     EvidenceSet,
     Finding,
     Fix,
+    Mechanism,
     Missing,
     Quality,
     Severity,
@@ -95,6 +96,7 @@ class Rule:
         evidence: list[Evidence],
         fixes: list[Fix],
         why: str = "",
+        mechanism: Mechanism | None = None,
     ) -> Finding:
         return Finding(
             code=self.code,
@@ -108,6 +110,7 @@ class Rule:
             evidence=tuple(evidence),
             fixes=tuple(fixes),
             why=why,
+            mechanism=mechanism,
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from diagnose.model import Category, EvidenceSet, Finding, Severity, Skipped
+from diagnose.model import GPU_ONLY_CATEGORIES, HOST_NO_GPU, Category, Evidence, EvidenceSet, Finding, Severity, Skipped
 from diagnose.rules import report, report_model
 from diagnose.rules.base import Rule
 from diagnose.rules.registry import RULES
@@ -101,6 +101,27 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
     return findings, owner.code
 
 
+# evidence only a GPU produces: its samples (NVML, DCGM, nvidia-smi), a GPU timeline (Nsight, Kineto), copies
+GPU_EVIDENCE = ("gpu.", "trace.", "kineto.", "nsys.", "copy.", "pcie.")
+
+
+def _without_gpu(evidence: EvidenceSet, findings: list[Finding],
+                 skipped: list[Skipped]) -> tuple[list[Finding], list[Skipped]]:
+    """On a host without a GPU (``HOST_NO_GPU``) and with no GPU evidence from elsewhere, no finding of a
+    GPU-only category stands: each such rule is listed as skipped with the reason."""
+    got = evidence.get(HOST_NO_GPU)
+    if not isinstance(got, Evidence) or evidence.has_prefix(*GPU_EVIDENCE):
+        return findings, skipped  # a GPU timeline or GPU samples (recorded where the GPU is) outrank it
+    why = f"the host has no GPU ({got.detail or HOST_NO_GPU})"
+    kept = []
+    for f in findings:
+        if f.category in GPU_ONLY_CATEGORIES:
+            skipped.append(Skipped(f.code, why))
+        else:
+            kept.append(f)
+    return kept, skipped
+
+
 def run_rules(
     evidence: EvidenceSet,
     config: Mapping[str, Mapping[str, Any]] | None = None,
@@ -127,6 +148,7 @@ def run_rules(
         result = rule.check(evidence, rule_cls.thresholds(config.get(rule_cls.code)))
         if result is not None:
             findings.append(result)
+    findings, skipped = _without_gpu(evidence, findings, skipped)
     # what the prose says adds nothing where structured evidence already names the same bottleneck (for
     # an out-of-memory error: any of its causes; the allocator's numbers outrank the prose)
     same = {f.category for f in findings if not claims_only(f)}

@@ -121,6 +121,11 @@ class PrefillBoundTtft(Rule):
             prefill, _ = _first(ev, "stage.prefill_ms.mean", "stage.prefill_ms.p50")
         share = ev.value("stage.prefill.share")
         of_ttft = prefill / ttft if (prefill is not None and ttft) else None
+        # per request prefill ≤ TTFT; a larger mean means the two histograms counted different requests (an
+        # engine records TTFT at the first token, prefill when the request ends): few requests in the window
+        mismatched = of_ttft is not None and of_ttft > 1.0
+        if of_ttft is not None:
+            of_ttft = min(of_ttft, 1.0)
         best_share = max((s for s in (share, of_ttft) if s is not None), default=None)
         slow_enough = ttft is None or ttft >= t.min_ttft_ms
         parts: list[str] = []
@@ -130,9 +135,13 @@ class PrefillBoundTtft(Rule):
             impact = min(0.95, best_share)
             what = "time to first token" if of_ttft is not None and of_ttft >= (share or 0) else "the request"
             whole = ttft if ttft else _first(ev, "latency.e2e_ms.p50", "latency.e2e_ms.mean")[0]
-            parts.append(f"Prefill is {pct(best_share)} of {what}"
+            parts.append(f"Prefill is {'all' if mismatched else pct(best_share)} of {what}"
                          + (f" ({_ms(prefill)} of {_ms(whole)})" if prefill is not None and whole else
-                            f" ({_ms(prefill)} per request)" if prefill is not None else "") + ".")
+                            f" ({_ms(prefill)} per request)" if prefill is not None else "")
+                         + (": the two histograms counted different requests (few finished in the window)"
+                            if mismatched else "") + ".")
+            if mismatched:
+                confidence = Confidence.HEURISTIC
         else:
             scaled = self._scaling(ev, t)
             if scaled is not None:

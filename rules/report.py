@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.model import HOST_NO_GPU, Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, fmt_ms, present, severity_for
 from diagnose.units import pct, size
@@ -1225,7 +1225,8 @@ class ExpectedBehaviourReported(Rule):
         no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
         # memory growing over requests, or held by processes that should be gone, is not a reservation
         growing = _n(ev, "report.memory_growth_statements") or _n(ev, "report.held_elsewhere_statements")
-        if no_oom and not growing and (_n(ev, "report.preallocation_statements")
+        gpu_host = HOST_NO_GPU not in ev  # a reservation of GPU memory explains nothing where there is no GPU
+        if gpu_host and no_oom and not growing and (_n(ev, "report.preallocation_statements")
                                        or (_n(ev, "report.vram_statements") and engine_name in self._ENGINES)):
             says.append(f"{engine_name or 'the serving engine'} reserves most of the GPU's memory at start-up for "
                         "its KV cache (gpu_memory_utilization, 0.9 by default in vLLM; --mem-fraction-static in "

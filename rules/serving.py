@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Mechanism, Risk, Severity
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, any_low_quality, bar, present, severity_for
 from diagnose.units import pct
@@ -113,6 +113,9 @@ class EngineQueueSaturated(Rule):
         cap_near: float = 0.95  # running within 5 % of max_num_seqs: the sequence limit holds admission
         default_max_num_seqs: float = 256.0  # vLLM's default sequence limit when the log does not say
         kv_room: float = 0.8  # below 80 % KV usage the cache could hold more sequences
+        steady_running: float = 0.75  # mean running ≥ 75 % of its peak while queued: the batch is held at a size
+        small_batch: float = 16.0  # a running batch this small leaves the per-step token budget mostly free
+        kv_low: float = 0.3  # under 30 % KV usage neither memory nor long contexts hold the queue
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         waiting_max = _num(ev, "serving.waiting_max") or 0.0
@@ -142,7 +145,7 @@ class EngineQueueSaturated(Rule):
         swapped = _num(ev, "serving.swapped_max") or 0.0
         cap = _num(ev, "serving.max_num_seqs")
         running_peak = _num(ev, "serving.running_when_queued_max") or running_max
-        cause, fixes = self._cause(ev, t, kv, preempt, swapped, cap, running_peak)
+        cause, fixes, mechanism = self._cause(ev, t, kv, preempt, swapped, cap, running_peak, running)
 
         msg = (
             f"{waiting:.0f} requests wait in the engine queue while {running:.0f} run"
@@ -174,6 +177,7 @@ class EngineQueueSaturated(Rule):
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
             fixes=[*fixes, *_CAPACITY_FIXES],
+            mechanism=mechanism,
         )
 
     @staticmethod
@@ -185,7 +189,8 @@ class EngineQueueSaturated(Rule):
         swapped: float,
         cap: float | None,
         running_peak: float,
-    ) -> tuple[str, list[Fix]]:
+        running: float,
+    ) -> tuple[str, list[Fix], Mechanism]:
         kv_fix = Fix(
             "Give the KV cache more room",
             (
@@ -198,14 +203,14 @@ class EngineQueueSaturated(Rule):
         if (kv is not None and kv >= t.kv_full) or preempt > 0 or swapped > 0:
             parts = []
             if kv is not None:
-                parts.append(f"the GPU KV cache is {pct(kv)} full")
+                parts.append(f"the KV cache is {pct(kv)} full")
             if preempt > 0:
                 parts.append(f"{preempt:.0f} requests were preempted")
             if swapped > 0:
                 parts.append(f"{swapped:.0f} were swapped to CPU")
             return (
                 "Admission is limited by KV-cache capacity: " + ", ".join(parts) + ", so no more sequences fit.",
-                [kv_fix],
+                [kv_fix], Mechanism.KV_CAPACITY,
             )
         seq_fix = Fix(
             "Raise the sequence limit",
@@ -218,18 +223,27 @@ class EngineQueueSaturated(Rule):
         room = f" while the KV cache is only {pct(kv)} used" if kv is not None else ""
         if cap is not None and running_peak >= t.cap_near * cap:
             return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
-                    "not memory, holds requests back.", [seq_fix])
+                    "not memory, holds requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
         default = _default_max_num_seqs(ev, t.default_max_num_seqs)
         if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):
             return (f"The running batch sits at {running_peak:.0f}, where the default sequence limit would hold it "
                     f"({advice.max_num_seqs(ev)}){room}: the sequence limit, not memory, holds requests back.",
-                    [seq_fix])
+                    [seq_fix], Mechanism.ADMISSION_CAP)
+        # no limit stated: a small batch that stays at one size while requests wait and the KV cache is nearly
+        # empty is held by a limit: a batch that small leaves a continuous batcher's per-step budget free, so
+        # it would admit whatever fits (a large batch may be held by that budget instead: compute, below)
+        if (cap is None and kv is not None and kv < t.kv_low and 0 < running_peak <= t.small_batch
+                and running >= t.steady_running * running_peak):
+            return (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
+                    f"{room}: a sequence or slot limit near {running_peak:.0f} (vLLM --max-num-seqs, SGLang "
+                    "--max-running-requests, llama.cpp --parallel) holds requests back, not memory.", [seq_fix],
+                    Mechanism.ADMISSION_CAP)
         return (
             "Neither the KV cache nor a sequence limit is full"
             + (f" (KV cache {pct(kv)} used)" if kv is not None else "")
             + ": the engine is bound by compute or its per-step token budget (max_num_batched_tokens).",
-            [],
+            [], Mechanism.SATURATED_WORKERS,
         )
 
 

@@ -6,8 +6,10 @@ too little. ``decide`` answers that from the evidence itself:
 * ``bottleneck`` — a finding (not an informational note) names the primary bottleneck;
 * ``healthy`` — no bottleneck, and either an informational finding explains what the user saw
   (vLLM's KV-cache pre-allocation is not a leak) or the evidence *covers* the service: at least one
-  coverage family below was measured well enough for its rules to judge, and nothing in the
-  evidence signals a failure (an OOM, recompiles, rejected requests) that no rule could classify;
+  coverage family below was measured well enough for its rules to judge, the requests' latency was
+  measured (``latency_covered``: an engine's stats lines alone never make a service healthy), and
+  nothing in the evidence signals a failure (an OOM, recompiles, rejected requests) that no rule
+  could classify;
 * ``undetermined`` — everything else, with ``next_steps``: what to collect, the exact command,
   most useful first (the steps that match what the evidence hints at come before the general ones).
 
@@ -83,6 +85,18 @@ SIGNALS: tuple[tuple[str, str], ...] = (
 def covered_by(ev: EvidenceSet) -> list[str]:
     """The coverage families present in ``ev``."""
     return [c.name for c in COVERAGE if c.test(ev)]
+
+
+# what a user of the service feels: a "healthy" verdict must have seen the requests' latency (time to
+# first token, end-to-end, or the time request threads spend, per stage or on the wall clock), or a GPU
+# timeline that times each step end to end; an engine's scheduler statistics alone (a vLLM log's stats
+# lines), a CPU profile or a GPU's utilisation say nothing of it
+LATENCY_PREFIXES = ("latency.", "stage.", "wall.")
+
+
+def latency_covered(ev: EvidenceSet) -> bool:
+    """The evidence measured the requests' latency (see ``LATENCY_PREFIXES``) or timed the steps."""
+    return ev.has_prefix(*LATENCY_PREFIXES) or _good(ev, "trace.gpu_busy_ratio") or _good(ev, "kineto.idle_share")
 
 
 def signals(ev: EvidenceSet) -> list[str]:
@@ -213,9 +227,21 @@ def decide(
     if lead is not None:
         return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
     failing = signals(ev)
-    if not failing and (_explained(findings) or covered_by(ev)):
+    if not failing and (_explained(findings) or (covered_by(ev) and latency_covered(ev))):
         return Verdict.HEALTHY, ()
-    return Verdict.UNDETERMINED, next_steps(ev, target)
+    steps = next_steps(ev, target)
+    if not failing and covered_by(ev):  # the service was watched, but not what its requests felt: that first
+        steps = (latency_step(ev, target), *steps[:MAX_STEPS - 1])
+    return Verdict.UNDETERMINED, steps
+
+
+def latency_step(ev: EvidenceSet, target: Target | None = None) -> str:
+    """What measures the requests' latency, which a healthy verdict needs (``latency_covered``)."""
+    pid = str(target.pid) if target is not None and target.pid else "PID"
+    return ("Measure what requests feel before calling it healthy: attach with the engine's metrics (time to "
+            f"first token, queue and end-to-end histograms): `diagnose attach --pid {pid} --metrics "
+            "http://127.0.0.1:PORT/metrics`, or with the service's per-request stage log (`--log`), or load it "
+            "with `diagnose sweep URL`")
 
 
 def _explained(findings: Iterable[Finding]) -> bool:

@@ -15,7 +15,7 @@ from diagnose.collectors import process as process_collector
 from diagnose.collectors import pyspy
 from diagnose.derive import cgroup, cpu_profile, nvml, process, ranks, wall
 from diagnose.derive.series import FileSeries, SeriesSource
-from diagnose.model import Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
+from diagnose.model import HOST_NO_GPU, Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
 
 PYSPY_META = "pyspy-meta.json"
 ATTACH_COST = "attach-cost.json"
@@ -177,6 +177,10 @@ def derive(session: Session, series: bool = False) -> Derived:
             if cap.collector == "nvml":
                 for prefix in nvml.PREFIXES:
                     out.evidence.explain_missing(prefix, f"nvml capture {cap.status.value}: {cap.reason}")
+                no_gpu = nvml_collector.no_gpu_reason(os.path.join(session.path, nvml_collector.NVML_FILE))
+                if no_gpu:
+                    out.evidence.add(Evidence(HOST_NO_GPU, 1, "flag", "diagnose attach (NVML)", cap.window,
+                                              detail=no_gpu))
 
     steps: dict[str, Callable[[Capture], list[Evidence]]] = {
         "py-spy": lambda c: _pyspy(session, c),

@@ -1,0 +1,219 @@
+"""Machine text is never prose: every line is typed before it is read (issue 17, item 5).
+
+The lines here are real formats: vLLM V1's records and its c10 warnings, llama.cpp's C-style
+prefixes, Python's warnings and tracebacks, Prometheus exposition, ``sh -x`` command echoes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.collectors.claims import ClaimParser
+from diagnose.collectors.engine_log import EngineLogParser
+from diagnose.collectors.linekind import LineKind, kind_of
+from diagnose.collectors.oom import _GPU_SPEC
+from diagnose.collectors.timing import TimingParser
+from diagnose.model import (
+    HOST_NO_GPU,
+    Category,
+    Confidence,
+    Evidence,
+    EvidenceSet,
+    Finding,
+    Mechanism,
+    Severity,
+    Verdict,
+)
+from diagnose.rules import verdict
+from diagnose.rules.engine import run_rules
+from diagnose.rules.serving import EngineQueueSaturated
+
+K = LineKind
+LINES: list[tuple[str, LineKind]] = [
+    ("INFO 12-02 03:35:17 [loggers.py:335] Engine 000: Avg prompt throughput: 240.0 tokens/s", K.LOG),
+    ("(VllmWorker-0 pid=17171)", K.LOG),
+    ("[W1202 03:56:39.219913463 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy", K.LOG),
+    ("load_tensors: layer   0 assigned to device CPU, is_swa = 0", K.LOG),
+    ("llama_perf_context_print: prompt eval time =    3.21 ms /     7 tokens", K.LOG),
+    ("slot launch_slot_: id  0 | task 0 | processing task", K.LOG),
+    ("/x/vllm/entrypoints/openai/api_server.py:24: DeprecationWarning: use vllm.entrypoints.launchers", K.LOG),
+    ("2024-05-01 10:00:00,123 - INFO - model loaded", K.LOG),
+    ("+ python3 -m vllm.entrypoints.openai.api_server --model /m --tokenizer /m --max-num-seqs 2", K.COMMAND),
+    ("CUDA_VISIBLE_DEVICES=0 python serve.py", K.COMMAND),
+    ("$ nvidia-smi", K.COMMAND),
+    ("    --max-model-len 4096 \\", K.COMMAND),
+    ("docker run --gpus all -p 8000:8000 vllm/vllm-openai --model x", K.COMMAND),
+    ("# HELP vllm:request_num_preemptions Histogram of the number of times a request was preempted.", K.METRICS),
+    ('vllm:num_requests_waiting{engine="0",model_name="lab"} 14.0', K.METRICS),
+    ('{"ts": 1764470000.12, "stages_ms": {"queue": 3.1}}', K.JSON),
+    ("Traceback (most recent call last):", K.TRACEBACK),
+    ('  File "/x/y.py", line 3, in f', K.TRACEBACK),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", K.TRACEBACK),
+    ("    batch = self.get_next_batch_to_run()", K.CODE),
+    ("  warnings.warn(", K.CODE),
+    ("| GPU | util | 40 % |", K.TABLE),
+    ("vllm reserves 90% of the GPU memory", K.PROSE),
+    ("make sure the tokenizer is fast", K.PROSE),
+    ("# The GPU is idle while p99 explodes", K.PROSE),
+    ("  if you set it to 2 it works", K.PROSE),
+    ("GPU utilization is only 40% while p99 latency explodes", K.PROSE),
+]
+
+
+@pytest.mark.parametrize(("line", "kind"), LINES, ids=[f"{k.value}-{i}" for i, (_, k) in enumerate(LINES)])
+def test_each_line_is_typed_by_its_structure(line: str, kind: LineKind) -> None:
+    assert kind_of(line) is kind
+
+
+def _claims(text: str) -> ClaimParser:
+    p = ClaimParser()
+    for line in text.split("\n"):
+        p.feed(line)
+    return p
+
+
+def test_a_launch_command_states_nothing() -> None:
+    c = _claims("python -m vllm.entrypoints.openai.api_server --model m --tokenizer t --max-num-seqs 2").claims
+    assert not c.words and not c.title and not c.concepts
+
+
+def test_program_prose_between_records_is_the_programs_and_so_are_its_repeats() -> None:
+    log = "\n".join([
+        "+ python3 -m vllm.entrypoints.openai.api_server --model m",
+        "Triton is installed, but doesn't include CPU backend. Disabling Triton.",
+        "INFO 12-02 03:30:38 [api_utils.py:286] non-default args: {'host': '127.0.0.1'}",
+        "INFO 12-02 03:30:39 [api_utils.py:286] starting",
+        "",
+        "Triton is installed, but doesn't include CPU backend. Disabling Triton.",  # again, after a blank line
+        "INFO 12-02 03:30:40 [core.py:1] nanobind: leaked 4 instances!",
+        "nanobind: leaked 64 types!",
+        " - leaked type \"triton._C.libtriton.ir.location\"",
+        "  warnings.warn('resource_tracker: There appear to be %d '",
+    ])
+    c = _claims(log).claims
+    assert not c.title and not c.words
+
+
+def test_a_persons_words_around_a_log_are_read() -> None:
+    text = "\n".join([
+        "vLLM slow: time to first token is 3 s under load",
+        "I get this when 16 clients stream:",
+        "INFO 12-02 03:35:17 [loggers.py:335] Engine 000: Running: 2 reqs, Waiting: 14 reqs",
+        "INFO 12-02 03:35:27 [loggers.py:335] Engine 000: Running: 2 reqs, Waiting: 13 reqs",
+        "",
+        "The GPU is idle most of the time.",
+    ])
+    c = _claims(text).claims
+    assert c.title == "vLLM slow: time to first token is 3 s under load"
+    assert {"clients", "stream", "idle"} <= c.words
+
+
+def _engine(*lines: str) -> EngineLogParser:
+    p = EngineLogParser()
+    for line in lines:
+        p.feed(line)
+    return p
+
+
+def test_the_cpu_backends_kv_pool_and_its_preemptions_are_read() -> None:
+    s = _engine(*[f"INFO 12-02 03:4{i}:00 [loggers.py:335] Engine 000: Avg prompt throughput: 1074.3 tokens/s, Avg "
+                  f"generation throughput: 80.3 tokens/s, Running: 3 reqs, Waiting: 10 reqs, Preemptions: {i}, "
+                  f"CPU KV cache usage: 9{i}.1%, Prefix cache hit rate: 4.7%" for i in range(1, 4)]).summary()
+    assert s.kv_usage.max == pytest.approx(0.931) and s.preemptions == 6
+
+
+def test_v0s_cpu_kv_usage_beside_the_gpus_is_swap_space() -> None:
+    s = _engine("Avg prompt throughput: 209.6 tokens/s, Avg generation throughput: 567.4 tokens/s, Running: 36 reqs, "
+                "Swapped: 0 reqs, Pending: 78 reqs, GPU KV cache usage: 99.1%, CPU KV cache usage: 0.0%").summary()
+    assert s.kv_usage.max == pytest.approx(0.991)
+
+
+def test_a_help_text_that_says_preempted_is_no_preemption() -> None:
+    s = _engine("# HELP vllm:request_num_preemptions Histogram of the number of times a request was preempted.",
+                "+ vllm serve m --preemption-mode recompute  # requests preempted are recomputed").summary()
+    assert s.preemptions == 0
+
+
+def _timing(*lines: str) -> TimingParser:
+    p = TimingParser()
+    for line in lines:
+        p.feed(line)
+    return p
+
+
+def test_start_up_phases_are_no_call_latencies_but_repeated_timings_are() -> None:
+    phases = _timing("INFO 12-02 03:33:59 [base_loader.py:82] Initializing model took 0.395087 seconds",
+                     "INFO 12-02 03:35:03 [monitor.py:91] [backbone] Initial profiling/warmup run took 1.42 s",
+                     "INFO 12-02 03:35:04 [core.py:402] init engine (profile, create kv cache, warmup model) "
+                     "took 63.00 s")
+    assert phases.records().untagged.n == 0
+    calls = _timing(*[f"2024-05-01 10:00:0{i} inference took {0.5 + i / 10:.2f}s" for i in range(5)])
+    got = calls.records().untagged
+    assert got.n == 5 and got.max == pytest.approx(0.9 * 1000)
+
+
+@pytest.mark.parametrize(("text", "gpu"), [
+    ("--model /models/tinyllama-L4-H256.gguf", None), ("/models/t4_int8", None),
+    ("on an NVIDIA L4", "L4"), ("2x A100-80GB", "A100"), ("H100-SXM5-80GB", "H100"), ("Tesla T4 GPU", "T4"),
+])
+def test_a_gpu_name_inside_a_file_name_names_no_gpu(text: str, gpu: str | None) -> None:
+    m = _GPU_SPEC.search(text)
+    assert (m.group("gpu") if m else None) == gpu
+
+
+def _ev(**values: float) -> EvidenceSet:
+    return EvidenceSet([Evidence(k.replace("__", "."), v, "x", "test") for k, v in values.items()])
+
+
+def test_scheduler_stats_alone_never_make_a_service_healthy() -> None:
+    stats = dict(serving__stat_samples=5, serving__waiting_max=0, serving__running_max=2)
+    got, steps = verdict.decide(_ev(**stats), ())
+    assert got is Verdict.UNDETERMINED and steps
+    got, _ = verdict.decide(_ev(**stats, latency__ttft_ms__p99=40.0), ())
+    assert got is Verdict.HEALTHY
+
+
+def test_a_covered_service_without_latency_asks_for_the_latency_first() -> None:
+    ev = _ev(workers__active_mean=1.0, conn__inflight_mean=1.0)
+    got, steps = verdict.decide(ev, ())
+    assert got is Verdict.UNDETERMINED and steps[0].startswith("Measure what requests feel")
+
+
+def _gpu_finding() -> Finding:
+    return Finding("GPU001", "x", Category.GPU_COMPUTE, Severity.CRITICAL, Confidence.MEASURED, "t", "m", 0.9)
+
+
+def test_no_gpu_finding_on_a_host_without_a_gpu_unless_gpu_evidence_came_from_elsewhere() -> None:
+    from diagnose.rules import engine
+
+    no_gpu = EvidenceSet([Evidence(HOST_NO_GPU, 1, "flag", "attach", detail="no NVIDIA driver")])
+    kept, skipped = engine._without_gpu(no_gpu, [_gpu_finding()], [])
+    assert kept == [] and skipped[0].code == "GPU001" and "no GPU" in skipped[0].reason
+    with_trace = EvidenceSet([*no_gpu, Evidence("trace.gpu_busy_ratio", 0.99, "ratio", "nsys")])
+    kept, _ = engine._without_gpu(with_trace, [_gpu_finding()], [])
+    assert kept == [_gpu_finding()]
+    findings, _ = run_rules(no_gpu)
+    assert not [f for f in findings if f.category is Category.GPU_COMPUTE]
+
+
+def _queue(**extra: float) -> Finding | None:
+    base = dict(serving__waiting_max=14, serving__waiting_mean=13.5, serving__queued_sample_ratio=1.0,
+                serving__stat_samples=4, serving__running_max=2, serving__running_when_queued_mean=1.75,
+                serving__running_when_queued_max=2)
+    rule = EngineQueueSaturated()
+    return rule.check(_ev(**{**base, **extra}), EngineQueueSaturated.Thresholds())
+
+
+def test_queueing_names_its_mechanism() -> None:
+    stated = _queue(serving__max_num_seqs=2, serving__kv_cache_usage_when_queued_mean_ratio=0.002)
+    assert stated is not None and stated.mechanism is Mechanism.ADMISSION_CAP and "max_num_seqs=2" in stated.message
+    inferred = _queue(serving__kv_cache_usage_when_queued_mean_ratio=0.002)  # a scrape: no limit stated
+    assert inferred is not None and inferred.mechanism is Mechanism.ADMISSION_CAP
+    kv = _queue(serving__kv_cache_usage_when_queued_mean_ratio=0.97, serving__preemptions=171)
+    assert kv is not None and kv.mechanism is Mechanism.KV_CAPACITY and "171 requests were preempted" in kv.message
+    busy = _queue(serving__kv_cache_usage_when_queued_mean_ratio=0.5, serving__running_max=40,
+                  serving__running_when_queued_mean=38, serving__running_when_queued_max=40, serving__waiting_max=60,
+                  serving__waiting_mean=50)
+    assert busy is not None and busy.mechanism is Mechanism.SATURATED_WORKERS
+    assert busy.to_json()["mechanism"] == "saturated_workers"
+    assert Finding.from_json(busy.to_json()).mechanism is Mechanism.SATURATED_WORKERS
