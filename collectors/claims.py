@@ -386,9 +386,11 @@ MAX_WORDS = 20_000
 # kinds of line that are a program's data, never a claim nor a framework message: a command line (its
 # --tokenizer is no statement about tokenising), a metrics exposition (HELP texts), JSON or XML records
 _DATA = frozenset({LineKind.COMMAND, LineKind.METRICS, LineKind.JSON})
-# kinds whose clauses are read for quantities tied to concepts: a person's sentences and the tables
-# they paste (a log record, a traceback frame or an exception line states nothing the reporter says)
-_READ_CLAUSES = frozenset({LineKind.PROSE, LineKind.TABLE})
+# kinds whose clauses are read for quantities tied to concepts: a person's sentences, the tables they
+# paste, and a traceback's exception line (the program's own statement of what failed: "RuntimeError: CUDA
+# failed with error out of memory"); a log record or a line of code states nothing. Words (the report
+# model's cues) and the title come from prose alone.
+_READ_CLAUSES = frozenset({LineKind.PROSE, LineKind.TABLE, LineKind.TRACEBACK})
 
 
 def words_of(text: str) -> set[str]:
@@ -402,6 +404,9 @@ def _is_title(line: str) -> bool:
     return len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", line)) >= 2
 
 
+_PREFIXED = re.compile(r"\s*[a-z_][\w.]*:\s")  # "load: …", "print_info: …": a program's own line prefix
+
+
 class ClaimParser:
     """Feed cleaned lines; ``claims`` holds what the text says.
 
@@ -409,7 +414,7 @@ class ClaimParser:
     cues and claims. A run of prose-like lines between two lines a program wrote (a log record, a
     traceback, code, a command), with no blank line in between, is that program's output too ("Triton
     is installed, but doesn't include CPU backend" between an engine's records, a leak report at exit),
-    except a last line ending with a colon (a person introducing the paste that follows); and a line a
+    except a line ending with a colon (a person introducing the paste that follows); and a line a
     program already printed is the program's wherever it appears again. So prose waits for the line
     after its run before it is read."""
 
@@ -450,9 +455,11 @@ class ClaimParser:
         if not run:
             return
         program = self._run_after_machine and next_machine
-        for i, line in enumerate(run):
-            last_intro = i == len(run) - 1 and line.rstrip().endswith((":", "："))
-            if program and not last_intro:
+        for line in run:
+            # "This is how the model is loaded:" introduces a paste; "load: printing all EOG tokens:" is a
+            # program's line (its own "name:" prefix)
+            intro = line.rstrip().endswith((":", "：")) and not _PREFIXED.match(line)
+            if program and not intro:
                 if len(self._program) < self.MAX_RUN * 16:
                     self._program.add(line.strip())
             else:
