@@ -18,7 +18,15 @@ Recognised (numbers vary; every field is read on its own, so a block pasted in p
 * koboldcpp: ``Processing Prompt [BLAS] (2048 / 14093 tokens)`` and
   ``Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s``.
 
-A *generation* is one block: a prompt-eval line followed by its eval line. Pure, stdlib only.
+A *generation* is one block: a prompt-eval line followed by its eval line.
+
+llama-cpp-python's server (``python -m llama_cpp.server``, uvicorn) also prints an access line when a
+request's answer starts (``INFO:     127.0.0.1:52144 - "POST /v1/completions HTTP/1.1" 200 OK``; a
+stream's, before its tokens) and one timing block when it ends; its one ``Llama`` serves one request at
+a time. So at each timing block, the requests begun and not yet finished are the ones in flight: one
+generating, the rest waiting for it (``in_flight``). A stream the server cuts (its default
+``--interrupt_requests True`` cancels a running stream when another request arrives) prints
+``Disconnected from client`` and no timing block (``disconnects``). Pure, stdlib only.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ _OLLAMA_DUR = re.compile(
 )
 _OLLAMA_PART = re.compile(rf"{_NUM}\s*(ms|µs|us|s|m|h)", re.IGNORECASE)
 _OLLAMA_COUNT = re.compile(r"(?P<what>prompt eval|eval)\s+count:\s*(?P<n>\d+)\s*token", re.IGNORECASE)
+# uvicorn's access line of a generation request (llama-cpp-python's server)
+_ACCESS = re.compile(r'"POST /v1/(?:chat/)?completions HTTP/[\d.]+" 200')
+_DISCONNECT = re.compile(r"Disconnected from client")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
 _KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
@@ -67,6 +78,9 @@ class LlamaTimings:
     generations: list[Generation] = field(default_factory=list)
     prompt_tokens_seen: list[int] = field(default_factory=list)  # koboldcpp's prompt sizes
     formats: set[str] = field(default_factory=set)
+    arrivals: int = 0  # access lines of generation requests (llama-cpp-python's server)
+    in_flight: list[int] = field(default_factory=list)  # at each timing block after an arrival: begun, not done
+    disconnects: int = 0  # streams the server ended early ("Disconnected from client")
 
 
 class LlamaTimingParser:
@@ -78,10 +92,19 @@ class LlamaTimingParser:
 
     def _close(self) -> None:
         if self._cur.useful:
-            self.timings.generations.append(self._cur)
+            t = self.timings
+            t.generations.append(self._cur)
+            if t.arrivals:  # requests begun and not finished, this one included
+                t.in_flight.append(max(0, t.arrivals - len(t.generations) - t.disconnects + 1))
         self._cur = Generation()
 
     def feed(self, line: str) -> None:
+        if "POST /v1/" in line and _ACCESS.search(line):
+            self.timings.arrivals += 1
+            return
+        if "Disconnected from client" in line:
+            self.timings.disconnects += 1
+            return
         low = line.lower()
         if "time" in low and "=" in line and " ms" in line:
             for m in _LLAMA.finditer(line):

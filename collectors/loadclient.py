@@ -262,12 +262,8 @@ async def _one(conn: _Conn, spec: RequestSpec, n: int) -> Sample:
     t0 = time.monotonic()
     body = spec.body(n) if spec.body is not None else None
     try:
-        if conn.writer is None:
-            await conn.open()
-        assert conn.reader is not None and conn.writer is not None
-        conn.writer.write(_request_bytes(spec, body))
-        await conn.writer.drain()
-        status, headers = await _read_headers(conn.reader)
+        status, headers = await _send(conn, spec, body)
+        assert conn.reader is not None
         ctype = headers.get("content-type", "").lower()
         kind = "sse" if "text/event-stream" in ctype else "lines" if "ndjson" in ctype or "jsonl" in ctype else ""
         stream = _Stream(kind, t0) if kind else None
@@ -286,6 +282,27 @@ async def _one(conn: _Conn, spec: RequestSpec, n: int) -> Sample:
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError) as exc:
         await conn.close()
         return Sample(t0, time.monotonic(), False, 0, f"{type(exc).__name__}: {str(exc)[:120]}")
+
+
+async def _send(conn: _Conn, spec: RequestSpec, body: bytes | None) -> tuple[int, dict[str, str]]:
+    """Send the request and read the answer's headers. A kept-alive connection the server closed after its
+    last answer (llama-server says ``Keep-Alive`` on a stream, then closes it) fails before any byte of an
+    answer: that request never reached the server, so it goes once more on a fresh connection."""
+    reused = conn.writer is not None
+    for attempt in range(2):
+        if conn.writer is None:
+            await conn.open()
+        assert conn.reader is not None and conn.writer is not None
+        try:
+            conn.writer.write(_request_bytes(spec, body))
+            await conn.writer.drain()
+            return await _read_headers(conn.reader)
+        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
+            nothing = not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
+            if not (reused and nothing and attempt == 0):
+                raise
+            await conn.close()
+    raise AssertionError("unreachable")
 
 
 def _ssl_context(spec: RequestSpec) -> ssl.SSLContext | None:

@@ -56,10 +56,12 @@ class Alias:
 
 ALIASES: tuple[Alias, ...] = (
     # -- engine state (gauges) ---------------------------------------------------------------
-    Alias("running", ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"),
+    # llama.cpp's llama-server (--metrics): slots processing a request, and requests deferred for a free slot
+    Alias("running", ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
+                      "llamacpp:requests_processing"),
           Kind.GAUGE, "requests", doc="requests being served (in the running batch)"),
     Alias("waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
-                      "nv_inference_pending_request_count"),
+                      "nv_inference_pending_request_count", "llamacpp:requests_deferred"),
           Kind.GAUGE, "requests", doc="requests waiting in the scheduler queue"),
     Alias("swapped", ("vllm:num_requests_swapped",), Kind.GAUGE, "requests"),
     # vLLM names these "perc" but they are 0..1 fractions; SGLang token_usage is a fraction too
@@ -69,8 +71,13 @@ ALIASES: tuple[Alias, ...] = (
           Kind.GAUGE, "ratio", combine="max", doc="prefix-cache hit rate (V0 / SGLang gauge)"),
     # -- counters ------------------------------------------------------------------------------
     Alias("preemptions", ("vllm:num_preemptions",), Kind.COUNTER, "count"),
-    Alias("prompt_tokens", ("vllm:prompt_tokens", "sglang:prompt_tokens"), Kind.COUNTER, "tokens"),
-    Alias("generation_tokens", ("vllm:generation_tokens", "sglang:generation_tokens"), Kind.COUNTER, "tokens"),
+    Alias("prompt_tokens", ("vllm:prompt_tokens", "sglang:prompt_tokens", "llamacpp:prompt_tokens"), Kind.COUNTER,
+          "tokens"),
+    Alias("generation_tokens", ("vllm:generation_tokens", "sglang:generation_tokens", "llamacpp:tokens_predicted"),
+          Kind.COUNTER, "tokens"),
+    # llama-server: seconds spent processing prompts / generating, summed over requests
+    Alias("prompt_seconds", ("llamacpp:prompt_seconds",), Kind.COUNTER, "s"),
+    Alias("generation_seconds", ("llamacpp:tokens_predicted_seconds",), Kind.COUNTER, "s"),
     Alias("prefix_queries", ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"), Kind.COUNTER, "tokens"),
     Alias("prefix_hits", ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"), Kind.COUNTER, "tokens"),
     Alias("requests_success", ("vllm:request_success", "sglang:num_requests", "tgi_request_success",
@@ -117,7 +124,7 @@ for _a in ALIASES:
             raise RuntimeError(f"prometheus alias {_n} is listed twice")
         BY_NAME[_n] = _a
 
-_ENGINE_OF = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_", "triton"))
+_ENGINE_OF = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_", "triton"), ("llamacpp:", "llama.cpp"))
 _NAME = re.compile(r"^(?:#\s*(HELP|TYPE)\s+)?([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
 # "# scrape at T" between concatenated scrapes (T: Unix seconds or ISO time); the DCGM reader shares it
 SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORECASE)

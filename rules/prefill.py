@@ -127,7 +127,8 @@ class PrefillBoundTtft(Rule):
         if of_ttft is not None:
             of_ttft = min(of_ttft, 1.0)
         best_share = max((s for s in (share, of_ttft) if s is not None), default=None)
-        slow_enough = ttft is None or ttft >= t.min_ttft_ms
+        # without a measured TTFT, the prefill itself must take that long (a 100 ms prompt eval is no incident)
+        slow_enough = ttft >= t.min_ttft_ms if ttft is not None else (prefill is None or prefill >= t.min_ttft_ms)
         parts: list[str] = []
         impact = 0.0
         confidence = Confidence.MEASURED

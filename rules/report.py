@@ -10,6 +10,7 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,27 @@ def _q(ev: EvidenceSet, key: str) -> str:
 def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
     got = ev.get("report.title_concepts")
     return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
+
+
+_GPU_WORDS = re.compile(r"\b(?:CUDA|GPU|ROCm|HIP|Metal|Vulkan|cuBLAS|NVIDIA)\b", re.IGNORECASE)
+_GPU_CUES = ("c:gpu", "t:gpu", "c:vram", "t:vram", "c:wrong_gpu", "c:offload")
+
+
+def _gpu_in_view(ev: EvidenceSet) -> bool:
+    """A GPU is part of the picture: measured, named by the reporter, asked for (layers to offload), or
+    named by the framework's own fallback message ("ggml_cuda_init: failed"). Without one, a framework
+    that runs on the CPU (llama.cpp's "layer 0 assigned to device CPU" on a host with no GPU) is no
+    misplacement."""
+    if HOST_NO_GPU in ev:
+        return False
+    if ev.has_prefix("gpu.") or any(k in ev for k in (
+            "report.vram_statements", "report.gpu_util_pct_max", "report.wrong_gpu_statements",
+            "report.offload_statements", "report.gpu_layers_offloaded")):
+        return True
+    cues = ev.value("report.cues")
+    if isinstance(cues, dict) and any(c in cues for c in _GPU_CUES):
+        return True
+    return bool(_GPU_WORDS.search(_quote(ev, "report.cpu_fallback_messages")))
 
 
 class ReportRule(Rule):
@@ -206,7 +228,7 @@ class PlacementReported(ReportRule):
                               f"other {pct(1 - share)} run on the CPU"))
         elif off == 0:
             out.append(Signal(t.strong, "shows no layer offloaded to the GPU"))
-        if _n(ev, "report.cpu_fallback_messages"):
+        if _n(ev, "report.cpu_fallback_messages") and _gpu_in_view(ev):
             out.append(Signal(t.strong, "prints that the work falls back to the CPU"
                               + _q(ev, "report.cpu_fallback_messages")))
         if _n(ev, "report.placement_statements"):

@@ -51,11 +51,13 @@ class EngineQueueSaturated(Rule):
 
     What it detects: vLLM / SGLang / TGI report requests *waiting* (``Pending``/``Waiting``,
     ``#queue-req``, ``tgi_queue_size``) next to the running batch, in most of the stats lines or
-    scrapes, and names what caps the running batch: the KV cache (usage ≥ ``kv_full``, preemptions,
-    swapping), the sequence limit (``max_num_seqs``: running pinned at the stated value, or at
-    vLLM's default when none is stated while the KV cache has room — 256 in V0, and in V1 except on
-    GPUs of 70 GiB or more other than the A100, where it is 1024), or neither (compute or the
-    per-step token budget).
+    scrapes, and names what caps the running batch (the finding's ``mechanism``): the KV cache
+    (``kv_capacity``: usage ≥ ``kv_full`` on average or at any sample with requests waiting,
+    preemptions, swapping), the sequence limit (``admission_cap``: running pinned at the stated
+    ``max_num_seqs``, or at vLLM's default when none is stated while the KV cache has room — 256 in
+    V0, and in V1 except on GPUs of 70 GiB or more other than the A100, where it is 1024 — or a small
+    batch held at one size while the KV cache is nearly empty), or neither (``saturated_workers``:
+    compute or the per-step token budget).
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -71,8 +73,8 @@ class EngineQueueSaturated(Rule):
     Evidence: serving.waiting_max, serving.running_max; optionally serving.waiting_mean,
     serving.queued_sample_ratio, serving.stat_samples, serving.running_when_queued_mean,
     serving.running_when_queued_max, serving.kv_cache_usage_when_queued_mean_ratio,
-    serving.kv_cache_usage_max_ratio, serving.preemptions, serving.swapped_max,
-    serving.max_num_seqs, serving.max_num_batched_tokens, latency.ttft_ms.p99, stage.queue_ms.mean.
+    serving.kv_cache_usage_when_queued_max_ratio, serving.kv_cache_usage_max_ratio, serving.preemptions,
+    serving.swapped_max, serving.max_num_seqs, serving.max_num_batched_tokens, latency.ttft_ms.p99, stage.queue_ms.mean.
 
     Fix: by cause: more KV-cache memory (``--gpu-memory-utilization``, tensor parallelism,
     ``--kv-cache-dtype fp8``, a shorter ``--max-model-len``); a higher ``--max-num-seqs`` when the
@@ -94,6 +96,7 @@ class EngineQueueSaturated(Rule):
         "serving.running_when_queued_mean",
         "serving.running_when_queued_max",
         "serving.kv_cache_usage_when_queued_mean_ratio",
+        "serving.kv_cache_usage_when_queued_max_ratio",
         "serving.kv_cache_usage_max_ratio",
         "serving.preemptions",
         "serving.swapped_max",
@@ -145,7 +148,8 @@ class EngineQueueSaturated(Rule):
         swapped = _num(ev, "serving.swapped_max") or 0.0
         cap = _num(ev, "serving.max_num_seqs")
         running_peak = _num(ev, "serving.running_when_queued_max") or running_max
-        cause, fixes, mechanism = self._cause(ev, t, kv, preempt, swapped, cap, running_peak, running)
+        kv_peak = _num(ev, "serving.kv_cache_usage_when_queued_max_ratio")
+        cause, fixes, mechanism = self._cause(ev, t, kv, kv_peak, preempt, swapped, cap, running_peak, running)
 
         msg = (
             f"{waiting:.0f} requests wait in the engine queue while {running:.0f} run"
@@ -185,6 +189,7 @@ class EngineQueueSaturated(Rule):
         ev: EvidenceSet,
         t: EngineQueueSaturated.Thresholds,
         kv: float | None,
+        kv_peak: float | None,
         preempt: float,
         swapped: float,
         cap: float | None,
@@ -200,10 +205,13 @@ class EngineQueueSaturated(Rule):
             ),
             Risk.NEEDS_VALIDATION,
         )
-        if (kv is not None and kv >= t.kv_full) or preempt > 0 or swapped > 0:
+        # full on average, or full at some sample while requests waited (V1's usage swings as sequences end)
+        full_at_times = kv_peak is not None and kv_peak >= t.kv_full
+        if (kv is not None and kv >= t.kv_full) or full_at_times or preempt > 0 or swapped > 0:
             parts = []
             if kv is not None:
-                parts.append(f"the KV cache is {pct(kv)} full")
+                parts.append(f"the KV cache is {pct(kv)} full"
+                             + (f" (up to {pct(kv_peak)})" if kv_peak is not None and kv_peak > kv + 0.01 else ""))
             if preempt > 0:
                 parts.append(f"{preempt:.0f} requests were preempted")
             if swapped > 0:
@@ -221,6 +229,18 @@ class EngineQueueSaturated(Rule):
             Risk.NEEDS_VALIDATION,
         )
         room = f" while the KV cache is only {pct(kv)} used" if kv is not None else ""
+        engine = ev.get("serving.engine")
+        if isinstance(engine, Evidence) and str(engine.value) == "llama.cpp":
+            # llama.cpp defers a request only when every slot is busy (llama-server --parallel N; the Python
+            # server has one): the slot count is the admission limit
+            return (f"Every slot is busy ({running_peak:.0f} running): llama.cpp admits a request only into a free "
+                    "slot (llama-server --parallel N, llama-cpp-python's server one at a time), so the slot count, "
+                    "not memory, holds requests back.", [Fix("Serve more requests at once", (
+                        "llama-server: raise --parallel (each slot gets ctx-size / parallel tokens: raise --ctx-size "
+                        "with it) and keep continuous batching on (--cont-batching, the default)",
+                        "llama-cpp-python's server runs one request at a time: serve with llama-server --parallel N, "
+                        "or run replicas behind a balancer",
+                    ), Risk.NEEDS_VALIDATION)], Mechanism.ADMISSION_CAP)
         if cap is not None and running_peak >= t.cap_near * cap:
             return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
                     "not memory, holds requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
@@ -402,6 +422,9 @@ class QueueShareOfLatency(Rule):
     code = "QUE004"
     name = "queue-share-of-latency"
     category = Category.QUEUEING
+    # how much of the time is queued is the symptom; the engine's queue (QUE002) says what holds it (its
+    # mechanism) and so which fix applies: it leads when found
+    symptom_of = ("QUE002",)
     requires = ("stage.queue.share",)
     optional = (
         "stage.queue_ms.mean",

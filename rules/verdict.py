@@ -79,6 +79,7 @@ SIGNALS: tuple[tuple[str, str], ...] = (
     ("serving.rejected_overloaded", "rejected requests"),
     ("requests.failed", "failed requests"),
     ("gpu.xid_events", "GPU XID errors"),
+    ("serving.streams_cut", "streams the server ended early"),
 )
 
 
@@ -92,11 +93,17 @@ def covered_by(ev: EvidenceSet) -> list[str]:
 # timeline that times each step end to end; an engine's scheduler statistics alone (a vLLM log's stats
 # lines), a CPU profile or a GPU's utilisation say nothing of it
 LATENCY_PREFIXES = ("latency.", "stage.", "wall.")
+# ... and whether requests waited: an engine's queue gauge or stats, a queue stage, the requests in flight
+# (a per-request timing log with nothing of the queue cannot tell a healthy server from a full one)
+QUEUE_PREFIXES = ("serving.waiting", "serving.stat_samples", "stage.queue", "latency.queue", "conn.inflight",
+                  "wall.")
 
 
 def latency_covered(ev: EvidenceSet) -> bool:
-    """The evidence measured the requests' latency (see ``LATENCY_PREFIXES``) or timed the steps."""
-    return ev.has_prefix(*LATENCY_PREFIXES) or _good(ev, "trace.gpu_busy_ratio") or _good(ev, "kineto.idle_share")
+    """The evidence measured the requests' latency and their queue, or timed the steps on a GPU timeline."""
+    if _good(ev, "trace.gpu_busy_ratio") or _good(ev, "kineto.idle_share"):
+        return True
+    return ev.has_prefix(*LATENCY_PREFIXES) and ev.has_prefix(*QUEUE_PREFIXES)
 
 
 def signals(ev: EvidenceSet) -> list[str]:

@@ -22,7 +22,7 @@ class LlamaTimingSource:
 
     kind = KIND
     triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "Processing Prompt",
-                "Generate:")
+                "Generate:", "POST /v1/", "Disconnected from client")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -52,11 +52,10 @@ class LlamaTimingSource:
         gtok = [g.gen_tokens for g in gens if g.gen_tokens]
         n = len(gens)
         if prompt:
+            # the prompt eval time is the engine's prefill, not the time to first token: a request that waited
+            # for another to finish waited before its prompt eval began
             ev.add("stage.prefill_ms.mean", fmean(prompt), "ms",
                    f"{fmt} prompt eval time over {len(prompt)} generation(s)")
-            ev.add("latency.ttft_ms.mean", fmean(prompt), "ms",
-                   f"{fmt}: the prompt eval time is the wait for the first "
-                   "token")
         if gen:
             ev.add("stage.decode_ms.mean", fmean(gen), "ms",
                    f"{fmt} eval (generation) time over {len(gen)} generation(s)")
@@ -79,7 +78,37 @@ class LlamaTimingSource:
             ev.add("serving.generation_tokens_per_s", rate, "tokens/s", f"{fmt} generation speed")
         if n:
             ev.add("requests.count", n, "requests", f"{fmt} generations with timings")
+        _one_at_a_time(r, ev)
         return ev.items
+
+
+MIN_COMPLETIONS = 5  # timing blocks with arrivals before them: fewer say nothing of a queue
+
+
+def _one_at_a_time(r: LlamaTimings, ev: Emit) -> None:
+    """llama-cpp-python's server serves one request at a time: the requests in flight at each finished
+    generation beyond that one were waiting (the engine's queue, as its scheduler statistics)."""
+    if len(r.in_flight) >= MIN_COMPLETIONS:
+        waiting = [max(0, n - 1) for n in r.in_flight]
+        what = (f"llama-cpp-python access lines begun and not yet finished at each of {len(waiting)} timing blocks; "
+                "its server runs one request at a time")
+        ev.add("serving.engine", "llama.cpp", "", "llama-cpp-python server log (uvicorn access lines, timing blocks)")
+        ev.add("serving.stat_samples", len(waiting), "count", what)
+        ev.add("serving.running_max", 1, "requests", what)
+        ev.add("serving.waiting_max", max(waiting), "requests", what)
+        ev.add("serving.waiting_mean", fmean(waiting), "requests", what)
+        queued = [w for w in waiting if w > 0]
+        ev.add("serving.queued_samples", len(queued), "count", "timing blocks with a request waiting")
+        ev.add("serving.queued_sample_ratio", len(queued) / len(waiting), "ratio",
+               "share of timing blocks with a request waiting")
+        if queued:
+            ev.add("serving.running_when_queued_mean", 1, "requests", what)
+            ev.add("serving.running_when_queued_max", 1, "requests", what)
+        ev.add("serving.max_num_seqs", 1, "requests", "llama-cpp-python's server: one request at a time")
+    if r.disconnects and r.arrivals:
+        ev.add("serving.streams_cut", r.disconnects, "requests",
+               f"requests the server ended early ('Disconnected from client'), of {r.arrivals} begun; "
+               f"{len(r.generations)} finished with timings")
 
 
 def sources() -> list[LlamaTimingSource]:

@@ -81,6 +81,8 @@ def derive(r: PromResult, source: str, span: str | None = None) -> list[Evidence
 
     ev = Emit(source)
     ev.add("serving.metric_scrapes", r.scrapes, "count", f"{engines} scrapes read (first and last used)")
+    if len(r.engines) == 1:
+        ev.add("serving.engine", r.engines[0], "", "the engine its metric names belong to")
     _gauges(r, ev, engines)
     _histograms(r, ev, engines, span)
     _counters(r, ev, engines, span)
@@ -124,6 +126,8 @@ def _gauges(r: PromResult, ev: Emit, engines: str) -> None:
             kq = [kv[i] for i in queued]
             ev.add("serving.kv_cache_usage_when_queued_mean_ratio", sum(kq) / len(kq), "ratio",
                    "KV-cache usage at the scrapes where requests were waiting", q)
+            ev.add("serving.kv_cache_usage_when_queued_max_ratio", max(kq), "ratio",
+                   "largest KV-cache usage at a scrape where requests were waiting", q)
     if g.get("prefix_hit_rate") and "prefix_hits" not in r.counters:
         ev.add("serving.prefix_cache_hit_ratio", g["prefix_hit_rate"][-1], "ratio",
                f"{engines} prefix-cache hit-rate gauge")
@@ -175,6 +179,12 @@ def _counters(r: PromResult, ev: Emit, engines: str, span: str) -> None:
         if "requests_success" in c and c["requests_success"].windowed:
             ev.add("throughput.rps", c["requests_success"].delta / r.window_s, "requests/s",
                    f"finished requests {span}")
+    # llama-server: seconds spent on prompts and on generation, summed over requests: the prefill share
+    if ("prompt_seconds" in c and "generation_seconds" in c and c["prompt_seconds"].windowed
+            and c["prompt_seconds"].delta + c["generation_seconds"].delta > 0):
+        p, g = c["prompt_seconds"].delta, c["generation_seconds"].delta
+        ev.add("stage.prefill.share", p / (p + g), "ratio",
+               f"{engines} prompt seconds / (prompt + generation seconds) {span} ({p:.1f} s of {p + g:.1f} s)")
     if "prefix_queries" in c and "prefix_hits" in c and c["prefix_queries"].delta > 0:
         ev.add("serving.prefix_cache_hit_ratio", c["prefix_hits"].delta / c["prefix_queries"].delta, "ratio",
                f"prefix-cache hits / queries (tokens) {span}")

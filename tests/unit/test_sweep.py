@@ -181,3 +181,38 @@ def test_openai_bodies_for_completions_and_chat() -> None:
                                                  insecure=True))
     assert chat.body is not None and json.loads(chat.body(0))["messages"][0]["role"] == "user"
     assert chat.insecure is True
+
+
+def test_a_kept_alive_connection_the_server_closed_is_retried_once_not_counted_as_an_error() -> None:
+    """llama-server answers a stream with ``Keep-Alive`` and then closes the connection: the next request on
+    it fails before any byte of an answer, never having reached the server. It goes again on a fresh
+    connection; a server that fails a request it did receive is still an error."""
+    import asyncio
+
+    from diagnose.collectors.loadclient import RequestSpec, run_step
+
+    async def serve() -> tuple[asyncio.AbstractServer, int]:
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+                         b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\nok")
+            await writer.drain()
+            writer.close()  # ... and closes anyway
+
+        server = await asyncio.start_server(one, "127.0.0.1", 0)
+        return server, server.sockets[0].getsockname()[1]
+
+    loop = asyncio.new_event_loop()
+    server, port = loop.run_until_complete(serve())
+    import threading
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        spec = RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0)
+        step = run_step(spec, 1, 0.0, 0.5, max_requests=20)
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+    assert len(step.samples) == 20 and all(s.ok for s in step.samples), step.status_codes
