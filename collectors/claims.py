@@ -404,6 +404,8 @@ def _is_title(line: str) -> bool:
     return len(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", line)) >= 2
 
 
+LOG_MIN_LINES = 50  # a text this long ...
+LOG_SHARE = 0.9  # ... that a program wrote this much of is a log, not a report with a log pasted in it
 _PREFIXED = re.compile(r"\s*[a-z_][\w.]*:\s")  # "load: …", "print_info: …": a program's own line prefix
 
 
@@ -426,14 +428,22 @@ class ClaimParser:
         self._run: list[str] = []  # prose lines waiting for the line after them
         self._run_after_machine = False
         self._program: set[str] = set()  # prose-like lines already known as a program's output
+        self._lines = 0  # non-blank lines fed, and how many of them a program wrote
+        self._machine_lines = 0
 
     @property
     def claims(self) -> Claims:
-        self._end_run(next_machine=False)
+        # a log's last lines after its last record (an exit's leak report) are the program's too, in a text
+        # that is a program's output almost throughout
+        before = self._lines - len(self._run)  # the lines before that last run
+        log = before >= LOG_MIN_LINES and self._machine_lines >= LOG_SHARE * before
+        self._end_run(next_machine=log)
         return self._claims
 
     def feed(self, line: str) -> None:
         kind = kind_of(line)
+        if kind is not LineKind.BLANK:
+            self._lines += 1
         if kind is LineKind.PROSE:
             if line.strip() in self._program:
                 kind = LineKind.LOG  # the program printed it before: its output again
@@ -446,6 +456,7 @@ class ClaimParser:
                 self._prev_machine = False
                 return
         machine = is_machine(line, kind)
+        self._machine_lines += machine
         self._end_run(next_machine=machine)
         self._read(line, kind)
         self._prev_machine = machine
@@ -458,7 +469,8 @@ class ClaimParser:
         for line in run:
             # "This is how the model is loaded:" introduces a paste; "load: printing all EOG tokens:" is a
             # program's line (its own "name:" prefix)
-            intro = line.rstrip().endswith((":", "：")) and not _PREFIXED.match(line)
+            intro = (line.rstrip().endswith((":", "：")) and not _PREFIXED.match(line)
+                     and len(line.split()) >= 3)  # "Process EngineCore:" is multiprocessing's, not a sentence
             if program and not intro:
                 if len(self._program) < self.MAX_RUN * 16:
                     self._program.add(line.strip())

@@ -65,7 +65,7 @@ _LOG = re.compile(
     r"|\S+\.py:\d+: \w*(?:Warning|Error):"  # Python's warnings module: "path.py:24: DeprecationWarning: …"
     r")"
 )
-_CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:if|elif|while|for|with|def|class|try|except)\b.*:\s*$"
+_CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:async\s+)?(?:if|elif|while|for|with|def|class|try|except)\b.*[:(,]\s*$"
                    r"|(?:return|import|raise|yield|await|assert)\s|from\s+[\w.]+\s+import\s"
                    r"|[\w.\[\]'\"]+\s*(?:[-+*/]?=(?!=)|\()|[)\]}]+[,:)]*\s*$)")
 # a shell or REPL prompt: whatever follows is a command

@@ -8,10 +8,12 @@ returns a ``Finding`` or None.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from diagnose.model import (
+    HOST_NO_GPU,
     Category,
     Confidence,
     Evidence,
@@ -177,3 +179,35 @@ def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:
         if isinstance(got, Evidence) and got.quality is not Quality.GOOD:
             return True
     return False
+
+
+# the words that name a GPU or its software, in a framework's message or a reporter's sentence
+GPU_WORDS = re.compile(r"\b(?:CUDA|GPU|ROCm|HIP|Metal|Vulkan|cuBLAS|NVIDIA)\b", re.IGNORECASE)
+# evidence only a GPU produces: its samples (NVML, DCGM, nvidia-smi), a GPU timeline (Nsight, Kineto, CUDA
+# API calls), copies to and from a device (measured, or a request stage), the CUDA caching allocator's state
+# (memory stats, snapshots, an allocator's OOM message) — not an engine's memory settings (tensor parallel
+# degree, max_model_len, gpu_memory_utilization), which a CPU backend has too
+GPU_EVIDENCE = ("gpu.", "trace.", "kineto.", "nsys.", "copy.", "pcie.", "api.", "stage.h2d", "stage.d2h",
+                "mem.reserved", "mem.allocated", "mem.segment", "mem.snapshot", "mem.peak", "mem.timeline",
+                "mem.device_free", "mem.inactive_split", "mem.alloc_retries", "mem.free_", "mem.largest_free",
+                "mem.private_pools", "mem.requested", "mem.activations", "mem.process_used", "mem.other_processes",
+                "mem.oom_count")
+_GPU_STATEMENTS = ("report.vram_statements", "report.gpu_util_pct_max", "report.wrong_gpu_statements",
+                   "report.offload_statements", "report.gpu_layers_offloaded", "report.cuda_graph_statements",
+                   "report.cuda_graphs_off_messages", "report.slow_gpu_statements", "report.throttle_statements",
+                   "report.copy_statements", "report.copy_ms_max", "report.pcie_link_statements",
+                   "report.ep_memcpy_messages")
+_GPU_CUES = ("c:gpu", "t:gpu", "c:vram", "t:vram", "c:wrong_gpu", "c:offload")
+
+
+def gpu_in_view(ev: EvidenceSet) -> bool:
+    """A GPU is part of the picture: measured (``GPU_EVIDENCE``), or named by the reporter (a GPU, its
+    memory, layers to offload to it). Without one, no rule may say the GPU is the bottleneck, idles, or is
+    misused: an engine on the CPU backend decodes on the CPU, and llama.cpp on a CPU-only host places its
+    layers on the CPU by design."""
+    if HOST_NO_GPU in ev:
+        return ev.has_prefix(*GPU_EVIDENCE)  # a timeline recorded where the GPU is outranks the attach host
+    if ev.has_prefix(*GPU_EVIDENCE) or any(k in ev for k in _GPU_STATEMENTS):
+        return True
+    cues = ev.value("report.cues")
+    return isinstance(cues, dict) and any(c in cues for c in _GPU_CUES)

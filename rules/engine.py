@@ -12,7 +12,7 @@ from typing import Any
 
 from diagnose.model import GPU_ONLY_CATEGORIES, HOST_NO_GPU, Category, Evidence, EvidenceSet, Finding, Severity, Skipped
 from diagnose.rules import report, report_model
-from diagnose.rules.base import Rule
+from diagnose.rules.base import Rule, gpu_in_view
 from diagnose.rules.registry import RULES
 from diagnose.rules.report import claims_only
 from diagnose.rules.verdict import covered_by
@@ -101,18 +101,16 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
     return findings, owner.code
 
 
-# evidence only a GPU produces: its samples (NVML, DCGM, nvidia-smi), a GPU timeline (Nsight, Kineto), copies
-GPU_EVIDENCE = ("gpu.", "trace.", "kineto.", "nsys.", "copy.", "pcie.")
-
-
 def _without_gpu(evidence: EvidenceSet, findings: list[Finding],
                  skipped: list[Skipped]) -> tuple[list[Finding], list[Skipped]]:
-    """On a host without a GPU (``HOST_NO_GPU``) and with no GPU evidence from elsewhere, no finding of a
-    GPU-only category stands: each such rule is listed as skipped with the reason."""
+    """No finding of a GPU-only category stands without a GPU in view (``gpu_in_view``): on a host without
+    one (``HOST_NO_GPU``), or where nothing measured or named a GPU (an engine's metrics alone do not say
+    which device decodes). Each such rule is listed as skipped with the reason."""
+    if gpu_in_view(evidence):
+        return findings, skipped
     got = evidence.get(HOST_NO_GPU)
-    if not isinstance(got, Evidence) or evidence.has_prefix(*GPU_EVIDENCE):
-        return findings, skipped  # a GPU timeline or GPU samples (recorded where the GPU is) outrank it
-    why = f"the host has no GPU ({got.detail or HOST_NO_GPU})"
+    why = (f"the host has no GPU ({got.detail or HOST_NO_GPU})" if isinstance(got, Evidence)
+           else "no GPU in the evidence (nothing measured or named one): the device is unknown")
     kept = []
     for f in findings:
         if f.category in GPU_ONLY_CATEGORIES:

@@ -10,13 +10,12 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnose.model import HOST_NO_GPU, Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
 from diagnose.rules import advice
-from diagnose.rules.base import Rule, fmt_ms, present, severity_for
+from diagnose.rules.base import GPU_WORDS, Rule, fmt_ms, gpu_in_view, present, severity_for
 from diagnose.units import pct, size
 
 
@@ -50,25 +49,11 @@ def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
     return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
 
 
-_GPU_WORDS = re.compile(r"\b(?:CUDA|GPU|ROCm|HIP|Metal|Vulkan|cuBLAS|NVIDIA)\b", re.IGNORECASE)
-_GPU_CUES = ("c:gpu", "t:gpu", "c:vram", "t:vram", "c:wrong_gpu", "c:offload")
-
-
 def _gpu_in_view(ev: EvidenceSet) -> bool:
-    """A GPU is part of the picture: measured, named by the reporter, asked for (layers to offload), or
-    named by the framework's own fallback message ("ggml_cuda_init: failed"). Without one, a framework
-    that runs on the CPU (llama.cpp's "layer 0 assigned to device CPU" on a host with no GPU) is no
-    misplacement."""
-    if HOST_NO_GPU in ev:
-        return False
-    if ev.has_prefix("gpu.") or any(k in ev for k in (
-            "report.vram_statements", "report.gpu_util_pct_max", "report.wrong_gpu_statements",
-            "report.offload_statements", "report.gpu_layers_offloaded")):
-        return True
-    cues = ev.value("report.cues")
-    if isinstance(cues, dict) and any(c in cues for c in _GPU_CUES):
-        return True
-    return bool(_GPU_WORDS.search(_quote(ev, "report.cpu_fallback_messages")))
+    """``gpu_in_view``, or the framework's own fallback message names the GPU it could not use
+    ("ggml_cuda_init: failed")."""
+    named = GPU_WORDS.search(_quote(ev, "report.cpu_fallback_messages"))
+    return gpu_in_view(ev) or (HOST_NO_GPU not in ev and named is not None)
 
 
 class ReportRule(Rule):
