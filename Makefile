@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PATHOLOGY ?= cpu-preprocess
 
-.PHONY: venv link demo test test-unit test-integration lint docs score bench clean
+.PHONY: venv link engines demo test test-unit test-integration test-engines lint docs score bench clean
 
 # The card's folders install as one package, `diagnose` (see pyproject's package-dir). The editable
 # install is "strict": build/__editable__.*/diagnose/ holds a link to every source file, which mypy
@@ -25,10 +25,17 @@ link: $(BIN)/diagnose
 
 venv: link
 
+# the engine lab's real engines, each in a venv of its own under .engines/ (vLLM's CPU build: ~4 min once)
+ENGINES := .engines
+$(ENGINES)/vllm/bin/python: tests/engines/install_vllm.sh
+	bash tests/engines/install_vllm.sh
+
+engines: $(ENGINES)/vllm/bin/python
+
 demo: venv
 	$(BIN)/diagnose demo --pathology $(PATHOLOGY)
 
-test: venv
+test: venv engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 test-unit: venv
@@ -36,6 +43,10 @@ test-unit: venv
 
 test-integration: venv
 	$(BIN)/python -m pytest -q tests/integration
+
+# live tests on real engines (vLLM's CPU build): each pathology named from attach, log and scrape
+test-engines: venv engines
+	$(BIN)/python -m pytest -q tests/engines
 
 lint: venv
 	$(BIN)/ruff check analyzer collectors rules reports dashboard examples benchmarks tests docs
@@ -58,4 +69,4 @@ bench: venv
 	$(BIN)/python benchmarks/attach_overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ENGINES) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

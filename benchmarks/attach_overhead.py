@@ -25,7 +25,10 @@ the noise floor of the attached/plain ratio on the host at the time.
 service (py-spy at several rates, with and without ``--subprocesses`` and ``--idle``, one
 ``py-spy dump``, the psutil sampler's tick and its parts), each in cores (CPU seconds per second).
 
-usage: benchmarks/attach_overhead.py [--service litserve-embedding|DEMO_PATHOLOGY] [--window 15]
+``--service vllm`` runs the same rounds against the real vLLM engine of the engine lab (its CPU build,
+three processes: API server, EngineCore, worker), attaching to the API server's pid.
+
+usage: benchmarks/attach_overhead.py [--service litserve-embedding|vllm|DEMO_PATHOLOGY] [--window 15]
                                      [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
                                      [--meter] [--collectors]
 """
@@ -49,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -116,6 +120,25 @@ def demo(pathology: str) -> Iterator[Service]:
     with DemoService(pathology) as svc:
         body, ctype = make_payload(pathology, random.Random(0))
         yield Service(svc.pid, svc.port, "/infer", body, ctype)
+
+
+@contextlib.contextmanager
+def vllm_engine() -> Iterator[Service]:
+    """Real vLLM (the engine lab's CPU build: ``bash tests/engines/install_vllm.sh``), the tiny random-weight
+    Llama, non-streaming completions of 16 tokens; attach goes to the API server's pid, as a user's would."""
+    from tests.engines import lab  # the engine lab: starts, waits for and stops the engine
+
+    why = lab.vllm_available()
+    if why:
+        raise RuntimeError(why)
+    work = tempfile.mkdtemp(prefix="bench-vllm-")
+    eng = lab.start_vllm(lab.VllmConfig("tiny"), Path(work), Path(work) / "vllm.log")
+    body = json.dumps({"model": "lab", "prompt": lab.prompt(20, 1), "max_tokens": 16, "temperature": 0.0,
+                       "ignore_eos": True}).encode()
+    try:
+        yield Service(eng.pid, eng.port, "/v1/completions", body, "application/json")
+    finally:
+        eng.stop()
 
 
 def _post(port: int, path: str, body: bytes, ctype: str, timeout: float) -> bool:
@@ -416,7 +439,8 @@ def _extra_sampler_rows(pid: int, folder: str, w: float) -> list[tuple[str, floa
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--service", default="litserve-embedding",
-                    help="litserve-embedding (default) or a demo pathology (queueing, cpu-preprocess, …)")
+                    help="litserve-embedding (default), vllm (the engine lab's real vLLM), or a demo "
+                         "pathology (queueing, cpu-preprocess, …)")
     ap.add_argument("--window", type=float, default=15.0, help="seconds per window (default 15)")
     ap.add_argument("--rounds", type=int, default=6, help="ABBA rounds (default 6)")
     ap.add_argument("--clients", type=int, default=2, help="closed-loop clients (default 2)")
@@ -429,7 +453,8 @@ def main() -> int:
     ap.add_argument("--null", action="store_true",
                     help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
     args = ap.parse_args()
-    ctx = litserve_embedding() if args.service == "litserve-embedding" else demo(args.service)
+    ctx = (litserve_embedding() if args.service == "litserve-embedding"
+           else vllm_engine() if args.service == "vllm" else demo(args.service))
     with ctx as svc:
         return collectors(svc, args) if args.collectors else throughput(svc, args)
 

@@ -19,7 +19,8 @@ from tests.conftest import DATA
 SESSIONS = os.path.join(DATA, "sessions")
 PREFILL = os.path.join(SESSIONS, "prefill_long_prompts_demo")
 QUEUEING = os.path.join(SESSIONS, "queueing_one_worker_demo")
-HEALTHY = os.path.join(SESSIONS, "healthy_light_load_demo")
+HEALTHY = os.path.join(SESSIONS, "healthy_light_load_demo")  # py-spy and process samples only
+VLLM_HEALTHY = os.path.join(DATA, "engines", "vllm", "healthy", "attach")  # real vLLM, with its log and /metrics
 
 
 def test_report_defaults_to_markdown_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,6 +145,11 @@ def test_dashboard_with_a_missing_session_is_exit_2(tmp_path: Path, capsys: pyte
 def test_markdown_report_matches_the_library(capsys: pytest.CaptureFixture[str]) -> None:
     from diagnose import pipeline
 
-    code, out, _ = run(["report", HEALTHY, "--format", "md"], capsys)
-    assert code == 0 and out == markdown.render(pipeline.analyze([HEALTHY]))
+    code, out, _ = run(["report", VLLM_HEALTHY, "--format", "md"], capsys)
+    assert code == 0 and out == markdown.render(pipeline.analyze([VLLM_HEALTHY]))
     assert "**Verdict: healthy**" in out
+    # a CPU profile and process samples alone never saw what requests felt: not healthy, and measuring the
+    # latency is the first next step
+    code, out, _ = run(["report", HEALTHY, "--format", "md"], capsys)
+    assert code == 0 and "**Verdict: undetermined**" in out
+    assert "## Next steps\n\n1. Measure what requests feel before calling it healthy" in out

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "dashboard" / "app.py"
 SESSIONS = ROOT / "tests" / "data" / "sessions"
 PREFILL = str(SESSIONS / "prefill_long_prompts_demo")  # CPU-only: py-spy, process, stage log, metrics; no NVML
-HEALTHY = str(SESSIONS / "healthy_light_load_demo")  # py-spy and process only, no finding
+# real vLLM under light load, attached with its log and /metrics: the latency is measured, nothing found
+HEALTHY = str(ROOT / "tests" / "data" / "engines" / "vllm" / "healthy" / "attach")
 QUEUEING = str(SESSIONS / "queueing_one_worker_demo")
 
 CHART_PAGES = {"Timeline": "page_timeline.py", "Requests": "page_requests.py", "CPU profile": "page_cpu.py",

@@ -1,0 +1,87 @@
+"""What an expert reads from each engine-lab pathology, leg by leg: the recordings' unit tests and the
+live engine tests hold diagnose to the same table.
+
+A leg is what diagnose is given: ``attach`` (the live session from the API server's pid, with the log
+and /metrics), ``log`` (the engine's log alone) or ``metrics`` (its /metrics scrapes alone). The
+verdict is a category, ``healthy`` or ``undetermined``: a vLLM log carries no time to first token, so
+from the log alone a service can be judged a bottleneck but never healthy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from diagnose.model import GPU_ONLY_CATEGORIES, HOST_NO_GPU
+
+EXPECTED: dict[str, dict[str, str]] = {
+    "healthy": {"attach": "healthy", "log": "undetermined", "metrics": "healthy"},
+    "admission_cap": {"attach": "queueing", "log": "queueing", "metrics": "queueing"},
+    "kv_pressure": {"attach": "queueing", "log": "queueing", "metrics": "queueing"},
+    "prefill_bound": {"attach": "prefill_ttft", "log": "undetermined", "metrics": "prefill_ttft"},
+    "startup_refusal": {"log": "oom_peak"},
+}
+# the mechanism every queueing finding of that pathology must name (one per report)
+MECHANISM: dict[str, str] = {"admission_cap": "admission_cap", "kv_pressure": "kv_capacity",
+                             "queueing-py-one-at-a-time": "admission_cap", "queueing-cpp-parallel2": "admission_cap"}
+
+# llama.cpp (tests/data/engines/llamacpp/, recorded by tests/engines/llamacpp_record.py): the Python server
+# (``-py``: its log only) and the C++ llama-server (``-cpp``: log and /metrics). llama-server's log at its
+# default verbosity says nothing of deferred requests, and its metrics carry no latency: those legs can
+# only be undetermined when nothing is wrong.
+LLAMACPP: dict[str, dict[str, str]] = {
+    "healthy-py": {"log": "healthy"},
+    "model-name-L4-py": {"log": "healthy"},
+    "queueing-py-one-at-a-time": {"log": "queueing"},
+    "truncated-streams-py": {"log": "undetermined"},
+    "prefill-py": {"log": "prefill_ttft"},
+    "healthy-cpp": {"log": "undetermined", "metrics": "undetermined"},
+    "model-name-L4-cpp": {"log": "undetermined", "metrics": "undetermined"},
+    "queueing-cpp-parallel2": {"log": "undetermined", "metrics": "queueing"},
+    "prefill-cpp": {"log": "prefill_ttft", "metrics": "prefill_ttft"},
+}
+
+
+def inputs(folder: Path, leg: str) -> list[str]:
+    """The files one leg gives ``diagnose analyze``: the session, the log, or the two scrapes (one file)."""
+    if leg == "attach":
+        return [str(folder / "attach")]
+    if leg == "log":
+        return [str(folder / ("vllm.log" if (folder / "vllm.log").exists() else "server.log"))]
+    return [str(folder / "metrics.txt")]
+
+
+def analyze(folder: Path, leg: str) -> dict[str, Any]:
+    """``diagnose analyze`` of one leg, in this process, as its JSON document."""
+    from tests.cli import run_cli
+
+    ran = run_cli("analyze", *inputs(folder, leg), "--format", "json")
+    assert ran.returncode in (0, 1), ran.stderr
+    doc: dict[str, Any] = json.loads(ran.stdout)
+    return doc
+
+
+def verdict(doc: dict[str, Any]) -> str:
+    return str(doc["primary"]) if doc["verdict"] == "bottleneck" else str(doc["verdict"])
+
+
+def assert_leg(doc: dict[str, Any], pathology: str, leg: str) -> None:
+    """The leg's verdict is the expert's, with next steps when undetermined and, for queueing, the
+    pathology's mechanism and no other; no GPU finding (every lab host has none); no "expected
+    behaviour" note beside a bottleneck."""
+    findings = doc["findings"]
+    want = {**EXPECTED, **LLAMACPP}[pathology][leg]
+    assert verdict(doc) == want, [(f["code"], f["message"][:160]) for f in findings]
+    if doc["verdict"] == "undetermined":
+        assert doc["next_steps"], "an undetermined verdict names what to collect next"
+    mechanism = MECHANISM.get(pathology)
+    if mechanism and verdict(doc) == "queueing":
+        mechanisms = {f.get("mechanism") for f in findings if f["category"] == "queueing"}
+        assert mechanisms - {None} == {mechanism}, [(f["code"], f.get("mechanism"), f["message"][:200])
+                                                    for f in findings]
+    assert not {f["category"] for f in findings} & {c.value for c in GPU_ONLY_CATEGORIES}, "no GPU on the host"
+    if doc["verdict"] == "bottleneck":
+        assert not [f for f in findings if f["code"] == "HLT003"], "no 'expected behaviour' beside a bottleneck"
+    if leg == "attach":
+        assert HOST_NO_GPU in {e["key"] for e in doc["evidence"]}

