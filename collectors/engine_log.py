@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from diagnose.collectors.linekind import LineKind, kind_of
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.units import to_ms
 
@@ -72,7 +71,9 @@ _V_LABELS: dict[str, str] = {
 }
 _PREEMPT = re.compile(r"is preempted by PreemptionMode\.(\w+)|\bpreempted\b", re.IGNORECASE)
 _PREEMPT_CUM = re.compile(r"total_num_cumulative_preemption=(\d+)")
-_NOT_RECORDS = frozenset({LineKind.METRICS, LineKind.COMMAND, LineKind.JSON})
+# what starts a metrics comment, an echoed or prompted command, or a JSON record: no preemption event (a
+# string test, not the line typer: a log of millions of preemption warnings passes through here)
+_NOT_EVENTS = ("#", "+ ", "$ ", "{")
 
 # -- configuration -------------------------------------------------------------------------------
 _CONF = re.compile(
@@ -777,8 +778,8 @@ class EngineLogParser:
 
     def _feed_preempt(self, line: str) -> bool:
         m = _PREEMPT.search(line)
-        if not m or kind_of(line) in _NOT_RECORDS:
-            return False  # a metric's HELP text ("times a request was preempted") or a flag is no event
+        if not m or line.lstrip().startswith(_NOT_EVENTS) or " --" in line:
+            return False  # a metric's HELP text ("times a request was preempted"), a command or its flags
         if "PreemptionMode" not in line and "Sequence group" not in line and "request" not in line.lower():
             return False  # "preempted" in an unrelated sentence
         self.preemption_lines += 1
