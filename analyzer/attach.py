@@ -5,9 +5,14 @@ cgroup, Nsight Systems, the service's logs, its probe's outputs, its metrics end
 window on all of them, waits, closes it and writes what each captured into the session folder.
 
 Safety: py-spy runs with ``--nonblocking`` (the target is never paused); psutil and /proc are
-only read; the window is bounded (py-spy's own ``--duration`` plus a hard deadline). Ctrl-C ends
-the window early and the session and verdict are still written from what was captured. If the
-target exits during the window, what was captured is kept and marked partial.
+only read; the window is bounded: py-spy's recording ends at most ``pyspy.STOP_GRACE_S`` after it,
+whatever py-spy does (one that does not stop is killed and its capture is partial, with the reason).
+Ctrl-C ends the window early and the session and verdict are still written from what was captured.
+If the target exits during the window, what was captured is kept and marked partial.
+
+Coverage: every process of the target's tree is accounted for (vLLM V1's API server, EngineCore and
+model worker are three): the py-spy capture's notes say, per process, what was sampled and why. A
+target with no Python process in its tree (a native server) is attached too, without the profiler.
 
 Cost: the attach spends its budget where evidence comes from (``diagnose.collectors.budget``): before the
 window, two full process samples half a second apart say which processes use CPU and serve
@@ -53,7 +58,6 @@ from diagnose.sources import (
     ProcessSource,
     PySpySource,
     Source,
-    is_python,
     probe_outputs,
     write_json_atomic,
 )
@@ -104,11 +108,8 @@ def check_target(pid: int) -> psutil.Process:
         raise AttachError(
             f"ptrace is restricted on this host (kernel.yama.ptrace_scope={_ptrace_scope()}).",
             "Run as root or with CAP_SYS_PTRACE, or `sudo sysctl kernel.yama.ptrace_scope=1`.")
-    tree = [proc, *proc.children(recursive=True)]
-    if not any(is_python(p) for p in tree):
-        raise AttachError(
-            f"process {pid} ({proc.name()}) is not a Python process and has no Python children.",
-            "Attach to the Python service itself (e.g. the uvicorn/gunicorn master or a worker pid).")
+    # a native server (llama.cpp's llama-server, Triton, TGI's router) is attached too: every source but the
+    # Python profiler applies, and that one says why it does not (``PySpySource``)
     return proc
 
 
@@ -301,6 +302,8 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
     for cap in session.captures:
         if cap.collector == nvml_collector.COLLECTOR and cap.status is CaptureStatus.SKIPPED:
             print(f"GPU evidence skipped: {cap.reason}.", file=sys.stderr)
+        if cap.collector == PySpySource.collector and len(cap.notes) > 1:  # a tree: what each process gave
+            print("py-spy, per process of the tree:", *(f"  {n}" for n in cap.notes), sep="\n", file=sys.stderr)
     print(f"session written to {session.path}", file=sys.stderr)
     return diagnosis
 

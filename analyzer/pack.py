@@ -86,7 +86,7 @@ PACK_SCHEMA = "diagnose/pack/v1"
 NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
 PYSPY_RAW = "pyspy.raw"
-PYSPY_RAWS = frozenset({PYSPY_RAW, "pyspy-wall.raw"})  # the on-CPU and the wall-clock records
+PYSPY_RAWS = frozenset({PYSPY_RAW, "pyspy-wall.raw", "pyspy-cover.raw"})  # on-CPU, wall-clock, coverage records
 PYSPY_DUMPS = "pyspy-dumps.jsonl"
 # Written by diagnose itself, at the top of the session: secrets are redacted, but their fields are not
 # request payloads (py-spy dumps lose their locals instead).

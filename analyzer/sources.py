@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -233,12 +234,25 @@ class BusyProbe:
 # ---------------------------------------------------------------------------------------------
 
 
+NATIVE_NOTES = 3  # more processes without Python than this in the tree are said in one line, by name
+NATIVE_REMEDY = ("Profile its native code with `perf top -p {pid}` (or `perf record -g -p {pid}`); the engine's own "
+                 "metrics (--metrics URL) and log (--log FILE) time its work.")
+
+
 class PySpySource:
     """The CPU and wall-clock profile (``diagnose.collectors.pyspy.record_chunked``), within the budget.
 
     Each chunk is planned from the process samples (``diagnose.collectors.budget``): which processes, at
     what rate. Recording runs on its own thread for the window's duration and ends by itself;
     ``should_stop`` (the user stopped, the target exited) ends the current chunk early.
+
+    Every process of the target's tree is accounted for in the capture's notes, one line each: how many
+    samples of each kind it got and why (or that it runs no Python interpreter). A tree without any
+    Python process (a native server: llama.cpp's ``llama-server``, Triton, TGI's router) is not
+    profiled at all: the capture is SKIPPED and says why, and the other sources make the verdict.
+
+    Bounded: ``record_chunked`` ends within its grace after the window whatever py-spy does; ``stop``
+    waits no longer than that (plus ``JOIN_S``), then stops the recording and reports what is missing.
     """
 
     collector = "py-spy"
@@ -255,70 +269,184 @@ class PySpySource:
         self.avail: Availability = pyspy.probe()
         self.result: pyspy.ChunkedResult | None = None
         self.error = ""  # what the recording thread raised, if it did
+        self.native = ""  # the target's "PID (name)" when no process of its tree runs Python
         self._pythons: dict[int, bool] = {}
+        self._names: dict[int, str] = {}
+        self._order: list[int] = []  # every pid of the tree seen, in tree order
+        self._why: dict[int, str] = {}  # the latest plan's reason per pid
         self._rates: dict[int, tuple[int, int]] = {}
         self._thread: threading.Thread | None = None
+        self._abort = threading.Event()
+        self._deadline = 0.0
 
     def _on_chunk(self, k: int) -> None:
         if k > 0:
             self.process.tick(full=True)
 
+    def _see(self, pid: int) -> bool:
+        """Whether ``pid`` (of the tree) runs Python; remembered, with its name, the first time."""
+        if pid not in self._pythons:
+            try:
+                proc = psutil.Process(pid)
+                self._pythons[pid] = is_python(proc)
+                # collapsed: setproctitle pads a title with spaces (vLLM's "VLLM::EngineCore     …")
+                cmd = redact_command(" ".join(" ".join(proc.cmdline()).split())) or proc.name()
+            except psutil.Error:
+                return False
+            self._names[pid] = cmd if len(cmd) <= 80 else cmd[:79] + "…"
+            self._order.append(pid)
+        return self._pythons[pid]
+
     def _plan(self, k: int) -> list[pyspy.Plan]:
         sampler = self.process.sampler
         seen = []
         for pid in process_collector.tree_pids(self.pid):
-            if pid not in self._pythons:
-                try:
-                    self._pythons[pid] = is_python(psutil.Process(pid))
-                except psutil.Error:
-                    continue
+            self._see(pid)
+            if pid not in self._pythons:  # exited before it could be read
+                continue
             seen.append(budget.Observation(pid, self._pythons[pid], sampler.cores(pid), sampler.busy_threads(pid),
                                            sampler.threads(pid), pid in sampler.serving))
         decisions = budget.plan(seen, self.duration_s, max_rate=self.rate_hz, light=self.light, fixed=self._rates)
         for d in decisions:
             old = self._rates.get(d.pid, (0, 0))
-            self._rates[d.pid] = (old[0] or d.cpu_rate_hz, old[1] or d.wall_rate_hz)
-        return [pyspy.Plan(d.pid, d.cpu_rate_hz, d.wall_rate_hz, d.why) for d in decisions]
+            if not d.coarse:  # a coverage view is a record of its own kind: it pins no rate
+                self._rates[d.pid] = (old[0] or d.cpu_rate_hz, old[1] or d.wall_rate_hz)
+            self._why[d.pid] = d.why
+        return [pyspy.Plan(d.pid, d.cpu_rate_hz, d.wall_rate_hz, d.why, d.coarse) for d in decisions]
 
     def _record(self) -> None:
         try:
             self.result = pyspy.record_chunked(
                 self.pid, self.duration_s, self.folder, self._plan,
-                n_chunks=budget.chunks_for(self.duration_s, self.light), should_stop=self.should_stop,
+                n_chunks=budget.chunks_for(self.duration_s, self.light),
+                should_stop=lambda: self._abort.is_set() or self.should_stop(),
                 on_chunk=self._on_chunk, dumps=not self.light)
         except Exception as exc:  # on its own thread: said in the capture, never lost
             self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
 
     def start(self) -> None:
-        if self.avail.ok:
-            self._thread = threading.Thread(target=self._record, name="diagnose-py-spy", daemon=True)
-            self._thread.start()
+        if not self.avail.ok:
+            return
+        tree = process_collector.tree_pids(self.pid)
+        if tree and not any(self._see(p) for p in tree):
+            self.native = f"{self.pid} ({self._process_name(self.pid)})"
+            return
+        self._deadline = time.monotonic() + self.duration_s + pyspy.STOP_GRACE_S
+        self._thread = threading.Thread(target=self._record, name="diagnose-py-spy", daemon=True)
+        self._thread.start()
+
+    def _process_name(self, pid: int) -> str:
+        try:
+            return str(psutil.Process(pid).name())
+        except psutil.Error:
+            return self._names.get(pid, "?")
 
     def stop(self) -> None:
-        if self._thread is not None:  # record_chunked ends by itself: at the window's end, or early when asked
-            self._thread.join()
+        """``record_chunked`` ends by itself (at the window's end, or early when asked), at most its grace
+        late; past that (plus ``JOIN_S``) it is told to stop, and given one more grace to do so."""
+        if self._thread is None:
+            return
+        self._thread.join(timeout=max(0.0, self._deadline - time.monotonic()) + JOIN_S)
+        if self._thread.is_alive():
+            self._abort.set()
+            self._thread.join(timeout=pyspy.STOP_GRACE_S + 1.0)
+        if self._thread.is_alive():
+            self.error = (f"the py-spy recording did not end within {pyspy.STOP_GRACE_S + JOIN_S:g} s of the "
+                          "window's end and was abandoned")
+
+    def notes(self) -> tuple[str, ...]:
+        """One line per process of the tree: what py-spy recorded of it, and why."""
+        res = self.result
+        got: dict[tuple[int, str], int] = {}
+        rates: dict[tuple[int, str], int] = {}
+        killed: dict[int, int] = {}
+        behind: dict[int, float] = {}
+        for c in res.chunks if res is not None else ():
+            pid, kind = int(str(c["pid"])), str(c["kind"])
+            got[(pid, kind)] = got.get((pid, kind), 0) + int(str(c.get("samples") or 0))
+            rates[(pid, kind)] = int(str(c["rate_hz"]))
+            killed[pid] = killed.get(pid, 0) + bool(c.get("killed"))
+            behind[pid] = max(behind.get(pid, 0.0), float(str(c.get("behind_s") or 0.0)))
+        stood = self._stood()
+        out: list[str] = []
+        native = [pid for pid in self._order if not self._pythons.get(pid)]
+        if len(native) > NATIVE_NOTES:  # compilers, shells, helpers come and go: one line for all of them
+            names = Counter(os.path.basename(self._names.get(pid, "?").split(" ", 1)[0]) for pid in native)
+            out.append(f"{len(native)} processes run no Python interpreter, not profiled: "
+                       + ", ".join(f"{name} ×{n}" for name, n in names.most_common()))
+        for pid in self._order:
+            head = f"pid {pid} ({self._names.get(pid, '?')})"
+            if not self._pythons.get(pid):
+                if len(native) <= NATIVE_NOTES:
+                    out.append(f"{head}: runs no Python interpreter, not profiled")
+                continue
+            parts = [f"{got[(pid, kind)]} {pyspy.KIND_WORDS[kind]} samples at {rates[(pid, kind)]} Hz"
+                     for kind in ("cpu", "wall", "cover") if (pid, kind) in got]
+            if pid in stood:
+                parts[-1] += f", mostly at {stood[pid]}"
+            line = f"{head}: {', '.join(parts) if parts else 'not sampled'}"
+            if pid in self._why:
+                line += f" ({self._why[pid]})"
+            if killed.get(pid):
+                line += f"; {killed[pid]} record(s) killed past the grace, their samples lost"
+            if behind.get(pid, 0.0) > 1.0:
+                line += f"; py-spy fell {behind[pid]:.1f} s behind its rate (the host is short of CPU)"
+            out.append(line)
+        return tuple(out)
+
+    def _stood(self) -> dict[int, str]:
+        """Where each covered process stood most (its coarse samples' innermost frame, with the share)."""
+        path = os.path.join(self.folder, pyspy.COVER_FILE)
+        leaves: dict[int, Counter[str]] = {}
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                samples = pyspy.parse_raw(fh)
+        except OSError:
+            return {}
+        for smp in samples:
+            if smp.frames:
+                f = smp.frames[-1]
+                where = "/".join(f.file.rsplit("/", 2)[-2:])
+                leaves.setdefault(smp.pid, Counter())[f"{f.function} ({where}:{f.line})"] += smp.count
+        out: dict[int, str] = {}
+        for pid, got in leaves.items():
+            site, n = got.most_common(1)[0]
+            out[pid] = f"{site} ({100 * n / sum(got.values()):.0f} %)"
+        return out
 
     def capture(self, window: Window, cut: str) -> Capture:
         res = self.result
         if not self.avail.ok:
             return Capture(self.collector, CaptureStatus.SKIPPED, self.avail.reason, self.avail.remedy, window)
+        if self.native:
+            return Capture(self.collector, CaptureStatus.SKIPPED,
+                           f"process {self.native} runs no Python interpreter (nor does any process of its tree): "
+                           "a Python profiler does not apply", NATIVE_REMEDY.format(pid=self.pid), window,
+                           notes=self.notes())
         if res is None:
             return Capture(self.collector, CaptureStatus.FAILED, self.error or "py-spy recorded nothing",
-                           pyspy_remedy(self.error), window)
+                           pyspy_remedy(self.error), window, notes=self.notes())
         if not res.ok:
             return Capture(self.collector, CaptureStatus.FAILED, res.reason, pyspy_remedy(res.reason), window,
-                           tuple(res.files))
-        for name in (pyspy.RAW_FILE, pyspy.WALL_FILE):
-            pyspy.rewrite_commands(os.path.join(self.folder, name), redact_command)
+                           tuple(res.files), self.notes())
+        for name in (pyspy.RAW_FILE, pyspy.WALL_FILE, pyspy.COVER_FILE):
+            if name in res.files:
+                pyspy.rewrite_commands(os.path.join(self.folder, name), redact_command)
         files = list(res.files)
         if write_wall_source(self.folder):
             files.append(pyspy.SOURCE_FILE)
-        status = CaptureStatus.PARTIAL if (res.partial or cut) else CaptureStatus.OK
+        status = CaptureStatus.PARTIAL if (res.partial or cut or self.error) else CaptureStatus.OK
         write_json_atomic(os.path.join(self.folder, PYSPY_META),
                           {"version": 2, "rate_hz": self.rate_hz, "window_s": window.end - window.start,
                            "light": self.light, "samples_reported": res.samples_reported, "chunks": res.chunks,
-                           "plans": res.plans})
-        return Capture(self.collector, status, cut or res.reason, "", window, tuple(files))
+                           "plans": res.plans, "overruns": res.overruns})
+        reasons = [cut or res.reason]
+        if cut and res.overruns:  # the user's stop is said first; a py-spy killed past its grace too
+            reasons.append(res.reason)
+        reasons.append(self.error)
+        reason = "; ".join(r for r in reasons if r)
+        remedy = pyspy_remedy(reason) if res.overruns or self.error else ""
+        return Capture(self.collector, status, reason, remedy, window, tuple(files), self.notes())
 
 
 def write_wall_source(folder: str) -> bool:
@@ -349,6 +477,9 @@ def write_wall_source(folder: str) -> bool:
 
 
 def pyspy_remedy(reason: str) -> str:
+    if "killed" in reason or "abandoned" in reason:
+        return ("py-spy could not keep up: attach with a lower --rate, or with --light on a host at 100 % CPU "
+                "(the other processes' samples are kept).")
     if "ptrace" in reason or "permitted" in reason:
         return ("Run as root or with CAP_SYS_PTRACE (docker --cap-add SYS_PTRACE; "
                 "kubectl debug --profile=general).")

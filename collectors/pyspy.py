@@ -11,8 +11,15 @@ their rates, and for each one py-spy runs ``record --nonblocking --threads --for
   compiler child, a queue, a socket, a GPU) is seen. Full file names let the attach read the source
   line a blocked thread stands on (``read_source_lines``): ``with lock:`` and ``x.item()`` are C
   calls with no Python frame of their own;
+* a ``cover`` record (``--idle``, ``budget.COVER_RATE_HZ``) of every other Python process of the tree,
+  kept apart in ``pyspy-cover.raw``: where each idle process stood, never part of the evidence;
 * one ``dump --json --nonblocking`` of each busy process in the middle chunk: per thread whether it
   is active and whether it owns the GIL.
+
+Bounded whatever py-spy does: at a chunk's end its py-spys are told to stop (SIGINT: each writes its
+file) and share one grace (``STOP_GRACE_S``); one still running then (it fell behind, or hangs) is
+killed, its samples of that chunk are lost, and the result is partial and says which. How many samples
+each record gave, and how far py-spy fell behind its rate, are kept per chunk (``pyspy-meta.json``).
 
 The chunks' output is merged into ``pyspy.raw`` and ``pyspy-wall.raw``, each record prefixed with
 ``process PID:"command line"`` as ``--subprocesses`` would write it, and ``pyspy-meta.json`` (written
@@ -25,6 +32,7 @@ Parsing is pure: ``parse_raw`` and ``parse_dump`` turn the raw files into record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,12 +42,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnose.model import Availability
 
 RAW_FILE = "pyspy.raw"
 WALL_FILE = "pyspy-wall.raw"
+COVER_FILE = "pyspy-cover.raw"  # coarse wall-clock views of the processes that neither work nor serve
 SOURCE_FILE = "pyspy-wall-source.json"
 LOG_FILE = "pyspy.log"
 DUMPS_FILE = "pyspy-dumps.jsonl"
@@ -280,6 +289,7 @@ class Plan:
     cpu_rate_hz: int
     wall_rate_hz: int
     why: str = ""
+    coarse: bool = False  # the wall-clock view only covers the process: its records go to ``COVER_FILE``
 
 
 @dataclass
@@ -291,10 +301,29 @@ class ChunkedResult:
     chunks: list[dict[str, object]]
     plans: list[dict[str, object]]
     samples_reported: int = 0
+    overruns: list[str] = field(default_factory=list)  # each py-spy killed past its grace, in words
 
 
-STOP_GRACE_S = 5.0  # py-spy writes its file on SIGINT; past this it is killed (its samples are lost)
+STOP_GRACE_S = 2.0  # py-spy writes its file within milliseconds of SIGINT; past this it is killed (its
+# samples of that chunk are lost). One grace per chunk, shared by all its py-spys, so that whatever
+# py-spy does the recording ends at most this long after the window does
+MIN_CHUNK_S = 1.0  # a chunk left shorter than this (the one before overran) is not started
+DUMP_TIMEOUT_S = 10.0
 POLL_S = 0.1
+
+_BEHIND = re.compile(r"([\d.]+)\s*(ns|µs|us|ms|s) behind in sampling")
+_UNIT_S = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def behind_s(log_text: str) -> float:
+    """How far py-spy fell behind its sampling rate (its own "… behind in sampling" lines), in seconds."""
+    worst = 0.0
+    for m in _BEHIND.finditer(log_text):
+        try:
+            worst = max(worst, float(m.group(1)) * _UNIT_S[m.group(2)])
+        except ValueError:
+            continue
+    return worst
 
 
 def _cmdline(pid: int) -> str:
@@ -321,6 +350,54 @@ def _prefixed(raw_path: str, pid: int, cmd: str) -> list[str]:
     return out
 
 
+def _count(records: list[str]) -> int:
+    """The samples of merged raw records (the count that ends each line)."""
+    return sum(int(n) for r in records if (n := r.rpartition(" ")[2]).isdigit())
+
+
+@dataclass
+class _Running:
+    """One py-spy of a chunk."""
+
+    kind: str
+    plan: Plan
+    rate: int
+    out: str
+    log: str
+    proc: subprocess.Popen[bytes]
+    began: float
+    stop_at: float  # when to send SIGINT: 2.5 sample intervals before the chunk's end
+    signalled: bool = False
+    ended: float = 0.0  # when it was told to stop: its samples cover ``began``..``ended``
+
+    def interrupt(self, now: float) -> None:
+        if not self.signalled:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+            self.signalled, self.ended = True, now
+
+
+KIND_WORDS = {"cpu": "on-CPU", "wall": "wall-clock", "cover": "coarse wall-clock"}
+
+
+def _stop_chunk(running: list[_Running], grace_until: float, clock: Callable[[], float]) -> set[int]:
+    """SIGINT every py-spy still running (each writes its file), wait for all of them until
+    ``grace_until``, kill those still running then. Returns the indexes of the killed ones."""
+    now = clock()
+    for r in running:
+        r.interrupt(now)
+    killed: set[int] = set()
+    for i, r in enumerate(running):
+        try:
+            r.proc.wait(timeout=max(0.0, grace_until - clock()))
+        except subprocess.TimeoutExpired:
+            r.proc.kill()
+            killed.add(i)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel: it cannot hold us
+                r.proc.wait(timeout=1.0)
+    return killed
+
+
 def record_chunked(
     pid: int,
     duration_s: float,
@@ -332,19 +409,27 @@ def record_chunked(
     on_chunk: Callable[[int], None] = lambda k: None,
     dumps: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    grace_s: float = STOP_GRACE_S,
 ) -> ChunkedResult:
     """Record the window in ``n_chunks`` chunks, each planned by ``planner(k)`` (see the module docstring).
 
     ``on_chunk(k)`` runs before chunk ``k`` is planned (the attach takes a full process sample there).
     Never pauses the target; an early stop (``should_stop``) ends the current chunk cleanly.
+
+    Bounded whatever py-spy does: chunk ``k`` ends at ``start + duration_s * (k + 1) / n_chunks`` on one
+    schedule; its py-spys get ``grace_s`` together to write their files after SIGINT and are killed
+    past it (``overruns`` says which, and the result is partial), a chunk that overran shortens the
+    next one (one left under ``MIN_CHUNK_S`` is not started), and a dump never outlasts its chunk. So
+    this returns at most ``grace_s`` (plus a second for a kill) after ``duration_s``.
     """
     exe = find_pyspy()
     if exe is None:
         return ChunkedResult(False, False, "py-spy is not installed", [], [], [])
     tmp = os.path.join(out_dir, ".pyspy-chunks")
     os.makedirs(tmp, exist_ok=True)
-    files = {"cpu": os.path.join(out_dir, RAW_FILE), "wall": os.path.join(out_dir, WALL_FILE)}
-    lines_written = {"cpu": 0, "wall": 0}
+    files = {"cpu": os.path.join(out_dir, RAW_FILE), "wall": os.path.join(out_dir, WALL_FILE),
+             "cover": os.path.join(out_dir, COVER_FILE)}
+    lines_written = {"cpu": 0, "wall": 0, "cover": 0}
     for path in files.values():
         open(path, "w").close()
     chunks: list[dict[str, object]] = []
@@ -353,23 +438,27 @@ def record_chunked(
     cmds: dict[int, str] = {}
     stopped_early = False
     failures: list[str] = []
+    overruns: list[str] = []
     cpu_reported: list[int] = []
     start = clock()
     for k in range(n_chunks):
         if should_stop():
             stopped_early = True
             break
-        on_chunk(k)
         chunk_end = start + duration_s * (k + 1) / n_chunks
+        if chunk_end - clock() < MIN_CHUNK_S:
+            continue  # the chunk before overran into this one's time
+        on_chunk(k)
         todo = planner(k)
         plans.append({"chunk": k, "processes": [{"pid": p.pid, "cpu_rate_hz": p.cpu_rate_hz,
-                                                  "wall_rate_hz": p.wall_rate_hz, "why": p.why} for p in todo]})
-        procs: list[tuple[str, Plan, int, str, str, subprocess.Popen[bytes], float]] = []
+                                                  "wall_rate_hz": p.wall_rate_hz, "why": p.why,
+                                                  **({"coarse": True} if p.coarse else {})} for p in todo]})
+        running: list[_Running] = []
         for p in todo:
-            cmds.setdefault(p.pid, _cmdline(p.pid))
-            for kind, rate in (("cpu", p.cpu_rate_hz), ("wall", p.wall_rate_hz)):
+            for kind, rate in (("cpu", p.cpu_rate_hz), ("cover" if p.coarse else "wall", p.wall_rate_hz)):
                 if rate <= 0:
                     continue
+                cmds.setdefault(p.pid, _cmdline(p.pid))
                 out = os.path.join(tmp, f"{kind}-{k}-{p.pid}.raw")
                 log = os.path.join(tmp, f"{kind}-{k}-{p.pid}.log")
                 left = max(1.0, chunk_end - clock())
@@ -377,66 +466,83 @@ def record_chunked(
                        "--duration", str(int(left) + 2), "--pid", str(p.pid), "--output", out]
                 if kind == "wall":
                     cmd += ["--idle", "--full-filenames"]
+                elif kind == "cover":
+                    cmd.append("--idle")
                 with open(log, "wb") as fh:
                     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                procs.append((kind, p, rate, out, log, proc, clock()))
+                began = clock()
+                # py-spy sees SIGINT only between samples and exits up to about 4 intervals later (measured
+                # on an idle process: up to 0.35 s at 10 Hz, 0.8 s at 5 Hz, 2 s at 2 Hz, 3.5 s at 1 Hz): told
+                # 2.5 intervals early, it stops about when the chunk ends instead of holding the next chunk
+                # (or the attach) back; its record's seconds end at the signal, so its shares stay right
+                lead = min(2.5 / rate, (chunk_end - began) / 3)
+                running.append(_Running(kind, p, rate, out, log, proc, began, chunk_end - lead))
         dumped = not dumps or k != n_chunks // 2  # one dump of the busy processes, mid-window
         mid = (clock() + chunk_end) / 2
-        while clock() < chunk_end and any(x[5].poll() is None for x in procs):
+        while clock() < chunk_end and any(r.proc.poll() is None for r in running):
             if should_stop():
                 stopped_early = True
                 break
             if not dumped and clock() >= mid:
                 dumped = True
-                take_dumps(exe, [p.pid for p in todo if p.cpu_rate_hz > 0], os.path.join(out_dir, DUMPS_FILE))
+                take_dumps(exe, [p.pid for p in todo if p.cpu_rate_hz > 0], os.path.join(out_dir, DUMPS_FILE),
+                           budget_s=max(0.0, chunk_end - clock()))
+            now = clock()
+            for r in running:
+                if now >= r.stop_at:
+                    r.interrupt(now)
             time.sleep(POLL_S)
         stop_at = clock()
-        for _, _, _, _, _, proc, _ in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for kind, p, rate, out, log, proc, began in procs:
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            with open(log, encoding="utf-8", errors="replace") as fh:
+        killed = _stop_chunk(running, min(stop_at, start + duration_s) + grace_s, clock)
+        for i, r in enumerate(running):
+            with open(r.log, encoding="utf-8", errors="replace") as fh:
                 log_text = fh.read()
-            logs.append(f"== chunk {k} {kind} pid {p.pid} at {rate} Hz\n{log_text}")
+            logs.append(f"== chunk {k} {r.kind} pid {r.plan.pid} at {r.rate} Hz\n{log_text}")
             m = _SAMPLES.search(log_text)
-            recs = _prefixed(out, p.pid, cmds.get(p.pid, ""))
-            if not os.path.exists(out):
-                failures.append(explain_failure(log_text, proc.returncode))
-            with open(files[kind], "a", encoding="utf-8") as fh:
-                fh.writelines(r + "\n" for r in recs)
-            a = lines_written[kind]
-            lines_written[kind] += len(recs)
-            if kind == "cpu" and m:
+            recs = _prefixed(r.out, r.plan.pid, cmds.get(r.plan.pid, ""))
+            got = os.path.exists(r.out) and i not in killed
+            if i in killed:
+                overruns.append(f"py-spy's {KIND_WORDS[r.kind]} record of pid {r.plan.pid} did not stop within "
+                                f"{grace_s:g} s of the end of chunk {k} and was killed: its samples of that chunk "
+                                "are lost")
+                recs = []
+            elif not os.path.exists(r.out):
+                failures.append(explain_failure(log_text, r.proc.returncode))
+            with open(files[r.kind], "a", encoding="utf-8") as fh:
+                fh.writelines(rec + "\n" for rec in recs)
+            a = lines_written[r.kind]
+            lines_written[r.kind] += len(recs)
+            if r.kind == "cpu" and m and got:
                 cpu_reported.append(int(m.group(1)))
-            chunks.append({"chunk": k, "kind": kind, "pid": p.pid, "rate_hz": rate,
-                           "seconds": round(max(0.0, stop_at - began), 4),
-                           "lines": [a, lines_written[kind]], "samples_reported": int(m.group(1)) if m else None,
-                           "ok": os.path.exists(out)})
+            chunks.append({"chunk": k, "kind": r.kind, "pid": r.plan.pid, "rate_hz": r.rate,
+                           "seconds": round(max(0.0, min(stop_at, r.ended or stop_at) - r.began), 4),
+                           "lines": [a, lines_written[r.kind]], "samples": _count(recs),
+                           "samples_reported": int(m.group(1)) if m and got else None,
+                           "behind_s": round(behind_s(log_text), 3), "killed": i in killed, "ok": got})
         if stopped_early:
             break
     with open(os.path.join(out_dir, LOG_FILE), "w", encoding="utf-8") as fh:
         fh.write("\n".join(logs))
     shutil.rmtree(tmp, ignore_errors=True)
-    written = [RAW_FILE, WALL_FILE, LOG_FILE]
+    written = [RAW_FILE, WALL_FILE, LOG_FILE, *([COVER_FILE] if lines_written["cover"] else [])]
+    if not lines_written["cover"]:
+        os.unlink(files["cover"])
     if os.path.exists(os.path.join(out_dir, DUMPS_FILE)):
         written.append(DUMPS_FILE)
     reported = sum(cpu_reported)
     if chunks and not any(c["ok"] for c in chunks):
-        return ChunkedResult(False, False, failures[0] if failures else "py-spy recorded nothing",
-                             [LOG_FILE], chunks, plans, reported)
+        why = overruns[0] if overruns else failures[0] if failures else "py-spy recorded nothing"
+        return ChunkedResult(False, False, why, [LOG_FILE], chunks, plans, reported, overruns)
     if not chunks and not stopped_early:
         return ChunkedResult(False, False, "no Python process of the tree could be sampled", [LOG_FILE],
-                             chunks, plans, reported)
+                             chunks, plans, reported, overruns)
     reason = "stopped early by the user" if stopped_early else ""
-    partial = stopped_early or bool(failures)
-    if failures and not reason:
+    partial = stopped_early or bool(failures) or bool(overruns)
+    if overruns and not reason:
+        reason = overruns[0] + (f" (and {len(overruns) - 1} more)" if len(overruns) > 1 else "")
+    elif failures and not reason:
         reason = f"some chunks failed: {failures[0]}"
-    return ChunkedResult(True, partial, reason, written, chunks, plans, reported)
+    return ChunkedResult(True, partial, reason, written, chunks, plans, reported, overruns)
 
 
 MAX_SOURCE_LINES = 500
@@ -483,12 +589,17 @@ def rewrite_commands(path: str, redact: Callable[[str], str]) -> None:
     os.replace(tmp, path)
 
 
-def take_dumps(exe: str, pids: list[int], path: str) -> None:
-    """Append one ``dump --json`` snapshot per pid; a failed dump is skipped (best effort)."""
+def take_dumps(exe: str, pids: list[int], path: str, budget_s: float = DUMP_TIMEOUT_S) -> None:
+    """Append one ``dump --json`` snapshot per pid; a failed dump is skipped (best effort). All of them
+    together take at most ``budget_s``: one still running then is killed."""
+    deadline = time.monotonic() + budget_s
     for p in dict.fromkeys(pids):
+        left = min(DUMP_TIMEOUT_S, deadline - time.monotonic())
+        if left <= 0.05:
+            break
         try:
             out = subprocess.run([exe, "dump", "--json", "--nonblocking", "--pid", str(p)],
-                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+                                 capture_output=True, timeout=left, stdin=subprocess.DEVNULL)
         except (subprocess.TimeoutExpired, OSError):
             continue
         if out.returncode != 0:

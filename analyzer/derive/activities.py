@@ -22,6 +22,20 @@ by-name rows) decide, so the same code is classified the same wherever it lives 
 service's stacks, recorded when it was the one file ``examples/service.py``, classify the same
 under its package ``examples/service/``).
 
+Model runtimes with a native core (``RUNTIMES``) are claimed by library and function, never by one
+file: llama-cpp-python's ``Llama.eval``/``Llama.generate``/``LlamaContext.decode``, ctransformers'
+``LLM.eval``, onnxruntime's ``InferenceSession.run``, OpenVINO's ``InferRequest.infer``, vLLM's model
+runner ``execute_model``. Their Python frame is the last one on the stack while the C/C++ core runs
+the model (it holds the thread, often with the GIL released), so that frame *is* the forward pass:
+without these rows the sample fell through to whatever called it (an HTTP framework's thread pool:
+"server"). A function of the library outside the row (``Llama.tokenize``, ``Llama.detokenize``) is
+left to the other rows (pre/post-processing by name). The frames of a runtime's own shared-memory
+queue (vLLM's ``MessageQueue``: the EngineCore spinning while a worker runs the model) are waiting.
+
+py-spy names a method by its qualified name (``Llama.eval``): a runtime's row accepts a class prefix,
+and so does the by-name ``forward`` (``Model.forward``); the by-name ``generate`` and ``__call__`` do
+not (``AsyncLLM.generate`` is vLLM's API server awaiting its engine; every middleware has a ``__call__``).
+
 Child processes are classified too (``COMPILER_PROCESSES``): a process in the service's tree whose
 name (``/proc/PID/comm``) or command (``-m module`` / script) matches a row is a compiler, and its
 CPU counts as compilation of the service (inductor's C++ build on the CPU runs ``g++``/``cc1plus``/
@@ -68,6 +82,38 @@ _COMPILE_FILES = (
 
 COMPILE = Pattern(Activity.COMPILE, _COMPILE_FILES, "", "torch.compile / triton / TensorRT compilation")
 
+@dataclass(frozen=True)
+class Runtime:
+    """A model runtime whose core is native: the functions of its Python package that run the model."""
+
+    package: str  # the import package, as it appears in a frame's path (``llama_cpp``)
+    functions: tuple[str, ...]  # method or function names (a qualified ``Class.name`` matches by its name)
+    note: str
+
+    def pattern(self, activity: Activity = Activity.FORWARD) -> Pattern:
+        names = "|".join(re.escape(f) for f in self.functions)
+        return Pattern(activity, rf"(^|/){re.escape(self.package)}/", rf"(^|\.)({names})$", self.note)
+
+
+RUNTIMES: tuple[Runtime, ...] = (
+    Runtime("llama_cpp", ("eval", "generate", "decode", "encode", "embed", "create_embedding", "sample",
+                          "llama_decode", "llama_encode", "llama_eval"),
+            "llama-cpp-python: Llama.eval/generate/embed/sample, LlamaContext.decode (llama.cpp runs the model)"),
+    Runtime("ctransformers", ("eval", "generate", "sample", "embed"), "ctransformers: LLM.eval/generate (GGML)"),
+    Runtime("onnxruntime", ("run", "run_with_iobinding", "run_with_ort_values", "run_async"),
+            "onnxruntime: InferenceSession.run"),
+    Runtime("openvino", ("infer", "start_async", "infer_new_request"), "OpenVINO: CompiledModel/InferRequest.infer"),
+    Runtime("vllm", ("execute_model", "_model_forward", "sample_tokens", "execute_dummy_batch"),
+            "vLLM: the model runner's execute_model (worker and executor)"),
+)
+
+# a runtime's own inter-process queue: the side that spins on it waits for the process running the model
+RUNTIME_WAITS: tuple[Runtime, ...] = (
+    Runtime("vllm/distributed", ("acquire_read", "acquire_write", "dequeue", "enqueue", "wait_until_ready",
+                                 "sched_yield"),
+            "vLLM's shared-memory MessageQueue (the EngineCore waiting for its workers)"),
+)
+
 # Order matters within one frame: the first row that matches the frame wins, so library files
 # (PIL, torch) are claimed before the name patterns (torch's F.normalize is the model's).
 PATTERNS: tuple[Pattern, ...] = (
@@ -91,9 +137,16 @@ PATTERNS: tuple[Pattern, ...] = (
             r"transformers/(models|modeling_)|vllm/(model_executor|attention|worker|v1/worker)|"
             r"sglang/srt/(models|layers|model_executor)|onnxruntime|tensorrt_llm|flash_attn|xformers|"
             r"timm/|ultralytics/nn|diffusers/models", r"", "framework ops and model code"),
+    # native model runtimes, by library and function (before the by-name rows: a runtime's eval is not
+    # anybody's eval); the queue a runtime's processes spin on first, as it is leafward of execute_model
+    *(r.pattern(Activity.WAITING) for r in RUNTIME_WAITS),
+    *(r.pattern() for r in RUNTIMES),
     Pattern(Activity.PREPROCESS, r"", r"(?i)pre_?process|post_?process|decode_(image|jpeg|audio)|resize|"
             r"normali[sz]e|tokeni[sz]e|detokeni[sz]e|transform|augment|letterbox|nms|to_tensor", "by name"),
-    Pattern(Activity.FORWARD, r"", r"^(forward|_call_impl|_wrapped_call_impl|generate|__call__)$", "by name"),
+    # a class prefix for forward (``Model.forward``), none for generate/__call__: ``AsyncLLM.generate`` is
+    # vLLM's API server awaiting its engine, and every middleware has a ``__call__``
+    Pattern(Activity.FORWARD, r"", r"(^|\.)(forward|_call_impl|_wrapped_call_impl)$|^(generate|__call__)$",
+            "by name"),
     # server, network, event loop
     Pattern(Activity.SERVER, r"(^|/)(http/|socketserver|socket\.py|ssl\.py|asyncio/|selectors\.py)|"
             r"uvicorn|starlette|fastapi|aiohttp|gunicorn|uvloop|h11|httptools|flask|werkzeug|"

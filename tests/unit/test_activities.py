@@ -138,3 +138,85 @@ def test_recorded_demo_stacks_classify_the_same_under_the_package_paths(session:
             new.append((function, file))
         assert classify(new) is classify(old), (old, new)
     assert moved > 0
+
+
+# llama-cpp-python's server streaming a completion (0.3.x): starlette runs the generator in anyio's worker
+# thread, so the HTTP framework is rootward of the whole model loop (issue 17: counted as server, 0 % forward)
+LLAMA_CPP_STREAM = [
+    ("Thread._bootstrap_inner", "threading.py"),
+    ("WorkerThread.run", "anyio/_backends/_asyncio.py"),
+    ("_next", "starlette/concurrency.py"),
+    ("iterator", "llama_cpp/server/app.py"),
+    ("Llama._create_completion", "llama_cpp/llama.py"),
+    ("Llama.generate", "llama_cpp/llama.py"),
+]
+# vLLM V1 (0.32, CPU): the EngineCore's step into its executor, which hands the batch to the worker
+# process over a shared-memory queue and spins on it
+VLLM_ENGINE_CORE = [
+    ("EngineCoreProc.run_busy_loop", "vllm/v1/engine/core.py"),
+    ("EngineCore.step", "vllm/v1/engine/core.py"),
+    ("MultiprocExecutor.execute_model", "vllm/v1/executor/multiproc_executor.py"),
+    ("MultiprocExecutor.collective_rpc", "vllm/v1/executor/multiproc_executor.py"),
+]
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        # llama.cpp runs the model under LlamaContext.decode (its C call has no frame of its own)
+        ([*LLAMA_CPP_STREAM, ("Llama.eval", "llama_cpp/llama.py"),
+          ("LlamaContext.decode", "/srv/venv/lib/python3.11/site-packages/llama_cpp/_internals.py")],
+         Activity.FORWARD),
+        ([*LLAMA_CPP_STREAM, ("Llama.eval", "llama_cpp/llama.py")], Activity.FORWARD),
+        (LLAMA_CPP_STREAM, Activity.FORWARD),  # the generation loop's own Python
+        ([*LLAMA_CPP_STREAM, ("Llama.sample", "llama_cpp/llama.py"),
+          ("LlamaSampler.sample", "llama_cpp/_internals.py")], Activity.FORWARD),
+        # …but its tokeniser is pre/post-processing, by name, wherever the model loop is
+        ([*LLAMA_CPP_STREAM[:5], ("Llama.tokenize", "llama_cpp/llama.py"),
+          ("LlamaModel.tokenize", "llama_cpp/_internals.py")], Activity.PREPROCESS),
+        ([*LLAMA_CPP_STREAM, ("Llama.detokenize", "llama_cpp/llama.py")], Activity.PREPROCESS),
+        # the server's own request handling stays the server's
+        (LLAMA_CPP_STREAM[:3], Activity.SERVER),
+        # ctransformers (GGML models) and onnxruntime: the runtime's run is the forward pass
+        ([*HANDLER, ("LLM._stream", "ctransformers/llm.py"), ("LLM.generate", "ctransformers/llm.py"),
+          ("LLM.eval", "ctransformers/llm.py")], Activity.FORWARD),
+        ([*HANDLER, ("predict", "app.py"), ("Session.run", "onnxruntime/capi/onnxruntime_inference_collection.py")],
+         Activity.FORWARD),
+        ([*HANDLER, ("infer", "app.py"), ("InferRequest.infer", "openvino/runtime/ie_api.py")], Activity.FORWARD),
+        # vLLM: the model runner in the worker, and the EngineCore's executor call while it is not waiting
+        ([("WorkerProc.worker_busy_loop", "vllm/v1/executor/multiproc_executor.py"),
+          ("CPUModelRunner.execute_model", "vllm/v1/worker/gpu_model_runner.py")], Activity.FORWARD),
+        (VLLM_ENGINE_CORE[:3], Activity.FORWARD),
+        # the EngineCore spinning on the queue to its worker waits for the worker's forward pass
+        ([*VLLM_ENGINE_CORE, ("MessageQueue.dequeue", "vllm/distributed/device_communicators/shm_broadcast.py"),
+          ("MessageQueue.acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py"),
+          ("sched_yield", "vllm/distributed/utils.py")], Activity.WAITING),
+        # vLLM's API server awaiting its engine is not the model: AsyncLLM.generate is no forward pass
+        ([("Server.serve", "uvicorn/server.py"), ("create_completion", "vllm/entrypoints/openai/api_server.py"),
+          ("AsyncLLM.generate", "vllm/v1/engine/async_llm.py"),
+          ("AsyncLLM.add_request", "vllm/v1/engine/async_llm.py")],
+         Activity.SERVER),
+        # py-spy names methods by their qualified name: a model's own forward is forward
+        ([*HANDLER, ("TinyModel.forward", "app/model.py")], Activity.FORWARD),
+        ([*HANDLER, ("ServerErrorMiddleware.__call__", "app/middleware.py")], Activity.SERVER),
+        # the runtime rows are the library's: a function of the same name elsewhere is not claimed
+        ([("main", "app.py"), ("Evaluator.eval", "app/metrics.py")], Activity.OTHER),
+        ([("main", "app.py"), ("Runner.run", "myproject/llama_cpp_client.py")], Activity.OTHER),
+    ],
+)
+def test_native_model_runtimes_are_forward_by_library_and_function(frames: list[tuple[str, str]],
+                                                                   expected: Activity) -> None:
+    assert classify(frames) is expected
+
+
+def test_runtime_rows_name_a_package_and_functions_never_one_file() -> None:
+    from diagnose.derive.activities import PATTERNS, RUNTIME_WAITS, RUNTIMES
+
+    for runtimes, activity in ((RUNTIMES, Activity.FORWARD), (RUNTIME_WAITS, Activity.WAITING)):
+        for runtime in runtimes:
+            assert runtime.pattern(activity) in PATTERNS
+            assert not runtime.package.endswith(".py") and runtime.functions
+            for fn in runtime.functions:  # a module-level function, and a method under any class name
+                for name in (fn, f"AnyClass.{fn}"):
+                    where = f"/opt/venv/site-packages/{runtime.package}/any_module.py"
+                    assert classify([(name, where)]) is activity, (name, where)

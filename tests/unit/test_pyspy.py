@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from diagnose.collectors.pyspy import explain_failure, parse_dump, parse_raw, parse_raw_line
 from diagnose.derive import cpu_profile
 from tests.conftest import DATA
@@ -100,3 +102,21 @@ def test_source_lines_are_read_as_the_target_sees_its_files(tmp_path) -> None:
     wanted = [(str(src), 3), (str(src), 99), ("relative.py", 1), (str(tmp_path / "x.txt"), 1)]
     got = read_source_lines(os.getpid(), wanted)
     assert got == {f"{src}:3": "with LOCK:"}
+
+
+def test_how_far_behind_py_spy_fell_is_read_from_its_log() -> None:
+    from diagnose.collectors.pyspy import behind_s
+
+    log = ("py-spy> Sampling process 10 times a second for 5 seconds. Press Control-C to exit.\n"
+           "py-spy> 1.23s behind in sampling, results may be inaccurate. Try reducing the sampling rate\n"
+           "py-spy> 250.50ms behind in sampling, results may be inaccurate. Try reducing the sampling rate\n")
+    assert behind_s(log) == 1.23
+    assert behind_s("py-spy> 900.00µs behind in sampling") == pytest.approx(0.0009)
+    assert behind_s("py-spy> Wrote raw flamegraph data. Samples: 5 Errors: 0") == 0.0
+
+
+def test_merged_records_count_their_samples() -> None:
+    from diagnose.collectors.pyspy import _count
+
+    assert _count(['process 7:"python app.py";thread (11): MainThread;work (app.py:9) 5',
+                   'process 7:"python x 3";thread (12): w;run (a.py:1) 12']) == 17

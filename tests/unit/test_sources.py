@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from diagnose import attach, sources
 from diagnose.attach import AttachOptions
+from diagnose.collectors import process as process_collector
 from diagnose.collectors import pyspy
 from diagnose.model import Availability, Capture, CaptureStatus, Window
 
@@ -225,3 +228,121 @@ def test_sweep_loads_the_service_through_the_whole_window(tmp_path: Path, no_pys
     load = manifest["captures"][-1]
     assert load["collector"] == "load" and load["status"] == "ok"
     assert load["reason"] == "4 closed-loop client(s) of diagnose sweep loaded http://127.0.0.1:9/"
+
+
+@pytest.fixture
+def pyspy_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pyspy, "probe", lambda: Availability(True))
+
+
+def _pyspy_source(tmp_path: Path, duration_s: float = 1.0) -> sources.PySpySource:
+    process = sources.ProcessSource(ME, str(tmp_path))
+    return sources.PySpySource(ME, str(tmp_path), process, duration_s=duration_s, rate_hz=50, light=False,
+                               should_stop=lambda: False)
+
+
+def test_pyspy_source_of_a_tree_without_python_is_skipped_with_the_reason_and_a_remedy(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native server (llama-server, Triton, TGI's router): the profiler does not apply, and says so."""
+    monkeypatch.setattr(sources, "is_python", lambda proc: False)
+    src = _pyspy_source(tmp_path)
+    cap = _run(src)
+    assert cap is not None and cap.status is CaptureStatus.SKIPPED
+    assert cap.reason.startswith(f"process {ME} (")
+    assert cap.reason.endswith(") runs no Python interpreter (nor does any process of its tree): "
+                               "a Python profiler does not apply")
+    assert f"`perf top -p {ME}`" in cap.remedy and "--metrics" in cap.remedy
+    assert cap.notes and cap.notes[0].startswith(f"pid {ME} (") and cap.notes[0].endswith(
+        "runs no Python interpreter, not profiled")
+    assert not (tmp_path / pyspy.RAW_FILE).exists()
+
+
+def _chunk(k: int, kind: str, pid: int, rate: int, samples: int, killed: bool = False,
+           behind_s: float = 0.0) -> dict[str, object]:
+    return {"chunk": k, "kind": kind, "pid": pid, "rate_hz": rate, "seconds": 3.0, "lines": [0, 0],
+            "samples": 0 if killed else samples, "samples_reported": None, "behind_s": behind_s, "killed": killed,
+            "ok": not killed}
+
+
+def test_pyspy_capture_says_per_process_what_was_recorded_and_what_was_killed(
+        tmp_path: Path, pyspy_here: None) -> None:
+    """vLLM V1's three processes and a native helper: one line each, in tree order; a py-spy killed past
+    its grace makes the capture partial, with the reason and a remedy."""
+    src = _pyspy_source(tmp_path)
+    src._order = [100, 101, 102, 103, 104]
+    src._pythons = {100: True, 101: True, 102: True, 103: False, 104: True}
+    src._names = {100: "python -m vllm.entrypoints.openai.api_server", 101: "VLLM::EngineCore",
+                  102: "VLLM::Worker", 103: "nvidia-smi", 104: "python -c from multiprocessing.resource_tracker …"}
+    src._why = {100: "0.15 cores, serves requests: wall-clock view at 10 Hz",
+                101: "0.67 cores: on-CPU profile at 5 Hz (the floor: over the budget)",
+                102: "0.85 cores: on-CPU profile at 10 Hz",
+                104: "0.00 cores: idle and serves no requests, a coarse wall-clock view at 4 Hz"}
+    killed = ("py-spy's on-CPU record of pid 102 did not stop within 2 s of the end of chunk 1 and was killed: "
+              "its samples of that chunk are lost")
+    src.result = pyspy.ChunkedResult(
+        True, True, killed, [pyspy.RAW_FILE, pyspy.WALL_FILE, pyspy.LOG_FILE],
+        [_chunk(0, "wall", 100, 10, 300), _chunk(0, "cpu", 101, 5, 40), _chunk(0, "cpu", 102, 10, 90, behind_s=1.5),
+         _chunk(1, "wall", 100, 10, 310), _chunk(1, "cpu", 101, 5, 35), _chunk(1, "cpu", 102, 10, 0, killed=True),
+         _chunk(0, "cover", 104, 4, 7), _chunk(1, "cover", 104, 4, 7)],
+        [], 0, [killed])
+    for name in (pyspy.RAW_FILE, pyspy.WALL_FILE):
+        (tmp_path / name).write_text("")
+    tracker = 'process 104:"python -c x";thread (104): MainThread;main (multiprocessing/resource_tracker.py:227)'
+    (tmp_path / pyspy.COVER_FILE).write_text(f"{tracker} 12\n{tracker[:-5]}:230) 2\n")
+    cap = src.capture(WINDOW, "")
+    assert cap.status is CaptureStatus.PARTIAL and cap.reason == killed
+    assert "--rate" in cap.remedy and "--light" in cap.remedy
+    assert cap.notes == (
+        "pid 100 (python -m vllm.entrypoints.openai.api_server): 610 wall-clock samples at 10 Hz "
+        "(0.15 cores, serves requests: wall-clock view at 10 Hz)",
+        "pid 101 (VLLM::EngineCore): 75 on-CPU samples at 5 Hz (0.67 cores: on-CPU profile at 5 Hz (the floor: "
+        "over the budget))",
+        "pid 102 (VLLM::Worker): 90 on-CPU samples at 10 Hz (0.85 cores: on-CPU profile at 10 Hz); 1 record(s) "
+        "killed past the grace, their samples lost; py-spy fell 1.5 s behind its rate (the host is short of CPU)",
+        "pid 103 (nvidia-smi): runs no Python interpreter, not profiled",
+        "pid 104 (python -c from multiprocessing.resource_tracker …): 14 coarse wall-clock samples at 4 Hz, "
+        "mostly at main (multiprocessing/resource_tracker.py:227) (86 %) (0.00 cores: idle and serves no "
+        "requests, a coarse wall-clock view at 4 Hz)",
+    )
+    meta = json.loads((tmp_path / "pyspy-meta.json").read_text())
+    assert meta["overruns"] == [killed]
+
+
+def test_pyspy_source_stops_a_recording_that_outlives_the_window(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stop`` waits for the recording at most its grace (plus ``JOIN_S``) past the window, then asks it
+    to end; one that still does not is abandoned and the capture says so."""
+    monkeypatch.setattr(pyspy, "STOP_GRACE_S", 0.1)
+    monkeypatch.setattr(sources, "JOIN_S", 0.1)
+    asked = threading.Event()
+    release = threading.Event()
+
+    def stuck(*args: object, should_stop: Callable[[], bool], **kwargs: object) -> pyspy.ChunkedResult:
+        while not should_stop():
+            release.wait(0.01)
+        asked.set()
+        release.wait(5.0)  # does not end even when asked, until the test lets it
+        return pyspy.ChunkedResult(False, False, "never", [], [], [])
+
+    monkeypatch.setattr(pyspy, "record_chunked", stuck)
+    monkeypatch.setattr(process_collector, "tree_pids", lambda pid: [pid])
+    src = _pyspy_source(tmp_path, duration_s=0.2)
+    src.start()
+    t0 = time.monotonic()
+    src.stop()
+    took = time.monotonic() - t0
+    release.set()
+    assert asked.is_set() and took < 0.2 + 0.1 + 0.1 + 0.1 + 1.0 + 0.5
+    cap = src.capture(WINDOW, "")
+    assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason and "--rate" in cap.remedy
+
+
+def test_many_processes_without_python_are_one_line_of_the_notes(tmp_path: Path, pyspy_here: None) -> None:
+    """Inductor's C++ build runs g++/cc1plus/ld children by the dozen: named once, counted."""
+    src = _pyspy_source(tmp_path)
+    src._order = [1, 2, 3, 4, 5]
+    src._pythons = {1: True, 2: False, 3: False, 4: False, 5: False}
+    src._names = {1: "python serve.py", 2: "/usr/bin/g++ -O3 x.cpp", 3: "/usr/lib/gcc/cc1plus -quiet",
+                  4: "/usr/lib/gcc/cc1plus -quiet", 5: "ld -o x.so"}
+    assert src.notes() == ("4 processes run no Python interpreter, not profiled: cc1plus ×2, g++ ×1, ld ×1",
+                           "pid 1 (python serve.py): not sampled")
