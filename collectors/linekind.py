@@ -129,8 +129,3 @@ MACHINE = frozenset({LineKind.LOG, LineKind.TRACEBACK, LineKind.CODE, LineKind.M
 def is_machine(line: str, kind: LineKind) -> bool:
     """``line`` (of ``kind``) is a program's text; a code fence (```) is a separator, not a program's."""
     return kind in MACHINE and not line.lstrip().startswith("```")
-
-
-def is_prose(line: str) -> bool:
-    """What a person wrote (a sentence, a title, a note), not a program's output or a command."""
-    return kind_of(line) is LineKind.PROSE

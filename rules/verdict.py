@@ -234,10 +234,11 @@ def decide(
     if lead is not None:
         return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
     failing = signals(ev)
-    if not failing and (_explained(findings) or (covered_by(ev) and latency_covered(ev))):
+    covered = bool(covered_by(ev))
+    if not failing and (_explained(findings) or (covered and latency_covered(ev))):
         return Verdict.HEALTHY, ()
     steps = next_steps(ev, target)
-    if not failing and covered_by(ev):  # the service was watched, but not what its requests felt: that first
+    if not failing and covered:  # the service was watched, but not what its requests felt: that first
         steps = (latency_step(ev, target), *steps[:MAX_STEPS - 1])
     return Verdict.UNDETERMINED, steps
 

@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,7 +112,6 @@ class VllmConfig:
     # the CPU backend's KV pool, set explicitly: its default (a share of the NUMA node's memory) is
     # refused at start-up on a 24 GiB machine that already runs the tests ("Available memory on node 0")
     kv_cache_bytes: int = 256 << 20
-    omp_threads: int | None = None
 
 
 class EngineFailed(RuntimeError):
@@ -132,8 +131,6 @@ def start_vllm(cfg: VllmConfig, workdir: Path, log: Path, timeout_s: float = 600
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "INFO"})
-    if cfg.omp_threads is not None:
-        env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
     env.update(cfg.env)
     fh = log.open("wb")
     # the launch command first, as a wrapper script run with `sh -x` (a container entrypoint) prints it:
@@ -216,15 +213,6 @@ def summarise(step: loadclient.StepResult) -> dict[str, object]:
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 1)
-
-
-@contextlib.contextmanager
-def running(cfg: VllmConfig, workdir: Path, log: Path) -> Iterator[Engine]:
-    eng = start_vllm(cfg, workdir, log)
-    try:
-        yield eng
-    finally:
-        eng.stop()
 
 
 def run_load(spec: loadclient.RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
