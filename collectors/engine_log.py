@@ -113,6 +113,14 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+def kv_free_sequences(running: float, kv: float) -> float | None:
+    """How many more sequences of the running ones' mean size the free KV cache holds at one sample:
+    (1 − usage) × running / usage; None without a running sequence or KV usage (nothing to size by)."""
+    if running <= 0 or kv <= 0:
+        return None
+    return (1.0 - kv) * running / kv
+
+
 class Series:
     """Running aggregate of one numeric series: count, sum, min, max, first, last.
 
@@ -484,6 +492,7 @@ class EngineLogSummary:
     queued_samples: int  # stats samples with at least one waiting request
     running_when_queued: Series
     kv_when_queued: Series
+    kv_free_seqs_when_queued: Series  # per sample with requests waiting: kv_free_sequences
     new_tokens: int
     cached_tokens: int
     preemption_lines: int
@@ -525,6 +534,7 @@ class EngineLogParser:
         self.queued_samples = 0
         self.running_when_queued = Series()
         self.kv_when_queued = Series()
+        self.kv_free_seqs_when_queued = Series()
         self.new_tokens = 0
         self.cached_tokens = 0
         self.preemption_lines = 0
@@ -685,6 +695,8 @@ class EngineLogParser:
             if queued and "kv_pct" in cols:
                 kv = cols["kv_pct"]
                 self.kv_when_queued.extend([kv[k] * 0.01 for k in queued])
+                if "running" in cols:
+                    self._kv_room(*((cols["running"][k], kv[k] * 0.01) for k in queued))
 
     def _plan(self, names: tuple[str, ...]) -> tuple[list[tuple[Callable[[float], None], float]], int, int, int]:
         """For a layout's fields: (each field's adder and scale), and where running/waiting/kv sit (-1: absent)."""
@@ -715,6 +727,8 @@ class EngineLogParser:
                     self.running_when_queued.add(values[r])
                 if k >= 0:
                     self.kv_when_queued.add(values[k] / 100.0)
+                    if r >= 0:
+                        self._kv_room((values[r], values[k] / 100.0))
 
     def _add_vllm(self, got: dict[str, float]) -> None:
         """``_add_sample`` for a vLLM stats line's fields, without building a sample (the hot path)."""
@@ -747,6 +761,15 @@ class EngineLogParser:
                 self.running_when_queued.add(running)
             if kv is not None:
                 self.kv_when_queued.add(kv)
+                if running is not None:
+                    self._kv_room((running, kv))
+
+    def _kv_room(self, *samples: tuple[float, float]) -> None:
+        """(running, KV usage) of samples with requests waiting: the free KV cache in running-sized sequences."""
+        for running, kv in samples:
+            room = kv_free_sequences(running, kv)
+            if room is not None:
+                self.kv_free_seqs_when_queued.add(room)
 
     def _add_sample(self, s: StatsSample) -> None:
         self.engines.setdefault(s.engine)
@@ -771,6 +794,8 @@ class EngineLogParser:
                 self.running_when_queued.add(float(s.running))
             if s.kv_usage_ratio is not None:
                 self.kv_when_queued.add(s.kv_usage_ratio)
+                if s.running is not None:
+                    self._kv_room((float(s.running), s.kv_usage_ratio))
         if s.new_tokens is not None:
             self.new_tokens += s.new_tokens
         if s.cached_tokens is not None:
@@ -858,6 +883,7 @@ class EngineLogParser:
             queued_samples=self.queued_samples,
             running_when_queued=self.running_when_queued,
             kv_when_queued=self.kv_when_queued,
+            kv_free_seqs_when_queued=self.kv_free_seqs_when_queued,
             new_tokens=self.new_tokens,
             cached_tokens=self.cached_tokens,
             preemption_lines=self.preemption_lines,

@@ -53,7 +53,9 @@ class EngineQueueSaturated(Rule):
     ``#queue-req``, ``tgi_queue_size``) next to the running batch, in most of the stats lines or
     scrapes, and names what caps the running batch (the finding's ``mechanism``): the KV cache
     (``kv_capacity``: usage ≥ ``kv_full`` on average or at any sample with requests waiting,
-    preemptions, swapping), the sequence limit (``admission_cap``: running pinned at the stated
+    preemptions, swapping; or, with no stated sequence limit reached, a sample with requests waiting
+    where the free cache (1 − usage) × running / usage holds fewer than ``kv_no_room_seqs`` sequences
+    of the running ones' mean size), the sequence limit (``admission_cap``: running pinned at the stated
     ``max_num_seqs``, or at vLLM's default when none is stated while the KV cache has room — 256 in
     V0, and in V1 except on GPUs of 70 GiB or more other than the A100, where it is 1024 — or a small
     batch held at one size while the KV cache is nearly empty), or neither (``saturated_workers``:
@@ -73,7 +75,8 @@ class EngineQueueSaturated(Rule):
     Evidence: serving.waiting_max, serving.running_max; optionally serving.waiting_mean,
     serving.queued_sample_ratio, serving.stat_samples, serving.running_when_queued_mean,
     serving.running_when_queued_max, serving.kv_cache_usage_when_queued_mean_ratio,
-    serving.kv_cache_usage_when_queued_max_ratio, serving.kv_cache_usage_max_ratio, serving.preemptions,
+    serving.kv_cache_usage_when_queued_max_ratio, serving.kv_free_sequences_when_queued_min,
+    serving.kv_cache_usage_max_ratio, serving.preemptions,
     serving.swapped_max, serving.max_num_seqs, serving.max_num_batched_tokens, latency.ttft_ms.p99, stage.queue_ms.mean.
 
     Fix: by cause: more KV-cache memory (``--gpu-memory-utilization``, tensor parallelism,
@@ -97,6 +100,7 @@ class EngineQueueSaturated(Rule):
         "serving.running_when_queued_max",
         "serving.kv_cache_usage_when_queued_mean_ratio",
         "serving.kv_cache_usage_when_queued_max_ratio",
+        "serving.kv_free_sequences_when_queued_min",
         "serving.kv_cache_usage_max_ratio",
         "serving.preemptions",
         "serving.swapped_max",
@@ -116,6 +120,7 @@ class EngineQueueSaturated(Rule):
         cap_near: float = 0.95  # running within 5 % of max_num_seqs: the sequence limit holds admission
         default_max_num_seqs: float = 256.0  # vLLM's default sequence limit when the log does not say
         kv_room: float = 0.8  # below 80 % KV usage the cache could hold more sequences
+        kv_no_room_seqs: float = 1.0  # free KV for less than one running-sized sequence: nothing waiting fits
         steady_running: float = 0.75  # mean running ≥ 75 % of its peak while queued: the batch is held at a size
         small_batch: float = 16.0  # a running batch this small leaves the per-step token budget mostly free
         kv_low: float = 0.3  # under 30 % KV usage neither memory nor long contexts hold the queue
@@ -244,6 +249,15 @@ class EngineQueueSaturated(Rule):
         if cap is not None and running_peak >= t.cap_near * cap:
             return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
                     "not memory, holds requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
+        # the free part of the cache is smaller than one running sequence: a waiting request's blocks do not fit
+        # (a small batch far below any sequence limit and the per-step token budget is held by nothing else)
+        free_seqs = _num(ev, "serving.kv_free_sequences_when_queued_min")
+        if free_seqs is not None and free_seqs < t.kv_no_room_seqs:
+            return (f"Admission is limited by KV-cache capacity: at one point with requests waiting the free KV "
+                    f"cache held {free_seqs:.1f} of a running sequence"
+                    + (f" (the cache {pct(kv)} used on average, up to {pct(kv_peak)})"
+                       if kv is not None and kv_peak is not None else "")
+                    + ", so no waiting request's blocks fit.", [kv_fix], Mechanism.KV_CAPACITY)
         default = _default_max_num_seqs(ev, t.default_max_num_seqs)
         if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):

@@ -99,6 +99,10 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
                    "mean KV-cache usage on the lines where requests were waiting", few)
             ev.add("serving.kv_cache_usage_when_queued_max_ratio", s.kv_when_queued.max, "ratio",
                    "largest KV-cache usage on a line where requests were waiting", few)
+        if s.kv_free_seqs_when_queued.count:
+            ev.add("serving.kv_free_sequences_when_queued_min", s.kv_free_seqs_when_queued.low, "sequences",
+                   "fewest sequences of the running ones' mean size the free KV cache held on a line where "
+                   "requests were waiting", few)
         if s.prompt_tps.count:
             ev.add("serving.prompt_tokens_per_s", s.prompt_tps.mean, "tokens/s", "mean prompt (prefill) throughput",
                    few)

@@ -7,6 +7,7 @@ cover the window between them; with one, they cover the process lifetime (said i
 
 from __future__ import annotations
 
+from diagnose.collectors.engine_log import kv_free_sequences
 from diagnose.collectors.prom import TRIGGERS as PROM_TRIGGERS
 from diagnose.collectors.prom import PromBuffer, PromResult
 from diagnose.derive.emit import Emit
@@ -128,6 +129,12 @@ def _gauges(r: PromResult, ev: Emit, engines: str) -> None:
                    "KV-cache usage at the scrapes where requests were waiting", q)
             ev.add("serving.kv_cache_usage_when_queued_max_ratio", max(kq), "ratio",
                    "largest KV-cache usage at a scrape where requests were waiting", q)
+            if aligned:
+                rooms = [room for i in queued if (room := kv_free_sequences(running[i], kv[i])) is not None]
+                if rooms:
+                    ev.add("serving.kv_free_sequences_when_queued_min", min(rooms), "sequences",
+                           "fewest sequences of the running ones' mean size the free KV cache held at a scrape "
+                           "where requests were waiting", q)
     if g.get("prefix_hit_rate") and "prefix_hits" not in r.counters:
         ev.add("serving.prefix_cache_hit_ratio", g["prefix_hit_rate"][-1], "ratio",
                f"{engines} prefix-cache hit-rate gauge")

@@ -57,11 +57,13 @@ RECIPES: dict[str, Recipe] = {
         lab.VllmConfig("tiny", args=("--max-num-seqs", "2")), concurrency=16, prompt_words=20, max_tokens=32,
         mechanism="admission_cap"),
     "kv_pressure": Recipe(
-        "queueing", "16 clients with ~850-token prompts and 256-token answers against an 8 MiB KV pool (4096 "
-        "tokens): four running sequences outgrow it as they decode, so the KV cache is full, requests are preempted "
-        "and recomputed, and the rest wait for KV blocks",
+        "queueing", "16 clients with ~850-token prompts and 512-token answers against an 8 MiB KV pool (4096 "
+        "tokens): three running sequences fill it as they decode (three of 1,100 tokens on average leave less than "
+        "one sequence free), a fourth is preempted and recomputed, and the rest wait for KV blocks. vLLM 0.32's "
+        "stats line never shows its Preemptions field (its logger resets the count before printing it), so the log "
+        "shows the pressure by the KV usage alone",
         lab.VllmConfig("tiny", args=("--max-model-len", "2048"), kv_cache_bytes=8 << 20), concurrency=16,
-        prompt_words=420, max_tokens=256,
+        prompt_words=420, max_tokens=512,
         mechanism="kv_capacity"),
     "startup_refusal": Recipe(
         "oom_peak", "an 8 MiB KV pool holds 3968 tokens of the tiny model; the config's max_model_len (4096) needs "

@@ -10,7 +10,7 @@ from diagnose.collectors.logtext import clean_lines
 from diagnose.derive.bench import BenchSource
 from diagnose.derive.engine_log import EngineLogSource
 from diagnose.derive.prom import PromSource
-from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Severity
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity
 from diagnose.rules.engine import run_rules
 from diagnose.rules.serving import EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
 from tests.conftest import DATA
@@ -97,6 +97,32 @@ def test_stated_sequence_cap() -> None:
               serving__kv_cache_usage_when_queued_mean_ratio=0.4)
     f = _findings(ev)["QUE002"]
     assert "max_num_seqs=64" in f.message and f.confidence is Confidence.MEASURED
+
+
+def _v1_stats_log(*samples: tuple[int, int, float]) -> EvidenceSet:
+    """vLLM V1 (0.32) stats lines, as its CPU build prints them, for (running, waiting, KV %) samples."""
+    src = EngineLogSource()
+    for k, (running, waiting, kv) in enumerate(samples):
+        src.feed(f"(APIServer pid=5755) INFO 12-02 04:4{k}:41 [loggers.py:335] Engine 000: Avg prompt throughput: "
+                 f"455.9 tokens/s, Avg generation throughput: 131.2 tokens/s, Running: {running} reqs, Waiting: "
+                 f"{waiting} reqs, CPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: 0.0%")
+    return EvidenceSet(src.evidence("vllm.log"))
+
+
+def test_kv_with_no_room_for_one_more_sequence() -> None:
+    # the engine lab's KV-pressure run as CI saw it: never 95 % full, but at 77 % with 3 running the free quarter
+    # holds less than one running sequence (0.9), so none of the 12 waiting fits: KV capacity, not compute
+    ev = _v1_stats_log((3, 13, 77.4), (2, 12, 51.6), (3, 12, 71.0), (3, 6, 71.0))
+    assert ev.value("serving.kv_free_sequences_when_queued_min") == pytest.approx(0.876, abs=0.001)
+    f = _findings(ev)["QUE002"]
+    assert f.mechanism is Mechanism.KV_CAPACITY and "held 0.9 of a running sequence" in f.message
+    assert any("kv-cache-dtype fp8" in s for fx in f.fixes for s in fx.steps)
+    # the same queue with the cache half empty at every sample has room for a waiting request: not KV
+    roomy = _findings(_v1_stats_log((3, 13, 50.0), (2, 12, 40.0), (3, 12, 55.0), (3, 6, 52.0)))["QUE002"]
+    assert roomy.mechanism is not Mechanism.KV_CAPACITY
+    # a stated sequence limit the batch is pinned at holds requests first, however full the cache
+    capped = EvidenceSet([*ev, Evidence("serving.max_num_seqs", 3, "", "test")])
+    assert _findings(capped)["QUE002"].mechanism is Mechanism.ADMISSION_CAP
 
 
 def test_compute_bound_engine_cause() -> None:
