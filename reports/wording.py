@@ -8,6 +8,9 @@ from typing import Any
 from diagnose.model import Diagnosis, Severity
 
 HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
+# healthy from the requests' own figures (an engine's /metrics scrape) with nothing watching the host
+HEALTHY_REQUESTS_ONLY_TEXT = ("the requests' latency and queue show no significant bottleneck; nothing given "
+                              "watched the host (its CPU and CPU quota, the GPU): ")
 UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."
 
 
@@ -16,6 +19,9 @@ def healthy_text(diagnosis: Diagnosis) -> str:
     note = next((f for f in diagnosis.findings if f.severity is Severity.INFO), None)
     if note is not None:
         return f"nothing significant in the evidence given; {note.title[:1].lower()}{note.title[1:]} ({note.code})."
+    if diagnosis.next_steps:  # the host was not observed: the step that would see it
+        step = diagnosis.next_steps[0]
+        return HEALTHY_REQUESTS_ONLY_TEXT + step[:1].lower() + step[1:]
     return HEALTHY_TEXT
 
 

@@ -235,12 +235,32 @@ def decide(
         return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
     failing = signals(ev)
     covered = bool(covered_by(ev))
-    if not failing and (_explained(findings) or (covered and latency_covered(ev))):
+    if not failing and _explained(findings):
         return Verdict.HEALTHY, ()
+    if not failing and covered and latency_covered(ev):
+        # requests that look fine say nothing of a starved host: a healthy verdict from the engine's own figures
+        # alone (a /metrics scrape) names the attach that would see the host's CPU, its quota and the GPU
+        return Verdict.HEALTHY, (() if host_observed(ev) else (live_step(ev, target),))
     steps = next_steps(ev, target)
     if not failing and covered:  # the service was watched, but not what its requests felt: that first
         steps = (latency_step(ev, target), *steps[:MAX_STEPS - 1])
     return Verdict.UNDETERMINED, steps
+
+
+# what sees the host that serves the requests: its processes and threads, their CPU (and its cgroup quota),
+# the GPU, or a timeline of both
+HOST_PREFIXES = ("proc.", "threads.", "cpu.", "cgroup.", "host.", "gpu.", "trace.", "kineto.", "wall.")
+
+
+def host_observed(ev: EvidenceSet) -> bool:
+    """Whether anything in ``ev`` watched the host (process, threads, CPU quota, GPU), not only the requests."""
+    return ev.has_prefix(*HOST_PREFIXES)
+
+
+def live_step(ev: EvidenceSet, target: Target | None = None) -> str:
+    """The attach that watches the host while the service runs."""
+    pid = str(target.pid) if target is not None and target.pid else "PID"
+    return next(s.text for s in _steps(pid, _engine(ev)) if s.topic == "live")
 
 
 def latency_step(ev: EvidenceSet, target: Target | None = None) -> str:

@@ -20,6 +20,9 @@ EXPECTED: dict[str, dict[str, str]] = {
     "admission_cap": {"attach": "queueing", "log": "queueing", "metrics": "queueing"},
     "kv_pressure": {"attach": "queueing", "log": "queueing", "metrics": "queueing"},
     "prefill_bound": {"attach": "prefill_ttft", "log": "undetermined", "metrics": "prefill_ttft"},
+    # a CPU quota is the host's: only the attach (the cgroup's cpu.stat) sees it. The scrape's requests look fine,
+    # so its verdict is healthy with the scope said (nothing watched the host) and the attach as the next step
+    "cpu_quota": {"attach": "thread_oversubscription", "log": "undetermined", "metrics": "healthy"},
     "startup_refusal": {"log": "oom_peak"},
 }
 # the mechanism every queueing finding of that pathology must name (one per report)

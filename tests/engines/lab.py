@@ -77,6 +77,7 @@ class Engine:
     log: Path
     argv: list[str]
     started_s: float = 0.0
+    cgroup: Path | None = None  # the CPU cgroup the engine runs in (its quota), removed by stop()
 
     @property
     def base(self) -> str:
@@ -100,6 +101,9 @@ class Engine:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+        if self.cgroup is not None:
+            remove_cgroup(self.cgroup)
+            self.cgroup = None
 
 
 @dataclass
@@ -112,6 +116,9 @@ class VllmConfig:
     # the CPU backend's KV pool, set explicitly: its default (a share of the NUMA node's memory) is
     # refused at start-up on a 24 GiB machine that already runs the tests ("Available memory on node 0")
     kv_cache_bytes: int = 256 << 20
+    # a CFS quota (cores) put on the engine's whole process tree once it serves, as `docker update --cpus`
+    # does to a running container: the start-up (a minute of kernel compilation) runs unthrottled
+    cpu_quota_cores: float | None = None
 
 
 class EngineFailed(RuntimeError):
@@ -143,7 +150,46 @@ def start_vllm(cfg: VllmConfig, workdir: Path, log: Path, timeout_s: float = 600
     eng = Engine(proc, port, log, argv)
     if wait:
         wait_ready(eng, timeout_s)
+        if cfg.cpu_quota_cores is not None:
+            eng.cgroup = quota_tree(proc.pid, cfg.cpu_quota_cores)
     return eng
+
+
+CPU_CGROUP_V1 = Path("/sys/fs/cgroup/cpu")  # this machine's cgroup v1 CPU hierarchy (cpu.cfs_quota_us)
+CFS_PERIOD_US = 100_000
+
+
+def cgroups_writable() -> str | None:
+    """None when the lab can make a CPU cgroup with a quota here, else why not."""
+    if not (CPU_CGROUP_V1 / "cpu.cfs_quota_us").exists():
+        return f"no cgroup v1 CPU controller at {CPU_CGROUP_V1} (cpu.cfs_quota_us)"
+    if not os.access(CPU_CGROUP_V1, os.W_OK):
+        return f"{CPU_CGROUP_V1} is not writable (the lab runs as root in its container)"
+    return None
+
+
+def quota_tree(pid: int, cores: float) -> Path:
+    """Move ``pid`` and every process under it into a new CPU cgroup with a CFS quota of ``cores``."""
+    import psutil
+
+    group = CPU_CGROUP_V1 / f"diagnose-lab-{pid}"
+    group.mkdir(exist_ok=True)
+    (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+    (group / "cpu.cfs_quota_us").write_text(str(round(cores * CFS_PERIOD_US)))
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            (group / "cgroup.procs").write_text(str(p.pid))
+    return group
+
+
+def remove_cgroup(group: Path) -> None:
+    """Hand any process left in ``group`` back to the root group and remove it."""
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPU_CGROUP_V1 / "cgroup.procs").write_text(pid)
+        group.rmdir()
 
 
 def wait_ready(eng: Engine, timeout_s: float) -> None:
@@ -177,7 +223,7 @@ def prompt(n_words: int, seed: int) -> str:
 
 
 def completion_spec(base: str, prompt_words: int, max_tokens: int, stream: bool = True,
-                    timeout_s: float = 120.0) -> loadclient.RequestSpec:
+                    timeout_s: float = 120.0, logprobs: int = 0) -> loadclient.RequestSpec:
     """An OpenAI /v1/completions request with a different prompt each time; ``ignore_eos`` so that
     every answer is ``max_tokens`` long (a random-weight model would otherwise stop at random)."""
 
@@ -186,6 +232,8 @@ def completion_spec(base: str, prompt_words: int, max_tokens: int, stream: bool 
                "temperature": 0.0, "stream": stream, "ignore_eos": True}
         if stream:
             doc["stream_options"] = {"include_usage": True}
+        if logprobs:  # the top-N alternatives of every token, detokenised and serialised by the API server
+            doc["logprobs"] = logprobs
         return json.dumps(doc).encode()
 
     return loadclient.RequestSpec(loadclient.Target.parse(f"{base}/v1/completions"), "POST",

@@ -20,13 +20,15 @@ from tests.engines.expected import EXPECTED, analyze, assert_leg
 
 pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernels (~1-3 min on 2 cores)
 
-LIVE = ("healthy", "admission_cap", "kv_pressure", "startup_refusal")
+LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "startup_refusal")
 ATTACH_SLACK_S = 10.0  # attach returns within its window plus this
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _engine_venv() -> None:
     why = lab.vllm_available()
+    assert why is None, why
+    why = lab.cgroups_writable()  # the CPU-quota pathology puts the engine in a cgroup of its own
     assert why is None, why
 
 

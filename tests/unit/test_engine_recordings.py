@@ -85,6 +85,21 @@ def test_the_cpu_backends_kv_cache_is_the_kv_cache() -> None:
     assert evidence["serving.kv_free_sequences_when_queued_min"] < 1.0
 
 
+def test_a_cpu_quota_is_seen_by_attach_and_a_scrape_says_it_did_not_look() -> None:
+    """Half a core of CFS quota on the engine's tree, its OpenMP threads bound to both cores: attach reads the
+    cgroup's cpu.stat (throttled in nearly every period) and names the quota; the scrape's requests look fine, and
+    its healthy verdict says nothing watched the host and gives the attach that would."""
+    doc = diagnosis("cpu_quota", "attach")
+    lead = doc["findings"][0]
+    assert lead["code"] == "THR010" and "quota is 0.5 cores" in lead["message"]
+    throttled = {e["key"]: e["value"] for e in doc["evidence"]}["cgroup.throttled_ratio"]
+    assert throttled >= 0.9
+    scrape = diagnosis("cpu_quota", "metrics")
+    assert scrape["verdict"] == "healthy" and scrape["next_steps"][0].startswith("Attach while the problem happens")
+    # an attach watched the host: its healthy verdict needs no such step
+    assert diagnosis("healthy", "attach")["next_steps"] == []
+
+
 @pytest.mark.parametrize(("folder", "leg"), LLAMA_LEGS, ids=[f"{p}-{leg}" for p, leg in LLAMA_LEGS])
 def test_each_llamacpp_condition_is_named_from_each_leg(folder: str, leg: str) -> None:
     """llama.cpp on a host with no GPU: its ``layer N assigned to device CPU`` is no misplacement, its one-at-a-time

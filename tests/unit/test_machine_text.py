@@ -169,8 +169,12 @@ def test_scheduler_stats_alone_never_make_a_service_healthy() -> None:
     stats = dict(serving__stat_samples=5, serving__waiting_max=0, serving__running_max=2)
     got, steps = verdict.decide(_ev(**stats), ())
     assert got is Verdict.UNDETERMINED and steps
-    got, _ = verdict.decide(_ev(**stats, latency__ttft_ms__p99=40.0), ())
+    got, steps = verdict.decide(_ev(**stats, latency__ttft_ms__p99=40.0), ())
     assert got is Verdict.HEALTHY
+    # the requests' own figures say nothing of a starved host: healthy in what they cover, the attach next
+    assert len(steps) == 1 and steps[0].startswith("Attach while the problem happens")
+    got, steps = verdict.decide(_ev(**stats, latency__ttft_ms__p99=40.0, proc__cpu_cores=0.4), ())
+    assert got is Verdict.HEALTHY and steps == ()
 
 
 def test_a_covered_service_without_latency_asks_for_the_latency_first() -> None:
