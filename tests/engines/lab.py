@@ -223,7 +223,7 @@ def prompt(n_words: int, seed: int) -> str:
 
 
 def completion_spec(base: str, prompt_words: int, max_tokens: int, stream: bool = True,
-                    timeout_s: float = 120.0, logprobs: int = 0) -> loadclient.RequestSpec:
+                    timeout_s: float = 120.0) -> loadclient.RequestSpec:
     """An OpenAI /v1/completions request with a different prompt each time; ``ignore_eos`` so that
     every answer is ``max_tokens`` long (a random-weight model would otherwise stop at random)."""
 
@@ -232,8 +232,6 @@ def completion_spec(base: str, prompt_words: int, max_tokens: int, stream: bool 
                "temperature": 0.0, "stream": stream, "ignore_eos": True}
         if stream:
             doc["stream_options"] = {"include_usage": True}
-        if logprobs:  # the top-N alternatives of every token, detokenised and serialised by the API server
-            doc["logprobs"] = logprobs
         return json.dumps(doc).encode()
 
     return loadclient.RequestSpec(loadclient.Target.parse(f"{base}/v1/completions"), "POST",

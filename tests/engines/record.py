@@ -44,7 +44,6 @@ class Recipe:
     mechanism: str = ""  # queueing's mechanism, when it is queueing
     refuses: bool = False  # the engine refuses to start: its log is the recording
     stream: bool = True
-    logprobs: int = 0  # top-N logprobs per token (the API server's work per streamed token)
     notes: list[str] = field(default_factory=list)
 
 
@@ -72,12 +71,6 @@ RECIPES: dict[str, Recipe] = {
         "does) while the CPU backend binds its OpenMP threads to both of the host's cores: the kernel stops the "
         "engine's threads for most of each period",
         lab.VllmConfig("tiny", cpu_quota_cores=0.5), concurrency=4, prompt_words=20, max_tokens=32),
-    "front_end": Recipe(
-        "queueing", "48 streaming clients asking the top 20 logprobs of every token (detokenised and serialised "
-        "by the API server's one event loop), short prompts, 64 tokens, on a tiny model whose engine steps are "
-        "quick: the API server lags the engine",
-        lab.VllmConfig("tiny"), concurrency=48, prompt_words=20, max_tokens=64, logprobs=20,
-        mechanism="front_end_lag"),
     "startup_refusal": Recipe(
         "oom_peak", "an 8 MiB KV pool holds 3968 tokens of the tiny model; the config's max_model_len (4096) needs "
         "more, so vLLM refuses to start with its own error (To serve at least one request with the model's max seq "
@@ -103,7 +96,7 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
         return _refusal(name, r, work, log, out, final)
     eng = lab.start_vllm(r.engine, work, log)
     try:
-        spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream, logprobs=r.logprobs)
+        spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
         lab.run_load(spec, 1, 0.0, 3.0)  # one request first: the engine's first forward pass is not the window's
         result: dict[str, object] = {}
         loader = threading.Thread(target=lambda: result.update(
