@@ -49,6 +49,7 @@ from diagnose.derive import (
     compile_log,
     dcgm,
     engine_log,
+    kernel_oom,
     llamacpp,
     nsys_stats,
     nvsmi,
@@ -106,6 +107,7 @@ class RawLinesSource(TextSource, Protocol):
 SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     probe_state.sources,  # first: the allocator's own numbers beat the numbers in an OOM message
     oom.sources,
+    kernel_oom.sources,
     compile_log.sources,
     timing.sources,
     nvsmi.sources,

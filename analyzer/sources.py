@@ -519,7 +519,8 @@ CGROUP_REMEDY = "In a container, pass the cgroup hierarchy's mount with --cgroup
 
 
 class CgroupSource:
-    """The CPU controller files of the target's cgroup, read at both ends of the window (quota, throttling)."""
+    """The CPU and memory controller files of the target's cgroups, read at both ends of the window (quota,
+    throttling; memory limit, peak, OOM kills)."""
 
     collector = "cgroup"
 
@@ -528,23 +529,32 @@ class CgroupSource:
         self.folder = folder
         self.root = root
         self.group: cgroup_collector.Group | None = None
+        self.memory: cgroup_collector.Group | None = None
         self._start: list[dict[str, Any]] = []
         self._end: list[dict[str, Any]] = []
+        self._mem_start: list[dict[str, Any]] = []
+        self._mem_end: list[dict[str, Any]] = []
 
     def start(self) -> None:
         self.group = cgroup_collector.locate(self.pid, self.root)
         self._start = cgroup_collector.snapshot(self.group) if self.group is not None else []
+        self.memory = cgroup_collector.locate(self.pid, self.root, controller="memory")
+        self._mem_start = cgroup_collector.snapshot(self.memory, memory=True) if self.memory is not None else []
 
     def stop(self) -> None:
         self._end = cgroup_collector.snapshot(self.group) if self.group is not None else []
+        self._mem_end = cgroup_collector.snapshot(self.memory, memory=True) if self.memory is not None else []
 
     def capture(self, window: Window, cut: str) -> Capture:
         if self.group is None or not self._end:
             where = f" under {self.root}" if self.root else ""
             return Capture(self.collector, CaptureStatus.SKIPPED, f"no readable CPU cgroup for pid {self.pid}{where}",
                            CGROUP_REMEDY, window)
+        memory = (cgroup_collector.memory_record(self.memory, self._mem_start, self._mem_end)
+                  if self.memory is not None and self._mem_end else None)
         write_json_atomic(os.path.join(self.folder, cgroup_collector.CGROUP_FILE),
-                          cgroup_collector.record(self.group, self._start, self._end, window.start, window.end))
+                          cgroup_collector.record(self.group, self._start, self._end, window.start, window.end,
+                                                  memory))
         return Capture(self.collector, CaptureStatus.OK, "", "", window, (cgroup_collector.CGROUP_FILE,))
 
 

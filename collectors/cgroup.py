@@ -1,4 +1,5 @@
-"""The target's CPU budget when it runs in a container: its cgroup's CFS quota and throttling.
+"""The target's CPU budget when it runs in a container: its cgroup's CFS quota and throttling; and its
+memory limit, the peak it reached and the OOM killer's kills in its memory cgroup.
 
 A container's CPU budget is its quota, not the host's cores: ``cpu.max`` (cgroup v2: ``"QUOTA
 PERIOD"`` in microseconds, ``max`` for none) or ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (v1,
@@ -28,6 +29,11 @@ from typing import Any
 CGROUP_FILE = "cgroup.json"
 V2_FILES = ("cpu.max", "cpu.stat")
 V1_FILES = ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.stat")
+# the memory controller: its limit, the peak it reached, and how often the OOM killer ran in it
+MEM_V2_FILES = ("memory.max", "memory.current", "memory.peak", "memory.events")
+MEM_V1_FILES = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
+                "memory.failcnt")
+NO_MEMORY_LIMIT = 1 << 60  # v1 prints "no limit" as 9223372036854771712 (PAGE_COUNTER_MAX pages)
 MAX_LEVELS = 16
 
 
@@ -59,8 +65,8 @@ def membership(pid: int, proc: str = "/proc") -> dict[str, str]:
     return out
 
 
-def mounts(proc: str = "/proc") -> dict[str, tuple[str, str]]:
-    """"cpu" (v1) and/or "" (v2) → (mount point, root of the hierarchy that the mount shows)."""
+def mounts(proc: str = "/proc", controller: str = "cpu") -> dict[str, tuple[str, str]]:
+    """``controller`` (v1) and/or "" (v2) → (mount point, root of the hierarchy that the mount shows)."""
     out: dict[str, tuple[str, str]] = {}
     for line in (_read(f"{proc}/self/mountinfo") or "").splitlines():
         left, _, right = line.partition(" - ")
@@ -70,23 +76,25 @@ def mounts(proc: str = "/proc") -> dict[str, tuple[str, str]]:
         fstype, options = r[0], r[2].split(",")
         if fstype == "cgroup2":
             out.setdefault("", (f[4], f[3]))
-        elif fstype == "cgroup" and "cpu" in options:
-            out.setdefault("cpu", (f[4], f[3]))
+        elif fstype == "cgroup" and controller in options:
+            out.setdefault(controller, (f[4], f[3]))
     return out
 
 
-def locate(pid: int, root: str | None = None, proc: str = "/proc") -> Group | None:
-    """The target's CPU group, or None when it has none readable (not Linux, no cgroup fs)."""
+def locate(pid: int, root: str | None = None, proc: str = "/proc", controller: str = "cpu") -> Group | None:
+    """The target's group of ``controller`` ("cpu" or "memory"), or None when it has none readable (not
+    Linux, no cgroup fs)."""
     member = membership(pid, proc)
-    v1 = next((path for ctrl, path in member.items() if "cpu" in ctrl.split(",")), None)
-    found = mounts(proc) if root is None else {}
+    v1 = next((path for ctrl, path in member.items() if controller in ctrl.split(",")), None)
+    found = mounts(proc, controller) if root is None else {}
     if v1 is not None:
         if root is not None:
-            names = [n for n in ("cpu", "cpu,cpuacct", "cpuacct,cpu") if os.path.isdir(os.path.join(root, n))]
+            names = [n for n in ((controller, "cpu,cpuacct", "cpuacct,cpu") if controller == "cpu" else (controller,))
+                     if os.path.isdir(os.path.join(root, n))]
             mount = os.path.join(root, names[0]) if names else root
             return Group(1, v1, mount)
-        if "cpu" in found:
-            return Group(1, _relative(v1, found["cpu"][1]), found["cpu"][0])
+        if controller in found:
+            return Group(1, _relative(v1, found[controller][1]), found[controller][0])
     if "" in member:
         if root is not None:
             return Group(2, member[""], root)
@@ -102,9 +110,13 @@ def _relative(path: str, mount_root: str) -> str:
     return path
 
 
-def snapshot(group: Group) -> list[dict[str, Any]]:
-    """The raw CPU files of the group and each ancestor, leaf first (text as read, None when absent)."""
-    names = V2_FILES if group.version == 2 else V1_FILES
+def snapshot(group: Group, memory: bool = False) -> list[dict[str, Any]]:
+    """The raw CPU (or memory) files of the group and each ancestor, leaf first (text as read, None when absent)."""
+    names: tuple[str, ...]
+    if memory:
+        names = MEM_V2_FILES if group.version == 2 else MEM_V1_FILES
+    else:
+        names = V2_FILES if group.version == 2 else V1_FILES
     levels: list[dict[str, Any]] = []
     path = "/" + group.path.strip("/")
     for _ in range(MAX_LEVELS):
@@ -171,8 +183,43 @@ def parse(version: int, raw: Mapping[str, Any]) -> Level:
     return Level(str(raw.get("path", "")), quota, period, _stat(files.get("cpu.stat"), version))
 
 
+@dataclass(frozen=True)
+class MemoryLevel:
+    path: str
+    limit: int | None  # bytes; None: no limit at this level
+    usage: int | None
+    peak: int | None  # the most the group held (v1 max_usage_in_bytes, v2 memory.peak: kernel 5.19+)
+    oom_kills: int | None  # processes the OOM killer killed in the group (v1 oom_control's oom_kill: 4.13+)
+
+
+def parse_memory(version: int, raw: Mapping[str, Any]) -> MemoryLevel:
+    """One level's raw memory files (as ``snapshot(memory=True)`` read them) → limit, usage, peak, kills."""
+    files = raw.get("files") or {}
+    if version == 2:
+        limit_text = str(files.get("memory.max") or "").strip()
+        limit = None if limit_text in ("", "max") else _int(limit_text)
+        usage, peak = _int(files.get("memory.current")), _int(files.get("memory.peak"))
+        kills = _stat(files.get("memory.events"), 2).get("oom_kill")
+    else:
+        limit = _int(files.get("memory.limit_in_bytes"))
+        usage, peak = _int(files.get("memory.usage_in_bytes")), _int(files.get("memory.max_usage_in_bytes"))
+        kills = _stat(files.get("memory.oom_control"), 1).get("oom_kill")
+    if limit is not None and limit >= NO_MEMORY_LIMIT:
+        limit = None
+    return MemoryLevel(str(raw.get("path", "")), limit, usage, peak, kills)
+
+
 def record(group: Group, start: list[dict[str, Any]], end: list[dict[str, Any]], t0: float,
-           t1: float) -> dict[str, Any]:
-    """The document written to ``cgroup.json``: where the group is and its files at both ends."""
-    return {"version": group.version, "path": group.path, "mount": group.mount, "window": [t0, t1],
-            "start": start, "end": end}
+           t1: float, memory: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The document written to ``cgroup.json``: where the group is and its files at both ends; ``memory``:
+    the same for the memory controller's group (``memory_record``), when there is one."""
+    doc = {"version": group.version, "path": group.path, "mount": group.mount, "window": [t0, t1],
+           "start": start, "end": end}
+    if memory:
+        doc["memory"] = memory
+    return doc
+
+
+def memory_record(group: Group, start: list[dict[str, Any]], end: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memory controller's part of ``cgroup.json``."""
+    return {"version": group.version, "path": group.path, "mount": group.mount, "start": start, "end": end}

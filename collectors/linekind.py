@@ -48,7 +48,8 @@ class LineKind(Enum):
 
 # a program's log record, by its prefix: glog (I0726 13:03:07.418), a bracketed or bare date-time,
 # vLLM's "INFO 05-01 10:00:00", logging's "WARNING:", key=value loggers (ollama's time=…), journald
-# ("Nov 20 09:20:22 host proc[123]:"), a bare time ("12:03:01.123 "), "[INFO]"/"INFO |" tags, and
+# ("Nov 20 09:20:22 host proc[123]:", "… host kernel:"), the kernel's ring buffer as dmesg prints it
+# ("[13059.917043] ", "[Tue Sep 16 03:14:22 2025] "), a bare time ("12:03:01.123 "), "[INFO]"/"INFO |" tags, and
 # C-style "function_name:" prefixes (llama.cpp's "load_tensors:", "llama_model_loader:"; an
 # identifier with an underscore: a person's "Note:" is prose)
 _LOG = re.compile(
@@ -56,7 +57,9 @@ _LOG = re.compile(
     r"|\[?[IWEFV]\d{4} \d\d:\d\d:\d\d|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|TRACE|FATAL)\s+\d\d-\d\d \d\d:\d\d"
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):"
-    r"|time=\d{4}-|[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ \S+\[\d+\]:"
+    r"|time=\d{4}-|[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ (?:\S+\[\d+\]|kernel):"
+    r"|\[\s*\d+\.\d{3,}\]\s"  # the kernel's ring buffer (dmesg): seconds since boot
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?: \d{4})?\]\s"  # dmesg -T
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s"
     r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
     r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"

@@ -762,6 +762,8 @@ class OomParser:
                     self.fragmentation_statements.append(m.group(0)[:160])
         if not any(w in low for w in _TRIGGERS) and not any(w in line for w in ("显存", "内存")):
             return
+        if "killed process" in low or "oom-kill" in low or "invoked oom-killer" in low:
+            return  # the kernel's OOM killer (host memory): diagnose.collectors.kernel_oom reads it
         fw = self._framework(line)
         if fw is not None:
             fw.line_no = self._n

@@ -969,5 +969,97 @@ class AllocatorChurn(Rule):
         )
 
 
+class HostOomKill(Rule):
+    """The kernel's OOM killer killed the service: host memory (a container's limit, or the host's) ran out.
+
+    What it detects: the kernel's own report of an OOM kill — ``Killed process PID (name)
+    … anon-rss:NkB`` in ``dmesg`` or the journal, with ``oom-kill:constraint=CONSTRAINT_MEMCG`` and
+    ``memory: usage …, limit …`` when a memory cgroup hit its limit — or a container that ended
+    ``OOMKilled``, or (attach) the target's memory cgroup counting OOM kills during the window
+    (``memory.events``' ``oom_kill``, v1 ``memory.oom_control``).
+
+    Why it matters: there is no Python error and no CUDA message: the process is SIGKILLed (exit
+    code 137), its log just stops, and a supervisor restarts it into the same limit. GPU memory
+    settings do not help; what ran out is host RAM: the process's resident memory (weights staged
+    in RAM while loading, a CPU KV cache or swap space, a prompt cache, per-worker copies) plus its
+    page cache against the container's limit.
+
+    How it decides: ``host.oom_kills`` or ``cgroup.oom_kills`` ≥ 1. The message names the process,
+    what it held (``host.oom_killed_anon_rss_bytes``) and the limit (``host.memory_limit_bytes`` /
+    ``cgroup.memory_limit_bytes``; ``host.oom_scope``: a cgroup's limit or the whole host).
+    Category ``oom_peak``: the memory the service reached, not a device's capacity, ran out.
+
+    Evidence: host.oom_kills or cgroup.oom_kills; optionally host.oom_scope, host.oom_killed_process,
+    host.oom_killed_anon_rss_bytes, host.memory_limit_bytes, host.memory_usage_bytes,
+    cgroup.memory_limit_bytes, cgroup.memory_peak_bytes.
+
+    Fix: raise the container's memory limit above the peak (Kubernetes ``resources.limits.memory``,
+    ``docker run --memory``), or hold less in RAM: vLLM's CPU backend a smaller KV pool
+    (``--kv-cache-memory-bytes`` / ``VLLM_CPU_KVCACHE_SPACE``); llama.cpp a
+    bounded prompt cache (``--cache-ram``); fewer workers per pod; load checkpoints without
+    materialising them twice (transformers ``low_cpu_mem_usage=True`` or a ``device_map``).
+
+    False positives: a kill of another process on the same host (its name is in the message: check
+    it is the service); a report pasted from an earlier incident.
+    """
+
+    code = "MEM013"
+    name = "host-oom-kill"
+    category = Category.OOM_PEAK
+    requires = ()
+    requires_any = (("host.oom_kills",), ("cgroup.oom_kills",))
+    optional = ("host.oom_kills", "cgroup.oom_kills", "host.oom_scope", "host.oom_killed_process",
+                "host.oom_killed_anon_rss_bytes", "host.memory_limit_bytes", "host.memory_usage_bytes",
+                "cgroup.memory_limit_bytes", "cgroup.memory_peak_bytes")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_kills: float = 1  # one kill is the incident: the kernel killed the service
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        kills = max(ev.value("host.oom_kills", 0.0) or 0.0, ev.value("cgroup.oom_kills", 0.0) or 0.0)
+        if kills < t.min_kills:
+            return None
+        who = ev.get("host.oom_killed_process")
+        rss = ev.value("host.oom_killed_anon_rss_bytes")
+        limit = ev.value("host.memory_limit_bytes") or ev.value("cgroup.memory_limit_bytes")
+        peak = ev.value("cgroup.memory_peak_bytes") or ev.value("host.memory_usage_bytes")
+        scope = ev.get("host.oom_scope")
+        in_group = (ev.value("cgroup.oom_kills", 0.0) or 0.0) > 0
+        memcg = (isinstance(scope, Evidence) and scope.value == "memcg") or in_group
+        name = f"{who.value} ({who.detail})" if isinstance(who, Evidence) else "the service's process"
+        where = ("its memory cgroup (the container) reached its limit" + (f" of {size(limit)}" if limit else "")
+                 if memcg or limit else
+                 "the host ran out of memory" if isinstance(scope, Evidence) and scope.value == "global"
+                 else "memory ran out")
+        msg = (f"The kernel's OOM killer killed {name}" + (f" holding {size(rss)} of anonymous memory" if rss else "")
+               + f" ({kills:.0f} kill{'s' if kills != 1 else ''}): {where}"
+               + (f", {size(peak)} in use" if peak else "")
+               + ". No Python or CUDA error is raised: the process is SIGKILLed (exit code 137) and its log just "
+               "stops. Host RAM ran out, not GPU memory: what the process holds in RAM (weights staged while loading, "
+               "a CPU KV cache or swap space, caches, per-worker copies) plus page cache, against the limit.")
+        why = f"killed |{bar(1.0)}| {kills:.0f}"
+        if rss and limit:
+            why = f"held   |{bar(min(1.0, rss / limit))}| {size(rss)} of {size(limit)}"
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEASURED,
+            title="Killed by the kernel's OOM killer: host memory ran out",
+            message=msg,
+            impact=0.9,
+            evidence=present(ev, *self.optional),
+            why=why,
+            fixes=[
+                Fix("Give the container more memory, or hold less in RAM", (
+                    "Raise the memory limit above the peak: Kubernetes resources.limits.memory, docker run --memory",
+                    "vLLM's CPU backend: a smaller KV pool (--kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE in GiB)",
+                    "llama.cpp: bound the prompt cache (--cache-ram N MiB; LLAMA_ARG_CACHE_RAM)",
+                    "Fewer workers or model copies per container; load checkpoints without a second copy in RAM "
+                    "(transformers: low_cpu_mem_usage=True or device_map=...)",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
 RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
-                                  MemoryHeadroom, AllocatorChurn)
+                                  MemoryHeadroom, AllocatorChurn, HostOomKill)

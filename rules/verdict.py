@@ -80,6 +80,7 @@ SIGNALS: tuple[tuple[str, str], ...] = (
     ("requests.failed", "failed requests"),
     ("gpu.xid_events", "GPU XID errors"),
     ("serving.streams_cut", "streams the server ended early"),
+    ("host.sigkilled", "a process killed by SIGKILL"),
 )
 
 
@@ -121,6 +122,7 @@ class Step:
     topic: str
     text: str
     relevant: Callable[[EvidenceSet], bool]
+    urgent: bool = False  # when relevant, it explains a failure the evidence shows: it comes before any other
 
 
 def _engine(ev: EvidenceSet) -> str:
@@ -136,6 +138,13 @@ def _steps(pid: str, engine: str) -> tuple[Step, ...]:
         "triton": "Triton serves /metrics on port 8002",
     }.get(engine, "vLLM, TGI and Triton serve it; SGLang with --enable-metrics")
     return (
+        Step("memory",
+             "A process ended by SIGKILL (exit code -9 or 137) with no error of its own: the kernel's OOM killer is "
+             "the usual sender. Read the kernel's report: `dmesg -T | grep -iE -B30 'killed process'` (or "
+             "`journalctl -k`; in Kubernetes `kubectl describe pod` shows Last State: OOMKilled) and `diagnose "
+             "analyze` it with the log",
+             lambda ev: ev.has_prefix("host.sigkilled") and not ev.has_prefix("host.oom_kills", "cgroup.oom_kills"),
+             urgent=True),
         Step("memory",
              "Record the allocator at the OOM: call torch.cuda.memory._record_memory_history(max_entries=100000) "
              "at start-up and torch.cuda.memory._dump_snapshot('oom.pickle') in the OOM handler (or run `diagnose "
@@ -212,6 +221,7 @@ def next_steps(ev: EvidenceSet, target: Target | None = None) -> tuple[str, ...]
     if leaning:  # after attaching, what a report's words lean to (even too weakly to name it) comes next
         order = ("live", *(t for t in leaning if t != "live"))
         ordered.sort(key=lambda s: order.index(s.topic) if s.topic in order else len(order))
+    ordered.sort(key=lambda s: not (s.urgent and s.relevant(ev)))  # a failure shown comes first (a stable sort)
     return tuple(s.text for s in ordered[:MAX_STEPS])
 
 

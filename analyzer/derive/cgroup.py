@@ -57,4 +57,34 @@ def derive(doc: Mapping[str, Any], *, window: Window | None = None, partial: boo
                f"nr_throttled / nr_periods over the window at {path}")
         ev.add("cgroup.throttled_s", secs, "s",
                "throttled time in the window, summed over the CPUs the group's threads were stopped on")
+    memory = doc.get("memory")
+    if isinstance(memory, Mapping):
+        _memory(ev, memory)
     return ev.items
+
+
+def _memory(ev: Emit, doc: Mapping[str, Any]) -> None:
+    """The memory cgroup: the smallest limit of the group and its ancestors (``cgroup.memory_limit_bytes``),
+    the group's peak (``cgroup.memory_peak_bytes``) and the OOM kills in the window (``cgroup.oom_kills``:
+    the largest ``oom_kill`` delta of any level; the kill is counted where the limit was hit and above)."""
+    version = int(doc.get("version") or 0)
+    if version not in (1, 2):
+        return
+    start = {lv.path: lv for lv in (cgroup.parse_memory(version, raw) for raw in doc.get("start") or ())}
+    end = [cgroup.parse_memory(version, raw) for raw in doc.get("end") or ()]
+    limited = [lv for lv in end if lv.limit is not None]
+    files = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    if limited:
+        bind = min(limited, key=lambda lv: lv.limit or 0)
+        ev.add("cgroup.memory_limit_bytes", bind.limit, "bytes", f"{files} at {bind.path} (cgroup v{version})")
+    leaf = end[0] if end else None
+    if leaf is not None and leaf.peak is not None:
+        ev.add("cgroup.memory_peak_bytes", leaf.peak, "bytes",
+               f"the most {leaf.path} held (memory.{'peak' if version == 2 else 'max_usage_in_bytes'})")
+    kills = [((lv.oom_kills or 0) - (start[lv.path].oom_kills or 0), lv.path) for lv in end
+             if lv.oom_kills is not None and lv.path in start and start[lv.path].oom_kills is not None]
+    if kills:
+        n, path = max(kills)
+        ev.add("cgroup.oom_kills", max(0, n), "processes",
+               f"processes the OOM killer killed in {path} during the window "
+               f"({'memory.events' if version == 2 else 'memory.oom_control'} oom_kill)")

@@ -2,7 +2,8 @@
 live engine tests hold diagnose to the same table.
 
 A leg is what diagnose is given: ``attach`` (the live session from the API server's pid, with the log
-and /metrics), ``log`` (the engine's log alone) or ``metrics`` (its /metrics scrapes alone). The
+and /metrics), ``log`` (the engine's log alone), ``metrics`` (its /metrics scrapes alone) or ``kernel``
+(the kernel's OOM report from ``dmesg``, where the kernel killed the engine). The
 verdict is a category, ``healthy`` or ``undetermined``: a vLLM log carries no time to first token, so
 from the log alone a service can be judged a bottleneck but never healthy.
 """
@@ -24,6 +25,10 @@ EXPECTED: dict[str, dict[str, str]] = {
     # so its verdict is healthy with the scope said (nothing watched the host) and the attach as the next step
     "cpu_quota": {"attach": "thread_oversubscription", "log": "undetermined", "metrics": "healthy"},
     "startup_refusal": {"log": "oom_peak"},
+    # killed by the kernel's OOM killer at the memory cgroup's limit while it starts: attach reads the group's
+    # oom_kill count, the kernel's report (dmesg) names the kill; the engine's log shows only a worker that died
+    # by SIGKILL (exit code -9), so alone it is undetermined, and its first next step reads the kernel's report
+    "host_oom": {"attach": "oom_peak", "log": "undetermined", "kernel": "oom_peak"},
 }
 # the mechanism every queueing finding of that pathology must name (one per report)
 MECHANISM: dict[str, str] = {"admission_cap": "admission_cap", "kv_pressure": "kv_capacity",
@@ -52,6 +57,8 @@ def inputs(folder: Path, leg: str) -> list[str]:
         return [str(folder / "attach")]
     if leg == "log":
         return [str(folder / ("vllm.log" if (folder / "vllm.log").exists() else "server.log"))]
+    if leg == "kernel":  # the kernel's OOM report, as `dmesg` printed it
+        return [str(folder / "kernel.log")]
     return [str(folder / "metrics.txt")]
 
 

@@ -77,7 +77,7 @@ class Engine:
     log: Path
     argv: list[str]
     started_s: float = 0.0
-    cgroup: Path | None = None  # the CPU cgroup the engine runs in (its quota), removed by stop()
+    cgroups: list[Path] = field(default_factory=list)  # the cgroups the engine runs in, removed by stop()
 
     @property
     def base(self) -> str:
@@ -101,9 +101,9 @@ class Engine:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        if self.cgroup is not None:
-            remove_cgroup(self.cgroup)
-            self.cgroup = None
+        for group in self.cgroups:
+            remove_cgroup(group)
+        self.cgroups = []
 
 
 @dataclass
@@ -119,6 +119,9 @@ class VllmConfig:
     # a CFS quota (cores) put on the engine's whole process tree once it serves, as `docker update --cpus`
     # does to a running container: the start-up (a minute of kernel compilation) runs unthrottled
     cpu_quota_cores: float | None = None
+    # a memory cgroup limit (bytes) the engine starts in, as a container's memory limit: the kernel's OOM killer
+    # kills the process with the most resident memory when the tree's memory reaches it
+    memory_limit_bytes: int | None = None
 
 
 class EngineFailed(RuntimeError):
@@ -144,14 +147,22 @@ def start_vllm(cfg: VllmConfig, workdir: Path, log: Path, timeout_s: float = 600
     # the log then holds a command line among its records, as real incident logs often do
     fh.write(("+ " + " ".join(["python3", *argv[1:]]) + "\n").encode())
     fh.flush()
+    memory_group = memory_cgroup(cfg.memory_limit_bytes) if cfg.memory_limit_bytes is not None else None
+    join = (lambda: (memory_group / "cgroup.procs").write_text(str(os.getpid()))) if memory_group else None
     proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=workdir, start_new_session=True)
+                            env=env, cwd=workdir, start_new_session=True, preexec_fn=join)
     fh.close()
     eng = Engine(proc, port, log, argv)
+    if memory_group is not None:
+        eng.cgroups.append(memory_group)
     if wait:
-        wait_ready(eng, timeout_s)
+        try:
+            wait_ready(eng, timeout_s)
+        except EngineFailed:
+            eng.stop()
+            raise
         if cfg.cpu_quota_cores is not None:
-            eng.cgroup = quota_tree(proc.pid, cfg.cpu_quota_cores)
+            eng.cgroups.append(quota_tree(proc.pid, cfg.cpu_quota_cores))
     return eng
 
 
@@ -160,12 +171,42 @@ CFS_PERIOD_US = 100_000
 
 
 def cgroups_writable() -> str | None:
-    """None when the lab can make a CPU cgroup with a quota here, else why not."""
-    if not (CPU_CGROUP_V1 / "cpu.cfs_quota_us").exists():
-        return f"no cgroup v1 CPU controller at {CPU_CGROUP_V1} (cpu.cfs_quota_us)"
-    if not os.access(CPU_CGROUP_V1, os.W_OK):
-        return f"{CPU_CGROUP_V1} is not writable (the lab runs as root in its container)"
+    """None when the lab can make CPU and memory cgroups (a quota, a limit) here, else why not."""
+    for root, probe in ((CPU_CGROUP_V1, "cpu.cfs_quota_us"), (MEMORY_CGROUP_V1, "memory.limit_in_bytes")):
+        if not (root / probe).exists():
+            return f"no cgroup v1 controller at {root} ({probe})"
+        if not os.access(root, os.W_OK):
+            return f"{root} is not writable (the lab runs as root in its container)"
     return None
+
+
+MEMORY_CGROUP_V1 = Path("/sys/fs/cgroup/memory")  # this machine's cgroup v1 memory hierarchy
+_GROUPS = itertools.count(1)
+
+
+def memory_cgroup(limit_bytes: int) -> Path:
+    """A new memory cgroup limited to ``limit_bytes`` (no swap to spill into: the machine has none)."""
+    group = MEMORY_CGROUP_V1 / f"diagnose-lab-mem-{os.getpid()}-{next(_GROUPS)}"
+    group.mkdir()
+    (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    return group
+
+
+def oom_report(group: Path) -> str:
+    """The kernel's OOM reports (``dmesg``) for kills in ``group``: from each ``invoked oom-killer`` line to its
+    ``Killed process`` line, kept when the report names the group (``oom_memcg=/…``)."""
+    out = subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
+    reports: list[str] = []
+    block: list[str] = []
+    for line in out.splitlines():
+        if "invoked oom-killer" in line:
+            block = []
+        block.append(line)
+        if "Killed process" in line:
+            if any(f"oom_memcg=/{group.name}" in b for b in block):
+                reports.append("\n".join(block))
+            block = []
+    return "\n".join(reports) + ("\n" if reports else "")
 
 
 def quota_tree(pid: int, cores: float) -> Path:
@@ -184,11 +225,11 @@ def quota_tree(pid: int, cores: float) -> Path:
 
 
 def remove_cgroup(group: Path) -> None:
-    """Hand any process left in ``group`` back to the root group and remove it."""
+    """Hand any process left in ``group`` back to its hierarchy's root group and remove it."""
     with contextlib.suppress(OSError):
         for pid in (group / "cgroup.procs").read_text().split():
             with contextlib.suppress(OSError):
-                (CPU_CGROUP_V1 / "cgroup.procs").write_text(pid)
+                (group.parent / "cgroup.procs").write_text(pid)
         group.rmdir()
 
 

@@ -43,6 +43,7 @@ class Recipe:
     warmup_s: float = 5.0
     mechanism: str = ""  # queueing's mechanism, when it is queueing
     refuses: bool = False  # the engine refuses to start: its log is the recording
+    killed: bool = False  # the kernel's OOM killer kills the engine while it starts: log, kernel report, attach
     stream: bool = True
     notes: list[str] = field(default_factory=list)
 
@@ -71,6 +72,14 @@ RECIPES: dict[str, Recipe] = {
         "does) while the CPU backend binds its OpenMP threads to both of the host's cores: the kernel stops the "
         "engine's threads for most of each period",
         lab.VllmConfig("tiny", cpu_quota_cores=0.5), concurrency=4, prompt_words=20, max_tokens=32),
+    "host_oom": Recipe(
+        "oom_peak", "the engine starts inside a memory cgroup limited to 3 GiB (a container's memory limit) with a "
+        "2 GiB KV pool: the API server, EngineCore and worker hold ~1.9 GB before the pool, so when the worker "
+        "fills the pool the group reaches its limit and the kernel's OOM killer SIGKILLs the worker (the largest); "
+        "the engine never serves. No Python or CUDA error: the kernel's report (dmesg) and the memory cgroup's "
+        "oom_kill count say what happened",
+        lab.VllmConfig("tiny", kv_cache_bytes=2 << 30, memory_limit_bytes=3 << 30), concurrency=0, prompt_words=0,
+        max_tokens=0, window_s=150.0, killed=True),
     "startup_refusal": Recipe(
         "oom_peak", "an 8 MiB KV pool holds 3968 tokens of the tiny model; the config's max_model_len (4096) needs "
         "more, so vLLM refuses to start with its own error (To serve at least one request with the model's max seq "
@@ -94,6 +103,8 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
     log = work / "vllm.log"
     if r.refuses:
         return _refusal(name, r, work, log, out, final)
+    if r.killed:
+        return _killed(name, r, work, log, out, final, attach)
     eng = lab.start_vllm(r.engine, work, log)
     try:
         spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
@@ -153,6 +164,38 @@ def _refusal(name: str, r: Recipe, work: Path, log: Path, out: Path, final: Path
         raise RuntimeError(f"{name}: the engine started, but the recipe expects it to refuse")
     _keep_log(log, out / "vllm.log")
     return _finish(r, work, out, final, load=None)
+
+
+def _killed(name: str, r: Recipe, work: Path, log: Path, out: Path, final: Path, attach: bool) -> Path:
+    """An engine the kernel kills while it starts: attached to from its launch (the window ends when the API
+    server exits), then its log and the kernel's OOM report for its memory cgroup (``dmesg``: kernel.log)."""
+    eng = lab.start_vllm(r.engine, work, log, wait=False)
+    t0 = time.monotonic()
+    attach_wall = None
+    try:
+        if attach:
+            session = out / "attach"
+            subprocess.run([str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}",
+                            "--log", str(log), "-o", str(session), "--format", "json", "--force"],
+                           stdout=(out / "attach.json").open("wb"), stderr=(out / "attach.stderr.txt").open("wb"),
+                           check=False)
+            (session / f"{session.name}.html").unlink(missing_ok=True)
+            attach_wall = round(time.monotonic() - t0, 1)
+        try:
+            eng.proc.wait(timeout=r.window_s + 120)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{name}: the engine is still running; the recipe expects the kernel to kill it") \
+                from None
+        report = lab.oom_report(eng.cgroups[0])
+        if not report:
+            raise RuntimeError(f"{name}: the engine exited ({eng.proc.returncode}), no OOM kill in {eng.cgroups[0]}")
+        (out / "kernel.log").write_text(report)
+    finally:
+        eng.stop()
+    _keep_log(log, out / "vllm.log")
+    argv = [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]]
+    return _finish(r, work, out, final, argv=argv, load=None, attach_wall_s=attach_wall,
+                   exit_code=eng.proc.returncode)
 
 
 def _scrape(eng: lab.Engine) -> str:

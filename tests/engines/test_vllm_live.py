@@ -20,7 +20,7 @@ from tests.engines.expected import EXPECTED, analyze, assert_leg
 
 pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernels (~1-3 min on 2 cores)
 
-LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "startup_refusal")
+LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "startup_refusal")
 ATTACH_SLACK_S = 10.0  # attach returns within its window plus this
 
 
@@ -39,6 +39,12 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     recipe = record.RECIPES[pathology]
     if recipe.refuses:  # the engine's own start-up error, from its log
         assert_leg(analyze(folder, "log"), pathology, "log")
+        return
+    if recipe.killed:  # the kernel killed it while it started: the window ended when the API server exited
+        for leg in EXPECTED[pathology]:
+            assert_leg(analyze(folder, leg), pathology, leg)
+        session = json.loads((folder / "attach" / "manifest.json").read_text())
+        assert session["window"]["end"] - session["window"]["start"] < recipe.window_s, session["window"]
         return
     assert how["load"]["ok"] > 0, how["load"]
     assert how["attach_wall_s"] <= recipe.window_s + ATTACH_SLACK_S, how["attach_wall_s"]

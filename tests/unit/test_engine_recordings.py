@@ -100,6 +100,17 @@ def test_a_cpu_quota_is_seen_by_attach_and_a_scrape_says_it_did_not_look() -> No
     assert diagnosis("healthy", "attach")["next_steps"] == []
 
 
+def test_a_kill_by_the_kernels_oom_killer_is_named_from_the_cgroup_and_the_kernel_and_looked_for_from_the_log() -> None:
+    """vLLM started in a 3 GiB memory cgroup with a 2 GiB KV pool: the worker is SIGKILLed as it fills the pool."""
+    attach = {e["key"]: e["value"] for e in diagnosis("host_oom", "attach")["evidence"]}
+    assert attach["cgroup.oom_kills"] == 1 and attach["cgroup.memory_limit_bytes"] == 3 << 30
+    kernel = diagnosis("host_oom", "kernel")["findings"][0]
+    assert kernel["code"] == "MEM013" and "VLLM::Worker" in kernel["message"] and "3.00 GiB" in kernel["message"]
+    log = diagnosis("host_oom", "log")
+    assert "exit code: -9" in next(e["detail"] for e in log["evidence"] if e["key"] == "host.sigkilled")
+    assert log["next_steps"][0].startswith("A process ended by SIGKILL") and "dmesg" in log["next_steps"][0]
+
+
 @pytest.mark.parametrize(("folder", "leg"), LLAMA_LEGS, ids=[f"{p}-{leg}" for p, leg in LLAMA_LEGS])
 def test_each_llamacpp_condition_is_named_from_each_leg(folder: str, leg: str) -> None:
     """llama.cpp on a host with no GPU: its ``layer N assigned to device CPU`` is no misplacement, its one-at-a-time
