@@ -696,7 +696,9 @@ class EngineLogParser:
                 kv = cols["kv_pct"]
                 self.kv_when_queued.extend([kv[k] * 0.01 for k in queued])
                 if "running" in cols:
-                    self._kv_room(*((cols["running"][k], kv[k] * 0.01) for k in queued))
+                    run = cols["running"]
+                    self.kv_free_seqs_when_queued.extend(
+                        [(100.0 - kv[k]) * run[k] / kv[k] for k in queued if run[k] > 0 and kv[k] > 0])
 
     def _plan(self, names: tuple[str, ...]) -> tuple[list[tuple[Callable[[float], None], float]], int, int, int]:
         """For a layout's fields: (each field's adder and scale), and where running/waiting/kv sit (-1: absent)."""
@@ -727,8 +729,8 @@ class EngineLogParser:
                     self.running_when_queued.add(values[r])
                 if k >= 0:
                     self.kv_when_queued.add(values[k] / 100.0)
-                    if r >= 0:
-                        self._kv_room((values[r], values[k] / 100.0))
+                    if r >= 0 and values[r] > 0 and values[k] > 0:  # kv_free_sequences, inline: the hot path
+                        self.kv_free_seqs_when_queued.add((100.0 - values[k]) * values[r] / values[k])
 
     def _add_vllm(self, got: dict[str, float]) -> None:
         """``_add_sample`` for a vLLM stats line's fields, without building a sample (the hot path)."""
@@ -761,15 +763,8 @@ class EngineLogParser:
                 self.running_when_queued.add(running)
             if kv is not None:
                 self.kv_when_queued.add(kv)
-                if running is not None:
-                    self._kv_room((running, kv))
-
-    def _kv_room(self, *samples: tuple[float, float]) -> None:
-        """(running, KV usage) of samples with requests waiting: the free KV cache in running-sized sequences."""
-        for running, kv in samples:
-            room = kv_free_sequences(running, kv)
-            if room is not None:
-                self.kv_free_seqs_when_queued.add(room)
+                if running is not None and running > 0 and kv > 0:
+                    self.kv_free_seqs_when_queued.add((1.0 - kv) * running / kv)
 
     def _add_sample(self, s: StatsSample) -> None:
         self.engines.setdefault(s.engine)
@@ -794,8 +789,9 @@ class EngineLogParser:
                 self.running_when_queued.add(float(s.running))
             if s.kv_usage_ratio is not None:
                 self.kv_when_queued.add(s.kv_usage_ratio)
-                if s.running is not None:
-                    self._kv_room((float(s.running), s.kv_usage_ratio))
+                room = kv_free_sequences(float(s.running), s.kv_usage_ratio) if s.running is not None else None
+                if room is not None:
+                    self.kv_free_seqs_when_queued.add(room)
         if s.new_tokens is not None:
             self.new_tokens += s.new_tokens
         if s.cached_tokens is not None:

@@ -47,8 +47,9 @@ _SIGKILLED = re.compile(
     r"|exited with code 137\b|died with <Signals\.SIGKILL: 9>|\bSignal 9 \(SIGKILL\) received"
     r"|^(?:\S.*)?line \d+:\s+\d+ Killed\s+\S|^\s*Killed\s*$", re.IGNORECASE)
 
-TRIGGERS = ("Killed process", "killed process", "oom-kill:", "invoked oom-killer", "memory: usage", "OOMKilled",
-            "xit code", "xitcode", "xit status", "eturn code", "eturncode", "exited with code", "SIGKILL", "Killed")
+# few and short: each literal more costs the tail's scan of a multi-GB log a little ("Killed" covers "Killed process",
+# "oom-kill" the killer's "invoked oom-killer")
+TRIGGERS = ("Killed", "oom-kill", "memory: usage", "xit code", "xitcode", "xit status", "exited with code", "SIGKILL")
 
 
 @dataclass(frozen=True)
