@@ -386,6 +386,8 @@ MAX_WORDS = 20_000
 # kinds of line that are a program's data, never a claim nor a framework message: a command line (its
 # --tokenizer is no statement about tokenising), a metrics exposition (HELP texts), JSON or XML records
 _DATA = frozenset({LineKind.COMMAND, LineKind.METRICS, LineKind.JSON})
+# printed structures: a prose run after one is the program's when a program's line follows it
+PRINTED = frozenset({LineKind.JSON, LineKind.TABLE})
 # kinds whose clauses are read for quantities tied to concepts: a person's sentences, the tables they
 # paste, and a traceback's exception line (the program's own statement of what failed: "RuntimeError: CUDA
 # failed with error out of memory"); a log record or a line of code states nothing. Words (the report
@@ -416,7 +418,8 @@ class ClaimParser:
     cues and claims. A run of prose-like lines between two lines a program wrote (a log record, a
     traceback, code, a command), with no blank line in between, is that program's output too ("Triton
     is installed, but doesn't include CPU backend" between an engine's records, a leak report at exit),
-    except a line ending with a colon (a person introducing the paste that follows); and a line a
+    and so is one between a printed structure or table and a program's line, except a line ending with a
+    colon (a person introducing the paste that follows); and a line a
     program already printed is the program's wherever it appears again. So prose waits for the line
     after its run before it is read."""
 
@@ -425,6 +428,9 @@ class ClaimParser:
     def __init__(self) -> None:
         self._claims = Claims()
         self._prev_machine = False  # the last line was a program's (no blank line since)
+        # ... or a structure or table a program may have printed: prose between it and a program's line is the
+        # program's ("Model metadata: {…}" then "Using fallback chat format: llama-2" then a log record)
+        self._prev_printed = False
         self._run: list[str] = []  # prose lines waiting for the line after them
         self._run_after_machine = False
         self._program: set[str] = set()  # prose-like lines already known as a program's output
@@ -449,17 +455,18 @@ class ClaimParser:
                 kind = LineKind.LOG  # the program printed it before: its output again
             else:
                 if not self._run:
-                    self._run_after_machine = self._prev_machine
+                    self._run_after_machine = self._prev_machine or self._prev_printed
                 self._run.append(line)
                 if len(self._run) > self.MAX_RUN:
                     self._end_run(next_machine=False)
-                self._prev_machine = False
+                self._prev_machine = self._prev_printed = False
                 return
         machine = is_machine(line, kind)
         self._machine_lines += machine
         self._end_run(next_machine=machine)
         self._read(line, kind)
         self._prev_machine = machine
+        self._prev_printed = kind in PRINTED
 
     def _end_run(self, next_machine: bool) -> None:
         run, self._run = self._run, []

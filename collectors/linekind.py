@@ -63,7 +63,8 @@ _LOG = re.compile(
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s"
     r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
     r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"
-    r"|[a-z][a-z0-9]*(?:_[a-z0-9]+)+:\s"
+    r"|~?[a-z][a-z0-9]*(?:_[a-z0-9]+)+:\s"  # a C function's __func__ prefix (a destructor's "~llama_context:")
+    r"|[A-Z]\w*\.[a-z_]\w*:\s"  # a Python method's qualified name as its prefix ("Llama.generate: ")
     r"|(?:srv|slot|que|main|init)\s+[\w:]+:\s"
     r"|\S+\.py:\d+: \w*(?:Warning|Error):"  # Python's warnings module: "path.py:24: DeprecationWarning: …"
     r")"
@@ -91,6 +92,8 @@ _METRICS = re.compile(r"\s*(?:# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Promet
 _TRACEBACK = re.compile(r"\s*(?:Traceback \(most recent call last\):|File \"[^\"]+\", line \d+"
                         r"|\^[\^~]*\s*$|During handling of the above exception|The above exception was the direct)")
 _EXCEPTION = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)")
+# a label and a printed structure: "Model metadata: {'tokenizer.ggml.model': 'llama', …}"
+_LABELLED_STRUCTURE = re.compile(r"[A-Za-z][\w .-]{0,40}:\s*(?:\{\s*['\"]|\[\s*[{'\"])")
 _BOX = re.compile(r"[│┃┆┊╎║├┼┤└┘┌┐─━═╔╗╚╝]")
 
 
@@ -118,7 +121,7 @@ def kind_of(line: str) -> LineKind:
         return LineKind.LOG
     if _COMMAND.match(text) or _FLAGS_ONLY.match(text) or (_CONTINUED.search(text) and "--" in text):
         return LineKind.COMMAND
-    if text.startswith(("{", "[{", '["', "[[", "<?xml", "<")):
+    if text.startswith(("{", "[{", '["', "[[", "<?xml", "<")) or _LABELLED_STRUCTURE.match(text):
         return LineKind.JSON
     if _tabular(text):
         return LineKind.TABLE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk
@@ -20,6 +21,51 @@ def _top_list(ev: EvidenceSet, key: str, n: int = 3) -> str:
         else:
             items.append(str(item))
     return "; ".join(items)
+
+
+# a hot frame that tokenises or detokenises text (a tokenizer library, or a function named so)
+_TEXT_WORK = re.compile(r"(?i)detokeni[sz]e|tokeni[sz]e|tokenizer|token_to_piece|sentencepiece|tiktoken|"
+                        r"tokenizers|convert_ids_to_tokens|batch_decode")
+
+
+def _text_work_share(ev: EvidenceSet) -> float:
+    """The share of active CPU time in the hottest pre-processing frames that (de)tokenise text."""
+    got = ev.get("cpu.top.preprocess")
+    if not isinstance(got, Evidence) or not isinstance(got.value, list):
+        return 0.0
+    return sum(float(item.get("share", 0.0)) for item in got.value
+               if isinstance(item, dict) and _TEXT_WORK.search(str(item.get("function", ""))))
+
+
+def _text_cause(ev: EvidenceSet) -> str:
+    """What the hot (de)tokenising frame is, and why it costs, in one sentence."""
+    got = ev.get("cpu.top.preprocess")
+    items = got.value if isinstance(got, Evidence) and isinstance(got.value, list) else []
+    top = next((str(i.get("function", "")) for i in items
+                if isinstance(i, dict) and _TEXT_WORK.search(str(i.get("function", "")))), "")
+    if "llama_cpp" in top and "detokeni" in top.lower():
+        return (f"{top} — llama-cpp-python detokenises the whole answer again for every streamed token, so the "
+                "cost per token grows with the answer's length (long streams slow down as they go).")
+    if "detokeni" in top.lower() or "decode" in top.lower():
+        return f"{top} — turning tokens back into text; decoding the whole sequence per step grows with its length."
+    return f"{top} — turning text into tokens on the request thread."
+
+
+def _text_fixes(ev: EvidenceSet) -> tuple[str, ...]:
+    """The (de)tokenising fixes, the library that is hot first."""
+    steps = [
+        "Own code: decode only the new token's piece (keep the text so far; transformers' TextStreamer and vLLM's "
+        "incremental detokenizer do this), never the whole sequence per step",
+        "Hugging Face tokenizers: the fast (Rust) tokenizer (use_fast=True), batched encode/decode calls; tokenise in "
+        "a process pool when requests are large",
+    ]
+    got = ev.get("cpu.top.preprocess")
+    if isinstance(got, Evidence) and "llama_cpp" in str(got.value):
+        steps.insert(0, "llama-cpp-python (0.3.36, the version recorded): its completion loop detokenises the whole "
+                     "answer for every streamed token (Llama._create_completion calls detokenize(completion_tokens) "
+                     "per token), so each token costs more than the last: serve long answers with llama.cpp's C++ "
+                     "llama-server (it detokenises each token once), or cap max_tokens")
+    return tuple(steps)
 
 
 def _confidence(ev: EvidenceSet, min_samples: float) -> Confidence:
@@ -48,9 +94,15 @@ class CpuPreprocessing(Rule):
     Evidence: cpu.preprocess_share, workers.active_mean; optionally cpu.top.preprocess,
     cpu.forward_share, proc.cpu_cores_used, cpu.active_samples.
 
+    When the hottest pre-processing frames (``cpu.top.preprocess``) that tokenise or detokenise
+    text are at least ``text_share`` of the pre-processing, the finding says so and gives the text
+    fixes instead of the image ones.
+
     Fix: move decode/resize/normalise off the request thread (a process pool or DataLoader
     workers), onto the GPU (torchvision.io.decode_jpeg(device="cuda"), NVIDIA DALI), or
     into a faster library (pillow-simd, OpenCV, a fused Triton kernel); batch it; cache it.
+    For text: detokenise incrementally (llama-cpp-python 0.3.36 detokenises the whole answer per
+    streamed token), use fast tokenizers, batch them.
 
     False positives: a service that is idle most of the time (the share of a tiny active time is
     meaningless, hence ``min_active``); start-up work (weight loading) captured in the window.
@@ -69,6 +121,7 @@ class CpuPreprocessing(Rule):
         share_band: float = 0.05  # full impact 5 pp (or 2 standard errors) above min_share
         min_active: float = 0.5  # Python threads busy under half the time: the service has headroom
         min_samples: float = 200  # fewer active samples than this (2 s at 100 Hz) is a thin profile
+        text_share: float = 0.5  # (de)tokenising is half the pre-processing or more: the text fixes, not images'
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         share = ev.value("cpu.preprocess_share", 0.0) or 0.0
@@ -89,6 +142,19 @@ class CpuPreprocessing(Rule):
         why = f"preprocess |{bar(share)}| {pct(share)}"
         if forward is not None:
             why += f"\nforward    |{bar(forward)}| {pct(forward)}"
+        text_work = _text_work_share(ev)
+        if text_work >= t.text_share * share:  # the hot part is (de)tokenising text: image advice would mislead
+            return self.finding(
+                severity=severity_for(share * weight),
+                confidence=_confidence(ev, t.min_samples),
+                title="Tokenising or detokenising text starves the model",
+                message=msg + (" Most of it is (de)tokenising text on the request thread: "
+                               + _text_cause(ev)),
+                impact=share * weight,
+                evidence=present(ev, *self.requires, *self.optional),
+                why=why,
+                fixes=[Fix("Detokenise incrementally, tokenise fast", _text_fixes(ev), Risk.NEEDS_VALIDATION)],
+            )
         return self.finding(
             severity=severity_for(share * weight),
             confidence=_confidence(ev, t.min_samples),

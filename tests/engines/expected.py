@@ -44,6 +44,10 @@ LLAMACPP: dict[str, dict[str, str]] = {
     "queueing-py-one-at-a-time": {"log": "queueing"},
     "truncated-streams-py": {"log": "undetermined"},
     "prefill-py": {"log": "prefill_ttft"},
+    # attached (tests/engines/llamacpp_record.py --attach): 3,500-token streams spend most of their time in
+    # llama-cpp-python's per-token detokenising of the whole answer; short streams are healthy
+    "detok-long-stream-py": {"attach": "cpu_preprocessing", "log": "undetermined"},
+    "healthy-attach-py": {"attach": "healthy", "log": "healthy"},
     "healthy-cpp": {"log": "undetermined", "metrics": "undetermined"},
     "model-name-L4-cpp": {"log": "undetermined", "metrics": "undetermined"},
     "queueing-cpp-parallel2": {"log": "undetermined", "metrics": "queueing"},

@@ -15,6 +15,8 @@ Writes into OUTDIR:
   slots_mid.json      /slots in the middle of the window (cpp only, when the server answers it)
   load.json           the load client's options, summary and every request's sample
   command.txt         the exact server command line and this script's arguments
+  attach/             with --attach N: `diagnose attach` on the server's pid for N s after the warm-up (its
+                      stdout and stderr in attach.json / attach.stderr.txt)
 
 The load client is ``diagnose.collectors.loadclient`` (the one ``diagnose sweep`` uses): imported from
 the project's venv when this runs there, else loaded from collectors/loadclient.py (standard library
@@ -43,6 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 ENGINES = Path(os.environ.get("ENGINE_VENV", REPO / ".engines" / "llamacpp")).parent
 VENV = Path(os.environ.get("ENGINE_VENV", REPO / ".engines" / "llamacpp"))
 LLAMA_SERVER = ENGINES / "bin" / "llama-server"
+DIAGNOSE = REPO / ".venv" / "bin" / "diagnose"
 LOG_LIMIT = 300_000
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
          "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor")
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chat", action="store_true", help="POST /v1/chat/completions instead of /v1/completions")
     ap.add_argument("--server-arg", action="append", default=[], help="one more server argument (repeatable)")
     ap.add_argument("--ready-timeout", type=float, default=120.0)
+    ap.add_argument("--attach", type=float, default=0.0, metavar="SECONDS",
+                    help="run `diagnose attach` on the server for SECONDS once the warm-up is over (OUT/attach)")
     a = ap.parse_args(argv)
     lc = loadclient()
     out = Path(a.out)
@@ -189,10 +194,23 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     scrapes[name + " status"] = code
 
+        def attacher() -> None:  # the live session, on the server's pid, with its log
+            time.sleep(a.warmup)
+            with (out / "attach.json").open("wb") as so, (out / "attach.stderr.txt").open("wb") as se:
+                subprocess.run([str(DIAGNOSE), "attach", "--pid", str(proc.pid), "--duration", f"{a.attach:g}",
+                                "--log", str(log_path), "-o", str(out / "attach"), "--format", "json", "--force"],
+                               stdout=so, stderr=se, check=False)
+            (out / "attach" / "attach.html").unlink(missing_ok=True)
+
         th = threading.Thread(target=scraper, daemon=True)
         th.start()
+        live = threading.Thread(target=attacher, daemon=True)
+        if a.attach:
+            live.start()
         res = lc.run_step(spec, a.clients, a.warmup, a.duration, a.max_requests)
         th.join(15)
+        if a.attach:
+            live.join(a.attach + 60)
     finally:
         if proc.poll() is None:
             for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):

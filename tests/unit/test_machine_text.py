@@ -38,6 +38,11 @@ LINES: list[tuple[str, LineKind]] = [
     ("slot launch_slot_: id  0 | task 0 | processing task", K.LOG),
     ("/x/vllm/entrypoints/openai/api_server.py:24: DeprecationWarning: use vllm.entrypoints.launchers", K.LOG),
     ("2024-05-01 10:00:00,123 - INFO - model loaded", K.LOG),
+    ("~llama_context:        CPU compute buffer size is  43.0098 MiB, matches expectation of  43.0098 MiB", K.LOG),
+    ("Llama.generate: 1 prefix-match hit, remaining 16 prompt tokens to eval", K.LOG),
+    ("[13059.917043] Memory cgroup out of memory: Killed process 25088 (python3) total-vm:528568kB", K.LOG),
+    ("Dec  1 09:14:22 node-3 kernel: Out of memory: Killed process 2481 (python3)", K.LOG),
+    ("Model metadata: {'tokenizer.ggml.add_eos_token': 'false', 'general.architecture': 'llama'}", K.JSON),
     ("+ python3 -m vllm.entrypoints.openai.api_server --model /m --tokenizer /m --max-num-seqs 2", K.COMMAND),
     ("CUDA_VISIBLE_DEVICES=0 python serve.py", K.COMMAND),
     ("$ nvidia-smi", K.COMMAND),
@@ -92,6 +97,22 @@ def test_program_prose_between_records_is_the_programs_and_so_are_its_repeats() 
     ])
     c = _claims(log).claims
     assert not c.title and not c.words
+
+
+def test_program_prose_after_a_printed_structure_is_the_programs() -> None:
+    # llama-cpp-python's start-up, as tests/data/engines/llamacpp/*-py/server.log has it: a table (CPU features),
+    # a printed dict, a print() of its own, then uvicorn's records
+    log = "\n".join([
+        "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | OPENMP = 1 |",
+        "Model metadata: {'tokenizer.ggml.add_eos_token': 'false', 'general.architecture': 'llama'}",
+        "Using fallback chat format: llama-2",
+        "INFO:     Started server process [29996]",
+    ])
+    c = _claims(log).claims
+    assert not c.words and not c.title
+    # a person's sentence after a pasted table, ended by a blank line, is still theirs
+    c = _claims("| GPU | util |\n|---|---|\nthe fallback path runs on the CPU for every request\n").claims
+    assert "fallback" in c.words
 
 
 def test_a_persons_words_around_a_log_are_read() -> None:
