@@ -140,6 +140,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
+    entered, cpu_entered = time.time(), sum(_own_cpu())
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
     if not 1 <= opts.rate_hz <= 1000:
@@ -172,8 +173,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         cut = f"the target exited {window.seconds:.1f} s into the window"
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
-    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE),
-                      {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz})
+    cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz, **_before_window(entered, cpu_entered, ran)}
+    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
     captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
 
     info = process.info
@@ -191,6 +192,11 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     diagnosis = pipeline.analyze([folder])
     with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
         fh.write(diagnosis.to_json_text())
+    # what the attach spent after the window (capture files, analysis): its wall time beyond the window
+    # is this and the setup, never the target's (the window is bounded by py-spy's grace)
+    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE),
+                      {**cost, "after_s": round(time.time() - ran.window.end, 3),
+                       "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)})
     if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
         from diagnose.pack import pack as pack_session
 
@@ -224,6 +230,8 @@ class Ran:
 
     window: Window
     cost: dict[str, float]  # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores (attach-cost.json)
+    cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
+    cpu_closed: float = 0.0  # ... and when it closed
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -264,7 +272,20 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     cpu_window = cpu_self + cpu_kids
     return Ran(Window(t0, t1), {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4),
                                 "self_cpu_s": round(cpu_self, 4), "pyspy_cpu_s": round(cpu_kids, 4),
-                                "cores": round(cpu_window / max(1e-9, t1 - t0), 4)})
+                                "cores": round(cpu_window / max(1e-9, t1 - t0), 4)},
+               sum(cpu_before), sum(cpu_after))
+
+
+def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, float]:
+    """What the attach spent before its window opened: since its process started (the interpreter and its
+    imports: ``started_s``) and since ``attach()`` was called (checks, the busy probe: ``setup_s``, and its
+    CPU, ``setup_cpu_s``)."""
+    try:
+        born = psutil.Process().create_time()
+    except psutil.Error:
+        born = entered
+    return {"started_s": round(ran.window.start - born, 3), "setup_s": round(ran.window.start - entered, 3),
+            "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
 
 
 def _own_cpu() -> tuple[float, float]:

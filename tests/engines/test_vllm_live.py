@@ -15,13 +15,22 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.attach import POLL_S
+from diagnose.collectors import pyspy
+from diagnose.sources import JOIN_S
 from tests.engines import lab, record
 from tests.engines.expected import EXPECTED, analyze, assert_leg
 
 pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernels (~1-3 min on 2 cores)
 
 LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "startup_refusal")
-ATTACH_SLACK_S = 10.0  # attach returns within its window plus this
+# The window (what the target sees) ends at most py-spy's grace and the join after --duration, by construction;
+# the attach's own work outside it (its checks and busy probe, the captures and the analysis) is bounded in CPU
+# seconds, which a saturated host does not change; its wall time there does (the CI host once took 24 s of wall
+# for ~1 CPU-s of it), so the wall is bounded only against the gross regression issue 17 found (60-87 s for 30).
+WINDOW_SLACK_S = pyspy.STOP_GRACE_S + JOIN_S + POLL_S
+OUTSIDE_CPU_S = 10.0
+WALL_SLACK_S = 25.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,7 +56,10 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
         assert session["window"]["end"] - session["window"]["start"] < recipe.window_s, session["window"]
         return
     assert how["load"]["ok"] > 0, how["load"]
-    assert how["attach_wall_s"] <= recipe.window_s + ATTACH_SLACK_S, how["attach_wall_s"]
+    cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
+    assert cost["window_s"] <= recipe.window_s + WINDOW_SLACK_S, cost
+    assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, cost
+    assert how["attach_wall_s"] <= recipe.window_s + WALL_SLACK_S, (how["attach_wall_s"], cost)
     for leg in EXPECTED[pathology]:
         assert_leg(analyze(folder, leg), pathology, leg)
     session = json.loads((folder / "attach" / "manifest.json").read_text())

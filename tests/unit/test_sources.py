@@ -197,6 +197,9 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
     assert 0.4 < session.window.seconds < 5.0
     cost = json.loads((out / "attach-cost.json").read_text())
     assert cost["window_s"] == pytest.approx(session.window.seconds) and cost["max_rate_hz"] == 50
+    # its phases outside the window: since the process started, since attach() was called, after the window
+    assert cost["started_s"] >= cost["setup_s"] >= 0.0 and cost["setup_cpu_s"] >= 0.0
+    assert cost["after_s"] > 0.0 and cost["after_cpu_s"] > 0.0  # the analysis ran after the window closed
 
 
 def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: None) -> None:
