@@ -445,6 +445,28 @@ class InputRecord:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One cause of the differential (``candidates``): its probability, what speaks for and against it,
+    and the one observation or command that separates it from the next candidate."""
+
+    category: str  # a Category's value, or "none" (nothing is wrong: expected behaviour)
+    probability: float
+    support: tuple[str, ...] = ()  # "for" in JSON
+    against: tuple[str, ...] = ()
+    check: str = ""
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"category": self.category, "probability": round(self.probability, 3), "for": list(self.support),
+                "against": list(self.against), "check": self.check}
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> Candidate:
+        return Candidate(str(doc["category"]), float(doc.get("probability", 0.0)),
+                         tuple(str(s) for s in doc.get("for", ())), tuple(str(s) for s in doc.get("against", ())),
+                         str(doc.get("check", "")))
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The verdict: ranked findings, the primary bottleneck, what was skipped, what was read."""
 
@@ -462,10 +484,23 @@ class Diagnosis:
     next_steps: tuple[str, ...] = ()  # what to collect next, most useful first (the exact command)
     # the rule settings in force (``diagnose.config.Config.to_json``), when a --config changed any
     config: Mapping[str, Any] | None = None
+    # the verdict's calibrated probability (``diagnose.rules.calibration``; None: nothing to assess) and the
+    # differential, best first; ``withheld``: the findings' first category did not clear the precision
+    # threshold, so it is not the primary (the verdict is undetermined and the candidates lead)
+    probability: float | None = None
+    candidates: tuple[Candidate, ...] = ()
+    withheld: bool = False
 
     @property
     def primary(self) -> Category | None:
-        """The first finding's category, or None when nothing significant was found."""
+        """The first finding's category, or None when nothing significant was found or it was withheld."""
+        if self.withheld:
+            return None
+        return self.leading
+
+    @property
+    def leading(self) -> Category | None:
+        """The first finding's category (committed or not), or None when nothing significant was found."""
         for f in self.findings:
             if f.severity is not Severity.INFO:
                 return f.category
@@ -478,6 +513,8 @@ class Diagnosis:
             "tool_version": self.tool_version,
             "primary": primary.value if primary else None,
             "verdict": self.overall.value,
+            "probability": self.probability,
+            "candidates": [c.to_json() for c in self.candidates],
             "next_steps": list(self.next_steps),
             "findings": [f.to_json() for f in self.findings],
             "skipped": [s.to_json() for s in self.skipped],
@@ -523,6 +560,11 @@ class Diagnosis:
             verdict=Verdict(doc["verdict"]) if doc.get("verdict") else None,
             next_steps=tuple(str(s) for s in doc.get("next_steps", ())),
             config=dict(doc["config"]) if isinstance(doc.get("config"), dict) else None,
+            probability=float(doc["probability"]) if isinstance(doc.get("probability"), int | float) else None,
+            candidates=tuple(Candidate.from_json(c) for c in doc.get("candidates", ()) if isinstance(c, dict)),
+            # an undetermined verdict over a finding that names a bottleneck: its category was withheld
+            withheld=doc.get("verdict") == "undetermined" and doc.get("primary") is None and any(
+                f.get("severity") != "info" and f.get("category") for f in doc.get("findings", ())),
         )
 
 

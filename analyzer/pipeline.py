@@ -20,9 +20,11 @@ from diagnose.model import (
     InputRecord,
     Session,
     Target,
+    Verdict,
     Window,
 )
 from diagnose.redact import redact_argv
+from diagnose.rules import calibration
 from diagnose.rules.engine import run_rules
 from diagnose.rules.verdict import decide
 
@@ -46,6 +48,11 @@ def judge(
     settings = config if isinstance(config, Config) else Config(rules=dict(config or {}))
     findings, skipped = run_rules(evidence, settings.rules, disabled=settings.disable)
     verdict, steps = decide(evidence, findings, target)
+    judged = calibration.assess(evidence, findings, verdict)
+    withheld = judged.answer is not None and not judged.committed
+    if withheld:  # not sure enough to act on: undetermined, the candidates' checks first
+        verdict = Verdict.UNDETERMINED
+        steps = calibration.next_steps(judged, steps)
     return Diagnosis(
         findings=findings,
         skipped=skipped,
@@ -57,6 +64,9 @@ def judge(
         verdict=verdict,
         next_steps=steps,
         config=settings.to_json() if settings else None,
+        probability=judged.probability,
+        candidates=judged.candidates,
+        withheld=withheld,
     )
 
 

@@ -56,20 +56,34 @@ def _evidence_frame(evidence: Sequence[Evidence]) -> pd.DataFrame:
         columns=["key", "value", "source", "quality", "detail"])
 
 
+def differential(diagnosis: Diagnosis) -> None:
+    """The candidates, best first: probability, for, against, and the check that separates each."""
+    if not diagnosis.candidates:
+        return
+    st.markdown("**Differential**")
+    table(pd.DataFrame([dict(zip(("candidate", "probability", "for", "against", "check that separates it"), row,
+                                 strict=True)) for row in wording.differential_rows(diagnosis)]))
+
+
 def verdict(diagnosis: Diagnosis) -> None:
     primary = diagnosis.primary
+    sure = wording.probability_text(diagnosis)
     if primary is None:
         if diagnosis.overall is Verdict.HEALTHY:
-            st.success(f"**Verdict: healthy** — {markdown.text(wording.healthy_text(diagnosis))}")
+            st.success(f"**Verdict: healthy**{sure} — {markdown.text(wording.healthy_text(diagnosis))}")
+            differential(diagnosis)
             return
         steps = "\n".join(f"{n}. {markdown.text(s)}" for n, s in enumerate(diagnosis.next_steps, 1))
-        st.warning(f"**Verdict: undetermined** — {wording.UNDETERMINED_TEXT}" + (f"\n\n{steps}" if steps else ""))
+        st.warning(f"**Verdict: undetermined** — {markdown.text(wording.undetermined_text(diagnosis))}"
+                   + (f"\n\n{steps}" if steps else ""))
+        differential(diagnosis)
         return
     top = next(f for f in diagnosis.findings if f.severity is not Severity.INFO)
-    st.error(f"**Verdict: the bottleneck is `{primary.value}`** — {markdown.text(top.title)}")
+    st.error(f"**Verdict: the bottleneck is `{primary.value}`**{sure} — {markdown.text(top.title)}")
     if diagnosis.next_steps:  # the verdict rests on a report's words: how to measure it
         st.info("**To confirm it, measure:**\n\n" + "\n".join(
             f"{n}. {markdown.text(s)}" for n, s in enumerate(diagnosis.next_steps, 1)))
+    differential(diagnosis)
 
 
 def finding(rank: int, f: Finding, expanded: bool) -> None:

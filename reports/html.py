@@ -32,7 +32,7 @@ from diagnose.reports.markdown import (
     source_name,
     verdict_title,
 )
-from diagnose.reports.wording import UNDETERMINED_TEXT, healthy_text
+from diagnose.reports.wording import differential_rows, healthy_text, probability_text, undetermined_text
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct
 
@@ -106,20 +106,33 @@ def _table(header: list[str], rows: list[list[str]], num: set[int] | None = None
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def differential_html(d: Diagnosis) -> str:
+    """The candidates, best first, with what speaks for and against each and the check that separates it."""
+    if not d.candidates:
+        return ""
+    rows = [[e(v) for v in row] for row in differential_rows(d)]
+    return ('<h3>Differential</h3><div id="differential">'
+            + _table(["candidate", "probability", "for", "against", "check that separates it"], rows, {1}) + "</div>")
+
+
 def verdict_html(d: Diagnosis) -> str:
     primary = d.primary
     f = primary_finding(d)
+    sure = e(probability_text(d))
     if primary is None or f is None:
         if d.overall is Verdict.HEALTHY:
-            return f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b> — {e(healthy_text(d))}</p>'
+            return (f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b>{sure} — {e(healthy_text(d))}</p>'
+                    + differential_html(d))
         steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
-        return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(UNDETERMINED_TEXT)}</p>'
-                + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
+        return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(undetermined_text(d))}</p>'
+                + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else "") + differential_html(d))
     steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
-    return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b> — '
+    return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b>'
+            f"{sure} — "
             f"{e(first_sentence(f.message))} <span class=sub>(impact {pct(f.impact)}, {e(f.severity.value)}, "
             f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>"
-            + (f'<h3>To confirm it, measure</h3><ol id="next-steps">{steps}</ol>' if steps else ""))
+            + (f'<h3>To confirm it, measure</h3><ol id="next-steps">{steps}</ol>' if steps else "")
+            + differential_html(d))
 
 
 def finding_html(n: int, f: Finding, primary: bool) -> str:

@@ -23,7 +23,13 @@ from typing import Any
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
 from diagnose.redact import redact_argv
-from diagnose.reports.wording import UNDETERMINED_TEXT, config_line, healthy_text
+from diagnose.reports.wording import (
+    config_line,
+    differential_rows,
+    healthy_text,
+    probability_text,
+    undetermined_text,
+)
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
 
@@ -146,9 +152,10 @@ def verdict_line(diagnosis: Diagnosis) -> str:
     f = primary_finding(diagnosis)
     if primary is None or f is None:
         if diagnosis.overall is Verdict.HEALTHY:
-            return f"**Verdict: healthy** — {text(healthy_text(diagnosis))}"
-        return f"**Verdict: undetermined** — {UNDETERMINED_TEXT}"
-    return (f"**Verdict: the bottleneck is `{primary.value}`** — {text(first_sentence(f.message))} "
+            return f"**Verdict: healthy**{probability_text(diagnosis)} — {text(healthy_text(diagnosis))}"
+        return f"**Verdict: undetermined** — {text(undetermined_text(diagnosis))}"
+    return (f"**Verdict: the bottleneck is `{primary.value}`**{probability_text(diagnosis)} — "
+            f"{text(first_sentence(f.message))} "
             f"(impact {pct(f.impact)}, {f.severity.value}, confidence {f.confidence.value}; {f.code})")
 
 
@@ -235,6 +242,9 @@ def render(diagnosis: Diagnosis) -> str:
     out = [f"# Diagnosis: `{verdict_title(diagnosis)}`", "", verdict_line(diagnosis), ""]
     if diagnosis.next_steps:
         out += ["## Next steps", "", *[f"{n}. {text(step)}" for n, step in enumerate(diagnosis.next_steps, 1)], ""]
+    if diagnosis.candidates:
+        out += ["## Differential", "", *table(["candidate", "probability", "for", "against", "check that separates it"],
+                                              [[cell(v) for v in row] for row in differential_rows(diagnosis)]), ""]
 
     out += ["## Findings", ""]
     if not diagnosis.findings:

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from diagnose.reports.wording import config_line, healthy_text
+from diagnose.reports.wording import config_line, healthy_text, probability_text, undetermined_text
+from diagnose.rules.calibration import close
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
 
@@ -72,6 +73,21 @@ def _stage_table(diagnosis: Diagnosis, console: Console) -> None:
     console.print(table)
 
 
+def _differential(diagnosis: Diagnosis, console: Console) -> None:
+    """The candidates, best first: probability, what speaks for and against each, and the check that
+    separates it from the next. Shown when the verdict is undetermined or the top two are close."""
+    cands = diagnosis.candidates
+    if not cands or (diagnosis.overall is not Verdict.UNDETERMINED and not close(cands)):
+        return
+    table = Table(title="Differential, most likely first", title_justify="left", show_lines=True)
+    for col in ("candidate", "p", "for", "against", "check that separates it"):
+        table.add_column(col, justify="right" if col == "p" else "left", overflow="fold")
+    for c in cands:
+        table.add_row(c.category, pct(c.probability), "\n".join(c.support) or "-", "\n".join(c.against) or "-",
+                      c.check)
+    console.print(table)
+
+
 def _verdict(diagnosis: Diagnosis, console: Console) -> None:
     """The verdict line, and with it the first fix or the next steps: what the reader acts on."""
     if diagnosis.config:
@@ -79,7 +95,8 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
     verdict = diagnosis.overall
     primary = diagnosis.primary
     if verdict is Verdict.BOTTLENECK and primary is not None:
-        console.print(f"[bold]Verdict:[/bold] the bottleneck is [bold red]{primary.value}[/bold red]")
+        console.print(f"[bold]Verdict:[/bold] the bottleneck is [bold red]{primary.value}[/bold red]"
+                      + escape(probability_text(diagnosis)))
         lead = next((f for f in diagnosis.findings if f.severity is not Severity.INFO), None)
         if lead is not None and lead.fixes:
             console.print(f"[bold]Fix first:[/bold] {escape(lead.fixes[0].summary)} ({lead.code})")
@@ -87,10 +104,13 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
             console.print("[bold]To confirm it, measure:[/bold] " + escape(diagnosis.next_steps[0]))
         return
     if verdict is Verdict.HEALTHY:
-        console.print(Panel(Text("healthy: " + healthy_text(diagnosis)),
+        console.print(Panel(Text("healthy: " + healthy_text(diagnosis) + probability_text(diagnosis)),
                             title="Verdict", border_style="green", title_align="left"))
         return
-    body = Text("undetermined: the evidence given is too thin to name a bottleneck.\n")
+    if diagnosis.withheld:
+        body = Text("undetermined: " + undetermined_text(diagnosis) + "\n")
+    else:
+        body = Text("undetermined: the evidence given is too thin to name a bottleneck.\n")
     if diagnosis.next_steps:
         body.append("\nNext steps, most useful first\n", style="bold")
         for i, step in enumerate(diagnosis.next_steps, 1):
@@ -108,6 +128,7 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
         cmd = cmd if len(cmd) <= 100 else cmd[:99] + "…"
         console.print(f"[bold]diagnose[/bold] pid {target.pid} ({escape(cmd)}){window}")
     _verdict(diagnosis, console)
+    _differential(diagnosis, console)
     primary = diagnosis.primary
     first = True
     for f in diagnosis.findings:

@@ -6,12 +6,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from diagnose.model import Diagnosis, Severity
+from diagnose.units import pct
 
 HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
 # healthy from the requests' own figures (an engine's /metrics scrape) with nothing watching the host
 HEALTHY_REQUESTS_ONLY_TEXT = ("the requests' latency and queue show no significant bottleneck; nothing given "
                               "watched the host (its CPU and CPU quota, the GPU): ")
 UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collect what the next steps say."
+
+
+def undetermined_text(diagnosis: Diagnosis) -> str:
+    """Why the verdict is undetermined: too little evidence, or an answer not sure enough to act on alone."""
+    lead = diagnosis.leading
+    if diagnosis.withheld and lead is not None and diagnosis.probability is not None:
+        return (f"the findings point to {lead.value}, but at {pct(diagnosis.probability)} that is not sure enough to "
+                "act on alone; the differential says what separates the candidates.")
+    return UNDETERMINED_TEXT
+
+
+def probability_text(diagnosis: Diagnosis) -> str:
+    """`` (probability 92 %)`` for a verdict that has one, else empty."""
+    return "" if diagnosis.probability is None else f" (probability {pct(diagnosis.probability)})"
+
+
+def differential_rows(diagnosis: Diagnosis) -> list[tuple[str, str, str, str, str]]:
+    """(candidate, probability, for, against, check) per candidate, best first: every format's differential."""
+    return [(c.category, pct(c.probability), "; ".join(c.support) or "-", "; ".join(c.against) or "-", c.check)
+            for c in diagnosis.candidates]
 
 
 def healthy_text(diagnosis: Diagnosis) -> str:

@@ -12,7 +12,7 @@ from diagnose import loose, pipeline
 from diagnose.collectors.claims import ClaimParser, quantities
 from diagnose.derive import claims as derive_claims
 from diagnose.model import EvidenceSet, Verdict
-from diagnose.rules import report_model
+from diagnose.rules import calibration, report_model
 from diagnose.rules.engine import run_rules
 from diagnose.rules.report import claims_only
 
@@ -122,8 +122,17 @@ def test_fewer_threads_faster_is_measured_from_the_reporters_comparison() -> Non
 ])
 def test_what_a_report_says_names_the_bottleneck(text: str, category: str) -> None:
     d = _diagnose(text)
-    assert d.primary is not None and d.primary.value == category, [(f.code, f.message) for f in d.findings]
+    assert d.leading is not None and d.leading.value == category, [(f.code, f.message) for f in d.findings]
     assert d.findings[0].confidence.value == "heuristic"
+    # the cause leads the differential; it is the verdict only when its calibrated probability clears the bar
+    assert d.candidates[0].category == category and d.candidates[0].probability == d.probability
+    assert "only the report's wording says so" in " ".join(d.candidates[0].against)
+    cal = calibration.calibrator()
+    assert cal is not None and d.probability is not None
+    if d.probability >= cal.threshold:
+        assert d.primary is not None and d.primary.value == category and not d.withheld
+    else:
+        assert d.withheld and d.primary is None and d.overall.value == "undetermined"
 
 
 def test_a_structured_finding_outranks_what_the_prose_says() -> None:

@@ -27,6 +27,7 @@ from diagnose.examples.fleet import relabel
 from diagnose.reports import fleet as render
 from tests.cli import run_cli
 from tests.conftest import DATA
+from tests.verdicts import committed_as_calibrated, rules_primary
 
 T4 = Path(DATA) / "dcgm" / "t4_busy_util91_engine16_power_capped_ericsson.prom"
 SECRET = "s3cr3t-t0ken-do-not-print"
@@ -291,7 +292,11 @@ def test_a_gpu_no_replica_claims_is_judged_on_its_own() -> None:
     fleet.judge_fleet(data)
     doc = fleet.summarise(data)
     assert doc["replicas"][0]["gpus"] == []
-    assert [g["primary"] for g in doc["unclaimed_gpus"]] == ["gpu_compute"]
+    # one DCGM reading of a throttled T4: gpu_compute is what the rules name; one reading is not sure enough
+    # to commit to (the calibrated probability decides), so the document's primary is it or nothing
+    (_, judged), = data.unclaimed
+    assert rules_primary(judged) == "gpu_compute" and committed_as_calibrated(judged)
+    assert [g["primary"] for g in doc["unclaimed_gpus"]] == [judged.primary.value if judged.primary else None]
     assert "GPUs no replica claims" in render.render_text(doc)
 
 

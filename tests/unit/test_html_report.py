@@ -90,8 +90,8 @@ def test_the_diagnosis_json_is_embedded_and_reads_back(prefill_html: str) -> Non
 def test_verdict_findings_and_every_section(prefill_html: str) -> None:
     page = _parse(prefill_html)
     text = " ".join(" ".join(page.text).split())
-    assert "Verdict: the bottleneck is prefill_ttft — Prefill is 68 % of time to first token (671 ms of 984 ms)." \
-        in text
+    assert ("Verdict: the bottleneck is prefill_ttft (probability 92 %) — Prefill is 68 % of time to first token "
+            "(671 ms of 984 ms).") in text
     assert "1. TTF001 prefill-bound-ttft — Time to first token is prefill-bound (primary)" in text
     assert "Stop long prefills from blocking (risk: safe)" in text
     ids = {v for tag, k, v in page.attrs if k == "id"}

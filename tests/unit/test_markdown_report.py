@@ -86,8 +86,11 @@ def test_golden_markdown_says_what_a_ticket_needs() -> None:
     sections = [ln for ln in lines if ln.startswith("## ")]
     skipped = len([ln for ln in md.split("## Rules skipped", 1)[1].split("## Environment")[0].splitlines()
                    if ln.startswith("- ")])
-    assert skipped >= 20 and sections[3].startswith("## Rules skipped (")  # one line per reason, not per rule
-    assert sections == ["## Findings", "## Request stages", "## Captures not complete", sections[3], "## Environment"]
+    assert skipped >= 20 and sections[4].startswith("## Rules skipped (")  # one line per reason, not per rule
+    assert sections == ["## Differential", "## Findings", "## Request stages", "## Captures not complete", sections[4],
+                        "## Environment"]
+    assert "(probability 92 %)" in verdict  # the covered regime: measurements watched the service
+    assert "| prefill_ttft | 92 % | TTF001: Time to first token is prefill-bound |" in md
 
 
 def test_golden_json_is_the_diagnosis(monkeypatch: pytest.MonkeyPatch) -> None:

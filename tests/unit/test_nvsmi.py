@@ -23,6 +23,7 @@ from diagnose.collectors.nvsmi_csv import guess_layout
 from diagnose.derive.nvsmi import NvsmiGuessedCsvSource, NvsmiSource
 from diagnose.model import EvidenceSet
 from tests.conftest import DATA, SHARED
+from tests.verdicts import committed_as_calibrated, rules_primary, rules_verdict
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -94,7 +95,7 @@ def test_every_real_capture_gets_the_verdict_an_engineer_gives(name: str) -> Non
     (record,) = d.inputs
     assert "nvidia-smi" in record.kind and record.status == status, (record.kind, record.status, record.reason)
     assert (status == "partial") == bool(record.reason)
-    assert d.verdict is not None and d.verdict.value == verdict, [f.code for f in d.findings]
+    assert rules_verdict(d) == verdict and committed_as_calibrated(d), [f.code for f in d.findings]
     assert [f.code for f in d.findings] == codes
     if verdict == "undetermined":
         assert d.next_steps
@@ -242,7 +243,7 @@ def test_every_form_is_read_and_judged(name: str) -> None:
     d = _diagnose(name)
     (record,) = d.inputs
     assert "nvidia-smi" in record.kind and record.status == status, (record.kind, record.status, record.reason)
-    assert d.verdict is not None and d.verdict.value == verdict, [f.code for f in d.findings]
+    assert rules_verdict(d) == verdict and committed_as_calibrated(d), [f.code for f in d.findings]
     assert [f.code for f in d.findings] == codes
 
 
@@ -335,7 +336,7 @@ def test_dmon_and_pmon() -> None:
 
 def test_an_oom_with_memory_held_outside_the_container_is_oom_external_not_weights() -> None:
     d = _diagnose("table_oom_cuda_error_memory_held_no_process_listed_container.txt")
-    assert d.primary is not None and d.primary.value == "oom_external"
+    assert rules_primary(d) == "oom_external" and d.candidates[0].category == "oom_external"
     assert "MEM001" not in [f.code for f in d.findings]  # a load-time OOM with 80 % held elsewhere is not the weights
     mem7 = next(f for f in d.findings if f.code == "MEM010")
     assert mem7.severity.value == "major" and mem7.confidence.value == "heuristic"
@@ -616,8 +617,8 @@ def test_what_nvidia_smi_prints_when_no_gpu_is_usable(printed: str, kind: str) -
     if kind == "driver_library_mismatch" and "NVML library" in printed:
         text = "Failed to initialize NVML: Driver/library version mismatch\n" + text
     d = pipeline.judge(EvidenceSet(_read_text(text).evidence))
-    assert [f.code for f in d.findings] == ["PLC003"] and d.primary is not None
-    assert d.primary.value == "device_placement" and d.findings[0].severity.value == "critical"
+    assert [f.code for f in d.findings] == ["PLC003"] and rules_primary(d) == "device_placement"
+    assert d.findings[0].severity.value == "critical" and committed_as_calibrated(d)
     ev = {e.key: e.value for e in d.evidence}
     assert ev["gpu.unusable"] == [kind]
 

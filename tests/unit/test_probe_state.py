@@ -7,6 +7,7 @@ import json
 from diagnose import loose
 from diagnose.model import EvidenceSet
 from diagnose.pipeline import judge
+from tests.verdicts import committed_as_calibrated, rules_primary
 
 GiB = 1 << 30
 
@@ -36,7 +37,7 @@ def test_oom_record_gives_allocator_numbers_that_win_over_the_message() -> None:
     assert ev.get("mem.alloc_retries").value == 14
     assert "probe" in ev.get("mem.allocated_bytes").detail
     d = judge(ev)
-    assert d.primary is not None and d.primary.value == "oom_fragmentation"  # 14 GiB free-but-unusable
+    assert rules_primary(d) == "oom_fragmentation" and committed_as_calibrated(d)  # 14 GiB free-but-unusable
 
 
 def test_periodic_state_alone_is_not_an_oom() -> None:

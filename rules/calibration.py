@@ -1,0 +1,257 @@
+"""How far to trust a verdict: its calibrated probability, whether it is committed, and the differential.
+
+The rules name a primary (or "healthy"); the report model (``diagnose.rules.report_model``) gives every
+category a probability from a report's wording and the kinds of evidence it holds. Neither number is a
+probability of being *right*. This module turns them into one, in two regimes:
+
+* **excerpts** (what people paste: a log, an OOM message, a table, a report): a logistic regression over
+  what the answer rests on — structured evidence and its confidence (measured, correlated, heuristic,
+  thin), prose alone, an explanation of expected behaviour — and the report model's probability for the
+  answer. It is fitted on *out-of-fold* answers of the incident corpus's train split (the report model
+  refitted without each fold), so the probability is what the tool earns on reports it has not seen;
+* **covered** services (measurements that watched the service do its work: a live attach, per-request
+  timings, an engine's scheduler statistics, a GPU timeline — ``diagnose.rules.verdict.covered_by``) with a
+  structured or healthy answer: the share of such answers that were right on the real recordings kept as
+  test data (the engine lab's vLLM and llama.cpp runs, the demo service's sessions), each with the
+  pathology its recipe induced, Laplace-smoothed.
+
+A primary is *committed* only when its probability clears ``threshold``: the lowest at which the train
+split's out-of-fold committed answers are right at least 90 % of the time. Below it the verdict is
+``undetermined`` and the candidates lead, each with what speaks for and against it and the check that
+separates it from the next (``diagnose.rules.differential``). ``python -m diagnose.rules.calibration_fit``
+refits ``calibration.json``; the validation split is never used for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.model import Candidate, Category, EvidenceSet, Finding, Severity, Verdict
+from diagnose.rules import differential, report_model
+from diagnose.rules.report import REPORT_CODES, claims_only
+from diagnose.rules.verdict import covered_by
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+CALIBRATION_PATH = os.path.join(HERE, "calibration.json")
+NONE = differential.NONE
+CATEGORIES: tuple[str, ...] = (*(c.value for c in Category), NONE)
+MAX_CANDIDATES = 3
+MIN_SHOWN = 0.03  # a candidate below this probability is not worth a line
+CLOSE = 0.15  # the terminal shows the differential when the top two are within this
+SIBLING_FLOOR = 0.1  # the weight of an answer's first known confusion that nothing else named
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The answer (a category, ``none`` for healthy, or None), its probability, and whether it stands."""
+
+    answer: str | None
+    probability: float | None
+    committed: bool
+    regime: str  # excerpt | covered | none (nothing to assess)
+    candidates: tuple[Candidate, ...]
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-3), 1 - 1e-3)
+    return math.log(p / (1 - p))
+
+
+def lean(evidence: EvidenceSet, findings: Sequence[Finding]) -> dict[str, float] | None:
+    """The report model's probability per category (``none`` included), or None without a report's cues."""
+    m = report_model.model()
+    if m is None or "report.cues" not in evidence:
+        return None
+    prose = [f for f in findings if f.code in REPORT_CODES]
+    return m.predict({**report_model.features(evidence), **report_model.signal_features(prose)})
+
+
+def answer_of(findings: Sequence[Finding], verdict: Verdict) -> tuple[str | None, Finding | None]:
+    """What the verdict answers: the primary's category and its finding, ``none`` when healthy, else None."""
+    if verdict is Verdict.HEALTHY:
+        return NONE, None
+    if verdict is Verdict.BOTTLENECK:
+        top = next((f for f in findings if f.severity is not Severity.INFO), None)
+        if top is not None and top.category is not None:
+            return top.category.value, top
+    return None, None
+
+
+def features(answer: str, top: Finding | None, findings: Sequence[Finding],
+             leaning: Mapping[str, float] | None) -> dict[str, float]:
+    """What an answer rests on, as the calibrator's inputs (names match ``calibration.json``)."""
+    prose = top is not None and claims_only(top)
+    struct = top is not None and not prose
+    healthy = top is None
+    known = leaning is not None
+    lp = _logit(leaning.get(answer, 0.0)) if leaning is not None else 0.0
+    agrees = known and leaning is not None and max(leaning, key=leaning.__getitem__) == answer
+    rivals = {f.category.value for f in findings
+              if f.severity is not Severity.INFO and f.category is not None and not claims_only(f)} - {answer}
+    conf = top.confidence.value if struct and top is not None else ""
+    x = {"bias": 1.0, "prose": prose, "healthy": healthy,
+         "struct_measured": conf == "measured", "struct_correlated": conf == "correlated",
+         "struct_heuristic": conf == "heuristic", "struct_thin": conf == "thin",
+         "lean_known": known, "prose_logit": prose * lp,
+         # measured and structured evidence outranks prose: the report's wording may add to a structured
+         # answer's support, never take from it (an engine's own warnings read as prose must not sink it)
+         "struct_logit": struct * max(0.0, lp), "healthy_logit": healthy * lp,
+         "agrees": agrees, "rival": bool(rivals)}
+    # how reliably each category is read differs (an allocator's numbers against a reporter's "it is slow"):
+    # one indicator per answer, its weight learned with the rest
+    x.update({f"cat:{c}": c == answer for c in CATEGORIES})
+    return {k: float(v) for k, v in x.items()}
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    weights: Mapping[str, float]
+    threshold: float
+    covered_p: float
+    meta: Mapping[str, Any]
+
+    def excerpt(self, x: Mapping[str, float]) -> float:
+        z = sum(self.weights.get(k, 0.0) * v for k, v in x.items())
+        return 1.0 / (1.0 + math.exp(-z))
+
+
+_CAL: Calibrator | None = None
+
+
+def calibrator() -> Calibrator | None:
+    """The fitted calibrator (``calibration.json``), or None when none was shipped."""
+    global _CAL
+    if _CAL is None and os.path.exists(CALIBRATION_PATH):
+        with open(CALIBRATION_PATH, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        _CAL = Calibrator(doc["weights"], float(doc["threshold"]), float(doc["covered"]["p"]), doc.get("meta", {}))
+    return _CAL
+
+
+def covered_answer(evidence: EvidenceSet, top: Finding | None) -> bool:
+    """The covered regime: measurements watched the service, and the answer rests on them (a structured
+    finding, or healthy), not on prose."""
+    return bool(covered_by(evidence)) and (top is None or not claims_only(top))
+
+
+def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict) -> Assessment:
+    """The calibrated probability of the verdict's answer, whether it is committed, and the differential."""
+    cal = calibrator()
+    leaning = lean(evidence, findings)
+    answer, top = answer_of(findings, verdict)
+    if answer is None or cal is None:
+        p, committed, regime = None, answer is not None, "none"
+    elif covered_answer(evidence, top):
+        p, committed, regime = cal.covered_p, cal.covered_p >= cal.threshold, "covered"
+    else:
+        p = cal.excerpt(features(answer, top, findings, leaning))
+        committed, regime = p >= cal.threshold, "excerpt"
+    return Assessment(answer, None if p is None else round(p, 3), committed, regime,
+                      candidates(evidence, findings, answer, p, leaning))
+
+
+def _others(findings: Sequence[Finding], answer: str | None,
+            leaning: Mapping[str, float] | None) -> list[tuple[str, float]]:
+    """Every candidate but the answer, in the order an expert weighs them, with a weight: the categories of
+    other findings (the report model's probability where it spoke, else the finding's score), then the
+    answer's known confusions (``differential.SIBLINGS``), then what the report's wording alone leans to."""
+    found: dict[str, float] = {}
+    for f in findings:
+        if f.severity is Severity.INFO or f.category is None or f.category.value == answer:
+            continue
+        c = f.category.value
+        w = leaning.get(c, 0.0) if leaning is not None else f.score
+        found[c] = max(found.get(c, 0.0), w, 0.05 if not claims_only(f) else 0.0)
+    ranked = sorted(found.items(), key=lambda kv: -kv[1])
+    for i, c in enumerate(differential.SIBLINGS.get(answer or "", ())):
+        if c not in found:
+            floor = SIBLING_FLOOR / (i + 1)
+            ranked.append((c, max((leaning or {}).get(c, 0.0), floor)))
+    named = {c for c, _ in ranked}
+    ranked += sorted(((c, w) for c, w in (leaning or {}).items()
+                      if c != answer and c not in named and w >= MIN_SHOWN), key=lambda kv: -kv[1])
+    return ranked
+
+
+def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str | None, p: float | None,
+               leaning: Mapping[str, float] | None) -> tuple[Candidate, ...]:
+    """At most ``MAX_CANDIDATES``, best first: the answer with its probability, then the others (``_others``)
+    sharing the rest in proportion to their weights."""
+    others = _others(findings, answer, leaning)[: MAX_CANDIDATES - (answer is not None)]
+    total = sum(w for _, w in others)
+    ranked: list[tuple[str, float]] = []
+    if answer is not None:
+        top = p if p is not None else 1.0
+        ranked.append((answer, top))
+        ranked += [(c, (1.0 - top) * w / total) for c, w in others if total > 0]
+    elif total > 0:  # nothing answered: the report model's own probabilities, else the findings' shares
+        ranked += sorted(((c, w if leaning is not None else w / total) for c, w in others), key=lambda kv: -kv[1])
+    out = []
+    for i, (c, q) in enumerate(ranked):
+        nxt = ranked[i + 1][0] if i + 1 < len(ranked) else (ranked[i - 1][0] if i > 0 else None)
+        pro, con = _for_against(evidence, findings, c, leaning)
+        out.append(Candidate(c, round(q, 3), pro, con, differential.check(c, nxt)))
+    return tuple(out)
+
+
+def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: str,
+                 leaning: Mapping[str, float] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What speaks for a candidate (its findings, the report's cues) and against it (only prose says it;
+    a source measured it and found nothing; a bottleneck was found, against "nothing is wrong")."""
+    mine = [f for f in findings if (f.category.value if f.category else NONE) == category
+            or (category == NONE and f.severity is Severity.INFO)]
+    pro = [f"{f.code}: {f.title}" for f in mine[:2]]
+    if leaning is not None and leaning.get(category, 0.0) >= MIN_SHOWN:
+        m = report_model.model()
+        cues = m.why({**report_model.features(evidence)}, category, 3) if m is not None else []
+        words = ", ".join(c.split(":", 1)[-1] for c in cues if not c.startswith("s:"))
+        pro.append(f"the report's wording leans to it ({leaning[category]:.0%})" + (f": {words}" if words else ""))
+    con: list[str] = []
+    if mine and all(claims_only(f) for f in mine if f.severity is not Severity.INFO) and category != NONE:
+        con.append("only the report's wording says so: nothing parsed from a log, table or measurement")
+    if not mine and category != NONE:
+        con.append("no rule found it in the parsed evidence")
+    if category == NONE:
+        bad = [f for f in findings if f.severity is not Severity.INFO]
+        if bad:
+            con.append(f"{bad[0].code}: {bad[0].title}")
+    elif category in _measured_nothing(evidence, findings):
+        con.append("a source that measures it was read and its rules found nothing")
+    return tuple(pro), tuple(con)
+
+
+def _measured_nothing(evidence: EvidenceSet, findings: Sequence[Finding]) -> set[str]:
+    from diagnose.rules.report import RULES, ReportRule
+
+    found = {f.category.value for f in findings if f.category is not None}
+    out = set()
+    for r in RULES:
+        if (issubclass(r, ReportRule) and r.category is not None and r.category.value not in found
+                and any(evidence.has_prefix(k) if k.endswith(".") else k in evidence for k in r.measured_by)):
+            out.add(r.category.value)
+    return out
+
+
+def next_steps(judged: Assessment, steps: Sequence[str]) -> tuple[str, ...]:
+    """An answer that was withheld: the checks that separate its candidates, then the verdict's own steps."""
+    cands = judged.candidates
+    checks: dict[str, str] = {}  # check → the step that states it (a pair's check once)
+    for i, c in enumerate(cands[:MAX_CANDIDATES]):
+        if not c.check or c.check in checks:
+            continue
+        nxt = cands[i + 1].category if i + 1 < len(cands) else None
+        paired = nxt is not None and differential.PAIRS.get(frozenset({c.category, nxt})) == c.check
+        checks[c.check] = (f"To tell {c.category} from {nxt}: {c.check}" if paired
+                           else f"To confirm {c.category}: {c.check}")
+    return tuple(dict.fromkeys([*checks.values(), *steps]))
+
+
+def close(cands: Sequence[Candidate]) -> bool:
+    """The top two are close enough that the terminal shows the differential even when committed."""
+    return len(cands) >= 2 and cands[0].probability - cands[1].probability < CLOSE
+

@@ -1,0 +1,236 @@
+"""Fits the calibrator (``diagnose.rules.calibration``): ``python -m diagnose.rules.calibration_fit`` writes
+``rules/calibration.json``.
+
+1. Out-of-fold answers on the incident corpus's train split: the report model is refitted on four folds
+   (its shipped regularisation) and the rules answer each case of the fifth with it, so no answer has seen
+   its own case. Each scored case gives one row: what the answer rests on (``calibration.features``) and
+   whether it was right.
+2. A logistic regression on those rows, itself cross-validated (five folds) for out-of-fold probabilities:
+   the threshold is the lowest probability at which the committed rows are right at least
+   ``PRECISION`` of the time (and stay so above it); the reliability table is stated against observed.
+3. The covered regime: every real recording kept as test data whose measurements cover the service,
+   answered by the rules, against the pathology its recipe induced; Laplace-smoothed.
+
+The validation split is never read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose import loose, pipeline
+from diagnose.model import EvidenceSet
+from diagnose.rules import calibration, report_model
+from diagnose.rules.engine import run_rules
+from diagnose.rules.report import REPORT_CODES
+from diagnose.rules.verdict import decide
+
+ROOT = os.path.dirname(calibration.HERE)
+TRAIN = os.path.join(ROOT, "tests", "data", "incidents", "train.jsonl")
+FOLDS = 5
+PRECISION = 0.90
+MIN_COMMITTED = 30  # a threshold must leave at least this many committed rows to be judged by
+L2 = 1.0
+GRID = [round(0.5 + 0.01 * i, 2) for i in range(50)]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    x: dict[str, float]
+    right: bool
+
+
+def _cases(path: str) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _unwithheld() -> calibration.Calibrator:
+    """A calibrator that commits everything: the rules' raw answers while fitting."""
+    return calibration.Calibrator({}, 0.0, 1.0, {})
+
+
+def oof_rows(path: str = TRAIN) -> tuple[list[Row], int]:
+    """The out-of-fold rows of the train split's scored cases, and how many scored cases there are (those
+    the rules left undetermined give no row: nothing was answered)."""
+    cases = _cases(path)
+    evs, xs = [], []
+    for c in cases:
+        res = loose.analyze_stream("case", io.BufferedReader(io.BytesIO(c["evidence"].encode())))
+        ev = EvidenceSet(res.evidence)
+        found, _ = run_rules(ev, decide=False)
+        evs.append(ev)
+        xs.append({**report_model.features(ev),
+                   **report_model.signal_features([f for f in found if f.code in REPORT_CODES])})
+    shipped = report_model.model()
+    l2 = float(shipped.meta.get("l2", 0.01)) if shipped is not None else 0.01
+    rows: list[Row] = []
+    try:
+        for k in range(FOLDS):
+            tr = [i for i in range(len(cases)) if i % FOLDS != k and cases[i]["expected_class"] in report_model.CLASSES]
+            report_model._MODEL = report_model.fit([xs[i] for i in tr], [cases[i]["expected_class"] for i in tr],
+                                                   [1.0 if cases[i].get("scored", True) else 0.5 for i in tr], l2)
+            for i in range(k, len(cases), FOLDS):
+                if not cases[i].get("scored", True):
+                    continue
+                findings, _ = run_rules(evs[i])
+                verdict, _ = decide(evs[i], findings, None)
+                answer, top = calibration.answer_of(findings, verdict)
+                if answer is None:
+                    continue
+                x = calibration.features(answer, top, findings, calibration.lean(evs[i], findings))
+                rows.append(Row(cases[i]["id"], x, answer in cases[i]["accept"]))
+    finally:
+        report_model._MODEL = None
+    return rows, sum(1 for c in cases if c.get("scored", True))
+
+
+def fit_logistic(rows: Sequence[Row], names: Sequence[str], l2: float = L2, iterations: int = 4000) -> dict[str, float]:
+    """P(right | x) by full-batch gradient descent (deterministic, numpy); the bias is not regularised."""
+    import numpy as np
+
+    X = np.array([[r.x.get(n, 0.0) for n in names] for r in rows])
+    y = np.array([1.0 if r.right else 0.0 for r in rows])
+    w = np.zeros(len(names))
+    reg = np.array([0.0 if n == "bias" else l2 for n in names])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(X @ w)))
+        w -= 0.5 * (X.T @ (p - y) + reg * w) / len(y)
+    return {n: round(float(v), 4) for n, v in zip(names, w, strict=True)}
+
+
+def _p(w: dict[str, float], x: dict[str, float]) -> float:
+    return 1.0 / (1.0 + math.exp(-sum(w.get(k, 0.0) * v for k, v in x.items())))
+
+
+def cross_validated(rows: Sequence[Row], names: Sequence[str]) -> list[float]:
+    out = [0.0] * len(rows)
+    for k in range(FOLDS):
+        w = fit_logistic([r for i, r in enumerate(rows) if i % FOLDS != k], names)
+        for i in range(k, len(rows), FOLDS):
+            out[i] = _p(w, rows[i].x)
+    return out
+
+
+def choose_threshold(ps: Sequence[float], right: Sequence[bool]) -> float:
+    """The lowest grid probability from which on every threshold keeps committed precision ≥ PRECISION."""
+    ok_from = None
+    for t in reversed(GRID):
+        n = sum(p >= t for p in ps)
+        if n < MIN_COMMITTED:
+            continue
+        prec = sum(r for p, r in zip(ps, right, strict=True) if p >= t) / n
+        if prec < PRECISION:
+            break
+        ok_from = t
+    return ok_from if ok_from is not None else 1.0
+
+
+def reliability(ps: Sequence[float], right: Sequence[bool], bins: int = 10) -> tuple[list[dict[str, Any]], float]:
+    """Stated probability against observed accuracy per bin, and the expected calibration error."""
+    table, ece = [], 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        sel = [(p, r) for p, r in zip(ps, right, strict=True) if lo <= p < hi or (b == bins - 1 and p == 1.0)]
+        if not sel:
+            continue
+        stated = sum(p for p, _ in sel) / len(sel)
+        observed = sum(r for _, r in sel) / len(sel)
+        ece += len(sel) / max(1, len(ps)) * abs(stated - observed)
+        table.append({"bin": f"{lo:.1f}-{hi:.1f}", "n": len(sel), "stated": round(stated, 3),
+                      "observed": round(observed, 3)})
+    return table, round(ece, 4)
+
+
+# -- the covered regime: real recordings kept as test data, with the pathology each recipe induced --------
+LLAMACPP_TRUTH = {"healthy": "none", "model-name-L4": "none", "queueing": "queueing", "prefill": "prefill_ttft",
+                  "detok-long-stream": "cpu_preprocessing"}
+SESSION_TRUTH = {"cpu_preprocess": "cpu_preprocessing", "healthy": "none", "prefill": "prefill_ttft",
+                 "queueing": "queueing", "recompile": "recompilation"}
+
+
+def recordings() -> Iterator[tuple[str, list[str], str]]:
+    """(name, the paths one leg gives ``diagnose analyze``, the induced truth) of every real recording."""
+    vllm = os.path.join(ROOT, "tests", "data", "engines", "vllm")
+    for name in sorted(os.listdir(vllm)):
+        folder = os.path.join(vllm, name)
+        with open(os.path.join(folder, "how.json"), encoding="utf-8") as fh:
+            truth = json.load(fh)["recipe"]["truth"]
+        truth = "none" if truth == "healthy" else truth
+        for leg in ("attach", "vllm.log", "metrics.txt", "kernel.log"):
+            if os.path.exists(os.path.join(folder, leg)):
+                yield f"vllm/{name}/{leg}", [os.path.join(folder, leg)], truth
+    llama = os.path.join(ROOT, "tests", "data", "engines", "llamacpp")
+    for name in sorted(os.listdir(llama)):
+        truth = next((t for k, t in LLAMACPP_TRUTH.items() if name.startswith(k)), None)
+        if truth is None or not os.path.isdir(os.path.join(llama, name)):
+            continue
+        for leg in ("attach", "server.log", "metrics.txt"):
+            if os.path.exists(os.path.join(llama, name, leg)):
+                yield f"llamacpp/{name}/{leg}", [os.path.join(llama, name, leg)], truth
+    sessions = os.path.join(ROOT, "tests", "data", "sessions")
+    for name in sorted(os.listdir(sessions)):
+        truth = next((t for k, t in SESSION_TRUTH.items() if name.startswith(k)), None)
+        if truth is not None:
+            yield f"sessions/{name}", [os.path.join(sessions, name)], truth
+
+
+def covered_rows() -> list[dict[str, Any]]:
+    out = []
+    for name, paths, truth in recordings():
+        d = pipeline.analyze(paths)
+        ev = EvidenceSet(d.evidence)
+        answer, top = calibration.answer_of(d.findings, d.overall)
+        if answer is None or not calibration.covered_answer(ev, top):
+            continue
+        out.append({"recording": name, "answer": answer, "truth": truth, "right": answer == truth})
+    return out
+
+
+def train(path: str = TRAIN) -> dict[str, Any]:
+    calibration._CAL = _unwithheld()
+    try:
+        rows, scored = oof_rows(path)
+        names = list(rows[0].x)
+        ps = cross_validated(rows, names)
+        right = [r.right for r in rows]
+        threshold = choose_threshold(ps, right)
+        table, ece = reliability(ps, right)
+        committed = [r for p, r in zip(ps, right, strict=True) if p >= threshold]
+        covered = covered_rows()
+    finally:
+        calibration._CAL = None
+    k = sum(r["right"] for r in covered)
+    return {
+        "meta": {"fitted_on": os.path.relpath(path, ROOT), "scored_cases": scored, "answered_rows": len(rows),
+                 "l2": L2, "target_precision": PRECISION,
+                 "oof_committed_precision": round(sum(committed) / max(1, len(committed)), 3),
+                 "oof_coverage": round(len(committed) / max(1, scored), 3),
+                 "oof_accuracy_of_answers": round(sum(right) / max(1, len(right)), 3),
+                 "oof_calibration_error": ece, "oof_reliability": table},
+        "threshold": threshold,
+        "weights": fit_logistic(rows, names),
+        "covered": {"n": len(covered), "right": k, "p": round((k + 1) / (len(covered) + 2), 3),
+                    "recordings": covered},
+    }
+
+
+def save(doc: dict[str, Any], path: str = calibration.CALIBRATION_PATH) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+
+
+if __name__ == "__main__":
+    fitted = train(sys.argv[1] if len(sys.argv) > 1 else TRAIN)
+    save(fitted)
+    print(json.dumps({**fitted["meta"], "threshold": fitted["threshold"],
+                      "covered": {k: v for k, v in fitted["covered"].items() if k != "recordings"}}, indent=1))

@@ -1,0 +1,172 @@
+"""Score ``diagnose analyze`` on the incident corpus the way an on-call engineer meets it: how often a
+committed verdict is right, how often it commits, whether the truth is among the candidates, and whether
+the stated probability means what it says.
+
+    python tests/data/incidents/score.py [--write-doc docs/calibration.md] SPLIT.jsonl ...
+
+Each case's evidence goes to ``diagnose analyze - --format json`` (in this process, as the CLI runs it).
+Over the scored cases of each split it prints: **accuracy** (the verdict's answer is accepted; an
+undetermined verdict is not an answer), **committed precision** (right among the verdicts that commit: a
+bottleneck or healthy), **coverage** (the share that commits), **top-3** (an accepted category among the
+candidates, or the committed answer), the **calibration error** (expected calibration error of the stated
+probability of the leading answer, committed or withheld) and crashes. ``--write-doc`` writes the
+reliability tables (stated probability against observed accuracy, by bin) to a Markdown page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose import cli
+from diagnose.rules import calibration, calibration_fit
+
+
+@dataclass
+class Split:
+    name: str
+    cases: int = 0
+    right: int = 0
+    committed: int = 0
+    committed_right: int = 0
+    top3: int = 0
+    crashes: int = 0
+    stated: list[float] = field(default_factory=list)
+    observed: list[bool] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        n = max(1, self.cases)
+        prec = self.committed_right / max(1, self.committed)
+        _, ece = calibration_fit.reliability(self.stated, self.observed)
+        return (f"{self.name}: accuracy {self.right}/{self.cases} ({self.right / n:.1%}), committed precision "
+                f"{self.committed_right}/{self.committed} ({prec:.1%}), coverage {self.committed / n:.1%}, top-3 "
+                f"{self.top3 / n:.1%}, calibration error {ece:.3f}, crashes {self.crashes}")
+
+
+def diagnose_case(evidence: str) -> dict[str, Any] | None:
+    """``diagnose analyze - --format json`` on ``evidence``, in this process; None when it fails."""
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(evidence.encode()), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["analyze", "-", "--format", "json"])
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    finally:
+        sys.stdin = saved
+    if rc not in (0, 1):
+        return None
+    try:
+        doc: dict[str, Any] = json.loads(out.getvalue())
+    except ValueError:
+        return None
+    return doc
+
+
+def leading(doc: dict[str, Any]) -> str | None:
+    """The answer the verdict leads with, committed or withheld: a category, "none", or None."""
+    if doc["verdict"] == "healthy":
+        return "none"
+    if doc["primary"]:
+        return str(doc["primary"])
+    cands = doc.get("candidates") or []
+    return str(cands[0]["category"]) if cands and doc.get("probability") is not None else None
+
+
+def score(path: str, show_failures: bool = False) -> Split:
+    split = Split(os.path.basename(path))
+    with open(path, encoding="utf-8") as fh:
+        cases = [json.loads(line) for line in fh if line.strip()]
+    for case in cases:
+        if not case.get("scored", True):
+            continue
+        split.cases += 1
+        accept = set(case["accept"])
+        doc = diagnose_case(case["evidence"])
+        if doc is None:
+            split.crashes += 1
+            split.failures.append(f"CRASH {case['id']}")
+            continue
+        committed = doc["verdict"] in ("bottleneck", "healthy")
+        answer = (doc["primary"] or "none") if committed else "undetermined"
+        ok = answer in accept
+        split.right += ok
+        split.committed += committed
+        split.committed_right += committed and ok
+        cands = {c["category"] for c in doc.get("candidates") or []}
+        split.top3 += bool((cands | ({answer} if committed else set())) & accept)
+        lead = leading(doc)
+        if lead is not None and doc.get("probability") is not None:
+            split.stated.append(float(doc["probability"]))
+            split.observed.append(lead in accept)
+        if not ok:
+            split.failures.append(f"FAIL {case['id']}: expected {'|'.join(sorted(accept))}, got {answer}"
+                                  + (f" (leading {lead} at {doc.get('probability')})" if not committed else ""))
+    if show_failures:
+        print(*split.failures, sep="\n")
+    return split
+
+
+def reliability_md(split: Split) -> list[str]:
+    table, ece = calibration_fit.reliability(split.stated, split.observed)
+    out = [f"### {split.name}", "", "| stated probability | answers | stated (mean) | observed accuracy |",
+           "|---|---|---|---|"]
+    out += [f"| {r['bin']} | {r['n']} | {r['stated']:.2f} | {r['observed']:.2f} |" for r in table]
+    return [*out, "", f"Expected calibration error: {ece:.3f}.", ""]
+
+
+def write_doc(path: str, splits: list[Split]) -> None:
+    cal = calibration.calibrator()
+    meta: dict[str, Any] = dict(cal.meta) if cal is not None else {}
+    lines = ["# How far to trust a verdict: calibration", "",
+             "Generated by `make score` (`tests/data/incidents/score.py --write-doc`); do not edit by hand.", "",
+             "Every verdict carries a probability (`diagnose.rules.calibration`): for excerpts, a logistic",
+             "regression over what the answer rests on, fitted on the train split's *out-of-fold* answers",
+             "(`python -m diagnose.rules.calibration_fit`); for services whose measurements cover them, the",
+             "share of right answers on the real engine and demo recordings kept as test data. A primary is",
+             f"committed only at or above **{cal.threshold if cal else 'n/a'}**, the lowest probability at which",
+             "the train split's out-of-fold committed answers are right at least 90 % of the time; below it the",
+             "verdict is `undetermined` and the candidates lead.", "",
+             "## The figures", "", "| split | figures |", "|---|---|"]
+    lines += [f"| {s.name} | {s.line().split(': ', 1)[1]} |" for s in splits]
+    if meta:
+        lines += ["", f"Train, out of fold (what the threshold was chosen on): committed precision "
+                      f"{meta.get('oof_committed_precision')}, coverage {meta.get('oof_coverage')}, calibration "
+                      f"error {meta.get('oof_calibration_error')}.", ""]
+    lines += ["## Reliability: stated probability against observed accuracy", "",
+              "The leading answer of every verdict that has one (committed or withheld), by stated probability.",
+              "The train split's figures are in-sample for the report model (it was fitted on them); validation's",
+              "are not.", ""]
+    for s in splits:
+        lines += reliability_md(s)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("splits", nargs="+")
+    ap.add_argument("--show-failures", action="store_true")
+    ap.add_argument("--write-doc", metavar="FILE")
+    args = ap.parse_args()
+    splits = []
+    for path in args.splits:
+        s = score(path, args.show_failures)
+        print(s.line())
+        splits.append(s)
+    if args.write_doc:
+        write_doc(args.write_doc, splits)
+        print(f"reliability tables written to {args.write_doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The calibrated probability, committing only when sure, and the differential (``diagnose.rules.calibration``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from diagnose import loose, pipeline
+from diagnose.model import Candidate, Diagnosis, EvidenceSet, Verdict
+from diagnose.rules import calibration, calibration_fit, differential
+from diagnose.rules.calibration_fit import Row
+from tests.verdicts import committed_as_calibrated
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+SESSIONS = os.path.join(ROOT, "tests", "data", "sessions")
+
+
+def _judge(text: str) -> Diagnosis:
+    res = loose.analyze_stream("paste", io.BufferedReader(io.BytesIO(text.encode())))
+    return pipeline.judge(EvidenceSet(res.evidence))
+
+
+TWO_CAUSES = ("My vLLM server is slow, time to first token is several seconds when many users send long prompts. "
+              "I think requests are waiting in the queue.\n")
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+       "23.65 GiB of which 1.2 GiB is free. Of the allocated memory 20.1 GiB is allocated by PyTorch, and 1.5 GiB "
+       "is reserved by PyTorch but unallocated.\n")
+
+
+def d_evidence(d: Diagnosis) -> EvidenceSet:
+    return EvidenceSet(d.evidence)
+
+
+def test_a_paste_that_names_two_causes_shows_both_and_the_check_between_them() -> None:
+    d = _judge(TWO_CAUSES)
+    cats = [c.category for c in d.candidates]
+    assert cats[:2] == ["queueing", "prefill_ttft"], cats
+    pair = differential.PAIRS[frozenset({"queueing", "prefill_ttft"})]
+    assert d.candidates[0].check == pair and "queue time against prefill time" in pair
+    assert all("only the report's wording says so" in " ".join(c.against) for c in d.candidates[:2])
+    assert committed_as_calibrated(d)
+    assert d.overall is (Verdict.UNDETERMINED if d.withheld else Verdict.BOTTLENECK)
+    # withheld, its first next step is that check
+    judged = calibration.assess(d_evidence(d), d.findings, Verdict.BOTTLENECK)
+    unsure = calibration.Assessment(judged.answer, judged.probability, False, judged.regime, judged.candidates)
+    assert calibration.next_steps(unsure, ())[0] == f"To tell queueing from prefill_ttft: {pair}"
+
+
+def test_the_differential_is_at_most_three_best_first_and_sums_to_at_most_one() -> None:
+    for text in (TWO_CAUSES, OOM):
+        d = _judge(text)
+        probs = [c.probability for c in d.candidates]
+        assert 1 <= len(probs) <= calibration.MAX_CANDIDATES
+        assert probs == sorted(probs, reverse=True) or d.candidates[0].probability == d.probability
+        assert sum(probs) <= 1.0 + 1e-6 and all(c.check for c in d.candidates)
+        assert d.candidates[0].probability == d.probability
+
+
+def test_an_oom_answer_keeps_its_siblings_in_the_differential() -> None:
+    d = _judge(OOM)
+    assert d.leading is not None and d.leading.value == "oom_peak"
+    cats = [c.category for c in d.candidates]
+    assert cats[0] == "oom_peak" and {"oom_weights", "oom_fragmentation"} & set(cats[1:])
+    assert committed_as_calibrated(d)
+
+
+def test_candidates_round_trip_through_json_and_follow_the_schema() -> None:
+    d = _judge(TWO_CAUSES)
+    doc = d.to_json()
+    assert doc["probability"] == d.probability and len(doc["candidates"]) == len(d.candidates)
+    assert set(doc["candidates"][0]) == {"category", "probability", "for", "against", "check"}
+    back = Diagnosis.from_json(json.loads(json.dumps(doc)))
+    assert back.candidates == d.candidates and back.probability == d.probability
+    assert back.withheld == d.withheld and back.primary == d.primary
+    jsonschema = pytest.importorskip("jsonschema")
+    with open(os.path.join(ROOT, "analyzer", "diagnosis.schema.json"), encoding="utf-8") as fh:
+        jsonschema.validate(doc, json.load(fh))
+    assert Candidate.from_json(doc["candidates"][0]) == d.candidates[0]
+
+
+def test_a_session_whose_measurements_cover_the_service_commits_at_the_recordings_rate() -> None:
+    d = pipeline.analyze([os.path.join(SESSIONS, "prefill_long_prompts_demo")])
+    cal = calibration.calibrator()
+    assert cal is not None and d.primary is not None and d.primary.value == "prefill_ttft"
+    assert d.probability == cal.covered_p >= cal.threshold and not d.withheld
+
+
+def test_prose_never_lowers_a_structured_answer() -> None:
+    """Measured evidence outranks prose: the report model leaning elsewhere does not take from it."""
+    d = _judge(OOM)
+    top = d.findings[0]
+    agree = calibration.features("oom_peak", top, d.findings, {"oom_peak": 0.9, "queueing": 0.1})
+    against = calibration.features("oom_peak", top, d.findings, {"oom_peak": 0.01, "queueing": 0.99})
+    silent = calibration.features("oom_peak", top, d.findings, None)
+    cal = calibration.calibrator()
+    assert cal is not None
+    assert cal.excerpt(against) >= cal.excerpt(silent) - 0.05  # only the small "lean known" term may differ
+    assert cal.excerpt(agree) > cal.excerpt(against)
+    assert against["struct_logit"] == 0.0 and agree["struct_logit"] > 0.0
+
+
+def test_the_threshold_is_the_lowest_that_keeps_precision() -> None:
+    # 100 answers: the top 40 by probability are 38 right, the next 60 are half right
+    ps = [0.99 - 0.001 * i for i in range(40)] + [0.6 - 0.001 * i for i in range(60)]
+    right = [i not in (5, 30) for i in range(40)] + [i % 2 == 0 for i in range(60)]
+    t = calibration_fit.choose_threshold(ps, right)
+    committed = [r for p, r in zip(ps, right, strict=True) if p >= t]
+    # down to 0.60 (41 answers, 39 right); at 0.59 ten coin flips more bring it to 44/51
+    assert t == 0.6 and sum(committed) / len(committed) >= calibration_fit.PRECISION and len(committed) == 41
+    assert calibration_fit.choose_threshold([0.9] * 40, [False] * 40) == 1.0  # never precise: never commit
+
+
+def test_reliability_states_against_observed_and_the_error() -> None:
+    table, ece = calibration_fit.reliability([0.95, 0.95, 0.55, 0.55], [True, False, True, True])
+    assert [(r["bin"], r["n"], r["observed"]) for r in table] == [("0.5-0.6", 2, 1.0), ("0.9-1.0", 2, 0.5)]
+    assert ece == pytest.approx(0.5 * 0.45 + 0.5 * 0.45)
+
+
+def test_the_logistic_fit_learns_which_basis_is_right() -> None:
+    rows = [Row(f"s{i}", {"bias": 1.0, "prose": 0.0}, i % 10 != 0) for i in range(100)]
+    rows += [Row(f"p{i}", {"bias": 1.0, "prose": 1.0}, i % 2 == 0) for i in range(100)]
+    w = calibration_fit.fit_logistic(rows, ["bias", "prose"])
+    assert calibration_fit._p(w, {"bias": 1.0, "prose": 0.0}) == pytest.approx(0.9, abs=0.03)
+    assert calibration_fit._p(w, {"bias": 1.0, "prose": 1.0}) == pytest.approx(0.5, abs=0.03)
+
+
+def test_the_shipped_calibration_was_fitted_on_train_for_the_precision_target() -> None:
+    with open(calibration.CALIBRATION_PATH, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    meta = doc["meta"]
+    assert meta["fitted_on"] == "tests/data/incidents/train.jsonl" and meta["target_precision"] == 0.9
+    assert meta["oof_committed_precision"] >= 0.9 and 0.5 <= doc["threshold"] <= 1.0
+    assert doc["covered"]["n"] >= 10 and doc["covered"]["p"] == round((doc["covered"]["right"] + 1)
+                                                                      / (doc["covered"]["n"] + 2), 3)
+    assert not any("validation" in str(v) for v in meta.values())

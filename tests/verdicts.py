@@ -1,0 +1,33 @@
+"""What the rules answered, before the calibrated probability decided whether the verdict commits.
+
+A diagnosis whose leading answer did not clear the precision threshold is ``undetermined`` with the
+answer leading its candidates (``withheld``). Tests of a rule's reading assert what the rules answered
+(``rules_verdict``, ``rules_primary``) and, separately, that committing follows the probability
+(``committed_as_calibrated``).
+"""
+
+from __future__ import annotations
+
+from diagnose.model import Diagnosis
+from diagnose.rules import calibration
+
+
+def rules_primary(d: Diagnosis) -> str | None:
+    """The first finding's category, committed or withheld."""
+    lead = d.leading
+    return lead.value if lead is not None else None
+
+
+def rules_verdict(d: Diagnosis) -> str:
+    """bottleneck / healthy / undetermined as the rules decided, before the calibration withheld any."""
+    if not d.withheld:
+        return d.overall.value
+    return "bottleneck" if d.leading is not None else "healthy"
+
+
+def committed_as_calibrated(d: Diagnosis) -> bool:
+    """A verdict commits exactly when its probability clears the calibrator's threshold."""
+    cal = calibration.calibrator()
+    if cal is None or d.probability is None:
+        return not d.withheld
+    return d.withheld == (d.probability < cal.threshold)
