@@ -107,9 +107,18 @@ def latency_covered(ev: EvidenceSet) -> bool:
     return ev.has_prefix(*LATENCY_PREFIXES) and ev.has_prefix(*QUEUE_PREFIXES)
 
 
+# a median time to first token this long is what users feel as broken (a common TTFT objective is 1-2 s):
+# when no rule explains it, the verdict cannot be healthy
+SLOW_TTFT_MS = 2000.0
+
+
 def signals(ev: EvidenceSet) -> list[str]:
-    """Failure signals present in ``ev`` (a count above zero)."""
-    return [what for key, what in SIGNALS if _num(ev, key) > 0]
+    """Failure signals present in ``ev`` (a count above zero; a median time to first token of seconds)."""
+    out = [what for key, what in SIGNALS if _num(ev, key) > 0]
+    ttft = _num(ev, "latency.ttft_ms.p50")
+    if ttft >= SLOW_TTFT_MS:
+        out.append(f"a median time to first token of {ttft / 1000:.1f} s")
+    return out
 
 
 # -- next steps ------------------------------------------------------------------------------------

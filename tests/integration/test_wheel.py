@@ -97,4 +97,5 @@ def test_the_installed_wheel_runs_from_anywhere(fresh: Path, tmp_path: Path) -> 
     judged = _run(fresh, str(bin_ / "diagnose"), "analyze", OOM, "--format", "json", cwd=tmp_path)
     assert judged.returncode == 0, judged.stderr
     doc = json.loads(judged.stdout)
-    assert doc["primary"] == "oom_external" and doc["schema"].startswith("diagnose")
+    assert doc["candidates"][0]["category"] == "oom_external" and doc["schema"].startswith("diagnose")
+    assert doc["probability"] is not None  # the calibrator's weights (rules/calibration.json) came with the wheel
