@@ -20,7 +20,6 @@ from diagnose.model import (
     InputRecord,
     Session,
     Target,
-    Verdict,
     Window,
 )
 from diagnose.redact import redact_argv
@@ -47,12 +46,8 @@ def judge(
     the diagnosis) or a bare mapping of threshold overrides per rule code."""
     settings = config if isinstance(config, Config) else Config(rules=dict(config or {}))
     findings, skipped = run_rules(evidence, settings.rules, disabled=settings.disable)
-    verdict, steps = decide(evidence, findings, target)
-    judged = calibration.assess(evidence, findings, verdict)
-    withheld = judged.answer is not None and not judged.committed
-    if withheld:  # not sure enough to act on: undetermined, the candidates' checks first
-        verdict = Verdict.UNDETERMINED
-        steps = calibration.next_steps(judged, steps)
+    # not sure enough to act on (withheld): undetermined, the candidates' checks first
+    verdict, steps, judged, withheld = calibration.settle(evidence, findings, *decide(evidence, findings, target))
     return Diagnosis(
         findings=findings,
         skipped=skipped,

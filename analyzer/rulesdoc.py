@@ -75,9 +75,12 @@ FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file_
 
 
 def example_json(rule: type[Rule]) -> str:
-    """The diagnosis fields a user reads first (verdict, primary, next steps, the finding) for the rule's
-    positive fixture, or "" when the fixture is not there (an installed package without its tests)."""
+    """The diagnosis fields a user reads first (verdict, primary, probability, the differential, next steps,
+    the finding) for the rule's positive fixture, or "" when the fixture is not there (an installed package
+    without its tests). The verdict is calibrated as ``diagnose.pipeline.judge`` does it: below the
+    threshold it is withheld (undetermined) and the candidates' checks lead the next steps."""
     from diagnose.model import Diagnosis, Evidence, EvidenceSet
+    from diagnose.rules import calibration
     from diagnose.rules.engine import run_rules
     from diagnose.rules.verdict import decide
 
@@ -88,10 +91,12 @@ def example_json(rule: type[Rule]) -> str:
         doc = json.load(fh)
     ev = EvidenceSet(Evidence.from_json(e) for e in doc["evidence"])
     findings, _ = run_rules(ev, rules=[rule], decide=False)
-    verdict, steps = decide(ev, findings)
-    d = Diagnosis(findings=findings, verdict=verdict, next_steps=steps).to_json()
+    verdict, steps, judged, withheld = calibration.settle(ev, findings, *decide(ev, findings))
+    d = Diagnosis(findings=findings, verdict=verdict, next_steps=steps, probability=judged.probability,
+                  candidates=judged.candidates, withheld=withheld).to_json()
     keep = ("code", "category", "severity", "confidence", "title", "message", "impact")
-    out = {"verdict": d["verdict"], "primary": d["primary"], "next_steps": d["next_steps"],
+    out = {"verdict": d["verdict"], "primary": d["primary"], "probability": d["probability"],
+           "candidates": d["candidates"], "next_steps": d["next_steps"],
            "findings": [{k: f[k] for k in keep} for f in d["findings"]]}
     return json.dumps(out, indent=2, ensure_ascii=False)
 

@@ -35,6 +35,7 @@ from diagnose.model import Candidate, Category, EvidenceSet, Finding, Severity, 
 from diagnose.rules import differential, report_model
 from diagnose.rules.report import REPORT_CODES, claims_only
 from diagnose.rules.verdict import covered_by
+from diagnose.units import size
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 CALIBRATION_PATH = os.path.join(HERE, "calibration.json")
@@ -188,7 +189,7 @@ def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str |
     if answer is not None:
         top = p if p is not None else 1.0
         ranked.append((answer, top))
-        ranked += [(c, (1.0 - top) * w / total) for c, w in others if total > 0]
+        ranked += sorted(((c, (1.0 - top) * w / total) for c, w in others if total > 0), key=lambda kv: -kv[1])
     elif total > 0:  # nothing answered: the report model's own probabilities, else the findings' shares
         ranked += sorted(((c, w if leaning is not None else w / total) for c, w in others), key=lambda kv: -kv[1])
     out = []
@@ -222,6 +223,11 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
             con.append(f"{bad[0].code}: {bad[0].title}")
     elif category in _measured_nothing(evidence, findings):
         con.append("a source that measures it was read and its rules found nothing")
+    free, asked = evidence.value("mem.reserved_minus_allocated_bytes"), evidence.value("mem.requested_bytes")
+    if (category == "oom_fragmentation" and isinstance(free, int | float) and isinstance(asked, int | float)
+            and asked > 0 and free < asked):  # the allocator could not have served it from its cached blocks
+        con.append(f"the allocator held only {size(int(free))} reserved but unallocated, less than the "
+                   f"{size(int(asked))} it tried to allocate")
     return tuple(pro), tuple(con)
 
 
@@ -235,6 +241,16 @@ def _measured_nothing(evidence: EvidenceSet, findings: Sequence[Finding]) -> set
                 and any(evidence.has_prefix(k) if k.endswith(".") else k in evidence for k in r.measured_by)):
             out.add(r.category.value)
     return out
+
+
+def settle(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict,
+           steps: Sequence[str]) -> tuple[Verdict, tuple[str, ...], Assessment, bool]:
+    """The rules' verdict calibrated: (verdict, next steps, the assessment, withheld). An answer below the
+    threshold is withheld: the verdict is undetermined and the candidates' checks lead the next steps."""
+    judged = assess(evidence, findings, verdict)
+    if judged.answer is not None and not judged.committed:
+        return Verdict.UNDETERMINED, next_steps(judged, steps), judged, True
+    return verdict, tuple(steps), judged, False
 
 
 def next_steps(judged: Assessment, steps: Sequence[str]) -> tuple[str, ...]:

@@ -113,3 +113,21 @@ def test_info_findings_never_rank_before_real_ones() -> None:
     info = Finding("HLT999", "h", Category.OOM_EXTERNAL, Severity.INFO, Confidence.MEASURED, "t", "m", 1.0)
     real = Finding("CPU999", "c", Category.CPU_PREPROCESSING, Severity.MINOR, Confidence.THIN, "t", "m", 0.1)
     assert [f.code for f in rank([info, real])] == ["CPU999", "HLT999"]
+
+
+def test_every_rule_example_shows_its_probability_and_differential() -> None:
+    shown = 0
+    for rule in RULES:
+        example = rulesdoc.example_json(rule)
+        if not example:
+            continue
+        doc = json.loads(example)
+        assert doc["candidates"] and doc["candidates"][0]["check"], rule.code
+        # the rule's own category leads its example, committed or withheld by its probability
+        # (an explanation of expected behaviour: "none" leads, the verdict healthy or withheld)
+        lead = next((f["category"] for f in doc["findings"] if f["severity"] != "info"), "none")
+        assert doc["candidates"][0]["category"] == lead and doc["probability"] == doc["candidates"][0]["probability"]
+        assert doc["primary"] in (lead, None)
+        assert doc["verdict"] in (("healthy", "undetermined") if lead == "none" else ("bottleneck", "undetermined"))
+        shown += 1
+    assert shown >= 60
