@@ -107,10 +107,8 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
         console.print(Panel(Text("healthy: " + healthy_text(diagnosis) + probability_text(diagnosis)),
                             title="Verdict", border_style="green", title_align="left"))
         return
-    if diagnosis.withheld:
-        body = Text("undetermined: " + undetermined_text(diagnosis) + "\n")
-    else:
-        body = Text("undetermined: the evidence given is too thin to name a bottleneck.\n")
+    body = Text("undetermined: " + (undetermined_text(diagnosis) if diagnosis.withheld
+                                    else "the evidence given is too thin to name a bottleneck.") + "\n")
     if diagnosis.next_steps:
         body.append("\nNext steps, most useful first\n", style="bold")
         for i, step in enumerate(diagnosis.next_steps, 1):

@@ -18,9 +18,11 @@ UNDETERMINED_TEXT = "the evidence given is too thin to name a bottleneck; collec
 def undetermined_text(diagnosis: Diagnosis) -> str:
     """Why the verdict is undetermined: too little evidence, or an answer not sure enough to act on alone."""
     lead = diagnosis.leading
-    if diagnosis.withheld and lead is not None and diagnosis.probability is not None:
-        return (f"the findings point to {lead.value}, but at {pct(diagnosis.probability)} that is not sure enough to "
-                "act on alone; the differential says what separates the candidates.")
+    if diagnosis.withheld and diagnosis.probability is not None:
+        what = (f"the findings point to {lead.value}" if lead is not None
+                else "nothing significant was found (healthy)")
+        return (f"{what}, but at {pct(diagnosis.probability)} that is not sure enough to act on alone; the "
+                "differential says what separates the candidates.")
     return UNDETERMINED_TEXT
 
 
