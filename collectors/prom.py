@@ -472,9 +472,12 @@ def _histograms(parsed: list[_Samples]) -> dict[str, Histogram]:
             n_last = max(b_last.values())
         qs: dict[float, float] = {}
         if b_last:
+            # a quantile inside the lowest bucket is only known to lie below its bound: interpolating from 0
+            # invents a spread (every request under 0.3 s reads as p50 150 ms, p99 297 ms), so it is left out
+            lowest = min((le for le in b_last if not math.isinf(le) and le > 0), default=None)
             for q in QUANTILES:
                 got = interpolate_quantile(q, b_last.items())
-                if got is not None:
+                if got is not None and not (lowest is not None and got <= lowest):
                     qs[q] = got
         else:
             for labels, v, _ in last.get((c, "quantile"), []):

@@ -70,6 +70,29 @@ def test_interpolate_quantile() -> None:
     assert interpolate_quantile(0.5, [(1.0, 0.0), (math.inf, 0.0)]) is None
 
 
+def test_quantiles_inside_the_lowest_bucket_are_not_invented() -> None:
+    """Every request under vLLM's lowest queue bucket (0.3 s): its p50 and p99 are only "below 300 ms", so
+    none is emitted (interpolating from 0 read as p50 150 ms, p99 297 ms on a healthy live run, and a tail
+    rule named queueing); the mean, from _sum and _count, stays exact."""
+    text = ["# scrape at 1000.0 from http://127.0.0.1:8000/metrics\n"]
+    for t, n, total in ((1000.0, 0, 0.0), (1030.0, 200, 0.4)):
+        if t > 1000.0:
+            text.append(f"# scrape at {t} from http://127.0.0.1:8000/metrics\n")
+        text += [f'vllm:request_queue_time_seconds_bucket{{le="{le}"}} {n}\n' for le in ("0.3", "0.5", "+Inf")]
+        text += [f"vllm:request_queue_time_seconds_sum {total}\n", f"vllm:request_queue_time_seconds_count {n}\n",
+                 f'vllm:e2e_request_latency_seconds_bucket{{le="0.3"}} {n // 2}\n',
+                 f'vllm:e2e_request_latency_seconds_bucket{{le="0.5"}} {n}\n',
+                 f'vllm:e2e_request_latency_seconds_bucket{{le="+Inf"}} {n}\n',
+                 f"vllm:e2e_request_latency_seconds_sum {total * 150}\n",
+                 f"vllm:e2e_request_latency_seconds_count {n}\n"]
+    src = _source(text)
+    ev = {e.key: e.value for e in src.evidence("two-scrapes.txt")}
+    assert _close(ev["stage.queue_ms.mean"], 2.0)  # 0.4 s over 200 requests
+    assert not {"stage.queue_ms.p50", "stage.queue_ms.p99"} & set(ev)
+    # e2e: half the requests above 0.3 s: its p99 lies in the second bucket and is kept, its p50 is not
+    assert "latency.e2e_ms.p99" in ev and "latency.e2e_ms.p50" not in ev
+
+
 def test_vllm_v1_two_scrapes_use_the_window() -> None:
     ev = _ev("vllm_v1_two_scrapes_queue_kv_full.txt")
     assert ev["serving.metric_scrapes"] == 2
