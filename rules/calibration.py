@@ -68,8 +68,7 @@ def lean(evidence: EvidenceSet, findings: Sequence[Finding]) -> dict[str, float]
     m = report_model.model()
     if m is None or "report.cues" not in evidence:
         return None
-    prose = [f for f in findings if f.code in REPORT_CODES]
-    return m.predict({**report_model.features(evidence), **report_model.signal_features(prose)})
+    return m.predict(report_model.inputs(evidence, [f for f in findings if f.code in REPORT_CODES]))
 
 
 def answer_of(findings: Sequence[Finding], verdict: Verdict) -> tuple[str | None, Finding | None]:
@@ -91,7 +90,7 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
     healthy = top is None
     known = leaning is not None
     lp = _logit(leaning.get(answer, 0.0)) if leaning is not None else 0.0
-    agrees = known and leaning is not None and max(leaning, key=leaning.__getitem__) == answer
+    agrees = leaning is not None and max(leaning, key=leaning.__getitem__) == answer
     rivals = {f.category.value for f in findings
               if f.severity is not Severity.INFO and f.category is not None and not claims_only(f)} - {answer}
     conf = top.confidence.value if struct and top is not None else ""
@@ -209,7 +208,7 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
     pro = [f"{f.code}: {f.title}" for f in mine[:2]]
     if leaning is not None and leaning.get(category, 0.0) >= MIN_SHOWN:
         m = report_model.model()
-        cues = m.why({**report_model.features(evidence)}, category, 3) if m is not None else []
+        cues = m.why(report_model.features(evidence), category, 3) if m is not None else []
         words = ", ".join(c.split(":", 1)[-1] for c in cues if not c.startswith("s:"))
         pro.append(f"the report's wording leans to it ({leaning[category]:.0%})" + (f": {words}" if words else ""))
     con: list[str] = []

@@ -16,20 +16,18 @@ The validation split is never read.
 
 from __future__ import annotations
 
-import io
 import json
-import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose import loose, pipeline
+from diagnose import pipeline
 from diagnose.model import EvidenceSet
 from diagnose.rules import calibration, report_model
 from diagnose.rules.engine import run_rules
-from diagnose.rules.report import REPORT_CODES
+from diagnose.rules.report_fit import case_inputs
 from diagnose.rules.verdict import decide
 
 ROOT = os.path.dirname(calibration.HERE)
@@ -62,14 +60,8 @@ def oof_rows(path: str = TRAIN) -> tuple[list[Row], int]:
     """The out-of-fold rows of the train split's scored cases, and how many scored cases there are (those
     the rules left undetermined give no row: nothing was answered)."""
     cases = _cases(path)
-    evs, xs = [], []
-    for c in cases:
-        res = loose.analyze_stream("case", io.BufferedReader(io.BytesIO(c["evidence"].encode())))
-        ev = EvidenceSet(res.evidence)
-        found, _ = run_rules(ev, decide=False)
-        evs.append(ev)
-        xs.append({**report_model.features(ev),
-                   **report_model.signal_features([f for f in found if f.code in REPORT_CODES])})
+    read = [case_inputs(c["evidence"]) for c in cases]
+    evs, xs = [ev for ev, _ in read], [x for _, x in read]
     shipped = report_model.model()
     l2 = float(shipped.meta.get("l2", 0.01)) if shipped is not None else 0.01
     rows: list[Row] = []
@@ -108,7 +100,7 @@ def fit_logistic(rows: Sequence[Row], names: Sequence[str], l2: float = L2, iter
 
 
 def _p(w: dict[str, float], x: dict[str, float]) -> float:
-    return 1.0 / (1.0 + math.exp(-sum(w.get(k, 0.0) * v for k, v in x.items())))
+    return calibration.Calibrator(w, 0.0, 0.0, {}).excerpt(x)
 
 
 def cross_validated(rows: Sequence[Row], names: Sequence[str]) -> list[float]:

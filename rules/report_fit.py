@@ -22,7 +22,7 @@ from diagnose.derive import claims
 from diagnose.model import EvidenceSet
 from diagnose.rules.engine import run_rules
 from diagnose.rules.report import REPORT_CODES
-from diagnose.rules.report_model import CLASSES, HERE, MODEL_PATH, Model, features, fit, signal_features
+from diagnose.rules.report_model import CLASSES, HERE, MODEL_PATH, Model, fit, inputs
 
 MIN_DOCS = 3  # a word counts only when three incidents of the train split use it: no single incident's phrase
 
@@ -35,6 +35,15 @@ def _accuracy(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence
     return ok / max(1, len(xs))
 
 
+def case_inputs(evidence: str) -> tuple[EvidenceSet, dict[str, float]]:
+    """One incident's evidence read as ``diagnose analyze -`` reads it, and what the report model weighs of
+    it (the report rules judged alone, before any model decides)."""
+    res = loose.analyze_stream("case", io.BufferedReader(io.BytesIO(evidence.encode())))
+    ev = EvidenceSet(res.evidence)
+    found, _ = run_rules(ev, decide=False)
+    return ev, inputs(ev, [f for f in found if f.code in REPORT_CODES])
+
+
 def _corpus(path: str) -> tuple[list[dict[str, float]], list[str], list[float], list[list[str]]]:
     """Features, labels, weights (stretch cases count half) and accept lists of a corpus split."""
     xs, ys, ws, accepts = [], [], [], []
@@ -44,11 +53,7 @@ def _corpus(path: str) -> tuple[list[dict[str, float]], list[str], list[float], 
             label = case["expected_class"]
             if label not in CLASSES:
                 continue
-            res = loose.analyze_stream("case", io.BufferedReader(io.BytesIO(case["evidence"].encode())))
-            ev = EvidenceSet(res.evidence)
-            found, _ = run_rules(ev, decide=False)
-            prose = [f for f in found if f.code in REPORT_CODES]
-            xs.append({**features(ev), **signal_features(prose)})
+            xs.append(case_inputs(case["evidence"])[1])
             ys.append(label)
             ws.append(1.0 if case.get("scored", True) else 0.5)
             accepts.append(list(case["accept"]))

@@ -65,6 +65,12 @@ def features(ev: EvidenceSet) -> dict[str, float]:
     return out
 
 
+def inputs(ev: EvidenceSet, findings: Iterable[Finding]) -> dict[str, float]:
+    """What the model weighs for one evidence set: its cues and families, and the report rules' own signals
+    (``findings``: the report rules' findings)."""
+    return {**features(ev), **signal_features(findings)}
+
+
 class Model:
     """Weights per (class, cue) and a bias per class; ``predict`` is a softmax over them."""
 
@@ -120,7 +126,7 @@ def decide(ev: EvidenceSet, findings: Iterable[Finding]) -> tuple[str, float, li
     m = model()
     if m is None or "report.cues" not in ev:
         return None
-    x = {**features(ev), **signal_features(findings)}
+    x = inputs(ev, findings)
     probs = m.predict(x)
     cls = max(probs, key=probs.__getitem__)
     return cls, probs[cls], [c for c in m.why(x, cls) if not c.startswith("r:")]
