@@ -194,9 +194,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         fh.write(diagnosis.to_json_text())
     # what the attach spent after the window (capture files, analysis): its wall time beyond the window
     # is this and the setup, never the target's (the window is bounded by py-spy's grace)
-    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE),
-                      {**cost, "after_s": round(time.time() - ran.window.end, 3),
-                       "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)})
+    write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), {**cost, **_after_window(ran)})
     if pack:  # for a ticket: secrets and request payloads redacted, like `diagnose pack`
         from diagnose.pack import pack as pack_session
 
@@ -232,6 +230,8 @@ class Ran:
     cost: dict[str, float]  # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores (attach-cost.json)
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
+    waited_opened: float | None = None  # seconds the calling thread had waited for a CPU when the window opened
+    waited_closed: float | None = None  # ... and when it closed (``_waited``)
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -255,7 +255,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
             with contextlib.suppress(Exception):
                 s.stop()
         raise
-    cpu_before = _own_cpu()
+    cpu_before, waited_before = _own_cpu(), _waited()
     t0 = clock()
     while not should_stop():
         elapsed = clock() - t0
@@ -267,13 +267,13 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     for s in sources:
         s.stop()
     t1 = clock()
-    cpu_after = _own_cpu()
+    cpu_after, waited_after = _own_cpu(), _waited()
     cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     cpu_window = cpu_self + cpu_kids
     return Ran(Window(t0, t1), {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4),
                                 "self_cpu_s": round(cpu_self, 4), "pyspy_cpu_s": round(cpu_kids, 4),
                                 "cores": round(cpu_window / max(1e-9, t1 - t0), 4)},
-               sum(cpu_before), sum(cpu_after))
+               sum(cpu_before), sum(cpu_after), waited_before, waited_after)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, float]:
@@ -284,8 +284,34 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, fl
         born = psutil.Process().create_time()
     except psutil.Error:
         born = entered
-    return {"started_s": round(ran.window.start - born, 3), "setup_s": round(ran.window.start - entered, 3),
-            "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
+    before = {"started_s": round(ran.window.start - born, 3), "setup_s": round(ran.window.start - entered, 3),
+              "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
+    if ran.waited_opened is not None:
+        before["started_wait_s"] = round(ran.waited_opened, 3)
+    return before
+
+
+def _after_window(ran: Ran) -> dict[str, float]:
+    """What the attach spent after its window closed (the captures, the analysis): wall, CPU and, where the
+    kernel says, the time it waited for a CPU (``after_wait_s``)."""
+    after = {"after_s": round(time.time() - ran.window.end, 3),
+             "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)}
+    waited = _waited()
+    if waited is not None and ran.waited_closed is not None:
+        after["after_wait_s"] = round(waited - ran.waited_closed, 3)
+    return after
+
+
+def _waited() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a CPU since it started (the kernel's
+    run-queue delay, ``/proc/thread-self/schedstat``'s second field); None where the kernel does not say.
+    The attach does its work outside the window on its main thread, so on a saturated host this is what
+    stretches that work's wall time, and it is the host's, not the attach's."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _own_cpu() -> tuple[float, float]:

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernel
 LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "startup_refusal")
 # The window (what the target sees) ends at most py-spy's grace and the join after --duration, by construction;
 # the attach's own work outside it (its checks and busy probe, the captures and the analysis) is bounded in CPU
-# seconds, which a saturated host does not change; its wall time there does (the CI host once took 24 s of wall
-# for ~1 CPU-s of it), so the wall is bounded only against the gross regression issue 17 found (60-87 s for 30).
+# seconds, which a saturated host does not change; its wall time there does: the CI host, with the engine and
+# 16 clients on 2 cores, took 27-43 s of wall outside a 30 s window for ~1 CPU-s of the attach's own work. So
+# the wall is bounded against the gross regression issue 17 found (60-87 s for 30) less the time the attach's
+# thread waited for a CPU, which the kernel measures (attach-cost.json's started_wait_s and after_wait_s).
 WINDOW_SLACK_S = pyspy.STOP_GRACE_S + JOIN_S + POLL_S
 OUTSIDE_CPU_S = 10.0
 WALL_SLACK_S = 25.0
@@ -59,7 +61,9 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
     assert cost["window_s"] <= recipe.window_s + WINDOW_SLACK_S, cost
     assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, cost
-    assert how["attach_wall_s"] <= recipe.window_s + WALL_SLACK_S, (how["attach_wall_s"], cost)
+    waited = cost["started_wait_s"] + cost["after_wait_s"]
+    phases = {k: v for k, v in cost.items() if k.endswith("_s")}
+    assert how["attach_wall_s"] - waited <= recipe.window_s + WALL_SLACK_S, (how["attach_wall_s"], phases)
     for leg in EXPECTED[pathology]:
         assert_leg(analyze(folder, leg), pathology, leg)
     session = json.loads((folder / "attach" / "manifest.json").read_text())

@@ -200,6 +200,8 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
     # its phases outside the window: since the process started, since attach() was called, after the window
     assert cost["started_s"] >= cost["setup_s"] >= 0.0 and cost["setup_cpu_s"] >= 0.0
     assert cost["after_s"] > 0.0 and cost["after_cpu_s"] > 0.0  # the analysis ran after the window closed
+    # and how much of each it waited for a CPU (the kernel's run-queue delay of the thread doing that work)
+    assert 0.0 <= cost["started_wait_s"] <= cost["started_s"] and 0.0 <= cost["after_wait_s"] <= cost["after_s"]
 
 
 def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: None) -> None:
@@ -349,3 +351,4 @@ def test_many_processes_without_python_are_one_line_of_the_notes(tmp_path: Path,
                   4: "/usr/lib/gcc/cc1plus -quiet", 5: "ld -o x.so"}
     assert src.notes() == ("4 processes run no Python interpreter, not profiled: cc1plus ×2, g++ ×1, ld ×1",
                            "pid 1 (python serve.py): not sampled")
+
