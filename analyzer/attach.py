@@ -38,14 +38,14 @@ from typing import Any
 
 import psutil
 
-from diagnose import output, pipeline
+from diagnose import output
 from diagnose.collectors import budget
 from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors import process as process_collector
 from diagnose.config import Config
 from diagnose.config import load as load_config
-from diagnose.derive.session import ATTACH_COST as ATTACH_COST_FILE
 from diagnose.errors import AttachError, DiagnoseError
+from diagnose.model import ATTACH_COST as ATTACH_COST_FILE
 from diagnose.model import CaptureStatus, Diagnosis, Session, Target, Window
 from diagnose.sources import (
     BusyProbe,
@@ -186,6 +186,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         children=process.children,
     )
     session = Session(path=folder, target=target, window=window, captures=tuple(captures))
+    from diagnose import pipeline  # the analysis, after the window: the window opens without importing it
+
     write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
     if opts.config:  # the settings this session is judged with, also by `diagnose report` later
         write_json_atomic(os.path.join(folder, pipeline.CONFIG_FILE), opts.config.to_json())

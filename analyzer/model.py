@@ -53,6 +53,9 @@ GPU_ONLY_CATEGORIES = frozenset({Category.GPU_COMPUTE, Category.PCIE_TRANSFER, C
 # the evidence key that says the host has no GPU (NVML finds no driver or no device; an engine's log
 # says it runs on the CPU platform): its value is 1, its detail says how it is known
 HOST_NO_GPU = "host.gpu_absent"
+# files an attach writes into its session beside the collectors' own (read by ``diagnose.derive.session``)
+PYSPY_META = "pyspy-meta.json"
+ATTACH_COST = "attach-cost.json"
 
 
 class Verdict(StrEnum):

@@ -47,8 +47,7 @@ from diagnose.collectors import cgroup as cgroup_collector
 from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors import process as process_collector
 from diagnose.collectors import snapshot as snapshot_collector
-from diagnose.derive.session import ATTACH_COST, PYSPY_META
-from diagnose.model import Availability, Capture, CaptureStatus, Window
+from diagnose.model import ATTACH_COST, PYSPY_META, Availability, Capture, CaptureStatus, Window
 from diagnose.redact import redact_argv, redact_command, redact_text
 
 PROBE_S = 0.5  # before the window: two full process samples this far apart say what is busy

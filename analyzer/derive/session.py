@@ -15,10 +15,18 @@ from diagnose.collectors import process as process_collector
 from diagnose.collectors import pyspy
 from diagnose.derive import cgroup, cpu_profile, nvml, process, ranks, wall
 from diagnose.derive.series import FileSeries, SeriesSource
-from diagnose.model import HOST_NO_GPU, Capture, CaptureStatus, Evidence, EvidenceSet, InputRecord, Session
+from diagnose.model import (
+    ATTACH_COST,
+    HOST_NO_GPU,
+    PYSPY_META,
+    Capture,
+    CaptureStatus,
+    Evidence,
+    EvidenceSet,
+    InputRecord,
+    Session,
+)
 
-PYSPY_META = "pyspy-meta.json"
-ATTACH_COST = "attach-cost.json"
 # captures whose files are loose evidence (logs, metrics scrapes, probe JSONL, Nsight exports, PyTorch traces)
 TEXT_CAPTURES = ("log", "metrics", "probe", "nsys", "kineto")
 SERIES_CAPTURES = ("log", "metrics", "probe")  # those whose text has time series (``diagnose.derive.series``)
