@@ -75,6 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record an Nsight Systems window (the service must run under `nsys launch`)")
     _common(p)
 
+    p = sub.add_parser("watch", help="keep a rolling record of a service; on trouble, capture and diagnose a session")
+    p.add_argument("--pid", type=int, required=True, help="the service's pid (a parent of workers is fine)")
+    p.add_argument("--log", action="append", default=[], help="a log file of the service to follow")
+    p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape each tick")
+    p.add_argument("--when", action="append", metavar="RULE",
+                   help="a trigger: ttft_p99>2s, e2e_p99>5s, queue>N, kv>0.95, oom, bottleneck "
+                        "(repeatable; default: bottleneck and oom)")
+    p.add_argument("-o", "--output", default=".", help="folder for the watch-<UTC time>-<trigger>/ sessions")
+    p.add_argument("--listen", metavar="[HOST:]PORT",
+                   help="serve /metrics and POST /alert (Alertmanager) on this address (default host 127.0.0.1)")
+    p.add_argument("--max-sessions", type=int, default=20, help="keep the newest N sessions (default 20)")
+    p.add_argument("--window", type=float, default=20.0, help="capture window after a trigger, seconds (default 20)")
+    p.add_argument("--ring", type=float, default=300.0, help="seconds of evidence kept from before (default 300)")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between ring samples (default 5)")
+    p.add_argument("--rate", type=int, default=50, help="py-spy samples per second at most in a capture")
+    p.add_argument("--config", metavar="FILE",
+                   help="rule settings (TOML: [rules.CODE] thresholds, disable = [...]); default $DIAGNOSE_CONFIG")
+
     p = sub.add_parser("analyze", help="diagnose sessions or evidence files (logs, metrics, …); - is stdin")
     p.add_argument("paths", nargs="+", help="session folders or evidence files; - reads stdin")
     _common(p)
@@ -224,6 +242,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(args)
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from diagnose import watch, watch_rules
+
+    opts = watch.WatchOptions(pid=args.pid, logs=list(args.log), metrics=list(args.metrics),
+                              rules=watch_rules.parse_rules(args.when), output=args.output,
+                              max_sessions=args.max_sessions, window_s=args.window, ring_s=args.ring,
+                              interval_s=args.interval, config=_settings(args), rate_hz=args.rate)
+    return watch.watch_cli(opts, args.listen)
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
     from diagnose import cli_fleet
 
@@ -269,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _numpy_without_blas_threads()
         handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo,
                    "enable": cmd_enable, "report": cmd_report, "compare": cmd_compare, "pack": cmd_pack,
-                   "dashboard": cmd_dashboard, "fleet": cmd_fleet, "sweep": cmd_sweep}
+                   "dashboard": cmd_dashboard, "watch": cmd_watch, "fleet": cmd_fleet, "sweep": cmd_sweep}
         return handler[args.command](args)
     except DiagnoseError as exc:
         print(f"diagnose: {exc}", file=sys.stderr)

@@ -212,6 +212,12 @@ _RECORD_PREFIX = re.compile(
 )
 
 
+def is_oom_message(line: str) -> bool:
+    """Whether one line carries an allocator's out-of-memory message (CUDA, ROCm, NPU, XPU, JAX, cuBLAS,
+    cuDNN: the head ``parse_allocator_message`` reads), by its own wording, not a person's."""
+    return _HEAD.search(line) is not None
+
+
 def _size(rx: re.Pattern[str], text: str, *groups: str) -> int | None:
     m = rx.search(text)
     if not m:

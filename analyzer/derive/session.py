@@ -258,4 +258,38 @@ def derive(session: Session, series: bool = False) -> Derived:
     for part in loose_parts:
         for ev in part:
             out.evidence.add(ev)
+    watched = by_name.get("watch")
+    if watched is not None and watched.status in (CaptureStatus.OK, CaptureStatus.PARTIAL):
+        for ev in _watch(session, watched, out):
+            out.evidence.add(ev)
     return out
+
+
+# ``diagnose watch``'s ring (``diagnose.watch``): read after the window's evidence, so for any key the window's
+# own measurement wins and the ring only fills what the window lacks (all of it for a target that exited)
+WATCH_FILE, RING_TEXT = "watch.json", ("watch-ring.prom", "watch-ring.log")
+
+
+def _watch(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
+    found: list[Evidence] = []
+    doc = _read_json(os.path.join(session.path, WATCH_FILE)) if WATCH_FILE in cap.files else {}
+    trigger = doc.get("trigger") if isinstance(doc.get("trigger"), dict) else None
+    if trigger:
+        value = trigger.get("value")
+        found.append(Evidence("watch.trigger", value if isinstance(value, int | float) else 1,
+                              "ms" if str(trigger.get("rule", "")).startswith(("ttft", "e2e")) else "",
+                              "diagnose watch", cap.window,
+                              detail=f"{trigger.get('rule')} fired: {trigger.get('detail') or 'no detail'}"))
+    before = doc.get("before")
+    for canonical, entry in (before.items() if isinstance(before, dict) else ()):
+        if isinstance(entry, dict) and "text" in entry and isinstance(entry.get("to"), int | float):
+            found.append(Evidence(f"watch.before.{canonical}_rise", round(entry["to"] - entry.get("from", 0), 3),
+                                  str(entry.get("unit", "")), "diagnose watch (the ring before the trigger)",
+                                  cap.window, detail=str(entry["text"])))
+    for name in RING_TEXT:
+        if name not in cap.files:
+            continue
+        res = loose.analyze_path(os.path.join(session.path, name))
+        found.extend(res.evidence)
+        out.inputs.extend(res.inputs)
+    return found

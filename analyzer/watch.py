@@ -1,0 +1,616 @@
+"""``diagnose watch``: a cheap rolling record of a service, and a diagnosed session when trouble starts.
+
+The watcher keeps a ring (``Ring``, default the last 5 minutes) of cheap evidence — the engine's
+``/metrics`` every ``--interval`` seconds (only the lines of the families ``diagnose.collectors.prom``
+knows), the new lines of each ``--log``, and one process sample (CPU seconds, resident memory,
+threads) per tick — and evaluates its trigger rules (``diagnose.watch_rules``) at every tick. When a
+rule turns true it runs a full attach window (py-spy included, ``--window`` seconds) into
+``DIR/watch-<UTC time>-<rule>/``; the session also holds the ring from before the trigger
+(``watch-ring.prom``, ``watch-ring.log``, ``watch-process.jsonl``) and ``watch.json`` (the rule, its
+value, what rose over the ring, an alert's labels), so its analysis has both. A rule that stays true
+writes no second session until it has been false at a tick (one session per incident); a rule that
+turns true while a capture runs is recorded in that session's ``watch.json``. ``--max-sessions``
+keeps the newest N sessions.
+
+Idle costs little: a tick is one scrape, a ``stat`` of each log and one ``/proc`` read of the target;
+the rule engine (``bottleneck``) runs at most every ``JUDGE_EVERY_S`` and only while the service does
+something (its request counters move, requests run or wait, its log grows). ``benchmarks/watch_idle.py``
+measures it. ``--listen`` serves ``/metrics`` and ``POST /alert`` on loopback (``diagnose.watch_http``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+import psutil
+
+from diagnose.collectors.prom import lookup
+from diagnose.config import Config
+from diagnose.errors import AttachError, DiagnoseError, InputError
+from diagnose.model import Capture, CaptureStatus, Diagnosis, Severity, Window
+from diagnose.redact import redact_text
+from diagnose.sources import scrape, write_json_atomic
+from diagnose.watch_rules import METRIC_RULES, SPAN_S, Rule, log_event, metric_value, reading
+
+RING_S = 300.0
+INTERVAL_S = 5.0
+WINDOW_S = 20.0
+JUDGE_EVERY_S = 15.0  # the light verdict, at most this often, and only while the service is active
+LOG_READ_MAX = 1 << 20  # bytes of a log read per tick at most (a log that grows faster: its tail)
+RING_LOG_MAX = 4 << 20  # bytes of log lines the ring keeps at most
+SCRAPE_TIMEOUT_S = 3.0
+COLLECTOR = "watch"
+WATCH_FILE = "watch.json"
+RING_METRICS = "watch-ring.prom"
+RING_LOG = "watch-ring.log"
+RING_PROCESS = "watch-process.jsonl"
+
+
+def slug(rule_text: str) -> str:
+    """A rule's text as a folder name's part: ``ttft_p99>2s`` → ``ttft_p99-gt-2s``."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", rule_text.replace(">=", "-ge-").replace(">", "-gt-")).strip("-")
+
+
+def known_lines(text: str) -> str:
+    """The lines of an exposition that belong to families diagnose reads (the ring keeps only these)."""
+    keep = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            if line.startswith(("# HELP ", "# TYPE ")) and lookup(line.split()[2]) is not None:
+                keep.append(line)
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if lookup(name) is not None:
+            keep.append(line)
+    return "\n".join(keep)
+
+
+class Ring:
+    """The last ``span_s`` seconds of scrapes, log lines and process samples (thread-safe, bounded)."""
+
+    def __init__(self, span_s: float = RING_S, max_log_bytes: int = RING_LOG_MAX) -> None:
+        self.span_s = span_s
+        self.max_log_bytes = max_log_bytes
+        self.scrapes: deque[tuple[float, str]] = deque()
+        self.log: deque[tuple[float, str]] = deque()
+        self.samples: deque[dict[str, float]] = deque()
+        self._log_bytes = 0
+        self._lock = threading.Lock()
+
+    def add_scrape(self, at: float, text: str) -> None:
+        with self._lock:
+            self.scrapes.append((at, known_lines(text)))
+
+    def add_log(self, at: float, lines: Iterable[str]) -> None:
+        with self._lock:
+            for line in lines:
+                self.log.append((at, line))
+                self._log_bytes += len(line)
+            while self._log_bytes > self.max_log_bytes and self.log:
+                self._log_bytes -= len(self.log.popleft()[1])
+
+    def add_sample(self, sample: dict[str, float]) -> None:
+        with self._lock:
+            self.samples.append(sample)
+
+    def prune(self, now: float) -> None:
+        cut = now - self.span_s
+        with self._lock:
+            while self.scrapes and self.scrapes[0][0] < cut:
+                self.scrapes.popleft()
+            while self.log and self.log[0][0] < cut:
+                self._log_bytes -= len(self.log.popleft()[1])
+            while self.samples and self.samples[0]["t"] < cut:
+                self.samples.popleft()
+
+    def since(self, t: float) -> list[tuple[float, str]]:
+        """The scrapes from the last one at or before ``t`` to the newest (an increase over ``t``..now)."""
+        with self._lock:
+            got = list(self.scrapes)
+        first = max((i for i, (at, _) in enumerate(got) if at <= t), default=0)
+        return got[first:]
+
+    def snapshot(self) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, float]]]:
+        with self._lock:
+            return list(self.scrapes), list(self.log), list(self.samples)
+
+
+class LogFollower:
+    """New whole lines of a log since the last read, from its end when the watch started; a log that
+    was truncated or replaced (rotation) is read again from its start."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = os.path.getsize(path)
+        self._ino = os.stat(path).st_ino
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        if st.st_ino != self._ino or st.st_size < self.offset:
+            self._ino, self.offset, self._partial = st.st_ino, 0, b""
+        if st.st_size == self.offset:
+            return []
+        start = max(self.offset, st.st_size - LOG_READ_MAX)
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(st.st_size - start)
+        skipped = start > self.offset  # more than a tick's worth was written: only its tail is read
+        self.offset = start + len(data)
+        *whole, rest = data.split(b"\n")
+        if skipped:
+            whole = whole[1:]  # the first line read is the end of one not read
+        elif whole:
+            whole[0] = self._partial + whole[0]
+        self._partial = rest if (whole or skipped) else self._partial + rest
+        return [redact_text(b.decode("utf-8", errors="replace")) for b in whole]
+
+
+@dataclass
+class Fired:
+    """A trigger that fired: which rule, when, the value or event that made it true."""
+
+    rule: str
+    at: float
+    value: float | None = None
+    detail: str = ""
+    alert: dict[str, Any] | None = None  # an Alertmanager payload's status and labels (``POST /alert``)
+
+    @property
+    def slug(self) -> str:
+        """For the session folder's name: ``queue-gt-8``, ``oom``, ``alert``."""
+        return slug(self.rule)
+
+
+@dataclass
+class WatchOptions:
+    pid: int
+    logs: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    rules: tuple[Rule, ...] = ()
+    output: str = "."
+    max_sessions: int = 20
+    window_s: float = WINDOW_S
+    ring_s: float = RING_S
+    interval_s: float = INTERVAL_S
+    judge_every_s: float = JUDGE_EVERY_S
+    config: Config = field(default_factory=Config)
+    rate_hz: int = 50
+
+
+@dataclass
+class State:
+    """What ``/metrics`` reports (``diagnose.watch_http``); read and written under ``lock``."""
+
+    up: bool = True
+    triggers: Counter[str] = field(default_factory=Counter)
+    bottleneck: str | None = None  # the light verdict's critical category, while it holds
+    last_session_at: float | None = None
+    sessions: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def before_summary(scrapes: Sequence[tuple[float, str]], fired_at: float) -> dict[str, Any]:
+    """What rose over the ring before the trigger, per series the rules read: the lowest value and when,
+    the value at the trigger, e.g. ``queue depth rose from 0 to 14 over the 90 s before``."""
+    out: dict[str, Any] = {"ring_s": round(fired_at - scrapes[0][0], 1) if scrapes else 0.0,
+                           "scrapes": len(scrapes)}
+    # (what it is, its unit, the scale to it, the least rise worth a sentence)
+    names = {"waiting": ("queue depth", "requests", 1.0, 1.0), "kv_usage": ("KV-cache usage", "%", 100.0, 5.0),
+             "running": ("requests running", "requests", 1.0, 1.0)}
+    for canonical, (label, unit, scale, least) in names.items():
+        series: list[tuple[float, float]] = []
+        for at, text in scrapes:
+            r = reading([(at, text)])
+            values = r.gauges.get(canonical) if r else None
+            if values:
+                series.append((at, values[-1] * scale))
+        if len(series) < 2:
+            continue
+        last_at, last = series[-1]
+        low = min(v for _, v in series)
+        low_at = max(at for at, v in series if v == low)
+        entry = {"from": round(low, 3), "to": round(last, 3), "over_s": round(last_at - low_at, 1), "unit": unit}
+        if last - low >= least:
+            shown = (f"{low:.0f} %", f"{last:.0f} %") if unit == "%" else (f"{low:g}", f"{last:g}")
+            entry["text"] = f"{label} rose from {shown[0]} to {shown[1]} over the {last_at - low_at:.0f} s before"
+        out[canonical] = entry
+    return out
+
+
+class RingSource:
+    """The ring before the trigger, into the session (a ``Source`` of ``diagnose.sources``): written when
+    the window's captures are, so the session's analysis reads it with the window's evidence."""
+
+    collector = COLLECTOR
+
+    def __init__(self, folder: str, ring: Ring, fired: Fired, also: Callable[[], list[dict[str, Any]]]) -> None:
+        self.folder = folder
+        self.snapshot = ring.snapshot()  # taken when the trigger fired: the ring from before it
+        self.fired = fired
+        self.also = also
+
+    def start(self) -> None:
+        """Nothing: the ring was taken when the trigger fired."""
+
+    def stop(self) -> None:
+        """Nothing: the ring is written with the captures."""
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        return write_ring(self.folder, self.snapshot, self.fired, self.also(), window)
+
+
+def write_ring(folder: str, snapshot: tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, float]]],
+               fired: Fired, also: list[dict[str, Any]], window: Window | None) -> Capture:
+    scrapes, log, samples = snapshot
+    files = [WATCH_FILE]
+    if scrapes:
+        with open(os.path.join(folder, RING_METRICS), "w", encoding="utf-8") as fh:
+            fh.writelines(f"# scrape at {at:.3f}\n{text}\n" for at, text in scrapes)
+        files.append(RING_METRICS)
+    if log:
+        with open(os.path.join(folder, RING_LOG), "w", encoding="utf-8") as fh:
+            fh.writelines(f"{line}\n" for _, line in log)
+        files.append(RING_LOG)
+    if samples:
+        with open(os.path.join(folder, RING_PROCESS), "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(s) + "\n" for s in samples)
+        files.append(RING_PROCESS)
+    doc: dict[str, Any] = {"trigger": {"rule": fired.rule, "at": fired.at, "value": fired.value,
+                                       "detail": fired.detail},
+                           "before": before_summary(scrapes, fired.at), "also": also}
+    if fired.alert is not None:
+        doc["alert"] = fired.alert
+    write_json_atomic(os.path.join(folder, WATCH_FILE), doc)
+    return Capture(COLLECTOR, CaptureStatus.OK, "", "", window, tuple(files),
+                   notes=tuple(e["text"] for e in doc["before"].values() if isinstance(e, dict) and "text" in e))
+
+
+def verdict_line(diagnosis: Diagnosis) -> str:
+    """One line for a session: the primary with its probability, else undetermined and what leads."""
+    p = f", p {diagnosis.probability:.2f}" if diagnosis.probability is not None else ""
+    first = next((f for f in diagnosis.findings if f.category is not None), None)
+    if diagnosis.primary is not None and first is not None:
+        return f"{diagnosis.primary.value} ({first.severity.value}{p}) — {first.title}"
+    if diagnosis.leading is not None:
+        return f"undetermined (leading: {diagnosis.leading.value}{p})"
+    verdict = diagnosis.verdict.value if diagnosis.verdict is not None else "undetermined"
+    return f"{verdict}{p}"
+
+
+class Watcher:
+    """The ring thread (``tick`` every ``interval_s``), the trigger state, and the captures (``run``)."""
+
+    def __init__(self, opts: WatchOptions, out: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.opts = opts
+        self.ring = Ring(opts.ring_s)
+        self.state = State()
+        self.clock = clock
+        self.out = out or (lambda line: print(line, flush=True))
+        self.fired: queue.Queue[Fired] = queue.Queue()
+        self.stop = threading.Event()
+        self.followers = [LogFollower(p) for p in opts.logs]
+        self.capturing: Fired | None = None
+        self._also: list[dict[str, Any]] = []
+        self._holding: set[str] = set()  # rules that fired and have not been false at a tick since
+        self._events: list[str] = []  # log events (oom rule) since the last tick
+        self._judged_at = 0.0
+        self._scrape_errors: dict[str, str] = {}
+        self._said: set[str] = set()
+        self._proc = psutil.Process(opts.pid)
+        self._scratch = tempfile.mkdtemp(prefix="diagnose-watch-")
+        self.gone = False
+
+    # -- the ring thread ---------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock()
+        for url in self.opts.metrics:
+            try:
+                self.ring.add_scrape(now, scrape(url, SCRAPE_TIMEOUT_S))
+                self._scrape_errors.pop(url, None)
+            except (OSError, ValueError) as exc:
+                why = str(getattr(exc, "reason", exc))
+                if self._scrape_errors.get(url) != why:
+                    self.say(f"watch: could not scrape {url}: {why}")
+                self._scrape_errors[url] = why
+        for f in self.followers:
+            lines = f.read()
+            self.ring.add_log(now, lines)
+            self._events.extend(e for e in map(log_event, lines) if e)
+        self._sample(now)
+        self.ring.prune(now)
+        self.evaluate(now)
+
+    def _sample(self, now: float) -> None:
+        try:
+            with self._proc.oneshot():
+                cpu = self._proc.cpu_times()
+                self.ring.add_sample({"t": round(now, 3), "cpu_s": round(cpu.user + cpu.system, 3),
+                                      "rss_bytes": float(self._proc.memory_info().rss),
+                                      "threads": float(self._proc.num_threads())})
+        except psutil.Error:
+            self.gone = True
+
+    def evaluate(self, now: float) -> None:
+        """Each rule's truth at this tick; a rule that turns true fires once until it has been false."""
+        recent = reading(self.ring.since(now - SPAN_S))
+        events, self._events = self._events, []
+        for rule in self.opts.rules:
+            value: float | None = None
+            detail = ""
+            if rule.name in METRIC_RULES:
+                value = metric_value(rule, recent)
+                true = value is not None and rule.holds(value)
+                if true and value is not None:
+                    unit = METRIC_RULES[rule.name][1]
+                    detail = f"{rule.name} {value / 1000:.2f} s" if unit == "ms" else f"{rule.name} {value:g}"
+                elif value is None and recent is not None and rule.text not in self._said:
+                    self._said.add(rule.text)
+                    self.say(f"watch: {rule.text} cannot be read yet: the engine's metrics have no "
+                             f"{METRIC_RULES[rule.name][0]} series with requests in the last {SPAN_S:.0f} s")
+            elif rule.name == "oom":
+                true = bool(events)
+                detail = f"the log shows {events[0]}" if events else ""
+            else:
+                category = self._light_verdict(now, recent)
+                true = category is not None
+                detail = f"the light verdict names {category} (critical)" if category else ""
+            self._step(rule, true, now, value, detail)
+
+    def _step(self, rule: Rule, true: bool, now: float, value: float | None, detail: str) -> None:
+        if not true:
+            self._holding.discard(rule.text)
+            return
+        if rule.text in self._holding:
+            return
+        self._holding.add(rule.text)
+        with self.state.lock:
+            self.state.triggers[rule.text] += 1
+        fired = Fired(rule.text, now, value, detail)
+        if self.capturing is not None:  # the same incident: recorded in the session being written
+            self._also.append({"rule": fired.rule, "at": fired.at, "value": fired.value, "detail": fired.detail})
+            return
+        self.fired.put(fired)
+
+    def _active(self, recent: Any) -> bool:
+        """Whether the service did anything over the last span: its request counters moved, requests run
+        or wait, or its log grew (an idle service is not judged: nothing to judge, and it costs nothing)."""
+        if recent is not None:
+            if any(c.windowed and c.delta > 0 for c in recent.counters.values()):
+                return True
+            if any(v and v[-1] > 0 for k, v in recent.gauges.items() if k in ("running", "waiting")):
+                return True
+        _, log, _ = self.ring.snapshot()
+        return bool(log) and log[-1][0] >= self.clock() - SPAN_S
+
+    def _light_verdict(self, now: float, recent: Any) -> str | None:
+        if now - self._judged_at < self.opts.judge_every_s:
+            with self.state.lock:
+                return self.state.bottleneck
+        self._judged_at = now
+        category = self.judge_ring(now) if self._active(recent) else None
+        with self.state.lock:
+            self.state.bottleneck = category
+        return category
+
+    def judge_ring(self, now: float) -> str | None:
+        """The light verdict: the last ``SPAN_S`` of the ring's scrapes and log through the rule engine;
+        the leading finding's category when it is critical, else None."""
+        from diagnose import pipeline
+
+        scrapes, log, _ = self.ring.snapshot()
+        paths = []
+        span = [s for s in scrapes if s[0] >= now - 2 * SPAN_S]
+        if len(span) >= 2:
+            path = os.path.join(self._scratch, "ring.prom")
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.writelines(f"# scrape at {at:.3f}\n{text}\n" for at, text in (span[0], span[-1]))
+            paths.append(path)
+        lines = [line for at, line in log if at >= now - 2 * SPAN_S]
+        if lines:
+            path = os.path.join(self._scratch, "ring.log")
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.writelines(f"{line}\n" for line in lines)
+            paths.append(path)
+        if not paths:
+            return None
+        try:
+            d = pipeline.analyze(paths, config=self.opts.config)
+        except DiagnoseError:
+            return None
+        first = next((f for f in d.findings if f.category is not None), None)
+        if first is None or first.severity is not Severity.CRITICAL:
+            return None
+        return first.category.value if first.category else None
+
+    def _ring_loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # the ring must outlive one bad tick; say it once per kind
+                self.say(f"watch: a tick failed ({type(exc).__name__}: {exc})")
+            if self.gone:
+                self.fired.put(Fired("exited", self.clock(), None, "the target process exited"))
+                return
+            self.stop.wait(self.opts.interval_s)
+
+    # -- the main thread -----------------------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def alert(self, payload: Mapping[str, Any]) -> None:
+        """An Alertmanager webhook's firing alerts: one capture, their labels in the session."""
+        from diagnose.watch_http import alert_labels
+
+        labels = alert_labels(payload)
+        name = labels.get("alertname", "alert")
+        with self.state.lock:
+            self.state.triggers["alert"] += 1
+        self.fired.put(Fired("alert", self.clock(), None, f"Alertmanager alert {name}",
+                             alert={"status": payload.get("status", ""), "labels": labels,
+                                    "alerts": [a.get("labels", {}) for a in payload.get("alerts", [])
+                                               if isinstance(a, dict)]}))
+
+    def run(self) -> int:
+        """Watch until ``stop`` (SIGINT/SIGTERM in the CLI) or the target exits; 0 when stopped cleanly."""
+        ring = threading.Thread(target=self._ring_loop, name="diagnose-watch-ring", daemon=True)
+        ring.start()
+        try:
+            while not self.stop.is_set():
+                try:
+                    fired = self.fired.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if fired.rule == "exited":
+                    self.capture_gone(fired)
+                    return 0
+                self.capture(fired)
+        finally:
+            self.stop.set()
+            ring.join(timeout=self.opts.interval_s + SCRAPE_TIMEOUT_S * max(1, len(self.opts.metrics)) + 1)
+            with self.state.lock:
+                self.state.up = False
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        return 0
+
+    def _folder(self, fired: Fired) -> str:
+        stamp = datetime.fromtimestamp(fired.at, UTC).strftime("%Y%m%dT%H%M%SZ")
+        base = os.path.join(self.opts.output, f"watch-{stamp}-{fired.slug}")
+        folder, n = base, 1
+        while os.path.exists(folder):
+            n += 1
+            folder = f"{base}-{n}"
+        return folder
+
+    def capture(self, fired: Fired) -> str | None:
+        """A full attach window after the trigger, with the ring from before it; its verdict line."""
+        from diagnose.attach import AttachOptions, attach
+
+        folder = self._folder(fired)
+        self.capturing, self._also = fired, []
+        self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}); capturing {self.opts.window_s:g} s "
+                 f"into {folder}")
+        try:
+            opts = AttachOptions(pid=self.opts.pid, duration_s=self.opts.window_s, output=folder,
+                                 rate_hz=self.opts.rate_hz, logs=list(self.opts.logs),
+                                 metrics=list(self.opts.metrics), config=self.opts.config)
+            ring = RingSource(folder, self.ring, fired, lambda: list(self._also))
+            _, diagnosis = attach(opts, self.stop, extra=[ring])
+        except (AttachError, InputError) as exc:
+            self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+            return None
+        finally:
+            self.capturing = None
+        self._written(folder, fired, diagnosis)
+        return folder
+
+    def capture_gone(self, fired: Fired) -> str:
+        """The target exited: a session from the ring alone (no window can be taken of a process that is
+        gone), so an OOM kill or a crash still leaves its last minutes diagnosed."""
+        from diagnose import pipeline
+        from diagnose.model import Session, Target
+
+        folder = self._folder(fired)
+        os.makedirs(folder)
+        now = self.clock()
+        scrapes, log, samples = self.ring.snapshot()
+        start = min([s[0] for s in scrapes] + [s["t"] for s in samples] + [now])
+        window = Window(start, now)
+        cap = write_ring(folder, (scrapes, log, samples), fired, [], window)
+        session = Session(path=folder, target=Target(pid=self.opts.pid, cmdline=(), python="", user=""),
+                          window=window, captures=(cap,))
+        write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
+        diagnosis = pipeline.analyze([folder], config=self.opts.config)
+        self._written(folder, fired, diagnosis)
+        self.say(f"watch: pid {self.opts.pid} exited; stopped")
+        return folder
+
+    def _written(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
+        with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
+            fh.write(diagnosis.to_json_text())
+        with self.state.lock:
+            self.state.last_session_at = self.clock()
+            self.state.sessions.append(folder)
+        self.out(f"{datetime.fromtimestamp(fired.at, UTC):%Y-%m-%dT%H:%M:%SZ} {fired.rule}: "
+                 f"{verdict_line(diagnosis)} — {folder}")
+        self.rotate()
+
+    def rotate(self) -> None:
+        """Keep the newest ``max_sessions`` watch sessions of the output folder (by their UTC names)."""
+        try:
+            names = sorted(n for n in os.listdir(self.opts.output) if n.startswith("watch-")
+                           and os.path.isfile(os.path.join(self.opts.output, n, WATCH_FILE)))
+        except OSError:
+            return
+        for name in names[: max(0, len(names) - self.opts.max_sessions)]:
+            shutil.rmtree(os.path.join(self.opts.output, name), ignore_errors=True)
+
+
+def check_options(opts: WatchOptions) -> None:
+    """Everything ``watch`` can check before it starts, each with one sentence and the remedy."""
+    from diagnose.attach import check_target
+
+    check_target(opts.pid)
+    for path in opts.logs:
+        if not os.path.isfile(path):
+            raise InputError(f"the log {path} does not exist.", "Pass the service's log file with --log.")
+    if opts.max_sessions < 1:
+        raise InputError("--max-sessions must be at least 1.", "Give how many sessions to keep, e.g. 20.")
+    if opts.window_s <= 0 or opts.interval_s <= 0 or opts.ring_s < opts.interval_s:
+        raise InputError("--window and --interval must be positive and --ring at least one interval.",
+                         "E.g. --window 20 --interval 5 --ring 300.")
+    os.makedirs(opts.output, exist_ok=True)
+
+
+def watch_cli(opts: WatchOptions, listen: str | None) -> int:
+    """Run the watcher in the foreground; SIGINT and SIGTERM stop it cleanly (a capture under way ends
+    its window early and is still written)."""
+    check_options(opts)
+    watcher = Watcher(opts)
+    server = None
+    if listen:
+        from diagnose.watch_http import serve
+
+        server = serve(listen, watcher)
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        shown = f"[{host}]" if ":" in host else host
+        watcher.say(f"watch: serving /metrics and POST /alert on http://{shown}:{port}")
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        watcher.stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    rules = ", ".join(r.text for r in opts.rules)
+    watcher.say(f"watch: pid {opts.pid}, ring {opts.ring_s:g} s, every {opts.interval_s:g} s, when {rules}; "
+                f"sessions into {opts.output}")
+    try:
+        return watcher.run()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.shutdown()
+                server.server_close()

@@ -1,0 +1,309 @@
+"""``diagnose watch`` without a process: its rules, its ring, its trigger states, its HTTP answers, and the
+session evidence it leaves — on real scrapes of vLLM (the engine lab's recordings) and a real
+Alertmanager payload. The watcher on live services: tests/integration/test_watch_demo.py and
+tests/engines/test_vllm_watch.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from diagnose import pipeline, watch, watch_http, watch_rules
+from diagnose.errors import InputError
+from diagnose.model import CaptureStatus, Session, Target, Window
+from diagnose.sources import write_json_atomic
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VLLM = DATA / "engines" / "vllm"
+ALERT = DATA / "alertmanager" / "v4-firing.json"
+
+
+def scrapes(name: str) -> list[tuple[float, str]]:
+    """The recording's two scrapes of vLLM's /metrics (a window apart) as (time, text)."""
+    text = (VLLM / name / "metrics.txt").read_text()
+    parts = re.split(r"^# scrape at (\S+).*\n", text, flags=re.MULTILINE)[1:]
+    return [(float(parts[i]), parts[i + 1]) for i in range(0, len(parts), 2)]
+
+
+# -- rules ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "name", "op", "threshold", "shown"), [
+    ("ttft_p99>2s", "ttft_p99", ">", 2000.0, "ttft_p99>2s"),
+    ("ttft_p99 > 500ms", "ttft_p99", ">", 500.0, "ttft_p99>500ms"),
+    ("e2e_p99>=5s", "e2e_p99", ">=", 5000.0, "e2e_p99>=5s"),
+    ("queue>8", "queue", ">", 8.0, "queue>8"),
+    ("kv>0.95", "kv", ">", 0.95, "kv>0.95"),
+    ("kv>95%", "kv", ">", 0.95, "kv>0.95"),
+    ("OOM", "oom", "", 0.0, "oom"),
+    ("bottleneck", "bottleneck", "", 0.0, "bottleneck"),
+])
+def test_rules_are_parsed_once_into_canonical_units(text: str, name: str, op: str, threshold: float,
+                                                    shown: str) -> None:
+    rule = watch_rules.parse_rule(text)
+    assert (rule.name, rule.op, rule.threshold, rule.text) == (name, op, pytest.approx(threshold), shown)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("ttft_p99>2", "without its unit"),
+    ("kv>1.5", "fraction of the pool"),
+    ("queue>2.5", "number of waiting requests"),
+    ("queue>4s", "number of waiting requests"),
+    ("latency>2s", "not a trigger rule"),
+    ("queue<3", "not a trigger rule"),
+    ("", "not a trigger rule"),
+])
+def test_a_bad_rule_gets_one_sentence_and_the_remedy(text: str, says: str) -> None:
+    with pytest.raises(InputError) as err:
+        watch_rules.parse_rule(text)
+    assert says in str(err.value) and err.value.remedy and err.value.exit_code == 2
+
+
+def test_the_default_rules_are_bottleneck_and_oom_and_repeats_collapse() -> None:
+    assert [r.text for r in watch_rules.parse_rules(None)] == ["bottleneck", "oom"]
+    assert [r.text for r in watch_rules.parse_rules(["kv>95%", "kv>0.95", "oom"])] == ["kv>0.95", "oom"]
+
+
+def test_metric_rules_read_a_real_vllm_scrape_pair() -> None:
+    """admission_cap: 14 requests wait at the first scrape; the TTFT p99 over the window is seconds."""
+    first, last = scrapes("admission_cap")
+    at_start = watch_rules.reading([first])
+    assert watch_rules.metric_value(watch_rules.parse_rule("queue>8"), at_start) == 14.0
+    assert watch_rules.parse_rule("queue>8").holds(14.0) and not watch_rules.parse_rule("queue>14").holds(14.0)
+    assert watch_rules.parse_rule("queue>=14").holds(14.0)
+    windowed = watch_rules.reading([first, last])
+    assert windowed is not None and windowed.window_s == pytest.approx(last[0] - first[0])
+    ttft = watch_rules.metric_value(watch_rules.parse_rule("ttft_p99>2s"), windowed)
+    assert ttft is not None and ttft > 2000.0  # 16 clients behind --max-num-seqs 2
+    assert watch_rules.metric_value(watch_rules.parse_rule("kv>0.9"), windowed) == 0.0
+    # one scrape has no increase: a latency rule is not measured from it (not "0 ms")
+    assert watch_rules.metric_value(watch_rules.parse_rule("ttft_p99>2s"), at_start) is None
+
+
+def test_the_oom_rule_reads_allocator_messages_and_tracebacks_not_prose() -> None:
+    assert watch_rules.log_event("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+                                 "(GPU 0; 79.15 GiB total capacity)") == "an out-of-memory message"
+    assert watch_rules.log_event("(EngineCore_DP0 pid=12) ERROR 10-02 Traceback (most recent call last):") \
+        == "a Python traceback"
+    assert watch_rules.log_event("INFO 10-02 12:00:01 [loggers.py:123] Avg prompt throughput: 12.0 tokens/s") is None
+    assert watch_rules.log_event("we should talk about memory use at some point") is None
+
+
+# -- the ring ------------------------------------------------------------------------------------------
+
+def test_the_ring_keeps_its_span_and_only_the_families_diagnose_reads() -> None:
+    first, _ = scrapes("admission_cap")
+    ring = watch.Ring(span_s=60.0, max_log_bytes=100)
+    for i in range(10):
+        ring.add_scrape(1000.0 + 10 * i, first[1])
+    ring.add_log(1050.0, ["x" * 40, "y" * 40])
+    ring.add_log(1090.0, ["z" * 40])  # over 100 bytes: the oldest line goes
+    ring.prune(1090.0)
+    got, log, _ = ring.snapshot()
+    assert [at for at, _ in got] == [1030.0 + 10 * i for i in range(7)]
+    assert [line[0] for _, line in log] == ["y", "z"]
+    kept = got[0][1]
+    assert "vllm:num_requests_waiting{" in kept and len(kept) < len(first[1]) / 2
+    assert not any(line.startswith("python_gc") or line.startswith("process_") for line in kept.splitlines())
+    # an increase over the last 25 s starts from the last scrape at or before that
+    assert [at for at, _ in ring.since(1065.0)] == [1060.0, 1070.0, 1080.0, 1090.0]
+
+
+def test_the_log_follower_reads_whole_new_lines_and_survives_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("old line\n")
+    f = watch.LogFollower(str(log))
+    assert f.read() == []  # from the end when the watch started
+    with log.open("a") as fh:
+        fh.write("one\ntw")
+    assert f.read() == ["one"]
+    with log.open("a") as fh:
+        fh.write("o\napi_key=sk-abcdefghijklmnopqrstuvwx\n")
+    two, secret = f.read()
+    assert two == "two" and "sk-abcdefghijklmnopqrstuvwx" not in secret
+    log.write_text("rotated\n")  # truncated and rewritten: read again from its start
+    assert f.read() == ["rotated"]
+    with log.open("a") as fh:
+        fh.write("a" * (watch.LOG_READ_MAX + 10) + "\ntail\n")
+    assert f.read() == ["tail"]  # more than a tick's worth: its tail, never half a line
+
+
+# -- triggers ------------------------------------------------------------------------------------------
+
+def _watcher(tmp_path: Path, *rules: str) -> watch.Watcher:
+    opts = watch.WatchOptions(pid=os.getpid(), rules=watch_rules.parse_rules(list(rules)), output=str(tmp_path))
+    return watch.Watcher(opts, out=lambda line: None, clock=lambda: 2e9)
+
+
+def test_a_trigger_fires_once_per_incident_and_again_after_it_cleared(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "queue>8")
+    first, last = scrapes("admission_cap")  # 14 waiting, then 0
+    for now, text in ((100.0, first[1]), (105.0, first[1]), (110.0, last[1]), (115.0, first[1])):
+        w.ring.add_scrape(now, text)
+        w.evaluate(now)
+    fired = [w.fired.get_nowait() for _ in range(w.fired.qsize())]
+    assert [(f.rule, f.at, f.value) for f in fired] == [("queue>8", 100.0, 14.0), ("queue>8", 115.0, 14.0)]
+    assert w.state.triggers["queue>8"] == 2 and fired[0].detail == "queue 14"
+
+
+def test_a_trigger_during_a_capture_is_recorded_in_that_session(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "queue>8", "kv>0.5")
+    first, _ = scrapes("admission_cap")
+    w.capturing = watch.Fired("kv>0.5", 99.0)
+    w.ring.add_scrape(100.0, first[1])
+    w.evaluate(100.0)
+    assert w.fired.empty() and [a["rule"] for a in w._also] == ["queue>8"]
+
+
+def test_the_oom_rule_fires_on_the_logs_new_lines(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    opts = watch.WatchOptions(pid=os.getpid(), logs=[str(log)], rules=watch_rules.parse_rules(["oom"]),
+                              output=str(tmp_path))
+    w = watch.Watcher(opts, out=lambda line: None)
+    w.tick()
+    assert w.fired.empty()
+    with log.open("a") as fh:
+        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB\n")
+    w.tick()
+    fired = w.fired.get_nowait()
+    assert fired.rule == "oom" and fired.detail == "the log shows an out-of-memory message"
+    w.tick()  # no new line: cleared
+    assert w.fired.empty() and "oom" not in w._holding
+
+
+def test_an_idle_service_is_not_judged(tmp_path: Path) -> None:
+    """The light verdict costs a pass of the rule engine: a service whose counters do not move, with
+    nothing running or waiting and a quiet log, is not judged at all."""
+    w = _watcher(tmp_path, "bottleneck")
+    _, last = scrapes("healthy")
+    w.ring.add_scrape(100.0, last[1])
+    w.ring.add_scrape(105.0, last[1])  # the same totals: nothing happened
+    calls: list[float] = []
+    w.judge_ring = lambda now: calls.append(now) or "queueing"  # type: ignore[method-assign]
+    w.evaluate(105.0)
+    assert calls == [] and w.fired.empty()
+
+
+def test_the_light_verdict_of_a_busy_ring_names_the_bottleneck(tmp_path: Path) -> None:
+    first, last = scrapes("admission_cap")
+    w = _watcher(tmp_path, "bottleneck")
+    w.ring.add_scrape(first[0], first[1])
+    w.ring.add_scrape(last[0], last[1])
+    assert w.judge_ring(last[0]) == "queueing"
+
+
+# -- what a session keeps ------------------------------------------------------------------------------
+
+def test_the_ring_before_the_trigger_is_summarised_from_real_scrapes() -> None:
+    first, last = scrapes("admission_cap")
+    before = watch.before_summary([(first[0], last[1]), (last[0], first[1])], last[0])
+    assert before["waiting"]["text"] == f"queue depth rose from 0 to 14 over the {last[0] - first[0]:.0f} s before"
+    assert "text" not in before["kv_usage"]  # nothing rose: nothing said
+
+
+def test_a_watch_session_carries_the_trigger_and_the_ring_into_its_evidence(tmp_path: Path) -> None:
+    first, last = scrapes("admission_cap")
+    folder = tmp_path / "watch-x"
+    folder.mkdir()
+    fired = watch.Fired("queue>8", last[0], 14.0, "queue 14")
+    window = Window(first[0], last[0])
+    cap = watch.write_ring(str(folder), ([(first[0], last[1]), (last[0], first[1])], [], []), fired, [], window)
+    session = Session(path=str(folder), target=Target(pid=1, cmdline=(), python="", user=""), window=window,
+                      captures=(cap,))
+    write_json_atomic(str(folder / pipeline.MANIFEST), session.manifest())
+    d = pipeline.analyze([str(folder)])
+    ev = {e.key: e for e in d.evidence}
+    assert ev["watch.trigger"].value == 14.0 and "queue>8 fired" in ev["watch.trigger"].detail
+    assert ev["watch.before.waiting_rise"].value == 14.0
+    assert "queue depth rose from 0 to 14" in ev["watch.before.waiting_rise"].detail
+    assert "serving.waiting_last" in ev and "latency.ttft_ms.p99" in ev  # the ring's scrapes, read as metrics
+    assert cap.status is CaptureStatus.OK and cap.notes and cap.notes[0].startswith("queue depth rose")
+
+
+def test_rotation_keeps_the_newest_sessions(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "oom")
+    w.opts.max_sessions = 2
+    for stamp in ("20261202T100000Z", "20261202T110000Z", "20261202T120000Z"):
+        (tmp_path / f"watch-{stamp}-oom").mkdir()
+        (tmp_path / f"watch-{stamp}-oom" / watch.WATCH_FILE).write_text("{}")
+    (tmp_path / "watch-notes").mkdir()  # not a session of ours: left alone
+    w.rotate()
+    assert sorted(os.listdir(tmp_path)) == ["watch-20261202T110000Z-oom", "watch-20261202T120000Z-oom",
+                                           "watch-notes"]
+
+
+def test_a_capture_that_cannot_attach_says_why_and_writes_nothing(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    opts = watch.WatchOptions(pid=2**22 + 7, rules=watch_rules.parse_rules(["oom"]), output=str(tmp_path))
+    w = watch.Watcher.__new__(watch.Watcher)  # no process to sample: only the capture path
+    w.opts, w.ring, w.state, w.stop, w.capturing, w._also = opts, watch.Ring(), watch.State(), None, None, []
+    assert w.capture(watch.Fired("oom", 2e9)) is None
+    assert "the capture for oom failed" in capsys.readouterr().err and os.listdir(tmp_path) == []
+
+
+# -- the HTTP side -------------------------------------------------------------------------------------
+
+def test_a_real_alertmanager_payload_is_accepted_with_its_labels() -> None:
+    doc, firing = watch_http.check_alert(ALERT.read_bytes())
+    assert firing
+    labels = watch_http.alert_labels(doc)
+    assert labels["alertname"] == "ProbeFailure" and labels["severity"] == "critical"
+    resolved = json.loads(ALERT.read_text())
+    resolved["status"] = "resolved"
+    for a in resolved["alerts"]:
+        a["status"] = "resolved"
+    assert watch_http.check_alert(json.dumps(resolved).encode())[1] is False
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"status": "firing"}', "no 'alerts' list"),
+    (b'{"alerts": []}', "no 'alerts' list"),
+    (b'{"alerts": [{"labels": "x"}]}', "'labels' is not an object"),
+])
+def test_a_bad_alert_payload_gets_one_sentence(body: bytes, says: str) -> None:
+    with pytest.raises(watch_http.BadAlert) as err:
+        watch_http.check_alert(body)
+    assert says in str(err.value) and str(err.value).count(".") <= 2
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("9464", ("127.0.0.1", 9464)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9464", ("::1", 9464)),
+    ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+])
+def test_listen_addresses_default_to_loopback(text: str, expected: tuple[str, int]) -> None:
+    assert watch_http.parse_listen(text) == expected
+    assert watch_http.is_loopback(expected[0]) is (expected[0] != "0.0.0.0")
+
+
+@pytest.mark.parametrize("text", ["localhost:x", "host:9464", "127.0.0.1:70000"])
+def test_a_bad_listen_address_is_refused(text: str) -> None:
+    with pytest.raises(InputError):
+        watch_http.parse_listen(text)
+
+
+def test_the_exposition_says_up_triggers_and_the_bottleneck(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "queue>8", "bottleneck")
+    with w.state.lock:
+        w.state.triggers["queue>8"] += 2
+        w.state.triggers["alert"] += 1
+        w.state.bottleneck = "queueing"
+        w.state.last_session_at = 1.8e9
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(watch_http._StateCollector(w))
+    from prometheus_client.exposition import generate_latest
+
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    assert families["diagnose_up"].samples[0].value == 1.0
+    triggers = {s.labels["rule"]: s.value for s in families["diagnose_triggers"].samples if s.name.endswith("_total")}
+    assert triggers == {"queue>8": 2.0, "bottleneck": 0.0, "alert": 1.0}
+    bottleneck = {s.labels["category"]: s.value for s in families["diagnose_bottleneck"].samples}
+    assert bottleneck["queueing"] == 1.0 and sum(bottleneck.values()) == 1.0 and len(bottleneck) >= 13
+    assert families["diagnose_last_session_timestamp_seconds"].samples[0].value == 1.8e9
