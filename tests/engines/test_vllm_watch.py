@@ -1,0 +1,47 @@
+"""Live: ``diagnose watch`` on real vLLM (its CPU build) through the scenario of ``tests/watch_scenario.py``:
+the engine lab's admission-cap pathology (16 streaming clients behind ``--max-num-seqs 2``) twice, then an
+Alertmanager page. The engine and its flags are the recorder's (``tests/engines/record.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import watch_scenario
+from tests.engines import lab, record
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@contextlib.contextmanager
+def _load(spec: object, concurrency: int, seconds: float) -> Iterator[None]:
+    t = threading.Thread(target=lambda: lab.run_load(spec, concurrency, 0.0, seconds))  # type: ignore[arg-type]
+    t.start()
+    try:
+        yield
+    finally:
+        t.join()
+
+
+def test_watch_captures_vllm_admission_cap_incidents_and_an_alert(tmp_path: Path) -> None:
+    why = lab.vllm_available()
+    assert why is None, why
+    r = record.RECIPES["admission_cap"]
+    work = Path(tempfile.mkdtemp(prefix="lab-watch-"))
+    log = work / "vllm.log"
+    eng = lab.start_vllm(r.engine, work, log)
+    try:
+        spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
+        lab.run_load(spec, 1, 0.0, 3.0)  # the engine's first forward pass is not an incident
+        seen = watch_scenario.run(tmp_path, eng.pid, f"{eng.base}/metrics", log,
+                                  lambda: _load(spec, r.concurrency, 40.0), lab.free_port(), window_s=15.0)
+    finally:
+        eng.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    watch_scenario.check(seen, r.truth)

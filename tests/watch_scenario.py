@@ -1,0 +1,144 @@
+"""The scenario issue 19 holds ``diagnose watch`` to, on any live service (the demo's ``queueing`` in
+tests/integration/test_watch_demo.py, real vLLM behind --max-num-seqs in tests/engines/test_vllm_watch.py):
+
+idle (no session) → load that makes it queue → one session within 60 s whose primary is queueing and
+which holds the ring from before, while the watcher's /metrics names queueing → quiet until the
+triggers clear → the same load → a second session → an Alertmanager payload posted to /alert → a
+session carrying the alert's labels (a bad payload: 400) → SIGINT → exit 0, one verdict line per session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+DIAGNOSE = Path(sys.executable).with_name("diagnose")
+ALERT = Path(__file__).resolve().parent / "data" / "alertmanager" / "v4-firing.json"
+FIRST_WITHIN_S = 60.0
+
+
+@dataclass
+class Watched:
+    """What the scenario saw: the sessions (oldest first), the categories /metrics named, the verdict lines."""
+
+    sessions: list[Path] = field(default_factory=list)
+    named: set[str] = field(default_factory=set)
+    lines: list[str] = field(default_factory=list)
+    first_after_s: float = 0.0
+
+
+def metrics(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def sessions(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("watch-*") if (p / "diagnosis.json").exists())
+
+
+def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str]) -> list[Path]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = sessions(out)
+        for labels, v in metrics(port).get("diagnose_bottleneck", {}).items():
+            if v == 1.0:
+                seen.add(dict(labels)["category"])
+        if len(got) >= n:
+            return got
+        time.sleep(1.0)
+    raise AssertionError(f"no session {n} within {timeout_s:.0f} s: {[p.name for p in sessions(out)]}")
+
+
+def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], AbstractContextManager[Any]],
+        port: int, interval_s: float = 2.0, window_s: float = 10.0, quiet_s: float = 24.0,
+        rules: tuple[str, ...] = ("queue>4", "bottleneck")) -> Watched:
+    out = tmp / "sessions"
+    err_path = tmp / "watch.stderr"
+    seen = Watched()
+    with err_path.open("w") as stderr:
+        watcher = subprocess.Popen(
+            [str(DIAGNOSE), "watch", "--pid", str(pid), "--metrics", metrics_url, "--log", str(log),
+             *(a for r in rules for a in ("--when", r)), "-o", str(out), "--listen", f"127.0.0.1:{port}",
+             "--interval", f"{interval_s:g}", "--window", f"{window_s:g}", "--ring", "120"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # until it serves
+                try:
+                    up = metrics(port)["diagnose_up"][()]
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and watcher.poll() is None, err_path.read_text()
+                    time.sleep(0.5)
+            assert up == 1.0
+            time.sleep(4 * interval_s)  # idle: nothing fires
+            assert not list(out.glob("watch-*")), err_path.read_text()
+            assert metrics(port)["diagnose_triggers_total"][(("rule", rules[0]),)] == 0.0
+
+            t0 = time.monotonic()
+            with load():
+                _wait_for(out, 1, FIRST_WITHIN_S, port, seen.named)
+                seen.first_after_s = time.monotonic() - t0
+            time.sleep(4 * interval_s + quiet_s)  # quiet: the queue drains and the light verdict clears
+            assert len(sessions(out)) == 1, [p.name for p in sessions(out)]  # one session per incident
+            with load():
+                _wait_for(out, 2, FIRST_WITHIN_S, port, seen.named)
+
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/alert", data=ALERT.read_bytes(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+            assert urllib.request.urlopen(req, timeout=5).status == 202
+            bad = urllib.request.Request(f"http://127.0.0.1:{port}/alert", data=b"{}", method="POST")
+            try:
+                urllib.request.urlopen(bad, timeout=5)
+                raise AssertionError("a payload without alerts was accepted")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 400 and b"alerts" in exc.read()
+            seen.sessions = _wait_for(out, 3, FIRST_WITHIN_S, port, seen.named)
+            m = metrics(port)
+            assert m["diagnose_triggers_total"][(("rule", "alert"),)] == 1.0
+            assert m["diagnose_last_session_timestamp_seconds"][()] > time.time() - 120
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                watcher.send_signal(signal.SIGINT)
+            stdout, _ = watcher.communicate(timeout=90)
+    assert watcher.returncode == 0, err_path.read_text()
+    seen.lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    return seen
+
+
+def check(seen: Watched, expect: str) -> None:
+    """What every watched service must show (see the module's docstring)."""
+    assert seen.first_after_s < FIRST_WITHIN_S
+    assert len(seen.sessions) == 3 and len(seen.lines) == 3 and all(" — " in ln for ln in seen.lines), seen.lines
+    incidents = [p for p in seen.sessions if not p.name.endswith("-alert")]
+    assert len(incidents) == 2
+    for folder in incidents:
+        d = json.loads((folder / "diagnosis.json").read_text())
+        assert d["primary"] == expect, (folder.name, [(f["code"], f["severity"]) for f in d["findings"]])
+        w = json.loads((folder / "watch.json").read_text())
+        assert w["before"]["scrapes"] >= 2 and (folder / "watch-ring.prom").exists()  # the ring from before
+        assert "watch.trigger" in {e["key"] for e in d["evidence"]}
+        caps = {c["collector"]: c["status"] for c in json.loads((folder / "manifest.json").read_text())["captures"]}
+        assert caps["py-spy"] in ("ok", "partial") and caps["watch"] == "ok" and caps["metrics"] == "ok", caps
+    assert expect in seen.named  # /metrics named it during an incident
+    alerted = next(p for p in seen.sessions if p.name.endswith("-alert"))
+    labels = json.loads((alerted / "watch.json").read_text())["alert"]["labels"]
+    assert labels["alertname"] == "ProbeFailure" and labels["severity"] == "critical"
+    assert seen.lines[0].split(": ", 1)[1].startswith(expect), seen.lines
