@@ -8,7 +8,8 @@ rule turns true it runs a full attach window (py-spy included, ``--window`` seco
 ``DIR/watch-<UTC time>-<rule>/``; the session also holds the ring from before the trigger
 (``watch-ring.prom``, ``watch-ring.log``, ``watch-process.jsonl``) and ``watch.json`` (the rule, its
 value, what rose over the ring, an alert's labels), so its analysis has both. A rule that stays true
-writes no second session until it has been false at a tick (one session per incident); a rule that
+writes no second session until it has cleared — false at ``CLEAR_TICKS`` ticks in a row, so a gauge
+that dips for one tick is still the same incident (one session per incident); a rule that
 turns true while a capture runs is recorded in that session's ``watch.json``. ``--max-sessions``
 keeps the newest N sessions.
 
@@ -51,6 +52,7 @@ from diagnose.watch_rules import METRIC_RULES, SPAN_S, Rule, log_event, metric_v
 RING_S = 300.0
 INTERVAL_S = 5.0
 WINDOW_S = 20.0
+CLEAR_TICKS = 3  # a rule that fired fires again only after it was false at this many ticks in a row
 JUDGE_EVERY_S = 15.0  # the light verdict, at most this often, and only while the service is active
 LOG_READ_MAX = 1 << 20  # bytes of a log read per tick at most (a log that grows faster: its tail)
 RING_LOG_MAX = 4 << 20  # bytes of log lines the ring keeps at most
@@ -312,7 +314,8 @@ class Watcher:
         self.followers = [LogFollower(p) for p in opts.logs]
         self.capturing: Fired | None = None
         self._also: list[dict[str, Any]] = []
-        self._holding: set[str] = set()  # rules that fired and have not been false at a tick since
+        self._holding: set[str] = set()  # rules that fired and have not cleared since
+        self._false_ticks: dict[str, int] = {}
         self._events: list[str] = []  # log events (oom rule) since the last tick
         self._judged_at = 0.0
         self._scrape_errors: dict[str, str] = {}
@@ -379,9 +382,12 @@ class Watcher:
             self._step(rule, true, now, value, detail)
 
     def _step(self, rule: Rule, true: bool, now: float, value: float | None, detail: str) -> None:
-        if not true:
-            self._holding.discard(rule.text)
+        if not true:  # cleared once false for CLEAR_TICKS ticks in a row: a gauge that dips once is one incident
+            self._false_ticks[rule.text] = self._false_ticks.get(rule.text, 0) + 1
+            if self._false_ticks[rule.text] >= CLEAR_TICKS:
+                self._holding.discard(rule.text)
             return
+        self._false_ticks[rule.text] = 0
         if rule.text in self._holding:
             return
         self._holding.add(rule.text)

@@ -143,11 +143,14 @@ def _watcher(tmp_path: Path, *rules: str) -> watch.Watcher:
 def test_a_trigger_fires_once_per_incident_and_again_after_it_cleared(tmp_path: Path) -> None:
     w = _watcher(tmp_path, "queue>8")
     first, last = scrapes("admission_cap")  # 14 waiting, then 0
-    for now, text in ((100.0, first[1]), (105.0, first[1]), (110.0, last[1]), (115.0, first[1])):
-        w.ring.add_scrape(now, text)
-        w.evaluate(now)
+    # true, true, one dip (the same incident), true, then false for CLEAR_TICKS ticks (cleared), true again
+    texts = [first[1], first[1], last[1], first[1], *[last[1]] * watch.CLEAR_TICKS, first[1]]
+    for i, text in enumerate(texts):
+        w.ring.add_scrape(100.0 + 5 * i, text)
+        w.evaluate(100.0 + 5 * i)
     fired = [w.fired.get_nowait() for _ in range(w.fired.qsize())]
-    assert [(f.rule, f.at, f.value) for f in fired] == [("queue>8", 100.0, 14.0), ("queue>8", 115.0, 14.0)]
+    again = 100.0 + 5 * (len(texts) - 1)
+    assert [(f.rule, f.at, f.value) for f in fired] == [("queue>8", 100.0, 14.0), ("queue>8", again, 14.0)]
     assert w.state.triggers["queue>8"] == 2 and fired[0].detail == "queue 14"
 
 
@@ -173,8 +176,11 @@ def test_the_oom_rule_fires_on_the_logs_new_lines(tmp_path: Path) -> None:
     w.tick()
     fired = w.fired.get_nowait()
     assert fired.rule == "oom" and fired.detail == "the log shows an out-of-memory message"
-    w.tick()  # no new line: cleared
-    assert w.fired.empty() and "oom" not in w._holding
+    for _ in range(watch.CLEAR_TICKS - 1):
+        w.tick()  # no new line: not yet cleared
+    assert w.fired.empty() and "oom" in w._holding
+    w.tick()
+    assert "oom" not in w._holding
 
 
 def test_an_idle_service_is_not_judged(tmp_path: Path) -> None:
