@@ -2,8 +2,9 @@
 
 The watcher keeps a ring (``Ring``, default the last 5 minutes) of cheap evidence — the engine's
 ``/metrics`` every ``--interval`` seconds (only the lines of the families ``diagnose.collectors.prom``
-knows), the new lines of each ``--log``, and one process sample (CPU seconds, resident memory,
-threads) per tick — and evaluates its trigger rules (``diagnose.watch_rules``) at every tick. When a
+knows), the new lines of each ``--log``, and one sample of the process (CPU seconds, resident memory,
+threads) and of its GPUs (NVML, where a driver answers: utilisation, memory, clocks, power) per tick —
+and evaluates its trigger rules (``diagnose.watch_rules``) at every tick. When a
 rule turns true it runs a full attach window (py-spy included, ``--window`` seconds) into
 ``DIR/watch-<UTC time>-<rule>/``; the session also holds the ring from before the trigger
 (``watch-ring.prom``, ``watch-ring.log``, ``watch-process.jsonl``) and ``watch.json`` (the rule, its
@@ -41,6 +42,7 @@ from typing import Any
 
 import psutil
 
+from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors.prom import lookup
 from diagnose.config import Config
 from diagnose.errors import AttachError, DiagnoseError, InputError
@@ -62,6 +64,9 @@ WATCH_FILE = "watch.json"
 RING_METRICS = "watch-ring.prom"
 RING_LOG = "watch-ring.log"
 RING_PROCESS = "watch-process.jsonl"
+# what the ring keeps of each of the target's GPUs per tick (NVML, where a driver answers)
+GPU_KEYS = ("index", "name", "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz",
+            "power_mw", "temp_c", "reasons")
 
 
 def slug(rule_text: str) -> str:
@@ -91,7 +96,7 @@ class Ring:
         self.max_log_bytes = max_log_bytes
         self.scrapes: deque[tuple[float, str]] = deque()
         self.log: deque[tuple[float, str]] = deque()
-        self.samples: deque[dict[str, float]] = deque()
+        self.samples: deque[dict[str, Any]] = deque()
         self._log_bytes = 0
         self._lock = threading.Lock()
 
@@ -107,7 +112,7 @@ class Ring:
             while self._log_bytes > self.max_log_bytes and self.log:
                 self._log_bytes -= len(self.log.popleft()[1])
 
-    def add_sample(self, sample: dict[str, float]) -> None:
+    def add_sample(self, sample: dict[str, Any]) -> None:
         with self._lock:
             self.samples.append(sample)
 
@@ -128,7 +133,7 @@ class Ring:
         first = max((i for i, (at, _) in enumerate(got) if at <= t), default=0)
         return got[first:]
 
-    def snapshot(self) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, float]]]:
+    def snapshot(self) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, Any]]]:
         with self._lock:
             return list(self.scrapes), list(self.log), list(self.samples)
 
@@ -261,7 +266,7 @@ class RingSource:
         return write_ring(self.folder, self.snapshot, self.fired, self.also(), window)
 
 
-def write_ring(folder: str, snapshot: tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, float]]],
+def write_ring(folder: str, snapshot: tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, Any]]],
                fired: Fired, also: list[dict[str, Any]], window: Window | None) -> Capture:
     scrapes, log, samples = snapshot
     files = [WATCH_FILE]
@@ -303,7 +308,7 @@ class Watcher:
     """The ring thread (``tick`` every ``interval_s``), the trigger state, and the captures (``run``)."""
 
     def __init__(self, opts: WatchOptions, out: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, nvml: nvml_collector.NvmlApi | None = None) -> None:
         self.opts = opts
         self.ring = Ring(opts.ring_s)
         self.state = State()
@@ -321,6 +326,9 @@ class Watcher:
         self._scrape_errors: dict[str, str] = {}
         self._said: set[str] = set()
         self._proc = psutil.Process(opts.pid)
+        self._nvml = nvml  # None: the live NVML, opened at the first tick
+        self._nvml_col: nvml_collector.Collector | None = None
+        self._nvml_off = ""  # why the ring has no GPU samples (no driver, no GPU, NVML failed)
         self._scratch = tempfile.mkdtemp(prefix="diagnose-watch-")
         self.gone = False
 
@@ -349,11 +357,37 @@ class Watcher:
         try:
             with self._proc.oneshot():
                 cpu = self._proc.cpu_times()
-                self.ring.add_sample({"t": round(now, 3), "cpu_s": round(cpu.user + cpu.system, 3),
-                                      "rss_bytes": float(self._proc.memory_info().rss),
-                                      "threads": float(self._proc.num_threads())})
+                sample: dict[str, Any] = {"t": round(now, 3), "cpu_s": round(cpu.user + cpu.system, 3),
+                                          "rss_bytes": float(self._proc.memory_info().rss),
+                                          "threads": float(self._proc.num_threads())}
         except psutil.Error:
             self.gone = True
+            return
+        gpus = self.gpu_sample()
+        if gpus is not None:
+            sample["gpus"] = gpus
+        self.ring.add_sample(sample)
+
+    def gpu_sample(self) -> list[dict[str, Any]] | None:
+        """The target's GPUs now (``GPU_KEYS`` of each, ``diagnose.collectors.nvml``'s sampler), or None where
+        NVML cannot answer; why is said once on stderr and the ring goes on without GPU samples."""
+        if self._nvml_off:
+            return None
+        try:
+            if self._nvml_col is None:
+                api = self._nvml or nvml_collector.LiveNvml()
+                api.init()
+                self._nvml, self._nvml_col = api, nvml_collector.Collector(self.opts.pid)
+            assert self._nvml is not None
+            sample = self._nvml_col.collect(self._nvml)
+        except nvml_collector.NvmlCallError as exc:
+            self._nvml_off = nvml_collector.explain(exc).reason
+        except Exception as exc:  # the live path must never stop the ring
+            self._nvml_off = f"NVML failed: {type(exc).__name__}: {exc}"
+        if self._nvml_off:
+            self.say(f"watch: no GPU samples in the ring: {self._nvml_off}")
+            return None
+        return [{k: d.get(k) for k in GPU_KEYS} for d in sample.get("devices", []) if d.get("target")]
 
     def evaluate(self, now: float) -> None:
         """Each rule's truth at this tick; a rule that turns true fires once until it has been false."""
@@ -498,6 +532,9 @@ class Watcher:
             ring.join(timeout=self.opts.interval_s + SCRAPE_TIMEOUT_S * max(1, len(self.opts.metrics)) + 1)
             with self.state.lock:
                 self.state.up = False
+            if self._nvml_col is not None and self._nvml is not None:
+                with contextlib.suppress(Exception):
+                    self._nvml.shutdown()
             shutil.rmtree(self._scratch, ignore_errors=True)
         return 0
 

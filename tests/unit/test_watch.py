@@ -204,6 +204,41 @@ def test_the_light_verdict_of_a_busy_ring_names_the_bottleneck(tmp_path: Path) -
     assert w.judge_ring(last[0]) == "queueing"
 
 
+def test_the_ring_samples_the_targets_gpus_through_the_nvml_sampler(tmp_path: Path) -> None:
+    """The same sampler as attach's, replaying an NVML recording at the call boundary (a synthetic H100 one
+    built to NVML's types: tests/data/nvml/README.md): the target's device, compacted to what the ring keeps."""
+    from diagnose.collectors import nvml
+
+    api = nvml.ReplayNvml.from_file(str(DATA / "nvml" / "saturated_h100.jsonl"))
+    w = _watcher(tmp_path, "oom")
+    api.init()
+    w._nvml, w._nvml_col = api, nvml.Collector(int(api.meta["pid"]))
+    w._sample(100.0)
+    _, _, samples = w.ring.snapshot()
+    (gpu,) = samples[-1]["gpus"]
+    assert set(gpu) == set(watch.GPU_KEYS) and gpu["name"] == "NVIDIA H100 80GB HBM3"
+    assert gpu["util_gpu_pct"] == 97 and gpu["mem_used_bytes"] == 76772540416
+    assert samples[-1]["threads"] >= 1  # the process sample is there too
+
+
+def test_without_a_driver_the_ring_goes_on_without_gpu_samples(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from diagnose.collectors import nvml
+
+    class NoDriver(nvml.ReplayNvml):
+        def init(self) -> None:
+            raise nvml.NvmlCallError("LibraryNotFound", 12, "NVML Shared Library Not Found")
+
+    w = _watcher(tmp_path, "oom")
+    w._nvml = NoDriver([])
+    w._sample(100.0)
+    w._sample(105.0)
+    _, _, samples = w.ring.snapshot()
+    assert len(samples) == 2 and all("gpus" not in s for s in samples)
+    said = capsys.readouterr().err
+    assert said.count("no GPU samples in the ring") == 1 and "driver" in said.lower()
+
+
 # -- what a session keeps ------------------------------------------------------------------------------
 
 def test_the_ring_before_the_trigger_is_summarised_from_real_scrapes() -> None:
