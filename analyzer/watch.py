@@ -552,7 +552,7 @@ class Watcher:
         from diagnose.attach import AttachOptions, attach
 
         folder = self._folder(fired)
-        self.capturing, self._also = fired, []
+        self.capturing, self._also = fired, self._same_incident()
         self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}); capturing {self.opts.window_s:g} s "
                  f"into {folder}")
         try:
@@ -568,6 +568,24 @@ class Watcher:
             self.capturing = None
         self._written(folder, fired, diagnosis)
         return folder
+
+    def _same_incident(self) -> list[dict[str, Any]]:
+        """Rules that fired at the same tick as the one being captured (still queued): the same incident,
+        recorded in its session rather than captured again. Alerts and the target's exit stay queued."""
+        same: list[dict[str, Any]] = []
+        keep: list[Fired] = []
+        while True:
+            try:
+                f = self.fired.get_nowait()
+            except queue.Empty:
+                break
+            if f.alert is None and f.rule != "exited":
+                same.append({"rule": f.rule, "at": f.at, "value": f.value, "detail": f.detail})
+            else:
+                keep.append(f)
+        for f in keep:
+            self.fired.put(f)
+        return same
 
     def capture_gone(self, fired: Fired) -> str:
         """The target exited: a session from the ring alone (no window can be taken of a process that is

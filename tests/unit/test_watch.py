@@ -163,6 +163,22 @@ def test_a_trigger_during_a_capture_is_recorded_in_that_session(tmp_path: Path) 
     assert w.fired.empty() and [a["rule"] for a in w._also] == ["queue>8"]
 
 
+def test_rules_firing_at_the_same_tick_are_one_incident(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "queue>8", "ttft_p99>2s")
+    first, last = scrapes("admission_cap")
+    w.ring.add_scrape(first[0], first[1])
+    w.ring.add_scrape(first[0] + 20.0, first[1])
+    w.ring.add_scrape(last[0], last[1].replace("num_requests_waiting{engine=\"0\",model_name=\"lab\"} 0.0",
+                                               "num_requests_waiting{engine=\"0\",model_name=\"lab\"} 14.0"))
+    w.evaluate(last[0])
+    assert w.fired.qsize() == 2  # both hold at this tick
+    w.alert(json.loads(ALERT.read_text()))
+    head = w.fired.get_nowait()
+    same = w._same_incident()
+    assert [a["rule"] for a in same] == ["ttft_p99>2s"] and head.rule == "queue>8"
+    assert w.fired.get_nowait().rule == "alert"  # a page is its own capture
+
+
 def test_the_oom_rule_fires_on_the_logs_new_lines(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("")
@@ -281,9 +297,8 @@ def test_rotation_keeps_the_newest_sessions(tmp_path: Path) -> None:
 
 def test_a_capture_that_cannot_attach_says_why_and_writes_nothing(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    opts = watch.WatchOptions(pid=2**22 + 7, rules=watch_rules.parse_rules(["oom"]), output=str(tmp_path))
-    w = watch.Watcher.__new__(watch.Watcher)  # no process to sample: only the capture path
-    w.opts, w.ring, w.state, w.stop, w.capturing, w._also = opts, watch.Ring(), watch.State(), None, None, []
+    w = _watcher(tmp_path, "oom")
+    w.opts.pid = 2**22 + 7  # the target is gone by the time the capture starts
     assert w.capture(watch.Fired("oom", 2e9)) is None
     assert "the capture for oom failed" in capsys.readouterr().err and os.listdir(tmp_path) == []
 
