@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="keep a rolling record of a service; on trouble, capture and diagnose a session")
     p.add_argument("--pid", type=int, required=True, help="the service's pid (a parent of workers is fine)")
     p.add_argument("--log", action="append", default=[], help="a log file of the service to follow")
-    p.add_argument("--metrics", action="append", default=[], help="a Prometheus /metrics URL to scrape each tick")
+    p.add_argument("--metrics", help="the engine's Prometheus /metrics URL, scraped each tick")
     p.add_argument("--when", action="append", metavar="RULE",
                    help="a trigger: ttft_p99>2s, e2e_p99>5s, queue>N, kv>0.95, oom, bottleneck "
                         "(repeatable; default: bottleneck and oom)")
@@ -245,11 +245,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from diagnose import watch, watch_rules
 
-    opts = watch.WatchOptions(pid=args.pid, logs=list(args.log), metrics=list(args.metrics),
+    opts = watch.WatchOptions(pid=args.pid, logs=list(args.log), metrics=[args.metrics] if args.metrics else [],
                               rules=watch_rules.parse_rules(args.when), output=args.output,
                               max_sessions=args.max_sessions, window_s=args.window, ring_s=args.ring,
                               interval_s=args.interval, config=_settings(args), rate_hz=args.rate)
-    return watch.watch_cli(opts, args.listen)
+    return watch.watch_cli(opts, args.listen, explicit_rules=bool(args.when))
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:

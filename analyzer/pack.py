@@ -92,7 +92,7 @@ PYSPY_DUMPS = "pyspy-dumps.jsonl"
 # request payloads (py-spy dumps lose their locals instead).
 OWN_FILES = frozenset({"manifest.json", "diagnosis.json", "process-info.json", "pyspy-meta.json", "process.jsonl",
                        "nvml.jsonl", "pyspy.log", PYSPY_DUMPS, "attach-cost.json", "pyspy-wall-source.json",
-                       "cgroup.json", "config.json"})
+                       "cgroup.json", "config.json", "watch.json", "watch-process.jsonl"})
 
 # JSON fields whose values are what users sent or the model returned.
 PAYLOAD_FIELDS = frozenset({

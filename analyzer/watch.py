@@ -23,7 +23,9 @@ measures it. ``--listen`` serves ``/metrics`` and ``POST /alert`` on loopback (`
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
+import math
 import os
 import queue
 import re
@@ -45,7 +47,7 @@ import psutil
 from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors.prom import lookup
 from diagnose.config import Config
-from diagnose.errors import AttachError, DiagnoseError, InputError
+from diagnose.errors import DiagnoseError, InputError
 from diagnose.model import Capture, CaptureStatus, Diagnosis, Severity, Window
 from diagnose.redact import redact_text
 from diagnose.sources import scrape, write_json_atomic
@@ -57,6 +59,9 @@ WINDOW_S = 20.0
 CLEAR_TICKS = 3  # a rule that fired fires again only after it was false at this many ticks in a row
 JUDGE_EVERY_S = 15.0  # the light verdict, at most this often, and only while the service is active
 LOG_READ_MAX = 1 << 20  # bytes of a log read per tick at most (a log that grows faster: its tail)
+PARTIAL_MAX = 64 << 10  # a line longer than this (no newline: a progress bar, binary) is cut here
+RING_SCRAPES_MAX = 32 << 20  # bytes of kept scrape lines the ring holds at most, whatever --ring says
+FIRED_MAX = 16  # captures waiting their turn at most (an alert flood is not a backlog of sessions)
 RING_LOG_MAX = 4 << 20  # bytes of log lines the ring keeps at most
 SCRAPE_TIMEOUT_S = 3.0
 COLLECTOR = "watch"
@@ -95,14 +100,19 @@ class Ring:
         self.span_s = span_s
         self.max_log_bytes = max_log_bytes
         self.scrapes: deque[tuple[float, str]] = deque()
+        self._scrape_bytes = 0
         self.log: deque[tuple[float, str]] = deque()
         self.samples: deque[dict[str, Any]] = deque()
         self._log_bytes = 0
         self._lock = threading.Lock()
 
     def add_scrape(self, at: float, text: str) -> None:
+        kept = known_lines(text)
         with self._lock:
-            self.scrapes.append((at, known_lines(text)))
+            self.scrapes.append((at, kept))
+            self._scrape_bytes += len(kept)
+            while self._scrape_bytes > RING_SCRAPES_MAX and len(self.scrapes) > 2:
+                self._scrape_bytes -= len(self.scrapes.popleft()[1])
 
     def add_log(self, at: float, lines: Iterable[str]) -> None:
         with self._lock:
@@ -120,7 +130,7 @@ class Ring:
         cut = now - self.span_s
         with self._lock:
             while self.scrapes and self.scrapes[0][0] < cut:
-                self.scrapes.popleft()
+                self._scrape_bytes -= len(self.scrapes.popleft()[1])
             while self.log and self.log[0][0] < cut:
                 self._log_bytes -= len(self.log.popleft()[1])
             while self.samples and self.samples[0]["t"] < cut:
@@ -158,17 +168,20 @@ class LogFollower:
         if st.st_size == self.offset:
             return []
         start = max(self.offset, st.st_size - LOG_READ_MAX)
+        skipped = start > self.offset  # more than a tick's worth was written: only its tail is read
         with open(self.path, "rb") as fh:
+            if skipped:  # whether the tail begins a line: the byte before it is a newline
+                fh.seek(start - 1)
+                skipped = fh.read(1) != b"\n"
             fh.seek(start)
             data = fh.read(st.st_size - start)
-        skipped = start > self.offset  # more than a tick's worth was written: only its tail is read
         self.offset = start + len(data)
         *whole, rest = data.split(b"\n")
         if skipped:
             whole = whole[1:]  # the first line read is the end of one not read
         elif whole:
             whole[0] = self._partial + whole[0]
-        self._partial = rest if (whole or skipped) else self._partial + rest
+        self._partial = (rest if (whole or skipped) else self._partial + rest)[:PARTIAL_MAX]
         return [redact_text(b.decode("utf-8", errors="replace")) for b in whole]
 
 
@@ -212,7 +225,6 @@ class State:
     triggers: Counter[str] = field(default_factory=Counter)
     bottleneck: str | None = None  # the light verdict's critical category, while it holds
     last_session_at: float | None = None
-    sessions: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -292,6 +304,13 @@ def write_ring(folder: str, snapshot: tuple[list[tuple[float, str]], list[tuple[
                    notes=tuple(e["text"] for e in doc["before"].values() if isinstance(e, dict) and "text" in e))
 
 
+def _entry(fired: Fired) -> dict[str, Any]:
+    entry: dict[str, Any] = {"rule": fired.rule, "at": fired.at, "value": fired.value, "detail": fired.detail}
+    if fired.alert is not None:
+        entry["alert"] = fired.alert
+    return entry
+
+
 def verdict_line(diagnosis: Diagnosis) -> str:
     """One line for a session: the primary with its probability, else undetermined and what leads."""
     p = f", p {diagnosis.probability:.2f}" if diagnosis.probability is not None else ""
@@ -314,11 +333,14 @@ class Watcher:
         self.state = State()
         self.clock = clock
         self.out = out or (lambda line: print(line, flush=True))
-        self.fired: queue.Queue[Fired] = queue.Queue()
+        self.fired: queue.Queue[Fired] = queue.Queue(maxsize=FIRED_MAX)
         self.stop = threading.Event()
         self.followers = [LogFollower(p) for p in opts.logs]
         self.capturing: Fired | None = None
         self._also: list[dict[str, Any]] = []
+        self._capture_lock = threading.Lock()  # capturing and _also: the ring and HTTP threads add, main reads
+        self._alert_groups: set[str] = set()  # Alertmanager groups captured and not resolved since
+        self.listening = False  # --listen: the light verdict is kept for /metrics even without its rule
         self._holding: set[str] = set()  # rules that fired and have not cleared since
         self._false_ticks: dict[str, int] = {}
         self._events: list[str] = []  # log events (oom rule) since the last tick
@@ -329,27 +351,37 @@ class Watcher:
         self._nvml = nvml  # None: the live NVML, opened at the first tick
         self._nvml_col: nvml_collector.Collector | None = None
         self._nvml_off = ""  # why the ring has no GPU samples (no driver, no GPU, NVML failed)
-        self._scratch = tempfile.mkdtemp(prefix="diagnose-watch-")
+        self._scratch = ""  # made at the first light verdict
         self.gone = False
+        self.reading_ok = True  # the last tick read the target (and its metrics): diagnose_up
 
     # -- the ring thread ---------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        """One tick: each step on its own, so one that fails (an endpoint that answers garbage, a log that
+        became unreadable) never stops the others; each failure is said once, until it changes."""
         now = self.clock()
+        scraped = True
         for url in self.opts.metrics:
             try:
                 self.ring.add_scrape(now, scrape(url, SCRAPE_TIMEOUT_S))
                 self._scrape_errors.pop(url, None)
-            except (OSError, ValueError) as exc:
-                why = str(getattr(exc, "reason", exc))
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                scraped = False
+                why = str(getattr(exc, "reason", exc)) or type(exc).__name__
                 if self._scrape_errors.get(url) != why:
                     self.say(f"watch: could not scrape {url}: {why}")
                 self._scrape_errors[url] = why
         for f in self.followers:
-            lines = f.read()
+            try:
+                lines = f.read()
+            except OSError as exc:
+                self.say_once(f"log:{f.path}:{exc.strerror}", f"watch: could not read {f.path}: {exc.strerror}")
+                continue
             self.ring.add_log(now, lines)
             self._events.extend(e for e in map(log_event, lines) if e)
         self._sample(now)
+        self.reading_ok = scraped and not self.gone
         self.ring.prune(now)
         self.evaluate(now)
 
@@ -393,19 +425,23 @@ class Watcher:
         """Each rule's truth at this tick; a rule that turns true fires once until it has been false."""
         recent = reading(self.ring.since(now - SPAN_S))
         events, self._events = self._events, []
+        if self.listening and not any(r.name == "bottleneck" for r in self.opts.rules):
+            self._light_verdict(now, recent)  # diagnose_bottleneck in /metrics, with no trigger of its own
         for rule in self.opts.rules:
             value: float | None = None
             detail = ""
             if rule.name in METRIC_RULES:
                 value = metric_value(rule, recent)
-                true = value is not None and rule.holds(value)
-                if true and value is not None:
+                if value is None:  # not measured at this tick: neither true nor a tick that clears it
+                    if recent is not None:
+                        self.say_once(rule.text, f"watch: {rule.text} cannot be read yet: the engine's metrics "
+                                      f"have no {METRIC_RULES[rule.name][0]} series with requests in the last "
+                                      f"{SPAN_S:.0f} s")
+                    continue
+                true = rule.holds(value)
+                if true:
                     unit = METRIC_RULES[rule.name][1]
                     detail = f"{rule.name} {value / 1000:.2f} s" if unit == "ms" else f"{rule.name} {value:g}"
-                elif value is None and recent is not None and rule.text not in self._said:
-                    self._said.add(rule.text)
-                    self.say(f"watch: {rule.text} cannot be read yet: the engine's metrics have no "
-                             f"{METRIC_RULES[rule.name][0]} series with requests in the last {SPAN_S:.0f} s")
             elif rule.name == "oom":
                 true = bool(events)
                 detail = f"the log shows {events[0]}" if events else ""
@@ -427,11 +463,18 @@ class Watcher:
         self._holding.add(rule.text)
         with self.state.lock:
             self.state.triggers[rule.text] += 1
-        fired = Fired(rule.text, now, value, detail)
-        if self.capturing is not None:  # the same incident: recorded in the session being written
-            self._also.append({"rule": fired.rule, "at": fired.at, "value": fired.value, "detail": fired.detail})
-            return
-        self.fired.put(fired)
+        self._queue(Fired(rule.text, now, value, detail))
+
+    def _queue(self, fired: Fired) -> None:
+        """A capture for ``fired``, unless one runs (then it is the same incident: recorded in that session)."""
+        with self._capture_lock:
+            if self.capturing is not None and fired.rule != "exited":
+                self._also.append(_entry(fired))
+                return
+        try:
+            self.fired.put_nowait(fired)
+        except queue.Full:
+            self.say(f"watch: {FIRED_MAX} captures already wait their turn; {fired.rule} is not captured")
 
     def _active(self, recent: Any) -> bool:
         """Whether the service did anything over the last span: its request counters moved, requests run
@@ -460,6 +503,8 @@ class Watcher:
         from diagnose import pipeline
 
         scrapes, log, _ = self.ring.snapshot()
+        if not self._scratch:
+            self._scratch = tempfile.mkdtemp(prefix="diagnose-watch-")
         paths = []
         span = [s for s in scrapes if s[0] >= now - 2 * SPAN_S]
         if len(span) >= 2:
@@ -491,7 +536,7 @@ class Watcher:
             except Exception as exc:  # the ring must outlive one bad tick; say it once per kind
                 self.say(f"watch: a tick failed ({type(exc).__name__}: {exc})")
             if self.gone:
-                self.fired.put(Fired("exited", self.clock(), None, "the target process exited"))
+                self.fired.put(Fired("exited", self.clock(), None, "the target process exited"))  # waits for room
                 return
             self.stop.wait(self.opts.interval_s)
 
@@ -500,18 +545,31 @@ class Watcher:
     def say(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    def alert(self, payload: Mapping[str, Any]) -> None:
-        """An Alertmanager webhook's firing alerts: one capture, their labels in the session."""
-        from diagnose.watch_http import alert_labels
+    def say_once(self, key: str, line: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            self.say(line)
 
-        labels = alert_labels(payload)
-        name = labels.get("alertname", "alert")
+    def alert(self, payload: Mapping[str, Any], firing: bool = True) -> str:
+        """An Alertmanager webhook: firing alerts start one capture with their labels in the session (while
+        one runs, they are recorded in it); Alertmanager's repeats of a group already captured start none
+        until the group resolves. What was done, for the HTTP answer."""
+        from diagnose.watch_http import alert_record
+
+        record = alert_record(payload)
+        group = str(payload.get("groupKey", ""))[:1000]
+        if not firing:
+            self._alert_groups.discard(group)
+            return "resolved: nothing to capture."
+        if group and group in self._alert_groups:
+            return "this alert group was captured already; it is captured again after it resolves."
+        if group:
+            self._alert_groups.add(group)
         with self.state.lock:
             self.state.triggers["alert"] += 1
-        self.fired.put(Fired("alert", self.clock(), None, f"Alertmanager alert {name}",
-                             alert={"status": payload.get("status", ""), "labels": labels,
-                                    "alerts": [a.get("labels", {}) for a in payload.get("alerts", [])
-                                               if isinstance(a, dict)]}))
+        name = record["labels"].get("alertname", "alert")
+        self._queue(Fired("alert", self.clock(), None, f"Alertmanager alert {name}", alert=record))
+        return "capturing."
 
     def run(self) -> int:
         """Watch until ``stop`` (SIGINT/SIGTERM in the CLI) or the target exits; 0 when stopped cleanly."""
@@ -523,10 +581,15 @@ class Watcher:
                     fired = self.fired.get(timeout=0.5)
                 except queue.Empty:
                     continue
-                if fired.rule == "exited":
-                    self.capture_gone(fired)
-                    return 0
-                self.capture(fired)
+                try:
+                    if fired.rule == "exited":
+                        self.capture_gone(fired)
+                        return 0
+                    self.capture(fired)
+                except (DiagnoseError, OSError) as exc:  # one failed capture never ends the watch
+                    self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+                    if fired.rule == "exited":
+                        return 0
         finally:
             self.stop.set()
             ring.join(timeout=self.opts.interval_s + SCRAPE_TIMEOUT_S * max(1, len(self.opts.metrics)) + 1)
@@ -535,7 +598,8 @@ class Watcher:
             if self._nvml_col is not None and self._nvml is not None:
                 with contextlib.suppress(Exception):
                     self._nvml.shutdown()
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            if self._scratch:
+                shutil.rmtree(self._scratch, ignore_errors=True)
         return 0
 
     def _folder(self, fired: Fired) -> str:
@@ -552,22 +616,44 @@ class Watcher:
         from diagnose.attach import AttachOptions, attach
 
         folder = self._folder(fired)
-        self.capturing, self._also = fired, self._same_incident()
+        same = self._same_incident()
+        with self._capture_lock:
+            self.capturing, self._also = fired, same
         self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}); capturing {self.opts.window_s:g} s "
                  f"into {folder}")
+
+        def also() -> list[dict[str, Any]]:
+            with self._capture_lock:
+                return list(self._also)
+
         try:
             opts = AttachOptions(pid=self.opts.pid, duration_s=self.opts.window_s, output=folder,
-                                 rate_hz=self.opts.rate_hz, logs=list(self.opts.logs),
+                                 rate_hz=self.opts.rate_hz, logs=[p for p in self.opts.logs if os.path.isfile(p)],
                                  metrics=list(self.opts.metrics), config=self.opts.config)
-            ring = RingSource(folder, self.ring, fired, lambda: list(self._also))
+            ring = RingSource(folder, self.ring, fired, also)
             _, diagnosis = attach(opts, self.stop, extra=[ring])
-        except (AttachError, InputError) as exc:
+        except (DiagnoseError, OSError) as exc:
             self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+            shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
             return None
         finally:
-            self.capturing = None
+            with self._capture_lock:
+                self.capturing = None
+                late = list(self._also)
+        self._rewrite_also(folder, late)  # rules that fired while the analysis ran, after the ring was written
         self._written(folder, fired, diagnosis)
         return folder
+
+    def _rewrite_also(self, folder: str, also: list[dict[str, Any]]) -> None:
+        path = os.path.join(folder, WATCH_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            return
+        if doc.get("also") != also:
+            doc["also"] = also
+            write_json_atomic(path, doc)
 
     def _same_incident(self) -> list[dict[str, Any]]:
         """Rules that fired at the same tick as the one being captured (still queued): the same incident,
@@ -613,7 +699,6 @@ class Watcher:
             fh.write(diagnosis.to_json_text())
         with self.state.lock:
             self.state.last_session_at = self.clock()
-            self.state.sessions.append(folder)
         self.out(f"{datetime.fromtimestamp(fired.at, UTC):%Y-%m-%dT%H:%M:%SZ} {fired.rule}: "
                  f"{verdict_line(diagnosis)} — {folder}")
         self.rotate()
@@ -629,31 +714,62 @@ class Watcher:
             shutil.rmtree(os.path.join(self.opts.output, name), ignore_errors=True)
 
 
-def check_options(opts: WatchOptions) -> None:
-    """Everything ``watch`` can check before it starts, each with one sentence and the remedy."""
+def _between(value: float, low: float, high: float) -> bool:
+    return math.isfinite(value) and low <= value <= high
+
+
+def check_options(opts: WatchOptions, explicit_rules: bool = True) -> None:
+    """Everything ``watch`` can check before it starts, each with one sentence and the remedy. A rule that
+    can never be true for lack of its input is refused when asked for; of the default rules (``bottleneck``,
+    ``oom``) those without their input are dropped, with a line on stderr."""
     from diagnose.attach import check_target
 
     check_target(opts.pid)
     for path in opts.logs:
         if not os.path.isfile(path):
             raise InputError(f"the log {path} does not exist.", "Pass the service's log file with --log.")
+    for url in opts.metrics:
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"--metrics {url!r} is not an http(s) URL.", "E.g. --metrics http://127.0.0.1:8000/metrics.")
     if opts.max_sessions < 1:
         raise InputError("--max-sessions must be at least 1.", "Give how many sessions to keep, e.g. 20.")
-    if opts.window_s <= 0 or opts.interval_s <= 0 or opts.ring_s < opts.interval_s:
-        raise InputError("--window and --interval must be positive and --ring at least one interval.",
+    if not (_between(opts.window_s, 1.0, 600.0) and _between(opts.interval_s, 0.5, 300.0)
+            and _between(opts.ring_s, opts.interval_s, 3600.0)):
+        raise InputError("--window must be 1-600 s, --interval 0.5-300 s and --ring from one interval to 3600 s.",
                          "E.g. --window 20 --interval 5 --ring 300.")
+    if not 1 <= opts.rate_hz <= 1000:
+        raise InputError("--rate must be between 1 and 1000 samples per second.", "Use e.g. --rate 50.")
+    needs = {"oom": bool(opts.logs), "bottleneck": bool(opts.logs or opts.metrics),
+             **{name: bool(opts.metrics) for name in METRIC_RULES}}
+    what = {"oom": "--log FILE", "bottleneck": "--metrics URL or --log FILE"}
+    blind = [r for r in opts.rules if not needs[r.name]]
+    if blind and explicit_rules:
+        r = blind[0]
+        raise InputError(f"--when {r.text} can never fire: it reads {what.get(r.name, '--metrics URL')}, "
+                         "which was not given.", f"Pass {what.get(r.name, '--metrics URL')}.")
+    opts.rules = tuple(r for r in opts.rules if needs[r.name])
+    if not opts.rules:
+        raise InputError("there is nothing to watch: the default rules read the service's log and metrics.",
+                         "Pass --metrics URL (its /metrics) and/or --log FILE, or --when RULE.")
+    for r in blind:
+        print(f"watch: {r.text} is off: it reads {what[r.name]}, which was not given", file=sys.stderr)
     os.makedirs(opts.output, exist_ok=True)
 
 
-def watch_cli(opts: WatchOptions, listen: str | None) -> int:
+def watch_cli(opts: WatchOptions, listen: str | None, explicit_rules: bool = True) -> int:
     """Run the watcher in the foreground; SIGINT and SIGTERM stop it cleanly (a capture under way ends
     its window early and is still written)."""
-    check_options(opts)
+    check_options(opts, explicit_rules)
+    if listen:
+        from diagnose.watch_http import parse_listen
+
+        parse_listen(listen)  # a bad address is refused before anything starts
     watcher = Watcher(opts)
     server = None
     if listen:
         from diagnose.watch_http import serve
 
+        watcher.listening = True
         server = serve(listen, watcher)
         host, port = str(server.server_address[0]), int(server.server_address[1])
         shown = f"[{host}]" if ":" in host else host

@@ -2,15 +2,18 @@
 
 ``GET /metrics`` (Prometheus text exposition, ``prometheus_client``):
 
-* ``diagnose_up`` — 1 while the watcher runs and reads its target;
+* ``diagnose_up`` — 1 while the watcher runs and its last tick read the target (and its metrics);
 * ``diagnose_triggers_total{rule}`` — triggers fired per rule (``alert`` for webhook posts);
 * ``diagnose_bottleneck{category}`` — 1 for the light verdict's critical category while it holds, 0 for
-  every other category (so an alert rule can match ``diagnose_bottleneck == 1``);
+  every other category (so an alert rule can match ``diagnose_bottleneck == 1``); kept whenever the
+  watcher listens, whether or not ``bottleneck`` is one of its triggers;
 * ``diagnose_last_session_timestamp_seconds`` — when the last session was written (absent before one).
 
 ``POST /alert`` takes an Alertmanager webhook payload (``version`` 4: ``status``, ``alerts`` with
-``labels``, ``commonLabels``): firing alerts start one capture whose session records the labels; a
-payload whose alerts are all resolved is acknowledged and starts nothing. A body that is not such a
+``labels``, ``commonLabels``, ``groupKey``): firing alerts start one capture whose session records the
+labels (while a capture runs they are recorded in it); Alertmanager's repeats of a group already
+captured start none until a payload says the group resolved; a payload whose alerts are all
+resolved is acknowledged and starts nothing. A body that is not such a
 payload gets 400 and one sentence. Only loopback listens unless ``--listen`` names another address.
 """
 
@@ -30,10 +33,13 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from diagnose.errors import InputError
 from diagnose.model import Category
-from diagnose.redact import redact_text
+from diagnose.redact import REDACTED, is_secret_name, redact_text
 
 MAX_BODY = 1 << 20  # an Alertmanager payload is a few KiB; a larger body is not one
 MAX_LABELS = 64
+MAX_ALERTS = 50  # the alerts of one payload whose labels a session records
+MAX_CLIENTS = 8  # requests served at once; more get 503 (a scraper and Alertmanager need one each)
+CLIENT_TIMEOUT_S = 10.0  # a client that stops sending is dropped
 
 
 class BadAlert(ValueError):
@@ -62,14 +68,31 @@ def is_loopback(host: str) -> bool:
     return ipaddress.ip_address(host).is_loopback
 
 
+def _labels(labels: Any) -> dict[str, str]:
+    """Labels as a session keeps them: strings, secrets redacted, bounded in count and length."""
+    if not isinstance(labels, Mapping):
+        return {}
+    return {str(k)[:200]: REDACTED if is_secret_name(str(k)) else redact_text(str(v))[:1000]
+            for k, v in list(labels.items())[:MAX_LABELS]}
+
+
 def alert_labels(payload: Mapping[str, Any]) -> dict[str, str]:
     """The labels a capture records: the group's common labels, else the first alert's (redacted)."""
     labels = payload.get("commonLabels")
     if not isinstance(labels, Mapping) or not labels:
         first = next((a for a in payload.get("alerts", []) if isinstance(a, Mapping)), {})
-        labels = first.get("labels") if isinstance(first.get("labels"), Mapping) else {}
-    assert isinstance(labels, Mapping)
-    return {str(k)[:200]: redact_text(str(v))[:1000] for k, v in list(labels.items())[:MAX_LABELS]}
+        labels = first.get("labels")
+    return _labels(labels)
+
+
+def alert_record(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a session records of a payload: its status, the labels (``alert_labels``) and each alert's
+    labels (the first ``MAX_ALERTS``), all redacted."""
+    status = payload.get("status")
+    alerts = [a for a in payload.get("alerts", []) if isinstance(a, Mapping)]
+    return {"status": status if status in ("firing", "resolved") else "", "labels": alert_labels(payload),
+            "alerts": [_labels(a.get("labels")) for a in alerts[:MAX_ALERTS]],
+            "group_key": redact_text(str(payload.get("groupKey", "")))[:1000]}
 
 
 def check_alert(body: bytes) -> tuple[dict[str, Any], bool]:
@@ -97,7 +120,9 @@ class _StateCollector(Collector):
         state = self.watcher.state
         with state.lock:
             up, triggers, bottleneck, last = state.up, dict(state.triggers), state.bottleneck, state.last_session_at
-        yield GaugeMetricFamily("diagnose_up", "1 while diagnose watch runs and reads its target.", value=float(up))
+        up = up and bool(getattr(self.watcher, "reading_ok", True))
+        yield GaugeMetricFamily("diagnose_up", "1 while diagnose watch runs and its last tick read the target "
+                                "(and its metrics).", value=float(up))
         fired = CounterMetricFamily("diagnose_triggers", "Triggers fired, per rule (alert: Alertmanager posts).",
                                     labels=["rule"])
         for rule in (r.text for r in self.watcher.opts.rules):
@@ -116,8 +141,22 @@ class _StateCollector(Collector):
 
 
 def _handler(watcher: Any, registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+    slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "diagnose-watch"
+        timeout = CLIENT_TIMEOUT_S
+
+        def handle_one_request(self) -> None:
+            if not slots.acquire(blocking=False):
+                self.raw_requestline = self.rfile.readline(65537)
+                if self.parse_request():
+                    self._send(503, b"diagnose watch is busy: try again.\n")
+                return
+            try:
+                super().handle_one_request()
+            finally:
+                slots.release()
 
         def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
             self.send_response(code)
@@ -141,6 +180,9 @@ def _handler(watcher: Any, registry: CollectorRegistry) -> type[BaseHTTPRequestH
             except ValueError:
                 self._send(411, b"send the payload with a Content-Length.\n")
                 return
+            if length < 0:
+                self._send(400, b"the Content-Length is negative: send the payload's length in bytes.\n")
+                return
             if length > MAX_BODY:
                 self._send(413, b"the payload is larger than an Alertmanager webhook's (1 MiB at most).\n")
                 return
@@ -149,11 +191,8 @@ def _handler(watcher: Any, registry: CollectorRegistry) -> type[BaseHTTPRequestH
             except BadAlert as exc:
                 self._send(400, (str(exc) + "\n").encode())
                 return
-            if not firing:
-                self._send(200, b"resolved: nothing to capture.\n")
-                return
-            watcher.alert(doc)
-            self._send(202, b"capturing.\n")
+            said = watcher.alert(doc, firing)
+            self._send(202 if said == "capturing." else 200, f"{said}\n".encode())
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: the watcher says what matters on stderr."""
@@ -161,7 +200,14 @@ def _handler(watcher: Any, registry: CollectorRegistry) -> type[BaseHTTPRequestH
     return Handler
 
 
-class _V6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a broken pipe, a timeout) is its own business: no traceback."""
+
+
+class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 
@@ -173,7 +219,7 @@ def serve(listen: str, watcher: Any) -> ThreadingHTTPServer:
                     "network (as asked)")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StateCollector(watcher))
-    server_cls = _V6Server if ":" in host else ThreadingHTTPServer
+    server_cls: type[_Server] = _V6Server if ":" in host else _Server
     try:
         server = server_cls((host, port), _handler(watcher, registry))
     except OSError as exc:

@@ -12,8 +12,8 @@ A rule is one of
 * ``bottleneck`` — the light verdict (the ring's metrics and log through the rule engine) names a
   critical bottleneck.
 
-``>`` and ``>=`` compare; a rule is true or false at each tick, and a rule that is not measurable
-(no metrics URL, the engine exposes no such series) is false and says why once.
+``>`` and ``>=`` compare; a rule is true, false or unknown at each tick: a value that is not measured
+(the engine exposes no such series, nothing completed over the span) neither fires nor clears it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,10 @@ def parse_rule(text: str) -> Rule:
     if not m or m.group("name").lower() not in METRIC_RULES:
         raise InputError(f"--when {text!r} is not a trigger rule diagnose knows.",
                          f"Use one of {known}, e.g. --when 'ttft_p99>2s' --when 'queue>8'.")
-    name, op, num, unit = m.group("name").lower(), m.group("op"), float(m.group("num")), (m.group("unit") or "")
+    name, op, num, unit = m.group("name").lower(), m.group("op"), float(m.group("num")), (m.group("unit") or "").lower()
+    if not math.isfinite(num) or num > 1e9:
+        raise InputError(f"--when {text!r}: {m.group('num')} is not a threshold.",
+                         "Give a finite number, e.g. queue>8.")
     if name in ("ttft_p99", "e2e_p99"):
         if unit not in ("s", "ms"):
             raise InputError(f"--when {text!r} gives a latency without its unit.",

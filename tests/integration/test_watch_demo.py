@@ -29,7 +29,10 @@ def test_watch_captures_each_queueing_incident_and_an_alert(tmp_path: Path) -> N
 def test_watch_refuses_bad_input_with_one_sentence(tmp_path: Path) -> None:
     for argv, says in ((["--pid", str(os.getpid()), "--when", "ttft_p99>2"], "without its unit"),
                        (["--pid", "4194000"], "4194000"),
-                       (["--pid", str(os.getpid()), "--listen", "host:1"], "not an address")):
+                       (["--pid", str(os.getpid()), "--metrics", "http://127.0.0.1:9/metrics", "--listen", "host:1"],
+                        "not an address"),
+                       (["--pid", str(os.getpid())], "nothing to watch"),
+                       (["--pid", str(os.getpid()), "--when", "queue>8"], "can never fire")):
         run = subprocess.run([str(watch_scenario.DIAGNOSE), "watch", *argv, "-o", str(tmp_path)],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -363,3 +363,157 @@ def test_the_exposition_says_up_triggers_and_the_bottleneck(tmp_path: Path) -> N
     bottleneck = {s.labels["category"]: s.value for s in families["diagnose_bottleneck"].samples}
     assert bottleneck["queueing"] == 1.0 and sum(bottleneck.values()) == 1.0 and len(bottleneck) >= 13
     assert families["diagnose_last_session_timestamp_seconds"].samples[0].value == 1.8e9
+
+
+# -- what the review of the first version found -----------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["queue>1e999", "kv>nan"])
+def test_a_threshold_that_is_not_a_number_is_refused(text: str) -> None:
+    with pytest.raises(InputError):
+        watch_rules.parse_rule(text)
+
+
+def test_units_read_in_any_case() -> None:
+    assert watch_rules.parse_rule("TTFT_P99>2S").threshold == 2000.0
+
+
+def test_an_unmeasured_value_neither_fires_nor_clears(tmp_path: Path) -> None:
+    """A stall where nothing completes leaves the latency histogram without an increase: that is not
+    'below the threshold', so an incident under way does not clear and fire again."""
+    w = _watcher(tmp_path, "ttft_p99>2s")
+    first, last = scrapes("admission_cap")
+    w.ring.add_scrape(first[0], first[1])
+    w.ring.add_scrape(last[0], last[1])
+    w.evaluate(last[0])
+    assert w.fired.qsize() == 1 and "ttft_p99>2s" in w._holding
+    for i in range(1, 2 * watch.CLEAR_TICKS):  # the same totals again: no request completed
+        w.ring.add_scrape(last[0] + 40.0 * i, last[1])
+        w.evaluate(last[0] + 40.0 * i)
+    assert "ttft_p99>2s" in w._holding and w.fired.qsize() == 1
+
+
+def test_the_log_follower_bounds_a_line_without_end_and_keeps_a_line_that_starts_the_tail(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    f = watch.LogFollower(str(log))
+    with log.open("a") as fh:
+        for _ in range(4):
+            fh.write("\r" + "#" * 50_000)  # a progress bar redrawn, no newline
+            fh.flush()
+            f.read()
+    assert len(f._partial) <= watch.PARTIAL_MAX
+    with log.open("a") as fh:
+        fh.write("\n")
+    f.read()
+    burst = "x" * (watch.LOG_READ_MAX - 60) + "\n"  # the tail read next begins exactly at a line
+    oom_line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    with log.open("a") as fh:
+        fh.write("y" * 200 + "\n" + burst[: -len(oom_line)] + "\n")
+        start = log.stat().st_size
+        fh.write(oom_line + "z" * (watch.LOG_READ_MAX - len(oom_line) - 1) + "\n")
+    assert log.stat().st_size - start == watch.LOG_READ_MAX
+    got = f.read()
+    assert got[0].startswith("torch.OutOfMemoryError")
+
+
+def test_alert_labels_are_redacted_and_bounded_and_repeats_of_a_group_are_one_capture(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "oom")
+    payload = json.loads(ALERT.read_text())
+    payload["status"] = {"not": "a status"}
+    payload["alerts"] = payload["alerts"] * 80
+    payload["alerts"][0] = {**payload["alerts"][0], "labels": {"password": "hunter2", "url": "https://u:pw@h/?token="
+                                                                "sk-abcdefghijklmnopqrstuvwx"}}
+    assert w.alert(payload) == "capturing."
+    record = w.fired.get_nowait().alert
+    assert record is not None and record["status"] == "" and len(record["alerts"]) == 50
+    text = json.dumps(record)
+    assert "hunter2" not in text and "sk-abcdefghijklmnopqrstuvwx" not in text and "u:pw@" not in text
+    assert w.alert(payload).startswith("this alert group was captured already") and w.fired.empty()
+    assert w.alert(payload, firing=False).startswith("resolved")
+    assert w.alert(payload) == "capturing."  # the group fires again after it resolved
+    assert w.state.triggers["alert"] == 2
+
+
+def test_an_alert_during_a_capture_is_recorded_in_it(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "oom")
+    w.capturing = watch.Fired("queue>8", 1.0)
+    w.alert(json.loads(ALERT.read_text()))
+    assert w.fired.empty() and w._also[0]["alert"]["labels"]["alertname"] == "ProbeFailure"
+
+
+def test_an_endpoint_that_answers_garbage_does_not_stop_the_rest_of_the_tick(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def answer() -> None:
+        for _ in range(2):
+            conn, _ = srv.accept()
+            conn.recv(1024)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    opts = watch.WatchOptions(pid=os.getpid(), logs=[str(log)], metrics=[f"http://127.0.0.1:{srv.getsockname()[1]}/"],
+                              rules=watch_rules.parse_rules(["oom"]), output=str(tmp_path))
+    w = watch.Watcher(opts, out=lambda line: None)
+    with log.open("a") as fh:
+        fh.write("Traceback (most recent call last):\n")
+    w.tick()
+    w.tick()
+    srv.close()
+    assert w.fired.get_nowait().rule == "oom"  # the log was read although the scrape failed
+    _, log_lines, samples = w.ring.snapshot()
+    assert log_lines and len(samples) == 2 and not w.reading_ok
+    assert capsys.readouterr().err.count("could not scrape") == 1  # said once while it stays the same
+
+
+def test_rules_that_cannot_fire_are_refused_when_asked_and_dropped_when_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def opts(rules: list[str] | None, **kw: object) -> watch.WatchOptions:
+        return watch.WatchOptions(pid=os.getpid(), rules=watch_rules.parse_rules(rules), output=str(tmp_path),
+                                  **kw)  # type: ignore[arg-type]
+
+    with pytest.raises(InputError, match="can never fire"):
+        watch.check_options(opts(["queue>8"]), explicit_rules=True)
+    with pytest.raises(InputError, match="nothing to watch"):
+        watch.check_options(opts(None), explicit_rules=False)
+    only_metrics = opts(None, metrics=["http://127.0.0.1:8000/metrics"])
+    watch.check_options(only_metrics, explicit_rules=False)
+    assert [r.text for r in only_metrics.rules] == ["bottleneck"] and "oom is off" in capsys.readouterr().err
+    for bad in ({"interval_s": float("nan")}, {"ring_s": float("inf")}, {"window_s": 700.0}, {"rate_hz": 0},
+                {"metrics": ["127.0.0.1:8000/metrics"]}):
+        with pytest.raises(InputError):
+            watch.check_options(opts(["bottleneck"], **{"metrics": ["http://x/metrics"], **bad}))
+
+
+def test_the_http_side_refuses_a_negative_length_and_answers_a_real_payload(tmp_path: Path) -> None:
+    import http.client
+
+    w = _watcher(tmp_path, "oom")
+    server = watch_http.serve("127.0.0.1:0", w)
+    port = server.server_address[1]
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.putrequest("POST", "/alert")
+        conn.putheader("Content-Length", "-1")
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert resp.status == 400 and b"negative" in resp.read()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("POST", "/alert", body=ALERT.read_bytes(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 202 and resp.read() == b"capturing.\n" and w.fired.qsize() == 1
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b'diagnose_triggers_total{rule="alert"} 1.0' in resp.read()
+    finally:
+        server.shutdown()
+        server.server_close()
