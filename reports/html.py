@@ -32,7 +32,7 @@ from diagnose.reports.markdown import (
     source_name,
     verdict_title,
 )
-from diagnose.reports.wording import differential_rows, healthy_text, probability_text, undetermined_text
+from diagnose.reports.wording import differential_rows, healthy_text, probability_text, undetermined_text, watch_lines
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct
 
@@ -115,6 +115,14 @@ def differential_html(d: Diagnosis) -> str:
             + _table(["candidate", "probability", "for", "against", "check that separates it"], rows, {1}) + "</div>")
 
 
+def watch_html(d: Diagnosis) -> str:
+    """A ``diagnose watch`` session's trigger and what rose before it (``wording.watch_lines``)."""
+    lines = watch_lines(d)
+    if not lines:
+        return ""
+    return '<h3>Before the trigger</h3><ul id="watch-before">' + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>"
+
+
 def verdict_html(d: Diagnosis) -> str:
     primary = d.primary
     f = primary_finding(d)
@@ -122,17 +130,18 @@ def verdict_html(d: Diagnosis) -> str:
     if primary is None or f is None:
         if d.overall is Verdict.HEALTHY:
             return (f'<p class="verdict none" id="verdict"><b>Verdict: healthy</b>{sure} — {e(healthy_text(d))}</p>'
-                    + differential_html(d))
+                    + differential_html(d) + watch_html(d))
         steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
         return (f'<p class="verdict thin" id="verdict"><b>Verdict: undetermined</b> — {e(undetermined_text(d))}</p>'
-                + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else "") + differential_html(d))
+                + (f'<h3>Next steps</h3><ol id="next-steps">{steps}</ol>' if steps else "") + differential_html(d)
+                + watch_html(d))
     steps = "".join(f"<li>{e(s)}</li>" for s in d.next_steps)
     return (f'<p class="verdict" id="verdict"><b>Verdict: the bottleneck is <code>{e(primary.value)}</code></b>'
             f"{sure} — "
             f"{e(first_sentence(f.message))} <span class=sub>(impact {pct(f.impact)}, {e(f.severity.value)}, "
             f"confidence {e(f.confidence.value)}; {e(f.code)})</span></p>"
             + (f'<h3>To confirm it, measure</h3><ol id="next-steps">{steps}</ol>' if steps else "")
-            + differential_html(d))
+            + differential_html(d) + watch_html(d))
 
 
 def finding_html(n: int, f: Finding, primary: bool) -> str:

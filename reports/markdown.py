@@ -29,6 +29,7 @@ from diagnose.reports.wording import (
     healthy_text,
     probability_text,
     undetermined_text,
+    watch_lines,
 )
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
@@ -245,6 +246,10 @@ def render(diagnosis: Diagnosis) -> str:
     if diagnosis.candidates:
         out += ["## Differential", "", *table(["candidate", "probability", "for", "against", "check that separates it"],
                                               [[cell(v) for v in row] for row in differential_rows(diagnosis)]), ""]
+
+    watched = watch_lines(diagnosis)
+    if watched:
+        out += ["## Before the trigger (diagnose watch)", "", *[f"- {text(line)}" for line in watched], ""]
 
     out += ["## Findings", ""]
     if not diagnosis.findings:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from diagnose.reports.wording import config_line, healthy_text, probability_text, undetermined_text
+from diagnose.reports.wording import config_line, healthy_text, probability_text, undetermined_text, watch_lines
 from diagnose.rules.calibration import close
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
@@ -127,6 +127,8 @@ def render(diagnosis: Diagnosis, file: IO[str] | None = None, width: int | None 
         console.print(f"[bold]diagnose[/bold] pid {target.pid} ({escape(cmd)}){window}")
     _verdict(diagnosis, console)
     _differential(diagnosis, console)
+    for line in watch_lines(diagnosis):
+        console.print(escape(line))
     primary = diagnosis.primary
     first = True
     for f in diagnosis.findings:

@@ -55,3 +55,14 @@ def config_line(config: Mapping[str, Any]) -> str:
     if config.get("disable"):
         parts.append("disabled: " + ", ".join(sorted(config["disable"])))
     return f"{config.get('path') or 'settings'}: " + ("; ".join(parts) or "no change")
+
+
+def watch_lines(diagnosis: Diagnosis) -> list[str]:
+    """A ``diagnose watch`` session's trigger and what rose over its ring before it, one sentence each
+    (empty for any other session)."""
+    by_key = {e.key: e for e in diagnosis.evidence}
+    trigger = by_key.get("watch.trigger")
+    if trigger is None:
+        return []
+    rises = [e.detail for k, e in sorted(by_key.items()) if k.startswith("watch.before.") and e.detail]
+    return [f"Trigger: {trigger.detail}.", *(f"Before it, {r}." for r in rises)]

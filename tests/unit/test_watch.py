@@ -281,6 +281,13 @@ def test_a_watch_session_carries_the_trigger_and_the_ring_into_its_evidence(tmp_
     assert "queue depth rose from 0 to 14" in ev["watch.before.waiting_rise"].detail
     assert "serving.waiting_last" in ev and "latency.ttft_ms.p99" in ev  # the ring's scrapes, read as metrics
     assert cap.status is CaptureStatus.OK and cap.notes and cap.notes[0].startswith("queue depth rose")
+    # every report says what fired and what rose before it
+    from diagnose.reports import html, markdown
+
+    md = markdown.render(d)
+    assert "## Before the trigger (diagnose watch)" in md and "- Trigger: queue\\>8 fired: queue 14." in md
+    assert "Before it, queue depth rose from 0 to 14 over the" in md
+    assert 'id="watch-before"' in html.verdict_html(d)
 
 
 def test_rotation_keeps_the_newest_sessions(tmp_path: Path) -> None:
