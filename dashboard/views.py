@@ -65,7 +65,20 @@ def differential(diagnosis: Diagnosis) -> None:
                                  strict=True)) for row in wording.differential_rows(diagnosis)]))
 
 
+def watched(diagnosis: Diagnosis) -> None:
+    """A ``diagnose watch`` session: what fired, and what rose over the ring before it."""
+    lines = wording.watch_lines(diagnosis)
+    if lines:
+        st.markdown("**Before the trigger (diagnose watch)**\n\n" + "\n".join(f"- {markdown.text(x)}" for x in lines))
+
+
 def verdict(diagnosis: Diagnosis) -> None:
+    """The verdict, its differential, and for a watch session what fired and what rose before it."""
+    _verdict(diagnosis)
+    watched(diagnosis)
+
+
+def _verdict(diagnosis: Diagnosis) -> None:
     primary = diagnosis.primary
     sure = wording.probability_text(diagnosis)
     if primary is None:

@@ -32,6 +32,7 @@ PREFILL = str(SESSIONS / "prefill_long_prompts_demo")  # CPU-only: py-spy, proce
 # real vLLM under light load, attached with its log and /metrics: the latency is measured, nothing found
 HEALTHY = str(ROOT / "tests" / "data" / "engines" / "vllm" / "healthy" / "attach")
 QUEUEING = str(SESSIONS / "queueing_one_worker_demo")
+WATCHED = str(ROOT / "tests" / "data" / "engines" / "watch" / "vllm_admission_cap")  # diagnose watch on vLLM
 
 CHART_PAGES = {"Timeline": "page_timeline.py", "Requests": "page_requests.py", "CPU profile": "page_cpu.py",
                "GPU": "page_gpu.py", "Memory": "page_memory.py"}
@@ -113,6 +114,13 @@ def test_overview_names_the_verdict_with_findings_evidence_and_fixes(monkeypatch
     assert set(health["collector"]) == {"py-spy", "process", "nvml", "log", "metrics"}
     assert "no NVIDIA driver" in " ".join(health["reason"].astype(str))
     assert len(charts(at)) == 1  # findings by impact
+
+
+def test_overview_of_a_watch_session_says_what_fired_and_what_rose_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = open_page(app(monkeypatch, WATCHED))
+    assert "the bottleneck is `queueing`" in at.error[0].value
+    shown = texts(at)
+    assert "Before the trigger (diagnose watch)" in shown and "queue depth rose from 0 to 14" in shown
 
 
 def test_overview_of_a_healthy_session_says_no_bottleneck(monkeypatch: pytest.MonkeyPatch) -> None:

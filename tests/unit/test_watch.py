@@ -22,6 +22,7 @@ from diagnose.sources import write_json_atomic
 DATA = Path(__file__).resolve().parents[1] / "data"
 VLLM = DATA / "engines" / "vllm"
 ALERT = DATA / "alertmanager" / "v4-firing.json"
+RECORDED = DATA / "engines" / "watch" / "vllm_admission_cap"  # a real watch session on vLLM (SOURCE.md)
 
 
 def scrapes(name: str) -> list[tuple[float, str]]:
@@ -288,6 +289,15 @@ def test_a_watch_session_carries_the_trigger_and_the_ring_into_its_evidence(tmp_
     assert "## Before the trigger (diagnose watch)" in md and "- Trigger: queue\\>8 fired: queue 14." in md
     assert "Before it, queue depth rose from 0 to 14 over the" in md
     assert 'id="watch-before"' in html.verdict_html(d)
+
+
+def test_a_recorded_watch_session_on_vllm_is_judged_from_the_window_and_the_ring() -> None:
+    d = pipeline.analyze([str(RECORDED)])
+    assert d.primary is not None and d.primary.value == "queueing"
+    ev = {e.key: e for e in d.evidence}
+    assert ev["watch.trigger"].detail == "queue>4 fired: queue 14"
+    assert ev["watch.before.waiting_rise"].value == 14.0
+    assert {c.collector for c in d.captures} >= {"py-spy", "metrics", "log", "watch"}
 
 
 def test_rotation_keeps_the_newest_sessions(tmp_path: Path) -> None:
