@@ -388,6 +388,8 @@ class Watcher:
     def _sample(self, now: float) -> None:
         try:
             with self._proc.oneshot():
+                if self._proc.status() == psutil.STATUS_ZOMBIE:  # exited, its parent has not reaped it yet
+                    raise psutil.ZombieProcess(self._proc.pid)
                 cpu = self._proc.cpu_times()
                 sample: dict[str, Any] = {"t": round(now, 3), "cpu_s": round(cpu.user + cpu.system, 3),
                                           "rss_bytes": float(self._proc.memory_info().rss),

@@ -36,3 +36,36 @@ def test_watch_refuses_bad_input_with_one_sentence(tmp_path: Path) -> None:
         run = subprocess.run([str(watch_scenario.DIAGNOSE), "watch", *argv, "-o", str(tmp_path)],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_watch_stops_cleanly_on_sigterm_and_when_its_target_exits(tmp_path: Path) -> None:
+    """SIGTERM (systemd, Kubernetes) ends it with exit 0; a target that exits leaves a session of the ring."""
+    import signal
+    import sys
+    import time
+
+    log = tmp_path / "service.log"
+    log.write_text("")
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        watcher = subprocess.Popen([str(watch_scenario.DIAGNOSE), "watch", "--pid", str(target.pid), "--log", str(log),
+                                    "--interval", "0.5", "-o", str(tmp_path / "a")], stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+        assert not list((tmp_path / "a").glob("watch-*"))
+        watcher = subprocess.Popen([str(watch_scenario.DIAGNOSE), "watch", "--pid", str(target.pid), "--log", str(log),
+                                    "--interval", "0.5", "-o", str(tmp_path / "b")], stdout=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+        with log.open("a") as fh:
+            fh.write("Traceback (most recent call last):\n")
+        time.sleep(1.0)
+        target.kill()
+        out, _ = watcher.communicate(timeout=120)
+        assert watcher.returncode == 0
+        names = sorted(p.name for p in (tmp_path / "b").glob("watch-*"))
+        assert any(n.endswith("-exited") for n in names), names
+        assert any(" exited: " in line for line in out.splitlines()), out  # its verdict line
+    finally:
+        target.kill()
+        target.wait()

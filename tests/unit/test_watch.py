@@ -300,6 +300,24 @@ def test_a_recorded_watch_session_on_vllm_is_judged_from_the_window_and_the_ring
     assert {c.collector for c in d.captures} >= {"py-spy", "metrics", "log", "watch"}
 
 
+def test_a_target_that_exits_leaves_a_session_of_its_ring(tmp_path: Path) -> None:
+    """No window can be taken of a process that is gone (an OOM kill, a crash): the session is the ring,
+    judged like any other, and the watch stops."""
+    first, last = scrapes("admission_cap")
+    lines: list[str] = []
+    w = watch.Watcher(watch.WatchOptions(pid=os.getpid(), rules=watch_rules.parse_rules(["oom"]),
+                                         output=str(tmp_path)), out=lines.append, clock=lambda: last[0] + 1.0)
+    w.ring.add_scrape(first[0], first[1])
+    w.ring.add_scrape(last[0], last[1])
+    w.ring.add_log(last[0], ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    folder = Path(w.capture_gone(watch.Fired("exited", last[0] + 1.0, None, "the target process exited")))
+    assert folder.name.endswith("-exited") and (folder / "watch-ring.log").exists()
+    d = json.loads((folder / "diagnosis.json").read_text())
+    assert {c["collector"] for c in d["captures"]} == {"watch"}
+    assert {"watch.trigger", "latency.ttft_ms.p99"} <= {e["key"] for e in d["evidence"]}
+    assert lines and lines[0].split(": ", 1)[0].endswith("exited") and str(folder) in lines[0]
+
+
 def test_rotation_keeps_the_newest_sessions(tmp_path: Path) -> None:
     w = _watcher(tmp_path, "oom")
     w.opts.max_sessions = 2
