@@ -56,6 +56,11 @@ HOST_NO_GPU = "host.gpu_absent"
 # files an attach writes into its session beside the collectors' own (read by ``diagnose.derive.session``)
 PYSPY_META = "pyspy-meta.json"
 ATTACH_COST = "attach-cost.json"
+# ... and a ``diagnose watch`` session beside them: the trigger, and the ring from before it
+WATCH_FILE = "watch.json"
+RING_METRICS = "watch-ring.prom"
+RING_LOG = "watch-ring.log"
+RING_PROCESS = "watch-process.jsonl"
 
 
 class Verdict(StrEnum):

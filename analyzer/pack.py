@@ -78,7 +78,7 @@ from diagnose.collectors.pyspy import rewrite_commands
 from diagnose.collectors.snapshot import SnapshotError, check_plain, read_snapshot_file
 from diagnose.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from diagnose.errors import InputError
-from diagnose.model import TOOL_VERSION
+from diagnose.model import RING_PROCESS, TOOL_VERSION, WATCH_FILE
 from diagnose.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
 
 PACK_NOTE = "pack.json"
@@ -92,7 +92,7 @@ PYSPY_DUMPS = "pyspy-dumps.jsonl"
 # request payloads (py-spy dumps lose their locals instead).
 OWN_FILES = frozenset({"manifest.json", "diagnosis.json", "process-info.json", "pyspy-meta.json", "process.jsonl",
                        "nvml.jsonl", "pyspy.log", PYSPY_DUMPS, "attach-cost.json", "pyspy-wall-source.json",
-                       "cgroup.json", "config.json", "watch.json", "watch-process.jsonl"})
+                       "cgroup.json", "config.json", WATCH_FILE, RING_PROCESS})
 
 # JSON fields whose values are what users sent or the model returned.
 PAYLOAD_FIELDS = frozenset({

@@ -48,7 +48,17 @@ from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors.prom import lookup
 from diagnose.config import Config
 from diagnose.errors import DiagnoseError, InputError
-from diagnose.model import Capture, CaptureStatus, Diagnosis, Severity, Window
+from diagnose.model import (
+    RING_LOG,
+    RING_METRICS,
+    RING_PROCESS,
+    WATCH_FILE,
+    Capture,
+    CaptureStatus,
+    Diagnosis,
+    Severity,
+    Window,
+)
 from diagnose.redact import redact_text
 from diagnose.sources import scrape, write_json_atomic
 from diagnose.watch_rules import METRIC_RULES, SPAN_S, Rule, log_event, metric_value, reading
@@ -65,10 +75,6 @@ FIRED_MAX = 16  # captures waiting their turn at most (an alert flood is not a b
 RING_LOG_MAX = 4 << 20  # bytes of log lines the ring keeps at most
 SCRAPE_TIMEOUT_S = 3.0
 COLLECTOR = "watch"
-WATCH_FILE = "watch.json"
-RING_METRICS = "watch-ring.prom"
-RING_LOG = "watch-ring.log"
-RING_PROCESS = "watch-process.jsonl"
 # what the ring keeps of each of the target's GPUs per tick (NVML, where a driver answers)
 GPU_KEYS = ("index", "name", "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz",
             "power_mw", "temp_c", "reasons")
@@ -142,6 +148,11 @@ class Ring:
             got = list(self.scrapes)
         first = max((i for i, (at, _) in enumerate(got) if at <= t), default=0)
         return got[first:]
+
+    def last_log_at(self) -> float | None:
+        """When the newest log line kept arrived (None: none kept)."""
+        with self._lock:
+            return self.log[-1][0] if self.log else None
 
     def snapshot(self) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict[str, Any]]]:
         with self._lock:
@@ -486,8 +497,8 @@ class Watcher:
                 return True
             if any(v and v[-1] > 0 for k, v in recent.gauges.items() if k in ("running", "waiting")):
                 return True
-        _, log, _ = self.ring.snapshot()
-        return bool(log) and log[-1][0] >= self.clock() - SPAN_S
+        last = self.ring.last_log_at()
+        return last is not None and last >= self.clock() - SPAN_S
 
     def _light_verdict(self, now: float, recent: Any) -> str | None:
         if now - self._judged_at < self.opts.judge_every_s:

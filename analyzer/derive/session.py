@@ -19,6 +19,9 @@ from diagnose.model import (
     ATTACH_COST,
     HOST_NO_GPU,
     PYSPY_META,
+    RING_LOG,
+    RING_METRICS,
+    WATCH_FILE,
     Capture,
     CaptureStatus,
     Evidence,
@@ -267,7 +270,7 @@ def derive(session: Session, series: bool = False) -> Derived:
 
 # ``diagnose watch``'s ring (``diagnose.watch``): read after the window's evidence, so for any key the window's
 # own measurement wins and the ring only fills what the window lacks (all of it for a target that exited)
-WATCH_FILE, RING_TEXT = "watch.json", ("watch-ring.prom", "watch-ring.log")
+RING_TEXT = (RING_METRICS, RING_LOG)
 
 
 def _watch(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
