@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=float, default=20.0, help="capture window after a trigger, seconds (default 20)")
     p.add_argument("--ring", type=float, default=300.0, help="seconds of evidence kept from before (default 300)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between ring samples (default 5)")
+    p.add_argument("--clear", type=float, default=60.0, metavar="SECONDS",
+                   help="a rule that fired fires again only after it was false this long (default 60): one "
+                        "session per incident, however its gauge flaps")
     p.add_argument("--rate", type=int, default=50, help="py-spy samples per second at most in a capture")
     p.add_argument("--config", metavar="FILE",
                    help="rule settings (TOML: [rules.CODE] thresholds, disable = [...]); default $DIAGNOSE_CONFIG")
@@ -248,7 +251,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     opts = watch.WatchOptions(pid=args.pid, logs=list(args.log), metrics=[args.metrics] if args.metrics else [],
                               rules=watch_rules.parse_rules(args.when), output=args.output,
                               max_sessions=args.max_sessions, window_s=args.window, ring_s=args.ring,
-                              interval_s=args.interval, config=_settings(args), rate_hz=args.rate)
+                              interval_s=args.interval, clear_s=args.clear, config=_settings(args), rate_hz=args.rate)
     return watch.watch_cli(opts, args.listen, explicit_rules=bool(args.when))
 
 

@@ -9,9 +9,11 @@ rule turns true it runs a full attach window (py-spy included, ``--window`` seco
 ``DIR/watch-<UTC time>-<rule>/``; the session also holds the ring from before the trigger
 (``watch-ring.prom``, ``watch-ring.log``, ``watch-process.jsonl``) and ``watch.json`` (the rule, its
 value, what rose over the ring, an alert's labels), so its analysis has both. A rule that stays true
-writes no second session until it has cleared — false at ``CLEAR_TICKS`` ticks in a row, so a gauge
-that dips for one tick is still the same incident (one session per incident); a rule that
-turns true while a capture runs is recorded in that session's ``watch.json``. ``--max-sessions``
+writes no second session until it has cleared — false for ``--clear`` seconds (default ``CLEAR_S``) and at
+``CLEAR_TICKS`` ticks in a row, as Prometheus's ``keep_firing_for`` keeps an alert: an engine's queue gauge
+flaps (vLLM's read 0 waiting for 20-30 s in the middle of a steady admission-cap load while a capture ran),
+and a gauge that dips is still the same incident (one session per incident); a rule that turns true
+while a capture runs is recorded in that session's ``watch.json``. ``--max-sessions``
 keeps the newest N sessions.
 
 Idle costs little: a tick is one scrape, a ``stat`` of each log and one ``/proc`` read of the target;
@@ -67,6 +69,7 @@ RING_S = 300.0
 INTERVAL_S = 5.0
 WINDOW_S = 20.0
 CLEAR_TICKS = 3  # a rule that fired fires again only after it was false at this many ticks in a row
+CLEAR_S = 60.0  # ... and for this many seconds (--clear)
 JUDGE_EVERY_S = 15.0  # the light verdict, at most this often, and only while the service is active
 LOG_READ_MAX = 1 << 20  # bytes of a log read per tick at most (a log that grows faster: its tail)
 PARTIAL_MAX = 64 << 10  # a line longer than this (no newline: a progress bar, binary) is cut here
@@ -224,6 +227,7 @@ class WatchOptions:
     ring_s: float = RING_S
     interval_s: float = INTERVAL_S
     judge_every_s: float = JUDGE_EVERY_S
+    clear_s: float = CLEAR_S
     config: Config = field(default_factory=Config)
     rate_hz: int = 50
 
@@ -354,6 +358,7 @@ class Watcher:
         self.listening = False  # --listen: the light verdict is kept for /metrics even without its rule
         self._holding: set[str] = set()  # rules that fired and have not cleared since
         self._false_ticks: dict[str, int] = {}
+        self._false_since: dict[str, float] = {}  # when each rule's current run of false ticks began
         self._events: list[str] = []  # log events (oom rule) since the last tick
         self._judged_at = 0.0
         self._scrape_errors: dict[str, str] = {}
@@ -465,12 +470,14 @@ class Watcher:
             self._step(rule, true, now, value, detail)
 
     def _step(self, rule: Rule, true: bool, now: float, value: float | None, detail: str) -> None:
-        if not true:  # cleared once false for CLEAR_TICKS ticks in a row: a gauge that dips once is one incident
-            self._false_ticks[rule.text] = self._false_ticks.get(rule.text, 0) + 1
-            if self._false_ticks[rule.text] >= CLEAR_TICKS:
+        if not true:  # cleared once false for clear_s and CLEAR_TICKS ticks in a row: a flapping gauge is one incident
+            ticks = self._false_ticks[rule.text] = self._false_ticks.get(rule.text, 0) + 1
+            since = self._false_since.setdefault(rule.text, now)
+            if ticks >= CLEAR_TICKS and now - since >= self.opts.clear_s:
                 self._holding.discard(rule.text)
             return
         self._false_ticks[rule.text] = 0
+        self._false_since.pop(rule.text, None)
         if rule.text in self._holding:
             return
         self._holding.add(rule.text)
@@ -747,9 +754,9 @@ def check_options(opts: WatchOptions, explicit_rules: bool = True) -> None:
     if opts.max_sessions < 1:
         raise InputError("--max-sessions must be at least 1.", "Give how many sessions to keep, e.g. 20.")
     if not (_between(opts.window_s, 1.0, 600.0) and _between(opts.interval_s, 0.5, 300.0)
-            and _between(opts.ring_s, opts.interval_s, 3600.0)):
-        raise InputError("--window must be 1-600 s, --interval 0.5-300 s and --ring from one interval to 3600 s.",
-                         "E.g. --window 20 --interval 5 --ring 300.")
+            and _between(opts.ring_s, opts.interval_s, 3600.0) and _between(opts.clear_s, 0.0, 3600.0)):
+        raise InputError("--window must be 1-600 s, --interval 0.5-300 s, --ring from one interval to 3600 s "
+                         "and --clear 0-3600 s.", "E.g. --window 20 --interval 5 --ring 300 --clear 60.")
     if not 1 <= opts.rate_hz <= 1000:
         raise InputError("--rate must be between 1 and 1000 samples per second.", "Use e.g. --rate 50.")
     needs = {"oom": bool(opts.logs), "bottleneck": bool(opts.logs or opts.metrics),

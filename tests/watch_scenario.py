@@ -5,6 +5,10 @@ idle (no session) → load that makes it queue → one session within 60 s whose
 which holds the ring from before, while the watcher's /metrics names queueing → quiet until the
 triggers clear → the same load → a second session → an Alertmanager payload posted to /alert → a
 session carrying the alert's labels (a bad payload: 400) → SIGINT → exit 0, one verdict line per session.
+
+The watcher runs with ``--clear 40``: on this 2-core host real vLLM's waiting gauge has read 0 for 20-30 s
+in the middle of one steady load while a capture ran (requests still completing at 20-30/s), and a rule
+that cleared after three false ticks wrote that one incident as two sessions.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from prometheus_client.parser import text_string_to_metric_families
 DIAGNOSE = Path(sys.executable).with_name("diagnose")
 ALERT = Path(__file__).resolve().parent / "data" / "alertmanager" / "v4-firing.json"
 FIRST_WITHIN_S = 60.0
+# How long one answer of the watcher's /metrics may take before the scenario gives up: Prometheus's own
+# default scrape timeout (10 s) with room to spare. On a 2-core host whose engine spins every core while
+# py-spy samples it and the watcher analyses a capture, an answer has taken over 5 s (CI, vLLM): the
+# scenario checks what the watcher says, not how fast a starved host lets it say it.
+ANSWER_WITHIN_S = 30.0
 
 
 @dataclass
@@ -41,7 +50,7 @@ class Watched:
 
 
 def metrics(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=ANSWER_WITHIN_S).read().decode()
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -67,7 +76,7 @@ def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str]) ->
 
 
 def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], AbstractContextManager[Any]],
-        port: int, interval_s: float = 2.0, window_s: float = 10.0, quiet_s: float = 24.0,
+        port: int, interval_s: float = 2.0, window_s: float = 10.0, clear_s: float = 40.0,
         rules: tuple[str, ...] = ("queue>4", "bottleneck")) -> Watched:
     out = tmp / "sessions"
     err_path = tmp / "watch.stderr"
@@ -76,7 +85,8 @@ def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], Abs
         watcher = subprocess.Popen(
             [str(DIAGNOSE), "watch", "--pid", str(pid), "--metrics", metrics_url, "--log", str(log),
              *(a for r in rules for a in ("--when", r)), "-o", str(out), "--listen", f"127.0.0.1:{port}",
-             "--interval", f"{interval_s:g}", "--window", f"{window_s:g}", "--ring", "120"],
+             "--interval", f"{interval_s:g}", "--window", f"{window_s:g}", "--ring", "120",
+             "--clear", f"{clear_s:g}"],
             stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             deadline = time.monotonic() + 60
@@ -96,17 +106,17 @@ def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], Abs
             with load():
                 _wait_for(out, 1, FIRST_WITHIN_S, port, seen.named)
                 seen.first_after_s = time.monotonic() - t0
-            time.sleep(4 * interval_s + quiet_s)  # quiet: the queue drains and the light verdict clears
+            time.sleep(clear_s + 3 * interval_s + 4.0)  # quiet: the queue drains and queue>4 clears
             assert len(sessions(out)) == 1, [p.name for p in sessions(out)]  # one session per incident
             with load():
                 _wait_for(out, 2, FIRST_WITHIN_S, port, seen.named)
 
             req = urllib.request.Request(f"http://127.0.0.1:{port}/alert", data=ALERT.read_bytes(),
                                          headers={"Content-Type": "application/json"}, method="POST")
-            assert urllib.request.urlopen(req, timeout=5).status == 202
+            assert urllib.request.urlopen(req, timeout=ANSWER_WITHIN_S).status == 202
             bad = urllib.request.Request(f"http://127.0.0.1:{port}/alert", data=b"{}", method="POST")
             try:
-                urllib.request.urlopen(bad, timeout=5)
+                urllib.request.urlopen(bad, timeout=ANSWER_WITHIN_S)
                 raise AssertionError("a payload without alerts was accepted")
             except urllib.error.HTTPError as exc:
                 assert exc.code == 400 and b"alerts" in exc.read()

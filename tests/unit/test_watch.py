@@ -144,15 +144,36 @@ def _watcher(tmp_path: Path, *rules: str) -> watch.Watcher:
 def test_a_trigger_fires_once_per_incident_and_again_after_it_cleared(tmp_path: Path) -> None:
     w = _watcher(tmp_path, "queue>8")
     first, last = scrapes("admission_cap")  # 14 waiting, then 0
-    # true, true, one dip (the same incident), true, then false for CLEAR_TICKS ticks (cleared), true again
-    texts = [first[1], first[1], last[1], first[1], *[last[1]] * watch.CLEAR_TICKS, first[1]]
+    # (seconds, text): true, true, one dip, true — then false for more than CLEAR_TICKS ticks but less than
+    # --clear (a real vLLM queue gauge read 0 for 20-30 s in the middle of one load), true: all one incident;
+    # then false for --clear seconds (cleared), and true again: a second incident
+    at, ticks = 100.0, []
+    for text, n in ((first[1], 2), (last[1], 1), (first[1], 1), (last[1], watch.CLEAR_TICKS + 2), (first[1], 1)):
+        for _ in range(n):
+            ticks.append((at, text))
+            at += 5.0
+    quiet = int(watch.CLEAR_S // 5.0) + 1
+    ticks += [(at + 5.0 * i, last[1]) for i in range(quiet)]
+    again = at + 5.0 * quiet
+    ticks.append((again, first[1]))
+    assert (watch.CLEAR_TICKS + 2) * 5.0 < watch.CLEAR_S <= (quiet - 1) * 5.0
+    for t, text in ticks:
+        w.ring.add_scrape(t, text)
+        w.evaluate(t)
+    fired = [w.fired.get_nowait() for _ in range(w.fired.qsize())]
+    assert [(f.rule, f.at, f.value) for f in fired] == [("queue>8", 100.0, 14.0), ("queue>8", again, 14.0)]
+    assert w.state.triggers["queue>8"] == 2 and fired[0].detail == "queue 14"
+
+
+def test_clear_zero_clears_after_clear_ticks_false_ticks(tmp_path: Path) -> None:
+    w = _watcher(tmp_path, "queue>8")
+    w.opts.clear_s = 0.0
+    first, last = scrapes("admission_cap")
+    texts = [first[1], *[last[1]] * watch.CLEAR_TICKS, first[1]]
     for i, text in enumerate(texts):
         w.ring.add_scrape(100.0 + 5 * i, text)
         w.evaluate(100.0 + 5 * i)
-    fired = [w.fired.get_nowait() for _ in range(w.fired.qsize())]
-    again = 100.0 + 5 * (len(texts) - 1)
-    assert [(f.rule, f.at, f.value) for f in fired] == [("queue>8", 100.0, 14.0), ("queue>8", again, 14.0)]
-    assert w.state.triggers["queue>8"] == 2 and fired[0].detail == "queue 14"
+    assert w.fired.qsize() == 2
 
 
 def test_a_trigger_during_a_capture_is_recorded_in_that_session(tmp_path: Path) -> None:
@@ -184,7 +205,7 @@ def test_the_oom_rule_fires_on_the_logs_new_lines(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("")
     opts = watch.WatchOptions(pid=os.getpid(), logs=[str(log)], rules=watch_rules.parse_rules(["oom"]),
-                              output=str(tmp_path))
+                              output=str(tmp_path), clear_s=0.0)  # ticks here follow one another at once
     w = watch.Watcher(opts, out=lambda line: None)
     w.tick()
     assert w.fired.empty()
@@ -523,7 +544,7 @@ def test_rules_that_cannot_fire_are_refused_when_asked_and_dropped_when_default(
     watch.check_options(only_metrics, explicit_rules=False)
     assert [r.text for r in only_metrics.rules] == ["bottleneck"] and "oom is off" in capsys.readouterr().err
     for bad in ({"interval_s": float("nan")}, {"ring_s": float("inf")}, {"window_s": 700.0}, {"rate_hz": 0},
-                {"metrics": ["127.0.0.1:8000/metrics"]}):
+                {"clear_s": -1.0}, {"clear_s": float("nan")}, {"metrics": ["127.0.0.1:8000/metrics"]}):
         with pytest.raises(InputError):
             watch.check_options(opts(["bottleneck"], **{"metrics": ["http://x/metrics"], **bad}))
 
