@@ -36,7 +36,7 @@ demo: venv
 	$(BIN)/diagnose demo --pathology $(PATHOLOGY)
 
 test: venv engines
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit

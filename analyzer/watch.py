@@ -13,7 +13,9 @@ writes no second session until it has cleared — false for ``--clear`` seconds 
 ``CLEAR_TICKS`` ticks in a row, as Prometheus's ``keep_firing_for`` keeps an alert: an engine's queue gauge
 flaps (vLLM's read 0 waiting for 20-30 s in the middle of a steady admission-cap load while a capture ran),
 and a gauge that dips is still the same incident (one session per incident); a rule that turns true
-while a capture runs is recorded in that session's ``watch.json``. ``--max-sessions``
+while a capture runs, or while another rule that fired has not cleared (the incident goes on: a light
+verdict that names the queue after ``queue>N`` already captured it), is recorded in that session's
+``watch.json``; ``oom`` and Alertmanager pages are always captured. ``--max-sessions``
 keeps the newest N sessions.
 
 Idle costs little: a tick is one scrape, a ``stat`` of each log and one ``/proc`` read of the target;
@@ -208,6 +210,7 @@ class Fired:
     value: float | None = None
     detail: str = ""
     alert: dict[str, Any] | None = None  # an Alertmanager payload's status and labels (``POST /alert``)
+    joins: str = ""  # the session of the incident under way this rule belongs to: recorded there, no capture
 
     @property
     def slug(self) -> str:
@@ -356,7 +359,8 @@ class Watcher:
         self._capture_lock = threading.Lock()  # capturing and _also: the ring and HTTP threads add, main reads
         self._alert_groups: set[str] = set()  # Alertmanager groups captured and not resolved since
         self.listening = False  # --listen: the light verdict is kept for /metrics even without its rule
-        self._holding: set[str] = set()  # rules that fired and have not cleared since
+        self._holding: set[str] = set()  # rules that fired and have not cleared since: the incident under way
+        self._last_session = ""  # the newest session written (main thread; read under _capture_lock)
         self._false_ticks: dict[str, int] = {}
         self._false_since: dict[str, float] = {}  # when each rule's current run of false ticks began
         self._events: list[str] = []  # log events (oom rule) since the last tick
@@ -480,17 +484,21 @@ class Watcher:
         self._false_since.pop(rule.text, None)
         if rule.text in self._holding:
             return
+        ongoing = rule.name != "oom" and any(h != rule.text and h != "oom" for h in self._holding)
         self._holding.add(rule.text)
         with self.state.lock:
             self.state.triggers[rule.text] += 1
-        self._queue(Fired(rule.text, now, value, detail))
+        self._queue(Fired(rule.text, now, value, detail), ongoing)
 
-    def _queue(self, fired: Fired) -> None:
-        """A capture for ``fired``, unless one runs (then it is the same incident: recorded in that session)."""
+    def _queue(self, fired: Fired, ongoing: bool = False) -> None:
+        """A capture for ``fired``, unless one runs, or (``ongoing``) another rule that fired still holds and
+        its session is written: then it is the same incident, recorded in that session."""
         with self._capture_lock:
             if self.capturing is not None and fired.rule != "exited":
                 self._also.append(_entry(fired))
                 return
+            if ongoing and self._last_session:
+                fired.joins = self._last_session
         try:
             self.fired.put_nowait(fired)
         except queue.Full:
@@ -605,6 +613,8 @@ class Watcher:
                     if fired.rule == "exited":
                         self.capture_gone(fired)
                         return 0
+                    if fired.joins and self.join(fired):
+                        continue
                     self.capture(fired)
                 except (DiagnoseError, OSError) as exc:  # one failed capture never ends the watch
                     self.say(f"watch: the capture for {fired.rule} failed: {exc}")
@@ -664,6 +674,19 @@ class Watcher:
         self._written(folder, fired, diagnosis)
         return folder
 
+    def join(self, fired: Fired) -> bool:
+        """Record ``fired`` in the session of the incident under way (its ``also``); False when that session
+        is gone (rotated away, deleted): then it is captured as its own."""
+        try:
+            with open(os.path.join(fired.joins, WATCH_FILE), encoding="utf-8") as fh:
+                also = list(json.load(fh).get("also") or [])
+        except (OSError, ValueError, AttributeError):
+            return False
+        self._rewrite_also(fired.joins, [*also, _entry(fired)])
+        self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}) while the incident of "
+                 f"{os.path.basename(fired.joins)} goes on: recorded in its watch.json")
+        return True
+
     def _rewrite_also(self, folder: str, also: list[dict[str, Any]]) -> None:
         path = os.path.join(folder, WATCH_FILE)
         try:
@@ -717,6 +740,8 @@ class Watcher:
     def _written(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
         with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
             fh.write(diagnosis.to_json_text())
+        with self._capture_lock:
+            self._last_session = folder
         with self.state.lock:
             self.state.last_session_at = self.clock()
         self.out(f"{datetime.fromtimestamp(fired.at, UTC):%Y-%m-%dT%H:%M:%SZ} {fired.rule}: "

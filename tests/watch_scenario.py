@@ -6,6 +6,12 @@ which holds the ring from before, while the watcher's /metrics names queueing �
 triggers clear → the same load → a second session → an Alertmanager payload posted to /alert → a
 session carrying the alert's labels (a bad payload: 400) → SIGINT → exit 0, one verdict line per session.
 
+The trigger is ``queue>4``; the light verdict still runs for ``diagnose_bottleneck`` (``--listen``). With
+``bottleneck`` as a second trigger the quiet between the incidents would have to outlast the light
+verdict's view of the first (its minute of ring, then ``--clear``) before ``queue>4`` could start a
+second session rather than join the first: a rule that turns true while another still holds is the
+same incident (tests/unit/test_watch.py covers that, and both rules firing).
+
 The watcher runs with ``--clear 40``: on this 2-core host real vLLM's waiting gauge has read 0 for 20-30 s
 in the middle of one steady load while a capture ran (requests still completing at 20-30/s), and a rule
 that cleared after three false ticks wrote that one incident as two sessions.
@@ -77,7 +83,7 @@ def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str]) ->
 
 def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], AbstractContextManager[Any]],
         port: int, interval_s: float = 2.0, window_s: float = 10.0, clear_s: float = 40.0,
-        rules: tuple[str, ...] = ("queue>4", "bottleneck")) -> Watched:
+        rules: tuple[str, ...] = ("queue>4",)) -> Watched:
     out = tmp / "sessions"
     err_path = tmp / "watch.stderr"
     seen = Watched()

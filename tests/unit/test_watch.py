@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import re
 from pathlib import Path
 
@@ -174,6 +175,45 @@ def test_clear_zero_clears_after_clear_ticks_false_ticks(tmp_path: Path) -> None
         w.ring.add_scrape(100.0 + 5 * i, text)
         w.evaluate(100.0 + 5 * i)
     assert w.fired.qsize() == 2
+
+
+def test_a_rule_that_turns_true_while_the_incident_goes_on_is_recorded_in_its_session(tmp_path: Path) -> None:
+    """queue>8 captured the incident; the light verdict naming the queue a minute later (after that capture
+    was written, the queue still long) is the same incident: recorded in that session, no second capture.
+    An OOM in the log meanwhile is captured: a new event, not a reading of the same one."""
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    opts = watch.WatchOptions(pid=os.getpid(), logs=[str(log)], output=str(tmp_path),
+                              rules=watch_rules.parse_rules(["queue>8", "bottleneck", "oom"]))
+    w = watch.Watcher(opts, out=lambda line: None)
+    first, _ = scrapes("admission_cap")
+    verdict: list[str | None] = [None]
+    w._active = lambda recent: True  # type: ignore[method-assign]
+    w.judge_ring = lambda now: verdict[0]  # type: ignore[method-assign]
+    w.ring.add_scrape(100.0, first[1])
+    w.evaluate(100.0)
+    captured = w.fired.get_nowait()
+    assert captured.rule == "queue>8" and not captured.joins
+    session = tmp_path / "watch-20330518T033320Z-queue-gt-8"
+    session.mkdir()
+    (session / watch.WATCH_FILE).write_text(json.dumps({"trigger": watch._entry(captured), "also": []}))
+    w._last_session = str(session)  # as _written leaves it
+    verdict[0] = "queueing"
+    w.ring.add_scrape(160.0, first[1])
+    w.evaluate(160.0)
+    joined = w.fired.get_nowait()
+    assert joined.rule == "bottleneck" and joined.joins == str(session)
+    assert w.join(joined) and w.fired.empty()
+    also = json.loads((session / watch.WATCH_FILE).read_text())["also"]
+    assert [(a["rule"], a["detail"]) for a in also] == [("bottleneck", "the light verdict names queueing (critical)")]
+    with log.open("a") as fh:
+        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB\n")
+    w.tick()
+    oom = w.fired.get_nowait()
+    assert oom.rule == "oom" and not oom.joins
+    shutil.rmtree(session)  # rotated away: the next one is captured as its own
+    gone = watch.Fired("queue>8", 200.0, 9.0, "queue 9", joins=str(session))
+    assert not w.join(gone)
 
 
 def test_a_trigger_during_a_capture_is_recorded_in_that_session(tmp_path: Path) -> None:
