@@ -13,8 +13,8 @@ writes no second session until it has cleared — false for ``--clear`` seconds 
 ``CLEAR_TICKS`` ticks in a row, as Prometheus's ``keep_firing_for`` keeps an alert: an engine's queue gauge
 flaps (vLLM's read 0 waiting for 20-30 s in the middle of a steady admission-cap load while a capture ran),
 and a gauge that dips is still the same incident (one session per incident); a rule that turns true
-while a capture runs, or while another rule that fired has not cleared (the incident goes on: a light
-verdict that names the queue after ``queue>N`` already captured it), is recorded in that session's
+while a capture runs, or while a rule the newest session recorded has not cleared (the incident goes on: a
+light verdict that names the queue after ``queue>N`` already captured it), is recorded in that session's
 ``watch.json``; ``oom`` and Alertmanager pages are always captured. ``--max-sessions``
 keeps the newest N sessions.
 
@@ -210,7 +210,7 @@ class Fired:
     value: float | None = None
     detail: str = ""
     alert: dict[str, Any] | None = None  # an Alertmanager payload's status and labels (``POST /alert``)
-    joins: str = ""  # the session of the incident under way this rule belongs to: recorded there, no capture
+    joins: bool = False  # part of the incident the newest session captured, which goes on: recorded there
 
     @property
     def slug(self) -> str:
@@ -360,7 +360,8 @@ class Watcher:
         self._alert_groups: set[str] = set()  # Alertmanager groups captured and not resolved since
         self.listening = False  # --listen: the light verdict is kept for /metrics even without its rule
         self._holding: set[str] = set()  # rules that fired and have not cleared since: the incident under way
-        self._last_session = ""  # the newest session written (main thread; read under _capture_lock)
+        self._last_session = ""  # the newest session written (main thread; read under _capture_lock) ...
+        self._incident_rules: set[str] = set()  # the rules of the newest capture: while one holds, its incident goes on
         self._false_ticks: dict[str, int] = {}
         self._false_since: dict[str, float] = {}  # when each rule's current run of false ticks began
         self._events: list[str] = []  # log events (oom rule) since the last tick
@@ -484,21 +485,22 @@ class Watcher:
         self._false_since.pop(rule.text, None)
         if rule.text in self._holding:
             return
-        ongoing = rule.name != "oom" and any(h != rule.text and h != "oom" for h in self._holding)
+        with self._capture_lock:
+            ongoing = rule.name != "oom" and any(r != rule.text and r in self._holding for r in self._incident_rules)
         self._holding.add(rule.text)
         with self.state.lock:
             self.state.triggers[rule.text] += 1
-        self._queue(Fired(rule.text, now, value, detail), ongoing)
+        self._queue(Fired(rule.text, now, value, detail, joins=ongoing))
 
-    def _queue(self, fired: Fired, ongoing: bool = False) -> None:
-        """A capture for ``fired``, unless one runs, or (``ongoing``) another rule that fired still holds and
-        its session is written: then it is the same incident, recorded in that session."""
+    def _queue(self, fired: Fired) -> None:
+        """A capture for ``fired``, unless one runs (then it is the same incident: recorded in that session);
+        one that ``joins`` the incident of the newest session is recorded there by the main thread."""
         with self._capture_lock:
             if self.capturing is not None and fired.rule != "exited":
                 self._also.append(_entry(fired))
+                if fired.alert is None:
+                    self._incident_rules.add(fired.rule)
                 return
-            if ongoing and self._last_session:
-                fired.joins = self._last_session
         try:
             self.fired.put_nowait(fired)
         except queue.Full:
@@ -649,6 +651,7 @@ class Watcher:
         same = self._same_incident()
         with self._capture_lock:
             self.capturing, self._also = fired, same
+            self._incident_rules = {e["rule"] for e in same} | ({fired.rule} if fired.alert is None else set())
         self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}); capturing {self.opts.window_s:g} s "
                  f"into {folder}")
 
@@ -665,6 +668,8 @@ class Watcher:
         except (DiagnoseError, OSError) as exc:
             self.say(f"watch: the capture for {fired.rule} failed: {exc}")
             shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
+            with self._capture_lock:
+                self._incident_rules = set()  # no session holds this incident: what fires next is captured
             return None
         finally:
             with self._capture_lock:
@@ -675,16 +680,20 @@ class Watcher:
         return folder
 
     def join(self, fired: Fired) -> bool:
-        """Record ``fired`` in the session of the incident under way (its ``also``); False when that session
-        is gone (rotated away, deleted): then it is captured as its own."""
+        """Record ``fired`` in the newest session (its ``also``), whose incident goes on; False when there is
+        none or it is gone (rotated away, deleted): then it is captured as its own."""
+        with self._capture_lock:
+            folder = self._last_session
         try:
-            with open(os.path.join(fired.joins, WATCH_FILE), encoding="utf-8") as fh:
+            with open(os.path.join(folder, WATCH_FILE), encoding="utf-8") as fh:
                 also = list(json.load(fh).get("also") or [])
         except (OSError, ValueError, AttributeError):
             return False
-        self._rewrite_also(fired.joins, [*also, _entry(fired)])
+        self._rewrite_also(folder, [*also, _entry(fired)])
+        with self._capture_lock:
+            self._incident_rules.add(fired.rule)
         self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}) while the incident of "
-                 f"{os.path.basename(fired.joins)} goes on: recorded in its watch.json")
+                 f"{os.path.basename(folder)} goes on: recorded in its watch.json")
         return True
 
     def _rewrite_also(self, folder: str, also: list[dict[str, Any]]) -> None:
