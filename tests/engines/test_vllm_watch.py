@@ -1,5 +1,5 @@
 """Live: ``diagnose watch`` on real vLLM (its CPU build) through the scenario of ``tests/watch_scenario.py``:
-the engine lab's admission-cap pathology (16 streaming clients behind ``--max-num-seqs 2``) twice, then an
+the engine lab's admission-cap pathology (16 clients behind ``--max-num-seqs 2``) twice, then an
 Alertmanager page. The engine and its flags are the recorder's (``tests/engines/record.py``)."""
 
 from __future__ import annotations
