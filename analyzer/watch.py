@@ -360,7 +360,7 @@ class Watcher:
         self._alert_groups: set[str] = set()  # Alertmanager groups captured and not resolved since
         self.listening = False  # --listen: the light verdict is kept for /metrics even without its rule
         self._holding: set[str] = set()  # rules that fired and have not cleared since: the incident under way
-        self._last_session = ""  # the newest session written (main thread; read under _capture_lock) ...
+        self._last_session = ""  # the newest session written (main thread; read under _capture_lock)
         self._incident_rules: set[str] = set()  # the rules of the newest capture: while one holds, its incident goes on
         self._false_ticks: dict[str, int] = {}
         self._false_since: dict[str, float] = {}  # when each rule's current run of false ticks began
@@ -675,7 +675,8 @@ class Watcher:
             with self._capture_lock:
                 self.capturing = None
                 late = list(self._also)
-        self._rewrite_also(folder, late)  # rules that fired while the analysis ran, after the ring was written
+        # rules that fired while the analysis ran, after the ring was written
+        self._rewrite_also(folder, lambda _: late)
         self._written(folder, fired, diagnosis)
         return folder
 
@@ -684,28 +685,30 @@ class Watcher:
         none or it is gone (rotated away, deleted): then it is captured as its own."""
         with self._capture_lock:
             folder = self._last_session
-        try:
-            with open(os.path.join(folder, WATCH_FILE), encoding="utf-8") as fh:
-                also = list(json.load(fh).get("also") or [])
-        except (OSError, ValueError, AttributeError):
+        if not folder or not self._rewrite_also(folder, lambda also: [*also, _entry(fired)]):
             return False
-        self._rewrite_also(folder, [*also, _entry(fired)])
         with self._capture_lock:
             self._incident_rules.add(fired.rule)
         self.say(f"watch: {fired.rule} fired ({fired.detail or 'no detail'}) while the incident of "
                  f"{os.path.basename(folder)} goes on: recorded in its watch.json")
         return True
 
-    def _rewrite_also(self, folder: str, also: list[dict[str, Any]]) -> None:
+    def _rewrite_also(self, folder: str,
+                      change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> bool:
+        """The session's ``also`` replaced by ``change(also)``, read and written once; False when its
+        ``watch.json`` cannot be read (the session is gone)."""
         path = os.path.join(folder, WATCH_FILE)
         try:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
-        except (OSError, ValueError):
-            return
-        if doc.get("also") != also:
-            doc["also"] = also
+            also = list(doc.get("also") or [])
+        except (OSError, ValueError, AttributeError):
+            return False
+        new = change(also)
+        if new != also:
+            doc["also"] = new
             write_json_atomic(path, doc)
+        return True
 
     def _same_incident(self) -> list[dict[str, Any]]:
         """Rules that fired at the same tick as the one being captured (still queued): the same incident,
