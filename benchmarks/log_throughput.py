@@ -68,6 +68,10 @@ def write_log(path: str, size_bytes: int) -> int:
             block = "\n".join(chunk) + "\n"
             fh.write(block)
             written += len(block.encode("utf-8"))
+        # on disk before the analysis starts: the kernel's write-back of a fresh GB would otherwise
+        # compete with the analysis for the CPUs (and the disk) while it is timed
+        fh.flush()
+        os.fsync(fh.fileno())
     return written
 
 

@@ -40,6 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.units import to_ms
 
@@ -150,6 +152,22 @@ class Series:
         self._buf.extend(xs)
         if len(self._buf) >= self.FOLD:
             self._fold()
+
+    def add_array(self, values: np.ndarray) -> None:
+        """Many values at once, in order (the bulk reader's columns): folded in numpy."""
+        self._fold()
+        finite = np.isfinite(values)
+        if not finite.all():
+            values = values[finite]
+        if not values.size:
+            return
+        self._count += int(values.size)
+        self._total += float(values.sum())
+        self._low = min(self._low, float(values.min()))
+        self._high = max(self._high, float(values.max()))
+        if self._first is None:
+            self._first = float(values[0])
+        self._last = float(values[-1])
 
     def _fold(self) -> None:
         buf = self._buf
@@ -669,7 +687,8 @@ class EngineLogParser:
                 self.feed(tail)
             return
         try:
-            cols = {name: list(map(float, flat[i::n])) for name, i in zip(layout.names, layout.idx, strict=True)}
+            cols = {name: np.fromiter(map(float, flat[i::n]), np.float64, len(tails))
+                    for name, i in zip(layout.names, layout.idx, strict=True)}
         except ValueError:
             for tail in tails:
                 self.feed(tail)
@@ -684,21 +703,21 @@ class EngineLogParser:
                                     ("gen_tps", self.gen_tps, 1.0), ("preempted", self.preempted, 1.0)):
             col = cols.get(name)
             if col is not None:
-                series.extend(col if scale == 1.0 else [v * scale for v in col])
+                series.add_array(col if scale == 1.0 else col * scale)
         waiting = cols.get("waiting")
         if waiting is not None:
-            queued = [k for k, w in enumerate(waiting) if w]
-            self.queued_samples += len(queued)
-            if queued and "running" in cols:
-                running = cols["running"]
-                self.running_when_queued.extend([running[k] for k in queued])
-            if queued and "kv_pct" in cols:
-                kv = cols["kv_pct"]
-                self.kv_when_queued.extend([kv[k] * 0.01 for k in queued])
+            queued = waiting != 0  # a NaN counts as queued, as a truthy float does line by line
+            count = int(queued.sum())
+            self.queued_samples += count
+            if count and "running" in cols:
+                self.running_when_queued.add_array(cols["running"][queued])
+            if count and "kv_pct" in cols:
+                kv = cols["kv_pct"][queued]
+                self.kv_when_queued.add_array(kv * 0.01)
                 if "running" in cols:
-                    run = cols["running"]
-                    self.kv_free_seqs_when_queued.extend(
-                        [(100.0 - kv[k]) * run[k] / kv[k] for k in queued if run[k] > 0 and kv[k] > 0])
+                    run = cols["running"][queued]
+                    sized = (run > 0) & (kv > 0)
+                    self.kv_free_seqs_when_queued.add_array((100.0 - kv[sized]) * run[sized] / kv[sized])
 
     def _plan(self, names: tuple[str, ...]) -> tuple[list[tuple[Callable[[float], None], float]], int, int, int]:
         """For a layout's fields: (each field's adder and scale), and where running/waiting/kv sit (-1: absent)."""

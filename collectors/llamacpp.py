@@ -32,8 +32,10 @@ generating, the rest waiting for it (``in_flight``). A stream the server cuts (i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from diagnose.collectors.logtext import clean_lines, glue_hint_at
 from diagnose.collectors.units import to_ms
 
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -139,6 +141,23 @@ class LlamaTimingParser:
                     self._cur.prompt_tokens = self.timings.prompt_tokens_seen[-1]
                 self._close()
                 self.timings.formats.add("koboldcpp")
+
+    def feed_raw(self, lines: Iterable[str]) -> None:
+        """Physical lines as they stand in the log (not cleaned), in order: the tail of a big log.
+
+        An access line of a generation request that holds one record only counts an arrival, and
+        neither its prefixes nor its trailing blanks change that, so it skips the cleaning (a server
+        logs one per request: most of the lines a big log sends here); every other line is cleaned
+        and fed as ``feed`` would see it.
+        """
+        timings = self.timings
+        for raw in lines:
+            if ("POST /v1/" in raw and "\r" not in raw and _ACCESS.search(raw)
+                    and glue_hint_at(raw) is None):
+                timings.arrivals += 1
+                continue
+            for line in clean_lines((raw,)):
+                self.feed(line)
 
     def _llama(self, m: re.Match[str]) -> None:
         n = int(m.group("n")) if m.group("n") else None

@@ -49,6 +49,12 @@ def strip_prefixes(line: str) -> str:
     return line
 
 
+def glue_hint_at(line: str) -> int | None:
+    """Where a second record may start in ``line`` (past its first character), or None: one record."""
+    m = _GLUE_HINT.search(line, 1)
+    return None if m is None else m.start()
+
+
 def split_glued(line: str) -> list[str]:
     """Split a physical line into records at glued log-level tokens and carriage returns."""
     # A cheap search first: the splitting regex only runs on lines that may hold a second record.

@@ -30,6 +30,9 @@ class LlamaTimingSource:
     def feed(self, line: str) -> None:
         self._p.feed(line)
 
+    def feed_raw(self, lines: list[str]) -> None:
+        self._p.feed_raw(lines)
+
     def _result(self) -> LlamaTimings:
         return self._p.result()
 

@@ -43,7 +43,26 @@ def _close(a: object, b: object) -> bool:
 def test_the_prefilter_never_changes_what_a_trigger_source_derives(path: Path) -> None:
     """Read as a big log's tail (no head at all), every source with triggers derives exactly what it
     derives when it is offered every line: the trigger lists cover what the parsers read."""
+    _assert_tail_reads_like_every_line(path.read_bytes())
+
+
+ENGINE_LOGS = sorted([*(DATA / "engines" / "vllm").glob("*/vllm.log"),
+                      *(DATA / "engines" / "llamacpp").glob("*/server.log")])
+
+
+@pytest.mark.parametrize("path", ENGINE_LOGS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_a_tail_read_in_small_blocks_derives_what_every_line_does(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real engine logs (vLLM's stats lines, llama.cpp's access lines and timing blocks) read as a tail
+    of 4 KiB blocks, scanned a block ahead in the reader's thread and handed to the sources in bulk,
+    with a non-ASCII line in the middle (its block goes the line-by-line way): the same evidence."""
+    monkeypatch.setattr(loose, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(loose, "CARRY_BYTES", 2048)
     data = path.read_bytes()
+    mid = data.index(b"\n", len(data) // 2) + 1
+    _assert_tail_reads_like_every_line(data[:mid] + "réponse tronquée\n".encode() + data[mid:])
+
+
+def _assert_tail_reads_like_every_line(data: bytes) -> None:
     tail_sources = loose.new_sources()
     loose.read_into(tail_sources, _stream(data), head_bytes=0)
     for tail_src, full_src in zip(tail_sources, loose.new_sources(), strict=True):
@@ -147,7 +166,7 @@ def test_bulk_stats_reading_equals_line_by_line() -> None:
     assert a.samples == b.samples > 1500 and a.queued_samples == b.queued_samples
     assert a.preemptions == b.preemptions
     for name in ("running", "waiting", "swapped", "kv_usage", "prompt_tps", "gen_tps", "prefix_hit",
-                 "running_when_queued", "kv_when_queued"):
+                 "running_when_queued", "kv_when_queued", "kv_free_seqs_when_queued"):
         sa, sb = getattr(a, name), getattr(b, name)
         assert sa.count == sb.count, name
         assert _close(sa.total, sb.total) and sa.max == sb.max, name
@@ -195,3 +214,42 @@ def test_a_damaged_gzip_is_read_up_to_the_damage(tmp_path: Path) -> None:
     assert _values(res)["serving.stat_samples"] > 0
     junk = loose.analyze_stream("junk.gz", _stream(b"\x1f\x8b" + os.urandom(200)))
     assert junk.inputs[0].status == "unreadable" and junk.evidence == []
+
+
+def test_llama_access_lines_read_raw_count_as_the_cleaned_lines_do() -> None:
+    """llama-cpp-python's access lines skip the cleaning in ``feed_raw`` only when that cannot change
+    what they say: prefixed ones count, a line holding a second record (glued after a carriage
+    return or a log level) is split first, and a timing block between arrivals keeps its place."""
+    from diagnose.collectors.llamacpp import LlamaTimingParser
+
+    access = 'INFO:     127.0.0.1:{p} - "POST /v1/completions HTTP/1.1" 200 OK'
+    timing = ["llama_perf_context_print: prompt eval time =      12.50 ms /    40 tokens",
+              "llama_perf_context_print:        eval time =     310.00 ms /    31 runs",
+              "llama_perf_context_print:       total time =     330.00 ms /    71 tokens"]
+    lines = [access.format(p=40000 + i) for i in range(5)]
+    lines += ["llama-1  | " + access.format(p=1), access.format(p=2) + "\r" + timing[0], *timing[1:],
+              access.format(p=3) + " INFO 03-18 12:34:52 x.py:1] Disconnected from client", *timing,
+              'INFO:     127.0.0.1:9 - "POST /v1/embeddings HTTP/1.1" 200 OK']
+    one, raw = LlamaTimingParser(), LlamaTimingParser()
+    for line in clean_lines(lines):
+        one.feed(line)
+    raw.feed_raw(lines)
+    a, b = one.result(), raw.result()
+    assert a.arrivals == b.arrivals == 8
+    assert a.disconnects == b.disconnects == 1
+    assert a.in_flight == b.in_flight and len(a.generations) == len(b.generations) == 2
+
+
+def test_a_series_folds_an_array_as_it_folds_the_values_one_by_one() -> None:
+    import numpy as np
+
+    values = [3.0, float("nan"), -1.5, float("inf"), 7.25, 0.0]
+    one, bulk = engine_log.Series(), engine_log.Series()
+    one.add(2.0)
+    bulk.add(2.0)
+    for v in values:
+        one.add(v)
+    bulk.add_array(np.array(values))
+    for attr in ("count", "total", "low", "high", "first", "last"):
+        assert getattr(one, attr) == getattr(bulk, attr), attr
+    assert bulk.count == 5 and bulk.last == 0.0 and bulk.high == 7.25
