@@ -12,8 +12,9 @@ lines (``application/x-ndjson``) give each request its time to first token, inte
 token count (an event with non-empty ``choices[0].text``/``delta.content``, or a line with a
 ``token``, counts one; a final ``usage.completion_tokens`` wins when present).
 
-Bounded: every step stops at its deadline and after ``max_requests``; a request that does not
-finish within ``timeout_s`` is an error.
+Bounded: every step stops at its deadline and after ``max_requests`` (or earlier, once a caller's
+``stop`` event is set: no new request starts, the window ends there); a request that does not finish
+within ``timeout_s`` is an error.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -316,20 +318,21 @@ def _ssl_context(spec: RequestSpec) -> ssl.SSLContext | None:
 
 
 async def _step(spec: RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
-                max_requests: int) -> StepResult:
+                max_requests: int, stop: threading.Event | None = None) -> StepResult:
     ctx = _ssl_context(spec)
     loop_start = time.monotonic()
     measure_from = loop_start + warmup_s
     measure_to = measure_from + duration_s
     samples: list[Sample] = []
     counter = 0
+    stopped: float | None = None  # when the caller's stop was seen
     cpu0 = time.process_time()
 
     async def worker() -> None:
         nonlocal counter
         conn = _Conn(spec, ctx)
         try:
-            while time.monotonic() < measure_to and counter < max_requests:
+            while time.monotonic() < measure_to and counter < max_requests and stopped is None:
                 counter += 1
                 try:
                     s = await asyncio.wait_for(_one(conn, spec, counter), spec.timeout_s)
@@ -343,8 +346,21 @@ async def _step(spec: RequestSpec, concurrency: int, warmup_s: float, duration_s
         finally:
             await conn.close()
 
+    async def watch() -> None:  # the caller's stop, seen within 50 ms: the window ends when it was set
+        nonlocal stopped
+        while stop is not None and time.monotonic() < measure_to:
+            if stop.is_set():
+                stopped = time.monotonic()
+                return
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.ensure_future(watch())
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    watcher.cancel()
     cpu = time.process_time() - cpu0
+    if stopped is not None and stopped < measure_to:
+        measure_to = max(measure_from, stopped)
+        duration_s = measure_to - measure_from
     measured = [s for s in samples if measure_from <= s.start < measure_to]
     done = sum(1 for s in samples if s.ok and measure_from <= s.end <= measure_to)
     codes: dict[str, int] = {}
@@ -355,11 +371,12 @@ async def _step(spec: RequestSpec, concurrency: int, warmup_s: float, duration_s
 
 
 def run_step(spec: RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
-             max_requests: int = MAX_REQUESTS_PER_STEP) -> StepResult:
-    """One closed-loop step: ``warmup_s`` discarded, then ``duration_s`` measured."""
+             max_requests: int = MAX_REQUESTS_PER_STEP, stop: threading.Event | None = None) -> StepResult:
+    """One closed-loop step: ``warmup_s`` discarded, then ``duration_s`` measured, or less when ``stop``
+    (set from another thread) ends it first: requests in flight finish, none start, the window ends there."""
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    return asyncio.run(_step(spec, concurrency, warmup_s, duration_s, max_requests))
+    return asyncio.run(_step(spec, concurrency, warmup_s, duration_s, max_requests, stop))
 
 
 def probe(spec: RequestSpec) -> Sample:

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -303,6 +304,6 @@ def _r(x: float | None) -> float | None:
 
 
 def run_load(spec: loadclient.RequestSpec, concurrency: int, warmup_s: float, duration_s: float,
-             max_requests: int = 5000) -> loadclient.StepResult:
-    """diagnose's own closed-loop client, bounded in time and count."""
-    return loadclient.run_step(spec, concurrency, warmup_s, duration_s, max_requests)
+             max_requests: int = 5000, stop: threading.Event | None = None) -> loadclient.StepResult:
+    """diagnose's own closed-loop client, bounded in time and count, or ended by ``stop``."""
+    return loadclient.run_step(spec, concurrency, warmup_s, duration_s, max_requests, stop)

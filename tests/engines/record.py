@@ -27,6 +27,7 @@ from tests.engines import lab
 OUT = lab.ROOT / "tests" / "data" / "engines" / "vllm"
 DIAGNOSE = lab.ROOT / ".venv" / "bin" / "diagnose"
 MAX_LOG_BYTES = 400_000
+LOAD_BOUND_S = 120.0  # the load past the window, at most, while the attach writes up (it is stopped sooner)
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,14 @@ RECIPES: dict[str, Recipe] = {
         "healthy", "two clients, short prompts and answers: TTFT tens of ms, nothing waits",
         lab.VllmConfig("tiny"), concurrency=2, prompt_words=20, max_tokens=16),
     "admission_cap": Recipe(
-        "queueing", "16 clients behind --max-num-seqs 2: 14 requests wait for a running slot; the KV cache is "
-        "nearly empty, so the cap (not memory) holds them. Whole answers of 256 tokens: each request spends about "
-        "a second decoding in the engine and the API server handles one answer per request, so the cap is what "
-        "holds them. With 16 streams of 32 tokens (or whole 32-token answers) the API server held half the "
-        "requests on this 2-core host: the engine's stats lines read 'Running: 1 reqs, Waiting: 0 reqs' under the "
-        "load (front-end lag, not the cap; CI 2026-12-02)",
-        lab.VllmConfig("tiny", args=("--max-num-seqs", "2")), concurrency=16, prompt_words=20, max_tokens=256,
+        "queueing", "16 clients behind --max-num-seqs 2 on the 60M-parameter model: 14 requests wait for a running "
+        "slot; the KV cache is nearly empty, so the cap (not memory) holds them. The engine decodes ~200 tokens/s, "
+        "which the API server keeps up with, so the queue stands (the stats lines read 'Running: 2 reqs, Waiting: "
+        "6-14 reqs' throughout). On the tiny model the engine decodes 1,000-1,600 tokens/s, more than the API "
+        "server turns into answers on this 2-core host: its stats lines read 'Running: 1 reqs, Waiting: 0 reqs' "
+        "for tens of seconds under the load (front-end lag, not the cap), and two scrapes could both miss the "
+        "queue (CI 2026-12-02 and 12-03)",
+        lab.VllmConfig("prefill", args=("--max-num-seqs", "2")), concurrency=16, prompt_words=20, max_tokens=64,
         mechanism="admission_cap", stream=False),
     "kv_pressure": Recipe(
         "queueing", "16 clients with ~850-token prompts and 512-token answers against an 8 MiB KV pool (4096 "
@@ -110,12 +112,16 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
     if r.killed:
         return _killed(name, r, work, log, out, final, attach)
     eng = lab.start_vllm(r.engine, work, log)
+    stop = threading.Event()
     try:
         spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
         lab.run_load(spec, 1, 0.0, 3.0)  # one request first: the engine's first forward pass is not the window's
         result: dict[str, object] = {}
+        # the load stays on until the second scrape is taken (the attach may run past its window by its setup
+        # and its write-up): a load that had ended by then left a scrape of an idle engine, whose gauges (0
+        # waiting) hid the queue the first scrape saw (CI 2026-12-03). LOAD_BOUND_S bounds it if all else fails
         loader = threading.Thread(target=lambda: result.update(
-            lab.summarise(lab.run_load(spec, r.concurrency, r.warmup_s, r.window_s + 4.0))))
+            lab.summarise(lab.run_load(spec, r.concurrency, r.warmup_s, r.window_s + LOAD_BOUND_S, stop=stop))))
         loader.start()
         time.sleep(r.warmup_s)
         scrapes = [_scrape(eng)]
@@ -131,11 +137,13 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
             time.sleep(r.window_s)
         attach_wall = time.monotonic() - t0
         scrapes.append(_scrape(eng))
+        stop.set()
         # the two scrapes in one file, each after a "# scrape at T from URL" line, as attach writes them (and
         # as `curl` twice, a window apart, appends them): counters give the window's deltas
         (out / "metrics.txt").write_text("".join(scrapes))
         loader.join()
     finally:
+        stop.set()
         eng.stop()
     _keep_log(log, out / "vllm.log")
     argv = [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]]

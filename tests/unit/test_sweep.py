@@ -216,3 +216,48 @@ def test_a_kept_alive_connection_the_server_closed_is_retried_once_not_counted_a
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
     assert len(step.samples) == 20 and all(s.ok for s in step.samples), step.status_codes
+
+
+def test_a_step_ends_when_its_caller_stops_it_and_its_window_ends_there() -> None:
+    """The engine lab keeps its load on until its last scrape is taken, then stops it: no request starts after
+    the stop, the ones in flight finish, and the window (the throughput's denominator) ends at the stop."""
+    import asyncio
+    import threading
+
+    from diagnose.collectors.loadclient import RequestSpec, run_step
+
+    async def serve() -> tuple[asyncio.AbstractServer, int]:
+        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                await asyncio.sleep(0.02)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(one, "127.0.0.1", 0)
+        return server, server.sockets[0].getsockname()[1]
+
+    loop = asyncio.new_event_loop()
+    server, port = loop.run_until_complete(serve())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    stop = threading.Event()
+    timer = threading.Timer(0.6, stop.set)
+    try:
+        spec = RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0)
+        timer.start()
+        step = run_step(spec, 2, 0.1, 600.0, stop=stop)
+    finally:
+        timer.cancel()
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+    assert step.elapsed_s < 60, step.elapsed_s  # not the 600 s asked for
+    # the window is the 0.5 s from the warm-up's end to the stop, not 600 s: throughput is not diluted
+    assert 0 < step.window_s < 30 and step.completed_in_window > 0, step
+    assert step.completed_in_window / step.window_s > 2, (step.completed_in_window, step.window_s)
+    assert all(s.ok for s in step.samples) and len(step.samples) >= step.completed_in_window
