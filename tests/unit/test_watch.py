@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 import pytest
