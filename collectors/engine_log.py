@@ -509,6 +509,7 @@ class EngineLogSummary:
     prefix_hit: Series
     queued_samples: int  # stats samples with at least one waiting request
     running_when_queued: Series
+    running_when_queued_busy: Series  # the same where a batch ran: a sample between steps (0 running) is not one
     kv_when_queued: Series
     kv_free_seqs_when_queued: Series  # per sample with requests waiting: kv_free_sequences
     new_tokens: int
@@ -551,6 +552,7 @@ class EngineLogParser:
         self.prefix_hit = Series()
         self.queued_samples = 0
         self.running_when_queued = Series()
+        self.running_when_queued_busy = Series()
         self.kv_when_queued = Series()
         self.kv_free_seqs_when_queued = Series()
         self.new_tokens = 0
@@ -711,6 +713,8 @@ class EngineLogParser:
             self.queued_samples += count
             if count and "running" in cols:
                 self.running_when_queued.add_array(cols["running"][queued])
+                busy = cols["running"][queued]
+                self.running_when_queued_busy.add_array(busy[busy > 0])
             if count and "kv_pct" in cols:
                 kv = cols["kv_pct"][queued]
                 self.kv_when_queued.add_array(kv * 0.01)
@@ -746,6 +750,8 @@ class EngineLogParser:
                 self.queued_samples += 1
                 if r >= 0:
                     self.running_when_queued.add(values[r])
+                    if values[r] > 0:
+                        self.running_when_queued_busy.add(values[r])
                 if k >= 0:
                     self.kv_when_queued.add(values[k] / 100.0)
                     if r >= 0 and values[r] > 0 and values[k] > 0:  # kv_free_sequences, inline: the hot path
@@ -780,6 +786,8 @@ class EngineLogParser:
             self.queued_samples += 1
             if running is not None:
                 self.running_when_queued.add(running)
+                if running > 0:
+                    self.running_when_queued_busy.add(running)
             if kv is not None:
                 self.kv_when_queued.add(kv)
                 if running is not None and running > 0 and kv > 0:
@@ -806,6 +814,8 @@ class EngineLogParser:
             self.queued_samples += 1
             if s.running is not None:
                 self.running_when_queued.add(float(s.running))
+                if s.running > 0:
+                    self.running_when_queued_busy.add(float(s.running))
             if s.kv_usage_ratio is not None:
                 self.kv_when_queued.add(s.kv_usage_ratio)
                 room = kv_free_sequences(float(s.running), s.kv_usage_ratio) if s.running is not None else None
@@ -897,6 +907,7 @@ class EngineLogParser:
             prefix_hit=self.prefix_hit,
             queued_samples=self.queued_samples,
             running_when_queued=self.running_when_queued,
+            running_when_queued_busy=self.running_when_queued_busy,
             kv_when_queued=self.kv_when_queued,
             kv_free_seqs_when_queued=self.kv_free_seqs_when_queued,
             new_tokens=self.new_tokens,

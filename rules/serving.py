@@ -58,7 +58,8 @@ class EngineQueueSaturated(Rule):
     of the running ones' mean size), the sequence limit (``admission_cap``: running pinned at the stated
     ``max_num_seqs``, or at vLLM's default when none is stated while the KV cache has room — 256 in
     V0, and in V1 except on GPUs of 70 GiB or more other than the A100, where it is 1024 — or a small
-    batch held at one size while the KV cache is nearly empty), or neither (``saturated_workers``:
+    batch held at one size while the KV cache is nearly empty, its size read at the samples where a
+    batch ran: a scrape between two steps reads 0 running), or neither (``saturated_workers``:
     compute or the per-step token budget).
 
     Why it matters: a waiting request's time to first token is the time until a running one
@@ -74,6 +75,7 @@ class EngineQueueSaturated(Rule):
 
     Evidence: serving.waiting_max, serving.running_max; optionally serving.waiting_mean,
     serving.queued_sample_ratio, serving.stat_samples, serving.running_when_queued_mean,
+    serving.running_when_queued_busy_mean,
     serving.running_when_queued_max, serving.kv_cache_usage_when_queued_mean_ratio,
     serving.kv_cache_usage_when_queued_max_ratio, serving.kv_free_sequences_when_queued_min,
     serving.kv_cache_usage_max_ratio, serving.preemptions,
@@ -97,6 +99,7 @@ class EngineQueueSaturated(Rule):
         "serving.queued_sample_ratio",
         "serving.stat_samples",
         "serving.running_when_queued_mean",
+        "serving.running_when_queued_busy_mean",
         "serving.running_when_queued_max",
         "serving.kv_cache_usage_when_queued_mean_ratio",
         "serving.kv_cache_usage_when_queued_max_ratio",
@@ -266,9 +269,14 @@ class EngineQueueSaturated(Rule):
                     [seq_fix], Mechanism.ADMISSION_CAP)
         # no limit stated: a small batch that stays at one size while requests wait and the KV cache is nearly
         # empty is held by a limit: a batch that small leaves a continuous batcher's per-step budget free, so
-        # it would admit whatever fits (a large batch may be held by that budget instead: compute, below)
+        # it would admit whatever fits (a large batch may be held by that budget instead: compute, below).
+        # Its size is read where a batch ran: a sample caught between steps (0 running, requests waiting; vLLM's
+        # gauges read so at a scrape now and then) measures no batch
+        steady = _num(ev, "serving.running_when_queued_busy_mean")
+        if steady is None:
+            steady = running
         if (cap is None and kv is not None and kv < t.kv_low and 0 < running_peak <= t.small_batch
-                and running >= t.steady_running * running_peak):
+                and steady >= t.steady_running * running_peak):
             return (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
                     f"{room}: a sequence or slot limit near {running_peak:.0f} (vLLM --max-num-seqs, SGLang "
                     "--max-running-requests, llama.cpp --parallel) holds requests back, not memory.", [seq_fix],

@@ -94,6 +94,9 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
                    "mean running requests on the lines where requests were waiting", few)
             ev.add("serving.running_when_queued_max", int(s.running_when_queued.max or 0), "requests",
                    "most running requests on a line where requests were waiting", few)
+        if s.running_when_queued_busy.count:
+            ev.add("serving.running_when_queued_busy_mean", s.running_when_queued_busy.mean, "requests",
+                   "mean running requests on the lines where requests were waiting and a batch ran", few)
         if s.kv_when_queued.count:
             ev.add("serving.kv_cache_usage_when_queued_mean_ratio", s.kv_when_queued.mean, "ratio",
                    "mean KV-cache usage on the lines where requests were waiting", few)

@@ -123,6 +123,10 @@ def _gauges(r: PromResult, ev: Emit, engines: str) -> None:
                    "running requests at the scrapes where requests were waiting", q)
             ev.add("serving.running_when_queued_max", max(rq), "requests",
                    "most running requests at a scrape where requests were waiting", q)
+            busy = [r for r in rq if r > 0]
+            if busy:
+                ev.add("serving.running_when_queued_busy_mean", sum(busy) / len(busy), "requests",
+                       "mean running requests at the scrapes where requests were waiting and a batch ran", q)
         if queued and kv and len(kv) == len(waiting):
             kq = [kv[i] for i in queued]
             ev.add("serving.kv_cache_usage_when_queued_mean_ratio", sum(kq) / len(kq), "ratio",

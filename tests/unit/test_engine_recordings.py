@@ -148,3 +148,17 @@ def test_llamacpp_recordings_say_how_they_were_made() -> None:
     for name in folders:
         readme = (LLAMA / name / "README.md").read_text()
         assert "llama" in readme and "True verdict" in readme
+
+
+def test_a_scrape_between_two_steps_does_not_hide_the_sequence_limit() -> None:
+    """Recorded by CI (tests/data/engines/between_steps/admission_cap, how.json says how): 16 clients behind
+    --max-num-seqs 2; the first scrape caught the engine between two steps (0 running, 14 waiting), the second
+    2 running, 14 waiting, the KV cache under 1 % used. A sample where no batch ran measures no batch: the
+    scrapes alone name the sequence limit, as the log (which states max_num_seqs) does."""
+    folder = VLLM.parent / "between_steps" / "admission_cap"
+    first, last = (folder / "metrics.txt").read_text().split("# scrape at ")[1:]
+    gauges = [{s.name: s.value for fam in text_string_to_metric_families(t.split("\n", 1)[1]) for s in fam.samples
+               if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")} for t in (first, last)]
+    assert [(g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]) for g in gauges] == [(0, 14), (2, 14)]
+    for leg in ("metrics", "log"):
+        assert_leg(analyze(folder, leg), "admission_cap", leg)

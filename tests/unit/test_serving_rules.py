@@ -177,3 +177,20 @@ def test_dev_incidents_end_to_end() -> None:
         assert pipeline.analyze([os.path.join(DATA, rel)]).primary is Category.QUEUEING, rel
     d = pipeline.analyze([os.path.join(DATA, "bench/perf_analyzer_slow_compute_modest_concurrency.txt")])
     assert d.primary in (None, Category.GPU_COMPUTE, Category.CPU_PREPROCESSING)
+
+
+def test_a_sample_between_two_steps_measures_no_batch() -> None:
+    """No sequence limit stated, the KV cache nearly empty: a batch held at 2 while 12-14 wait is held by a limit.
+    A stats line or scrape caught between two steps (0 running, 14 waiting) does not make it unsteady; a batch
+    that really varies while requests wait (a token budget admitting long prompts a few at a time) still does."""
+    held = _v1_stats_log((0, 14, 0.0), (2, 14, 0.8), (2, 12, 0.8))
+    assert held.value("serving.running_when_queued_mean") == pytest.approx(4 / 3)
+    assert held.value("serving.running_when_queued_busy_mean") == pytest.approx(2.0)
+    f = _findings(held)["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP and "stays at 2 or fewer" in f.message
+    varying = _v1_stats_log((1, 14, 0.8), (4, 12, 2.0), (1, 13, 0.8), (2, 12, 1.0))
+    assert _findings(varying)["QUE002"].mechanism is Mechanism.SATURATED_WORKERS
+    # nothing ran at any sample: no batch was measured, so no limit is inferred from its size
+    stalled = _v1_stats_log((0, 14, 0.0), (0, 14, 0.0), (0, 15, 0.0))
+    assert "serving.running_when_queued_busy_mean" not in {e.key for e in stalled}
+    assert _findings(stalled)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
