@@ -229,7 +229,8 @@ class Ran:
     """A window that ran: its span, and what the attach itself spent over it."""
 
     window: Window
-    cost: dict[str, float]  # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores (attach-cost.json)
+    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s (attach-cost.json)
+    cost: dict[str, float]
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
     waited_opened: float | None = None  # seconds the calling thread had waited for a CPU when the window opened
@@ -266,16 +267,24 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         if elapsed >= duration_s:
             break
         stop.wait(min(POLL_S, duration_s - elapsed))
-    for s in sources:
+    # the stop, timed: the profiler's (sources[0], what the target sees end) and all of them, with the time the
+    # stopping thread waited for a CPU meanwhile (a saturated host stretches the stop, not the attach's work)
+    stopping, waited_stopping = clock(), _waited()
+    stopped_first = stopping
+    for i, s in enumerate(sources):
         s.stop()
+        if i == 0:
+            stopped_first = clock()
     t1 = clock()
     cpu_after, waited_after = _own_cpu(), _waited()
     cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     cpu_window = cpu_self + cpu_kids
-    return Ran(Window(t0, t1), {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4),
-                                "self_cpu_s": round(cpu_self, 4), "pyspy_cpu_s": round(cpu_kids, 4),
-                                "cores": round(cpu_window / max(1e-9, t1 - t0), 4)},
-               sum(cpu_before), sum(cpu_after), waited_before, waited_after)
+    cost = {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4), "self_cpu_s": round(cpu_self, 4),
+            "pyspy_cpu_s": round(cpu_kids, 4), "cores": round(cpu_window / max(1e-9, t1 - t0), 4),
+            "stop_s": round(t1 - stopping, 3), "first_stop_s": round(stopped_first - stopping, 3)}
+    if waited_stopping is not None and waited_after is not None:
+        cost["stop_wait_s"] = round(waited_after - waited_stopping, 3)
+    return Ran(Window(t0, t1), cost, sum(cpu_before), sum(cpu_after), waited_before, waited_after)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, float]:

@@ -157,7 +157,30 @@ def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
     ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
     assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
     assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds)
-    assert set(ran.cost) == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores"}
+    assert set(ran.cost) - {"stop_wait_s"} == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
+                                               "first_stop_s"}
+
+
+def test_the_stop_is_timed_the_profilers_apart_from_the_rest() -> None:
+    """attach-cost.json says how long the stop took: the first source's (the profiler: what the target sees
+    end) and all of them (the last full process sample included), on the window's own clock."""
+    now = [100.0]
+
+    class Slow(Recorder):
+        def __init__(self, name: str, calls: list[str], takes: float) -> None:
+            super().__init__(name, calls)
+            self.takes = takes
+
+        def stop(self) -> None:
+            super().stop()
+            now[0] += self.takes
+
+    calls: list[str] = []
+    srcs = [Slow("profiler", calls, 1.5), Slow("process", calls, 4.0), Slow("log", calls, 0.25)]
+    ran = attach.run_window(srcs, 10.0, threading.Event(), should_stop=lambda: len(calls) >= 3,
+                            clock=lambda: now[0])
+    assert ran.cost["first_stop_s"] == pytest.approx(1.5) and ran.cost["stop_s"] == pytest.approx(5.75)
+    assert ran.cost["window_s"] == pytest.approx(5.75)  # no time passed in the wait: the fake clock stood still
 
 
 class Heartbeat:
