@@ -30,7 +30,10 @@ three processes: API server, EngineCore, worker), attaching to the API server's 
 
 usage: benchmarks/attach_overhead.py [--service litserve-embedding|vllm|DEMO_PATHOLOGY] [--window 15]
                                      [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
-                                     [--meter] [--collectors]
+                                     [--meter] [--collectors] [--nice N] [--bare-pyspy HZ]
+
+``--nice N`` runs the attach at that niceness (its py-spys inherit it); ``--bare-pyspy HZ`` replaces the
+attach in the B windows with one plain ``py-spy record --nonblocking`` of the busiest process at HZ.
 """
 
 from __future__ import annotations
@@ -217,7 +220,7 @@ class TreeMeter:
                 self._seen[k.pid] = kt.user + kt.system + kt.children_user + kt.children_system
             except psutil.Error:
                 continue
-        return own + sum(self._seen.values())
+        return float(own + sum(self._seen.values()))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -254,14 +257,16 @@ class Attached:
     primary: str | None
 
 
-def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool = False) -> Attached:
+def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool = False,
+                nice: int = 0) -> Attached:
     """Run the CLI; its CPU in the window is what it measured of itself (``attach-cost.json``: its own
     process and every py-spy it ran and reaped in the window), the whole command's from ``wait4``.
     ``meter`` cross-checks the window's figure from outside (psutil on the tree, 10 Hz) — in this
     process, so it slows the clients a little and is off when throughput is measured."""
     cmd = [sys.executable, "-m", "diagnose", "attach", "--pid", str(pid), "--duration", str(window),
            "-o", out, "--format", "json", *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
     stdout = b""
     if meter:
         with TreeMeter(proc.pid) as m:
@@ -284,6 +289,29 @@ def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool
     except ValueError:
         primary = "?"
     return Attached(win["start"], win["end"], float(cost["cores"]), total / window, primary)
+
+
+def bare_pyspy(pid: int, rate: int, window: float) -> float:
+    """``py-spy record --nonblocking`` alone, as the attach runs it, on the busiest process of ``pid``'s tree
+    (vLLM's worker), picked over the window's first second, for the rest of it; returns its CPU in cores.
+    Separates what py-spy's presence costs the target from the rest of the attach."""
+    from diagnose.collectors.pyspy import find_pyspy
+
+    exe = find_pyspy()
+    if exe is None:
+        raise RuntimeError("py-spy is not installed in this venv")
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    for p in tree:
+        p.cpu_percent(None)
+    time.sleep(1.0)
+    busiest = max(tree, key=lambda p: p.cpu_percent(None))
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([exe, "record", "--nonblocking", "--threads", "--format", "raw", "--rate",
+                                 str(rate), "--duration", f"{window - 1.0:g}", "--pid", str(busiest.pid),
+                                 "--output", os.path.join(tmp, "x.raw")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, _, usage = os.wait4(proc.pid, 0)
+    return (usage.ru_utime + usage.ru_stime) / window
 
 
 # -- ABBA rounds -----------------------------------------------------------------------------------
@@ -310,9 +338,16 @@ def throughput(svc: Service, args: argparse.Namespace) -> int:
                     got[True] = clients.count(t0, time.time()) / (time.time() - t0)
                     cores_w.append(0.0)
                     cores_c.append(0.0)
-                    primary = "(null round: nothing attached)"
+                    primary: str | None = "(null round: nothing attached)"
+                elif with_attach and args.bare_pyspy:  # one plain py-spy on the busiest process, no attach
+                    t0 = time.time()
+                    cores_w.append(bare_pyspy(svc.pid, args.bare_pyspy, args.window))
+                    got[True] = clients.count(t0, time.time()) / (time.time() - t0)
+                    cores_c.append(cores_w[-1])
+                    primary = f"(bare py-spy at {args.bare_pyspy} Hz)"
                 elif with_attach:
-                    a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra, args.meter)
+                    a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra, args.meter,
+                                    args.nice)
                     got[True] = clients.count(a.start, a.end) / (a.end - a.start)
                     cores_w.append(a.cores_window)
                     cores_c.append(a.cores_command)
@@ -348,7 +383,7 @@ def _cores_of_command(cmd: list[str], seconds: float) -> float:
     return (meter.points[-1][1] if meter.points else 0.0) / seconds
 
 
-def _cores_in_process(fn: Callable[[], None], seconds: float, hz: float) -> float:
+def _cores_in_process(fn: Callable[[], object], seconds: float, hz: float) -> float:
     """CPU of this thread only (the clients run in other threads of this process)."""
     c0 = time.thread_time()
     end = time.monotonic() + seconds
@@ -452,6 +487,9 @@ def main() -> int:
                     help="cross-check the attach's own CPU figure from outside (slows the clients a little)")
     ap.add_argument("--null", action="store_true",
                     help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
+    ap.add_argument("--nice", type=int, default=0, help="run the attach at this niceness (0-19)")
+    ap.add_argument("--bare-pyspy", type=int, default=0, metavar="HZ",
+                    help="B windows run one plain py-spy (nonblocking) on the busiest process at HZ, no attach")
     args = ap.parse_args()
     ctx = (litserve_embedding() if args.service == "litserve-embedding"
            else vllm_engine() if args.service == "vllm" else demo(args.service))
