@@ -712,9 +712,9 @@ class EngineLogParser:
             count = int(queued.sum())
             self.queued_samples += count
             if count and "running" in cols:
-                self.running_when_queued.add_array(cols["running"][queued])
-                busy = cols["running"][queued]
-                self.running_when_queued_busy.add_array(busy[busy > 0])
+                run = cols["running"][queued]
+                self.running_when_queued.add_array(run)
+                self.running_when_queued_busy.add_array(run[run > 0])
             if count and "kv_pct" in cols:
                 kv = cols["kv_pct"][queued]
                 self.kv_when_queued.add_array(kv * 0.01)

@@ -6,15 +6,19 @@ Real services under load: tests/integration/test_sweep.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from diagnose import sweep
-from diagnose.collectors.loadclient import Sample, StepResult, Target, TargetError, _Stream
+from diagnose.collectors.loadclient import RequestSpec, Sample, StepResult, Target, TargetError, _Stream, run_step
 from diagnose.errors import InputError
 from diagnose.reports import compare
 from diagnose.reports import sweep as render
@@ -183,79 +187,66 @@ def test_openai_bodies_for_completions_and_chat() -> None:
     assert chat.insecure is True
 
 
-def test_a_kept_alive_connection_the_server_closed_is_retried_once_not_counted_as_an_error() -> None:
-    """llama-server answers a stream with ``Keep-Alive`` and then closes the connection: the next request on
-    it fails before any byte of an answer, never having reached the server. It goes again on a fresh
-    connection; a server that fails a request it did receive is still an error."""
-    import asyncio
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
-    from diagnose.collectors.loadclient import RequestSpec, run_step
 
-    async def serve() -> tuple[asyncio.AbstractServer, int]:
-        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
-                         b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\nok")
-            await writer.drain()
-            writer.close()  # ... and closes anyway
-
-        server = await asyncio.start_server(one, "127.0.0.1", 0)
-        return server, server.sockets[0].getsockname()[1]
-
+@contextlib.contextmanager
+def _served(handler: Handler) -> Iterator[int]:
+    """An asyncio HTTP server on 127.0.0.1 in its own thread (``handler`` answers each connection); its port."""
     loop = asyncio.new_event_loop()
-    server, port = loop.run_until_complete(serve())
-    import threading
-
+    server = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        spec = RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0)
-        step = run_step(spec, 1, 0.0, 0.5, max_requests=20)
+        yield server.sockets[0].getsockname()[1]
     finally:
         loop.call_soon_threadsafe(server.close)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+
+
+def test_a_kept_alive_connection_the_server_closed_is_retried_once_not_counted_as_an_error() -> None:
+    """llama-server answers a stream with ``Keep-Alive`` and then closes the connection: the next request on
+    it fails before any byte of an answer, never having reached the server. It goes again on a fresh
+    connection; a server that fails a request it did receive is still an error."""
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+                     b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # ... and closes anyway
+
+    with _served(one) as port:
+        step = run_step(RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0), 1, 0.0, 0.5,
+                        max_requests=20)
     assert len(step.samples) == 20 and all(s.ok for s in step.samples), step.status_codes
 
 
 def test_a_step_ends_when_its_caller_stops_it_and_its_window_ends_there() -> None:
     """The engine lab keeps its load on until its last scrape is taken, then stops it: no request starts after
     the stop, the ones in flight finish, and the window (the throughput's denominator) ends at the stop."""
-    import asyncio
-    import threading
 
-    from diagnose.collectors.loadclient import RequestSpec, run_step
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            await asyncio.sleep(0.02)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+        writer.close()
 
-    async def serve() -> tuple[asyncio.AbstractServer, int]:
-        async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while True:
-                try:
-                    await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                await asyncio.sleep(0.02)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-            writer.close()
-
-        server = await asyncio.start_server(one, "127.0.0.1", 0)
-        return server, server.sockets[0].getsockname()[1]
-
-    loop = asyncio.new_event_loop()
-    server, port = loop.run_until_complete(serve())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
     stop = threading.Event()
     timer = threading.Timer(0.6, stop.set)
-    try:
-        spec = RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0)
+    with _served(one) as port:
         timer.start()
-        step = run_step(spec, 2, 0.1, 600.0, stop=stop)
-    finally:
-        timer.cancel()
-        loop.call_soon_threadsafe(server.close)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
+        try:
+            step = run_step(RequestSpec(Target.parse(f"http://127.0.0.1:{port}/"), timeout_s=5.0), 2, 0.1, 600.0,
+                            stop=stop)
+        finally:
+            timer.cancel()
     assert step.elapsed_s < 60, step.elapsed_s  # not the 600 s asked for
     # the window is the 0.5 s from the warm-up's end to the stop, not 600 s: throughput is not diluted
     assert 0 < step.window_s < 30 and step.completed_in_window > 0, step
