@@ -27,6 +27,8 @@ from diagnose.units import pct
 SOURCE = "psutil"
 BUSY_OS_THREAD = 0.10  # a thread runnable ≥ 10 % of the window is busy (torch/OpenMP pools included)
 INFLIGHT_SUBWINDOWS = 4  # the in-flight mean's uncertainty: the spread of this many sub-window means
+DEMAND_ROW = 0.01  # a thread runnable ≥ 1 % of the window gets a row in ``threads.demand``
+DEMAND_ROWS = 64  # the busiest this many threads (py-spy's thread table holds 50)
 
 
 def _index(rec: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -111,6 +113,7 @@ def derive(
     busy = 0
     run_total = wait_total = 0
     have_sched = False
+    demand: list[dict[str, Any]] = []
     for p in both:
         ta = {int(t[0]): t for t in a[p].get("threads", ())}
         for t in b[p].get("threads", ()):
@@ -125,6 +128,9 @@ def derive(
                 wait_total += wait
                 # demand, not consumption: an oversubscribed thread runs little but is runnable long
                 wanted = (run + wait) / 1e9
+                if wanted / wall >= DEMAND_ROW:
+                    demand.append({"pid": p, "tid": int(t[0]), "run": round(run / 1e9 / wall, 4),
+                                   "wait": round(wait / 1e9 / wall, 4)})
             else:
                 wanted = (t[1] + t[2]) - (old[1] + old[2])
             if wanted / wall >= BUSY_OS_THREAD:
@@ -136,6 +142,10 @@ def derive(
                "threads wanting a CPU on average (run + run-queue wait, from schedstat)")
         ev.add("proc.runqueue_wait_ratio", wait_total / (run_total + wait_total), "ratio",
                "time runnable threads waited for a CPU / (run + wait), from schedstat")
+        demand.sort(key=lambda r: -(r["run"] + r["wait"]))
+        ev.add("threads.demand", demand[:DEMAND_ROWS], "table",
+               f"per OS thread runnable ≥ {pct(DEMAND_ROW)} of the window: the cores it ran on (run) and waited "
+               "for in the run queue (wait), from schedstat")
     return ev.items
 
 
@@ -212,3 +222,74 @@ def _compile_children(samples: Sequence[Mapping[str, Any]], wall: float, ev: Emi
     ev.add("compile.children_seen", len(compilers), "processes",
            "compiler processes seen (sampled every tick; a compiler shorter than a tick may be missed, "
            "its CPU is still counted when its parent reaps it)")
+
+
+POLL_MIN_SAMPLES = 10  # fewer py-spy samples of a thread say nothing about what it spends its CPU on
+POLL_Z = 1.96  # the shares' 95 % Wilson bounds: a thin profile discounts little
+
+
+def _wilson(share: float, n: int, z: float = POLL_Z) -> tuple[float, float]:
+    """The 95 % Wilson interval of a share of ``n`` samples."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre = share + z * z / (2 * n)
+    spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
+
+
+def polling(demand: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]], runnable_mean: float,
+            wall: Sequence[Mapping[str, Any]] = (), *, window: Window | None = None) -> list[Evidence]:
+    """How much of the target's demand for CPU is threads polling a queue: schedstat per thread joined by
+    OS thread id with py-spy's samples of it.
+
+    A thread that spins on a queue (vLLM's shared-memory ``MessageQueue`` readers call ``os.sched_yield``
+    in a loop for a second after each message; a ``while not ready: pass`` loop) is runnable all the time
+    and so looks like demand, but it gives the CPU up to any thread with work at every turn of its loop.
+    py-spy samples it in waiting frames (``diagnose.derive.activities``: locks, queues, a runtime's queue).
+    Two bounds on a thread's polling, the larger is taken, each at the 95 % Wilson bound that makes it
+    smaller, so a thin profile discounts little (none with fewer than ``POLL_MIN_SAMPLES`` samples):
+
+    - on-CPU samples (taken only while the thread is runnable): its runnable time × its waiting share;
+    - wall-clock samples (every tick, blocked or not): its work is at most its share of ticks outside
+      waiting frames, so the rest of its runnable time polled. This one holds when the on-CPU profile is
+      thin (a busy 2-core host lets py-spy run mostly while the target blocks).
+
+    Threads py-spy does not see (native OpenMP/MKL pools, compiler children) keep their whole demand."""
+    ev = Emit(SOURCE + " + py-spy", window=window)
+    by_tid = {int(r["tid"]): r for r in profile if isinstance(r, Mapping) and "tid" in r}
+    wall_by_tid = {int(r["tid"]): r for r in wall if isinstance(r, Mapping) and "tid" in r}
+    polled_total = 0.0
+    busy = 0
+    who: list[tuple[float, str]] = []
+    for row in demand:
+        wanted = float(row["run"]) + float(row["wait"])
+        polled = 0.0
+        how = ""
+        prof = by_tid.get(int(row["tid"]))
+        if prof is not None and int(prof.get("samples", 0)) >= POLL_MIN_SAMPLES:
+            share = float((prof.get("shares") or {}).get("waiting", 0.0))
+            polled = wanted * _wilson(share, int(prof["samples"]))[0]
+            how = f"waiting in {pct(share)} of {prof['samples']} on-CPU samples"
+        ticks = wall_by_tid.get(int(row["tid"]))
+        if ticks is not None and int(ticks.get("samples", 0)) >= POLL_MIN_SAMPLES:
+            share = float(ticks.get("waiting", 0.0))
+            by_wall = max(0.0, wanted - _wilson(1.0 - share, int(ticks["samples"]))[1])
+            if by_wall > polled:
+                polled = by_wall
+                how = f"waiting in {pct(share)} of {ticks['samples']} wall-clock samples"
+        if polled >= 0.01:
+            name = (prof or {}).get("name") or row["tid"]
+            who.append((polled, f"{name} (pid {row['pid']}): {polled:.2f} of {wanted:.2f} ({how})"))
+        polled_total += polled
+        if wanted - polled >= BUSY_OS_THREAD:
+            busy += 1
+    who.sort(reverse=True)
+    ev.add("threads.polling_runnable", round(polled_total, 4), "threads",
+           "threads' runnable time spent polling a queue (py-spy: in waiting frames)"
+           + (": " + "; ".join(w for _, w in who[:4]) if who else ""))
+    ev.add("threads.work_runnable_mean", round(max(0.0, runnable_mean - polled_total), 4), "threads",
+           "threads wanting a CPU on average for work: threads.runnable_mean less the polling")
+    ev.add("threads.work_busy_count", busy, "threads",
+           f"OS threads runnable ≥ {pct(BUSY_OS_THREAD)} of the window for work (their polling left out)")
+    return ev.items

@@ -162,6 +162,21 @@ def _nvml(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
     return evidence
 
 
+def _polling(evidence: EvidenceSet, cap: Capture | None) -> list[Evidence]:
+    """The threads' demand for CPU with their polling left out: schedstat per thread (process) joined
+    with py-spy's per-thread profiles (on-CPU, and wall-clock when recorded); nothing when schedstat or
+    the on-CPU profile is missing."""
+    demand, profile = evidence.get("threads.demand"), evidence.get("cpu.threads")
+    runnable = evidence.value("threads.runnable_mean")
+    if not isinstance(demand, Evidence) or not isinstance(profile, Evidence) or runnable is None:
+        return []
+    if not isinstance(demand.value, list) or not isinstance(profile.value, list):
+        return []
+    wall = evidence.get("wall.threads")
+    ticks = wall.value if isinstance(wall, Evidence) and isinstance(wall.value, list) else []
+    return process.polling(demand.value, profile.value, runnable, ticks, window=cap.window if cap else None)
+
+
 # collector → (its main file, input kind, evidence prefixes it provides)
 _CAPTURES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "py-spy": (pyspy.RAW_FILE, "py-spy raw profile", ("cpu.", "workers.")),
@@ -232,6 +247,8 @@ def derive(session: Session, series: bool = False) -> Derived:
             out.evidence.explain_missing("wall.", f"the wall-clock samples could not be read ({type(exc).__name__})")
             out.inputs.append(InputRecord(os.path.join(session.path, pyspy.WALL_FILE), "py-spy wall-clock samples",
                                           "failed", str(exc)[:200]))
+    for ev in _polling(out.evidence, by_name.get("process")):
+        out.evidence.add(ev)
     if "wall.samples" not in out.evidence:
         out.evidence.explain_missing("wall.", "the session has no wall-clock samples of request threads (recorded "
                                      "by `diagnose attach` from this version on)")

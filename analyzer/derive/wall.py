@@ -132,6 +132,31 @@ def classify_chunk(chunk: Chunk, source: Mapping[str, str], compilers: bool) -> 
     return secs, sites, threads, n, others
 
 
+THREAD_ROWS = 64  # ``wall.threads`` keeps the threads with the most samples
+
+
+def thread_waiting(chunks: Sequence[Chunk]) -> list[dict[str, object]]:
+    """Per thread (every one sampled, serving or not): its wall samples and the share of them whose stack
+    ``activities.classify`` calls waiting. Joined with schedstat by OS thread id, it bounds how much of a
+    thread's runnable time can be work (``diagnose.derive.process.polling``)."""
+    count: Counter[tuple[int, int]] = Counter()
+    waiting: Counter[tuple[int, int]] = Counter()
+    memo: dict[tuple[tuple[str, str], ...], bool] = {}  # one classification per distinct stack
+    for c in chunks:
+        for s in c.wall:
+            stack = tuple((f.function, f.file) for f in s.frames)
+            idle = memo.get(stack)
+            if idle is None:
+                idle = memo[stack] = activities.classify(list(stack)) is activities.Activity.WAITING
+            count[(c.pid, s.tid)] += s.count
+            if idle:
+                waiting[(c.pid, s.tid)] += s.count
+    rows: list[dict[str, object]] = [
+        {"pid": pid, "tid": tid, "samples": n, "waiting": round(waiting[(pid, tid)] / n, 4)}
+        for (pid, tid), n in count.most_common(THREAD_ROWS) if n > 0]
+    return rows
+
+
 def other_threads(others: Mapping[tuple[int, int, str], Sites], limit: int = 5) -> list[dict[str, object]]:
     """The threads that serve no request but do something (not parked in a queue or a selector):
     a background thread that holds the lock the request threads wait for shows up here."""
@@ -187,6 +212,11 @@ def derive(
     ev = Emit(SOURCE, window=window, quality=quality)
     ev.add("wall.samples", samples, "samples", "wall-clock samples of threads serving a request")
     ev.add("wall.request_threads", len(threads), "threads")
+    per_thread = thread_waiting(chunks)
+    if per_thread:
+        ev.add("wall.threads", per_thread, "table",
+               "every sampled thread's wall-clock samples and the share of them in waiting frames (locks, queues, "
+               "a runtime's queue: diagnose.derive.activities), blocked or spinning alike")
     busy_others = other_threads(others)
     if busy_others:
         ev.add("wall.other_threads", busy_others, "table",

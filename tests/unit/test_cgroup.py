@@ -141,3 +141,32 @@ def test_host_contention_is_not_oversubscription() -> None:
                       Evidence("threads.runnable_mean", 1.3, "threads", "t")])
     findings, _ = run_rules(ev, rules=[ThreadOversubscription])
     assert findings == ()
+
+
+def test_threads_polling_a_queue_are_not_demand() -> None:
+    """The shape of a CI run of the lab's healthy vLLM engine (2 clients, 2 cores): 4 threads busy, 2.9 want a
+    CPU, 33 % run-queue wait — but the EngineCore and the worker spin on vLLM's shared-memory queue. With their
+    polling measured (1.5 of the 2.9), the work wants less than the 2 cores: no oversubscription. Without the
+    py-spy view the same figures are still judged oversubscribed."""
+    base = [Evidence("host.cores", 2, "cores", "t"), Evidence("threads.busy_count", 4, "threads", "t"),
+            Evidence("proc.runqueue_wait_ratio", 0.33, "ratio", "t"),
+            Evidence("threads.runnable_mean", 2.9, "threads", "t"),
+            Evidence("proc.involuntary_switches_per_s", 3429, "1/s", "t")]
+    findings, _ = run_rules(EvidenceSet(base), rules=[ThreadOversubscription])
+    assert [f.code for f in findings] == ["THR001"]
+    polled = [Evidence("threads.polling_runnable", 1.5, "threads", "t"),
+              Evidence("threads.work_runnable_mean", 1.4, "threads", "t"),
+              Evidence("threads.work_busy_count", 3, "threads", "t")]
+    findings, _ = run_rules(EvidenceSet([*base, *polled]), rules=[ThreadOversubscription])
+    assert findings == ()
+    # a pool that oversubscribes for work is still named, its polling said beside the demand
+    pool = [Evidence("host.cores", 2, "cores", "t"), Evidence("threads.busy_count", 9, "threads", "t"),
+            Evidence("proc.runqueue_wait_ratio", 0.7, "ratio", "t"),
+            Evidence("threads.runnable_mean", 7.5, "threads", "t"),
+            Evidence("threads.polling_runnable", 0.9, "threads", "t"),
+            Evidence("threads.work_runnable_mean", 6.6, "threads", "t"),
+            Evidence("threads.work_busy_count", 8, "threads", "t")]
+    findings, _ = run_rules(EvidenceSet(pool), rules=[ThreadOversubscription])
+    assert [f.code for f in findings] == ["THR001"]
+    assert findings[0].message.startswith("8 threads are busy on 2 cores (6.6 want a CPU at any moment, not "
+                                          "counting 0.9 polling a queue)")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.derive.process import derive
+from diagnose.derive.process import derive, polling
 
 
 def _sample(ts: float, cpu: float, threads: list[list], inflight: int, invol: int = 0) -> dict:
@@ -114,3 +114,39 @@ def test_in_flight_uncertainty_grows_with_the_spread_between_sub_windows() -> No
     b = {e.key: e.value for e in derive(wobbly, {"cores": 2})}
     assert a["conn.inflight_mean"] == b["conn.inflight_mean"] == 4.0
     assert a["conn.inflight_mean.stderr"] == 0.0 < b["conn.inflight_mean.stderr"]
+
+
+def _profile(tid: int, samples: int, waiting: float, name: str = "MainThread") -> dict:
+    rest = round(1.0 - waiting, 4)
+    return {"pid": tid, "tid": tid, "name": name, "samples": samples,
+            "shares": {"waiting": waiting, **({"forward": rest} if rest else {})}}
+
+
+def test_polling_is_split_from_work_by_the_threads_own_samples() -> None:
+    """A spinner (runnable all the time, 90 % of 200 on-CPU samples in waiting frames), a compute thread (no
+    waiting) and a thread py-spy does not see (an OpenMP pool thread): only the spinner's polling is left out,
+    at the lower bound of its share's interval."""
+    demand = [{"pid": 1, "tid": 1, "run": 0.6, "wait": 0.4}, {"pid": 2, "tid": 2, "run": 0.7, "wait": 0.3},
+              {"pid": 2, "tid": 3, "run": 0.5, "wait": 0.2}]
+    ev = {e.key: e for e in polling(demand, [_profile(1, 200, 0.9), _profile(2, 200, 0.0)], 2.7)}
+    spun = ev["threads.polling_runnable"].value
+    assert 0.84 < spun < 0.9  # the Wilson lower bound of 90 % of 200 is 85 %
+    assert ev["threads.work_runnable_mean"].value == pytest.approx(2.7 - spun, abs=1e-4)
+    assert ev["threads.work_busy_count"].value == 3  # the spinner still has ~0.15 of work
+    assert "MainThread (pid 1)" in ev["threads.polling_runnable"].detail
+
+
+def test_a_thin_on_cpu_profile_discounts_nothing_and_the_wall_clock_view_bounds_the_work() -> None:
+    """3 on-CPU samples say nothing; 35 wall-clock ticks all in waiting frames say the thread's work is at most
+    ~10 % of the window (the interval's upper bound), so the rest of its 0.86 runnable is polling."""
+    demand = [{"pid": 1, "tid": 1, "run": 0.64, "wait": 0.22}]
+    alone = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86)}
+    assert alone["threads.polling_runnable"] == 0 and alone["threads.work_busy_count"] == 1
+    ticks = [{"pid": 1, "tid": 1, "samples": 35, "waiting": 1.0}]
+    both = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86, ticks)}
+    assert 0.75 < both["threads.polling_runnable"] < 0.78
+    assert both["threads.work_busy_count"] == 0
+    # a thread blocked half the time that computes when it runs: its runnable half is all work
+    worker = [{"pid": 1, "tid": 1, "run": 0.4, "wait": 0.1}]
+    half = {e.key: e.value for e in polling(worker, [], 0.5, [{"pid": 1, "tid": 1, "samples": 400, "waiting": 0.5}])}
+    assert half["threads.polling_runnable"] == 0
