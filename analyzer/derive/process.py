@@ -239,57 +239,73 @@ def _wilson(share: float, n: int, z: float = POLL_Z) -> tuple[float, float]:
 
 
 def polling(demand: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]], runnable_mean: float,
-            wall: Sequence[Mapping[str, Any]] = (), *, window: Window | None = None) -> list[Evidence]:
+            busy_count: float, wall: Sequence[Mapping[str, Any]] = (), *, window_s: float = 0.0,
+            window: Window | None = None, quality: Quality = Quality.GOOD) -> list[Evidence]:
     """How much of the target's demand for CPU is threads polling a queue: schedstat per thread joined by
-    OS thread id with py-spy's samples of it.
+    process and OS thread id with py-spy's samples of it.
 
     A thread that spins on a queue (vLLM's shared-memory ``MessageQueue`` readers call ``os.sched_yield``
     in a loop for a second after each message; a ``while not ready: pass`` loop) is runnable all the time
     and so looks like demand, but it gives the CPU up to any thread with work at every turn of its loop.
     py-spy samples it in waiting frames (``diagnose.derive.activities``: locks, queues, a runtime's queue).
-    Two bounds on a thread's polling, the larger is taken, each at the 95 % Wilson bound that makes it
-    smaller, so a thin profile discounts little (none with fewer than ``POLL_MIN_SAMPLES`` samples):
 
-    - on-CPU samples (taken only while the thread is runnable): its runnable time × its waiting share;
-    - wall-clock samples (every tick, blocked or not): its work is at most its share of ticks outside
-      waiting frames, so the rest of its runnable time polled. This one holds when the on-CPU profile is
-      thin (a busy 2-core host lets py-spy run mostly while the target blocks).
+    Two bounds, the larger is taken, each at the end of a 95 % Wilson interval that makes it smaller, so a
+    thin profile discounts little (none with fewer than ``POLL_MIN_SAMPLES`` samples):
 
-    Threads py-spy does not see (native OpenMP/MKL pools, compiler children) keep their whole demand."""
-    ev = Emit(SOURCE + " + py-spy", window=window)
-    by_tid = {int(r["tid"]): r for r in profile if isinstance(r, Mapping) and "tid" in r}
-    wall_by_tid = {int(r["tid"]): r for r in wall if isinstance(r, Mapping) and "tid" in r}
+    - on-CPU samples (taken while the thread is runnable): its runnable time × its waiting share;
+    - wall-clock samples (every tick, blocked or not; ``seconds`` of its time they stand for): its work is
+      at most the time they saw outside waiting frames plus the part of ``window_s`` they did not see, so
+      the rest of its runnable time polled. This one holds when the on-CPU profile is thin (on a saturated
+      host py-spy runs mostly while the target blocks).
+
+    What it cannot tell apart: a thread woken from a lock or a queue waits in the run queue with its stack
+    still in the waiting frame, and that wait is taken for polling too. A pool that oversubscribes the
+    cores runs its work in compute frames (or natively, where py-spy does not see it), so its demand stays;
+    and under a CPU quota the rule reads the raw demand (polling spends the quota).
+
+    Threads py-spy does not see (native OpenMP/MKL pools, compiler children) keep their whole demand, and so
+    do the busy threads beyond ``threads.demand``'s rows (``busy_count`` is the raw count)."""
+    ev = Emit(SOURCE + " + py-spy", window=window, quality=quality)
+    by_thread = {(int(r.get("pid", 0)), int(r["tid"])): r for r in profile if isinstance(r, Mapping) and "tid" in r}
+    wall_by_thread = {(int(r.get("pid", 0)), int(r["tid"])): r for r in wall if isinstance(r, Mapping) and "tid" in r}
     polled_total = 0.0
-    busy = 0
-    who: list[tuple[float, str]] = []
+    unbusied = 0
+    rows: list[dict[str, Any]] = []
     for row in demand:
-        wanted = float(row["run"]) + float(row["wait"])
+        run, wait = float(row["run"]), float(row["wait"])
+        key = (int(row["pid"]), int(row["tid"]))
         polled = 0.0
         how = ""
-        prof = by_tid.get(int(row["tid"]))
+        prof = by_thread.get(key)
         if prof is not None and int(prof.get("samples", 0)) >= POLL_MIN_SAMPLES:
             share = float((prof.get("shares") or {}).get("waiting", 0.0))
-            polled = wanted * _wilson(share, int(prof["samples"]))[0]
+            polled = (run + wait) * _wilson(share, int(prof["samples"]))[0]
             how = f"waiting in {pct(share)} of {prof['samples']} on-CPU samples"
-        ticks = wall_by_tid.get(int(row["tid"]))
-        if ticks is not None and int(ticks.get("samples", 0)) >= POLL_MIN_SAMPLES:
-            share = float(ticks.get("waiting", 0.0))
-            by_wall = max(0.0, wanted - _wilson(1.0 - share, int(ticks["samples"]))[1])
+        ticks = wall_by_thread.get(key)
+        if ticks is not None and int(ticks.get("samples", 0)) >= POLL_MIN_SAMPLES and window_s > 0:
+            share, seen = float(ticks.get("waiting", 0.0)), min(float(ticks.get("seconds", 0.0)), window_s)
+            work_max = (_wilson(1.0 - share, int(ticks["samples"]))[1] * seen + (window_s - seen)) / window_s
+            by_wall = max(0.0, run + wait - work_max)
             if by_wall > polled:
                 polled = by_wall
-                how = f"waiting in {pct(share)} of {ticks['samples']} wall-clock samples"
-        if polled >= 0.01:
-            name = (prof or {}).get("name") or row["tid"]
-            who.append((polled, f"{name} (pid {row['pid']}): {polled:.2f} of {wanted:.2f} ({how})"))
+                how = f"waiting in {pct(share)} of {ticks['samples']} wall-clock samples ({seen:.0f} s)"
+        if polled < 0.005:
+            continue
+        if run + wait >= BUSY_OS_THREAD > run + wait - polled:
+            unbusied += 1
         polled_total += polled
-        if wanted - polled >= BUSY_OS_THREAD:
-            busy += 1
-    who.sort(reverse=True)
+        rows.append({"pid": key[0], "tid": key[1], "name": str((prof or {}).get("name") or ""),
+                     "runnable": round(run + wait, 4), "polling": round(polled, 4), "how": how})
+    rows.sort(key=lambda r: -r["polling"])
+    ev.add("threads.polling", rows, "table",
+           "threads whose runnable time was partly polling a queue (py-spy: in waiting frames), the most first")
     ev.add("threads.polling_runnable", round(polled_total, 4), "threads",
-           "threads' runnable time spent polling a queue (py-spy: in waiting frames)"
-           + (": " + "; ".join(w for _, w in who[:4]) if who else ""))
+           "threads' runnable time spent polling a queue"
+           + (": " + "; ".join(f"{r['name'] or r['tid']} (pid {r['pid']}) {r['polling']:.2f} of {r['runnable']:.2f}"
+                               for r in rows[:4]) if rows else ""))
     ev.add("threads.work_runnable_mean", round(max(0.0, runnable_mean - polled_total), 4), "threads",
            "threads wanting a CPU on average for work: threads.runnable_mean less the polling")
-    ev.add("threads.work_busy_count", busy, "threads",
-           f"OS threads runnable ≥ {pct(BUSY_OS_THREAD)} of the window for work (their polling left out)")
+    ev.add("threads.work_busy_count", max(0, int(busy_count) - unbusied), "threads",
+           f"OS threads runnable ≥ {pct(BUSY_OS_THREAD)} of the window for work (threads.busy_count less those "
+           "busy only by polling)")
     return ev.items

@@ -27,6 +27,7 @@ from diagnose.model import (
     Evidence,
     EvidenceSet,
     InputRecord,
+    Quality,
     Session,
 )
 
@@ -165,16 +166,23 @@ def _nvml(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
 def _polling(evidence: EvidenceSet, cap: Capture | None) -> list[Evidence]:
     """The threads' demand for CPU with their polling left out: schedstat per thread (process) joined
     with py-spy's per-thread profiles (on-CPU, and wall-clock when recorded); nothing when schedstat or
-    the on-CPU profile is missing."""
-    demand, profile = evidence.get("threads.demand"), evidence.get("cpu.threads")
-    runnable = evidence.value("threads.runnable_mean")
-    if not isinstance(demand, Evidence) or not isinstance(profile, Evidence) or runnable is None:
+    the on-CPU profile is missing. Its evidence is as good as the worst of what it joined (a partial
+    capture makes it partial)."""
+    demand, profile, ticks = (evidence.get(k) for k in ("threads.demand", "cpu.threads", "wall.threads"))
+    runnable, busy = evidence.value("threads.runnable_mean"), evidence.value("threads.busy_count")
+    if not isinstance(demand, Evidence) or not isinstance(profile, Evidence) or runnable is None or busy is None:
         return []
     if not isinstance(demand.value, list) or not isinstance(profile.value, list):
         return []
-    wall = evidence.get("wall.threads")
-    ticks = wall.value if isinstance(wall, Evidence) and isinstance(wall.value, list) else []
-    return process.polling(demand.value, profile.value, runnable, ticks, window=cap.window if cap else None)
+    qualities = {demand.quality, profile.quality}
+    per_tick: list[Any] = []
+    if isinstance(ticks, Evidence) and isinstance(ticks.value, list):
+        per_tick = ticks.value  # its LOW says few *request-thread* samples: each row has its own count
+        qualities.add(Quality.PARTIAL if ticks.quality is Quality.PARTIAL else Quality.GOOD)
+    quality = next((q for q in (Quality.LOW, Quality.PARTIAL) if q in qualities), Quality.GOOD)
+    window = cap.window if cap else None
+    return process.polling(demand.value, profile.value, runnable, busy, per_tick,
+                           window_s=window.seconds if window else 0.0, window=window, quality=quality)
 
 
 # collector → (its main file, input kind, evidence prefixes it provides)

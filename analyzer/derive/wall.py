@@ -136,11 +136,14 @@ THREAD_ROWS = 64  # ``wall.threads`` keeps the threads with the most samples
 
 
 def thread_waiting(chunks: Sequence[Chunk]) -> list[dict[str, object]]:
-    """Per thread (every one sampled, serving or not): its wall samples and the share of them whose stack
-    ``activities.classify`` calls waiting. Joined with schedstat by OS thread id, it bounds how much of a
-    thread's runnable time can be work (``diagnose.derive.process.polling``)."""
+    """Per thread (every one sampled, serving or not): its wall samples, the seconds of its time they stand
+    for (samples / the chunk's rate: processes are sampled at their own rates, in some chunks only), and the
+    share of them whose stack ``activities.classify`` calls waiting. Joined with schedstat by process and OS
+    thread id, it bounds how much of a thread's runnable time can be work
+    (``diagnose.derive.process.polling``)."""
     count: Counter[tuple[int, int]] = Counter()
     waiting: Counter[tuple[int, int]] = Counter()
+    seconds: dict[tuple[int, int], float] = defaultdict(float)
     memo: dict[tuple[tuple[str, str], ...], bool] = {}  # one classification per distinct stack
     for c in chunks:
         for s in c.wall:
@@ -149,12 +152,12 @@ def thread_waiting(chunks: Sequence[Chunk]) -> list[dict[str, object]]:
             if idle is None:
                 idle = memo[stack] = activities.classify(list(stack)) is activities.Activity.WAITING
             count[(c.pid, s.tid)] += s.count
+            seconds[(c.pid, s.tid)] += s.count / max(c.wall_rate_hz, 1e-9)
             if idle:
                 waiting[(c.pid, s.tid)] += s.count
-    rows: list[dict[str, object]] = [
-        {"pid": pid, "tid": tid, "samples": n, "waiting": round(waiting[(pid, tid)] / n, 4)}
-        for (pid, tid), n in count.most_common(THREAD_ROWS) if n > 0]
-    return rows
+    return [{"pid": pid, "tid": tid, "samples": n, "seconds": round(seconds[(pid, tid)], 3),
+             "waiting": round(waiting[(pid, tid)] / n, 4)}
+            for (pid, tid), n in count.most_common(THREAD_ROWS) if n > 0]
 
 
 def other_threads(others: Mapping[tuple[int, int, str], Sites], limit: int = 5) -> list[dict[str, object]]:

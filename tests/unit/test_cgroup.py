@@ -159,6 +159,10 @@ def test_threads_polling_a_queue_are_not_demand() -> None:
               Evidence("threads.work_busy_count", 3, "threads", "t")]
     findings, _ = run_rules(EvidenceSet([*base, *polled]), rules=[ThreadOversubscription])
     assert findings == ()
+    # under a CPU quota the polling spends the quota the work needs: the raw demand is judged
+    quota = [Evidence("cgroup.cpu_quota_cores", 1.0, "cores", "t")]
+    findings, _ = run_rules(EvidenceSet([*base, *polled, *quota]), rules=[ThreadOversubscription])
+    assert [f.code for f in findings] == ["THR001"] and "quota of 1 cores" in findings[0].message
     # a pool that oversubscribes for work is still named, its polling said beside the demand
     pool = [Evidence("host.cores", 2, "cores", "t"), Evidence("threads.busy_count", 9, "threads", "t"),
             Evidence("proc.runqueue_wait_ratio", 0.7, "ratio", "t"),

@@ -167,13 +167,15 @@ def test_a_scrape_between_two_steps_does_not_hide_the_sequence_limit() -> None:
 @pytest.mark.parametrize("pathology", ["healthy", "admission_cap", "kv_pressure"])
 def test_vllms_queue_polling_is_not_counted_as_demand_for_cpu(pathology: str) -> None:
     """vLLM's EngineCore and worker spin on their shared-memory queue (os.sched_yield in a loop): runnable most of
-    the window, so schedstat counts them as demand. py-spy sees them in the queue's frames; the polling left out,
-    what the engine wants for work fits its 2 cores, whatever the raw demand says."""
+    the window, so schedstat counts them as demand (the API server does not spin). py-spy sees them in the
+    queue's frames; the polling left out, what the engine wants for work fits its 2 cores."""
     ev = {e["key"]: e for e in diagnosis(pathology, "attach")["evidence"]}
     cores, raw = ev["host.cores"]["value"], ev["threads.runnable_mean"]["value"]
     polled, work = ev["threads.polling_runnable"]["value"], ev["threads.work_runnable_mean"]["value"]
     assert raw > 2.3 and polled > 0.8 and work == pytest.approx(raw - polled, abs=1e-3) and work < 0.8 * cores
-    spinners = {int(part.split("(pid ")[1].split(")")[0]) for part in ev["threads.polling_runnable"]["detail"]
-                .split(": ", 1)[1].split("; ")}
     names = {row["pid"]: row["name"] for row in ev["proc.per_process"]["value"]}
-    assert {names[p] for p in spinners} == {"VLLM::EngineCor", "VLLM::Worker"}
+    spinners = [row for row in ev["threads.polling"]["value"] if row["polling"] >= 0.1]
+    # the EngineCore spins whenever a step runs; the worker too, unless the model keeps it busy (KV pressure)
+    assert "VLLM::EngineCor" in {names[row["pid"]] for row in spinners}
+    assert {names[row["pid"]] for row in spinners} <= {"VLLM::EngineCor", "VLLM::Worker"}
+    assert all(row["tid"] == row["pid"] for row in spinners)  # each process's main thread spins

@@ -116,9 +116,9 @@ def test_in_flight_uncertainty_grows_with_the_spread_between_sub_windows() -> No
     assert a["conn.inflight_mean.stderr"] == 0.0 < b["conn.inflight_mean.stderr"]
 
 
-def _profile(tid: int, samples: int, waiting: float, name: str = "MainThread") -> dict:
+def _profile(tid: int, samples: int, waiting: float, name: str = "MainThread", pid: int | None = None) -> dict:
     rest = round(1.0 - waiting, 4)
-    return {"pid": tid, "tid": tid, "name": name, "samples": samples,
+    return {"pid": tid if pid is None else pid, "tid": tid, "name": name, "samples": samples,
             "shares": {"waiting": waiting, **({"forward": rest} if rest else {})}}
 
 
@@ -128,25 +128,42 @@ def test_polling_is_split_from_work_by_the_threads_own_samples() -> None:
     at the lower bound of its share's interval."""
     demand = [{"pid": 1, "tid": 1, "run": 0.6, "wait": 0.4}, {"pid": 2, "tid": 2, "run": 0.7, "wait": 0.3},
               {"pid": 2, "tid": 3, "run": 0.5, "wait": 0.2}]
-    ev = {e.key: e for e in polling(demand, [_profile(1, 200, 0.9), _profile(2, 200, 0.0)], 2.7)}
+    ev = {e.key: e for e in polling(demand, [_profile(1, 200, 0.9), _profile(2, 200, 0.0)], 2.7, 3)}
     spun = ev["threads.polling_runnable"].value
     assert 0.84 < spun < 0.9  # the Wilson lower bound of 90 % of 200 is 85 %
     assert ev["threads.work_runnable_mean"].value == pytest.approx(2.7 - spun, abs=1e-4)
     assert ev["threads.work_busy_count"].value == 3  # the spinner still has ~0.15 of work
-    assert "MainThread (pid 1)" in ev["threads.polling_runnable"].detail
+    assert [(r["pid"], r["tid"], r["name"]) for r in ev["threads.polling"].value] == [(1, 1, "MainThread")]
+    # the same thread id in another process is another thread: nothing joins
+    other = {e.key: e.value for e in polling(demand, [_profile(1, 200, 0.9, pid=7)], 2.7, 3)}
+    assert other["threads.polling_runnable"] == 0 and other["threads.polling"] == []
+
+
+def test_busy_threads_beyond_the_tables_rows_keep_counting() -> None:
+    """192 busy pool threads (4 workers × 48 OpenMP threads) with 64 rows in the table: the work's busy count
+    is the raw count less the threads busy only by polling, never capped at the rows."""
+    demand = [{"pid": 1, "tid": 1, "run": 0.05, "wait": 0.9}] + [
+        {"pid": 1, "tid": t, "run": 0.2, "wait": 0.7} for t in range(2, 65)]
+    ev = {e.key: e.value for e in polling(demand, [_profile(1, 400, 1.0)], 180.0, 192)}
+    assert ev["threads.work_busy_count"] == 191
 
 
 def test_a_thin_on_cpu_profile_discounts_nothing_and_the_wall_clock_view_bounds_the_work() -> None:
-    """3 on-CPU samples say nothing; 35 wall-clock ticks all in waiting frames say the thread's work is at most
-    ~10 % of the window (the interval's upper bound), so the rest of its 0.86 runnable is polling."""
+    """3 on-CPU samples say nothing; 35 wall-clock ticks over the whole window, all in waiting frames, say the
+    thread's work is at most ~10 % of it (the interval's upper bound), so the rest of its 0.86 runnable is
+    polling. Ticks that saw only half the window bound nothing in the other half."""
     demand = [{"pid": 1, "tid": 1, "run": 0.64, "wait": 0.22}]
-    alone = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86)}
+    alone = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86, 1, window_s=30.0)}
     assert alone["threads.polling_runnable"] == 0 and alone["threads.work_busy_count"] == 1
-    ticks = [{"pid": 1, "tid": 1, "samples": 35, "waiting": 1.0}]
-    both = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86, ticks)}
+    ticks = [{"pid": 1, "tid": 1, "samples": 35, "seconds": 30.0, "waiting": 1.0}]
+    both = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86, 1, ticks, window_s=30.0)}
     assert 0.75 < both["threads.polling_runnable"] < 0.78
     assert both["threads.work_busy_count"] == 0
+    half = [{"pid": 1, "tid": 1, "samples": 35, "seconds": 15.0, "waiting": 1.0}]
+    part = {e.key: e.value for e in polling(demand, [_profile(1, 3, 1.0)], 0.86, 1, half, window_s=30.0)}
+    assert 0.25 < part["threads.polling_runnable"] < 0.32  # work ≤ 0.099 × 15 s + 15 s unseen = 0.55 of 30 s
     # a thread blocked half the time that computes when it runs: its runnable half is all work
     worker = [{"pid": 1, "tid": 1, "run": 0.4, "wait": 0.1}]
-    half = {e.key: e.value for e in polling(worker, [], 0.5, [{"pid": 1, "tid": 1, "samples": 400, "waiting": 0.5}])}
-    assert half["threads.polling_runnable"] == 0
+    blocked = [{"pid": 1, "tid": 1, "samples": 400, "seconds": 30.0, "waiting": 0.5}]
+    assert {e.key: e.value for e in polling(worker, [], 0.5, 1, blocked, window_s=30.0)}[
+        "threads.polling_runnable"] == 0
