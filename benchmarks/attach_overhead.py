@@ -31,9 +31,11 @@ three processes: API server, EngineCore, worker), attaching to the API server's 
 usage: benchmarks/attach_overhead.py [--service litserve-embedding|vllm|DEMO_PATHOLOGY] [--window 15]
                                      [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
                                      [--meter] [--collectors] [--nice N] [--bare-pyspy HZ]
+                                     [--vllm-model tiny|prefill] [--max-tokens 16] [--cpus LIST]
 
-``--nice N`` runs the attach at that niceness (its py-spys inherit it); ``--bare-pyspy HZ`` replaces the
-attach in the B windows with one plain ``py-spy record --nonblocking`` of the busiest process at HZ.
+``--nice N`` runs the attach at that niceness, ``--cpus 1`` on those CPUs only (its py-spys inherit both);
+``--bare-pyspy HZ`` replaces the attach in the B windows with one plain ``py-spy record --nonblocking`` of
+the busiest process at HZ. ``--vllm-model prefill --max-tokens 64`` serves the lab's 60M-parameter model.
 """
 
 from __future__ import annotations
@@ -126,17 +128,18 @@ def demo(pathology: str) -> Iterator[Service]:
 
 
 @contextlib.contextmanager
-def vllm_engine() -> Iterator[Service]:
-    """Real vLLM (the engine lab's CPU build: ``bash tests/engines/install_vllm.sh``), the tiny random-weight
-    Llama, non-streaming completions of 16 tokens; attach goes to the API server's pid, as a user's would."""
+def vllm_engine(model: str = "tiny", max_tokens: int = 16) -> Iterator[Service]:
+    """Real vLLM (the engine lab's CPU build: ``bash tests/engines/install_vllm.sh``), one of the lab's
+    random-weight Llamas (``tiny`` by default, ``prefill``: the 60M-parameter one), non-streaming completions
+    of ``max_tokens`` tokens; attach goes to the API server's pid, as a user's would."""
     from tests.engines import lab  # the engine lab: starts, waits for and stops the engine
 
     why = lab.vllm_available()
     if why:
         raise RuntimeError(why)
     work = tempfile.mkdtemp(prefix="bench-vllm-")
-    eng = lab.start_vllm(lab.VllmConfig("tiny"), Path(work), Path(work) / "vllm.log")
-    body = json.dumps({"model": "lab", "prompt": lab.prompt(20, 1), "max_tokens": 16, "temperature": 0.0,
+    eng = lab.start_vllm(lab.VllmConfig(model), Path(work), Path(work) / "vllm.log")
+    body = json.dumps({"model": "lab", "prompt": lab.prompt(20, 1), "max_tokens": max_tokens, "temperature": 0.0,
                        "ignore_eos": True}).encode()
     try:
         yield Service(eng.pid, eng.port, "/v1/completions", body, "application/json")
@@ -258,15 +261,21 @@ class Attached:
 
 
 def attach_once(pid: int, window: float, out: str, extra: list[str], meter: bool = False,
-                nice: int = 0) -> Attached:
+                nice: int = 0, cpus: set[int] | None = None) -> Attached:
     """Run the CLI; its CPU in the window is what it measured of itself (``attach-cost.json``: its own
     process and every py-spy it ran and reaped in the window), the whole command's from ``wait4``.
     ``meter`` cross-checks the window's figure from outside (psutil on the tree, 10 Hz) — in this
     process, so it slows the clients a little and is off when throughput is measured."""
     cmd = [sys.executable, "-m", "diagnose", "attach", "--pid", str(pid), "--duration", str(window),
            "-o", out, "--format", "json", *extra]
+    def place() -> None:
+        if nice:
+            os.nice(nice)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                            preexec_fn=place if nice or cpus else None)
     stdout = b""
     if meter:
         with TreeMeter(proc.pid) as m:
@@ -347,7 +356,7 @@ def throughput(svc: Service, args: argparse.Namespace) -> int:
                     primary = f"(bare py-spy at {args.bare_pyspy} Hz)"
                 elif with_attach:
                     a = attach_once(svc.pid, args.window, os.path.join(tmp, f"s{i}"), extra, args.meter,
-                                    args.nice)
+                                    args.nice, {int(c) for c in args.cpus.split(",")} if args.cpus else None)
                     got[True] = clients.count(a.start, a.end) / (a.end - a.start)
                     cores_w.append(a.cores_window)
                     cores_c.append(a.cores_command)
@@ -488,11 +497,15 @@ def main() -> int:
     ap.add_argument("--null", action="store_true",
                     help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
     ap.add_argument("--nice", type=int, default=0, help="run the attach at this niceness (0-19)")
+    ap.add_argument("--cpus", default="", help="run the attach on these CPUs only, e.g. 1 (its py-spys inherit it)")
     ap.add_argument("--bare-pyspy", type=int, default=0, metavar="HZ",
                     help="B windows run one plain py-spy (nonblocking) on the busiest process at HZ, no attach")
+    ap.add_argument("--vllm-model", default="tiny", choices=("tiny", "prefill"),
+                    help="with --service vllm: the lab's model (tiny: ~1 ms steps; prefill: 60M parameters)")
+    ap.add_argument("--max-tokens", type=int, default=16, help="with --service vllm: tokens per completion")
     args = ap.parse_args()
     ctx = (litserve_embedding() if args.service == "litserve-embedding"
-           else vllm_engine() if args.service == "vllm" else demo(args.service))
+           else vllm_engine(args.vllm_model, args.max_tokens) if args.service == "vllm" else demo(args.service))
     with ctx as svc:
         return collectors(svc, args) if args.collectors else throughput(svc, args)
 
