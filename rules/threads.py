@@ -99,11 +99,12 @@ class ThreadOversubscription(Rule):
         invol = ev.value("proc.involuntary_switches_per_s")
         budget = (f"the container's CPU quota of {cores:.2g} cores" if quota and quota < host
                   else f"{cores:.0f} cores")
+        demand = ""
+        if runnable is not None:
+            spun = f", not counting {polling:.1f} polling a queue" if polling >= 0.05 else ""
+            demand = f" ({runnable:.1f} want a CPU at any moment{spun})"
         msg = (
-            f"{busy:.0f} threads are busy on {budget}"
-            + (f" ({runnable:.1f} want a CPU at any moment" if runnable is not None else "")
-            + (f", not counting {polling:.1f} polling a queue" if runnable is not None and polling >= 0.05 else "")
-            + (")" if runnable is not None else "")
+            f"{busy:.0f} threads are busy on {budget}{demand}"
             + f"; they wait {pct(wait)} of their runnable time in the run queue"
             + (f", with {invol:.0f} involuntary context switches per second" if invol is not None else "")
             + "."
