@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from diagnose.collectors.linekind import LineKind, is_machine, kind_of
+from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of
 from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
@@ -332,6 +332,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b100%\s+CPU\b|\bsize_vram\W+0\b", re.I),
 }
 
+# the messages a command line states as its configuration (``--enforce-eager``): read there too
+SETTINGS = ("cuda_graphs_off",)
+
 
 @dataclass
 class Claims:
@@ -448,6 +451,8 @@ class ClaimParser:
 
     def feed(self, line: str) -> None:
         kind = kind_of(line)
+        if kind is LineKind.PROSE:
+            line, kind = self._inline_command(line)
         if kind is not LineKind.BLANK:
             self._lines += 1
         if kind is LineKind.PROSE:
@@ -468,6 +473,20 @@ class ClaimParser:
         self._prev_machine = machine
         self._prev_printed = kind in PRINTED
 
+    def _inline_command(self, line: str) -> tuple[str, LineKind]:
+        """A command a person quoted in a sentence ("Command used: `vllm serve m --enforce-eager`") is read as a
+        command (its settings, never a claim) and the sentence around it as prose; a line that is the
+        command and its quotes alone is a command line."""
+        span = inline_command(line)
+        if span is None:
+            return line, LineKind.PROSE
+        a, b = span
+        rest = f"{line[:a]} {line[b + 1:]}".rstrip()
+        if not re.search(r"[^\W\d_]{2,}", rest):  # nothing but quotes, markers or numbering around it
+            return line, LineKind.COMMAND
+        self._read(line[a:b], LineKind.COMMAND)
+        return rest, LineKind.PROSE
+
     def _end_run(self, next_machine: bool) -> None:
         run, self._run = self._run, []
         if not run:
@@ -486,8 +505,14 @@ class ClaimParser:
 
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
+        if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
+            for name in SETTINGS:
+                if MESSAGES[name].search(line):
+                    c.messages[name] += 1
+                    c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
+            return
         if kind in _DATA:
-            return  # a command line, a metrics exposition or a record: the program's text, nobody's claim
+            return  # a metrics exposition or a record: the program's text, nobody's claim
         prose = kind is LineKind.PROSE
         if prose and len(c.words) < MAX_WORDS:
             c.words |= words_of(line)  # the report model's cues: what a person wrote, only

@@ -83,7 +83,7 @@ _LAUNCHER = (
     r"|tritonserver|perf_analyzer|genai-perf|uvicorn|gunicorn|nvidia-smi|nsys|ncu|py-spy|curl|wget|bash|sh"
     r"|export|cd|make|cmake|git|lmdeploy|sglang|mlc_llm|ray|serve|diagnose)\s"
 )
-_ARGUMENT = r".*?(?:\s--?[A-Za-z]|\S/\S|\.py\b|\w=\S)"
+_ARGUMENT = r".*?(?:(?<=\s)--?[A-Za-z]|\S/\S|\.py\b|\w=\S)"  # the launcher's \s is a flag's space too
 _COMMAND = re.compile(rf"\s*(?:{_PROMPT}|```|(?:\+\s+)?{_ENV}*{_LAUNCHER}{_ARGUMENT}|(?:\+\s+)?{_ENV}+\S)")
 _FLAGS_ONLY = re.compile(r"\s*--?[A-Za-z][\w.-]*(?:[= ]\S+)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ]\S+)?)*\s*\\?\s*$")
 _CONTINUED = re.compile(r"\s\\\s*$")
@@ -95,6 +95,38 @@ _EXCEPTION = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|
 # a label and a printed structure: "Model metadata: {'tokenizer.ggml.model': 'llama', …}"
 _LABELLED_STRUCTURE = re.compile(r"[A-Za-z][\w .-]{0,40}:\s*(?:\{\s*['\"]|\[\s*[{'\"])")
 _BOX = re.compile(r"[│┃┆┊╎║├┼┤└┘┌┐─━═╔╗╚╝]")
+
+
+# a command quoted inside a sentence ("I start it with: vllm serve /m --tensor-parallel-size 8"): a launcher that
+# is no common English word, after the line's start, a space, a colon or an opening quote or bracket
+_INLINE_LAUNCHER = re.compile(
+    r"(?:^|(?<=[\s:：,，;；(（\"'`]))(?:[$%]\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:sudo\s+)?(?:\S*/)?"
+    r"(?:python[\d.]*|vllm|docker|podman|kubectl|torchrun|deepspeed|llama-server|llama-cli|llama-bench|ollama"
+    r"|text-generation-launcher|trtllm-serve|trtllm-build|tritonserver|perf_analyzer|genai-perf|uvicorn|gunicorn"
+    r"|lmdeploy|mlc_llm|nsys|ncu|py-spy|nvidia-smi)\s")
+_FLAG = re.compile(r"--?[A-Za-z][\w.-]*(?:=\S*)?$")
+_CLOSERS = {"`": "`", "\"": "\"", "'": "'", "(": ")", "（": "）"}
+
+
+def inline_command(line: str) -> tuple[int, int] | None:
+    """The span of a command a person quoted inside a sentence, or None.
+
+    Command-shaped by its flags, whatever the words around it: a launcher program (``_INLINE_LAUNCHER``)
+    followed within three tokens by a flag, and either two flags or at most six tokens in all. The span
+    ends at the quote or bracket that opened it, else at the line's end."""
+    for m in _INLINE_LAUNCHER.finditer(line):
+        start = m.start()
+        opener = line[start - 1] if start > 0 else ""
+        end = len(line)
+        if opener in _CLOSERS:
+            close = line.find(_CLOSERS[opener], m.end())
+            if close != -1:
+                end = close
+        tokens = line[m.end():end].split()
+        flags = [i for i, t in enumerate(tokens) if _FLAG.match(t)]
+        if flags and flags[0] <= 3 and (len(flags) >= 2 or len(tokens) <= 5):
+            return start, end
+    return None
 
 
 def _tabular(text: str) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 from diagnose.collectors.claims import ClaimParser
 from diagnose.collectors.engine_log import EngineLogParser
-from diagnose.collectors.linekind import LineKind, kind_of
+from diagnose.collectors.linekind import LineKind, inline_command, kind_of
 from diagnose.collectors.oom import _GPU_SPEC
 from diagnose.collectors.timing import TimingParser
 from diagnose.model import (
@@ -48,6 +48,8 @@ LINES: list[tuple[str, LineKind]] = [
     ("$ nvidia-smi", K.COMMAND),
     ("    --max-model-len 4096 \\", K.COMMAND),
     ("docker run --gpus all -p 8000:8000 vllm/vllm-openai --model x", K.COMMAND),
+    ("python -m pip install \"rembg[gpu,cli]\"", K.COMMAND),  # a flag right after the launcher
+    ("python3 -m vllm.entrypoints.openai.api_server \\", K.COMMAND),
     ("# HELP vllm:request_num_preemptions Histogram of the number of times a request was preempted.", K.METRICS),
     ('vllm:num_requests_waiting{engine="0",model_name="lab"} 14.0', K.METRICS),
     ('{"ts": 1764470000.12, "stages_ms": {"queue": 3.1}}', K.JSON),
@@ -80,6 +82,38 @@ def _claims(text: str) -> ClaimParser:
 def test_a_launch_command_states_nothing() -> None:
     c = _claims("python -m vllm.entrypoints.openai.api_server --model m --tokenizer t --max-num-seqs 2").claims
     assert not c.words and not c.title and not c.concepts
+
+
+@pytest.mark.parametrize(("line", "command"), [
+    # commands people quote in a sentence (the incident corpus' own forms)
+    ("我在容器里面的启动命令如下：vllm serve /models/qwen3-80B --tensor-parallel-size 8 --max-model-len 32768 "
+     "--enable-chunked-prefill --enforce-eager", "vllm serve /models/qwen3-80B"),
+    ("Command used: `text-generation-launcher --model-id /models/llama --port 8080 --num-shard 2` and it fills memory",
+     "text-generation-launcher --model-id /models/llama --port 8080 --num-shard 2"),
+    ("(for example `docker run --cpus=2`)", "docker run --cpus=2"),
+    ("ollama is slow when I raise --num-parallel on my laptop", None),  # a sentence that names a flag
+    ("we run python on the box", None),
+    ("I accelerate it with --fp16", None),  # no launcher
+])
+def test_a_command_quoted_in_a_sentence_is_found_by_its_flags(line: str, command: str | None) -> None:
+    span = inline_command(line)
+    if command is None:
+        assert span is None
+    else:
+        assert span is not None and line[span[0]:span[1]].startswith(command)
+        assert "`" not in line[span[0]:span[1]]
+
+
+def test_a_quoted_command_states_nothing_but_its_settings() -> None:
+    c = _claims("我的服务器单次吞吐速度在6tokens/s。我在容器里面的启动命令如下：vllm serve /models/qwen3-80B "
+                "--tensor-parallel-size 8 --max-model-len 32768 --enable-chunked-prefill --enforce-eager").claims
+    assert c.messages["cuda_graphs_off"] == 1  # --enforce-eager: CUDA graphs off, as configured
+    assert not {"prefill", "capacity_cap", "input_size"} & set(c.concepts)  # its flags are no statements
+    assert "tensor_parallel_size" not in " ".join(c.words) and "enforce" not in " ".join(c.words)
+    assert c.title.startswith("我的服务器")
+    # a command line on its own line: the same settings, and still nobody's claim
+    c = _claims("vllm serve m --enforce-eager --max-num-seqs 2").claims
+    assert c.messages["cuda_graphs_off"] == 1 and not c.words and not c.concepts
 
 
 def test_program_prose_between_records_is_the_programs_and_so_are_its_repeats() -> None:
