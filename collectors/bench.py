@@ -44,11 +44,18 @@ _PA_TPUT = re.compile(r"^Throughput:\s*" + _NUM + r"\s*infer/sec")
 _PA_AVG = re.compile(r"^Avg latency:\s*" + _NUM + r"\s*(usec|ms|sec)(?:\s*\(standard deviation\s*" + _NUM + r")?")
 _PA_PCT = re.compile(r"^p(\d+) latency:\s*" + _NUM + r"\s*(usec|ms|sec)")
 _PA_TRANSPORT = re.compile(r"^Avg (HTTP|gRPC) time:\s*" + _NUM + r"\s*(usec|ms|sec)")
+# what the client's transport time is made of: HTTP's "send/recv X usec + response wait Y usec" (older) or "send X
+# + response wait Y + receive Z", gRPC's "(un)marshal request/response X + response wait Y" or "marshal X + response
+# wait Y + unmarshal Z": all but the response wait is the client serialising and moving the payloads
+_PA_TRANSPORT_PART = re.compile(r"(send/recv|\(un\)marshal request/response|unmarshal|marshal|send|receive"
+                                r"|response wait)\s+" + _NUM + r"\s*(usec|ms|sec)")
 _PA_INFER = re.compile(r"^Inference count:\s*(\d+)")
 _PA_EXEC = re.compile(r"^Execution count:\s*(\d+)")
 _PA_SUCCESS = re.compile(r"^Successful request count:\s*(\d+)")
 _PA_SERVER = re.compile(r"^Avg request latency:\s*" + _NUM + r"\s*(usec|ms|sec)\s*(.*)$")
-_PA_PART = re.compile(r"(overhead|queue|compute input|compute infer|compute output)\s+" + _NUM + r"\s*(usec|ms|sec)")
+# perf_client before the input/infer/output split printed one "compute X usec"
+_PA_PART = re.compile(r"(overhead|queue|compute input|compute infer|compute output|compute)\s+" + _NUM
+                      + r"\s*(usec|ms|sec)")
 _PA_SUMMARY = re.compile(
     r"^Concurrency:\s*(\d+),\s*throughput:\s*" + _NUM + r"\s*infer/sec,\s*latency\s*" + _NUM + r"\s*(usec|ms|sec)"
 )
@@ -85,6 +92,7 @@ class BenchLevel:
     latency_std: float | None = None
     percentiles: dict[str, float] = field(default_factory=dict)  # "p50" → ms
     transport_ms: float | None = None
+    transport_io_ms: float | None = None  # of it, the client sending and receiving (serialising) the payloads
     server_inferences: int | None = None
     server_executions: int | None = None
     server_requests: int | None = None
@@ -116,7 +124,7 @@ class BenchParser:
         self._dist: str = ""  # "wrk" | "ab" while reading a percentile list
 
     def feed(self, line: str) -> bool:
-        s = line.strip()
+        s = line.strip().removeprefix("* ")  # perf_analyzer 2.x bullets its report lines
         if not s:
             return False
         hit = self._perf_analyzer(s) or self._wrk_line(s) or self._ab_line(s)
@@ -198,6 +206,8 @@ class BenchParser:
         m = _PA_TRANSPORT.match(s)
         if m:
             lvl.transport_ms = _ms(m.group(2), m.group(3))
+            io = [_ms(v, u) for part, v, u in _PA_TRANSPORT_PART.findall(s[m.end():]) if part != "response wait"]
+            lvl.transport_io_ms = sum(io) if io else None
             return True
         return False
 
@@ -220,7 +230,8 @@ class BenchParser:
             rest = m.group(3)
             for pm in _PA_PART.finditer(rest):
                 lvl.server_parts[pm.group(1).replace(" ", "_")] = _ms(pm.group(2), pm.group(3))
-            lvl.server_breakdown_complete = rest.rstrip().endswith(")") and "compute_output" in lvl.server_parts
+            lvl.server_breakdown_complete = rest.rstrip().endswith(")") and (
+                "compute_output" in lvl.server_parts or "compute" in lvl.server_parts)
             return True
         return False
 

@@ -325,6 +325,8 @@ class LittlesLawQueueing(Rule):
     code = "QUE003"
     name = "littles-law-queueing"
     category = Category.QUEUEING
+    # a client that spends its latency sending and receiving payloads keeps them "in flight" without the server
+    symptom_of = ("CPU004",)
     requires = ("bench.concurrency", "throughput.rps", "latency.e2e_ms.mean")
     requires_any = (("stage.compute_ms.mean",), ("stage.queue_ms.mean",), ("bench.unloaded_latency_ms",))
     optional = (
@@ -446,7 +448,7 @@ class QueueShareOfLatency(Rule):
     category = Category.QUEUEING
     # how much of the time is queued is the symptom; the engine's queue (QUE002) says what holds it (its
     # mechanism) and so which fix applies: it leads when found
-    symptom_of = ("QUE002",)
+    symptom_of = ("QUE002", "CPU004")
     requires = ("stage.queue.share",)
     optional = (
         "stage.queue_ms.mean",
@@ -533,4 +535,82 @@ class QueueShareOfLatency(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency)
+class ClientPayloadIO(Rule):
+    """The client spends most of each request sending and receiving the payloads.
+
+    What it detects: perf_analyzer's (perf_client's) transport line splits the client's HTTP or gRPC
+    time into sending and receiving (``send/recv``, or ``send`` + ``receive``; gRPC's ``(un)marshal``)
+    and the wait for the server's answer. ``latency.client_io.share`` is the sending and receiving
+    over the client's average latency.
+
+    Why it matters: that time is serialising tensors into the request body and moving them through
+    the network stack, before the server has the request and after it answered; no server
+    setting (instances, batching, a faster GPU) shortens it. Large inputs (images as FP32 tensors,
+    long batches) over HTTP/JSON show it first.
+
+    How it decides: the share is at least ``min_share`` and the time at least ``min_ms`` per request.
+    Queueing findings computed from the same client latency (QUE003, QUE004) rank after it: the
+    requests the client counts in flight are mostly in its own sending and receiving.
+
+    Evidence: latency.client_io.share, latency.client_io_ms.mean; optionally latency.e2e_ms.mean,
+    latency.transport_ms.mean, latency.server_ms.mean, bench.batch_size.
+
+    Fix: pass tensors through shared memory (Triton's system or CUDA shared-memory API;
+    ``perf_analyzer --shared-memory system|cuda`` to measure it), gRPC or HTTP with binary tensor data
+    instead of JSON, smaller payloads (uint8 images instead of FP32, resize before sending), or move
+    the pre-processing into the server (an ensemble, DALI) so the raw input is sent once.
+
+    False positives: a client host that is itself starved of CPU (perf_analyzer's "Avg client
+    overhead" high, or the client on the server's cores) inflates send and receive; run the client on
+    its own host first.
+    """
+
+    code = "CPU004"
+    name = "client-payload-io"
+    category = Category.CPU_PREPROCESSING
+    requires = ("latency.client_io.share", "latency.client_io_ms.mean")
+    optional = ("latency.e2e_ms.mean", "latency.transport_ms.mean", "latency.server_ms.mean", "bench.batch_size")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_share: float = 0.5  # half of what the client waits is its own sending and receiving
+        min_ms: float = 1.0  # below a millisecond per request nothing worth moving is moved
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        share = _num(ev, "latency.client_io.share")
+        io = _num(ev, "latency.client_io_ms.mean")
+        if share is None or io is None or share < t.min_share or io < t.min_ms:
+            return None
+        server = _num(ev, "latency.server_ms.mean")
+        batch = _num(ev, "bench.batch_size")
+        msg = (f"The client spends {io:.1f} ms per request sending and receiving the payloads, {pct(share)} of its "
+               "latency" + (f", against {server:.1f} ms the server takes for the whole request" if server else "")
+               + (f" (batches of {batch:.0f})" if batch else "")
+               + ": serialising the tensors and moving them, not the model, sets the latency.")
+        return self.finding(
+            severity=severity_for(share),
+            confidence=Confidence.MEASURED,
+            title="The client's sending and receiving of the payloads dominates latency",
+            message=msg,
+            impact=share,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"send/recv |{bar(share)}| {pct(share)}\nthe rest  |{bar(1 - share)}| {pct(1 - share)}",
+            fixes=[
+                Fix(
+                    "Stop copying tensors through the request body",
+                    ("Triton: register system or CUDA shared memory for inputs and outputs (the client libraries' "
+                     "shared-memory API); measure it with perf_analyzer --shared-memory system|cuda",
+                     "Send binary tensor data (gRPC, or HTTP with binary data) instead of JSON"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+                Fix(
+                    "Send less",
+                    ("Send uint8 images and convert in the server instead of FP32 tensors; resize before sending",
+                     "Move pre-processing into the server (an ensemble or DALI) so the raw input travels once"),
+                    Risk.NEEDS_VALIDATION,
+                ),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO)

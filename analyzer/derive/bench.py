@@ -82,6 +82,13 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
         ev.add(f"latency.e2e_ms.{name}", value, "ms", f"{where}: client latency percentile")
     if lvl.transport_ms is not None:
         ev.add("latency.transport_ms.mean", lvl.transport_ms, "ms", f"{where}: client HTTP/gRPC time")
+    if lvl.transport_io_ms is not None:
+        ev.add("latency.client_io_ms.mean", lvl.transport_io_ms, "ms",
+               f"{where}: client sending and receiving (serialising) the request and response")
+        if lvl.latency_mean or lvl.transport_ms:
+            whole = lvl.latency_mean or lvl.transport_ms or 0.0
+            ev.add("latency.client_io.share", min(1.0, lvl.transport_io_ms / whole), "ratio",
+                   "client send/receive / client latency")
     if lvl.delayed or delayed_warnings:
         ev.add("bench.client_delayed", 1, "flag",
                f"{tool} warned that it could not keep up with the desired load (results less reliable)")
@@ -89,8 +96,9 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
         ev.add("latency.server_ms.mean", lvl.server_latency, "ms", f"{where}: server-side average request latency")
         parts = lvl.server_parts
         for part, value in sorted(parts.items()):
-            ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")
-        compute = [parts[k] for k in ("compute_input", "compute_infer", "compute_output") if k in parts]
+            if part != "compute":  # one undivided compute time (older perf_client) is the sum below
+                ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")
+        compute = [parts[k] for k in ("compute_input", "compute_infer", "compute_output", "compute") if k in parts]
         if compute:
             total = sum(compute)
             ev.add("stage.compute_ms.mean", total, "ms", f"{where}: server compute input + infer + output", partial)

@@ -96,6 +96,26 @@ def test_sweep_with_blocks_and_composing_models() -> None:
     assert ev["bench.unloaded_latency_ms"] == 50.0
 
 
+def test_client_transport_split_in_every_generation() -> None:
+    # perf_client's "send/recv + response wait" (triton server#1: 32 × 608×608×3 FP32 inputs over HTTP)
+    ev = _ev("perf_client_http_send_recv_large_tensors.txt")
+    assert ev["latency.transport_ms.mean"] == 4524.2 and ev["latency.client_io_ms.mean"] == 3499.134
+    assert abs(_f(ev["latency.client_io.share"]) - 3499.134 / 4532.481) < 1e-9
+    assert ev["stage.compute_ms.mean"] == 370.348  # one undivided compute, older perf_client
+    assert "stage.compute_ms.mean" in ev and ev["stage.queue_ms.mean"] == 651.073
+    # perf_analyzer 2.x bullets every line; HTTP "send + response wait + receive"
+    ev = _ev("perf_analyzer_bulleted_http.txt")
+    assert ev["bench.concurrency"] == 60 and ev["requests.count"] == 19347
+    assert ev["latency.e2e_ms.p99"] == 425.55 and ev["latency.client_io_ms.mean"] == 0.047
+    assert ev["stage.queue_ms.mean"] == 30.328  # the ensemble's own line, not its composing model's
+    # gRPC "marshal + response wait + unmarshal"
+    ev = _ev("perf_analyzer_bulleted_grpc.txt")
+    assert ev["latency.transport_ms.mean"] == 50.705 and ev["latency.client_io_ms.mean"] == 0.002
+    src = _source(["Request concurrency: 1", "  Client:", "    Request count: 8452", "    Throughput: 2608.5 infer/sec",
+                   "    Avg gRPC time: 3798 usec ((un)marshal request/response 7 usec + response wait 3791 usec)"])
+    assert {e.key: e.value for e in src.evidence("x")}.get("latency.client_io_ms.mean") == 0.007
+
+
 def test_wrk_and_ab() -> None:
     ev = _ev("wrk_latency_400_connections.txt")
     assert ev["bench.concurrency"] == 400 and ev["throughput.rps"] == 491.52

@@ -12,10 +12,10 @@ from diagnose.derive.engine_log import EngineLogSource
 from diagnose.derive.prom import PromSource
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity
 from diagnose.rules.engine import run_rules
-from diagnose.rules.serving import EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
+from diagnose.rules.serving import ClientPayloadIO, EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
 from tests.conftest import DATA
 
-MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency)
+MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO)
 SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource}
 
 
@@ -52,6 +52,10 @@ def _set(**values: float) -> EvidenceSet:
         ("logs/vllm_v0_healthy_short_burst.txt", set()),
         ("metrics/vllm_v0_single_scrape_healthy.txt", set()),
         ("bench/wrk_latency_400_connections.txt", set()),  # no server breakdown: QUE003 cannot judge
+        # the client's send/recv is 77 % of its latency (triton server#1); the queue findings from the same latency
+        ("bench/perf_client_http_send_recv_large_tensors.txt", {"CPU004", "QUE003"}),
+        ("bench/perf_analyzer_bulleted_http.txt", set()),  # send 47 µs of 223 ms
+        ("bench/perf_analyzer_bulleted_grpc.txt", set()),
     ],
 )
 def test_queueing_findings_on_samples(rel: str, codes: set[str]) -> None:
@@ -194,3 +198,19 @@ def test_a_sample_between_two_steps_measures_no_batch() -> None:
     stalled = _v1_stats_log((0, 14, 0.0), (0, 14, 0.0), (0, 15, 0.0))
     assert "serving.running_when_queued_busy_mean" not in {e.key for e in stalled}
     assert _findings(stalled)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+
+
+def test_client_payload_io_leads_the_queue_it_inflates() -> None:
+    findings, _ = run_rules(_evidence("bench/perf_client_http_send_recv_large_tensors.txt"), rules=MINE)
+    ranked = [f.code for f in findings if f.severity is not Severity.INFO]
+    assert ranked[0] == "CPU004" and ranked.index("QUE003") == 1
+    top = findings[0]
+    assert top.category is Category.CPU_PREPROCESSING and top.confidence is Confidence.MEASURED
+    assert "3499.1 ms" in top.message and "77 %" in top.message
+    assert any("shared memory" in step for fix in top.fixes for step in fix.steps)
+
+
+@pytest.mark.parametrize(("share", "io_ms", "fires"), [(0.5, 2.0, True), (0.49, 2.0, False), (0.9, 0.5, False)])
+def test_client_payload_io_bars(share: float, io_ms: float, fires: bool) -> None:
+    ev = _set(latency__client_io__share=share, latency__client_io_ms__mean=io_ms)
+    assert ("CPU004" in _findings(ev)) is fires
