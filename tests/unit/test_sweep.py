@@ -251,4 +251,6 @@ def test_a_step_ends_when_its_caller_stops_it_and_its_window_ends_there() -> Non
     # the window is the 0.5 s from the warm-up's end to the stop, not 600 s: throughput is not diluted
     assert 0 < step.window_s < 30 and step.completed_in_window > 0, step
     assert step.completed_in_window / step.window_s > 2, (step.completed_in_window, step.window_s)
-    assert all(s.ok for s in step.samples) and len(step.samples) >= step.completed_in_window
+    # the samples are the requests begun in the window; the completions also count the one request per client
+    # that began in the warm-up and ended inside the window
+    assert all(s.ok for s in step.samples) and len(step.samples) >= step.completed_in_window - 2
