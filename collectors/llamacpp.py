@@ -54,6 +54,10 @@ _OLLAMA_COUNT = re.compile(r"(?P<what>prompt eval|eval)\s+count:\s*(?P<n>\d+)\s*
 # uvicorn's access line of a generation request (llama-cpp-python's server)
 _ACCESS = re.compile(r'"POST /v1/(?:chat/)?completions HTTP/[\d.]+" 200')
 _DISCONNECT = re.compile(r"Disconnected from client")
+# the model loader's placement (llama.cpp src/llama-model.cpp, "llm_load_tensors:"/"load_tensors:"; older
+# "llama_model_load_internal:"): printed only where the build can offload to a GPU (llama_supports_gpu_offload(),
+# formerly GGML_USE_CUBLAS/CLBLAST), so the line itself says a GPU backend was there to take the layers
+_OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
 _KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
@@ -83,6 +87,7 @@ class LlamaTimings:
     arrivals: int = 0  # access lines of generation requests (llama-cpp-python's server)
     in_flight: list[int] = field(default_factory=list)  # at each timing block after an arrival: begun, not done
     disconnects: int = 0  # streams the server ended early ("Disconnected from client")
+    offloaded: tuple[int, int] | None = None  # (layers on the GPU, layers) from the model loader's last load
 
 
 class LlamaTimingParser:
@@ -107,6 +112,11 @@ class LlamaTimingParser:
         if "Disconnected from client" in line:
             self.timings.disconnects += 1
             return
+        if "layers to GPU" in line:
+            m0 = _OFFLOADED.search(line)
+            if m0 and int(m0.group(2)) > 0:
+                self.timings.offloaded = (int(m0.group(1)), int(m0.group(2)))
+                return
         low = line.lower()
         if "time" in low and "=" in line and " ms" in line:
             for m in _LLAMA.finditer(line):

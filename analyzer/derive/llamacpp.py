@@ -22,7 +22,7 @@ class LlamaTimingSource:
 
     kind = KIND
     triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "Processing Prompt",
-                "Generate:", "POST /v1/", "Disconnected from client")
+                "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -38,7 +38,7 @@ class LlamaTimingSource:
 
     def matched(self) -> bool:
         r = self._result()
-        return bool(r.generations) or bool(r.prompt_tokens_seen)
+        return bool(r.generations) or bool(r.prompt_tokens_seen) or r.offloaded is not None
 
     def problems(self) -> list[str]:
         return []
@@ -82,6 +82,12 @@ class LlamaTimingSource:
         if n:
             ev.add("requests.count", n, "requests", f"{fmt} generations with timings")
         _one_at_a_time(r, ev)
+        if r.offloaded is not None:
+            on_gpu, layers = r.offloaded
+            what = ("the model loader's 'offloaded N/M layers to GPU' line (printed only by a build that can offload "
+                    "to a GPU)")
+            ev.add("llamacpp.gpu_layers", on_gpu, "layers", what, Quality.GOOD)
+            ev.add("llamacpp.layers_total", layers, "layers", what, Quality.GOOD)
         return ev.items
 
 
