@@ -332,8 +332,10 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b100%\s+CPU\b|\bsize_vram\W+0\b", re.I),
 }
 
-# the messages a command line states as its configuration (``--enforce-eager``): read there too
+# the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
+# command that puts the engine on the CPU
 SETTINGS = ("cuda_graphs_off",)
+_CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
 
 
 @dataclass
@@ -506,6 +508,8 @@ class ClaimParser:
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
+            if _CPU_DEVICE.search(line):
+                return  # an engine on its CPU backend: no CUDA graphs to turn off
             for name in SETTINGS:
                 if MESSAGES[name].search(line):
                     c.messages[name] += 1

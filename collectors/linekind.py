@@ -100,31 +100,55 @@ _BOX = re.compile(r"[│┃┆┊╎║├┼┤└┘┌┐─━═╔╗╚�
 # a command quoted inside a sentence ("I start it with: vllm serve /m --tensor-parallel-size 8"): a launcher that
 # is no common English word, after the line's start, a space, a colon or an opening quote or bracket
 _INLINE_LAUNCHER = re.compile(
-    r"(?:^|(?<=[\s:：,，;；(（\"'`]))(?:[$%]\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:sudo\s+)?(?:\S*/)?"
+    r"(?:^|(?<=[\s:：,，;；(（\"'`]))(?:[$%]\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:sudo\s+)?(?:[^\s`'\"(（]*/)?"
     r"(?:python[\d.]*|vllm|docker|podman|kubectl|torchrun|deepspeed|llama-server|llama-cli|llama-bench|ollama"
     r"|text-generation-launcher|trtllm-serve|trtllm-build|tritonserver|perf_analyzer|genai-perf|uvicorn|gunicorn"
     r"|lmdeploy|mlc_llm|nsys|ncu|py-spy|nvidia-smi)\s")
 _FLAG = re.compile(r"--?[A-Za-z][\w.-]*(?:=\S*)?$")
 _CLOSERS = {"`": "`", "\"": "\"", "'": "'", "(": ")", "（": "）"}
+# where an unquoted command ends and the sentence goes on: a clause's punctuation or a conjunction
+_SENTENCE_GOES_ON = re.compile(r",\s|[，。；！？]|;\s|[.!?](?:\s|$)|\s(?:and|but|then|so|because|while|which|when)\s")
+# words no command line is made of: a sentence that only names a program and a flag ("vllm with --enforce-eager
+# is slow") stops at the first
+_FUNCTION_WORDS = frozenset({
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "it", "its", "this", "that", "these", "those", "with",
+    "without", "and", "or", "but", "of", "for", "to", "in", "on", "at", "by", "from", "as", "if", "not", "no", "also",
+    "when", "what", "which", "who", "how", "i", "we", "you", "they", "he", "she", "my", "our", "your", "their", "me",
+    "us"})
+_VALUE_LIKE = re.compile(r"[/.=:]|\d")
+_TOKEN = re.compile(r"\S+")
 
 
 def inline_command(line: str) -> tuple[int, int] | None:
     """The span of a command a person quoted inside a sentence, or None.
 
     Command-shaped by its flags, whatever the words around it: a launcher program (``_INLINE_LAUNCHER``)
-    followed within three tokens by a flag, and either two flags or at most six tokens in all. The span
-    ends at the quote or bracket that opened it, else at the line's end."""
+    followed by a flag among its first four tokens, and either two flags or, with one, a path, value or
+    assignment beside it (``docker run --cpus=2``, ``python app.py --fp16``). The span ends at the quote or
+    bracket that opened it; unquoted, where the sentence goes on (a clause's punctuation, a conjunction) or at
+    the first function word (``is``, ``with``, ``the``…), which no command line is made of."""
     for m in _INLINE_LAUNCHER.finditer(line):
         start = m.start()
         opener = line[start - 1] if start > 0 else ""
         end = len(line)
-        if opener in _CLOSERS:
-            close = line.find(_CLOSERS[opener], m.end())
-            if close != -1:
-                end = close
-        tokens = line[m.end():end].split()
+        close = line.find(_CLOSERS[opener], m.end()) if opener in _CLOSERS else -1
+        if close != -1:
+            end = close
+        else:
+            goes_on = _SENTENCE_GOES_ON.search(line, m.end())
+            if goes_on:
+                end = goes_on.start()
+        spans = [t for t in _TOKEN.finditer(line, m.end(), end)]
+        if close == -1:
+            cut = next((i for i, t in enumerate(spans) if t.group().lower() in _FUNCTION_WORDS), None)
+            if cut is not None:
+                spans = spans[:cut]
+                end = spans[-1].end() if spans else m.end()
+        tokens = [t.group() for t in spans]
         flags = [i for i, t in enumerate(tokens) if _FLAG.match(t)]
-        if flags and flags[0] <= 3 and (len(flags) >= 2 or len(tokens) <= 5):
+        if not flags or flags[0] > 3:
+            continue
+        if len(flags) >= 2 or any(_VALUE_LIKE.search(t) for t in tokens):
             return start, end
     return None
 

@@ -55,9 +55,16 @@ _OLLAMA_COUNT = re.compile(r"(?P<what>prompt eval|eval)\s+count:\s*(?P<n>\d+)\s*
 _ACCESS = re.compile(r'"POST /v1/(?:chat/)?completions HTTP/[\d.]+" 200')
 _DISCONNECT = re.compile(r"Disconnected from client")
 # the model loader's placement (llama.cpp src/llama-model.cpp, "llm_load_tensors:"/"load_tensors:"; older
-# "llama_model_load_internal:"): printed only where the build can offload to a GPU (llama_supports_gpu_offload(),
-# formerly GGML_USE_CUBLAS/CLBLAST), so the line itself says a GPU backend was there to take the layers
+# "llama_model_load_internal:"). The line alone does not say a GPU was there: llama.cpp prints it whenever a GPU or
+# an RPC backend is registered (the official CPU packages build RPC in), ollama on every load
 _OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
+# what does say it: a buffer the loader or the context allocated on a GPU device ("CUDA0 model buffer size",
+# "ROCm0 KV buffer size", "Metal compute buffer size"; CUDA_Host is pinned host memory), or CUDA's device count
+_GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\s+(?:model |KV |compute |output )?"
+                         r"buffer size\s*=")
+_CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
+# ollama sizing the offload to the memory it found ("offload to cuda" … layers.requested=-1 … layers.offload=10)
+_OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
 _KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
@@ -87,7 +94,14 @@ class LlamaTimings:
     arrivals: int = 0  # access lines of generation requests (llama-cpp-python's server)
     in_flight: list[int] = field(default_factory=list)  # at each timing block after an arrival: begun, not done
     disconnects: int = 0  # streams the server ended early ("Disconnected from client")
-    offloaded: tuple[int, int] | None = None  # (layers on the GPU, layers) from the model loader's last load
+    loads: list[tuple[int, int]] = field(default_factory=list)  # (layers offloaded, layers) per model loaded
+    gpu_backend: str | None = None  # a GPU device the loader or the context allocated a buffer on ("CUDA0")
+    auto_sized: bool = False  # ollama chose how many layers to offload from the memory it found
+
+    @property
+    def offloaded(self) -> tuple[int, int] | None:
+        """(layers offloaded, layers) of the largest model loaded: the served one, not a draft model beside it."""
+        return max(self.loads, key=lambda load: load[1]) if self.loads else None
 
 
 class LlamaTimingParser:
@@ -115,8 +129,20 @@ class LlamaTimingParser:
         if "layers to GPU" in line:
             m0 = _OFFLOADED.search(line)
             if m0 and int(m0.group(2)) > 0:
-                self.timings.offloaded = (int(m0.group(1)), int(m0.group(2)))
+                self.timings.loads.append((int(m0.group(1)), int(m0.group(2))))
                 return
+        if "buffer size" in line and self.timings.gpu_backend is None:
+            mb = _GPU_BUFFER.search(line)
+            if mb:
+                self.timings.gpu_backend = mb.group(1)
+        if "ggml_cuda_init" in line and self.timings.gpu_backend is None:
+            mc = _CUDA_FOUND.search(line)
+            if mc:
+                self.timings.gpu_backend = "CUDA"
+        if "layers.requested=" in line:
+            mr = _OLLAMA_REQUESTED.search(line)
+            if mr and int(mr.group(1)) < 0:
+                self.timings.auto_sized = True
         low = line.lower()
         if "time" in low and "=" in line and " ms" in line:
             for m in _LLAMA.finditer(line):

@@ -185,14 +185,14 @@ def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:
 GPU_WORDS = re.compile(r"\b(?:CUDA|GPU|ROCm|HIP|Metal|Vulkan|cuBLAS|NVIDIA)\b", re.IGNORECASE)
 # evidence only a GPU produces: its samples (NVML, DCGM, nvidia-smi), a GPU timeline (Nsight, Kineto, CUDA
 # API calls), copies to and from a device (measured, or a request stage), the CUDA caching allocator's state
-# (memory stats, snapshots, an allocator's OOM message), llama.cpp's offload line — not an engine's memory
+# (memory stats, snapshots, an allocator's OOM message), llama.cpp's GPU buffers — not an engine's memory
 # settings (tensor parallel degree, max_model_len, gpu_memory_utilization), which a CPU backend has too
 GPU_EVIDENCE = ("gpu.", "trace.", "kineto.", "nsys.", "copy.", "pcie.", "api.", "stage.h2d", "stage.d2h",
                 "mem.reserved", "mem.allocated", "mem.segment", "mem.snapshot", "mem.peak", "mem.timeline",
                 "mem.device_free", "mem.inactive_split", "mem.alloc_retries", "mem.free_", "mem.largest_free",
                 "mem.private_pools", "mem.requested", "mem.activations", "mem.process_used", "mem.other_processes",
                 "mem.oom_count",
-                "llamacpp.gpu_layers")  # llama.cpp prints its offload line only where a GPU backend can take layers
+                "llamacpp.gpu_backend")  # a buffer llama.cpp allocated on a GPU device
 _GPU_STATEMENTS = ("report.vram_statements", "report.gpu_util_pct_max", "report.wrong_gpu_statements",
                    "report.offload_statements", "report.gpu_layers_offloaded", "report.cuda_graph_statements",
                    "report.cuda_graphs_off_messages", "report.slow_gpu_statements", "report.throttle_statements",

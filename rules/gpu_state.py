@@ -231,28 +231,33 @@ class GpuNotUsable(Rule):
 
 
 class LayersLeftOnTheCpu(Rule):
-    """llama.cpp's model loader put most of the model's layers on the CPU although a GPU could take them.
+    """llama.cpp's model loader put most of the model's layers on the CPU although a GPU was there to take them.
 
     What it detects: the loader's own line ``offloaded N/M layers to GPU`` (``llm_load_tensors:`` /
-    ``load_tensors:``; ``llama_model_load_internal:`` before GGUF; ollama's runner prints the same)
-    with N/M below ``max_share``. llama.cpp prints that line only when its build can offload to a GPU
-    (``llama_supports_gpu_offload()`` in src/llama-model.cpp; once ``GGML_USE_CUBLAS``/``CLBLAST``), so
-    the line says a GPU backend was there; a CPU-only build prints no such line.
+    ``load_tensors:``; ``llama_model_load_internal:`` before GGUF; ollama's runner prints the same) with
+    N/M below ``max_share``, in a log where llama.cpp also allocated a buffer on a GPU device (``CUDA0
+    compute buffer size``, ``ROCm0 model buffer size``, ``Metal …``) or CUDA counted a device at start-up.
+    The offload line alone says nothing of a GPU: llama.cpp prints it whenever a GPU or an RPC backend is
+    registered (the official CPU packages build RPC in), ollama on every load. N is what the loader was
+    asked to offload, capped at M.
 
     Why it matters: every layer left on the CPU is computed by the CPU for every token; with most of
     them there, the CPU sets the pace (10-100× slower than the GPU) and the GPU idles between its few
     layers.
 
-    How it decides: N/M < ``max_share``; impact 1 − N/M, at least ``min_impact``. Not when an
-    out-of-memory error is in the evidence or the report (a loader that offloads what fits and fails, or ollama
-    sizing the offload to memory, is an OOM for the memory rules), nor when the weights are known to be
-    larger than the GPU (then only a part can fit; PLC001 says what that costs).
+    How it decides: N/M < ``max_share`` with a GPU buffer in the log; impact 1 − N/M, at least
+    ``min_impact``. The largest model loaded counts (a draft model beside it is often kept on the CPU).
+    Not when an out-of-memory error is in the evidence or the report (a loader that offloads what fits
+    and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
+    (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the
+    GPU (then only a part can fit; PLC001 says what that costs).
 
-    Evidence: llamacpp.gpu_layers, llamacpp.layers_total; optionally mem.weights_estimate_bytes,
-    gpu.spec_memory_bytes, mem.oom_count, report.oom_statements.
+    Evidence: llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend; optionally
+    llamacpp.offload_auto_sized, mem.weights_estimate_bytes, gpu.spec_memory_bytes, mem.oom_count,
+    report.oom_statements.
 
     Fix: offload every layer (``-ngl 999`` / ``--n-gpu-layers``, llama-cpp-python ``n_gpu_layers=-1``,
-    ollama ``num_gpu``); if they do not fit, a smaller quantisation or a shorter context so they do.
+    ollama ``num_gpu``) if they fit; if they do not, a smaller quantisation or a shorter context so they do.
 
     False positives: a partial offload chosen on purpose to share the GPU; a model that does not fit
     when the weights' size is not in the evidence (the loader's buffer sizes show it).
@@ -261,8 +266,9 @@ class LayersLeftOnTheCpu(Rule):
     code = "PLC004"
     name = "layers-left-on-cpu"
     category = Category.DEVICE_PLACEMENT
-    requires = ("llamacpp.gpu_layers", "llamacpp.layers_total")
-    optional = ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "mem.oom_count", "report.oom_statements")
+    requires = ("llamacpp.gpu_layers", "llamacpp.layers_total", "llamacpp.gpu_backend")
+    optional = ("llamacpp.offload_auto_sized", "mem.weights_estimate_bytes", "gpu.spec_memory_bytes",
+                "mem.oom_count", "report.oom_statements")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -275,15 +281,16 @@ class LayersLeftOnTheCpu(Rule):
             return None
         share = on_gpu / layers
         oom = (ev.value("mem.oom_count", 0.0) or 0.0) > 0 or (ev.value("report.oom_statements", 0.0) or 0.0) > 0
-        if share >= t.max_share or oom:
+        if share >= t.max_share or oom or ev.value("llamacpp.offload_auto_sized"):
             return None
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
         if isinstance(weights, int | float) and isinstance(gpu_mem, int | float) and gpu_mem and weights > gpu_mem:
             return None
+        got = ev.get("llamacpp.gpu_backend")
+        device = got.value if isinstance(got, Evidence) else "a GPU device"
         msg = (f"llama.cpp's loader offloaded {on_gpu:.0f} of the model's {layers:.0f} layers to the GPU: the other "
-               f"{pct(1 - share)} run on the CPU for every token. The loader prints that line only when its build "
-               "can offload to a GPU, so the GPU was there to take them"
-               + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
+               f"{pct(1 - share)} run on the CPU for every token, while llama.cpp had a GPU ({device}) to put them "
+               "on" + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
@@ -293,11 +300,12 @@ class LayersLeftOnTheCpu(Rule):
             evidence=present(ev, *self.requires, *self.optional),
             why=f"GPU layers |{bar(share)}| {pct(share)}\nCPU layers |{bar(1 - share)}| {pct(1 - share)}",
             fixes=[
-                Fix("Offload every layer", (
+                Fix("Offload every layer that fits", (
                     "llama.cpp / llama-server: -ngl 999 (--n-gpu-layers); llama-cpp-python: n_gpu_layers=-1; "
                     "ollama: the num_gpu option (or let it size the offload: check `ollama ps`)",
-                    "The load log must then say 'offloaded M/M layers to GPU'",
-                ), Risk.SAFE),
+                    "The load log must then say 'offloaded M/M layers to GPU'; if the load then runs out of "
+                    "memory, the model and its KV cache do not fit at this size",
+                ), Risk.NEEDS_VALIDATION),
                 Fix("Make the layers fit", (
                     "A smaller quantisation (Q4_K_M instead of Q8_0) or a shorter context (-c) when the model and "
                     "its KV cache do not fit the GPU's memory",

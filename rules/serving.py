@@ -448,7 +448,7 @@ class QueueShareOfLatency(Rule):
     category = Category.QUEUEING
     # how much of the time is queued is the symptom; the engine's queue (QUE002) says what holds it (its
     # mechanism) and so which fix applies: it leads when found
-    symptom_of = ("QUE002", "CPU004")
+    symptom_of = ("QUE002",)
     requires = ("stage.queue.share",)
     optional = (
         "stage.queue_ms.mean",
@@ -549,8 +549,9 @@ class ClientPayloadIO(Rule):
     long batches) over HTTP/JSON show it first.
 
     How it decides: the share is at least ``min_share`` and the time at least ``min_ms`` per request.
-    Queueing findings computed from the same client latency (QUE003, QUE004) rank after it: the
-    requests the client counts in flight are mostly in its own sending and receiving.
+    QUE003, which counts the requests in flight from the same client latency, ranks after it: they are
+    mostly in the client's own sending and receiving. QUE004 (the server's queue over the server's time)
+    is judged on its own.
 
     Evidence: latency.client_io.share, latency.client_io_ms.mean; optionally latency.e2e_ms.mean,
     latency.transport_ms.mean, latency.server_ms.mean, bench.batch_size.

@@ -101,7 +101,8 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
         compute = [parts[k] for k in ("compute_input", "compute_infer", "compute_output", "compute") if k in parts]
         if compute:
             total = sum(compute)
-            ev.add("stage.compute_ms.mean", total, "ms", f"{where}: server compute input + infer + output", partial)
+            what = "compute" if "compute" in parts else "compute input + infer + output"
+            ev.add("stage.compute_ms.mean", total, "ms", f"{where}: server {what}", partial)
             if lvl.server_latency > 0:
                 ev.add("stage.compute.share", total / lvl.server_latency, "ratio",
                        "server compute / server request latency", partial)

@@ -22,7 +22,8 @@ class LlamaTimingSource:
 
     kind = KIND
     triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "Processing Prompt",
-                "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU")
+                "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU", "buffer size",
+                "ggml_cuda_init", "layers.requested=")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -38,7 +39,8 @@ class LlamaTimingSource:
 
     def matched(self) -> bool:
         r = self._result()
-        return bool(r.generations) or bool(r.prompt_tokens_seen) or r.offloaded is not None
+        return (bool(r.generations) or bool(r.prompt_tokens_seen) or r.offloaded is not None
+                or r.gpu_backend is not None)
 
     def problems(self) -> list[str]:
         return []
@@ -84,10 +86,16 @@ class LlamaTimingSource:
         _one_at_a_time(r, ev)
         if r.offloaded is not None:
             on_gpu, layers = r.offloaded
-            what = ("the model loader's 'offloaded N/M layers to GPU' line (printed only by a build that can offload "
-                    "to a GPU)")
+            what = "the model loader's 'offloaded N/M layers to GPU' line" + (
+                f" (the largest of {len(r.loads)} models loaded)" if len(r.loads) > 1 else "")
             ev.add("llamacpp.gpu_layers", on_gpu, "layers", what, Quality.GOOD)
             ev.add("llamacpp.layers_total", layers, "layers", what, Quality.GOOD)
+        if r.gpu_backend is not None:
+            ev.add("llamacpp.gpu_backend", r.gpu_backend, "", "a buffer llama.cpp allocated on this GPU device "
+                   "(or CUDA's device count at start-up)", Quality.GOOD)
+        if r.auto_sized:
+            ev.add("llamacpp.offload_auto_sized", 1, "flag", "ollama chose the layers to offload from the memory it "
+                   "found (layers.requested=-1)", Quality.GOOD)
         return ev.items
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 
-from diagnose import pipeline
+from diagnose import loose, pipeline
 from diagnose.collectors.llamacpp import LlamaTimingParser
 from diagnose.model import Confidence, EvidenceSet
 from diagnose.rules.base import gpu_in_view
+from diagnose.rules.engine import run_rules
 from tests.conftest import DATA
 
 LOGS = os.path.join(DATA, "logs")
@@ -36,10 +38,11 @@ def test_no_layer_offloaded_on_a_gpu_build_is_measured_placement() -> None:
     d = _analyze("llamacpp_load_offloaded_0_of_29.txt")  # llama.cpp#12614
     ev = EvidenceSet(d.evidence)
     assert ev.value("llamacpp.gpu_layers") == 0 and ev.value("llamacpp.layers_total") == 29
-    assert gpu_in_view(ev)  # the loader prints the line only where a GPU backend can take layers
+    backend = ev.get("llamacpp.gpu_backend")
+    assert backend is not None and backend.value == "CUDA0" and gpu_in_view(ev)  # its CUDA0 compute buffer
     top = d.findings[0]
     assert top.code == "PLC004" and top.confidence is Confidence.MEASURED and top.impact == 1.0
-    assert "offloaded 0 of the model's 29 layers" in top.message and "-ngl" in top.message
+    assert "offloaded 0 of the model's 29 layers" in top.message and "(CUDA0)" in top.message and "-ngl" in top.message
     assert "PLC001" not in {f.code for f in d.findings}  # the report rule steps aside for the measurement
 
 
@@ -50,6 +53,38 @@ def test_most_layers_on_the_gpu_or_an_oom_is_no_misplacement() -> None:
     d = _analyze("ollama_load_offloaded_6_of_33_oom.txt")  # ollama#2706: 6 of 33, then out of memory
     assert EvidenceSet(d.evidence).value("llamacpp.gpu_layers") == 6
     assert "PLC004" not in {f.code for f in d.findings}
+
+
+def _judge(*lines: str) -> tuple[EvidenceSet, set[str]]:
+    res = loose.analyze_stream("x", io.BufferedReader(io.BytesIO("\n".join(lines).encode())))
+    ev = EvidenceSet(res.evidence)
+    findings, _ = run_rules(ev)
+    return ev, {f.code for f in findings}
+
+
+def test_the_offload_line_alone_puts_no_gpu_in_view() -> None:
+    # ollama logs it on every load, llama.cpp wherever an RPC backend is built in (its CPU release packages)
+    ev, codes = _judge('time=2025-01-08T10:00:00.000Z level=INFO source=gpu.go:386 msg="no compatible GPUs were '
+                       'discovered"', "llm_load_tensors: offloaded 0/35 layers to GPU",
+                       "llm_load_tensors:   CPU_Mapped model buffer size =  4437.80 MiB")
+    assert ev.value("llamacpp.gpu_layers") == 0 and "llamacpp.gpu_backend" not in ev
+    assert "PLC004" not in codes  # the report rule may still read the line as a reporter's cue (PLC001)
+
+
+def test_ollama_sizing_the_offload_to_memory_is_no_misplacement() -> None:
+    _, codes = _judge('time=2024-05-10T07:52:21.000Z level=INFO source=memory.go:133 msg="offload to gpu" '
+                      'layers.requested=-1 layers.model=33 layers.offload=10 memory.available="3.7 GiB" '
+                      'memory.required.full="9.4 GiB"', "llm_load_tensors: offloaded 10/33 layers to GPU",
+                      "llm_load_tensors:      CUDA0 buffer size =  1100.00 MiB")
+    assert "PLC004" not in codes
+
+
+def test_the_served_model_counts_not_a_draft_beside_it() -> None:
+    p = LlamaTimingParser()
+    for line in ("load_tensors: offloaded 0/29 layers to GPU", "load_tensors: offloaded 81/81 layers to GPU",
+                 "load_tensors: offloaded 0/25 layers to GPU"):  # the main model, then a draft kept on the CPU
+        p.feed(line)
+    assert p.result().offloaded == (81, 81)
 
 
 def test_a_cpu_only_build_prints_no_offload_line() -> None:

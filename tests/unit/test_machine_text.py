@@ -94,6 +94,15 @@ def test_a_launch_command_states_nothing() -> None:
     ("ollama is slow when I raise --num-parallel on my laptop", None),  # a sentence that names a flag
     ("we run python on the box", None),
     ("I accelerate it with --fp16", None),  # no launcher
+    ("But vllm with --enforce-eager is slow", None),  # a function word: a sentence, not a command
+    ("The python -based client is slow", None),
+    # unquoted, it ends where the sentence goes on
+    ("I run vllm serve m --tp 8 --enforce-eager and the TTFT is 30 s on long prompts, prefill is slow",
+     "vllm serve m --tp 8 --enforce-eager"),
+    ("I'm using python -m vllm.entrypoints.openai.api_server --model m, and GPU memory is 95% full",
+     "python -m vllm.entrypoints.openai.api_server --model m"),
+    # a path before the launcher does not swallow the quote that opened it
+    ("Run `./llama-server -m model.gguf -ngl 0` and the GPU sits idle at 2 tokens/s", "./llama-server -m model.gguf"),
 ])
 def test_a_command_quoted_in_a_sentence_is_found_by_its_flags(line: str, command: str | None) -> None:
     span = inline_command(line)
@@ -101,7 +110,8 @@ def test_a_command_quoted_in_a_sentence_is_found_by_its_flags(line: str, command
         assert span is None
     else:
         assert span is not None and line[span[0]:span[1]].startswith(command)
-        assert "`" not in line[span[0]:span[1]]
+        assert "`" not in line[span[0]:span[1]] and "," not in line[span[0]:span[1]]
+        assert " and " not in line[span[0]:span[1]]
 
 
 def test_a_quoted_command_states_nothing_but_its_settings() -> None:
@@ -114,6 +124,12 @@ def test_a_quoted_command_states_nothing_but_its_settings() -> None:
     # a command line on its own line: the same settings, and still nobody's claim
     c = _claims("vllm serve m --enforce-eager --max-num-seqs 2").claims
     assert c.messages["cuda_graphs_off"] == 1 and not c.words and not c.concepts
+    # an engine on its CPU backend has no CUDA graphs to turn off
+    c = _claims("VLLM_CPU_KVCACHE_SPACE=40 vllm serve Qwen/Qwen2.5-7B --device cpu --enforce-eager").claims
+    assert c.messages["cuda_graphs_off"] == 0
+    # the sentence around an unquoted command is still read
+    c = _claims("I run vllm serve m --tp 8 --enforce-eager and the time to first token is 30 s on long prompts").claims
+    assert c.messages["cuda_graphs_off"] == 1 and "ttft" in c.concepts
 
 
 def test_program_prose_between_records_is_the_programs_and_so_are_its_repeats() -> None:
