@@ -59,6 +59,7 @@ from diagnose.derive import (
     probe_state,
     prom,
     timing,
+    torch_profiler_table,
 )
 from diagnose.model import Evidence, InputRecord
 
@@ -119,6 +120,7 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     prom.sources,
     bench.sources,
     nsys_stats.sources,
+    torch_profiler_table.sources,
     claims.sources,  # last: what the text says, when no format above could measure it
 )
 

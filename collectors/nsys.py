@@ -88,6 +88,8 @@ LAUNCH_APIS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
     "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cuLaunchKernel", "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuLaunchGridAsync",
+    # ROCm's, as a PyTorch profiler table on AMD names them
+    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
 })
 GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 # host calls that block until the device catches up (the same set the `nsys stats` reader counts)

@@ -30,6 +30,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 
+from diagnose.collectors.nsys import LAUNCH_APIS
 from diagnose.units import unit_bytes
 
 # report id → canonical report kind
@@ -101,6 +102,8 @@ class NsysStats:
     api_time_ns: float = 0.0
     api_calls: int = 0
     sync_time_ns: float = 0.0
+    launch_time_ns: float = 0.0  # host time in kernel-launch calls (cudaLaunchKernel and kin)
+    launch_calls: int = 0
     memcpy_calls: int = 0
     top_apis: list[tuple[str, float, int]] = field(default_factory=list)  # (name, ns, calls)
     pageable_async: int = 0
@@ -290,6 +293,9 @@ class NsysStatsParser:
                 acc[1] += count
                 if api in _SYNC_APIS:
                     out.sync_time_ns += ns
+                if api in LAUNCH_APIS:
+                    out.launch_time_ns += ns
+                    out.launch_calls += count
                 if api.startswith(("cudaMemcpy", "cuMemcpy")):
                     out.memcpy_calls += count
         elif t.report == "memsize":

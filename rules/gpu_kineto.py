@@ -5,6 +5,9 @@ host's runtime calls, so it can tell *why* the GPU was idle: the next operation 
 launched (dispatch), a host thread was blocked in a synchronising call, or start-up was captured.
 These rules read the ``kineto.*`` keys of ``analyzer/derive/kineto.py``; the timeline itself is
 judged by ``rules/gpu_trace.py`` from the same ``trace.*`` keys an Nsight export gives.
+
+What is left of a profile when only its summary table is pasted (``key_averages().table()``, ``nsys stats``):
+the host's time in launch calls against the device's time, GPU112.
 """
 
 from __future__ import annotations
@@ -301,4 +304,88 @@ class RankImbalance(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (DispatchBound, ColdStartInTrace, RankImbalance)
+class LaunchTimeInSummaryTable(Rule):
+    """A profiler's summary table shows the host spending about as long launching kernels as the GPU runs them.
+
+    What it detects: summary tables, not a timeline: ``nsys stats``' ``cuda_api_sum`` beside its kernel sum,
+    or a PyTorch profiler table (``key_averages().table()``) with its ``Self CUDA time total``: the host
+    time in kernel-launch calls (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``…) against the
+    device's time (``api.launch_to_device_ratio``). A PyTorch table of the host's columns only gives the
+    launch calls' share of the host's self time (``api.launch_host_share``) instead.
+
+    Why it matters: each launch costs the host microseconds; when the kernels are as short as their
+    launches, the GPU finishes each before the next arrives and waits: small batches, decode steps and
+    small models, where faster GPUs do not help. Fewer, larger launches (CUDA graphs, fusion) do.
+
+    How it decides: at least ``min_launches`` launch calls, and launch time ≥ ``min_ratio`` × device time:
+    confidence *measured*, impact ratio / (1 + ratio) (the GPU's idle share if launches and kernels took
+    turns), at most ``max_impact``. Without the device's time: the launch calls take ≥ ``min_host_share``
+    of the host's self time, confidence *heuristic* (the GPU's side is not in the table), impact that share.
+
+    Evidence: api.launch_count and one of api.launch_to_device_ratio, api.launch_host_share; optionally
+    api.launch_time_ms, api.launch_mean_us, profile.self_device_total_ms, gpu.kernel_time_ms.
+
+    Fix: capture the steady path in CUDA graphs (``torch.compile(mode="reduce-overhead")``, vLLM/SGLang
+    without ``--enforce-eager``/``--disable-cuda-graph``, llama.cpp's CUDA graphs on), fuse small ops
+    (``torch.compile``), batch more work per launch.
+
+    False positives: a profile of the first iterations (warm-up launches, autotuning) or a table that
+    profiled only part of the program; the ratio counts all kernels, so a few long ones hide many short
+    ones (a timeline, GPU106, shows them).
+    """
+
+    code = "GPU112"
+    name = "launch-time-in-summary-table"
+    category = Category.LAUNCH_OVERHEAD
+    requires = ("api.launch_count",)
+    requires_any = (("api.launch_to_device_ratio",), ("api.launch_host_share",))
+    optional = ("api.launch_time_ms", "api.launch_mean_us", "profile.self_device_total_ms", "gpu.kernel_time_ms")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_launches: float = 1000.0  # fewer launches than this is not a steady pattern
+        min_ratio: float = 0.5  # the host spends at least half as long launching as the GPU computing (GPU106's bar)
+        min_host_share: float = 0.2  # a fifth of the host's own time issuing launches
+        max_impact: float = 0.9  # a table cannot show the GPU entirely idle: some kernels do run
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        n = ev.value("api.launch_count") or 0.0
+        if n < t.min_launches:
+            return None
+        ratio, share = ev.value("api.launch_to_device_ratio"), ev.value("api.launch_host_share")
+        launch_ms, mean_us = ev.value("api.launch_time_ms"), ev.value("api.launch_mean_us")
+        each = f" ({mean_us:.1f} µs each)" if mean_us is not None else ""
+        if ratio is not None:
+            if ratio < t.min_ratio:
+                return None
+            conf, impact = Confidence.MEASURED, min(t.max_impact, ratio / (1.0 + ratio))
+            msg = (f"The host spent {launch_ms or 0.0:.0f} ms in {n:.0f} kernel-launch calls{each}, {ratio:.2g}× the "
+                   "time the GPU spent running kernels: kernels end about as fast as they are launched, so the "
+                   "GPU waits for the host between them.")
+        elif share is not None and share >= t.min_host_share:
+            conf, impact = Confidence.HEURISTIC, min(t.max_impact, share)
+            msg = (f"Kernel-launch calls take {pct(share)} of the host's own time in the profile: {n:.0f} launches"
+                   f"{each}. The table has no device time, so whether the GPU waits for them is not measured; many "
+                   "short launches from one thread is the signature of launch overhead.")
+        else:
+            return None
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=conf,
+            title="Kernel launches take as long as the kernels",
+            message=msg,
+            impact=impact,
+            evidence=present(ev, *self.requires, "api.launch_to_device_ratio", "api.launch_host_share",
+                             *self.optional),
+            fixes=[
+                Fix("Launch less often", (
+                    "Capture the steady path in CUDA graphs: torch.compile(mode=\"reduce-overhead\") or "
+                    "torch.cuda.graphs; serving engines: vLLM without --enforce-eager, SGLang without "
+                    "--disable-cuda-graph",
+                    "Fuse small ops (torch.compile) and batch more requests per forward",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (DispatchBound, ColdStartInTrace, RankImbalance, LaunchTimeInSummaryTable)

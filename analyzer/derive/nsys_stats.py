@@ -125,6 +125,14 @@ def derive(st: NsysStats, source: str) -> list[Evidence]:
         ev.add("api.memcpy_calls", st.memcpy_calls, "count", "cudaMemcpy* / cuMemcpy* calls")
         if st.api_time_ns > 0:
             ev.add("api.sync_share", st.sync_time_ns / st.api_time_ns, "ratio", "synchronising API time / all API time")
+        if st.launch_calls:
+            ev.add("api.launch_time_ms", st.launch_time_ns / NS_PER_MS, "ms", "host time in kernel-launch calls")
+            ev.add("api.launch_count", st.launch_calls, "count", "kernel-launch calls")
+            ev.add("api.launch_mean_us", st.launch_time_ns / 1000.0 / st.launch_calls, "us",
+                   "host time per launch call")
+            if st.has_kernels and st.kernel_time_ns > 0:
+                ev.add("api.launch_to_device_ratio", st.launch_time_ns / st.kernel_time_ns, "ratio",
+                       "host time launching kernels / kernel time on the GPU")
         if st.top_apis:
             ev.add("api.top", [{"name": n, "time_ms": round(t / NS_PER_MS, 3), "calls": c} for n, t, c in st.top_apis],
                    "table", "CUDA API calls by total time")
