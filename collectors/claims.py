@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of
@@ -510,10 +511,7 @@ class ClaimParser:
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
             if _CPU_DEVICE.search(line):
                 return  # an engine on its CPU backend: no CUDA graphs to turn off
-            for name in SETTINGS:
-                if MESSAGES[name].search(line):
-                    c.messages[name] += 1
-                    c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
+            self._messages(line, SETTINGS)
             return
         if kind in _DATA:
             return  # a metrics exposition or a record: the program's text, nobody's claim
@@ -523,10 +521,7 @@ class ClaimParser:
         if prose and not c.title and _is_title(line):
             c.title = line.strip()[:300]
             c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}
-        for name, rx in MESSAGES.items():
-            if rx.search(line):
-                c.messages[name] += 1
-                c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
+        self._messages(line, MESSAGES)
         m = _OFFLOADED.search(line)
         if m:
             c.layers = (int(m.group(1)), int(m.group(2)))
@@ -537,6 +532,14 @@ class ClaimParser:
         if kind in _READ_CLAUSES:
             for clause in clauses_of(line):
                 self._clause(clause)
+
+    def _messages(self, line: str, names: Iterable[str]) -> None:
+        """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""
+        c = self._claims
+        for name in names:
+            if MESSAGES[name].search(line):
+                c.messages[name] += 1
+                c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
 
     def _clause(self, clause: str) -> None:
         c = self._claims

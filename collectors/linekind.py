@@ -138,7 +138,7 @@ def inline_command(line: str) -> tuple[int, int] | None:
             goes_on = _SENTENCE_GOES_ON.search(line, m.end())
             if goes_on:
                 end = goes_on.start()
-        spans = [t for t in _TOKEN.finditer(line, m.end(), end)]
+        spans = list(_TOKEN.finditer(line, m.end(), end))
         if close == -1:
             cut = next((i for i, t in enumerate(spans) if t.group().lower() in _FUNCTION_WORDS), None)
             if cut is not None:

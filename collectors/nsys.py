@@ -88,10 +88,11 @@ LAUNCH_APIS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
     "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cuLaunchKernel", "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuLaunchGridAsync",
-    # ROCm's, as a PyTorch profiler table on AMD names them
+    # ROCm's, as a PyTorch profiler (trace or table) on AMD names them
     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
+    "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
 })
-GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 # host calls that block until the device catches up (the same set the `nsys stats` reader counts)
 SYNC_APIS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",

@@ -42,7 +42,7 @@ class ProfilerTable:
 
     def launches(self) -> tuple[float, int, float] | None:
         """(host time in kernel-launch calls in ms, calls, their share of the host's self time) or None."""
-        rows = [v for name, v in self.rows if name.strip() in LAUNCH_APIS]
+        rows = [v for name, v in self.rows if name in LAUNCH_APIS]
         if not rows or "Self CPU" not in self.columns:
             return None
         ms = sum(_ms(v.get("Self CPU", "")) or 0.0 for v in rows)

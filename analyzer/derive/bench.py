@@ -85,8 +85,8 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
     if lvl.transport_io_ms is not None:
         ev.add("latency.client_io_ms.mean", lvl.transport_io_ms, "ms",
                f"{where}: client sending and receiving (serialising) the request and response")
-        if lvl.latency_mean or lvl.transport_ms:
-            whole = lvl.latency_mean or lvl.transport_ms or 0.0
+        whole = lvl.latency_mean or lvl.transport_ms
+        if whole:
             ev.add("latency.client_io.share", min(1.0, lvl.transport_io_ms / whole), "ratio",
                    "client send/receive / client latency")
     if lvl.delayed or delayed_warnings:

@@ -41,6 +41,7 @@ import numpy as np
 
 from diagnose.collectors import kineto
 from diagnose.collectors.kineto import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KinetoTrace
+from diagnose.collectors.nsys import GRAPH_LAUNCH_APIS, LAUNCH_APIS
 from diagnose.derive.emit import Emit
 from diagnose.derive.gpu_timeline import GAP_BUCKETS, GAP_EDGES_US, TINY_KERNEL_US, emit_busy, emit_gaps, emit_kernels
 from diagnose.model import Evidence, InputRecord, Quality
@@ -61,13 +62,8 @@ CAPTURE_CALLS = frozenset({"cudaStreamBeginCapture", "cudaStreamEndCapture", "cu
                            "hipGraphInstantiate", "hipGraphInstantiateWithFlags", "cuStreamBeginCapture",
                            "cuGraphInstantiate", "cuGraphInstantiateWithFlags"})
 
-LAUNCH_CALLS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-    "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
-})
-GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+LAUNCH_CALLS = LAUNCH_APIS  # one list of launch calls for every reader (CUDA runtime and driver, ROCm)
+GRAPH_LAUNCH_CALLS = GRAPH_LAUNCH_APIS
 SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
