@@ -32,6 +32,7 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import operator
 import random
@@ -359,6 +360,60 @@ def _learn(line: str) -> dict[str, float]:
     return got
 
 
+class _Shape(NamedTuple):
+    """A whole stats line's shape, read from the line's numbers only (``_numbers``): which of those
+    tokens carry which of its layout's fields, and how many there are."""
+
+    layout: _Layout
+    idx: tuple[int, ...]
+    ntokens: int
+
+
+# the whole line without its digits → its shape: the log's prefix (time stamp, logger, process) repeats
+# with the stats line, so one digit-free copy of a block of lines keys each line in C
+_SHAPES: dict[bytes, _Shape] = {}
+MAX_SHAPES = 256
+# a line's numbers: commas and % signs as spaces (as in a layout's tokens), every other byte but digits,
+# dots, minus signs and white space deleted, so a word's token vanishes and a number's stays as it is
+_NUMERIC_TABLE = bytes.maketrans(b",%", b"  ")
+_NON_NUMERIC = bytes(b for b in range(256) if b not in b"0123456789.- \t\n\r\x0b\x0c,%")
+
+
+def _tokens(text: str) -> list[str]:
+    return text.replace(",", " ").replace("%", " ").split()
+
+
+def _numbers(text: bytes) -> bytes:
+    return text.translate(_NUMERIC_TABLE, _NON_NUMERIC)
+
+
+def _shape_of(line: str, key: bytes) -> _Shape | None:
+    """The shape of a stats line whose layout is learned, remembered by its digit-free ``key``; None
+    when its layout is not learned (yet) or the line holds its anchor twice (two glued records).
+
+    The layout's tail is the end of the line, so its fields are the same tokens counted from the
+    line's end (only the anchor's own token can differ, glued to what comes before it). Lines that
+    share the key but not the count of tokens before the anchor are caught where they are read."""
+    found = layout_of(line)
+    if found is None:
+        return None
+    layout = found[1]
+    if line.count(layout.anchor) != 1:
+        return None
+    whole = _tokens(line)
+    before = len(whole) - layout.ntokens
+    # each token's place among the numbers' tokens: a token whose bytes are all deleted has none
+    at: list[int] = []
+    kept = 0
+    for token in whole:
+        at.append(kept)
+        kept += bool(_numbers(token.encode("utf-8", "replace")))
+    shape = _Shape(layout, tuple(at[before + i] for i in layout.idx), kept)
+    if len(_SHAPES) < MAX_SHAPES:
+        _SHAPES[key] = shape
+    return shape
+
+
 def layout_of(line: str) -> tuple[str, _Layout] | None:
     """(the line from its anchor on, its learned layout), or None when no learned layout fits."""
     for anchor in _ANCHORS:
@@ -643,62 +698,87 @@ class EngineLogParser:
     def feed_raw(self, lines: list[str]) -> None:
         """Physical lines as they stand in the log (not cleaned), many at once: the tail of a big log.
 
-        Stats lines of a learned layout are read in bulk: one split of all of them, each field a
-        column of values aggregated in C. The recogniser reads from a layout's anchor on, so the
-        log prefixes ``clean_lines`` strips do not matter to it; a line holding its anchor twice (two
-        glued records) is cleaned like any other. The aggregates keep the order of the lines: layouts
-        are folded in the order of their last line, and a stats line of an unknown layout (read one
-        by one, which learns its layout) closes the run of lines before it. Every other line is
-        cleaned and fed one by one.
+        Stats lines of a learned layout are read in bulk, with no per-line string work in Python:
+        one copy of the block without its digits keys each line to its shape (the layout and the log
+        prefix repeat with every stats line), one copy with only its numbers (``_numbers``) feeds
+        numpy's C reader, which parses the fields' columns of each shape at once. The recogniser
+        reads from a layout's anchor on, so the log prefixes ``clean_lines`` strips do not matter to
+        it; a line holding its anchor twice (two glued records) is cleaned like any other. The
+        aggregates keep the order of the lines: shapes are folded in the order of their last line,
+        and a stats line of an unknown layout (read one by one, which learns its layout) closes the
+        run of lines before it. Every other line is cleaned and fed one by one.
         """
         if self._bench_rows is not None or len(lines) < BULK_MIN:
             for line in clean_lines(lines):
                 self.feed(line)
             return
-        groups: dict[_Layout, list[str]] = {}
-        last_at: dict[_Layout, int] = {}
+        blob = "\n".join(lines).encode("utf-8", "replace")
+        keys = blob.translate(None, _DIGITS).split(b"\n")
+        if len(keys) != len(lines):  # a line holding a newline: cannot come from a split, stay exact
+            for line in clean_lines(lines):
+                self.feed(line)
+            return
+        numbers = _numbers(blob).split(b"\n")
+        groups: dict[_Shape, tuple[list[bytes], list[int]]] = {}
+        last_at: dict[_Shape, int] = {}
         rest: list[str] = []
+        shapes = _SHAPES
         for k, line in enumerate(lines):
-            if "Running:" in line or "Waiting:" in line or "Pending:" in line:
-                found = layout_of(line)
-                if found is not None and line.count(found[1].anchor) == 1:
-                    groups.setdefault(found[1], []).append(found[0])
-                    last_at[found[1]] = k
+            shape = shapes.get(keys[k])
+            if shape is None:
+                if not ("Running:" in line or "Waiting:" in line or "Pending:" in line):
+                    rest.append(line)
                     continue
-                self._flush(groups, last_at)
-                for clean in clean_lines((line,)):
-                    self.feed(clean)
-                continue
-            rest.append(line)
-        self._flush(groups, last_at)
+                shape = _shape_of(line, keys[k])
+                if shape is None:  # an unknown layout (read one by one, which learns it), or an odd line
+                    self._flush(groups, last_at, lines)
+                    for clean in clean_lines((line,)):
+                        self.feed(clean)
+                    continue
+            group = groups.get(shape)
+            if group is None:
+                groups[shape] = group = ([], [])
+            group[0].append(numbers[k])
+            group[1].append(k)
+            last_at[shape] = k
+        self._flush(groups, last_at, lines)
         for line in clean_lines(rest):
             self.feed(line)
 
-    def _flush(self, groups: dict[_Layout, list[str]], last_at: dict[_Layout, int]) -> None:
-        for layout in sorted(groups, key=last_at.__getitem__):
-            self._add_bulk(layout, groups[layout])
+    def _flush(self, groups: dict[_Shape, tuple[list[bytes], list[int]]], last_at: dict[_Shape, int],
+               lines: list[str]) -> None:
+        for shape in sorted(groups, key=last_at.__getitem__):
+            numbers, at = groups[shape]
+            self._add_bulk(shape, numbers, lines, at)
         groups.clear()
         last_at.clear()
 
-    def _add_bulk(self, layout: _Layout, tails: list[str]) -> None:
-        """Many stats lines of one layout: columns of values, aggregated in bulk."""
-        flat = " ".join(tails).replace(",", " ").replace("%", " ").split()
-        n = layout.ntokens
-        if len(flat) != n * len(tails):  # cannot happen for one layout key; stay exact if it does
-            for tail in tails:
-                self.feed(tail)
-            return
+    def _add_bulk(self, shape: _Shape, numbers: list[bytes], lines: list[str], at: list[int]) -> None:
+        """Many stats lines of one shape (``numbers``: each line's numbers, ``_numbers``): columns of
+        values, aggregated in bulk. ``lines[k]`` for ``k`` in ``at`` are the lines themselves, read one
+        by one when the bulk read cannot be exact."""
+        data = b"\n".join(numbers)
+        # every line holds the shape's tokens: count the tokens' starts (a byte above the space after one
+        # that is not) in numpy rather than splitting the block
+        solid = np.frombuffer(data, np.uint8) > 0x20
+        tokens = int(np.count_nonzero(solid[1:] > solid[:-1])) + int(solid[0]) if solid.size else 0
         try:
-            cols = {name: np.fromiter(map(float, flat[i::n]), np.float64, len(tails))
-                    for name, i in zip(layout.names, layout.idx, strict=True)}
+            if tokens != shape.ntokens * len(numbers):  # cannot happen for one shape; stay exact if it does
+                raise ValueError
+            # numpy's C reader parses the fields' columns only (white space between tokens, as split does)
+            table = np.loadtxt(io.BytesIO(data), dtype=np.float64, comments=None, usecols=shape.idx, ndmin=2,
+                               encoding="latin-1")
+            if table.shape[0] != len(numbers):
+                raise ValueError
         except ValueError:
-            for tail in tails:
-                self.feed(tail)
+            for line in clean_lines(lines[k] for k in at):
+                self.feed(line)
             return
+        cols = {name: table[:, j] for j, name in enumerate(shape.layout.names)}
         if ("running" not in cols and "waiting" not in cols) or len(cols) < 2:
             return
         self.engines.setdefault("vllm")
-        self.samples += len(tails)
+        self.samples += len(numbers)
         for name, series, scale in (("running", self.running, 1.0), ("waiting", self.waiting, 1.0),
                                     ("swapped", self.swapped, 1.0), ("kv_pct", self.kv_usage, 0.01),
                                     ("prefix_pct", self.prefix_hit, 0.01), ("prompt_tps", self.prompt_tps, 1.0),

@@ -174,6 +174,34 @@ def test_bulk_stats_reading_equals_line_by_line() -> None:
             assert sa.last == sb.last, name
 
 
+def test_lines_that_share_a_digit_free_shape_but_not_their_tokens_are_read_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk reader keys a line by its digits removed: a prefix with a number where another line
+    has only a double space, an anchor glued to the token before it, and a field whose value is not
+    a plain number all key alike or nearly so, and each is still read as line by line."""
+    base = ("INFO 03-18 12:34:{s:02d}{pid} llm_engine.py:706]{sep}Avg prompt throughput: {a:.1f} tokens/s, Avg "
+            "generation throughput: 2.0 tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV "
+            "cache usage: {kv}%, CPU KV cache usage: 0.0%")
+    rng = random.Random(11)
+    # the shorter of the two colliding prefixes seen first: a reader that trusted the key would read
+    # the longer lines' fields one token off
+    monkeypatch.setattr(engine_log, "_SHAPES", {})
+    lines = [base.format(s=i % 60, pid=(" ", " 7", "")[i % 3], sep=rng.choice([" ", " ", ""]),
+                         a=rng.uniform(0, 900), r=rng.randrange(1, 300), w=rng.randrange(0, 9),
+                         kv=rng.choice(["41.5", "63.0", "7.25"])) for i in range(2000)]
+    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
+    for line in clean_lines(lines):
+        one.feed(line)
+    for k in range(0, len(lines), 500):
+        bulk.feed_raw(lines[k:k + 500])
+    a, b = one.summary(), bulk.summary()
+    assert a.samples == b.samples == 2000 and a.queued_samples == b.queued_samples
+    for name in ("running", "waiting", "kv_usage", "prompt_tps", "running_when_queued"):
+        sa, sb = getattr(a, name), getattr(b, name)
+        assert sa.count == sb.count == (2000 if name != "running_when_queued" else a.queued_samples), name
+        assert _close(sa.total, sb.total) and sa.max == sb.max, name
+
+
 def test_a_stats_line_of_a_new_shape_is_learned_from_its_own_fields() -> None:
     line = ("INFO 11-02 09:00:00 [loggers.py:123] Engine 001: Running: 7 reqs, Waiting: 2 reqs, "
             "GPU KV cache usage: 88.5%")
