@@ -32,10 +32,14 @@ usage: benchmarks/attach_overhead.py [--service litserve-embedding|vllm|DEMO_PAT
                                      [--rounds 6] [--clients 2] [--attach-args=--light] [--null]
                                      [--meter] [--collectors] [--nice N] [--bare-pyspy HZ]
                                      [--vllm-model tiny|prefill] [--max-tokens 16] [--cpus LIST]
+                                     [--engine-cpus LIST]
 
 ``--nice N`` runs the attach at that niceness, ``--cpus 1`` on those CPUs only (its py-spys inherit both);
 ``--bare-pyspy HZ`` replaces the attach in the B windows with one plain ``py-spy record --nonblocking`` of
 the busiest process at HZ. ``--vllm-model prefill --max-tokens 64`` serves the lab's 60M-parameter model.
+``--engine-cpus 0`` puts the service's whole process tree on CPU 0 (vLLM's worker binds its OpenMP threads
+there too) and the clients and the attach on the other CPUs: the spare core a GPU host has, so the ratio
+measures what attaching does to the engine, not two programs sharing two cores.
 """
 
 from __future__ import annotations
@@ -128,23 +132,40 @@ def demo(pathology: str) -> Iterator[Service]:
 
 
 @contextlib.contextmanager
-def vllm_engine(model: str = "tiny", max_tokens: int = 16) -> Iterator[Service]:
+def vllm_engine(model: str = "tiny", max_tokens: int = 16, cpus: str = "") -> Iterator[Service]:
     """Real vLLM (the engine lab's CPU build: ``bash tests/engines/install_vllm.sh``), one of the lab's
     random-weight Llamas (``tiny`` by default, ``prefill``: the 60M-parameter one), non-streaming completions
-    of ``max_tokens`` tokens; attach goes to the API server's pid, as a user's would."""
+    of ``max_tokens`` tokens; attach goes to the API server's pid, as a user's would. ``cpus`` (e.g. "0"):
+    the worker binds its OpenMP threads to those CPUs (``VLLM_CPU_OMP_THREADS_BIND``)."""
     from tests.engines import lab  # the engine lab: starts, waits for and stops the engine
 
     why = lab.vllm_available()
     if why:
         raise RuntimeError(why)
     work = tempfile.mkdtemp(prefix="bench-vllm-")
-    eng = lab.start_vllm(lab.VllmConfig(model), Path(work), Path(work) / "vllm.log")
+    env = {"VLLM_CPU_OMP_THREADS_BIND": cpus} if cpus else {}
+    eng = lab.start_vllm(lab.VllmConfig(model, env=env), Path(work), Path(work) / "vllm.log")
     body = json.dumps({"model": "lab", "prompt": lab.prompt(20, 1), "max_tokens": max_tokens, "temperature": 0.0,
                        "ignore_eos": True}).encode()
     try:
         yield Service(eng.pid, eng.port, "/v1/completions", body, "application/json")
     finally:
         eng.stop()
+
+
+def pin_tree(pid: int, cpus: set[int]) -> int:
+    """Put every thread of ``pid``'s process tree on ``cpus`` (threads it starts later inherit it); the count."""
+    import psutil
+
+    root = psutil.Process(pid)
+    n = 0
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error, OSError):
+            for th in proc.threads():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(th.id, cpus)
+                    n += 1
+    return n
 
 
 def _post(port: int, path: str, body: bytes, ctype: str, timeout: float) -> bool:
@@ -498,6 +519,10 @@ def main() -> int:
                     help="A/A rounds: the B windows attach nothing (the ratio's noise floor on this host)")
     ap.add_argument("--nice", type=int, default=0, help="run the attach at this niceness (0-19)")
     ap.add_argument("--cpus", default="", help="run the attach on these CPUs only, e.g. 1 (its py-spys inherit it)")
+    ap.add_argument("--engine-cpus", default="",
+                    help="put the service's whole tree on these CPUs and this harness (clients, and the attach "
+                         "it starts) on the others, e.g. 0: a spare core, as on a GPU host where the engine "
+                         "leaves CPUs free")
     ap.add_argument("--bare-pyspy", type=int, default=0, metavar="HZ",
                     help="B windows run one plain py-spy (nonblocking) on the busiest process at HZ, no attach")
     ap.add_argument("--vllm-model", default="tiny", choices=("tiny", "prefill"),
@@ -505,8 +530,17 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16, help="with --service vllm: tokens per completion")
     args = ap.parse_args()
     ctx = (litserve_embedding() if args.service == "litserve-embedding"
-           else vllm_engine(args.vllm_model, args.max_tokens) if args.service == "vllm" else demo(args.service))
+           else vllm_engine(args.vllm_model, args.max_tokens, args.engine_cpus) if args.service == "vllm"
+           else demo(args.service))
     with ctx as svc:
+        if args.engine_cpus:
+            engine = {int(c) for c in args.engine_cpus.split(",")}
+            rest = set(range(os.cpu_count() or 1)) - engine
+            if not rest:
+                raise SystemExit(f"--engine-cpus {args.engine_cpus} leaves no CPU for the clients and the attach")
+            print(f"service tree: {pin_tree(svc.pid, engine)} threads on CPUs {sorted(engine)}; clients and "
+                  f"attach on CPUs {sorted(rest)}", flush=True)
+            os.sched_setaffinity(0, rest)  # this thread: the client threads and the attach inherit it
         return collectors(svc, args) if args.collectors else throughput(svc, args)
 
 
