@@ -158,8 +158,12 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
 def _others(findings: Sequence[Finding], answer: str | None,
             leaning: Mapping[str, float] | None) -> list[tuple[str, float]]:
     """Every candidate but the answer, in the order an expert weighs them, with a weight: the categories of
-    other findings (the report model's probability where it spoke, else the finding's score), then the
-    answer's known confusions (``differential.SIBLINGS``), then what the report's wording alone leans to."""
+    other findings (the report model's probability where it spoke, else the finding's score), then what the
+    report model gives the rest, an out-of-memory answer's own family first (an OOM is an OOM: which of its
+    four causes is the question, not whether requests queue). Without a report model's view (no report's
+    cues), the answer's known confusions (``differential.SIBLINGS``) stand in for it. Where the model
+    speaks it has learned those confusions with the case's own cues: the fixed list forced in ahead of it
+    put the truth among the top three less often (train, out of fold: 420 of 489 cases against 428)."""
     found: dict[str, float] = {}
     for f in findings:
         if f.severity is Severity.INFO or f.category is None or f.category.value == answer:
@@ -168,14 +172,20 @@ def _others(findings: Sequence[Finding], answer: str | None,
         w = leaning.get(c, 0.0) if leaning is not None else f.score
         found[c] = max(found.get(c, 0.0), w, 0.05 if not claims_only(f) else 0.0)
     ranked = sorted(found.items(), key=lambda kv: -kv[1])
-    for i, c in enumerate(differential.SIBLINGS.get(answer or "", ())):
-        if c not in found:
-            floor = SIBLING_FLOOR / (i + 1)
-            ranked.append((c, max((leaning or {}).get(c, 0.0), floor)))
-    named = {c for c, _ in ranked}
-    ranked += sorted(((c, w) for c, w in (leaning or {}).items()
-                      if c != answer and c not in named and w >= MIN_SHOWN), key=lambda kv: -kv[1])
+    if leaning is None:
+        for i, c in enumerate(differential.SIBLINGS.get(answer or "", ())):
+            if c not in found:
+                ranked.append((c, SIBLING_FLOOR / (i + 1)))
+        return ranked
+    oom = answer in _OOM
+    rest = [(c, w) for c, w in leaning.items()
+            if c != answer and c not in found and (w >= MIN_SHOWN or (oom and c in _OOM))]
+    ranked += sorted(rest, key=lambda kv: (not (oom and kv[0] in _OOM), -kv[1]))
     return ranked
+
+
+_OOM = frozenset(c.value for c in (Category.OOM_WEIGHTS, Category.OOM_PEAK, Category.OOM_FRAGMENTATION,
+                                   Category.OOM_EXTERNAL))
 
 
 def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str | None, p: float | None,

@@ -70,6 +70,19 @@ def test_an_oom_answer_keeps_its_siblings_in_the_differential() -> None:
     assert "the allocator held only 1.50 GiB reserved but unallocated, less than the 2.00 GiB" in " ".join(frag.against)
 
 
+def test_the_report_model_ranks_the_other_candidates_and_siblings_stand_in_without_it() -> None:
+    """With a report model's view, the candidates after the answer follow it (a category it gives almost
+    nothing is not listed, whatever the fixed list of confusions says), an OOM answer's own family first;
+    without one (no report's cues), the answer's known confusions are the differential."""
+    leaning = {"queueing": 0.5, "none": 0.3, "oom_external": 0.15, "prefill_ttft": 0.02, "oom_peak": 0.01,
+               "launch_overhead": 0.04}
+    ranked = [c for c, _ in calibration._others((), "queueing", leaning)]
+    assert ranked == ["none", "oom_external", "launch_overhead"], ranked  # not prefill_ttft, its sibling, at 2 %
+    oom = [c for c, _ in calibration._others((), "oom_weights", leaning)]
+    assert oom[:2] == ["oom_external", "oom_peak"] and oom[2:] == ["queueing", "none", "launch_overhead"], oom
+    assert [c for c, _ in calibration._others((), "oom_peak", None)] == list(differential.SIBLINGS["oom_peak"])
+
+
 def test_candidates_round_trip_through_json_and_follow_the_schema() -> None:
     d = _judge(TWO_CAUSES)
     doc = d.to_json()
