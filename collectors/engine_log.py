@@ -283,7 +283,7 @@ def _field_name(label: str, cpu_pool: bool) -> str | None:
 
 
 _NUMBER = re.compile(r"-?[\d.]+")
-_DIGITS = b"0123456789."
+_DIGITS = b"0123456789."  # digits and the decimal point: what varies between the lines of one layout
 
 
 class _Layout(NamedTuple):
@@ -335,7 +335,7 @@ def _learn(line: str) -> dict[str, float]:
         pos = fields[0].start(1)
         tail = line[pos:]
         layout: _Layout | None = None
-        tokens = tail.replace(",", " ").replace("%", " ").split()
+        tokens = _tokens(tail)
         # a field's value is the token equal to it (the first such token after its label)
         idx: list[int] = []
         names: list[str] = []
@@ -354,7 +354,11 @@ def _learn(line: str) -> dict[str, float]:
         else:
             if idx:
                 layout = _Layout(fields[0].group(1), tuple(names), _picker(tuple(idx)), tuple(idx), len(tokens))
-        _LAYOUTS[_key(tail)] = layout
+        key = _key(tail)
+        # a line that keys alike but reads otherwise (a value left empty: "GPU: %") never replaces what was
+        # learned: every later line of the key would lose the field, and the bulk reader's shapes hold it
+        if _LAYOUTS.get(key) is None:
+            _LAYOUTS[key] = layout
         if layout is not None and layout.anchor not in _ANCHORS:
             _ANCHORS.append(layout.anchor)
     return got
@@ -369,13 +373,11 @@ class _Shape(NamedTuple):
     ntokens: int
 
 
-# the whole line without its digits → its shape: the log's prefix (time stamp, logger, process) repeats
-# with the stats line, so one digit-free copy of a block of lines keys each line in C
-_SHAPES: dict[bytes, _Shape] = {}
-MAX_SHAPES = 256
-# a line's numbers: commas and % signs as spaces (as in a layout's tokens), every other byte but digits,
-# dots, minus signs and white space deleted, so a word's token vanishes and a number's stays as it is
-_NUMERIC_TABLE = bytes.maketrans(b",%", b"  ")
+MAX_SHAPES = 256  # digit-free stats lines a parser keeps the shape of (a log has a handful)
+# a line's numbers: commas, % signs and white space other than the newline as spaces (commas and % as in a
+# layout's tokens), every other byte but digits, dots and minus signs deleted, so a word's token vanishes and
+# a number's stays as it is
+_NUMERIC_TABLE = bytes.maketrans(b",%\t\r\x0b\x0c", b"      ")
 _NON_NUMERIC = bytes(b for b in range(256) if b not in b"0123456789.- \t\n\r\x0b\x0c,%")
 
 
@@ -387,18 +389,24 @@ def _numbers(text: bytes) -> bytes:
     return text.translate(_NUMERIC_TABLE, _NON_NUMERIC)
 
 
-def _shape_of(line: str, key: bytes) -> _Shape | None:
-    """The shape of a stats line whose layout is learned, remembered by its digit-free ``key``; None
-    when its layout is not learned (yet) or the line holds its anchor twice (two glued records).
+def _shape_of(line: str) -> _Shape | None:
+    """The shape of a stats line whose layout is learned; None when its layout is not learned (yet), the
+    line holds its anchor twice (two glued records), or its tail does not read as its layout reads (a
+    value left empty shifts the tokens after it): such a line is read the general way.
 
     The layout's tail is the end of the line, so its fields are the same tokens counted from the
     line's end (only the anchor's own token can differ, glued to what comes before it). Lines that
-    share the key but not the count of tokens before the anchor are caught where they are read."""
+    share the digit-free key but not the count of tokens before the anchor are caught where they are
+    read, line by line (``EngineLogParser._add_bulk``)."""
     found = layout_of(line)
     if found is None:
         return None
-    layout = found[1]
+    tail, layout = found
     if line.count(layout.anchor) != 1:
+        return None
+    tail_tokens = _tokens(tail)
+    if len(tail_tokens) != layout.ntokens or any(_numbers(tail_tokens[i].encode("utf-8", "replace")).decode()
+                                                 != tail_tokens[i] for i in layout.idx):
         return None
     whole = _tokens(line)
     before = len(whole) - layout.ntokens
@@ -407,11 +415,8 @@ def _shape_of(line: str, key: bytes) -> _Shape | None:
     kept = 0
     for token in whole:
         at.append(kept)
-        kept += bool(_numbers(token.encode("utf-8", "replace")))
-    shape = _Shape(layout, tuple(at[before + i] for i in layout.idx), kept)
-    if len(_SHAPES) < MAX_SHAPES:
-        _SHAPES[key] = shape
-    return shape
+        kept += bool(_numbers(token.encode("utf-8", "replace")).strip())
+    return _Shape(layout, tuple(at[before + i] for i in layout.idx), kept)
 
 
 def layout_of(line: str) -> tuple[str, _Layout] | None:
@@ -436,7 +441,7 @@ def vllm_values(line: str) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
         if layout is None:
             return None
         try:
-            return layout.names, tuple(map(float, layout.pick(tail.replace(",", " ").replace("%", " ").split())))
+            return layout.names, tuple(map(float, layout.pick(_tokens(tail))))
         except (ValueError, IndexError):
             return None
     return None
@@ -598,6 +603,9 @@ class EngineLogParser:
         self.engines: dict[str, None] = {}
         self.samples = 0
         self._plans: dict[tuple[str, ...], tuple[list[tuple[Callable[[float], None], float]], int, int, int]] = {}
+        # each digit-free stats line (the log's prefix repeats with the line, so one digit-free copy of a
+        # block keys each line in C) → its shape, for the bulk reader
+        self._shapes: dict[bytes, _Shape] = {}
         self.running = Series()
         self.waiting = Series()
         self.swapped = Series()
@@ -722,14 +730,16 @@ class EngineLogParser:
         groups: dict[_Shape, tuple[list[bytes], list[int]]] = {}
         last_at: dict[_Shape, int] = {}
         rest: list[str] = []
-        shapes = _SHAPES
+        shapes = self._shapes
         for k, line in enumerate(lines):
             shape = shapes.get(keys[k])
             if shape is None:
                 if not ("Running:" in line or "Waiting:" in line or "Pending:" in line):
                     rest.append(line)
                     continue
-                shape = _shape_of(line, keys[k])
+                shape = _shape_of(line)
+                if shape is not None and len(shapes) < MAX_SHAPES:
+                    shapes[keys[k]] = shape
                 if shape is None:  # an unknown layout (read one by one, which learns it), or an odd line
                     self._flush(groups, last_at, lines)
                     for clean in clean_lines((line,)):
@@ -758,18 +768,21 @@ class EngineLogParser:
         values, aggregated in bulk. ``lines[k]`` for ``k`` in ``at`` are the lines themselves, read one
         by one when the bulk read cannot be exact."""
         data = b"\n".join(numbers)
-        # every line holds the shape's tokens: count the tokens' starts (a byte above the space after one
-        # that is not) in numpy rather than splitting the block
-        solid = np.frombuffer(data, np.uint8) > 0x20
-        tokens = int(np.count_nonzero(solid[1:] > solid[:-1])) + int(solid[0]) if solid.size else 0
+        # every line must hold the shape's count of tokens (lines that key alike may not: a prefix with a
+        # number where another has a blank): each line's count of token starts (a byte above the space
+        # after one that is not), from the running count at each newline, in numpy
+        raw = np.frombuffer(data, np.uint8)
+        solid = raw > 0x20
+        starts = solid.copy()
+        starts[1:] &= ~solid[:-1]
+        running = np.cumsum(starts, dtype=np.int64)
+        per_line = np.diff(running[raw == 0x0A], prepend=0, append=running[-1] if running.size else 0)
         try:
-            if tokens != shape.ntokens * len(numbers):  # cannot happen for one shape; stay exact if it does
+            if (per_line != shape.ntokens).any():
                 raise ValueError
             # numpy's C reader parses the fields' columns only (white space between tokens, as split does)
             table = np.loadtxt(io.BytesIO(data), dtype=np.float64, comments=None, usecols=shape.idx, ndmin=2,
                                encoding="latin-1")
-            if table.shape[0] != len(numbers):
-                raise ValueError
         except ValueError:
             for line in clean_lines(lines[k] for k in at):
                 self.feed(line)

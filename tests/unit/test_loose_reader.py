@@ -174,32 +174,57 @@ def test_bulk_stats_reading_equals_line_by_line() -> None:
             assert sa.last == sb.last, name
 
 
-def test_lines_that_share_a_digit_free_shape_but_not_their_tokens_are_read_exactly(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bulk reader keys a line by its digits removed: a prefix with a number where another line
-    has only a double space, an anchor glued to the token before it, and a field whose value is not
-    a plain number all key alike or nearly so, and each is still read as line by line."""
-    base = ("INFO 03-18 12:34:{s:02d}{pid} llm_engine.py:706]{sep}Avg prompt throughput: {a:.1f} tokens/s, Avg "
-            "generation throughput: 2.0 tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV "
-            "cache usage: {kv}%, CPU KV cache usage: 0.0%")
-    rng = random.Random(11)
-    # the shorter of the two colliding prefixes seen first: a reader that trusted the key would read
-    # the longer lines' fields one token off
-    monkeypatch.setattr(engine_log, "_SHAPES", {})
-    lines = [base.format(s=i % 60, pid=(" ", " 7", "")[i % 3], sep=rng.choice([" ", " ", ""]),
-                         a=rng.uniform(0, 900), r=rng.randrange(1, 300), w=rng.randrange(0, 9),
-                         kv=rng.choice(["41.5", "63.0", "7.25"])) for i in range(2000)]
+def _same_as_line_by_line(lines: list[str], block: int) -> engine_log.EngineLogSummary:
     one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
     for line in clean_lines(lines):
         one.feed(line)
-    for k in range(0, len(lines), 500):
-        bulk.feed_raw(lines[k:k + 500])
+    for k in range(0, len(lines), block):
+        bulk.feed_raw(lines[k:k + block])
     a, b = one.summary(), bulk.summary()
-    assert a.samples == b.samples == 2000 and a.queued_samples == b.queued_samples
-    for name in ("running", "waiting", "kv_usage", "prompt_tps", "running_when_queued"):
+    assert a.samples == b.samples and a.queued_samples == b.queued_samples
+    for name in ("running", "waiting", "kv_usage", "prompt_tps", "gen_tps", "prefix_hit", "running_when_queued"):
         sa, sb = getattr(a, name), getattr(b, name)
-        assert sa.count == sb.count == (2000 if name != "running_when_queued" else a.queued_samples), name
+        assert sa.count == sb.count, name
         assert _close(sa.total, sb.total) and sa.max == sb.max, name
+    return a
+
+
+def test_lines_that_share_a_digit_free_shape_but_not_their_tokens_are_read_exactly() -> None:
+    """The bulk reader keys a line by its digits removed: a prefix with a number where another line
+    has only a double space, an anchor glued to the token before it, each line's count of tokens
+    checked (two prefixes whose errors would cancel in a block's total), a value left empty (its
+    line keys as the others do, and must neither be read one token off nor unlearn the field)."""
+    base = ("{pre}INFO 06-02 10:01:{s:02d}{pid}[loggers.py:111]{sep}Engine 000: Avg prompt throughput: {a:.1f} "
+            "tokens/s, Avg generation throughput: 2.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache "
+            "usage: {kv}%, Prefix cache hit rate: {h}%, MM cache hit rate: 0.0%")
+    rng = random.Random(11)
+
+    def line(i: int, pre: str, pid: str, h: str = "5.0") -> str:
+        return base.format(pre=pre, s=i % 60, pid=pid, sep=rng.choice([" ", " ", ""]), a=rng.uniform(0, 900),
+                           r=rng.randrange(1, 300), w=rng.randrange(0, 9), kv=rng.choice(["41.5", "63.0"]), h=h)
+
+    # the shorter of two colliding prefixes seen first, then the longer: read one token off if trusted
+    lines = [line(i, "", (" ", " 7 ", "")[i % 3]) for i in range(600)]
+    assert _same_as_line_by_line(lines, 200).samples == 600
+    # two prefixes, each with the other's collision, in one block: a block's total count would balance
+    lines = ([line(i, "", " 7 ") for i in range(16)] + [line(i, "vllm-1  | ", "  ") for i in range(16, 32)]
+             + [line(i, "", "  ") for i in range(32, 48)] + [line(i, "vllm-1  | ", " 7 ") for i in range(48, 64)])
+    assert _same_as_line_by_line(lines, 32).samples == 64
+    # a value left empty, then the lines go on as before
+    lines = [line(i, "", " ") for i in range(40)] + [line(40, "", " ", h="")] + [line(i, "", " ") for i in range(63)]
+    assert _same_as_line_by_line(lines, 32).prefix_hit.count == 103
+
+
+def test_a_line_that_does_not_read_as_its_layout_gives_no_shape() -> None:
+    """A value left empty keys as its layout's lines do; its shape would put every field one token off
+    (and every later line of the key on the slow path), so it has none and is read the general way."""
+    line = ("INFO 09-27 22:18:00 metrics.py:341] Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: "
+            "2.0 tokens/s, Running: 5 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 50.0%, CPU KV "
+            "cache usage: 0.0%, Prefix cache hit rate: GPU: {h}%, CPU: 0.00%")
+    assert engine_log.vllm_fields(line.format(h="40.0"))["prefix_pct"] == 40.0  # learns the layout
+    shape = engine_log._shape_of(line.format(h="40.0"))
+    assert shape is not None and len(shape.idx) == len(shape.layout.names)
+    assert engine_log._shape_of(line.format(h="")) is None
 
 
 def test_a_stats_line_of_a_new_shape_is_learned_from_its_own_fields() -> None:
