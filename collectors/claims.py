@@ -366,6 +366,12 @@ MAX_CLAUSE = 600
 BIND_WINDOW = 48  # characters between a concept and the quantity it owns
 
 
+# a hard-wrapped paragraph (a mail, a markdown source, a docstring): a line that goes on from the one
+# before it starts with a lower-case word, and the line before it ends with no sentence's end
+_WRAPPED = re.compile(r"\s*[a-z]")
+_ENDS_SENTENCE = re.compile(r"[.!?:;。！？：；]\W{0,2}\s*$")
+
+
 def clauses_of(line: str) -> list[str]:
     """A line → its clauses (sentences; a table row or log line stays whole)."""
     line = line.strip()
@@ -442,6 +448,7 @@ class ClaimParser:
         self._program: set[str] = set()  # prose-like lines already known as a program's output
         self._lines = 0  # non-blank lines fed, and how many of them a program wrote
         self._machine_lines = 0
+        self._prose_read = False  # a person's line read already: the title is behind
 
     @property
     def claims(self) -> Claims:
@@ -495,6 +502,7 @@ class ClaimParser:
         if not run:
             return
         program = self._run_after_machine and next_machine
+        sentence: list[str] = []  # a sentence a person wrapped over several lines, read as one line
         for line in run:
             # "This is how the model is loaded:" introduces a paste; "load: printing all EOG tokens:" is a
             # program's line (its own "name:" prefix)
@@ -503,8 +511,19 @@ class ClaimParser:
             if program and not intro:
                 if len(self._program) < self.MAX_RUN * 16:
                     self._program.add(line.strip())
-            else:
-                self._read(line, LineKind.PROSE)
+                continue
+            # the text's first line is its title, whatever follows it
+            if (sentence and self._prose_read and _WRAPPED.match(line)
+                    and not _ENDS_SENTENCE.search(sentence[-1])):
+                sentence.append(line.strip())
+                continue
+            if sentence:
+                self._read(" ".join(sentence), LineKind.PROSE)
+                self._prose_read = True
+            sentence = [line]
+        if sentence:
+            self._read(" ".join(sentence), LineKind.PROSE)
+            self._prose_read = True
 
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims

@@ -87,6 +87,19 @@ def test_general_phrasings_of_placement_heat_and_input_size(text: str, key: str)
     assert _report(text)[key] == 1
 
 
+def test_a_sentence_wrapped_over_lines_is_read_as_one() -> None:
+    """A hard-wrapped paragraph (a mail, a markdown source): the line that goes on starts lower-case after
+    a line with no sentence's end, and the sentence is read whole; a title above a body, or a sentence
+    that ended, stays its own."""
+    wrapped = ("Slow OCR on the server\n"
+               "With the default backend the recogniser always runs on\n"
+               "the CPU, even with the GPU build installed and a device requested.\n")
+    assert _report(wrapped)["report.placement_statements"] == 1
+    assert "report.placement_statements" not in _report(wrapped.replace("runs on\n", "runs on.\n"))
+    c = _claims("Runs slowly\nthe first request after start takes long").claims
+    assert c.title == "Runs slowly"
+
+
 def test_a_token_count_before_context_is_the_prompt_length() -> None:
     got = _report("When I provide an example 3000 token context, there is a 10-30 second overhead before the "
                   "first token is generated.")
