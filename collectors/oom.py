@@ -457,9 +457,17 @@ _ENGINES = (
 )
 
 _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
-    (re.compile(r"\b(?:awq|gptq|int4|nf4|fp4|mxfp4|w4a16|w4a8|q4(?:_k(?:_m)?)?|4[- ]?bits?|bnb[-_]4bit|exl2)\b",
+    # llama.cpp's GGUF quantisations by their bits per weight (Q4_K_M ≈ 4.8, Q8_0 ≈ 8.5, IQ3_XXS ≈ 3.1), always
+    # with their variant ("Q2 2024" is a quarter)
+    (re.compile(r"\bi?q2(?:_[a-z0-9]+)+\b", re.IGNORECASE), "2-bit (GGUF)", 0.33),
+    (re.compile(r"\bi?q3(?:_[a-z0-9]+)+\b", re.IGNORECASE), "3-bit (GGUF)", 0.45),
+    (re.compile(r"\bi?q4(?:_[a-z0-9]+)+\b", re.IGNORECASE), "4-bit (GGUF)", 0.6),
+    (re.compile(r"\bi?q5(?:_[a-z0-9]+)+\b", re.IGNORECASE), "5-bit (GGUF)", 0.7),
+    (re.compile(r"\bi?q6(?:_[a-z0-9]+)+\b", re.IGNORECASE), "6-bit (GGUF)", 0.82),
+    (re.compile(r"\bq8(?:_[a-z0-9]+)+\b", re.IGNORECASE), "8-bit (GGUF)", 1.06),
+    (re.compile(r"\b(?:awq|gptq|int4|nf4|fp4|mxfp4|nvfp4|w4a16|w4a8|q4|4[- ]?bits?|bnb[-_]4bit|exl2)\b",
                 re.IGNORECASE), "4-bit", 0.5),
-    (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8(?:_0)?|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
+    (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
     (re.compile(r"\b(?:fp32|float32)\b", re.IGNORECASE), "fp32", 4.0),
     (re.compile(r"\b(?:fp16|bf16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
 )

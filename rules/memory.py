@@ -169,11 +169,13 @@ class OomWeights(Rule):
     (MEM004, or nvidia-smi's memory outside the listed processes, ``gpu.memory_unlisted_share_ratio``:
     MEM010), when the allocator holds a large reserved-but-unallocated pool the request would have fit
     in (MEM003's bars), or when the weights are known to be under ``fits_share`` of the device. The
-    other rules' thresholds are read as configured, so one override moves both rules.
+    other rules' thresholds are read as configured, so one override moves both rules. Weights estimated
+    from a name are not claimed too big when the engine's log sized its KV cache
+    (``serving.kv_capacity_tokens``): vLLM and SGLang size it once the weights are loaded, so they fit.
 
     Evidence: mem.oom_count; optionally mem.oom_phase, mem.weights_bytes, mem.weights_estimate_bytes,
     model.params, mem.tensor_parallel, mem.pipeline_parallel, gpu.count (or gpu.count_stated), the
-    allocator numbers.
+    allocator numbers, serving.kv_capacity_tokens.
 
     Fix: shard across GPUs (``--tensor-parallel-size N``, ``device_map="auto"``), quantise (AWQ,
     GPTQ, FP8), offload part of the weights to CPU, or use a larger device.
@@ -189,7 +191,7 @@ class OomWeights(Rule):
     optional = (
         *_MEM_KEYS, "mem.weights_bytes", "mem.weights_estimate_bytes", "model.params", "mem.tensor_parallel",
         "mem.pipeline_parallel", "gpu.count", "gpu.count_stated", "gpu.spec_memory_bytes",
-        "gpu.memory_unlisted_share_ratio",
+        "gpu.memory_unlisted_share_ratio", "serving.kv_capacity_tokens",
     )
 
     @dataclass(frozen=True)
@@ -205,6 +207,9 @@ class OomWeights(Rule):
         by_phase = m.phase == "loading"
         if not (by_size or by_phase):
             return None
+        kv_tokens = ev.value("serving.kv_capacity_tokens") or 0.0
+        if not by_phase and m.weights_key != "mem.weights_bytes" and kv_tokens > 0:
+            return None  # the engine sized its KV cache, which it does once the weights are in: they fit
         if not by_size:
             ws = m.share(m.weights_per_device)
             if ws is not None and ws < t.fits_share:

@@ -51,6 +51,19 @@ def test_weights_message_names_the_missing_tensor_parallelism() -> None:
     assert any("--tensor-parallel-size 4" in s for fx in f.fixes for s in fx.steps)
 
 
+def test_weights_estimated_too_big_step_aside_once_the_engine_sized_its_kv_cache() -> None:
+    """A name's estimate (27B at 16 bits on a 32 GiB card) against the engine's own log: vLLM sizes its KV
+    cache (``GPU KV cache size: 150,745 tokens``) only once the weights are loaded, so they fit."""
+    base = [Evidence("mem.oom_count", 1.0, "count", "log"), Evidence("mem.oom_phase", "unknown", "", "log"),
+            Evidence("mem.weights_estimate_bytes", 54e9, "bytes", "log"), Evidence("model.params", 27e9, "", "log"),
+            Evidence("gpu.spec_memory_bytes", float(32 * 2**30), "bytes", "log")]
+    findings, _ = run_rules(EvidenceSet(base), rules=RULES)
+    assert "MEM001" in [f.code for f in findings]
+    kv = Evidence("serving.kv_capacity_tokens", 150745.0, "tokens", "log")
+    findings, _ = run_rules(EvidenceSet([*base, kv]), rules=RULES)
+    assert "MEM001" not in [f.code for f in findings]
+
+
 def test_peak_message_rules_out_fragmentation_with_the_numbers() -> None:
     (f,) = _real(_findings("oom", "oom_peak_serving_engine_loop_high_gpu_util.txt"))
     assert "611.60 MiB" in f.message and "not fragmentation" in f.message

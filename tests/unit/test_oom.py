@@ -235,6 +235,21 @@ def test_model_hints_dtype_parallelism_and_moe() -> None:
     assert hints.gpu_model == "4090" and hints.gpu_memory_bytes == 24 * GiB
 
 
+def test_quantised_weights_are_sized_by_their_format() -> None:
+    """The bytes per parameter a model name or its line states: GGUF's quantisations by their bits per
+    weight (with their variant: "Q2 2024" is a quarter), NVIDIA's FP4, 4- and 8-bit schemes."""
+    want = {"Qwen3.8-27B NVFP4": 0.5, "Meta-Llama-3-8B-Instruct.Q4_K_M.gguf": 0.6, "gemma-2-9b-it-Q8_0.gguf": 1.06,
+            "Mistral-7B-Instruct-v0.3-IQ3_XXS.gguf": 0.45, "qwen2.5-coder-7b-q5_k_s.gguf": 0.7,
+            "Qwen2.5-7B-Instruct-AWQ": 0.5, "Llama-3.1-8B-Instruct-FP8": 1.0}
+    for name, nbytes in want.items():
+        h = HintsParser()
+        h.feed(f"vllm serve {name} --max-model-len 8192")
+        assert h.hints.bytes_per_param == nbytes, name
+    h = HintsParser()
+    h.feed("The 13B model got slower in Q2 2024")
+    assert h.hints.params == 13e9 and h.hints.bytes_per_param is None
+
+
 def test_model_hints_ignore_numbers_that_are_not_model_sizes() -> None:
     h = HintsParser()
     for line in ["Mean TTFT (ms): 4090.94", "alignment of 16B", "took 4 bit flips"]:

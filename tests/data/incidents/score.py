@@ -133,7 +133,8 @@ def write_doc(path: str, splits: list[Split]) -> None:
              "(`python -m diagnose.rules.calibration_fit`); for services whose measurements cover them, the",
              "share of right answers on the real engine and demo recordings kept as test data. A primary is",
              f"committed only at or above **{cal.threshold if cal else 'n/a'}**, the lowest probability at which",
-             "the train split's out-of-fold committed answers are right at least 90 % of the time; below it the",
+             "the train split's out-of-fold committed answers are right at least 90 % of the time with one",
+             "standard error to spare (the lower end of its Wilson interval); below it the",
              "verdict is `undetermined` and the candidates lead.", "",
              "## The figures", "", "| split | figures |", "|---|---|"]
     lines += [f"| {s.name} | {s.line().split(': ', 1)[1]} |" for s in splits]
