@@ -476,7 +476,7 @@ def write_wall_source(folder: str) -> bool:
 
 
 def pyspy_remedy(reason: str) -> str:
-    if "killed" in reason or "abandoned" in reason:
+    if "killed" in reason or "abandoned" in reason or "start-up outlasted" in reason:
         return ("py-spy could not keep up: attach with a lower --rate, or with --light on a host at 100 % CPU "
                 "(the other processes' samples are kept).")
     if "ptrace" in reason or "permitted" in reason:

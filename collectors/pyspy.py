@@ -622,5 +622,10 @@ def explain_failure(log_text: str, returncode: int | None) -> str:
     if "failed to find python version" in low or "not a python" in low or "failed to get python" in low:
         return "py-spy found no Python interpreter in the process"
     last = [ln for ln in log_text.strip().splitlines() if ln.strip()]
+    if not last and returncode == -signal.SIGINT:
+        # our own stop at the chunk's end reached a py-spy that had printed and sampled nothing yet: its
+        # start-up (the target's memory maps and symbols) outlasted the chunk
+        return ("py-spy had not taken its first sample when its chunk ended: its start-up outlasted the chunk "
+                "on a host short of CPU")
     tail = last[-1][:200] if last else f"exit code {returncode}"
     return f"py-spy failed: {tail}"

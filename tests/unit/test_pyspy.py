@@ -6,6 +6,7 @@ import pytest
 
 from diagnose.collectors.pyspy import explain_failure, parse_dump, parse_raw, parse_raw_line
 from diagnose.derive import cpu_profile
+from diagnose.sources import pyspy_remedy
 from tests.conftest import DATA
 
 
@@ -70,6 +71,10 @@ def test_explain_failure_names_the_cause() -> None:
     assert "ptrace" in explain_failure("Error: Permission denied (os error 13)", 1)
     assert "exited" in explain_failure("Error: No such process (os error 3)", 1)
     assert "no Python" in explain_failure("Error: Failed to find python version from target process", 1)
+    # stopped by the chunk's own SIGINT before its first sample: no fault of py-spy's, a starved start-up
+    assert "start-up outlasted the chunk" in explain_failure("", -2)
+    assert explain_failure("", 1) == "py-spy failed: exit code 1"
+    assert "--light" in pyspy_remedy(explain_failure("", -2))  # the remedy for a starved host, not a by-hand dump
 
 
 def test_command_line_with_newlines_spans_physical_lines() -> None:
