@@ -145,14 +145,22 @@ def check(seen: Watched, expect: str) -> None:
     assert len(seen.sessions) == 3 and len(seen.lines) == 3 and all(" — " in ln for ln in seen.lines), seen.lines
     incidents = [p for p in seen.sessions if not p.name.endswith("-alert")]
     assert len(incidents) == 2
+    profiled = 0
     for folder in incidents:
         d = json.loads((folder / "diagnosis.json").read_text())
         assert d["primary"] == expect, (folder.name, [(f["code"], f["severity"]) for f in d["findings"]])
         w = json.loads((folder / "watch.json").read_text())
         assert w["before"]["scrapes"] >= 2 and (folder / "watch-ring.prom").exists()  # the ring from before
         assert "watch.trigger" in {e["key"] for e in d["evidence"]}
-        caps = {c["collector"]: c["status"] for c in json.loads((folder / "manifest.json").read_text())["captures"]}
-        assert caps["py-spy"] in ("ok", "partial") and caps["watch"] == "ok" and caps["metrics"] == "ok", caps
+        captures = {c["collector"]: c for c in json.loads((folder / "manifest.json").read_text())["captures"]}
+        caps = {name: c["status"] for name, c in captures.items()}
+        assert caps["watch"] == "ok" and caps["metrics"] == "ok", caps
+        # py-spy profiles the incident; on a 2-core host under load its start-up may outlast every chunk of
+        # one incident (said so, with the remedy), never of both
+        spy = captures["py-spy"]
+        assert spy["status"] in ("ok", "partial") or "start-up outlasted the chunk" in spy["reason"], spy
+        profiled += spy["status"] in ("ok", "partial")
+    assert profiled >= 1
     assert expect in seen.named  # /metrics named it during an incident
     alerted = next(p for p in seen.sessions if p.name.endswith("-alert"))
     labels = json.loads((alerted / "watch.json").read_text())["alert"]["labels"]
