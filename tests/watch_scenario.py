@@ -155,10 +155,12 @@ def check(seen: Watched, expect: str) -> None:
         captures = {c["collector"]: c for c in json.loads((folder / "manifest.json").read_text())["captures"]}
         caps = {name: c["status"] for name, c in captures.items()}
         assert caps["watch"] == "ok" and caps["metrics"] == "ok", caps
-        # py-spy profiles the incident; on a 2-core host under load its start-up may outlast every chunk of
-        # one incident (said so, with the remedy), never of both
+        # py-spy profiles the incident; on a 2-core host under load it may fall behind in every chunk of one
+        # incident (its start-up outlasting a chunk, or a record killed past its grace: said so, with the
+        # remedy for a starved host), never in both
         spy = captures["py-spy"]
-        assert spy["status"] in ("ok", "partial") or "start-up outlasted the chunk" in spy["reason"], spy
+        starved = "start-up outlasted the chunk" in spy["reason"] or "did not stop within" in spy["reason"]
+        assert spy["status"] in ("ok", "partial") or (starved and "--light" in spy["remedy"]), spy
         profiled += spy["status"] in ("ok", "partial")
     assert profiled >= 1
     assert expect in seen.named  # /metrics named it during an incident
