@@ -415,7 +415,7 @@ def _shape_of(line: str) -> _Shape | None:
     kept = 0
     for token in whole:
         at.append(kept)
-        kept += bool(_numbers(token.encode("utf-8", "replace")).strip())
+        kept += bool(_numbers(token.encode("utf-8", "replace")))
     return _Shape(layout, tuple(at[before + i] for i in layout.idx), kept)
 
 
@@ -727,7 +727,7 @@ class EngineLogParser:
                 self.feed(line)
             return
         numbers = _numbers(blob).split(b"\n")
-        groups: dict[_Shape, tuple[list[bytes], list[int]]] = {}
+        groups: dict[_Shape, list[int]] = {}  # each shape's lines, by their place in the block
         last_at: dict[_Shape, int] = {}
         rest: list[str] = []
         shapes = self._shapes
@@ -741,25 +741,24 @@ class EngineLogParser:
                 if shape is not None and len(shapes) < MAX_SHAPES:
                     shapes[keys[k]] = shape
                 if shape is None:  # an unknown layout (read one by one, which learns it), or an odd line
-                    self._flush(groups, last_at, lines)
+                    self._flush(groups, last_at, lines, numbers)
                     for clean in clean_lines((line,)):
                         self.feed(clean)
                     continue
             group = groups.get(shape)
             if group is None:
-                groups[shape] = group = ([], [])
-            group[0].append(numbers[k])
-            group[1].append(k)
+                groups[shape] = group = []
+            group.append(k)
             last_at[shape] = k
-        self._flush(groups, last_at, lines)
+        self._flush(groups, last_at, lines, numbers)
         for line in clean_lines(rest):
             self.feed(line)
 
-    def _flush(self, groups: dict[_Shape, tuple[list[bytes], list[int]]], last_at: dict[_Shape, int],
-               lines: list[str]) -> None:
+    def _flush(self, groups: dict[_Shape, list[int]], last_at: dict[_Shape, int], lines: list[str],
+               numbers: list[bytes]) -> None:
         for shape in sorted(groups, key=last_at.__getitem__):
-            numbers, at = groups[shape]
-            self._add_bulk(shape, numbers, lines, at)
+            at = groups[shape]
+            self._add_bulk(shape, [numbers[k] for k in at], lines, at)
         groups.clear()
         last_at.clear()
 

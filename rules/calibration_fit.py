@@ -18,7 +18,6 @@ The validation split is never read.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from diagnose.rules import calibration, report_model
 from diagnose.rules.engine import run_rules
 from diagnose.rules.report_fit import case_inputs
 from diagnose.rules.verdict import decide
+from diagnose.stats import wilson
 
 ROOT = os.path.dirname(calibration.HERE)
 TRAIN = os.path.join(ROOT, "tests", "data", "incidents", "train.jsonl")
@@ -137,12 +137,7 @@ def choose_threshold(ps: Sequence[float], right: Sequence[bool]) -> float:
 
 def wilson_low(k: int, n: int, z: float) -> float:
     """The lower end of the Wilson score interval of ``k`` right in ``n`` at ``z`` standard errors."""
-    if n == 0:
-        return 0.0
-    p = k / n
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - spread) / (1 + z * z / n)
+    return wilson(k / n, n, z)[0] if n else 0.0
 
 
 def reliability(ps: Sequence[float], right: Sequence[bool], bins: int = 10) -> tuple[list[dict[str, Any]], float]:

@@ -22,6 +22,7 @@ from typing import Any
 from diagnose.derive.activities import compiler_process
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality, Window
+from diagnose.stats import wilson
 from diagnose.units import pct
 
 SOURCE = "psutil"
@@ -228,16 +229,6 @@ POLL_MIN_SAMPLES = 10  # fewer py-spy samples of a thread say nothing about what
 POLL_Z = 1.96  # the shares' 95 % Wilson bounds: a thin profile discounts little
 
 
-def _wilson(share: float, n: int, z: float = POLL_Z) -> tuple[float, float]:
-    """The 95 % Wilson interval of a share of ``n`` samples."""
-    if n <= 0:
-        return 0.0, 1.0
-    centre = share + z * z / (2 * n)
-    spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
-    scale = 1 + z * z / n
-    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
-
-
 def polling(demand: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]], runnable_mean: float,
             busy_count: float, wall: Sequence[Mapping[str, Any]] = (), *, window_s: float = 0.0,
             window: Window | None = None, quality: Quality = Quality.GOOD) -> list[Evidence]:
@@ -279,12 +270,12 @@ def polling(demand: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, 
         prof = by_thread.get(key)
         if prof is not None and int(prof.get("samples", 0)) >= POLL_MIN_SAMPLES:
             share = float((prof.get("shares") or {}).get("waiting", 0.0))
-            polled = (run + wait) * _wilson(share, int(prof["samples"]))[0]
+            polled = (run + wait) * wilson(share, int(prof["samples"]), POLL_Z)[0]
             how = f"waiting in {pct(share)} of {prof['samples']} on-CPU samples"
         ticks = wall_by_thread.get(key)
         if ticks is not None and int(ticks.get("samples", 0)) >= POLL_MIN_SAMPLES and window_s > 0:
             share, seen = float(ticks.get("waiting", 0.0)), min(float(ticks.get("seconds", 0.0)), window_s)
-            work_max = (_wilson(1.0 - share, int(ticks["samples"]))[1] * seen + (window_s - seen)) / window_s
+            work_max = (wilson(1.0 - share, int(ticks["samples"]), POLL_Z)[1] * seen + (window_s - seen)) / window_s
             by_wall = max(0.0, run + wait - work_max)
             if by_wall > polled:
                 polled = by_wall
