@@ -15,8 +15,10 @@ probability of being *right*. This module turns them into one, in two regimes:
   test data (the engine lab's vLLM and llama.cpp runs, the demo service's sessions), each with the
   pathology its recipe induced, Laplace-smoothed.
 
-A primary is *committed* only when its probability clears ``threshold``: the lowest at which the train
-split's out-of-fold committed answers are right at least 90 % of the time. Below it the verdict is
+An excerpt's primary is *committed* only when its probability clears ``threshold``: the lowest at which the
+train split's out-of-fold committed answers are right at least 90 % of the time, with a standard error to
+spare. A covered answer's probability is one rate for all of them, nothing is picked from a ranking: it
+commits when that rate reaches the target itself (``Calibrator.commits``). Below either the verdict is
 ``undetermined`` and the candidates lead, each with what speaks for and against it and the check that
 separates it from the next (``diagnose.rules.differential``). ``python -m diagnose.rules.calibration_fit``
 refits ``calibration.json``; the validation split is never used for it.
@@ -115,6 +117,15 @@ class Calibrator:
     covered_p: float
     meta: Mapping[str, Any]
 
+    def commits(self, regime: str, p: float) -> bool:
+        """Whether an answer of ``regime`` at probability ``p`` is committed. An excerpt's threshold keeps a
+        standard error to spare because it was picked from many along a ranking, which flatters the one
+        picked; the covered regime's rate is one estimate for every covered answer, and committing them all
+        is right at that rate: it commits at the target (``meta.target_precision``)."""
+        if regime == "covered":
+            return p >= float(self.meta.get("target_precision", self.threshold))
+        return p >= self.threshold
+
     def excerpt(self, x: Mapping[str, float]) -> float:
         z = sum(self.weights.get(k, 0.0) * v for k, v in x.items())
         return 1.0 / (1.0 + math.exp(-z))
@@ -147,10 +158,10 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
     if answer is None or cal is None:
         p, committed, regime = None, answer is not None, "none"
     elif covered_answer(evidence, top):
-        p, committed, regime = cal.covered_p, cal.covered_p >= cal.threshold, "covered"
+        p, committed, regime = cal.covered_p, cal.commits("covered", cal.covered_p), "covered"
     else:
         p = cal.excerpt(features(answer, top, findings, leaning))
-        committed, regime = p >= cal.threshold, "excerpt"
+        committed, regime = cal.commits("excerpt", p), "excerpt"
     return Assessment(answer, None if p is None else round(p, 3), committed, regime,
                       candidates(evidence, findings, answer, p, leaning))
 

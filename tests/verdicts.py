@@ -8,7 +8,7 @@ answer leading its candidates (``withheld``). Tests of a rule's reading assert w
 
 from __future__ import annotations
 
-from diagnose.model import Diagnosis
+from diagnose.model import Diagnosis, EvidenceSet, Severity
 from diagnose.rules import calibration
 
 
@@ -26,8 +26,12 @@ def rules_verdict(d: Diagnosis) -> str:
 
 
 def committed_as_calibrated(d: Diagnosis) -> bool:
-    """A verdict commits exactly when its probability clears the calibrator's threshold."""
+    """A verdict commits exactly when its probability clears the calibrator's bar for its regime: the
+    threshold for an excerpt, the target precision for an answer resting on measurements that covered the
+    service."""
     cal = calibration.calibrator()
     if cal is None or d.probability is None:
         return not d.withheld
-    return d.withheld == (d.probability < cal.threshold)
+    top = next((f for f in d.findings if f.severity is not Severity.INFO), None)
+    regime = "covered" if calibration.covered_answer(EvidenceSet(d.evidence), top) else "excerpt"
+    return d.withheld == (not cal.commits(regime, d.probability))

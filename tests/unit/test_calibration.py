@@ -101,7 +101,10 @@ def test_a_session_whose_measurements_cover_the_service_commits_at_the_recording
     d = pipeline.analyze([os.path.join(SESSIONS, "prefill_long_prompts_demo")])
     cal = calibration.calibrator()
     assert cal is not None and d.primary is not None and d.primary.value == "prefill_ttft"
-    assert d.probability == cal.covered_p >= cal.threshold and not d.withheld
+    assert d.probability == cal.covered_p >= calibration_fit.PRECISION and not d.withheld
+    # one rate for every covered answer commits at the target itself; an excerpt needs the threshold
+    assert cal.commits("covered", calibration_fit.PRECISION) and not cal.commits("covered", 0.89)
+    assert cal.commits("excerpt", cal.threshold) and not cal.commits("excerpt", cal.threshold - 0.01)
 
 
 def test_prose_never_lowers_a_structured_answer() -> None:
@@ -118,7 +121,7 @@ def test_prose_never_lowers_a_structured_answer() -> None:
     assert against["struct_logit"] == 0.0 and agree["struct_logit"] > 0.0
 
 
-def test_the_threshold_is_the_lowest_that_keeps_precision_with_a_standard_error_to_spare() -> None:
+def test_the_threshold_is_the_lowest_that_commits_with_a_standard_error_to_spare() -> None:
     # 140 answers: the top 80 by probability are 78 right, the next 60 are half right
     ps = [0.99 - 0.001 * i for i in range(80)] + [0.6 - 0.001 * i for i in range(60)]
     right = [i not in (5, 60) for i in range(80)] + [i % 2 == 0 for i in range(60)]
@@ -130,6 +133,16 @@ def test_the_threshold_is_the_lowest_that_keeps_precision_with_a_standard_error_
     below = [r for p, r in zip(ps, right, strict=True) if p >= 0.59]
     assert sum(below) / len(below) >= calibration_fit.PRECISION > calibration_fit.wilson_low(sum(below), len(below), 1)
     assert calibration_fit.choose_threshold([0.9] * 40, [False] * 40) == 1.0  # never precise: never commit
+    # two wrong among the top 34 (94 %, Wilson bound 0.89) and 60 right below them: the margin is asked of
+    # what is committed (92 of 94 from 0.93), not of the thinner top, which would forbid committing at all
+    ps = [0.975 - 0.001 * i for i in range(34)] + [0.935 - 0.0005 * i for i in range(60)]
+    right = [i not in (0, 20) for i in range(34)] + [True] * 60
+    assert calibration_fit.wilson_low(32, 34, 1) < calibration_fit.PRECISION
+    t = calibration_fit.choose_threshold(ps, right)
+    assert t < 0.9 and sum(p >= t for p in ps) == 94
+    # but a top whose own precision is below the target is never committed past
+    right = [i not in (0, 5, 10, 20) for i in range(34)] + [True] * 60
+    assert calibration_fit.choose_threshold(ps, right) == 1.0
 
 
 def test_reliability_states_against_observed_and_the_error() -> None:
