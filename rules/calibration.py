@@ -65,12 +65,14 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-def lean(evidence: EvidenceSet, findings: Sequence[Finding]) -> dict[str, float] | None:
-    """The report model's probability per category (``none`` included), or None without a report's cues."""
+def lean(evidence: EvidenceSet, findings: Sequence[Finding], words: bool = False) -> dict[str, float] | None:
+    """The report model's probability per category (``none`` included), or None without a report's cues.
+    With ``words``, a report that names no counted concept is weighed by its words (``report.words``):
+    enough to rank a differential, not to judge an answer by (the calibrator was fitted without them)."""
     m = report_model.model()
-    if m is None or "report.cues" not in evidence:
+    if m is None or ("report.cues" not in evidence and not (words and "report.words" in evidence)):
         return None
-    return m.predict(report_model.inputs(evidence, [f for f in findings if f.code in REPORT_CODES]))
+    return m.predict(report_model.inputs(evidence, [f for f in findings if f.code in REPORT_CODES], words))
 
 
 def answer_of(findings: Sequence[Finding], verdict: Verdict) -> tuple[str | None, Finding | None]:
@@ -162,8 +164,9 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
     else:
         p = cal.excerpt(features(answer, top, findings, leaning))
         committed, regime = cal.commits("excerpt", p), "excerpt"
+    ranking = leaning if leaning is not None else lean(evidence, findings, words=True)
     return Assessment(answer, None if p is None else round(p, 3), committed, regime,
-                      candidates(evidence, findings, answer, p, leaning))
+                      candidates(evidence, findings, answer, p, ranking))
 
 
 def _others(findings: Sequence[Finding], answer: str | None,
@@ -229,7 +232,7 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
     pro = [f"{f.code}: {f.title}" for f in mine[:2]]
     if leaning is not None and leaning.get(category, 0.0) >= MIN_SHOWN:
         m = report_model.model()
-        cues = m.why(report_model.features(evidence), category, 3) if m is not None else []
+        cues = m.why(report_model.features(evidence, words=True), category, 3) if m is not None else []
         words = ", ".join(c.split(":", 1)[-1] for c in cues if not c.startswith("s:"))
         pro.append(f"the report's wording leans to it ({leaning[category]:.0%})" + (f": {words}" if words else ""))
     con: list[str] = []

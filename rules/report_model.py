@@ -49,9 +49,10 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 PHASES = ("loading", "profile_run", "warmup", "serving", "unknown")
 
 
-def features(ev: EvidenceSet) -> dict[str, float]:
-    """The cues of one evidence set: the report's own, and which structured families are present."""
-    got = ev.get("report.cues")
+def features(ev: EvidenceSet, words: bool = False) -> dict[str, float]:
+    """The cues of one evidence set: the report's own, and which structured families are present. With
+    ``words``, a report that names no counted concept brings its words (``report.words``) instead."""
+    got = ev.get("report.cues") or (ev.get("report.words") if words else None)
     out: dict[str, float] = dict(got.value) if isinstance(got, Evidence) and isinstance(got.value, dict) else {}
     for name, key in FAMILIES:
         if ev.has_prefix(key) if key.endswith(".") else key in ev:
@@ -65,10 +66,10 @@ def features(ev: EvidenceSet) -> dict[str, float]:
     return out
 
 
-def inputs(ev: EvidenceSet, findings: Iterable[Finding]) -> dict[str, float]:
+def inputs(ev: EvidenceSet, findings: Iterable[Finding], words: bool = False) -> dict[str, float]:
     """What the model weighs for one evidence set: its cues and families, and the report rules' own signals
     (``findings``: the report rules' findings)."""
-    return {**features(ev), **signal_features(findings)}
+    return {**features(ev, words), **signal_features(findings)}
 
 
 class Model:

@@ -83,6 +83,26 @@ def test_the_report_model_ranks_the_other_candidates_and_siblings_stand_in_witho
     assert [c for c, _ in calibration._others((), "oom_peak", None)] == list(differential.SIBLINGS["oom_peak"])
 
 
+def test_a_report_naming_no_counted_concept_gets_a_differential_from_its_words_only() -> None:
+    """A person's text that names no concept the claims parser counts (no queue, no memory, no GPU) is too
+    little for a report rule to answer on, but its words still rank the differential: the report model
+    weighs them (``report.words``) for the candidates, never for the calibrator, which was fitted without."""
+    text = ("Two workflows sent through the API never run at the same time\n"
+            "The second one always starts after the first one completed, they are unable to run together.\n")
+    d = _judge(text)
+    ev = d_evidence(d)
+    assert "report.words" in ev and "report.cues" not in ev
+    assert d.overall is Verdict.UNDETERMINED and not d.findings and d.probability is None
+    assert 1 <= len(d.candidates) <= calibration.MAX_CANDIDATES
+    assert all(c.support and c.support[0].startswith("the report's wording leans to it") for c in d.candidates)
+    assert calibration.lean(ev, d.findings) is None  # what the calibrator weighs is unchanged
+    ranked = calibration.lean(ev, d.findings, words=True)
+    assert ranked is not None and [c.category for c in d.candidates] == sorted(
+        (c.category for c in d.candidates), key=lambda c: -ranked[c])
+    # a text that names a counted concept has cues, not bare words
+    assert "report.words" not in d_evidence(_judge(TWO_CAUSES))
+
+
 def test_candidates_round_trip_through_json_and_follow_the_schema() -> None:
     d = _judge(TWO_CAUSES)
     doc = d.to_json()
