@@ -6,9 +6,10 @@ probability of being *right*. This module turns them into one, in two regimes:
 
 * **excerpts** (what people paste: a log, an OOM message, a table, a report): a logistic regression over
   what the answer rests on — structured evidence and its confidence (measured, correlated, heuristic,
-  thin), prose alone, an explanation of expected behaviour — and the report model's probability for the
-  answer. It is fitted on *out-of-fold* answers of the incident corpus's train split (the report model
-  refitted without each fold), so the probability is what the tool earns on reports it has not seen;
+  thin), prose alone, an explanation of expected behaviour, how strongly the answering rule's finding
+  speaks (its impact) — and the report model's probability for the answer. It is fitted on *out-of-fold*
+  answers of the incident corpus's train split (the report model refitted without each fold), so the
+  probability is what the tool earns on reports it has not seen;
 * **covered** services (measurements that watched the service do its work: a live attach, per-request
   timings, an engine's scheduler statistics, a GPU timeline — ``diagnose.rules.verdict.covered_by``) with a
   structured or healthy answer: the share of such answers that were right on the real recordings kept as
@@ -105,7 +106,9 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
          # measured and structured evidence outranks prose: the report's wording may add to a structured
          # answer's support, never take from it (an engine's own warnings read as prose must not sink it)
          "struct_logit": struct * max(0.0, lp), "healthy_logit": healthy * lp,
-         "agrees": agrees, "rival": bool(rivals)}
+         "agrees": agrees, "rival": bool(rivals),
+         # how strongly the answering rule's own evidence speaks (its finding's impact, 0..1)
+         "impact": top.impact if top is not None else 0.0}
     # how reliably each category is read differs (an allocator's numbers against a reporter's "it is slow"):
     # one indicator per answer, its weight learned with the rest
     x.update({f"cat:{c}": c == answer for c in CATEGORIES})

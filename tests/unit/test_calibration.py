@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -125,6 +126,20 @@ def test_a_session_whose_measurements_cover_the_service_commits_at_the_recording
     # one rate for every covered answer commits at the target itself; an excerpt needs the threshold
     assert cal.commits("covered", calibration_fit.PRECISION) and not cal.commits("covered", 0.89)
     assert cal.commits("excerpt", cal.threshold) and not cal.commits("excerpt", cal.threshold - 0.01)
+
+
+def test_a_finding_that_speaks_more_strongly_is_trusted_more() -> None:
+    """The answering finding's impact is one of the calibrator's inputs (out of fold on train it separated
+    right from wrong answers better: AUC 0.725 -> 0.764); a stronger finding of the same rule and basis gets
+    the higher probability."""
+    d = _judge(OOM)
+    top = d.findings[0]
+    x = calibration.features("oom_peak", top, d.findings, None)
+    assert x["impact"] == top.impact > 0
+    weaker = calibration.features("oom_peak", dataclasses.replace(top, impact=top.impact / 2), d.findings, None)
+    cal = calibration.calibrator()
+    assert cal is not None and cal.excerpt(x) > cal.excerpt(weaker)
+    assert calibration.features("none", None, (), None)["impact"] == 0.0
 
 
 def test_prose_never_lowers_a_structured_answer() -> None:

@@ -131,11 +131,13 @@ def write_doc(path: str, splits: list[Split]) -> None:
              "Every verdict carries a probability (`diagnose.rules.calibration`): for excerpts, a logistic",
              "regression over what the answer rests on, fitted on the train split's *out-of-fold* answers",
              "(`python -m diagnose.rules.calibration_fit`); for services whose measurements cover them, the",
-             "share of right answers on the real engine and demo recordings kept as test data. A primary is",
-             f"committed only at or above **{cal.threshold if cal else 'n/a'}**, the lowest probability at which",
+             "share of right answers on the real engine and demo recordings kept as test data. An excerpt's",
+             f"primary is committed only at or above **{cal.threshold if cal else 'n/a'}**, the lowest probability "
+             "at which",
              "the train split's out-of-fold committed answers are right at least 90 % of the time with one",
-             "standard error to spare (the lower end of its Wilson interval); below it the",
-             "verdict is `undetermined` and the candidates lead.", "",
+             "standard error to spare (the lower end of its Wilson interval; each answer's out-of-fold probability",
+             "averaged over eight splits); a covered answer commits when the recordings' rate reaches 90 %.",
+             "Below either the verdict is `undetermined` and the candidates lead.", "",
              "## The figures", "", "| split | figures |", "|---|---|"]
     lines += [f"| {s.name} | {s.line().split(': ', 1)[1]} |" for s in splits]
     if meta:
