@@ -10,8 +10,13 @@ The split is made once per case, at random but stable: a case goes to ``validati
 SHA-256 of its id falls in the first 30 % of the hash space. Adding cases never moves old ones.
 Validation is looked at only after a change is done; nothing is tuned to one of its cases.
 
-usage: python tests/data/incidents/corpus.py add NEW.jsonl...   (dedupe by URL, split, write)
-       python tests/data/incidents/corpus.py readme             (rewrite README.md's counts)
+``heldout.jsonl`` is a third set, collected in one go from threads in neither split, after the changes it
+measures were done: it is scored (``make score``), never fitted, tuned or split, and a thread in it is never
+added to train or validation later.
+
+usage: python tests/data/incidents/corpus.py add NEW.jsonl...           (dedupe by URL, split, write)
+       python tests/data/incidents/corpus.py add-heldout NEW.jsonl...   (dedupe by URL, write heldout.jsonl)
+       python tests/data/incidents/corpus.py readme                     (rewrite README.md's counts)
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = {"train": os.path.join(HERE, "train.jsonl"), "validation": os.path.join(HERE, "validation.jsonl")}
+HELDOUT = os.path.join(HERE, "heldout.jsonl")
 VALIDATION_SHARE = 0.30
 FIELDS = ("id", "source_repo", "issue_number", "url", "evidence", "evidence_kind", "expected_class", "accept",
           "scored", "root_cause_summary", "fix_that_worked", "confidence", "engine", "engine_version", "platform",
@@ -48,25 +54,33 @@ def save(path: str, cases: list[dict[str, object]]) -> None:
             fh.write(json.dumps({k: c[k] for k in FIELDS if k in c}, ensure_ascii=False) + "\n")
 
 
-def add(paths: list[str], dev: bool = False) -> None:
+def _thread(url: object) -> str:
+    return str(url).rstrip("/").lower()
+
+
+def add(paths: list[str], dev: bool = False, heldout: bool = False) -> None:
+    """Merge the cases of ``paths``: into train or validation by their id's hash (``dev``: into train), or,
+    with ``heldout``, into ``heldout.jsonl``. A thread already in any of the three is skipped."""
     have = {name: load(path) for name, path in FILES.items()}
-    urls = {c["url"] for cases in have.values() for c in cases}
+    have["heldout"] = load(HELDOUT)
+    urls = {_thread(c["url"]) for cases in have.values() for c in cases}
     ids = {c["id"] for cases in have.values() for c in cases}
-    added = collections.Counter()
+    added: collections.Counter[str] = collections.Counter()
     for path in paths:
         for c in load(path):
-            if c["url"] in urls or c["id"] in ids:
+            if _thread(c["url"]) in urls or c["id"] in ids:
                 continue
             missing = [k for k in ("id", "url", "evidence", "accept", "scored", "expected_class") if k not in c]
             if missing:
                 raise SystemExit(f"{c.get('id')}: missing {missing}")
-            name = "train" if dev else split_of(str(c["id"]))
+            name = "heldout" if heldout else "train" if dev else split_of(str(c["id"]))
             have[name].append(c)
-            urls.add(c["url"])
+            urls.add(_thread(c["url"]))
             ids.add(c["id"])
             added[name] += 1
-    for name, path in FILES.items():
-        save(path, have[name])
+    for name, path in {**FILES, "heldout": HELDOUT}.items():
+        if have[name] or os.path.exists(path):
+            save(path, have[name])
     print(f"added {dict(added)}; now " + ", ".join(f"{n} {len(c)}" for n, c in have.items()))
 
 
@@ -74,6 +88,18 @@ def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     return out
+
+
+def _heldout_lines() -> list[str]:
+    cases = load(HELDOUT)
+    if not cases:
+        return []
+    cats: collections.Counter[str] = collections.Counter(str(c["expected_class"]) for c in cases
+                                                         if c.get("scored", True))
+    repos = {str(c["source_repo"]) for c in cases}
+    return [f"Held out (``heldout.jsonl``): **{len(cases)} cases** "
+            f"({sum(1 for c in cases if c.get('scored', True))} scored) from {len(repos)} repositories, scored only.",
+            "", *_table(("category", "held-out scored"), sorted(cats.items())), ""]
 
 
 def readme() -> None:
@@ -98,6 +124,7 @@ def readme() -> None:
         f"**{len(repos)} repositories**: train {len(have['train'])}, validation {len(have['validation'])}.",
         "`make score` prints the score on each.",
         "",
+        *_heldout_lines(),
         "## By expected category (scored / stretch)",
         "",
         *_table(("category", "train scored", "train stretch", "validation scored", "validation stretch"),
@@ -129,6 +156,9 @@ if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "add":
         dev = "--dev" in sys.argv
         add([p for p in sys.argv[2:] if p != "--dev"], dev=dev)
+        readme()
+    elif len(sys.argv) >= 3 and sys.argv[1] == "add-heldout":
+        add(sys.argv[2:], heldout=True)
         readme()
     elif len(sys.argv) == 2 and sys.argv[1] == "readme":
         readme()
