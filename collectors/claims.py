@@ -296,8 +296,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"FP16 is not supported on CPU"
         r"|Specified provider '(?:CUDA|Tensorrt|ROCM|DML)ExecutionProvider' is not in available provider"
         # ONNX Runtime's python binding could not create the GPU provider and the session runs on the CPU
-        # (onnxruntime_pybind_state.cc CreateExecutionProviderInstance; its retry after an EP error)
-        r"|Failed to create (?:CUDA|ROCM|MIGraphX|DML)ExecutionProvider|Falling back to \[?'CPUExecutionProvider'"
+        # (onnxruntime_pybind_state.cc CreateExecutionProviderInstance; not TensorRT's or MIGraphX's, whose
+        # failure leaves CUDA's or ROCm's)
+        r"|Failed to create (?:CUDA|ROCM|DML)ExecutionProvider"
         r"|Available providers: \[?'?(?:Azure|CPU)ExecutionProvider'?(?:, ?'?(?:Azure|CPU)ExecutionProvider'?)*\]?\s*$"
         r"|\bBLAS\s*=\s*0\b"
         r"|runners=\[cpu\]|no compatible GPUs were discovered|library=cpu\b|no GPU detected"

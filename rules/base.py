@@ -183,6 +183,8 @@ def any_low_quality(ev: EvidenceSet, *keys: str) -> bool:
 
 # the words that name a GPU or its software, in a framework's message or a reporter's sentence
 GPU_WORDS = re.compile(r"\b(?:CUDA|GPU|ROCm|HIP|Metal|Vulkan|cuBLAS|NVIDIA)\b", re.IGNORECASE)
+# a GPU named inside a framework's identifier, where GPU_WORDS' word boundaries do not see it
+GPU_IDENTIFIER = re.compile(r"(?:CUDA|ROCM|DML)ExecutionProvider|ggml_cuda", re.IGNORECASE)
 # evidence only a GPU produces: its samples (NVML, DCGM, nvidia-smi), a GPU timeline (Nsight, Kineto, CUDA
 # API calls), copies to and from a device (measured, or a request stage), the CUDA caching allocator's state
 # (memory stats, snapshots, an allocator's OOM message), llama.cpp's GPU buffers — not an engine's memory
@@ -211,4 +213,10 @@ def gpu_in_view(ev: EvidenceSet) -> bool:
     if ev.has_prefix(*GPU_EVIDENCE) or any(k in ev for k in _GPU_STATEMENTS):
         return True
     cues = ev.value("report.cues")
-    return isinstance(cues, dict) and any(c in cues for c in _GPU_CUES)
+    if isinstance(cues, dict) and any(c in cues for c in _GPU_CUES):
+        return True
+    # a framework's fall-back message names the GPU it could not use ("ggml_cuda_init: failed", "Failed to
+    # create CUDAExecutionProvider")
+    fallback = ev.get("report.cpu_fallback_messages")
+    said = fallback.detail if isinstance(fallback, Evidence) else ""
+    return GPU_WORDS.search(said) is not None or GPU_IDENTIFIER.search(said) is not None

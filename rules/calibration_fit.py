@@ -8,7 +8,8 @@
 2. A logistic regression on those rows, itself cross-validated (five folds, folds drawn from the case's id,
    each row's probability averaged over ``REPEATS`` such splits) for out-of-fold probabilities:
    the threshold is the lowest probability at which the committed rows are right at least
-   ``PRECISION`` of the time with one standard error to spare (and stay so above it); the reliability
+   ``PRECISION`` of the time with one standard error to spare (and every higher threshold that commits at
+   least ``MIN_COMMITTED`` rows at ``PRECISION`` itself); the reliability
    table is stated against observed.
 3. The covered regime: every real recording kept as test data whose measurements cover the service,
    answered by the rules, against the pathology its recipe induced; Laplace-smoothed.
@@ -135,7 +136,7 @@ def cross_validated(rows: Sequence[Row], names: Sequence[str], repeats: int = RE
 def choose_threshold(ps: Sequence[float], right: Sequence[bool]) -> float:
     """The lowest grid probability whose committed rows are right at least ``PRECISION`` of the time with one
     standard error to spare (the Wilson bound at ``MARGIN_Z``), no higher threshold's rows falling below
-    ``PRECISION`` itself.
+    ``PRECISION`` itself (thresholds that commit fewer than ``MIN_COMMITTED`` rows are not judged).
 
     The out-of-fold precision is an estimate from a hundred-odd committed rows: where it hovers at the
     target over a wide band of thresholds, the band's lowest end commits at the target only on average,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from diagnose.model import HOST_NO_GPU, Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
 from diagnose.rules import advice
-from diagnose.rules.base import GPU_WORDS, Rule, fmt_ms, gpu_in_view, present, severity_for
+from diagnose.rules.base import Rule, fmt_ms, gpu_in_view, present, severity_for
 from diagnose.units import pct, size
 
 
@@ -47,13 +47,6 @@ def _q(ev: EvidenceSet, key: str) -> str:
 def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
     got = ev.get("report.title_concepts")
     return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
-
-
-def _gpu_in_view(ev: EvidenceSet) -> bool:
-    """``gpu_in_view``, or the framework's own fallback message names the GPU it could not use
-    ("ggml_cuda_init: failed")."""
-    named = GPU_WORDS.search(_quote(ev, "report.cpu_fallback_messages"))
-    return gpu_in_view(ev) or (HOST_NO_GPU not in ev and named is not None)
 
 
 class ReportRule(Rule):
@@ -213,7 +206,7 @@ class PlacementReported(ReportRule):
                               f"other {pct(1 - share)} run on the CPU"))
         elif off == 0:
             out.append(Signal(t.strong, "shows no layer offloaded to the GPU"))
-        if _n(ev, "report.cpu_fallback_messages") and _gpu_in_view(ev):
+        if _n(ev, "report.cpu_fallback_messages") and gpu_in_view(ev):
             out.append(Signal(t.strong, "prints that the work falls back to the CPU"
                               + _q(ev, "report.cpu_fallback_messages")))
         if _n(ev, "report.placement_statements"):

@@ -8,7 +8,7 @@ answer leading its candidates (``withheld``). Tests of a rule's reading assert w
 
 from __future__ import annotations
 
-from diagnose.model import Diagnosis, EvidenceSet, Severity
+from diagnose.model import Diagnosis, EvidenceSet, Verdict
 from diagnose.rules import calibration
 
 
@@ -32,6 +32,6 @@ def committed_as_calibrated(d: Diagnosis) -> bool:
     cal = calibration.calibrator()
     if cal is None or d.probability is None:
         return not d.withheld
-    top = next((f for f in d.findings if f.severity is not Severity.INFO), None)
+    _, top = calibration.answer_of(d.findings, Verdict(rules_verdict(d)))
     regime = "covered" if calibration.covered_answer(EvidenceSet(d.evidence), top) else "excerpt"
     return d.withheld == (not cal.commits(regime, d.probability))

@@ -227,7 +227,7 @@ class ReportSource:
             if c.title:
                 ev.add("report.title", c.title, "", "the report's first line")
                 ev.add("report.title_concepts", sorted(c.title_concepts), "", "concepts the first line names")
-        elif c.clauses and (words := cues(c)):
+        elif c.clauses and (words := {k: v for k, v in cues(c).items() if k.startswith("w:")}):
             # a person's text that names no concept we count: too little for a report rule to judge on,
             # but its words still rank the differential (``diagnose.rules.calibration.lean``)
             ev.add("report.words", words, "", "the words of a report that names no counted concept: what "

@@ -102,6 +102,11 @@ def test_a_report_naming_no_counted_concept_gets_a_differential_from_its_words_o
         (c.category for c in d.candidates), key=lambda c: -ranked[c])
     # a text that names a counted concept has cues, not bare words
     assert "report.words" not in d_evidence(_judge(TWO_CAUSES))
+    # words that do not move the model from what it says without them rank nothing: no differential
+    empty = _judge("Any ideas? Thanks\n")
+    assert not empty.findings and not empty.candidates
+    # and a program's text gives no words at all (a traceback's message is not a person's report)
+    assert "report.words" not in d_evidence(_judge("RuntimeError: the worker failed on the second request\n"))
 
 
 def test_candidates_round_trip_through_json_and_follow_the_schema() -> None:
@@ -169,7 +174,7 @@ def test_the_threshold_is_the_lowest_that_commits_with_a_standard_error_to_spare
     assert sum(below) / len(below) >= calibration_fit.PRECISION > calibration_fit.wilson_low(sum(below), len(below), 1)
     assert calibration_fit.choose_threshold([0.9] * 40, [False] * 40) == 1.0  # never precise: never commit
     # two wrong among the top 34 (94 %, Wilson bound 0.89) and 60 right below them: the margin is asked of
-    # what is committed (92 of 94 from 0.93), not of the thinner top, which would forbid committing at all
+    # what is committed (all 94 rows, 92 right), not of the thinner top, which would forbid committing at all
     ps = [0.975 - 0.001 * i for i in range(34)] + [0.935 - 0.0005 * i for i in range(60)]
     right = [i not in (0, 20) for i in range(34)] + [True] * 60
     assert calibration_fit.wilson_low(32, 34, 1) < calibration_fit.PRECISION

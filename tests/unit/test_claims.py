@@ -111,17 +111,20 @@ def test_framework_messages_are_recognised_whatever_surrounds_them() -> None:
                   "UserWarning: FP16 is not supported on CPU; using FP32 instead\n")
     assert got["report.gpu_layers_offloaded"] == 0 and got["report.gpu_layers_total"] == 29
     assert got["report.cpu_fallback_messages"] == 1
-    # ONNX Runtime's warning when its CUDA provider cannot be created (onnxruntime#13414, #16931), and its
-    # retry after an execution-provider error: the session runs on the CPU
+    # ONNX Runtime's warning when its CUDA provider cannot be created (onnxruntime#13414, #16931): the session
+    # runs on the CPU
     ort = ("2023-07-31 14:22:06.483132863 [W:onnxruntime:Default, onnxruntime_pybind_state.cc:640 "
            "CreateExecutionProviderInstance] Failed to create CUDAExecutionProvider. Please reference "
            "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements to ensure all "
-           "dependencies are met.\n"
-           "Falling back to ['CPUExecutionProvider'] and retrying.\n")
-    assert _report(ort)["report.cpu_fallback_messages"] == 2
-    # TensorRT's provider missing leaves CUDA's: not a fall-back to the CPU
-    trt = ort.replace("CUDAExecutionProvider.", "TensorrtExecutionProvider.").splitlines()[0]
-    assert "report.cpu_fallback_messages" not in _report(trt)
+           "dependencies are met.\n")
+    assert _report(ort)["report.cpu_fallback_messages"] == 1
+    # TensorRT's or MIGraphX's provider missing leaves CUDA's or ROCm's: not a fall-back to the CPU
+    for other in ("TensorrtExecutionProvider.", "MIGraphXExecutionProvider."):
+        assert "report.cpu_fallback_messages" not in _report(ort.replace("CUDAExecutionProvider.", other))
+    # the warning alone names the GPU it could not use: the placement rule finds the work on the CPU
+    ev = EvidenceSet(loose.analyze_stream("paste", io.BufferedReader(io.BytesIO(ort.encode()))).evidence)
+    found, _ = run_rules(ev, decide=False)
+    assert any(f.code == "PLC001" and "falls back to the CPU" in f.message for f in found)
 
 
 def test_the_frameworks_own_advice_is_never_a_claim() -> None:
