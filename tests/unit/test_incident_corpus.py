@@ -42,7 +42,7 @@ def test_every_thread_is_in_one_set_and_validation_is_what_the_hash_sends_there(
             # the shared dev set names "nothing is wrong" other_or_healthy; the corpus' classes call it none
             named = "none" if c["expected_class"] == "other_or_healthy" else c["expected_class"]
             assert named in c["accept"] or not c["scored"], c["id"]
-            thread = str(c["url"]).rstrip("/").lower()
+            thread = corpus._thread(c["url"])
             assert seen.setdefault(thread, name) == name, f"{c['id']}: its thread is in {seen[thread]} and {name}"
     assert len({c["id"] for cases in sets.values() for c in cases}) == sum(len(c) for c in sets.values())
     assert all(corpus.split_of(str(c["id"])) == "validation" for c in sets["validation"])
@@ -64,8 +64,8 @@ def test_a_held_out_thread_is_kept_out_of_the_splits(tmp_path: Path, monkeypatch
     new.write_text(json.dumps(case(1, "https://github.com/o/r/issues/1")) + "\n")
     corpus.add([str(new)], heldout=True)
     assert [c["id"] for c in _cases(tmp_path / "heldout.jsonl")] == ["case-1"]
-    # the same thread under another id (and a trailing slash, upper case) is not merged into a split
-    new.write_text(json.dumps(case(2, "https://github.com/O/r/issues/1/")) + "\n"
+    # the same thread under another id (as a pull request, upper case, a trailing slash) is not merged
+    new.write_text(json.dumps(case(2, "https://github.com/O/r/pull/1/")) + "\n"
                    + json.dumps(case(3, "https://github.com/o/r/issues/3")) + "\n")
     corpus.add([str(new)])
     split = [c["id"] for name in files for c in (_cases(files[name]) if files[name].exists() else [])]

@@ -25,6 +25,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,7 +56,10 @@ def save(path: str, cases: list[dict[str, object]]) -> None:
 
 
 def _thread(url: object) -> str:
-    return str(url).rstrip("/").lower()
+    """A thread's identity: its repository and number (an issue and a pull request share the numbering),
+    case-insensitive; any other address as written, without a trailing slash."""
+    got = re.match(r"https?://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", str(url), re.IGNORECASE)
+    return f"{got.group(1)}#{got.group(2)}".lower() if got else str(url).rstrip("/").lower()
 
 
 def add(paths: list[str], dev: bool = False, heldout: bool = False) -> None:
