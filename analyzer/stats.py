@@ -21,9 +21,9 @@ def quantile(xs: Iterable[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def wilson(share: float, n: int, z: float) -> tuple[float, float]:
-    """The Wilson score interval of a share of ``n`` observations at ``z`` standard errors; (0, 1) when there
-    is none."""
+def wilson(share: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a share of ``n`` observations (a pooled count may be fractional) at ``z``
+    standard errors; (0, 1) when there is none."""
     if n <= 0:
         return 0.0, 1.0
     centre = share + z * z / (2 * n)

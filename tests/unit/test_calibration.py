@@ -180,6 +180,13 @@ def test_the_threshold_is_the_lowest_that_commits_with_a_standard_error_to_spare
     assert calibration_fit.wilson_low(32, 34, 1) < calibration_fit.PRECISION
     t = calibration_fit.choose_threshold(ps, right)
     assert t < 0.9 and sum(p >= t for p in ps) == 94
+    # three out-of-fold runs of the same cases pooled: the precision of all three, the margin of one run's count.
+    # 45 answers, 42 right (93 %): one standard error below is 0.886 for 45 cases, 0.909 if counted as 135
+    few = [0.97 - 0.001 * i for i in range(45)] + [0.6 - 0.001 * i for i in range(20)]
+    hit = [i not in (3, 33, 40) for i in range(45)] + [False] * 20
+    once = calibration_fit.choose_threshold(few, hit)
+    assert once > 0.9 and calibration_fit.choose_threshold(few * 3, hit * 3, copies=3) == once
+    assert calibration_fit.choose_threshold(few * 3, hit * 3) < 0.62  # counted thrice, all 45 would commit
     # but a top whose own precision is below the target is never committed past
     right = [i not in (0, 5, 10, 20) for i in range(34)] + [True] * 60
     assert calibration_fit.choose_threshold(ps, right) == 1.0

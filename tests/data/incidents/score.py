@@ -137,7 +137,8 @@ def write_doc(path: str, splits: list[Split]) -> None:
              "at which",
              f"the train split's out-of-fold committed answers are right at least {target} of the time with one",
              "standard error to spare (the lower end of its Wilson interval; each answer's out-of-fold probability",
-             f"averaged over {calibration_fit.REPEATS} splits); a covered answer commits when the recordings' rate "
+             f"averaged over {calibration_fit.REPEATS} splits, the report model's answers made over "
+             f"{calibration_fit.SPLITS} splits and pooled); a covered answer commits when the recordings' rate "
              f"reaches {target}.",
              "Below either the verdict is `undetermined` and the candidates lead.", "",
              "## The figures", "", "| split | figures |", "|---|---|"]
