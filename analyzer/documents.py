@@ -15,14 +15,13 @@ keys of the JSON object are walked until one is Kineto's. When the head does not
 from __future__ import annotations
 
 import io
-import zlib
 from collections.abc import Callable
 from typing import BinaryIO, cast
 
 from diagnose.collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
 from diagnose.model import Evidence, InputRecord
 
-READ_ERRORS: tuple[type[BaseException], ...] = (*DECOMPRESS_ERRORS, zlib.error)  # a damaged deflate stream
+READ_ERRORS = DECOMPRESS_ERRORS  # a damaged or cut-short compressed stream, a damaged deflate stream too
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
@@ -151,7 +150,7 @@ def read_stream(name: str, stream: BinaryIO) -> tuple[Found | None, BinaryIO, st
         try:
             stream = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, compression)))
             head = peek(stream)
-        except DECOMPRESS_ERRORS as exc:
+        except READ_ERRORS as exc:  # a header that reads, then a deflate stream that does not: zlib.error
             why = f"{compression} stream unreadable: {exc}"
             return ([], [InputRecord(name, compression, "unreadable", why)]), stream, compression
     kind = trace_kind(head, final=False)

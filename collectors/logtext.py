@@ -14,6 +14,7 @@ import gzip
 import io
 import lzma
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO, cast
 
@@ -145,4 +146,5 @@ def decompressed(stream: BinaryIO, kind: str) -> BinaryIO:
 
 DECOMPRESS_ERRORS: tuple[type[BaseException], ...] = (
     OSError, EOFError, lzma.LZMAError, ValueError, CompressionError,
+    zlib.error,  # a gzip whose header reads and whose deflate data does not ("invalid distance too far back")
 )
