@@ -21,7 +21,6 @@ from typing import BinaryIO, cast
 from diagnose.collectors.logtext import DECOMPRESS_ERRORS, compression_of, decompressed, looks_binary
 from diagnose.model import Evidence, InputRecord
 
-READ_ERRORS = DECOMPRESS_ERRORS  # a damaged or cut-short compressed stream, a damaged deflate stream too
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 PICKLE_MAGIC = b"\x80"  # pickle protocol >= 2: a torch.cuda.memory._dump_snapshot file
@@ -65,7 +64,7 @@ def _decide(head: bytes, read: Callable[[int], bytes]) -> tuple[bytes, str | Non
     while kind == "?" and len(head) < SNIFF_MAX_BYTES:
         try:
             more = read(max(len(head), SNIFF_BYTES))
-        except READ_ERRORS:  # damaged compression: the reader says so when it gets there
+        except DECOMPRESS_ERRORS:  # damaged compression: the reader says so when it gets there
             more = b""
         if not more:
             break
@@ -86,7 +85,7 @@ def file_trace_kind(path: str) -> str | None:
     try:
         try:
             head = fh.read(SNIFF_BYTES)
-        except READ_ERRORS:
+        except DECOMPRESS_ERRORS:
             return None
         return _decide(head, fh.read)[1]
     finally:
@@ -150,14 +149,14 @@ def read_stream(name: str, stream: BinaryIO) -> tuple[Found | None, BinaryIO, st
         try:
             stream = io.BufferedReader(cast(io.RawIOBase, decompressed(stream, compression)))
             head = peek(stream)
-        except READ_ERRORS as exc:  # a header that reads, then a deflate stream that does not: zlib.error
+        except DECOMPRESS_ERRORS as exc:  # a header that reads, then a deflate stream that does not: zlib.error
             why = f"{compression} stream unreadable: {exc}"
             return ([], [InputRecord(name, compression, "unreadable", why)]), stream, compression
     kind = trace_kind(head, final=False)
     if kind == "?":  # a JSON object whose first keys do not decide yet: read on (bounded), then replay
         try:
             first = stream.read(SNIFF_BYTES)
-        except READ_ERRORS:
+        except DECOMPRESS_ERRORS:
             first = b""
         head, kind = _decide(first, stream.read)
         stream = io.BufferedReader(_Replay(head, stream))

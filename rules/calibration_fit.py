@@ -119,8 +119,9 @@ def _p(w: dict[str, float], x: dict[str, float]) -> float:
 
 
 def fold_of(case_id: str, repeat: int) -> int:
-    """The calibrator's fold of a case in one repeat: from its id, so that a case answered or left undetermined
-    after a change moves no other case to another fold."""
+    """A case's fold in one draw (``repeat``): the report model's out-of-fold split and the calibrator's
+    repeats both take it from the case's id, so that a case added, answered or left undetermined after a
+    change moves no other case to another fold."""
     return int(hashlib.sha256(f"{repeat}:{case_id}".encode()).hexdigest(), 16) % FOLDS
 
 

@@ -102,7 +102,7 @@ def _heldout_lines() -> list[str]:
                                                          if c.get("scored", True))
     repos = {str(c["source_repo"]) for c in cases}
     return [f"Held out (``heldout.jsonl``): **{len(cases)} cases** "
-            f"({sum(1 for c in cases if c.get('scored', True))} scored) from {len(repos)} repositories, scored only.",
+            f"({sum(cats.values())} scored) from {len(repos)} repositories, scored only.",
             "", *_table(("category", "held-out scored"), sorted(cats.items())), ""]
 
 
