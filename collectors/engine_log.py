@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from diagnose.collectors.logtext import clean_lines
+from diagnose.collectors.logtext import clean_lines, split_glued, strip_prefixes
 from diagnose.collectors.units import to_ms
 
 MAX_SAMPLES = 100_000  # per-request values kept for percentiles; beyond, a fixed-seed reservoir
@@ -391,8 +391,10 @@ def _numbers(text: bytes) -> bytes:
 
 def _shape_of(line: str) -> _Shape | None:
     """The shape of a stats line whose layout is learned; None when its layout is not learned (yet), the
-    line holds its anchor twice (two glued records), or its tail does not read as its layout reads (a
-    value left empty shifts the tokens after it): such a line is read the general way.
+    line holds its anchor twice (two glued records), a record of its own is glued before the stats
+    record (a preemption warning, a progress bar: the bulk read keeps only the stats record), or its
+    tail does not read as its layout reads (a value left empty shifts the tokens after it): such a
+    line is read the general way, which splits it into its records.
 
     The layout's tail is the end of the line, so its fields are the same tokens counted from the
     line's end (only the anchor's own token can differ, glued to what comes before it). Lines that
@@ -402,7 +404,7 @@ def _shape_of(line: str) -> _Shape | None:
     if found is None:
         return None
     tail, layout = found
-    if line.count(layout.anchor) != 1:
+    if line.count(layout.anchor) != 1 or _glued_before(line):
         return None
     tail_tokens = _tokens(tail)
     if len(tail_tokens) != layout.ntokens or any(_numbers(tail_tokens[i].encode("utf-8", "replace")).decode()
@@ -417,6 +419,14 @@ def _shape_of(line: str) -> _Shape | None:
         at.append(kept)
         kept += bool(_numbers(token.encode("utf-8", "replace")))
     return _Shape(layout, tuple(at[before + i] for i in layout.idx), kept)
+
+
+def _glued_before(line: str) -> bool:
+    """True when a record other than a container or process prefix stands before the line's last
+    record. Lines that key alike (``_key``: their digits removed) differ here only where a glued
+    record's own timestamp has another count of digits, so the answer holds for the shape's key."""
+    parts = split_glued(line)
+    return any(strip_prefixes(part).strip() for part in parts[:-1])
 
 
 def layout_of(line: str) -> tuple[str, _Layout] | None:

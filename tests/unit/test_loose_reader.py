@@ -214,6 +214,47 @@ def test_lines_that_share_a_digit_free_shape_but_not_their_tokens_are_read_exact
     assert _same_as_line_by_line(lines, 32).prefix_hit.count == 103
 
 
+def test_a_record_glued_before_a_stats_line_is_read_in_bulk_as_line_by_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preemption warning or a progress bar glued before a stats record on one physical line: the
+    bulk reader keeps the stats record and reads the records before it too (it once dropped them, so
+    the preemptions glued before stats lines went uncounted), while container and process prefixes
+    before a stats line keep the line on the fast path."""
+    monkeypatch.setattr(engine_log, "_LAYOUTS", {})  # other tests' layouts may have filled the table
+    rng = random.Random(5)
+    stats = ("INFO 03-18 12:34:{s:02d} llm_engine.py:706] Avg prompt throughput: {a:.1f} tokens/s, Avg generation "
+             "throughput: 9.0 tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: "
+             "99.0%, CPU KV cache usage: 0.0%")
+    warn = ("WARNING 03-18 12:34:{s:02d} scheduler.py:1089] Sequence group {r} is preempted by "
+            "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+            "total_num_cumulative_preemption={n}")
+    lines: list[str] = []
+    for i in range(400):
+        line = stats.format(s=i % 60, a=rng.uniform(0, 900), r=rng.randrange(1, 9), w=rng.randrange(1, 40))
+        if i % 4 == 1:  # glued straight after the warning's last digit, as a lost newline leaves it
+            line = warn.format(s=i % 60, r=i, n=i) + line
+        elif i % 4 == 2:
+            line = f"Processed prompts:  {i % 100}%|███   | {i}/400 [00:{i % 60:02d}<00:07] " + line
+        elif i % 4 == 3:
+            line = f"vllm-1  | (APIServer pid={i}) " + line
+        lines.append(line)
+    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
+    for line in clean_lines(lines):
+        one.feed(line)
+    for k in range(0, len(lines), 100):
+        bulk.feed_raw(lines[k:k + 100])
+    a, b = one.summary(), bulk.summary()
+    assert a.samples == b.samples == 400 and a.queued_samples == b.queued_samples == 400
+    assert a.preemptions == b.preemptions == 397  # the last warning's cumulative count
+    assert len(bulk._shapes) == 2  # the plain and the prefixed lines in bulk; the glued ones one by one
+    for name in ("running", "waiting", "kv_usage", "prompt_tps"):
+        sa, sb = getattr(a, name), getattr(b, name)
+        assert sa.count == sb.count and _close(sa.total, sb.total) and sa.max == sb.max, name
+    prefixed = stats.format(s=1, a=1.0, r=2, w=3)
+    engine_log.vllm_fields(prefixed)  # learns the layout
+    assert engine_log._shape_of("vllm-1  | (APIServer pid=7) " + prefixed) is not None
+    assert engine_log._shape_of(warn.format(s=1, r=1, n=1) + prefixed) is None
+
+
 def test_a_line_that_does_not_read_as_its_layout_gives_no_shape() -> None:
     """A value left empty keys as its layout's lines do; its shape would put every field one token off
     (and every later line of the key on the slow path), so it has none and is read the general way."""
