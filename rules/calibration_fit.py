@@ -20,7 +20,6 @@ The validation split is never read.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -32,13 +31,12 @@ from diagnose import pipeline
 from diagnose.model import EvidenceSet
 from diagnose.rules import calibration, report_model
 from diagnose.rules.engine import run_rules
-from diagnose.rules.report_fit import case_inputs
+from diagnose.rules.report_fit import FOLDS, case_inputs, fold_of
 from diagnose.rules.verdict import decide
 from diagnose.stats import wilson
 
 ROOT = os.path.dirname(calibration.HERE)
 TRAIN = os.path.join(ROOT, "tests", "data", "incidents", "train.jsonl")
-FOLDS = 5
 PRECISION = 0.90
 MARGIN_Z = 1.0  # the precision is held one standard error above PRECISION (``choose_threshold``)
 REPEATS = 8  # the calibrator's cross-validation is repeated over this many splits (``cross_validated``)
@@ -116,13 +114,6 @@ def fit_logistic(rows: Sequence[Row], names: Sequence[str], l2: float = L2, iter
 
 def _p(w: dict[str, float], x: dict[str, float]) -> float:
     return calibration.Calibrator(w, 0.0, 0.0, {}).excerpt(x)
-
-
-def fold_of(case_id: str, repeat: int) -> int:
-    """A case's fold in one draw (``repeat``): the report model's out-of-fold split and the calibrator's
-    repeats both take it from the case's id, so that a case added, answered or left undetermined after a
-    change moves no other case to another fold."""
-    return int(hashlib.sha256(f"{repeat}:{case_id}".encode()).hexdigest(), 16) % FOLDS
 
 
 def cross_validated(rows: Sequence[Row], names: Sequence[str], repeats: int = REPEATS) -> list[float]:

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import os
+import random
 
 import pytest
 
@@ -215,3 +216,34 @@ def test_the_shipped_calibration_was_fitted_on_train_for_the_precision_target() 
     assert doc["covered"]["n"] >= 10 and doc["covered"]["p"] == round((doc["covered"]["right"] + 1)
                                                                       / (doc["covered"]["n"] + 2), 3)
     assert not any("validation" in str(v) for v in meta.values())
+
+
+def test_the_report_models_folds_come_from_the_case_ids_not_their_order(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: object) -> None:
+    """The regularisation's cross-validation draws its folds from the case ids (``report_fit.fold_of``), as
+    the out-of-fold answers do: a case added or the file reordered moves no other case to another fold, so
+    the chosen regularisation and its cross-validated accuracy do not move with the order of the rows."""
+    from diagnose.derive import claims
+    from diagnose.rules import report_fit
+
+    ids = [f"case-{k:03d}" for k in range(60)]
+    folds = [report_fit.fold_of(i, 0) for i in ids]
+    assert folds == [report_fit.fold_of(i, 0) for i in [*ids, "one-more"]][:60]  # one added moves none
+    assert set(folds) == set(range(report_fit.FOLDS)) and folds != [report_fit.fold_of(i, 1) for i in ids]
+    classes = ["cpu_preprocessing", "queueing", "oom_weights"]
+    rng = random.Random(3)
+    rows = []
+    for i in ids:  # a cue that mostly names the class, and a third of the labels noise
+        k = rng.randrange(3)
+        label = classes[k] if rng.random() < 0.67 else rng.choice(classes)
+        rows.append((i, {f"c:{k}": 1.0, f"c:noise{rng.randrange(7)}": 1.0}, label, 1.0, [label]))
+    shuffled = rows[:]
+    rng.shuffle(shuffled)
+    monkeypatch.setattr(report_fit, "build_vocabulary", lambda path: frozenset())
+    monkeypatch.setattr(claims, "set_vocabulary", lambda words: None)
+    monkeypatch.setattr(claims, "VOCABULARY_PATH", os.path.join(str(tmp_path), "vocabulary.txt"))
+    metas = []
+    for order in (rows, rows[::-1], shuffled):
+        monkeypatch.setattr(report_fit, "_corpus", lambda path, order=order: tuple(map(list, zip(*order, strict=True))))
+        metas.append(report_fit.train("train.jsonl", l2s=(0.003, 0.3)).meta)
+    assert len({(m["cross_validated_log_loss"], m["cross_validated_accuracy"], m["l2"]) for m in metas}) == 1
