@@ -151,17 +151,23 @@ STATS = [
 ]
 
 
+def _read_both(lines: list[str], block: int) -> tuple[engine_log.EngineLogSummary, engine_log.EngineLogSummary,
+                                                      engine_log.EngineLogParser]:
+    """The summaries of ``lines`` read one by one and in bulk (``block`` lines at a time), and the bulk reader."""
+    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
+    for line in clean_lines(lines):
+        one.feed(line)
+    for k in range(0, len(lines), block):
+        bulk.feed_raw(lines[k:k + block])
+    return one.summary(), bulk.summary(), bulk
+
+
 def test_bulk_stats_reading_equals_line_by_line() -> None:
     rng = random.Random(7)
     lines = [rng.choice(STATS).format(s=i % 60, a=rng.uniform(0, 9000), b=rng.uniform(0, 3000),
                                       r=rng.randrange(0, 300), w=rng.choice([0, 0, rng.randrange(1, 90)]),
                                       kv=rng.uniform(0, 100), h=rng.uniform(0, 100)) for i in range(3000)]
-    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
-    for line in clean_lines(lines):
-        one.feed(line)
-    for k in range(0, len(lines), 700):
-        bulk.feed_raw(lines[k:k + 700])
-    a, b = one.summary(), bulk.summary()
+    a, b, _ = _read_both(lines, 700)
     assert a.samples == b.samples > 1500 and a.queued_samples == b.queued_samples
     assert a.preemptions == b.preemptions
     for name in ("running", "waiting", "swapped", "kv_usage", "prompt_tps", "gen_tps", "prefix_hit",
@@ -174,12 +180,7 @@ def test_bulk_stats_reading_equals_line_by_line() -> None:
 
 
 def _same_as_line_by_line(lines: list[str], block: int) -> engine_log.EngineLogSummary:
-    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
-    for line in clean_lines(lines):
-        one.feed(line)
-    for k in range(0, len(lines), block):
-        bulk.feed_raw(lines[k:k + block])
-    a, b = one.summary(), bulk.summary()
+    a, b, _ = _read_both(lines, block)
     assert a.samples == b.samples and a.queued_samples == b.queued_samples
     for name in ("running", "waiting", "kv_usage", "prompt_tps", "gen_tps", "prefix_hit", "running_when_queued"):
         sa, sb = getattr(a, name), getattr(b, name)
@@ -237,12 +238,7 @@ def test_a_record_glued_before_a_stats_line_is_read_in_bulk_as_line_by_line(monk
         elif i % 4 == 3:
             line = f"vllm-1  | (APIServer pid={i}) " + line
         lines.append(line)
-    one, bulk = engine_log.EngineLogParser(), engine_log.EngineLogParser()
-    for line in clean_lines(lines):
-        one.feed(line)
-    for k in range(0, len(lines), 100):
-        bulk.feed_raw(lines[k:k + 100])
-    a, b = one.summary(), bulk.summary()
+    a, b, bulk = _read_both(lines, 100)
     assert a.samples == b.samples == 400 and a.queued_samples == b.queued_samples == 400
     assert a.preemptions == b.preemptions == 397  # the last warning's cumulative count
     assert len(bulk._shapes) == 2  # the plain and the prefixed lines in bulk; the glued ones one by one
