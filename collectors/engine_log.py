@@ -422,11 +422,13 @@ def _shape_of(line: str) -> _Shape | None:
 
 
 def _glued_before(line: str) -> bool:
-    """True when a record other than a container or process prefix stands before the line's last
-    record. Lines that key alike (``_key``: their digits removed) differ here only where a glued
-    record's own timestamp has another count of digits, so the answer holds for the shape's key."""
-    parts = split_glued(line)
-    return any(strip_prefixes(part).strip() for part in parts[:-1])
+    """True when a record stands before the line's last record once its container, process, rank and
+    timestamp prefixes are stripped (``clean_lines`` would split it into records).
+
+    Lines that key alike (``_key``: their digits removed) answer alike but for digits at a record's
+    boundary (``7INFO …`` against ``INFO …``): a glued record of words changes the key, so it never
+    takes the shape learned from a clean line; one of bare digits says nothing."""
+    return len(split_glued(strip_prefixes(line))) > 1
 
 
 def layout_of(line: str) -> tuple[str, _Layout] | None:

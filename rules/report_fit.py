@@ -28,7 +28,7 @@ from diagnose.rules.report_model import CLASSES, HERE, MODEL_PATH, Model, fit, i
 
 MIN_DOCS = 3  # a word counts only when three incidents of the train split use it: no single incident's phrase
 FOLDS = 5
-SPLITS = 3  # the regularisation's cross-validation is averaged over this many draws of the folds
+CV_DRAWS = 3  # the regularisation's cross-validation is averaged over this many draws of the folds
 
 
 def fold_of(case_id: str, repeat: int) -> int:
@@ -92,7 +92,7 @@ def build_vocabulary(path: str) -> frozenset[str]:
 
 def train(path: str, l2s: Sequence[float] = (0.003, 0.01, 0.03)) -> Model:
     """Fit on ``path``; the regularisation is chosen by ``FOLDS``-fold cross-validation on it alone, the folds
-    drawn from the case ids ``SPLITS`` times over (one draw by row order moved with every case added).
+    drawn from the case ids ``CV_DRAWS`` times over (one draw by row order moved with every case added).
 
     The choice is by log-loss, not accuracy: what the later stages take from the model is its probabilities
     (the calibrator weighs them, the differential ranks by them), and accuracy cannot tell the values apart
@@ -109,7 +109,7 @@ def train(path: str, l2s: Sequence[float] = (0.003, 0.01, 0.03)) -> Model:
     best: tuple[float, float, float] | None = None  # (log-loss, accuracy, l2)
     for l2 in l2s:
         losses, scores = [], []
-        for split in range(SPLITS):
+        for split in range(CV_DRAWS):
             folds = [fold_of(i, split) for i in ids]
             for k in range(FOLDS):
                 tr = [i for i in range(len(xs)) if folds[i] != k]

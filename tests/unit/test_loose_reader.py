@@ -235,13 +235,14 @@ def test_a_record_glued_before_a_stats_line_is_read_in_bulk_as_line_by_line(monk
             line = warn.format(s=i % 60, r=i, n=i) + line
         elif i % 4 == 2:
             line = f"Processed prompts:  {i % 100}%|███   | {i}/400 [00:{i % 60:02d}<00:07] " + line
-        elif i % 4 == 3:
-            line = f"vllm-1  | (APIServer pid={i}) " + line
+        elif i % 4 == 3:  # prefixes clean_lines strips: not records of their own
+            line = (f"vllm-1  | (APIServer pid={i}) ", f"2024-03-18T12:34:{i % 60:02d}.123456789Z ",
+                    f"Mar 18 12:34:{i % 60:02d} host vllm[{i}]: ", f"[rank{i % 8}]: ")[i % 16 // 4] + line
         lines.append(line)
     a, b, bulk = _read_both(lines, 100)
     assert a.samples == b.samples == 400 and a.queued_samples == b.queued_samples == 400
     assert a.preemptions == b.preemptions == 397  # the last warning's cumulative count
-    assert len(bulk._shapes) == 2  # the plain and the prefixed lines in bulk; the glued ones one by one
+    assert len(bulk._shapes) == 5  # the plain and the four prefixed shapes in bulk; the glued ones one by one
     for name in ("running", "waiting", "kv_usage", "prompt_tps"):
         sa, sb = getattr(a, name), getattr(b, name)
         assert sa.count == sb.count and _close(sa.total, sb.total) and sa.max == sb.max, name
