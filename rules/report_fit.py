@@ -38,21 +38,15 @@ def fold_of(case_id: str, repeat: int) -> int:
     return int(hashlib.sha256(f"{repeat}:{case_id}".encode()).hexdigest(), 16) % FOLDS
 
 
-def _accuracy(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence[Sequence[str]]) -> float:
-    ok = 0
+def _scores(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence[Sequence[str]]) -> tuple[float, float]:
+    """(accuracy, log-loss) of ``model`` on ``xs``, from one prediction per case: the top class is right when
+    accepted; the loss is −log of the probability given the accepted classes (a case may accept two)."""
+    ok, loss = 0, 0.0
     for x, acc in zip(xs, accepts, strict=True):
         probs = model.predict(x)
         ok += max(probs, key=probs.__getitem__) in acc
-    return ok / max(1, len(xs))
-
-
-def _log_loss(model: Model, xs: Sequence[Mapping[str, float]], accepts: Sequence[Sequence[str]]) -> float:
-    """The mean of −log of the probability the model gives the accepted classes (a case may accept two)."""
-    total = 0.0
-    for x, acc in zip(xs, accepts, strict=True):
-        probs = model.predict(x)
-        total -= math.log(max(1e-6, sum(probs.get(c, 0.0) for c in set(acc))))
-    return total / max(1, len(xs))
+        loss -= math.log(max(1e-6, sum(probs.get(c, 0.0) for c in set(acc))))
+    return ok / max(1, len(xs)), loss / max(1, len(xs))
 
 
 def case_inputs(evidence: str) -> tuple[EvidenceSet, dict[str, float]]:
@@ -115,16 +109,17 @@ def train(path: str, l2s: Sequence[float] = (0.003, 0.01, 0.03)) -> Model:
                 tr = [i for i in range(len(xs)) if folds[i] != k]
                 te = [i for i in range(len(xs)) if folds[i] == k]
                 m = fit([xs[i] for i in tr], [ys[i] for i in tr], [ws[i] for i in tr], l2)
-                losses.append(_log_loss(m, [xs[i] for i in te], [accepts[i] for i in te]))
-                scores.append(_accuracy(m, [xs[i] for i in te], [accepts[i] for i in te]))
-        loss = sum(losses) / len(losses)
-        if best is None or loss < best[0]:
-            best = (loss, sum(scores) / len(scores), l2)
+                accuracy, loss = _scores(m, [xs[i] for i in te], [accepts[i] for i in te])
+                scores.append(accuracy)
+                losses.append(loss)
+        mean_loss = sum(losses) / len(losses)
+        if best is None or mean_loss < best[0]:
+            best = (mean_loss, sum(scores) / len(scores), l2)
     assert best is not None
     m = fit(xs, ys, ws, best[2])
     m.meta = {"fitted_on": os.path.relpath(path, os.path.dirname(HERE)), "cases": len(xs), "l2": best[2],
               "cross_validated_log_loss": round(best[0], 3), "cross_validated_accuracy": round(best[1], 3),
-              "train_accuracy": round(_accuracy(m, xs, accepts), 3)}
+              "train_accuracy": round(_scores(m, xs, accepts)[0], 3)}
     return m
 
 
