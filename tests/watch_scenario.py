@@ -68,17 +68,36 @@ def sessions(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("watch-*") if (p / "diagnosis.json").exists())
 
 
-def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str]) -> list[Path]:
+def _why_not(watcher: subprocess.Popen[str], err_path: Path, log: Path) -> str:
+    """What the watcher said (its stderr) and the service's last log lines, for a scenario that stopped
+    early: a watcher that exited, or a service that died under the load, each says why there."""
+    code = watcher.poll()
+    state = "still running" if code is None else f"exited with {code}"
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+    except OSError as exc:
+        tail = [f"(the log could not be read: {exc})"]
+    return (f"the watcher {state}; its stderr:\n{err_path.read_text(errors='replace')[-4000:]}\n"
+            f"the service's log, last lines:\n" + "\n".join(tail))
+
+
+def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str],
+              why_not: Callable[[], str]) -> list[Path]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = sessions(out)
-        for labels, v in metrics(port).get("diagnose_bottleneck", {}).items():
+        try:
+            answer = metrics(port)
+        except OSError as exc:
+            raise AssertionError(f"the watcher's /metrics did not answer ({exc}): {why_not()}") from None
+        for labels, v in answer.get("diagnose_bottleneck", {}).items():
             if v == 1.0:
                 seen.add(dict(labels)["category"])
         if len(got) >= n:
             return got
         time.sleep(1.0)
-    raise AssertionError(f"no session {n} within {timeout_s:.0f} s: {[p.name for p in sessions(out)]}")
+    raise AssertionError(f"no session {n} within {timeout_s:.0f} s: {[p.name for p in sessions(out)]}; "
+                         f"{why_not()}")
 
 
 def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], AbstractContextManager[Any]],
@@ -94,6 +113,10 @@ def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], Abs
              "--interval", f"{interval_s:g}", "--window", f"{window_s:g}", "--ring", "120",
              "--clear", f"{clear_s:g}"],
             stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+        def why_not() -> str:
+            return _why_not(watcher, err_path, log)
+
         try:
             deadline = time.monotonic() + 60
             while True:  # until it serves
@@ -110,12 +133,12 @@ def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], Abs
 
             t0 = time.monotonic()
             with load():
-                _wait_for(out, 1, FIRST_WITHIN_S, port, seen.named)
+                _wait_for(out, 1, FIRST_WITHIN_S, port, seen.named, why_not)
                 seen.first_after_s = time.monotonic() - t0
             time.sleep(clear_s + 3 * interval_s + 4.0)  # quiet: the queue drains and queue>4 clears
-            assert len(sessions(out)) == 1, [p.name for p in sessions(out)]  # one session per incident
+            assert len(sessions(out)) == 1, ([p.name for p in sessions(out)], why_not())  # one per incident
             with load():
-                _wait_for(out, 2, FIRST_WITHIN_S, port, seen.named)
+                _wait_for(out, 2, FIRST_WITHIN_S, port, seen.named, why_not)
 
             req = urllib.request.Request(f"http://127.0.0.1:{port}/alert", data=ALERT.read_bytes(),
                                          headers={"Content-Type": "application/json"}, method="POST")
@@ -126,7 +149,7 @@ def run(tmp: Path, pid: int, metrics_url: str, log: Path, load: Callable[[], Abs
                 raise AssertionError("a payload without alerts was accepted")
             except urllib.error.HTTPError as exc:
                 assert exc.code == 400 and b"alerts" in exc.read()
-            seen.sessions = _wait_for(out, 3, FIRST_WITHIN_S, port, seen.named)
+            seen.sessions = _wait_for(out, 3, FIRST_WITHIN_S, port, seen.named, why_not)
             m = metrics(port)
             assert m["diagnose_triggers_total"][(("rule", "alert"),)] == 1.0
             assert m["diagnose_last_session_timestamp_seconds"][()] > time.time() - 120
