@@ -219,6 +219,26 @@ def test_the_shipped_calibration_was_fitted_on_train_for_the_precision_target() 
     assert not any("validation" in str(v) for v in meta.values())
 
 
+def test_the_shipped_weights_are_fitted_on_every_split_pooled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threshold is chosen on the report model's splits pooled, so the weights are fitted on them pooled
+    too, not on the first split's answers alone; each case weighs as one however many splits there are."""
+    def run(prose_right: bool) -> list[Row]:
+        return ([Row(f"s{i}", {"bias": 1.0, "prose": 0.0}, i % 10 != 0) for i in range(60)]
+                + [Row(f"p{i}", {"bias": 1.0, "prose": 1.0}, prose_right) for i in range(60)])
+
+    monkeypatch.setattr(calibration_fit, "covered_rows", lambda: [])
+    fitted = {}
+    for name, runs in {"one": [run(True)], "same twice": [run(True), run(True)],
+                       "split apart": [run(True), run(False)]}.items():
+        monkeypatch.setattr(calibration_fit, "oof_rows", lambda path, splits, runs=runs: (runs, 120))
+        fitted[name] = calibration_fit.train("train.jsonl")
+    assert fitted["same twice"]["weights"] == pytest.approx(fitted["one"]["weights"], abs=1e-3)
+    assert fitted["split apart"]["meta"]["answered_rows"] == 120
+    p_prose = calibration_fit._p(fitted["split apart"]["weights"], {"bias": 1.0, "prose": 1.0})
+    assert p_prose == pytest.approx(0.5, abs=0.05)  # the first split alone says ~0.98
+    assert calibration_fit._p(fitted["one"]["weights"], {"bias": 1.0, "prose": 1.0}) > 0.9
+
+
 def test_the_report_models_folds_come_from_the_case_ids_not_their_order(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: pathlib.Path) -> None:
     """The regularisation's cross-validation draws its folds from the case ids (``report_fit.fold_of``), as
