@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -618,8 +619,8 @@ class Watcher:
                     if fired.joins and self.join(fired):
                         continue
                     self.capture(fired)
-                except (DiagnoseError, OSError) as exc:  # one failed capture never ends the watch
-                    self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+                except Exception as exc:  # one failed capture never ends the watch
+                    self.capture_failed(fired, exc)
                     if fired.rule == "exited":
                         return 0
         finally:
@@ -665,8 +666,8 @@ class Watcher:
                                  metrics=list(self.opts.metrics), config=self.opts.config)
             ring = RingSource(folder, self.ring, fired, also)
             _, diagnosis = attach(opts, self.stop, extra=[ring])
-        except (DiagnoseError, OSError) as exc:
-            self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+        except Exception as exc:  # one failed capture never ends the watch
+            self.capture_failed(fired, exc)
             shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
             with self._capture_lock:
                 self._incident_rules = set()  # no session holds this incident: what fires next is captured
@@ -679,6 +680,17 @@ class Watcher:
         self._rewrite_also(folder, lambda _: late)
         self._written(folder, fired, diagnosis)
         return folder
+
+    def capture_failed(self, fired: Fired, exc: Exception) -> None:
+        """Say why a capture failed: one sentence for a known cause (the target went away, a file could not
+        be written); for anything else, a defect of diagnose's own, the traceback too, so that it can be
+        reported. Either way the watch goes on: one capture's failure must not leave the service unwatched."""
+        if isinstance(exc, DiagnoseError | OSError):
+            self.say(f"watch: the capture for {fired.rule} failed: {exc}")
+            return
+        self.say(redact_text(f"watch: the capture for {fired.rule} failed unexpectedly ({type(exc).__name__}: "
+                             f"{exc}); the watch goes on. Please report this traceback:\n"
+                             + "".join(traceback.format_exception(exc))).rstrip())
 
     def join(self, fired: Fired) -> bool:
         """Record ``fired`` in the newest session (its ``also``), whose incident goes on; False when there is
