@@ -416,8 +416,12 @@ class Watcher:
                 sample: dict[str, Any] = {"t": round(now, 3), "cpu_s": round(cpu.user + cpu.system, 3),
                                           "rss_bytes": float(self._proc.memory_info().rss),
                                           "threads": float(self._proc.num_threads())}
-        except psutil.Error:
+        except psutil.NoSuchProcess:  # a zombie too
             self.gone = True
+            return
+        except psutil.Error as exc:  # refused (AccessDenied) or the like: it runs, this read failed
+            self.say_once(f"sample:{type(exc).__name__}", f"watch: could not read pid {self.opts.pid}'s CPU and "
+                          f"memory ({type(exc).__name__}); the ring goes on without them")
             return
         gpus = self.gpu_sample()
         if gpus is not None:

@@ -403,6 +403,34 @@ def test_a_capture_that_cannot_attach_says_why_and_writes_nothing(tmp_path: Path
 
 
 
+def test_only_a_process_that_is_gone_ends_the_watch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A read of the target refused (AccessDenied) is said once and the ring goes on; only a process that no
+    longer exists (or a zombie) counts as exited, which ends the watch with a session from the ring."""
+    import contextlib
+
+    import psutil
+
+    class Refusing:
+        def __init__(self, exc: Exception) -> None:
+            self.exc, self.pid = exc, os.getpid()
+
+        def oneshot(self) -> contextlib.AbstractContextManager[None]:
+            return contextlib.nullcontext()
+
+        def status(self) -> str:
+            raise self.exc
+
+    w = _watcher(tmp_path, "oom")
+    w._proc = Refusing(psutil.AccessDenied(os.getpid()))
+    w._sample(1.0)
+    w._sample(2.0)
+    assert not w.gone and capsys.readouterr().err.count("could not read pid") == 1
+    for gone in (psutil.NoSuchProcess(os.getpid()), psutil.ZombieProcess(os.getpid())):
+        w.gone = False
+        w._proc = Refusing(gone)
+        w._sample(3.0)
+        assert w.gone
+
 def test_a_capture_that_fails_unexpectedly_says_where_and_the_watch_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A defect of diagnose's own in one capture (not a known cause: the target gone, a file unwritable) is
