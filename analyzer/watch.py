@@ -402,12 +402,14 @@ class Watcher:
                 continue
             self.ring.add_log(now, lines)
             self._events.extend(e for e in map(log_event, lines) if e)
-        self._sample(now)
-        self.reading_ok = scraped and not self.gone
+        sampled = self._sample(now)
+        self.reading_ok = scraped and sampled and not self.gone
         self.ring.prune(now)
         self.evaluate(now)
 
-    def _sample(self, now: float) -> None:
+    def _sample(self, now: float) -> bool:
+        """The target's CPU, memory and threads (and the GPUs) into the ring; False when it could not be read
+        (``gone`` when it no longer exists)."""
         try:
             with self._proc.oneshot():
                 if self._proc.status() == psutil.STATUS_ZOMBIE:  # exited, its parent has not reaped it yet
@@ -418,15 +420,17 @@ class Watcher:
                                           "threads": float(self._proc.num_threads())}
         except psutil.NoSuchProcess:  # a zombie too
             self.gone = True
-            return
+            return False
         except psutil.Error as exc:  # refused (AccessDenied) or the like: it runs, this read failed
-            self.say_once(f"sample:{type(exc).__name__}", f"watch: could not read pid {self.opts.pid}'s CPU and "
-                          f"memory ({type(exc).__name__}); the ring goes on without them")
-            return
+            self.say_once(f"sample:{type(exc).__name__}", f"watch: could not read pid {self.opts.pid} "
+                          f"({type(exc).__name__}); the ring goes on without its process and GPU samples, "
+                          f"and diagnose_up reads 0 meanwhile")
+            return False
         gpus = self.gpu_sample()
         if gpus is not None:
             sample["gpus"] = gpus
         self.ring.add_sample(sample)
+        return True
 
     def gpu_sample(self) -> list[dict[str, Any]] | None:
         """The target's GPUs now (``GPU_KEYS`` of each, ``diagnose.collectors.nvml``'s sampler), or None where
@@ -664,6 +668,8 @@ class Watcher:
             with self._capture_lock:
                 return list(self._also)
 
+        diagnosis: Diagnosis | None = None
+        failure: Exception | None = None
         try:
             opts = AttachOptions(pid=self.opts.pid, duration_s=self.opts.window_s, output=folder,
                                  rate_hz=self.opts.rate_hz, logs=[p for p in self.opts.logs if os.path.isfile(p)],
@@ -671,19 +677,37 @@ class Watcher:
             ring = RingSource(folder, self.ring, fired, also)
             _, diagnosis = attach(opts, self.stop, extra=[ring])
         except Exception as exc:  # one failed capture never ends the watch
-            self.capture_failed(fired, exc)
-            shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
-            with self._capture_lock:
-                self._incident_rules = set()  # no session holds this incident: what fires next is captured
-            return None
+            failure = exc
         finally:
-            with self._capture_lock:
+            with self._capture_lock:  # one block: a rule queued in between finds no capture and no incident
                 self.capturing = None
                 late = list(self._also)
-        # rules that fired while the analysis ran, after the ring was written
-        self._rewrite_also(folder, lambda _: late)
-        self._written(folder, fired, diagnosis)
+                if diagnosis is None:
+                    self._incident_rules = set()  # no session holds this incident: what fires next is captured
+        if failure is not None or diagnosis is None:
+            self._abandon(folder, fired, failure or RuntimeError("the capture returned nothing"), late)
+            return None
+        try:
+            # rules that fired while the analysis ran, after the ring was written
+            self._rewrite_also(folder, lambda _: late)
+            self._written(folder, fired, diagnosis)
+        except Exception as exc:
+            with self._capture_lock:
+                self._incident_rules = set()
+            self._abandon(folder, fired, exc, late)
+            return None
         return folder
+
+    def _abandon(self, folder: str, fired: Fired, exc: Exception, late: Sequence[Mapping[str, Any]] = ()) -> None:
+        """A capture that failed: said (``capture_failed``), with the rules that fired during it (they stay
+        held until they clear, as the trigger does), and its folder removed: nothing half-written is left to
+        look like a session."""
+        self.capture_failed(fired, exc)
+        joined = sorted({str(e.get("rule")) for e in late})
+        if joined:
+            self.say(f"watch: {', '.join(joined)} fired during that capture and {'is' if len(joined) == 1 else 'are'}"
+                     f" not captured either")
+        shutil.rmtree(folder, ignore_errors=True)
 
     def capture_failed(self, fired: Fired, exc: Exception) -> None:
         """Say why a capture failed: one sentence for a known cause (the target went away, a file could not
@@ -752,22 +776,29 @@ class Watcher:
 
         folder = self._folder(fired)
         os.makedirs(folder)
-        now = self.clock()
-        scrapes, log, samples = self.ring.snapshot()
-        start = min([s[0] for s in scrapes] + [s["t"] for s in samples] + [now])
-        window = Window(start, now)
-        cap = write_ring(folder, (scrapes, log, samples), fired, [], window)
-        session = Session(path=folder, target=Target(pid=self.opts.pid, cmdline=(), python="", user=""),
-                          window=window, captures=(cap,))
-        write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
-        diagnosis = pipeline.analyze([folder], config=self.opts.config)
-        self._written(folder, fired, diagnosis)
+        try:
+            now = self.clock()
+            scrapes, log, samples = self.ring.snapshot()
+            start = min([s[0] for s in scrapes] + [s["t"] for s in samples] + [now])
+            window = Window(start, now)
+            cap = write_ring(folder, (scrapes, log, samples), fired, [], window)
+            session = Session(path=folder, target=Target(pid=self.opts.pid, cmdline=(), python="", user=""),
+                              window=window, captures=(cap,))
+            write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
+            diagnosis = pipeline.analyze([folder], config=self.opts.config)
+            self._written(folder, fired, diagnosis)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
+            raise
         self.say(f"watch: pid {self.opts.pid} exited; stopped")
         return folder
 
     def _written(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
-        with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
-            fh.write(diagnosis.to_json_text())
+        text = diagnosis.to_json_text()  # before the file exists: a diagnosis.json is always whole
+        path = os.path.join(folder, "diagnosis.json")
+        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(f"{path}.tmp", path)
         with self._capture_lock:
             self._last_session = folder
         with self.state.lock:

@@ -421,15 +421,18 @@ def test_only_a_process_that_is_gone_ends_the_watch(tmp_path: Path, capsys: pyte
             raise self.exc
 
     w = _watcher(tmp_path, "oom")
+    w.tick()
+    assert w.reading_ok
     w._proc = Refusing(psutil.AccessDenied(os.getpid()))
-    w._sample(1.0)
-    w._sample(2.0)
-    assert not w.gone and capsys.readouterr().err.count("could not read pid") == 1
+    w.tick()
+    w.tick()
+    assert not w.gone and not w.reading_ok  # diagnose_up reads 0 while the target cannot be read
+    assert capsys.readouterr().err.count("could not read pid") == 1
     for gone in (psutil.NoSuchProcess(os.getpid()), psutil.ZombieProcess(os.getpid())):
         w.gone = False
         w._proc = Refusing(gone)
-        w._sample(3.0)
-        assert w.gone
+        assert not w._sample(3.0) and w.gone
+
 
 def test_a_capture_that_fails_unexpectedly_says_where_and_the_watch_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -464,6 +467,38 @@ def test_a_capture_that_fails_unexpectedly_says_where_and_the_watch_goes_on(
     assert seen == ["oom", "queue>4"]
     err = capsys.readouterr().err
     assert "bug in capture 1" in err and "bug in capture 2" in err
+
+
+def test_a_capture_that_fails_after_its_window_leaves_no_session_and_no_incident(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Writing the session can fail too, after the window (a diagnosis that will not serialise): the folder is
+    removed, not left as a session with a half-written diagnosis.json, the incident is forgotten (what fires
+    next is captured, not joined to an older session) and the rules that fired during it are named."""
+    from diagnose import attach
+
+    w = _watcher(tmp_path, "oom", "queue>4")
+
+    def window(opts: attach.AttachOptions, *args: object, **kwargs: object) -> tuple[None, object]:
+        assert opts.output is not None
+        os.makedirs(opts.output)
+        Path(opts.output, "manifest.json").write_text("{}")
+        w._queue(watch.Fired("queue>4", 2e9, 9.0, "queue>4 9"))  # fires while the window runs
+        return None, object()
+
+    def unwritable(folder: str, fired: watch.Fired, diagnosis: object) -> None:
+        raise TypeError("Object of type Decimal is not JSON serializable")
+
+    monkeypatch.setattr(attach, "attach", window)
+    monkeypatch.setattr(w, "_written", unwritable)
+    assert w.capture(watch.Fired("oom", 2e9)) is None
+    err = capsys.readouterr().err
+    assert "failed unexpectedly (TypeError" in err and "queue>4 fired during that capture" in err
+    assert os.listdir(tmp_path) == [] and w._incident_rules == set() and w.capturing is None
+
+    monkeypatch.setattr(pipeline, "analyze", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad ring")))
+    with pytest.raises(ValueError, match="bad ring"):  # the main loop says it and stops (the target is gone)
+        w.capture_gone(watch.Fired("exited", 2e9))
+    assert os.listdir(tmp_path) == []
 
 # -- the HTTP side -------------------------------------------------------------------------------------
 
