@@ -249,7 +249,7 @@ def train(path: str = TRAIN) -> dict[str, Any]:
     k = sum(r["right"] for r in covered)
     return {
         "meta": {"fitted_on": os.path.relpath(path, ROOT), "scored_cases": scored, "answered_rows": len(runs[0]),
-                 "l2": L2, "target_precision": PRECISION,
+                 "l2": L2, "weights_l2": L2 * len(runs), "target_precision": PRECISION,
                  "oof_splits": SPLITS, "oof_thresholds": thresholds,
                  "oof_committed_precision": round(sum(committed) / max(1, len(committed)), 3),
                  "oof_coverage": round(len(committed) / max(1, scored * len(judged)), 3),

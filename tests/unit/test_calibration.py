@@ -234,6 +234,7 @@ def test_the_shipped_weights_are_fitted_on_every_split_pooled(monkeypatch: pytes
         fitted[name] = calibration_fit.train("train.jsonl")
     assert fitted["same twice"]["weights"] == pytest.approx(fitted["one"]["weights"], abs=1e-3)
     assert fitted["split apart"]["meta"]["answered_rows"] == 120
+    assert fitted["split apart"]["meta"]["weights_l2"] == 2 * calibration_fit.L2
     p_prose = calibration_fit._p(fitted["split apart"]["weights"], {"bias": 1.0, "prose": 1.0})
     assert p_prose == pytest.approx(0.5, abs=0.05)  # the first split alone says ~0.98
     assert calibration_fit._p(fitted["one"]["weights"], {"bias": 1.0, "prose": 1.0}) > 0.9
