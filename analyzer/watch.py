@@ -690,18 +690,22 @@ class Watcher:
         try:
             # rules that fired while the analysis ran, after the ring was written
             self._rewrite_also(folder, lambda _: late)
-            self._written(folder, fired, diagnosis)
+            self._write_diagnosis(folder, diagnosis)
         except Exception as exc:
-            with self._capture_lock:
-                self._incident_rules = set()
             self._abandon(folder, fired, exc, late)
             return None
+        self._announce(folder, fired, diagnosis)  # the session is whole: a failure from here on keeps it
         return folder
 
     def _abandon(self, folder: str, fired: Fired, exc: Exception, late: Sequence[Mapping[str, Any]] = ()) -> None:
         """A capture that failed: said (``capture_failed``), with the rules that fired during it (they stay
         held until they clear, as the trigger does), and its folder removed: nothing half-written is left to
         look like a session."""
+        with self._capture_lock:
+            # no session holds this incident: a rule still held from it, or one queued to join it before the
+            # capture ended, is captured on its own rather than joined to an older session
+            self._incident_rules = set()
+            self._last_session = ""
         self.capture_failed(fired, exc)
         joined = sorted({str(e.get("rule")) for e in late})
         if joined:
@@ -786,19 +790,30 @@ class Watcher:
                               window=window, captures=(cap,))
             write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())
             diagnosis = pipeline.analyze([folder], config=self.opts.config)
-            self._written(folder, fired, diagnosis)
+            self._write_diagnosis(folder, diagnosis)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)  # nothing half-written is left to look like a session
             raise
+        self._announce(folder, fired, diagnosis)
         self.say(f"watch: pid {self.opts.pid} exited; stopped")
         return folder
 
-    def _written(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
-        text = diagnosis.to_json_text()  # before the file exists: a diagnosis.json is always whole
-        path = os.path.join(folder, "diagnosis.json")
-        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(f"{path}.tmp", path)
+    @staticmethod
+    def _write_diagnosis(folder: str, diagnosis: Diagnosis) -> None:
+        """diagnosis.json, serialised first and renamed into place: the file is whole or absent."""
+        text = diagnosis.to_json_text()
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, os.path.join(folder, "diagnosis.json"))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _announce(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
+        """A session written: the newest (what a rule of the same incident joins), its verdict line, rotation."""
         with self._capture_lock:
             self._last_session = folder
         with self.state.lock:

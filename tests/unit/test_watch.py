@@ -376,6 +376,7 @@ def test_a_target_that_exits_leaves_a_session_of_its_ring(tmp_path: Path) -> Non
     w.ring.add_log(last[0], ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
     folder = Path(w.capture_gone(watch.Fired("exited", last[0] + 1.0, None, "the target process exited")))
     assert folder.name.endswith("-exited") and (folder / "watch-ring.log").exists()
+    assert not [f for f in os.listdir(folder) if f.startswith(".tmp-")]  # diagnosis.json renamed into place
     d = json.loads((folder / "diagnosis.json").read_text())
     assert {c["collector"] for c in d["captures"]} == {"watch"}
     assert {"watch.trigger", "latency.ttft_ms.p99"} <= {e["key"] for e in d["evidence"]}
@@ -485,15 +486,27 @@ def test_a_capture_that_fails_after_its_window_leaves_no_session_and_no_incident
         w._queue(watch.Fired("queue>4", 2e9, 9.0, "queue>4 9"))  # fires while the window runs
         return None, object()
 
-    def unwritable(folder: str, fired: watch.Fired, diagnosis: object) -> None:
+    def unwritable(folder: str, diagnosis: object) -> None:
         raise TypeError("Object of type Decimal is not JSON serializable")
 
     monkeypatch.setattr(attach, "attach", window)
-    monkeypatch.setattr(w, "_written", unwritable)
+    monkeypatch.setattr(w, "_write_diagnosis", unwritable)
+    w._last_session = str(tmp_path / "watch-20261202T100000Z-oom")  # an older incident's session, gone since
     assert w.capture(watch.Fired("oom", 2e9)) is None
     err = capsys.readouterr().err
     assert "failed unexpectedly (TypeError" in err and "queue>4 fired during that capture" in err
     assert os.listdir(tmp_path) == [] and w._incident_rules == set() and w.capturing is None
+    assert w._last_session == ""  # a rule queued to join this incident is captured, not joined to the older
+
+    # once diagnosis.json is whole the session stands, even when saying so fails (stdout closed)
+    monkeypatch.setattr(w, "_write_diagnosis", lambda folder, d: Path(folder, "diagnosis.json").write_text("{}"))
+    monkeypatch.setattr(watch, "verdict_line", lambda d: "queueing")
+    monkeypatch.setattr(w, "out", lambda line: (_ for _ in ()).throw(BrokenPipeError(32, "Broken pipe")))
+    with pytest.raises(BrokenPipeError):  # the main loop says it and goes on
+        w.capture(watch.Fired("oom", 2e9 + 60))
+    kept = [p for p in os.listdir(tmp_path) if (tmp_path / p / "diagnosis.json").exists()]
+    assert len(kept) == 1 and w._last_session == str(tmp_path / kept[0])
+    shutil.rmtree(tmp_path / kept[0])
 
     monkeypatch.setattr(pipeline, "analyze", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad ring")))
     with pytest.raises(ValueError, match="bad ring"):  # the main loop says it and stops (the target is gone)
