@@ -74,19 +74,23 @@ class Source(Protocol):
         record (e.g. no OOM snapshot was dumped), so the session lists no capture for it."""
 
 
-def write_json_atomic(path: str, doc: Any) -> None:
+def write_text_atomic(path: str, text: str) -> None:
     """Write, then rename: a crash never leaves a half-written file under ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
+    """``doc`` as indented JSON, serialised before the file is made and written by ``write_text_atomic``."""
+    write_text_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
 def is_python(proc: psutil.Process) -> bool:

@@ -65,7 +65,7 @@ from diagnose.model import (
     Window,
 )
 from diagnose.redact import redact_text
-from diagnose.sources import scrape, write_json_atomic
+from diagnose.sources import scrape, write_json_atomic, write_text_atomic
 from diagnose.watch_rules import METRIC_RULES, SPAN_S, Rule, log_event, metric_value, reading
 
 RING_S = 300.0
@@ -669,7 +669,7 @@ class Watcher:
                 return list(self._also)
 
         diagnosis: Diagnosis | None = None
-        failure: Exception | None = None
+        failure: Exception = RuntimeError("the capture returned no diagnosis")
         try:
             opts = AttachOptions(pid=self.opts.pid, duration_s=self.opts.window_s, output=folder,
                                  rate_hz=self.opts.rate_hz, logs=[p for p in self.opts.logs if os.path.isfile(p)],
@@ -684,8 +684,8 @@ class Watcher:
                 late = list(self._also)
                 if diagnosis is None:
                     self._incident_rules = set()  # no session holds this incident: what fires next is captured
-        if failure is not None or diagnosis is None:
-            self._abandon(folder, fired, failure or RuntimeError("the capture returned nothing"), late)
+        if diagnosis is None:
+            self._abandon(folder, fired, failure, late)
             return None
         try:
             # rules that fired while the analysis ran, after the ring was written
@@ -801,16 +801,7 @@ class Watcher:
     @staticmethod
     def _write_diagnosis(folder: str, diagnosis: Diagnosis) -> None:
         """diagnosis.json, serialised first and renamed into place: the file is whole or absent."""
-        text = diagnosis.to_json_text()
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, os.path.join(folder, "diagnosis.json"))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_text_atomic(os.path.join(folder, "diagnosis.json"), diagnosis.to_json_text())
 
     def _announce(self, folder: str, fired: Fired, diagnosis: Diagnosis) -> None:
         """A session written: the newest (what a rule of the same incident joins), its verdict line, rotation."""
