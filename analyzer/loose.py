@@ -124,6 +124,12 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     claims.sources,  # last: what the text says, when no format above could measure it
 )
 
+# Prometheus text exposition (an engine's /metrics, a DCGM exporter's): the scrapes diagnose took itself
+# (``metrics-N.prom``, the watcher's ring) are read by the sources of that format alone. Every other
+# source reading them found nothing and cost 20 times the parse (the watcher's 120-s ring of vLLM scrapes,
+# 750 KB: 1.06 CPU s, 0.05 s by these two), and on a host the engine saturates the session waits for it.
+EXPOSITION_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (dcgm.sources, prom.sources)
+
 HEAD_BYTES = 512 * 1024  # pasted evidence (a ticket, an issue: ≤ 64 KiB a comment) fits; every source reads it all
 CHUNK_BYTES = 1 << 20  # the tail is scanned a MiB at a time
 CARRY_BYTES = 256 * 1024  # bytes kept from the previous chunk for context lines before a trigger
@@ -135,9 +141,12 @@ class LooseResult:
     inputs: list[InputRecord] = field(default_factory=list)
 
 
-def new_sources() -> list[TextSource]:
+Modules = Sequence[Callable[[], Sequence[TextSource]]]
+
+
+def new_sources(modules: Modules = SOURCE_MODULES) -> list[TextSource]:
     out: list[TextSource] = []
-    for factory in SOURCE_MODULES:
+    for factory in modules:
         out.extend(factory())
     return out
 
@@ -459,21 +468,22 @@ def analyze_lines(name: str, raw_lines: Iterable[str]) -> LooseResult:
 
 
 def analyze_stream(name: str, stream: BinaryIO, head_bytes: int = HEAD_BYTES,
-                   extra: Sequence[TextSource] = ()) -> LooseResult:
+                   extra: Sequence[TextSource] = (), modules: Modules = SOURCE_MODULES) -> LooseResult:
     """A stream of loose evidence: a document (trace, SQLite, binary) by ``diagnose.documents``, else text."""
     found, stream, kind = documents.read_stream(name, stream)
     if found is not None:
         return LooseResult(*found)
-    return read_text(name, stream, kind, head_bytes, extra)
+    return read_text(name, stream, kind, head_bytes, extra, modules)
 
 
 def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: int = HEAD_BYTES,
-              extra: Sequence[TextSource] = ()) -> LooseResult:
-    """Text (already decompressed from ``kind``, which names the compression for messages) through every source.
+              extra: Sequence[TextSource] = (), modules: Modules = SOURCE_MODULES) -> LooseResult:
+    """Text (already decompressed from ``kind``, which names the compression for messages) through every source
+    (of ``modules``: ``EXPOSITION_MODULES`` for a file known to be Prometheus text).
 
     ``extra``: more sources fed in the same pass whose results the caller takes from them (the session's
     time series, ``diagnose.derive.series``); they add nothing to the result."""
-    sources = new_sources()
+    sources = new_sources(modules)
     try:
         n = read_into([*sources, *extra], stream, head_bytes)
     except DECOMPRESS_ERRORS as exc:
@@ -486,21 +496,22 @@ def read_text(name: str, stream: BinaryIO, kind: str | None = None, head_bytes: 
     return _result(name, sources, n)
 
 
-def analyze_path(path: str, extra: Sequence[TextSource] = ()) -> LooseResult:
-    """A file (or ``-`` for stdin) of loose evidence (``extra``: see ``read_text``; fed only when it is text)."""
+def analyze_path(path: str, extra: Sequence[TextSource] = (), modules: Modules = SOURCE_MODULES) -> LooseResult:
+    """A file (or ``-`` for stdin) of loose evidence (``extra``, ``modules``: see ``read_text``; fed only when it
+    is text)."""
     if path == "-":
-        return analyze_stream("<stdin>", sys.stdin.buffer, extra=extra)
+        return analyze_stream("<stdin>", sys.stdin.buffer, extra=extra, modules=modules)
     found = documents.read_path(path)  # snapshots, traces and Nsight exports before the line-based sources
     if found is not None:
         return LooseResult(*found)
-    return read_text_file(path, extra)
+    return read_text_file(path, extra, modules)
 
 
-def read_text_file(path: str, extra: Sequence[TextSource] = ()) -> LooseResult:
+def read_text_file(path: str, extra: Sequence[TextSource] = (), modules: Modules = SOURCE_MODULES) -> LooseResult:
     """A file ``documents.read_path`` found to be no document: text, possibly compressed."""
     try:
         with open(path, "rb") as fh:
-            return analyze_stream(path, fh, extra=extra)
+            return analyze_stream(path, fh, extra=extra, modules=modules)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         why = exc.strerror or str(exc)
         return LooseResult(inputs=[InputRecord(path, "unknown", "unreadable", why)])

@@ -436,6 +436,33 @@ _GPU_SPEC = re.compile(
     rf"(?P<suf>\s*(?:GPUs?|cards?|显卡|卡))?",
     re.IGNORECASE,
 )
+
+
+@dataclass(frozen=True)
+class NamedGpu:
+    """A GPU a text names: its model (upper case), its device memory (the size in the name, else the model's
+    usual one: ``assumed`` then lists the sizes it is sold with) and how many, where the text counts them."""
+
+    model: str
+    memory_bytes: int
+    assumed: tuple[float, ...]
+    count: int | None
+
+
+def gpu_named(text: str) -> NamedGpu | None:
+    """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
+    it names none (a bare number counts only with a prefix or a suffix: "4090" alone may be anything)."""
+    m = next((g for g in _GPU_SPEC.finditer(text)
+              if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")), None)
+    if m is None:
+        return None
+    mem = m.group("mem")
+    gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
+    count = int(m.group("n")) if m.group("n") and 1 <= int(m.group("n")) <= 1024 else None
+    return NamedGpu(m.group("gpu").upper(), int(gib * GIB), () if mem else GPU_VARIANTS.get(m.group("gpu").lower(), ()),
+                    count)
+
+
 _GPU_MEM_PROSE = re.compile(
     r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\s*(?:of\s+|的)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存"
     r"|显卡|graphics card|card)(?![A-Za-z])|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?"
@@ -499,6 +526,19 @@ def _model_params(word: str, line: str) -> float | None:
         if named or re.search(r"\bmodels?\b|模型|参数|parameters?", line, re.IGNORECASE | re.ASCII):
             return value
     return None
+
+
+def model_hints(name: str) -> ModelHints | None:
+    """What a model's name alone says (``Qwen/Qwen2.5-7B-Instruct``: 7e9 parameters; ``-AWQ``: 4-bit), read from
+    a field that holds one (a metric's ``model_name`` label); None when the name states no size."""
+    params = _model_params(name, name)
+    if params is None:
+        return None
+    hints = ModelHints(model=name, params=params)
+    dt = _dtype_of(name)
+    if dt:
+        hints.dtype, hints.bytes_per_param = dt
+    return hints
 
 
 _CPU_PCT = re.compile(r"(?<![A-Za-z])CPU(?![A-Za-z])[^%\d]{0,40}?(?P<pct>\d{1,4}(?:\.\d+)?)\s*%", re.IGNORECASE)
@@ -586,16 +626,11 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
         if m:
             hints.gpu_count, said = len(m.group("ids").split(",")), True
     if _GPU_QUICK.search(low):
-        m = next((g for g in _GPU_SPEC.finditer(line)
-                  if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")), None)
-        if m:
-            hints.gpu_model = m.group("gpu").upper()
-            mem = m.group("mem")
-            gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
-            hints.gpu_memory_bytes = int(gib * GIB)
-            hints.gpu_memory_assumed = () if mem else GPU_VARIANTS.get(m.group("gpu").lower(), ())
-            if m.group("n") and 1 <= int(m.group("n")) <= 1024:
-                hints.gpu_count = int(m.group("n"))
+        gpu = gpu_named(line)
+        if gpu is not None:
+            hints.gpu_model, hints.gpu_memory_bytes, hints.gpu_memory_assumed = gpu.model, gpu.memory_bytes, gpu.assumed
+            if gpu.count is not None:
+                hints.gpu_count = gpu.count
             said = True
     if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "显卡" in line
                                            or "card" in low or "video memory" in low):

@@ -221,6 +221,8 @@ class PromResult:
     histograms: Mapping[str, Histogram]
     truncated: bool
     bad_lines: int
+    # the served model's name(s): the ``model_name`` label vLLM and SGLang put on every series
+    models: tuple[str, ...] = ()
 
 
 def interpolate_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
@@ -353,6 +355,8 @@ class PromBuffer:
             histograms=_histograms(parsed),
             truncated=any(s.truncated for s in scrapes),
             bad_lines=bad,
+            models=tuple(sorted({served for samples in parsed for vals in samples.values() for labels, _, _ in vals
+                                 if (served := labels.get("model_name"))})),
         )
 
 

@@ -39,6 +39,7 @@ from diagnose.collectors.dcgm import (
     QueryJsonBuffer,
     spec_of,
 )
+from diagnose.collectors.oom import gpu_named
 from diagnose.derive.emit import Emit
 from diagnose.derive.nvml import (
     LOADED_LINK_BYTES_PER_S,
@@ -49,7 +50,7 @@ from diagnose.derive.nvml import (
 from diagnose.derive.nvml import mean as _mean
 from diagnose.model import Evidence, Quality, Window
 from diagnose.stats import quantile
-from diagnose.units import pct
+from diagnose.units import pct, size
 
 KIND = "dcgm"
 BUSY = 0.5  # a reading this busy runs at working clocks (P0), as diagnose.derive.nvml's BUSY_UTIL_PCT
@@ -247,6 +248,7 @@ def derive(
                         **({"mig": f"{g.gpu.mig_profile} #{g.gpu.mig_instance}"}
                            if g.gpu.mig_profile or g.gpu.mig_instance else {})})
     ev.add("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
+    _named(per_gpu, ev)
     migs = [d for d in devices if "mig" in d]
     if migs:
         ev.add("gpu.mig_instances", len(migs), "instances",
@@ -256,6 +258,25 @@ def derive(
     _clocks_power(per_gpu, readings, ev)
     _errors(per_gpu, ev)
     return ev.items
+
+
+def _named(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit) -> None:
+    """The GPU's model from the exporter's ``modelName`` label, read as a GPU name (the model and the device
+    memory it is sold with), as the same name in a log line or on a command line is."""
+    models = sorted({g.gpu.model for g, _ in per_gpu if g.gpu.model})
+    named = next(((m, n) for m in models if (n := gpu_named(m)) is not None), None)
+    if not models:
+        return
+    label, gpu = named if named is not None else (models[0], None)
+    others = [m for m in models if m != label]
+    ev.add("gpu.name", gpu.model if gpu else label, "name",
+           f"DCGM's modelName label {label!r}" + (f" (also {', '.join(others)})" if others else ""))
+    if gpu is None:
+        return
+    sizes = " or ".join(f"{g:g}" for g in gpu.assumed)
+    said = (f"{gpu.model}: {size(gpu.memory_bytes, 0)} assumed — the {gpu.model} comes with {sizes} GB and the label "
+            "does not say which") if gpu.assumed else f"{gpu.model}: device memory from the GPU's name (modelName)"
+    ev.add("gpu.spec_memory_bytes", gpu.memory_bytes, "bytes", said)
 
 
 def _pcie(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.collectors.oom import CONTEXT_LINES, HintsParser, OomEvent, OomParser, OomResult
+from diagnose.collectors.oom import CONTEXT_LINES, HintsParser, ModelHints, OomEvent, OomParser, OomResult
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
 from diagnose.units import size
@@ -142,6 +142,19 @@ class OomSource:
         return ev.items
 
 
+def emit_model_size(h: ModelHints, ev: Emit, named: str) -> None:
+    """``model.params`` and the weights' size it implies (``mem.weights_estimate_bytes``) from ``h``, whose
+    ``params`` is known; ``named`` says where the model's name was read."""
+    assert h.params is not None
+    ev.add("model.params", int(h.params), "params", named)
+    est = h.weights_estimate
+    if est is not None:
+        dtype = h.dtype or "16-bit assumed, no dtype stated"
+        ev.add("mem.weights_estimate_bytes", est, "bytes",
+               f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
+               Quality.GOOD if h.dtype else Quality.LOW)
+
+
 class HintsSource:
     """Text source for model-size and hardware hints."""
 
@@ -167,13 +180,7 @@ class HintsSource:
         h = self._parser.hints
         ev = Emit(source)
         if h.params is not None:
-            ev.add("model.params", int(h.params), "params", f"from the model name {h.model}")
-            est = h.weights_estimate
-            if est is not None:
-                dtype = h.dtype or "16-bit assumed, no dtype stated"
-                ev.add("mem.weights_estimate_bytes", est, "bytes",
-                       f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
-                       Quality.GOOD if h.dtype else Quality.LOW)
+            emit_model_size(h, ev, f"from the model name {h.model}")
         if h.weights_measured is not None:
             ev.add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
         if h.tensor_parallel is not None:

@@ -8,9 +8,11 @@ cover the window between them; with one, they cover the process lifetime (said i
 from __future__ import annotations
 
 from diagnose.collectors.engine_log import kv_free_sequences
+from diagnose.collectors.oom import model_hints
 from diagnose.collectors.prom import TRIGGERS as PROM_TRIGGERS
 from diagnose.collectors.prom import PromBuffer, PromResult
 from diagnose.derive.emit import Emit
+from diagnose.derive.oom import emit_model_size
 from diagnose.model import Evidence, Quality
 
 KIND = "prometheus"
@@ -84,6 +86,9 @@ def derive(r: PromResult, source: str, span: str | None = None) -> list[Evidence
     ev.add("serving.metric_scrapes", r.scrapes, "count", f"{engines} scrapes read (first and last used)")
     if len(r.engines) == 1:
         ev.add("serving.engine", r.engines[0], "", "the engine its metric names belong to")
+    named = model_hints(r.models[0]) if len(r.models) == 1 else None
+    if named is not None:
+        emit_model_size(named, ev, f"from the served model's name {named.model} (the model_name label)")
     _gauges(r, ev, engines)
     _histograms(r, ev, engines, span)
     _counters(r, ev, engines, span)

@@ -271,7 +271,8 @@ def derive(session: Session, series: bool = False) -> Derived:
         for name in cap.files:
             rows = SeriesSource(os.path.basename(name), session.window) \
                 if series and cap.collector in SERIES_CAPTURES and name not in out.series else None
-            res = loose.analyze_path(os.path.join(session.path, name), extra=(rows,) if rows else ())
+            res = loose.analyze_path(os.path.join(session.path, name), extra=(rows,) if rows else (),
+                                     modules=_modules(cap.collector, name))
             if rows is not None:
                 out.series[name] = rows.finish()
             if any(r.kind == "kineto_trace" for r in res.inputs):
@@ -298,6 +299,13 @@ def derive(session: Session, series: bool = False) -> Derived:
 RING_TEXT = (RING_METRICS, RING_LOG)
 
 
+def _modules(collector: str, name: str) -> loose.Modules:
+    """The text sources a captured file is read by: a scrape diagnose took of a Prometheus endpoint (the
+    window's ``metrics-N.prom``, the watcher's ring of them) by those of that exposition format; the
+    service's own text (its logs, a probe's output) by every source."""
+    return loose.EXPOSITION_MODULES if collector == "metrics" or name == RING_METRICS else loose.SOURCE_MODULES
+
+
 def _watch(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
     found: list[Evidence] = []
     doc = _read_json(os.path.join(session.path, WATCH_FILE)) if WATCH_FILE in cap.files else {}
@@ -317,7 +325,7 @@ def _watch(session: Session, cap: Capture, out: Derived) -> list[Evidence]:
     for name in RING_TEXT:
         if name not in cap.files:
             continue
-        res = loose.analyze_path(os.path.join(session.path, name))
+        res = loose.analyze_path(os.path.join(session.path, name), modules=_modules(cap.collector, name))
         found.extend(res.evidence)
         out.inputs.extend(res.inputs)
     return found

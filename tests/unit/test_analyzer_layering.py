@@ -76,8 +76,8 @@ def test_the_tables_read_each_text_capture_once(tmp_path: Path, monkeypatch: pyt
     assert text  # the demo session has a stage log and metrics scrapes
     passes: Counter[str] = Counter()
     real_pass = loose.analyze_path
-    monkeypatch.setattr(loose, "analyze_path", lambda path, extra=(): (passes.update([os.path.basename(path)]),
-                                                                         real_pass(path, extra))[1])
+    monkeypatch.setattr(loose, "analyze_path", lambda path, extra=(), modules=loose.SOURCE_MODULES: (
+        passes.update([os.path.basename(path)]), real_pass(path, extra, modules))[1])
     by_tables: list[str] = []
     real_open = builtins.open
 

@@ -355,3 +355,47 @@ def test_a_series_folds_an_array_as_it_folds_the_values_one_by_one() -> None:
     for attr in ("count", "total", "low", "high", "first", "last"):
         assert getattr(one, attr) == getattr(bulk, attr), attr
     assert bulk.count == 5 and bulk.last == 0.0 and bulk.high == 7.25
+
+
+# Real scrapes of Prometheus endpoints: engines' /metrics (vLLM, llama.cpp, SGLang, TGI, Triton), DCGM exporters,
+# the windows and the watcher's ring that diagnose recorded on the engine lab's vLLM.
+SCRAPES = sorted({*DATA.rglob("*.prom"), *(DATA / "engines").rglob("metrics.txt"),
+                  *(p for p in (DATA / "metrics").iterdir() if p.suffix == ".txt")})
+
+
+def test_the_exposition_sources_alone_find_everything_in_a_real_scrape() -> None:
+    """A session's scrapes are read by the Prometheus and DCGM sources alone (``loose.EXPOSITION_MODULES``):
+    on every real scrape here the other sources add nothing, so nothing is lost by not running them."""
+    assert len(SCRAPES) >= 20
+    for path in SCRAPES:
+        every = loose.analyze_path(str(path))
+        own = loose.analyze_path(str(path), modules=loose.EXPOSITION_MODULES)
+        assert own.evidence and _values(own) == _values(every), path
+        assert {r.kind for r in own.inputs} <= {"prometheus", "dcgm", "prometheus+dcgm"}, (path, own.inputs)
+
+
+def test_prose_in_a_metrics_help_text_is_not_evidence_when_read_as_a_scrape() -> None:
+    """A metric's HELP is text its author wrote once, not something that happened: an application counting its
+    OOMs describes one there. Every source reads it as an OOM message; as a scrape it is a comment."""
+    text = (b"# HELP app_oom_total Requests that failed with torch.OutOfMemoryError: CUDA out of memory. Tried to "
+            b"allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.20 GiB is free.\n"
+            b"# TYPE app_oom_total counter\napp_oom_total 3\n")
+    assert "mem.oom_count" in _values(loose.read_text("m", _stream(text)))
+    scrape = loose.read_text("metrics-0.prom", _stream(text), modules=loose.EXPOSITION_MODULES)
+    assert not scrape.evidence and scrape.inputs[0].status == "unreadable"
+
+
+def test_a_scrape_names_the_gpu_and_the_model_by_its_labels() -> None:
+    """What the prose reader found in a scrape's labels, the exposition sources read from the labels themselves:
+    DCGM's ``modelName`` (the GPU and the memory it is sold with), an engine's ``model_name`` (the parameters)."""
+    dcgm = _values(loose.analyze_path(str(DATA / "dcgm" / "l4_idle_full_default_scrape_kops.prom"),
+                                      modules=loose.EXPOSITION_MODULES))
+    assert dcgm["gpu.name"] == "L4" and dcgm["gpu.spec_memory_bytes"] == 24 << 30
+    sglang = loose.analyze_path(str(DATA / "metrics" / "sglang_single_scrape_queue.txt"),
+                                modules=loose.EXPOSITION_MODULES)
+    params = next(e for e in sglang.evidence if e.key == "model.params")
+    assert params.value == 7e9 and "model_name label" in params.detail
+    assert _values(sglang)["mem.weights_estimate_bytes"] == 14e9  # 16-bit: the name states no dtype
+    lab = _values(loose.analyze_path(str(DATA / "engines" / "vllm" / "healthy" / "metrics.txt"),
+                                     modules=loose.EXPOSITION_MODULES))
+    assert "model.params" not in lab  # the engine lab serves its model as "lab": a name without a size
