@@ -60,6 +60,7 @@ from diagnose.sources import (
     Source,
     probe_outputs,
     write_json_atomic,
+    write_text_atomic,
 )
 
 
@@ -192,8 +193,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     if opts.config:  # the settings this session is judged with, also by `diagnose report` later
         write_json_atomic(os.path.join(folder, pipeline.CONFIG_FILE), opts.config.to_json())
     diagnosis = pipeline.analyze([folder])
-    with open(os.path.join(folder, "diagnosis.json"), "w", encoding="utf-8") as fh:
-        fh.write(diagnosis.to_json_text())
+    # renamed into place: whoever waits for a session (diagnose watch, a script) never reads half of one
+    write_text_atomic(os.path.join(folder, "diagnosis.json"), diagnosis.to_json_text())
     # what the attach spent after the window (capture files, analysis): its wall time beyond the window
     # is this and the setup, never the target's (the window is bounded by py-spy's grace)
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), {**cost, **_after_window(ran)})
