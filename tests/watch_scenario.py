@@ -15,7 +15,7 @@ same incident (tests/unit/test_watch.py covers that, and both rules firing).
 "Within 60 s" is of the watcher's own time: the time the kernel kept its main thread (which runs the
 captures) waiting for a CPU is added to the deadline, as the session's ``attach-cost.json`` counts it
 (``after_wait_s``). On this 2-core host the CPU build of vLLM spins both cores while it decodes, and a
-capture has waited there 20 s for each CPU-second it used (CI 2026-12-04: the second session not written
+capture has waited there 10-24 s for each CPU-second it used (CI 2026-12-04: the second session not written
 60 s after its load began); how fast a starved host schedules the watcher is the host's, not the watcher's.
 
 The watcher runs with ``--clear 40``: on this 2-core host real vLLM's waiting gauge has read 0 for 20-30 s
@@ -50,6 +50,10 @@ FIRST_WITHIN_S = 60.0
 # scenario checks what the watcher says, not how fast a starved host lets it say it.
 ANSWER_WITHIN_S = 30.0
 MAX_STARVED_S = 120.0  # at most this much of the host's time is added to a deadline
+# CPU seconds a capture may spend after its window (its files, the analysis: attach-cost.json's after_cpu_s).
+# Measured 0.3-0.9 s on the demo and on vLLM (2026-12-04). The deadlines forgive the run-queue wait, and that
+# wait grows with the watcher's own CPU, so this budget is what catches a capture grown costlier.
+AFTER_CPU_BUDGET_S = 4.0
 
 
 @dataclass
@@ -103,7 +107,7 @@ def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str],
     deadline is ``timeout_s`` of the watcher's own time (up to ``MAX_STARVED_S`` more of the host's)."""
     start, waited0 = time.monotonic(), waited_s(pid)
     while True:
-        starved = min(MAX_STARVED_S, waited_s(pid) - waited0)
+        starved = min(MAX_STARVED_S, max(0.0, waited_s(pid) - waited0))  # 0 once the watcher is gone
         if time.monotonic() >= start + timeout_s + starved:
             break
         got = sessions(out)
@@ -200,6 +204,8 @@ def check(seen: Watched, expect: str) -> None:
         w = json.loads((folder / "watch.json").read_text())
         assert w["before"]["scrapes"] >= 2 and (folder / "watch-ring.prom").exists()  # the ring from before
         assert "watch.trigger" in {e["key"] for e in d["evidence"]}
+        cost = json.loads((folder / "attach-cost.json").read_text())
+        assert cost["after_cpu_s"] < AFTER_CPU_BUDGET_S, cost
         captures = {c["collector"]: c for c in json.loads((folder / "manifest.json").read_text())["captures"]}
         caps = {name: c["status"] for name, c in captures.items()}
         assert caps["watch"] == "ok" and caps["metrics"] == "ok", caps

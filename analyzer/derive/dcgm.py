@@ -50,7 +50,7 @@ from diagnose.derive.nvml import (
 from diagnose.derive.nvml import mean as _mean
 from diagnose.model import Evidence, Quality, Window
 from diagnose.stats import quantile
-from diagnose.units import pct, size
+from diagnose.units import GIB, pct, size
 
 KIND = "dcgm"
 BUSY = 0.5  # a reading this busy runs at working clocks (P0), as diagnose.derive.nvml's BUSY_UTIL_PCT
@@ -248,7 +248,8 @@ def derive(
                         **({"mig": f"{g.gpu.mig_profile} #{g.gpu.mig_instance}"}
                            if g.gpu.mig_profile or g.gpu.mig_instance else {})})
     ev.add("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
-    _named(per_gpu, ev)
+    focus = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0) if mems else None
+    _named(per_gpu, ev, focus[0] if focus else None, focus[2] if focus else None)
     migs = [d for d in devices if "mig" in d]
     if migs:
         ev.add("gpu.mig_instances", len(migs), "instances",
@@ -260,18 +261,27 @@ def derive(
     return ev.items
 
 
-def _named(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit) -> None:
+def _named(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit,
+           focus: GpuSeries | None, total_b: float | None) -> None:
     """The GPU's model from the exporter's ``modelName`` label, read as a GPU name (the model and the device
-    memory it is sold with), as the same name in a log line or on a command line is."""
+    memory it is sold with), as the same name in a log line or on a command line is: the focus device's (the
+    one ``gpu.memory_total_bytes`` is of) where it is known. A model sold with several sizes takes the one
+    nearest the measured total; GPUs of different sizes in one scrape give no ``gpu.spec_memory_bytes``."""
     models = sorted({g.gpu.model for g, _ in per_gpu if g.gpu.model})
-    named = next(((m, n) for m in models if (n := gpu_named(m)) is not None), None)
     if not models:
         return
-    label, gpu = named if named is not None else (models[0], None)
+    named = {m: n for m in models if (n := gpu_named(m)) is not None}
+    label = focus.gpu.model if focus is not None and focus.gpu.model in named else next(iter(named), models[0])
     others = [m for m in models if m != label]
+    gpu = named.get(label)
     ev.add("gpu.name", gpu.model if gpu else label, "name",
            f"DCGM's modelName label {label!r}" + (f" (also {', '.join(others)})" if others else ""))
-    if gpu is None:
+    if gpu is None or len({n.memory_bytes for n in named.values()}) > 1:
+        return
+    if gpu.assumed and total_b:
+        gib = min(gpu.assumed, key=lambda v: abs(v * GIB - total_b))
+        ev.add("gpu.spec_memory_bytes", int(gib * GIB), "bytes",
+               f"{gpu.model}: the {gib:g} GB model, the size nearest the {size(total_b, 0)} DCGM measured")
         return
     sizes = " or ".join(f"{g:g}" for g in gpu.assumed)
     said = (f"{gpu.model}: {size(gpu.memory_bytes, 0)} assumed — the {gpu.model} comes with {sizes} GB and the label "

@@ -28,6 +28,14 @@ def _values(result: loose.LooseResult) -> dict[str, object]:
     return {e.key: e.value for e in result.evidence}
 
 
+def _first(result: loose.LooseResult) -> dict[str, object]:
+    """Each key's first value: the one a session's evidence keeps (``EvidenceSet.add``)."""
+    out: dict[str, object] = {}
+    for e in result.evidence:
+        out.setdefault(e.key, e.value)
+    return out
+
+
 def _stream(data: bytes) -> io.BufferedReader:
     return io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
 
@@ -370,7 +378,7 @@ def test_the_exposition_sources_alone_find_everything_in_a_real_scrape() -> None
     for path in SCRAPES:
         every = loose.analyze_path(str(path))
         own = loose.analyze_path(str(path), modules=loose.EXPOSITION_MODULES)
-        assert own.evidence and _values(own) == _values(every), path
+        assert own.evidence and _first(own) == _first(every) and _values(own) == _values(every), path
         assert {r.kind for r in own.inputs} <= {"prometheus", "dcgm", "prometheus+dcgm"}, (path, own.inputs)
 
 
@@ -399,3 +407,26 @@ def test_a_scrape_names_the_gpu_and_the_model_by_its_labels() -> None:
     lab = _values(loose.analyze_path(str(DATA / "engines" / "vllm" / "healthy" / "metrics.txt"),
                                      modules=loose.EXPOSITION_MODULES))
     assert "model.params" not in lab  # the engine lab serves its model as "lab": a name without a size
+
+
+def _dcgm(*gpus: tuple[str, int]) -> bytes:
+    """One scrape of dcgm-exporter's default fields for GPUs (modelName, framebuffer MiB), as it prints them."""
+    out = []
+    for i, (model, fb_mib) in enumerate(gpus):
+        labels = f'gpu="{i}",UUID="GPU-{i:08d}",device="nvidia{i}",modelName="{model}",Hostname="node-1"'
+        out += [f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} 50", f"DCGM_FI_DEV_FB_USED{{{labels}}} 1024",
+                f"DCGM_FI_DEV_FB_FREE{{{labels}}} {fb_mib - 1024}"]
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize(("gpus", "name", "spec_gib"), [
+    ((("NVIDIA A100-SXM4-80GB", 81920),), "A100", 80),  # the size in the name
+    ((("NVIDIA A100-PCIE", 40960),), "A100", 40),  # sold as 40 or 80 GB: the one nearest the measured total
+    ((("NVIDIA H100 NVL", 95830),), "H100", 94),
+    ((("NVIDIA A100-SXM4-40GB", 40960), ("NVIDIA H100 80GB HBM3", 81920)), "A100", None),  # which one? none
+])
+def test_dcgm_names_the_gpu_of_its_focus_device_and_its_memory_only_when_one_size(
+        gpus: tuple[tuple[str, int], ...], name: str, spec_gib: int | None) -> None:
+    got = _first(loose.read_text("dcgm.prom", _stream(_dcgm(*gpus)), modules=loose.EXPOSITION_MODULES))
+    assert got["gpu.name"] == name
+    assert got.get("gpu.spec_memory_bytes") == (spec_gib << 30 if spec_gib else None)

@@ -364,6 +364,24 @@ def test_a_recorded_watch_session_on_vllm_is_judged_from_the_window_and_the_ring
     assert {c.collector for c in d.captures} >= {"py-spy", "metrics", "log", "watch"}
 
 
+OOM_HELP = ("# HELP app_oom_total Requests that failed with torch.OutOfMemoryError: CUDA out of memory. Tried to "
+            "allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.20 GiB is free.\n"
+            "# TYPE app_oom_total counter\napp_oom_total 3\n")
+
+
+@pytest.mark.parametrize("where", ["metrics-0.prom", "watch-ring.prom", "log-0-vllm.log"])
+def test_a_sessions_scrapes_are_read_as_prometheus_text_and_its_logs_by_every_reader(
+        tmp_path: Path, where: str) -> None:
+    """The OOM message an application's metric HELP quotes is no OOM in the window's scrape nor in the ring's;
+    the same text in the service's log is one."""
+    folder = tmp_path / "s"
+    shutil.copytree(RECORDED, folder)
+    with (folder / where).open("a", encoding="utf-8") as fh:
+        fh.write(OOM_HELP)
+    d = pipeline.analyze([str(folder)])
+    assert ("mem.oom_count" in {e.key for e in d.evidence}) is where.endswith(".log")
+
+
 def test_a_target_that_exits_leaves_a_session_of_its_ring(tmp_path: Path) -> None:
     """No window can be taken of a process that is gone (an OOM kill, a crash): the session is the ring,
     judged like any other, and the watch stops."""
