@@ -219,8 +219,9 @@ def derive(
                   if "fb_total" in r or ("fb_used" in r and "fb_free" in r)]
         if used and totals:
             mems.append((g, max(used), max(totals)))
-    if mems:
-        g, used_b, total_b = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0)
+    focus = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0) if mems else None
+    if focus is not None:
+        g, used_b, total_b = focus
         ev.add("gpu.memory_used_bytes", int(used_b), "bytes", f"{g.gpu.label}, peak (DCGM_FI_DEV_FB_USED)")
         ev.add("gpu.memory_total_bytes", int(total_b), "bytes", f"{g.gpu.label} (FB used + free + reserved)")
         mine = list(target_pods)
@@ -248,7 +249,6 @@ def derive(
                         **({"mig": f"{g.gpu.mig_profile} #{g.gpu.mig_instance}"}
                            if g.gpu.mig_profile or g.gpu.mig_instance else {})})
     ev.add("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
-    focus = max(mems, key=lambda m: m[1] / m[2] if m[2] else 0.0) if mems else None
     _named(per_gpu, ev, focus[0] if focus else None, focus[2] if focus else None)
     migs = [d for d in devices if "mig" in d]
     if migs:
