@@ -84,7 +84,7 @@ PATHOLOGIES: dict[str, PathologySpec] = {
         think_s=0.0,
         expected_category="prefill_ttft",
         fix="TTF001's fix: chunked prefill, a 512-token budget per engine step (decodes first, then prompt "
-        "chunks): inter-token and queue p99 fall ~4x; time to first token does not (one CPU thread).",
+        "chunks): inter-token p99 falls 2-5x, queue p99 3-10x; time to first token does not (one CPU thread).",
     ),
     "healthy": PathologySpec(
         name="healthy",

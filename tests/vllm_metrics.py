@@ -14,6 +14,7 @@ HISTOGRAMS = (
     "vllm:inter_token_latency_seconds",
     "vllm:request_prompt_tokens",
     "vllm:request_generation_tokens",
+    "vllm:iteration_tokens_total",
 )
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 COUNTERS = (
@@ -60,3 +61,8 @@ def check_exposition(text: str, model_name: str) -> dict[str, Any]:
     assert 0.0 <= kv <= 1.0
     return fams
 
+
+
+def buckets(fams: dict[str, Any], family: str) -> dict[str, float]:
+    """A histogram's cumulative counts by their ``le`` label, as exposed ("512.0", "+Inf")."""
+    return {s.labels["le"]: s.value for s in fams[family].samples if s.name.endswith("_bucket")}

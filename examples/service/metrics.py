@@ -13,6 +13,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# vLLM's ITERATION_TOKENS_BUCKETS (vllm/v1/metrics/buckets.py): tokens per engine step.
+ITERATION_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
 REQUEST_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0,
                            2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
                            1920.0, 7680.0)
@@ -91,6 +93,8 @@ _HISTOGRAMS: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
      build_1_2_5_buckets(8192)),
     ("generation_len", "vllm:request_generation_tokens", "Number of generation tokens processed.",
      build_1_2_5_buckets(8192)),
+    ("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+     ITERATION_TOKENS_BUCKETS),
 )
 
 # (attribute, exposed name, help)
@@ -134,6 +138,7 @@ class Metrics:
         self.decode_time = _Histogram(REQUEST_LATENCY_BUCKETS)
         self.prompt_len = _Histogram(build_1_2_5_buckets(8192))
         self.generation_len = _Histogram(build_1_2_5_buckets(8192))
+        self.iteration_tokens = _Histogram(ITERATION_TOKENS_BUCKETS)
         self.started = time.time()
 
     def begin(self) -> None:
@@ -156,6 +161,13 @@ class Metrics:
             self.prefix_cache_queries += prefix_queries
             self.prefix_cache_hits += prefix_hits
             self.preemptions += preemptions
+
+    def engine_step(self, *, prompt: int = 0, generation: int = 0, **tokens: int) -> None:
+        """One engine step's tokens (a generation engine's ``on_tokens``): counted as ``count_tokens``
+        does, and the step's prompt plus generated tokens observed, as vLLM's ``iteration_tokens``."""
+        self.count_tokens(prompt=prompt, generation=generation, **tokens)
+        with self._lock:
+            self.iteration_tokens.observe(prompt + generation)
 
     def observe_token(self, *, ttft_s: float | None = None, itl_s: float | None = None) -> None:
         """A generated token reached the client: its time to first token, or its gap to the previous one."""

@@ -81,7 +81,7 @@ class PrefillPathology(Pathology):
         self._ids = itertools.count(1)
 
     def bind_metrics(self, metrics: Metrics) -> None:
-        self.engine.on_tokens = metrics.count_tokens
+        self.engine.on_tokens = metrics.engine_step
 
     def warmup(self) -> None:
         for n in (64, 1024):

@@ -24,6 +24,7 @@ from diagnose.examples.demo import PATHOLOGIES, DemoService, background_load
 from diagnose.examples.loadgen import LoadResult
 from diagnose.examples.service import DecoderConfig, DynamicShapePathology, TinyDecoderLM
 from diagnose.model import Diagnosis
+from tests.vllm_metrics import buckets, families
 
 pytestmark = pytest.mark.integration
 
@@ -127,15 +128,37 @@ def test_fixed_recompile_compiles_nothing_after_ready() -> None:
     assert after["compiles"] == before["compiles"], (before, after)
 
 
+def _window_steps(session: Path, over: str) -> tuple[float, float]:
+    """(engine steps, steps of more than ``over`` tokens) in the window: the difference of the two
+    ``vllm:iteration_tokens_total`` scrapes the session took of the service's /metrics."""
+    text = (session / "metrics-0.prom").read_text()
+    scrapes = [part.split("\n", 1)[1] for part in text.split("# scrape at ")[1:]]  # each after its header line
+    first, last = (buckets(families(body), "vllm:iteration_tokens_total") for body in scrapes)
+    steps = last["+Inf"] - first["+Inf"]
+    return steps, steps - (last[over] - first[over])
+
+
 def test_fixed_prefill_stops_stalling_the_streams(tmp_path: Path) -> None:
     """Chunked prefill: decode steps no longer wait for whole prompts, requests no longer queue behind them."""
     d0, e0, l0, d1, e1, l1 = _before_after("prefill", 8.0, tmp_path)
     detail = f"before {_findings(d0)} {l0}; after {_findings(d1)} {l1}"
-    # Measured (5 pairs): inter-token p99 1.7-2.6 s -> 0.3-0.56 s, queue p99 1.0-2.1 s -> 0.11-0.33 s.
+    # The mechanism, counted by the engine: without the fix a whole prompt (64-4096 tokens) is one
+    # step every running stream waits for; with it a step computes at most its 512-token budget. As
+    # vLLM's, the histogram counts a step's prompt tokens plus the tokens it generated, a finishing
+    # prompt's first token among them, so a full step reads a few tokens over 512, never over 1024.
+    steps0, big0 = _window_steps(tmp_path / "before", "1024.0")
+    steps1, big1 = _window_steps(tmp_path / "after", "1024.0")
+    detail += f"; steps > 1024 tokens: before {big0:.0f} of {steps0:.0f}, after {big1:.0f} of {steps1:.0f}"
+    assert big0 > 0 and steps1 > 0 and big1 == 0, detail
+    # What it does to the streams. Measured (5 pairs): inter-token p99 1.7-2.6 s -> 0.3-0.56 s, queue
+    # p99 1.0-2.1 s -> 0.11-0.33 s; on a slower day (3 pairs) inter-token 1.1-2.1 s -> 0.47-0.66 s
+    # (0.30-0.44x), queue 1.6-1.9 s -> 0.36-0.38 s (0.19-0.23x); once in CI 1.1 s -> 0.60 s (0.54x).
     # Time to first token does not fall (p50 ~1.4x, p99 ~1.5x): on one CPU thread the decode steps
     # between the chunks cost what they cost, so TTF001 stays, with prefill now all of the TTFT.
-    assert e1["latency.itl_ms.p99"] < 0.5 * e0["latency.itl_ms.p99"], detail
-    assert e1["stage.queue_ms.p99"] < 0.5 * e0["stage.queue_ms.p99"], detail
+    assert e1["latency.itl_ms.p99"] < 0.75 * e0["latency.itl_ms.p99"], detail
+    assert e1["stage.queue_ms.p99"] < 0.75 * e0["stage.queue_ms.p99"], detail
+    print(detail, f"itl p99 {e0['latency.itl_ms.p99']:.0f} -> {e1['latency.itl_ms.p99']:.0f} ms,",
+          f"queue p99 {e0['stage.queue_ms.p99']:.0f} -> {e1['stage.queue_ms.p99']:.0f} ms")
 
 
 def test_chunked_prefill_matches_the_whole_prompt_prefill() -> None:

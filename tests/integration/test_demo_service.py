@@ -18,7 +18,7 @@ import pytest
 
 from diagnose.examples.demo import PATHOLOGIES, DemoService, ServiceStartError, background_load
 from diagnose.examples.loadgen import make_jpeg, run_load
-from tests.vllm_metrics import check_exposition, sample
+from tests.vllm_metrics import buckets, check_exposition, sample
 
 pytestmark = pytest.mark.integration
 
@@ -210,6 +210,12 @@ def test_prefill_service_streams_tokens_and_exposes_vllm_metrics(tmp_path, monke
         assert sample(fams, itl, itl + "_count") == output_tokens - n
         assert sample(fams, "vllm:request_prompt_tokens", "vllm:request_prompt_tokens_sum") == prompt_tokens
         assert sample(fams, "vllm:num_requests_running", "vllm:num_requests_running") == 0
+        # one request at a time: one engine step per output token (its prefill gives the first), and the
+        # 600-token prompt's whole prefill is the one step of more than 512 tokens
+        steps = buckets(fams, "vllm:iteration_tokens_total")
+        assert steps["+Inf"] == output_tokens and steps["+Inf"] - steps["512.0"] == 1, steps
+        assert sample(fams, "vllm:iteration_tokens_total", "vllm:iteration_tokens_total_sum") \
+            == prompt_tokens + output_tokens
 
         # the load generator streams and measures time to first token (short prompts: a fast test)
         monkeypatch.setattr(loadgen, "PROMPT_WORDS_RANGE", (16, 64))

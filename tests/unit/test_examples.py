@@ -11,7 +11,7 @@ import pytest
 
 from diagnose.examples.demo import PATHOLOGIES
 from diagnose.examples.loadgen import LoadResult, make_jpeg, make_payload, run_load
-from tests.vllm_metrics import check_exposition, sample
+from tests.vllm_metrics import buckets, check_exposition, sample
 
 
 def test_pathology_specs_are_consistent() -> None:
@@ -98,9 +98,9 @@ def test_metrics_exposition_without_a_process() -> None:
     m = Metrics()
     check_exposition(m.prometheus("m", 0, 0), "m")
     m.begin()
-    m.count_tokens(prompt=1000, generation=1, prefix_queries=1000)
+    m.engine_step(prompt=1000, generation=1, prefix_queries=1000)
     m.observe_token(ttft_s=0.8)
-    m.count_tokens(generation=2)
+    m.engine_step(generation=2)
     m.observe_token(itl_s=0.02)
     m.observe_token(itl_s=0.03)
     g = GenerationTimings(ttft_s=0.8, prefill_s=0.6, decode_s=0.05, inference_s=0.65, itl_s=(0.02, 0.03),
@@ -117,6 +117,13 @@ def test_metrics_exposition_without_a_process() -> None:
     ttft = {s.labels["le"]: s.value for s in fams["vllm:time_to_first_token_seconds"].samples
             if s.name.endswith("_bucket")}
     assert ttft["0.75"] == 0 and ttft["1.0"] == 1 and ttft["+Inf"] == 1
+    steps = buckets(fams, "vllm:iteration_tokens_total")  # one step of 1,001 tokens, one of 2
+    assert steps["1.0"] == 0 and steps["8.0"] == 1
+    assert steps["512.0"] == 1 and steps["1024.0"] == 2 == steps["+Inf"]
+    assert sample(fams, "vllm:iteration_tokens_total", "vllm:iteration_tokens_total_sum") == 1003
+    m.count_tokens(prompt=7)  # a request's tokens outside an engine step are no step
+    fams = check_exposition(m.prometheus("m", 0, 0), "m")
+    assert buckets(fams, "vllm:iteration_tokens_total")["+Inf"] == 2
 
 
 def test_decoder_kv_cache_matches_a_full_prefill() -> None:
