@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from diagnose import documents, session_io
@@ -106,7 +106,8 @@ def recorded_config(folder: str) -> Config | None:
 
 
 def analyze(
-    paths: Sequence[str], config: Config | Mapping[str, Mapping[str, Any]] | None = None
+    paths: Sequence[str], config: Config | Mapping[str, Mapping[str, Any]] | None = None,
+    expositions: Collection[str] = (),
 ) -> Diagnosis:
     """Diagnose sessions and loose evidence files (``-`` reads stdin) together.
 
@@ -114,6 +115,9 @@ def analyze(
     except that several PyTorch-profiler traces (one per rank) are put in the order
     ``diagnose.derive.ranks`` gives: the rank that sets the pace first; their cross-rank evidence
     comes after them.
+
+    ``expositions``: those of ``paths`` that diagnose scraped itself (Prometheus text, as a session's
+    ``metrics-N.prom``): read by the Prometheus and DCGM readers alone (``loose.EXPOSITION_MODULES``).
     """
     parts: list[EvidenceSet] = []
     traces: dict[int, list[Evidence]] = {}  # position in parts → a loose trace's evidence
@@ -134,7 +138,7 @@ def analyze(
             continue
         if path != "-" and not os.path.exists(path):
             raise InputError(f"{path} does not exist.", "Check the path; use - to read evidence from stdin.")
-        found, records = _loose(path)
+        found, records = _loose(path, exposition=path in expositions)
         if any(r.kind == documents.TRACE_KIND for r in records):
             traces[len(parts)] = found
         parts.append(EvidenceSet(found))
@@ -158,10 +162,16 @@ def _ranks(parts: list[EvidenceSet], traces: dict[int, list[Evidence]]) -> list[
     return [EvidenceSet(ranks.derive(found))]
 
 
-def _loose(path: str) -> documents.Found:
+def _loose(path: str, exposition: bool = False) -> documents.Found:
     """A loose input: a document (trace, snapshot, Nsight export) by ``diagnose.documents``, else text
-    by ``diagnose.loose``, imported only then (its line parsers are most of a run's start-up)."""
+    by ``diagnose.loose``, imported only then (its line parsers are most of a run's start-up).
+    ``exposition``: a Prometheus scrape diagnose took, read by the exposition readers alone."""
     if path != "-":
+        if exposition:
+            from diagnose import loose
+
+            text = loose.read_text_file(path, modules=loose.EXPOSITION_MODULES)
+            return text.evidence, text.inputs
         found = documents.read_path(path)
         if found is not None:
             return found

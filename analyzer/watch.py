@@ -544,13 +544,15 @@ class Watcher:
         scrapes, log, _ = self.ring.snapshot()
         if not self._scratch:
             self._scratch = tempfile.mkdtemp(prefix="diagnose-watch-")
-        paths = []
+        paths: list[str] = []
+        scraped: list[str] = []
         span = [s for s in scrapes if s[0] >= now - 2 * SPAN_S]
         if len(span) >= 2:
             path = os.path.join(self._scratch, "ring.prom")
             with open(path, "w", encoding="utf-8") as fh:
                 fh.writelines(f"# scrape at {at:.3f}\n{text}\n" for at, text in (span[0], span[-1]))
             paths.append(path)
+            scraped.append(path)
         lines = [line for at, line in log if at >= now - 2 * SPAN_S]
         if lines:
             path = os.path.join(self._scratch, "ring.log")
@@ -560,7 +562,8 @@ class Watcher:
         if not paths:
             return None
         try:
-            d = pipeline.analyze(paths, config=self.opts.config)
+            # the scrapes are diagnose's own: Prometheus text, read by the exposition readers alone
+            d = pipeline.analyze(paths, config=self.opts.config, expositions=scraped)
         except DiagnoseError:
             return None
         first = next((f for f in d.findings if f.category is not None), None)

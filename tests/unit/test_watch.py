@@ -382,6 +382,32 @@ def test_a_sessions_scrapes_are_read_as_prometheus_text_and_its_logs_by_every_re
     assert ("mem.oom_count" in {e.key for e in d.evidence}) is where.endswith(".log")
 
 
+@pytest.mark.parametrize("in_log", [False, True])
+def test_the_light_verdict_reads_the_rings_scrapes_as_prometheus_text(tmp_path: Path, in_log: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The light verdict's ring scrapes are diagnose's own, read by the exposition readers alone, as a session's:
+    an OOM message a metric's HELP quotes is no OOM there; the same text in the service's log is one."""
+    first, last = scrapes("healthy")
+    w = _watcher(tmp_path, "bottleneck")
+    help_ = OOM_HELP.splitlines()[0].replace("app_oom_total", "vllm:num_requests_waiting")  # a family the ring keeps
+    w.ring.add_scrape(first[0], f"{help_}\n{first[1]}")
+    w.ring.add_scrape(last[0], f"{help_}\n{last[1]}")
+    assert help_ in w.ring.snapshot()[0][-1][1]
+    if in_log:
+        w.ring.add_log(last[0], [help_.split(" ", 3)[3]])
+    seen: list[list[str]] = []
+    analyze = pipeline.analyze
+
+    def spy(paths: list[str], **kw: object) -> object:
+        d = analyze(paths, **kw)  # type: ignore[arg-type]
+        seen.append([e.key for e in d.evidence if e.key == "mem.oom_count"])
+        return d
+
+    monkeypatch.setattr(pipeline, "analyze", spy)
+    w.judge_ring(last[0])
+    assert seen == [["mem.oom_count"] if in_log else []]
+
+
 def test_a_target_that_exits_leaves_a_session_of_its_ring(tmp_path: Path) -> None:
     """No window can be taken of a process that is gone (an OOM kill, a crash): the session is the ring,
     judged like any other, and the watch stops."""
