@@ -10,9 +10,10 @@ The split is made once per case, at random but stable: a case goes to ``validati
 SHA-256 of its id falls in the first 30 % of the hash space. Adding cases never moves old ones.
 Validation is looked at only after a change is done; nothing is tuned to one of its cases.
 
-``heldout.jsonl`` is a third set, collected in one go from threads in neither split, after the changes it
-measures were done: it is scored (``make score``), never fitted, tuned or split, and a thread in it is never
-added to train or validation later.
+``heldout.jsonl`` is a third set, collected in batches from threads in neither split, each batch in one go
+after the changes it measures were done (the second, 18 cases, on 2026-12-04 by two helpers who saw neither
+the rules nor the scores): it is scored (``make score``), never fitted, tuned or split, and a thread in it is
+never added to train or validation later.
 
 usage: python tests/data/incidents/corpus.py add NEW.jsonl...           (dedupe by URL, split, write)
        python tests/data/incidents/corpus.py add-heldout NEW.jsonl...   (dedupe by URL, write heldout.jsonl)
