@@ -21,6 +21,7 @@ the rules that read it judge with *heuristic* confidence. Pure, stdlib only, str
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections import Counter
@@ -591,7 +592,7 @@ class ClaimParser:
         if not qs:
             return
         for q in qs:
-            owner = _nearest(found, q)
+            owner = _nearest(found, q, qs, clause)
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
@@ -636,9 +637,29 @@ def _rate_owner(clause: str, q: Quantity) -> str:
     return "prefill" if labels[-1].group("prefill") else "decode"
 
 
-def _nearest(found: list[tuple[int, int, str]], q: Quantity) -> str | None:
-    """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie)."""
+# the gap between a label and its value ("queue 47", "queue: 47", "queue=47")
+_OWN_VALUE = re.compile(r"[\s:=]{0,3}")
+# a value's own label after a list's separator, right before the value ("+ compute input ", ", decode: ")
+_OWN_LABEL = re.compile(r"[+,;(|]\s*[^\W\d_][^\d+,;()|]*$")
+
+
+def _value_between(starts: list[int], a: int, b: int) -> bool:
+    i = bisect.bisect_left(starts, a)
+    return i < len(starts) and starts[i] < b
+
+
+def _nearest(found: list[tuple[int, int, str]], q: Quantity, others: Iterable[Quantity] = (),
+             clause: str = "") -> str | None:
+    """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie).
+
+    In a list of labelled values ("latency 521936 usec (overhead 364 usec + queue 47 usec + compute input
+    95572 usec") each label owns the value right after it. So a concept after ``q`` owns it only when
+    none of the clause's other quantities (``others``) stands between them and the concept's own value
+    does not follow it ("queue 47"); and a concept before ``q`` does not own it past another value when
+    ``q`` has a label of its own after a list's separator ("+ compute input 95572"). A value read past
+    another with no label of its own stays the concept's ("TTFT from 136ms to 18.8s")."""
     best: tuple[int, int, str] | None = None
+    starts = sorted(o.start for o in others if o is not q)
     for start, end, name in found:
         if name in ("gpu", "cpu", "slow", "batch", "saturated", "vram"):
             continue  # too broad to own a number on their own (or a number is part of its match)
@@ -649,7 +670,12 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity) -> str | None:
             continue
         if end <= q.start:
             dist = q.start - end
+            if dist and _value_between(starts, end, q.start) and _OWN_LABEL.search(clause, end, q.start):
+                continue  # q is another label's value
         elif start >= q.end:
+            nxt = bisect.bisect_left(starts, q.end)
+            if nxt < len(starts) and (starts[nxt] < start or _OWN_VALUE.fullmatch(clause, end, starts[nxt])):
+                continue  # another value stands between them, or the concept's own value follows it
             dist = start - q.end + 1  # a concept after the number: slightly further
         else:
             dist = 0

@@ -55,6 +55,23 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
     assert [q.value for q in c.bound["cpu_util"]] == [100.0] and [q.value for q in c.bound["gpu_util"]] == [0.0]
 
 
+def test_in_a_list_of_labelled_values_each_label_owns_the_value_after_it() -> None:
+    """A concept after a number owned it when no other concept was nearer: the server's whole latency
+    (perf_analyzer's 521936 usec) was "the queue time" of its breakdown (queue 47 usec), and a TTFT of
+    18.8 s the time of the "Queueing" named after it, past another quantity (138x)."""
+    c = _claims("Avg request latency: 521936 usec (overhead 364 usec + queue 47 usec + compute input "
+                "95572 usec + compute infer 425814 usec + compute output 139 usec)").claims
+    assert [q.value for q in c.bound["queue"]] == [pytest.approx(0.047)]
+    c = _claims("| Knee | 2.0 | P99 TTFT jumps from 136ms to 18.8s (138x). Queueing begins. |").claims
+    assert "queue" not in c.bound
+    # with nothing between them, a concept after its number still owns it; a value read past another with
+    # no label of its own is still the concept's
+    c = _claims("we measured 3 s of queue wait per request").claims
+    assert [q.value for q in c.bound["queue"]] == [3000.0]
+    c = _claims("the P99 TTFT jumps from 136ms to 18.8s under load").claims
+    assert [q.value for q in c.bound["ttft"]] == [136.0, 18_800.0]
+
+
 @pytest.mark.parametrize("text", [
     "使用49G的显卡运行Yi-34B-Chat时提示显存溢出OOM",  # the number, its unit and the word glued to Chinese
     "用34B模型, 49G显存的卡, 爆显存了",
