@@ -781,13 +781,14 @@ class EngineLogParser:
         data = b"\n".join(numbers)
         # every line must hold the shape's count of tokens (lines that key alike may not: a prefix with a
         # number where another has a blank): each line's count of token starts (a byte above the space
-        # after one that is not), from the running count at each newline, in numpy
+        # after one that is not), from how many start before each newline (a binary search of the
+        # token starts, cheaper than a running count of every byte), in numpy
         raw = np.frombuffer(data, np.uint8)
         solid = raw > 0x20
         starts = solid.copy()
         starts[1:] &= ~solid[:-1]
-        running = np.cumsum(starts, dtype=np.int64)
-        per_line = np.diff(running[raw == 0x0A], prepend=0, append=running[-1] if running.size else 0)
+        token_at = np.flatnonzero(starts)
+        per_line = np.diff(np.searchsorted(token_at, np.flatnonzero(raw == 0x0A)), prepend=0, append=token_at.size)
         try:
             if (per_line != shape.ntokens).any():
                 raise ValueError
