@@ -14,7 +14,7 @@ HISTOGRAMS = (
     "vllm:inter_token_latency_seconds",
     "vllm:request_prompt_tokens",
     "vllm:request_generation_tokens",
-    "vllm:iteration_tokens_total",
+    "demo_engine_step_tokens",  # the demo's own (examples/service/metrics.py)
 )
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 COUNTERS = (

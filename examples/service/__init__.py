@@ -27,8 +27,9 @@ carry ``"fixed": true``):
     streaming generation, continuous batching without chunked prefill; fixed: chunked prefill.
 
 The rest: ``model`` (the PyTorch models), ``engine`` (the serving loops: the worker pool and the
-generation engine), ``metrics`` (vLLM-named metrics), ``server`` (HTTP), ``pathologies`` (name →
-service), ``cli`` (the command line), ``base`` (the ``Pathology`` interface).
+generation engine), ``metrics`` (vLLM-named metrics, and the demo's own ``demo_engine_step_tokens``),
+``server`` (HTTP), ``pathologies`` (name → service), ``cli`` (the command line), ``base`` (the
+``Pathology`` interface).
 
 The names below were importable from the single module ``examples/service.py`` this package
 replaced, and still are.

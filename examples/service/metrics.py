@@ -13,8 +13,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-# vLLM's ITERATION_TOKENS_BUCKETS (vllm/v1/metrics/buckets.py): tokens per engine step.
-ITERATION_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+# the tokens one engine step computes, on vLLM's ITERATION_TOKENS_BUCKETS (vllm/v1/metrics/buckets.py)
+STEP_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
 REQUEST_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0,
                            2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
                            1920.0, 7680.0)
@@ -93,8 +93,12 @@ _HISTOGRAMS: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
      build_1_2_5_buckets(8192)),
     ("generation_len", "vllm:request_generation_tokens", "Number of generation tokens processed.",
      build_1_2_5_buckets(8192)),
-    ("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-     ITERATION_TOKENS_BUCKETS),
+    # The demo's own (no vLLM family shows it): vLLM's vllm:iteration_tokens_total counts a prompt whole, at
+    # the step that emits its first token (vllm/v1/metrics/stats.py, IterationStats.update_from_output), so
+    # it cannot show chunked prefill; this counts each step's prompt chunks where they are computed.
+    ("step_tokens", "demo_engine_step_tokens",
+     "Histogram of the tokens one engine step computes: the prompt tokens it prefills and the tokens it generates.",
+     STEP_TOKENS_BUCKETS),
 )
 
 # (attribute, exposed name, help)
@@ -138,7 +142,7 @@ class Metrics:
         self.decode_time = _Histogram(REQUEST_LATENCY_BUCKETS)
         self.prompt_len = _Histogram(build_1_2_5_buckets(8192))
         self.generation_len = _Histogram(build_1_2_5_buckets(8192))
-        self.iteration_tokens = _Histogram(ITERATION_TOKENS_BUCKETS)
+        self.step_tokens = _Histogram(STEP_TOKENS_BUCKETS)
         self.started = time.time()
 
     def begin(self) -> None:
@@ -154,20 +158,25 @@ class Metrics:
         prefix_hits: int = 0,
         preemptions: int = 0,
     ) -> None:
-        """Add tokens the engine has just processed (called from the engine, once per step)."""
+        """Add tokens the service has just processed (a request's, outside an engine step)."""
         with self._lock:
-            self.prompt_tokens += prompt
-            self.generation_tokens += generation
-            self.prefix_cache_queries += prefix_queries
-            self.prefix_cache_hits += prefix_hits
-            self.preemptions += preemptions
+            self._count(prompt, generation, prefix_queries, prefix_hits, preemptions)
 
-    def engine_step(self, *, prompt: int = 0, generation: int = 0, **tokens: int) -> None:
+    def _count(self, prompt: int, generation: int, prefix_queries: int, prefix_hits: int, preemptions: int) -> None:
+        self.prompt_tokens += prompt
+        self.generation_tokens += generation
+        self.prefix_cache_queries += prefix_queries
+        self.prefix_cache_hits += prefix_hits
+        self.preemptions += preemptions
+
+    def engine_step(self, *, prompt: int = 0, generation: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,
+                    preemptions: int = 0) -> None:
         """One engine step's tokens (a generation engine's ``on_tokens``): counted as ``count_tokens``
-        does, and the step's prompt plus generated tokens observed, as vLLM's ``iteration_tokens``."""
-        self.count_tokens(prompt=prompt, generation=generation, **tokens)
+        counts them, and the prompt tokens it prefilled plus those it generated observed in
+        ``demo_engine_step_tokens``, in one hold of the lock (a scrape sees both or neither)."""
         with self._lock:
-            self.iteration_tokens.observe(prompt + generation)
+            self._count(prompt, generation, prefix_queries, prefix_hits, preemptions)
+            self.step_tokens.observe(prompt + generation)
 
     def observe_token(self, *, ttft_s: float | None = None, itl_s: float | None = None) -> None:
         """A generated token reached the client: its time to first token, or its gap to the previous one."""

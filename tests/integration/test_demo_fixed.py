@@ -130,10 +130,11 @@ def test_fixed_recompile_compiles_nothing_after_ready() -> None:
 
 def _window_steps(session: Path, over: str) -> tuple[float, float]:
     """(engine steps, steps of more than ``over`` tokens) in the window: the difference of the two
-    ``vllm:iteration_tokens_total`` scrapes the session took of the service's /metrics."""
+    ``demo_engine_step_tokens`` scrapes the session took of the service's /metrics."""
     text = (session / "metrics-0.prom").read_text()
     scrapes = [part.split("\n", 1)[1] for part in text.split("# scrape at ")[1:]]  # each after its header line
-    first, last = (buckets(families(body), "vllm:iteration_tokens_total") for body in scrapes)
+    assert len(scrapes) == 2, f"the session holds {len(scrapes)} scrape(s) of the service: {text[:300]}"
+    first, last = (buckets(families(body), "demo_engine_step_tokens") for body in scrapes)
     steps = last["+Inf"] - first["+Inf"]
     return steps, steps - (last[over] - first[over])
 
@@ -143,9 +144,10 @@ def test_fixed_prefill_stops_stalling_the_streams(tmp_path: Path) -> None:
     d0, e0, l0, d1, e1, l1 = _before_after("prefill", 8.0, tmp_path)
     detail = f"before {_findings(d0)} {l0}; after {_findings(d1)} {l1}"
     # The mechanism, counted by the engine: without the fix a whole prompt (64-4096 tokens) is one
-    # step every running stream waits for; with it a step computes at most its 512-token budget. As
-    # vLLM's, the histogram counts a step's prompt tokens plus the tokens it generated, a finishing
-    # prompt's first token among them, so a full step reads a few tokens over 512, never over 1024.
+    # step every running stream waits for; with it a step computes at most its 512-token budget. The
+    # demo's histogram counts a step's prompt tokens plus the tokens it generated, a finishing prompt's
+    # first token among them, so a full step reads a few tokens over 512, never over 1024. (vLLM's own
+    # vllm:iteration_tokens_total cannot show this: it counts a prompt whole, at the step that finishes it.)
     steps0, big0 = _window_steps(tmp_path / "before", "1024.0")
     steps1, big1 = _window_steps(tmp_path / "after", "1024.0")
     detail += f"; steps > 1024 tokens: before {big0:.0f} of {steps0:.0f}, after {big1:.0f} of {steps1:.0f}"

@@ -212,9 +212,9 @@ def test_prefill_service_streams_tokens_and_exposes_vllm_metrics(tmp_path, monke
         assert sample(fams, "vllm:num_requests_running", "vllm:num_requests_running") == 0
         # one request at a time: one engine step per output token (its prefill gives the first), and the
         # 600-token prompt's whole prefill is the one step of more than 512 tokens
-        steps = buckets(fams, "vllm:iteration_tokens_total")
+        steps = buckets(fams, "demo_engine_step_tokens")
         assert steps["+Inf"] == output_tokens and steps["+Inf"] - steps["512.0"] == 1, steps
-        assert sample(fams, "vllm:iteration_tokens_total", "vllm:iteration_tokens_total_sum") \
+        assert sample(fams, "demo_engine_step_tokens", "demo_engine_step_tokens_sum") \
             == prompt_tokens + output_tokens
 
         # the load generator streams and measures time to first token (short prompts: a fast test)

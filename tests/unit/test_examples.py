@@ -117,13 +117,13 @@ def test_metrics_exposition_without_a_process() -> None:
     ttft = {s.labels["le"]: s.value for s in fams["vllm:time_to_first_token_seconds"].samples
             if s.name.endswith("_bucket")}
     assert ttft["0.75"] == 0 and ttft["1.0"] == 1 and ttft["+Inf"] == 1
-    steps = buckets(fams, "vllm:iteration_tokens_total")  # one step of 1,001 tokens, one of 2
+    steps = buckets(fams, "demo_engine_step_tokens")  # one step of 1,001 tokens, one of 2
     assert steps["1.0"] == 0 and steps["8.0"] == 1
     assert steps["512.0"] == 1 and steps["1024.0"] == 2 == steps["+Inf"]
-    assert sample(fams, "vllm:iteration_tokens_total", "vllm:iteration_tokens_total_sum") == 1003
+    assert sample(fams, "demo_engine_step_tokens", "demo_engine_step_tokens_sum") == 1003
     m.count_tokens(prompt=7)  # a request's tokens outside an engine step are no step
     fams = check_exposition(m.prometheus("m", 0, 0), "m")
-    assert buckets(fams, "vllm:iteration_tokens_total")["+Inf"] == 2
+    assert buckets(fams, "demo_engine_step_tokens")["+Inf"] == 2
 
 
 def test_decoder_kv_cache_matches_a_full_prefill() -> None:
