@@ -639,8 +639,13 @@ def _rate_owner(clause: str, q: Quantity) -> str:
 
 # the gap between a label and its value ("queue 47", "queue: 47", "queue=47")
 _OWN_VALUE = re.compile(r"[\s:=]{0,3}")
-# a value's own label after a list's separator, right before the value ("+ compute input ", ", decode: ")
-_OWN_LABEL = re.compile(r"[+,;(|]\s*[^\W\d_][^\d+,;()|]*$")
+# a value's own label after a list's separator, right before the value ("+ compute input ", ", decode: "); a
+# connective or a qualifier after the separator goes on with the same concept ("TTFT median 120 ms, tail 3.2 s",
+# "..., and up to 18 s", "; then 18 s", ", total 36GB")
+_SEPARATOR = "+,;(|，；、（｜"
+_OWN_LABEL = re.compile(
+    rf"[{re.escape(_SEPARATOR)}]\s*(?!(?:and|or|then|but|vs|up|to|while|at|from|total|peak|max|min|tail|avg|mean"
+    rf"|median|only|over|around|about|p\d+)\b)[^\W\d_][^\d{re.escape(_SEPARATOR)})]*$", re.IGNORECASE)
 
 
 def _value_between(starts: list[int], a: int, b: int) -> bool:
@@ -659,7 +664,8 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, others: Iterable[Qu
     ``q`` has a label of its own after a list's separator ("+ compute input 95572"). A value read past
     another with no label of its own stays the concept's ("TTFT from 136ms to 18.8s")."""
     best: tuple[int, int, str] | None = None
-    starts = sorted(o.start for o in others if o is not q)
+    rest = sorted((o.start, o.dim) for o in others if o is not q)
+    starts = [at for at, _ in rest]
     for start, end, name in found:
         if name in ("gpu", "cpu", "slow", "batch", "saturated", "vram"):
             continue  # too broad to own a number on their own (or a number is part of its match)
@@ -674,8 +680,9 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, others: Iterable[Qu
                 continue  # q is another label's value
         elif start >= q.end:
             nxt = bisect.bisect_left(starts, q.end)
-            if nxt < len(starts) and (starts[nxt] < start or _OWN_VALUE.fullmatch(clause, end, starts[nxt])):
-                continue  # another value stands between them, or the concept's own value follows it
+            if nxt < len(starts) and (starts[nxt] < start or (
+                    (kinds is None or rest[nxt][1] in kinds) and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
+                continue  # another value stands between them, or the concept's own value (of its kinds) follows it
             dist = start - q.end + 1  # a concept after the number: slightly further
         else:
             dist = 0

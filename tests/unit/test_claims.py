@@ -70,6 +70,15 @@ def test_in_a_list_of_labelled_values_each_label_owns_the_value_after_it() -> No
     assert [q.value for q in c.bound["queue"]] == [3000.0]
     c = _claims("the P99 TTFT jumps from 136ms to 18.8s under load").claims
     assert [q.value for q in c.bound["ttft"]] == [136.0, 18_800.0]
+    # a connective or a qualifier after a separator goes on with the same concept; a full-width separator is one
+    for text, ttft in (("TTFT median 120 ms, tail 3.2 s", [120.0, 3200.0]),
+                       ("TTFT of 500 ms, and up to 18 s under load", [500.0, 18_000.0]),
+                       ("TTFT was 800 ms; then 18 s", [800.0, 18_000.0]),
+                       ("首个token 3.32s，其他token 20ms", [3320.0])):
+        assert [q.value for q in _claims(text).claims.bound["ttft"]] == ttft, text
+    # the concept's own value is one of a kind it takes: "3 times" is no queue time
+    c = _claims("the request waited 2 s in the queue 3 times").claims
+    assert [q.value for q in c.bound["queue"]] == [2000.0]
 
 
 @pytest.mark.parametrize("text", [
