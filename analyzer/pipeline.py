@@ -167,17 +167,12 @@ def _loose(path: str, exposition: bool = False) -> documents.Found:
     by ``diagnose.loose``, imported only then (its line parsers are most of a run's start-up).
     ``exposition``: a Prometheus scrape diagnose took, read by the exposition readers alone."""
     if path != "-":
-        if exposition:
-            from diagnose import loose
-
-            text = loose.read_text_file(path, modules=loose.EXPOSITION_MODULES)
-            return text.evidence, text.inputs
-        found = documents.read_path(path)
+        found = None if exposition else documents.read_path(path)
         if found is not None:
             return found
         from diagnose import loose
 
-        text = loose.read_text_file(path)
+        text = loose.read_text_file(path, modules=loose.EXPOSITION_MODULES if exposition else loose.SOURCE_MODULES)
         return text.evidence, text.inputs
     found, stream, compression = documents.read_stream("<stdin>", sys.stdin.buffer)
     if found is not None:

@@ -25,7 +25,7 @@ import bisect
 import itertools
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of
@@ -591,8 +591,9 @@ class ClaimParser:
         qs = quantities(clause)
         if not qs:
             return
+        values = sorted((q.start, q.dim) for q in qs)
         for q in qs:
-            owner = _nearest(found, q, qs, clause)
+            owner = _nearest(found, q, values, clause)
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
@@ -653,19 +654,19 @@ def _value_between(starts: list[int], a: int, b: int) -> bool:
     return i < len(starts) and starts[i] < b
 
 
-def _nearest(found: list[tuple[int, int, str]], q: Quantity, others: Iterable[Quantity] = (),
+def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tuple[int, str]] = (),
              clause: str = "") -> str | None:
     """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie).
 
     In a list of labelled values ("latency 521936 usec (overhead 364 usec + queue 47 usec + compute input
     95572 usec") each label owns the value right after it. So a concept after ``q`` owns it only when
-    none of the clause's other quantities (``others``) stands between them and the concept's own value
-    does not follow it ("queue 47"); and a concept before ``q`` does not own it past another value when
-    ``q`` has a label of its own after a list's separator ("+ compute input 95572"). A value read past
-    another with no label of its own stays the concept's ("TTFT from 136ms to 18.8s")."""
+    none of the clause's other values (``values``: each one's start and kind, in order) stands between them
+    and the concept's own value does not follow it ("queue 47"); and a concept before ``q`` does not own
+    it past another value when ``q`` has a label of its own after a list's separator ("+ compute input
+    95572"). A value read past another with no label of its own stays the concept's ("TTFT from 136ms to
+    18.8s")."""
     best: tuple[int, int, str] | None = None
-    rest = sorted((o.start, o.dim) for o in others if o is not q)
-    starts = [at for at, _ in rest]
+    starts = [at for at, _ in values]  # q's own start among them is never inside the spans searched below
     for start, end, name in found:
         if name in ("gpu", "cpu", "slow", "batch", "saturated", "vram"):
             continue  # too broad to own a number on their own (or a number is part of its match)
@@ -681,7 +682,7 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, others: Iterable[Qu
         elif start >= q.end:
             nxt = bisect.bisect_left(starts, q.end)
             if nxt < len(starts) and (starts[nxt] < start or (
-                    (kinds is None or rest[nxt][1] in kinds) and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
+                    (kinds is None or values[nxt][1] in kinds) and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
                 continue  # another value stands between them, or the concept's own value (of its kinds) follows it
             dist = start - q.end + 1  # a concept after the number: slightly further
         else:

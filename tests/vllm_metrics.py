@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 HISTOGRAMS = (
@@ -66,3 +67,9 @@ def check_exposition(text: str, model_name: str) -> dict[str, Any]:
 def buckets(fams: dict[str, Any], family: str) -> dict[str, float]:
     """A histogram's cumulative counts by their ``le`` label, as exposed ("512.0", "+Inf")."""
     return {s.labels["le"]: s.value for s in fams[family].samples if s.name.endswith("_bucket")}
+
+
+def split_scrapes(text: str) -> list[tuple[float, str]]:
+    """The scrapes of a file diagnose wrote (``# scrape at TIME [from URL]`` before each), as (time, text)."""
+    parts = re.split(r"^# scrape at (\S+).*\n", text, flags=re.MULTILINE)[1:]
+    return [(float(parts[i]), parts[i + 1]) for i in range(0, len(parts), 2)]

@@ -249,7 +249,7 @@ def derive(
                         **({"mig": f"{g.gpu.mig_profile} #{g.gpu.mig_instance}"}
                            if g.gpu.mig_profile or g.gpu.mig_instance else {})})
     ev.add("gpu.devices", devices, "list", f"{len(devices)} GPU(s) in the DCGM data")
-    _named(per_gpu, ev, focus[0] if focus else None, focus[2] if focus else None)
+    _named(per_gpu, ev, focus)
     migs = [d for d in devices if "mig" in d]
     if migs:
         ev.add("gpu.mig_instances", len(migs), "instances",
@@ -262,16 +262,18 @@ def derive(
 
 
 def _named(per_gpu: Sequence[tuple[GpuSeries, list[dict[str, float]]]], ev: Emit,
-           focus: GpuSeries | None, total_b: float | None) -> None:
+           focus: tuple[GpuSeries, float, float] | None) -> None:
     """The GPU's model from the exporter's ``modelName`` label, read as a GPU name (the model and the device
     memory it is sold with), as the same name in a log line or on a command line is: the focus device's (the
     one ``gpu.memory_total_bytes`` is of) where it is known. A model sold with several sizes takes the one
-    nearest the measured total; GPUs of different sizes in one scrape give no ``gpu.spec_memory_bytes``."""
+    nearest the measured total; GPUs of different sizes in one scrape give no ``gpu.spec_memory_bytes``.
+    ``focus``: that device, its used and total memory."""
     models = sorted({g.gpu.model for g, _ in per_gpu if g.gpu.model})
     if not models:
         return
     named = {m: n for m in models if (n := gpu_named(m)) is not None}
-    label = focus.gpu.model if focus is not None and focus.gpu.model in named else next(iter(named), models[0])
+    device, total_b = (focus[0], focus[2]) if focus is not None else (None, None)
+    label = device.gpu.model if device is not None and device.gpu.model in named else next(iter(named), models[0])
     others = [m for m in models if m != label]
     gpu = named.get(label)
     ev.add("gpu.name", gpu.model if gpu else label, "name",

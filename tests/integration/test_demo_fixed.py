@@ -24,7 +24,7 @@ from diagnose.examples.demo import PATHOLOGIES, DemoService, background_load
 from diagnose.examples.loadgen import LoadResult
 from diagnose.examples.service import DecoderConfig, DynamicShapePathology, TinyDecoderLM
 from diagnose.model import Diagnosis
-from tests.vllm_metrics import buckets, families
+from tests.vllm_metrics import buckets, families, split_scrapes
 
 pytestmark = pytest.mark.integration
 
@@ -132,9 +132,9 @@ def _window_steps(session: Path, over: str) -> tuple[float, float]:
     """(engine steps, steps of more than ``over`` tokens) in the window: the difference of the two
     ``demo_engine_step_tokens`` scrapes the session took of the service's /metrics."""
     text = (session / "metrics-0.prom").read_text()
-    scrapes = [part.split("\n", 1)[1] for part in text.split("# scrape at ")[1:]]  # each after its header line
+    scrapes = split_scrapes(text)
     assert len(scrapes) == 2, f"the session holds {len(scrapes)} scrape(s) of the service: {text[:300]}"
-    first, last = (buckets(families(body), "demo_engine_step_tokens") for body in scrapes)
+    first, last = (buckets(families(body), "demo_engine_step_tokens") for _, body in scrapes)
     steps = last["+Inf"] - first["+Inf"]
     return steps, steps - (last[over] - first[over])
 

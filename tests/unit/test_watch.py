@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from diagnose import pipeline, watch, watch_http, watch_rules
 from diagnose.errors import InputError
 from diagnose.model import CaptureStatus, Session, Target, Window
 from diagnose.sources import write_json_atomic
+from tests.vllm_metrics import split_scrapes
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VLLM = DATA / "engines" / "vllm"
@@ -28,9 +28,7 @@ RECORDED = DATA / "engines" / "watch" / "vllm_admission_cap"  # a real watch ses
 
 def scrapes(name: str) -> list[tuple[float, str]]:
     """The recording's two scrapes of vLLM's /metrics (a window apart) as (time, text)."""
-    text = (VLLM / name / "metrics.txt").read_text()
-    parts = re.split(r"^# scrape at (\S+).*\n", text, flags=re.MULTILINE)[1:]
-    return [(float(parts[i]), parts[i + 1]) for i in range(0, len(parts), 2)]
+    return split_scrapes((VLLM / name / "metrics.txt").read_text())
 
 
 # -- rules ---------------------------------------------------------------------------------------------
