@@ -141,7 +141,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
-    entered, cpu_entered = time.time(), sum(_own_cpu())
+    entered, cpu_entered, stolen_entered = time.time(), sum(_own_cpu()), _stolen()
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
     if not 1 <= opts.rate_hz <= 1000:
@@ -174,7 +174,8 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         cut = f"the target exited {window.seconds:.1f} s into the window"
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
-    cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz, **_before_window(entered, cpu_entered, ran)}
+    cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz,
+            **_before_window(entered, cpu_entered, ran, stolen_entered)}
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
     captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
 
@@ -230,12 +231,14 @@ class Ran:
     """A window that ran: its span, and what the attach itself spent over it."""
 
     window: Window
-    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s (attach-cost.json)
+    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s (attach-cost.json)
     cost: dict[str, float]
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
     waited_opened: float | None = None  # seconds the calling thread had waited for a CPU when the window opened
     waited_closed: float | None = None  # ... and when it closed (``_waited``)
+    stolen_opened: tuple[float, ...] | None = None  # seconds each CPU had had stolen when the window opened
+    stolen_closed: tuple[float, ...] | None = None  # ... and when it closed (``_stolen``)
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -259,7 +262,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
             with contextlib.suppress(Exception):
                 s.stop()
         raise
-    cpu_before, waited_before = _own_cpu(), _waited()
+    cpu_before, waited_before, stolen_before = _own_cpu(), _waited(), _stolen()
     t0 = clock()
     while not should_stop():
         elapsed = clock() - t0
@@ -277,7 +280,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         if i == 0:
             stopped_first = clock()
     t1 = clock()
-    cpu_after, waited_after = _own_cpu(), _waited()
+    cpu_after, waited_after, stolen_after = _own_cpu(), _waited(), _stolen()
     cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     cpu_window = cpu_self + cpu_kids
     cost = {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4), "self_cpu_s": round(cpu_self, 4),
@@ -285,13 +288,17 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
             "stop_s": round(t1 - stopping, 3), "first_stop_s": round(stopped_first - stopping, 3)}
     if waited_stopping is not None and waited_after is not None:
         cost["stop_wait_s"] = round(waited_after - waited_stopping, 3)
-    return Ran(Window(t0, t1), cost, sum(cpu_before), sum(cpu_after), waited_before, waited_after)
+    if (steal := stolen_between(stolen_before, stolen_after)) is not None:
+        cost["steal_s"] = steal
+    return Ran(Window(t0, t1), cost, sum(cpu_before), sum(cpu_after), waited_before, waited_after,
+               stolen_before, stolen_after)
 
 
-def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, float]:
+def _before_window(entered: float, cpu_entered: float, ran: Ran,
+                   stolen_entered: tuple[float, ...] | None = None) -> dict[str, float]:
     """What the attach spent before its window opened: since its process started (the interpreter and its
     imports: ``started_s``) and since ``attach()`` was called (checks, the busy probe: ``setup_s``, and its
-    CPU, ``setup_cpu_s``)."""
+    CPU, ``setup_cpu_s``; the host's CPU time stolen meanwhile, ``setup_steal_s``)."""
     try:
         born = psutil.Process().create_time()
     except psutil.Error:
@@ -300,6 +307,8 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran) -> dict[str, fl
               "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
     if ran.waited_opened is not None:
         before["started_wait_s"] = round(ran.waited_opened, 3)
+    if (steal := stolen_between(stolen_entered, ran.stolen_opened)) is not None:
+        before["setup_steal_s"] = steal
     return before
 
 
@@ -311,6 +320,8 @@ def _after_window(ran: Ran) -> dict[str, float]:
     waited = _waited()
     if waited is not None and ran.waited_closed is not None:
         after["after_wait_s"] = round(waited - ran.waited_closed, 3)
+    if (steal := stolen_between(ran.stolen_closed, _stolen())) is not None:
+        after["after_steal_s"] = steal
     return after
 
 
@@ -324,6 +335,28 @@ def _waited() -> float | None:
             return int(fh.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _stolen(path: str = "/proc/stat") -> tuple[float, ...] | None:
+    """Seconds each CPU of this machine has had stolen since boot (``/proc/stat``'s steal column): on a
+    virtual machine, the time a virtual CPU was ready to run while the hypervisor ran something else. Nothing
+    in the machine runs then, the attach included, and no thread's run-queue delay counts it: a window, a
+    stop, an analysis stretch by it in wall time. None where the kernel does not say."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            rows = [line.split() for line in fh if line.startswith("cpu") and line[3:4].isdigit()]
+        tick = os.sysconf("SC_CLK_TCK")
+        return tuple(int(r[8]) / tick for r in rows) if rows else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stolen_between(before: tuple[float, ...] | None, after: tuple[float, ...] | None) -> float | None:
+    """The most any one CPU had stolen between two ``_stolen`` readings: what a paused machine (every CPU
+    alike) took from the interval, and the most it took from a thread that kept to one CPU through it."""
+    if before is None or after is None or len(before) != len(after):
+        return None
+    return round(max((b - a for a, b in zip(before, after, strict=True)), default=0.0), 3)
 
 
 def _own_cpu() -> tuple[float, float]:

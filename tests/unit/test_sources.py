@@ -157,8 +157,31 @@ def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
     ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
     assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
     assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds)
-    assert set(ran.cost) - {"stop_wait_s"} == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
+    assert set(ran.cost) - {"stop_wait_s", "steal_s"} == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
                                                "first_stop_s"}
+
+
+# /proc/stat's first lines as this 2-vCPU virtual machine's kernel wrote them (2026-12-04), 10 s apart
+PROC_STAT = ("cpu  16894 0 3584 32029 391 0 88 1941 0 0\ncpu0 1580 0 834 23884 171 0 12 943 0 0\n"
+             "cpu1 15314 0 2750 8144 219 0 76 997 0 0\nintr 212415 0 0 0\nctxt 1234\n")
+PROC_STAT_LATER = ("cpu  17883 0 3705 33085 436 0 90 1942 0 0\ncpu0 1601 0 850 24831 180 0 12 943 0 0\n"
+                   "cpu1 16282 0 2855 8254 256 0 78 999 0 0\nintr 213000 0 0 0\nctxt 1300\n")
+
+
+def test_the_steal_is_read_per_cpu_and_the_most_one_cpu_lost_is_the_hosts_time(tmp_path: Path) -> None:
+    """``/proc/stat``'s eighth column (steal, in clock ticks) per CPU, the all-CPU line left out; between two
+    readings, the most any one CPU lost."""
+    before, after = tmp_path / "stat0", tmp_path / "stat1"
+    before.write_text(PROC_STAT)
+    after.write_text(PROC_STAT_LATER)
+    tick = os.sysconf("SC_CLK_TCK")
+    a, b = attach._stolen(str(before)), attach._stolen(str(after))
+    assert a == (943 / tick, 997 / tick) and b == (943 / tick, 999 / tick)
+    assert attach.stolen_between(a, b) == round(2 / tick, 3)
+    assert attach.stolen_between(a, None) is None and attach.stolen_between(a, a[:1]) is None
+    assert attach._stolen(str(tmp_path / "absent")) is None
+    (tmp_path / "old").write_text("cpu  1 2 3 4\ncpu0 1 2 3 4\n")  # a kernel without the column
+    assert attach._stolen(str(tmp_path / "old")) is None
 
 
 def test_the_stop_is_timed_the_profilers_apart_from_the_rest() -> None:
@@ -225,6 +248,9 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
     assert cost["after_s"] > 0.0 and cost["after_cpu_s"] > 0.0  # the analysis ran after the window closed
     # and how much of each it waited for a CPU (the kernel's run-queue delay of the thread doing that work)
     assert 0.0 <= cost["started_wait_s"] <= cost["started_s"] and 0.0 <= cost["after_wait_s"] <= cost["after_s"]
+    # and how much of each the hypervisor took from the machine (this kernel says: /proc/stat has a steal column)
+    assert 0.0 <= cost["setup_steal_s"] <= cost["setup_s"] and 0.0 <= cost["steal_s"] <= cost["window_s"]
+    assert 0.0 <= cost["after_steal_s"] <= cost["after_s"]
 
 
 def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: None) -> None:
