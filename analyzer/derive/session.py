@@ -127,11 +127,18 @@ def _cgroup(session: Session, cap: Capture) -> list[Evidence]:
 
 def _attach_cost(session: Session) -> list[Evidence]:
     doc = _read_json(os.path.join(session.path, ATTACH_COST))
-    cores = doc.get("cores")
-    if not isinstance(cores, int | float):
-        return []
-    return [Evidence("attach.cpu_cores", float(cores), "cores", "diagnose attach", session.window,
-                     detail="CPU the attach itself (its process and every py-spy it ran) used over the window")]
+    cores, steal, span = doc.get("cores"), doc.get("steal_s"), doc.get("window_s")
+    out: list[Evidence] = []
+    if isinstance(cores, int | float):
+        out.append(Evidence("attach.cpu_cores", float(cores), "cores", "diagnose attach", session.window,
+                            detail="CPU the attach itself (its process and every py-spy it ran) used over the window"))
+    if isinstance(steal, int | float) and isinstance(span, int | float) and span > 0:
+        out.append(Evidence("host.cpu_steal_share", min(1.0, max(0.0, float(steal) / float(span))), "ratio",
+                            "diagnose attach (/proc/stat)", session.window,
+                            detail="share of the window the hypervisor ran something else on this machine's most "
+                                   "stolen CPU: every wall-clock timing of the session is stretched by it (an "
+                                   "oversubscribed host, or a burstable instance out of CPU credits)"))
+    return out
 
 
 def _process(session: Session, cap: Capture) -> list[Evidence]:

@@ -157,8 +157,8 @@ def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
     ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
     assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
     assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds)
-    assert set(ran.cost) - {"stop_wait_s", "steal_s"} == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
-                                               "first_stop_s"}
+    assert set(ran.cost) - {"stop_wait_s", "steal_s"} == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores",
+                                                          "stop_s", "first_stop_s"}
 
 
 # /proc/stat's first lines as this 2-vCPU virtual machine's kernel wrote them (2026-12-04), 10 s apart
@@ -182,6 +182,24 @@ def test_the_steal_is_read_per_cpu_and_the_most_one_cpu_lost_is_the_hosts_time(t
     assert attach._stolen(str(tmp_path / "absent")) is None
     (tmp_path / "old").write_text("cpu  1 2 3 4\ncpu0 1 2 3 4\n")  # a kernel without the column
     assert attach._stolen(str(tmp_path / "old")) is None
+
+
+def test_the_steal_over_the_window_is_evidence_of_the_host(tmp_path: Path) -> None:
+    """attach-cost.json's steal over the window becomes ``host.cpu_steal_share`` (its share of the window);
+    a session recorded before the attach measured it has the attach's own CPU only."""
+    from types import SimpleNamespace
+
+    from diagnose.derive import session as derive_session
+    from diagnose.model import Window
+
+    folder = SimpleNamespace(path=str(tmp_path), window=Window(100.0, 130.0))
+    (tmp_path / "attach-cost.json").write_text(json.dumps({"window_s": 31.12, "cores": 0.05, "steal_s": 2.24}))
+    got = {e.key: e for e in derive_session._attach_cost(folder)}  # type: ignore[arg-type]
+    assert set(got) == {"attach.cpu_cores", "host.cpu_steal_share"}
+    steal = got["host.cpu_steal_share"]
+    assert steal.value == pytest.approx(2.24 / 31.12) and steal.unit == "ratio"
+    (tmp_path / "attach-cost.json").write_text(json.dumps({"window_s": 31.12, "cores": 0.05}))
+    assert [e.key for e in derive_session._attach_cost(folder)] == ["attach.cpu_cores"]  # type: ignore[arg-type]
 
 
 def test_the_stop_is_timed_the_profilers_apart_from_the_rest() -> None:
