@@ -175,7 +175,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
     cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz,
-            **_before_window(entered, cpu_entered, ran, stolen_entered)}
+            **_before_window(entered, cpu_entered, ran, stolen_entered), "stop_each_s": ran.stops}
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
     captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
 
@@ -226,19 +226,25 @@ def window_sources(opts: AttachOptions, folder: str, process: ProcessSource,
     ]
 
 
+Stolen = dict[str, float]  # CPU name (cpu0, cpu1, ...) -> seconds stolen from it since boot
+
+
 @dataclass(frozen=True)
 class Ran:
     """A window that ran: its span, and what the attach itself spent over it."""
 
     window: Window
-    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s (attach-cost.json)
+    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s, stop_steal_s
+    # (attach-cost.json)
     cost: dict[str, float]
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
     waited_opened: float | None = None  # seconds the calling thread had waited for a CPU when the window opened
     waited_closed: float | None = None  # ... and when it closed (``_waited``)
-    stolen_opened: tuple[float, ...] | None = None  # seconds each CPU had had stolen when the window opened
-    stolen_closed: tuple[float, ...] | None = None  # ... and when it closed (``_stolen``)
+    stolen_opened: Stolen | None = None  # seconds each CPU had had stolen when the window opened
+    stolen_closed: Stolen | None = None  # ... and when it closed (``_stolen``)
+    stops: dict[str, float] = field(default_factory=dict)  # seconds each kind of source took to stop
+    closed_at: float | None = None  # time.monotonic() when the window closed
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -248,10 +254,14 @@ POLL_S = 0.25
 
 def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Event, should_stop: Callable[[], bool],
                progress: Callable[[float, float], None] | None = None,
-               clock: Callable[[], float] = time.time) -> Ran:
+               clock: Callable[[], float] = time.monotonic, epoch: Callable[[], float] = time.time) -> Ran:
     """Start ``sources`` (last to first), wait ``duration_s`` or until ``should_stop()`` (``stop``: the
     user's, which ends the wait at once), stop them (first to last). The attach's own CPU (its process
-    and every child it waited for: each py-spy) is measured from the last start to the last stop."""
+    and every child it waited for: each py-spy) is measured from the last start to the last stop.
+
+    Durations are on ``clock`` (monotonic: a wall clock stepped while the window runs, as NTP does after a
+    virtual machine is paused or moved, neither ends the wait early nor stretches it); the window starts at
+    ``epoch()`` (the time its evidence is stamped with) and lasts what ``clock`` measured."""
     started: list[Source] = []
     try:
         for s in reversed(sources):
@@ -263,7 +273,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
                 s.stop()
         raise
     cpu_before, waited_before, stolen_before = _own_cpu(), _waited(), _stolen()
-    t0 = clock()
+    opened, t0 = epoch(), clock()
     while not should_stop():
         elapsed = clock() - t0
         if progress:
@@ -271,14 +281,21 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         if elapsed >= duration_s:
             break
         stop.wait(min(POLL_S, duration_s - elapsed))
-    # the stop, timed: the profiler's (sources[0], what the target sees end) and all of them, with the time the
-    # stopping thread waited for a CPU meanwhile (a saturated host stretches the stop, not the attach's work)
-    stopping, waited_stopping = clock(), _waited()
+    # the stop, timed: the profiler's (sources[0], what the target sees end), each kind of source's and all of
+    # them, with the time the stopping thread waited for a CPU and the host's steal meanwhile (a saturated or
+    # oversubscribed host stretches the stop, not the attach's work). The wait above is on the clock: a host
+    # that stole time from it ends it no later than it would have
+    stopping, waited_stopping, stolen_stopping = clock(), _waited(), _stolen()
     stopped_first = stopping
+    stops: dict[str, float] = {}
     for i, s in enumerate(sources):
+        began = clock()
         s.stop()
+        ended = clock()
+        kind = str(getattr(s, "collector", type(s).__name__))
+        stops[kind] = round(stops.get(kind, 0.0) + ended - began, 3)
         if i == 0:
-            stopped_first = clock()
+            stopped_first = ended
     t1 = clock()
     cpu_after, waited_after, stolen_after = _own_cpu(), _waited(), _stolen()
     cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
@@ -290,12 +307,14 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         cost["stop_wait_s"] = round(waited_after - waited_stopping, 3)
     if (steal := stolen_between(stolen_before, stolen_after)) is not None:
         cost["steal_s"] = steal
-    return Ran(Window(t0, t1), cost, sum(cpu_before), sum(cpu_after), waited_before, waited_after,
-               stolen_before, stolen_after)
+    if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
+        cost["stop_steal_s"] = steal
+    return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
+               waited_after, stolen_before, stolen_after, stops, t1 if clock is time.monotonic else None)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran,
-                   stolen_entered: tuple[float, ...] | None = None) -> dict[str, float]:
+                   stolen_entered: Stolen | None = None) -> dict[str, float]:
     """What the attach spent before its window opened: since its process started (the interpreter and its
     imports: ``started_s``) and since ``attach()`` was called (checks, the busy probe: ``setup_s``, and its
     CPU, ``setup_cpu_s``; the host's CPU time stolen meanwhile, ``setup_steal_s``)."""
@@ -315,7 +334,8 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran,
 def _after_window(ran: Ran) -> dict[str, float]:
     """What the attach spent after its window closed (the captures, the analysis): wall, CPU and, where the
     kernel says, the time it waited for a CPU (``after_wait_s``)."""
-    after = {"after_s": round(time.time() - ran.window.end, 3),
+    since = time.monotonic() - ran.closed_at if ran.closed_at is not None else time.time() - ran.window.end
+    after = {"after_s": round(since, 3),
              "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)}
     waited = _waited()
     if waited is not None and ran.waited_closed is not None:
@@ -337,26 +357,29 @@ def _waited() -> float | None:
         return None
 
 
-def _stolen(path: str = "/proc/stat") -> tuple[float, ...] | None:
+def _stolen(path: str = "/proc/stat") -> Stolen | None:
     """Seconds each CPU of this machine has had stolen since boot (``/proc/stat``'s steal column): on a
-    virtual machine, the time a virtual CPU was ready to run while the hypervisor ran something else. Nothing
-    in the machine runs then, the attach included, and no thread's run-queue delay counts it: a window, a
-    stop, an analysis stretch by it in wall time. None where the kernel does not say."""
+    virtual machine, the time a virtual CPU had work while the hypervisor ran something else. A thread that
+    was running on that CPU then did not run, and its run-queue delay does not count it (a queued thread's
+    does): CPU-bound work and timed wake-ups stretch by it in wall time. None where the kernel does not say
+    (a container's view of ``/proc/stat`` may also show zeros)."""
     try:
         with open(path, encoding="ascii") as fh:
             rows = [line.split() for line in fh if line.startswith("cpu") and line[3:4].isdigit()]
         tick = os.sysconf("SC_CLK_TCK")
-        return tuple(int(r[8]) / tick for r in rows) if rows else None
+        return {r[0]: int(r[8]) / tick for r in rows} if rows else None
     except (OSError, ValueError, IndexError):
         return None
 
 
-def stolen_between(before: tuple[float, ...] | None, after: tuple[float, ...] | None) -> float | None:
-    """The most any one CPU had stolen between two ``_stolen`` readings: what a paused machine (every CPU
-    alike) took from the interval, and the most it took from a thread that kept to one CPU through it."""
-    if before is None or after is None or len(before) != len(after):
+def stolen_between(before: Stolen | None, after: Stolen | None) -> float | None:
+    """The most any one CPU (present at both readings) had stolen between two ``_stolen`` readings: what a
+    paused machine (every CPU alike) took from the interval, and the most it took from a thread that kept to
+    one CPU through it."""
+    if before is None or after is None:
         return None
-    return round(max((b - a for a, b in zip(before, after, strict=True)), default=0.0), 3)
+    both = before.keys() & after.keys()
+    return round(max((after[c] - before[c] for c in both), default=0.0), 3) if both else None
 
 
 def _own_cpu() -> tuple[float, float]:

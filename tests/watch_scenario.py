@@ -73,38 +73,42 @@ class Watched:
 
 def metrics(port: int, pid: int | None = None) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """The watcher's /metrics, answered within ``ANSWER_WITHIN_S`` of its own time: a request that times out
-    is asked again while what the host took meanwhile (``host_lost_s``: the hypervisor's steal, the run-queue
-    wait of the watcher's thread that waited longest) covers the lateness, up to ``MAX_STARVED_S`` of it. A
-    watcher that had its CPU and still did not answer fails, as one whose server is gone does at once."""
+    is asked again for what is left of that once the time the host took from the watcher meanwhile
+    (``host_lost_s``, up to ``MAX_STARVED_S``) is added. A watcher that had its CPU and did not answer in
+    ``ANSWER_WITHIN_S`` fails then, as one whose server is gone fails at once."""
     start, lost0 = time.monotonic(), host_lost_s(pid)
+    timeout, lost = ANSWER_WITHIN_S, 0.0
     while True:
         try:
-            text = _get_metrics(port)
+            text = _get_metrics(port, timeout)
             break
         except OSError as exc:
             if not _timed_out(exc):
                 raise
-            lost = host_lost_s(pid, lost0)[0]
-            if time.monotonic() - start - lost >= ANSWER_WITHIN_S or lost >= MAX_STARVED_S:
+            lost = max(lost, min(MAX_STARVED_S, host_lost_s(pid, lost0)[0]))
+            timeout = ANSWER_WITHIN_S + lost - (time.monotonic() - start)
+            if timeout < 1.0:
                 raise
     return _parse(text)
 
 
-def _get_metrics(port: int) -> str:
-    return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=ANSWER_WITHIN_S).read().decode())
+def _get_metrics(port: int, timeout: float) -> str:
+    return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode())
 
 
 def _timed_out(exc: OSError) -> bool:
     return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
 
 
-Lost = tuple[float, tuple[float, ...] | None, dict[int, float]]  # (seconds lost, steal per CPU, wait per thread)
+Lost = tuple[float, attach.Stolen | None, dict[int, float]]  # (seconds lost, steal per CPU, wait per thread)
 
 
 def host_lost_s(pid: int | None, since: Lost | None = None) -> Lost:
-    """What the host took from ``pid`` since ``since``: the most any one CPU had stolen (``attach._stolen``:
-    the hypervisor ran something else) plus the longest run-queue wait of one of its threads (a thread born
-    since counts from 0); the readings, to measure from later."""
+    """What the host took from ``pid`` since ``since``, at most: the most any one CPU had stolen
+    (``attach._stolen``: the hypervisor ran something else) plus the longest run-queue wait of one of its
+    threads alive now (one born since counts from 0; a queued thread's wait also counts what was stolen
+    meanwhile, so the sum is an upper bound); the readings, to measure from later. It can fall when the
+    thread that waited longest ends: callers keep the largest they saw."""
     steal = attach._stolen()
     waits: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*") if pid else ():
@@ -148,8 +152,9 @@ def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str],
     (``host_lost_s``): the deadline is ``timeout_s`` of the watcher's own time (up to ``MAX_STARVED_S`` more
     of the host's)."""
     start, lost0 = time.monotonic(), host_lost_s(pid)
+    starved = 0.0
     while True:
-        starved = min(MAX_STARVED_S, host_lost_s(pid, lost0)[0])  # no more once the watcher is gone
+        starved = max(starved, min(MAX_STARVED_S, host_lost_s(pid, lost0)[0]))
         if time.monotonic() >= start + timeout_s + starved:
             break
         got = sessions(out)

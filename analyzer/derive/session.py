@@ -136,8 +136,9 @@ def _attach_cost(session: Session) -> list[Evidence]:
         out.append(Evidence("host.cpu_steal_share", min(1.0, max(0.0, float(steal) / float(span))), "ratio",
                             "diagnose attach (/proc/stat)", session.window,
                             detail="share of the window the hypervisor ran something else on this machine's most "
-                                   "stolen CPU: every wall-clock timing of the session is stretched by it (an "
-                                   "oversubscribed host, or a burstable instance out of CPU credits)"))
+                                   "stolen CPU: CPU-bound work and timed wake-ups of the service and the attach "
+                                   "were slowed by it (an oversubscribed host, or a burstable instance out of CPU "
+                                   "credits)"))
     return out
 
 

@@ -24,15 +24,19 @@ from tests.engines.expected import EXPECTED, analyze, assert_leg
 pytestmark = pytest.mark.timeout(900)  # a cold engine start compiles its kernels (~1-3 min on 2 cores)
 
 LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "startup_refusal")
-# The window (what the target sees) ends at most py-spy's grace and the join after --duration, by construction,
-# in the host's time: the time the host did not run this machine at all (the hypervisor's steal, attach-cost.json's
-# steal_s: on CI 2026-12-04 a 30 s window of the healthy engine with two clients measured 63 s, one of the
-# admission cap 44 s) and the time the stopping thread waited for a CPU (stop_wait_s) are the host's, not the
-# attach's. The attach's own work outside the window (its checks and busy probe, the captures and the analysis)
-# is bounded in CPU seconds, which a saturated host does not change; its wall time there does: the CI host, with
-# the engine and 16 clients on 2 cores, took 27-43 s of wall outside a 30 s window for ~1 CPU-s of the attach's
-# own work. So the wall is bounded against the gross regression issue 17 found (60-87 s for 30) less the time
-# the attach's thread waited for a CPU (started_wait_s, after_wait_s) and the time the host stole meanwhile.
+# The window (what the target sees) ends at most py-spy's grace and the join after --duration, by construction:
+# its wait is on the clock, and every stop is a join with a timeout. A host can stretch only the stop's work and
+# its wake-ups: the time the stopping thread waited for a CPU (attach-cost.json's stop_wait_s) and the time the
+# hypervisor ran something else meanwhile (stop_steal_s) are the host's. On CI 2026-12-04 a 30 s window of the
+# healthy engine with two clients measured 63 s and one of the admission cap 44 s, in one run, for a reason
+# not known (pytest cut the cost record short): the record now says which source took how long to stop
+# (stop_each_s) and what the host took, and the assertion prints all of it. The attach's own work outside the
+# window (its checks and busy probe, the captures and the analysis) is bounded in CPU seconds, which a saturated
+# host does not change; its wall time there does: the CI host, with the engine and 16 clients on 2 cores, took
+# 27-43 s of wall outside a 30 s window for ~1 CPU-s of the attach's own work, and here under four CPU hogs
+# (2026-12-04) the healthy attach took 100 s of wall, 62 s of it waiting for a CPU. So the wall is bounded
+# against the gross regression issue 17 found (60-87 s for 30) less the time the attach's thread waited for a
+# CPU (started_wait_s, after_wait_s) and the host's steal outside the wait (setup, stop and after).
 WINDOW_SLACK_S = pyspy.STOP_GRACE_S + JOIN_S + POLL_S
 OUTSIDE_CPU_S = 10.0
 WALL_SLACK_S = 25.0
@@ -63,11 +67,11 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     assert how["load"]["ok"] > 0, how["load"]
     cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
     said = json.dumps({"attach_wall_s": how["attach_wall_s"], **cost})  # every phase, untruncated
-    hosts = cost.get("steal_s", 0.0) + cost.get("stop_wait_s", 0.0)
+    hosts = cost.get("stop_steal_s", 0.0) + cost.get("stop_wait_s", 0.0)
     assert cost["window_s"] - hosts <= recipe.window_s + WINDOW_SLACK_S, said
     assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, said
     waited = cost["started_wait_s"] + cost["after_wait_s"]
-    stolen = sum(cost.get(k, 0.0) for k in ("setup_steal_s", "steal_s", "after_steal_s"))
+    stolen = sum(cost.get(k, 0.0) for k in ("setup_steal_s", "stop_steal_s", "after_steal_s"))
     assert how["attach_wall_s"] - waited - stolen <= recipe.window_s + WALL_SLACK_S, said
     for leg in EXPECTED[pathology]:
         assert_leg(analyze(folder, leg), pathology, leg)
