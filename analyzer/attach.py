@@ -244,7 +244,7 @@ class Ran:
     stolen_opened: Stolen | None = None  # seconds each CPU had had stolen when the window opened
     stolen_closed: Stolen | None = None  # ... and when it closed (``_stolen``)
     stops: dict[str, float] = field(default_factory=dict)  # seconds each kind of source took to stop
-    closed_at: float | None = None  # time.monotonic() when the window closed
+    closed_at: float = 0.0  # when the window closed, on run_window's clock (time.monotonic unless a test's)
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -310,7 +310,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
         cost["stop_steal_s"] = steal
     return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
-               waited_after, stolen_before, stolen_after, stops, t1 if clock is time.monotonic else None)
+               waited_after, stolen_before, stolen_after, stops, t1)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran,
@@ -334,8 +334,7 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran,
 def _after_window(ran: Ran) -> dict[str, float]:
     """What the attach spent after its window closed (the captures, the analysis): wall, CPU and, where the
     kernel says, the time it waited for a CPU (``after_wait_s``)."""
-    since = time.monotonic() - ran.closed_at if ran.closed_at is not None else time.time() - ran.window.end
-    after = {"after_s": round(since, 3),
+    after = {"after_s": round(time.monotonic() - ran.closed_at, 3),
              "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)}
     waited = _waited()
     if waited is not None and ran.waited_closed is not None:

@@ -44,6 +44,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from diagnose import attach
+from diagnose.collectors import process as process_collector
 
 DIAGNOSE = Path(sys.executable).with_name("diagnose")
 ALERT = Path(__file__).resolve().parent / "data" / "alertmanager" / "v4-firing.json"
@@ -112,8 +113,8 @@ def host_lost_s(pid: int | None, since: Lost | None = None) -> Lost:
     steal = attach._stolen()
     waits: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*") if pid else ():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            waits[int(task.name)] = int((task / "schedstat").read_text().split()[1]) / 1e9
+        if pid and task.name.isdigit() and (ss := process_collector._schedstat(pid, int(task.name))) is not None:
+            waits[int(task.name)] = ss[1] / 1e9
     if since is None:
         return 0.0, steal, waits
     stolen = attach.stolen_between(since[1], steal) or 0.0
