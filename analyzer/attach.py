@@ -48,6 +48,7 @@ from diagnose.errors import AttachError, DiagnoseError
 from diagnose.model import ATTACH_COST as ATTACH_COST_FILE
 from diagnose.model import CaptureStatus, Diagnosis, Session, Target, Window
 from diagnose.sources import (
+    STOP_BUDGET_S,
     BusyProbe,
     CgroupSource,
     LogSource,
@@ -234,8 +235,8 @@ class Ran:
     """A window that ran: its span, and what the attach itself spent over it."""
 
     window: Window
-    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s, stop_steal_s
-    # (attach-cost.json)
+    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s, stop_steal_s,
+    # stop_threads_wait_s (attach-cost.json)
     cost: dict[str, float]
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
@@ -256,8 +257,9 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
                progress: Callable[[float, float], None] | None = None,
                clock: Callable[[], float] = time.monotonic, epoch: Callable[[], float] = time.time) -> Ran:
     """Start ``sources`` (last to first), wait ``duration_s`` or until ``should_stop()`` (``stop``: the
-    user's, which ends the wait at once), stop them (first to last). The attach's own CPU (its process
-    and every child it waited for: each py-spy) is measured from the last start to the last stop.
+    user's, which ends the wait at once), stop them (first to last) by one deadline, ``STOP_BUDGET_S`` after
+    the wait. The attach's own CPU (its process and every child it waited for: each py-spy) is measured from
+    the last start to the last stop.
 
     Durations are on ``clock`` (monotonic: a wall clock stepped while the window runs, as NTP does after a
     virtual machine is paused or moved, neither ends the wait early nor stretches it); the window starts at
@@ -268,9 +270,10 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
             s.start()
             started.append(s)
     except BaseException:  # a source that cannot start: stop (and join) those already running, then say why
+        by = time.monotonic() + STOP_BUDGET_S
         for s in reversed(started):
             with contextlib.suppress(Exception):
-                s.stop()
+                s.stop(by)
         raise
     cpu_before, waited_before, stolen_before = _own_cpu(), _waited(), _stolen()
     opened, t0 = epoch(), clock()
@@ -285,12 +288,14 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # them, with the time the stopping thread waited for a CPU and the host's steal meanwhile (a saturated or
     # oversubscribed host stretches the stop, not the attach's work). The wait above is on the clock: a host
     # that stole time from it ends it no later than it would have
-    stopping, waited_stopping, stolen_stopping = clock(), _waited(), _stolen()
+    stopping, waited_stopping, stolen_stopping, threads_stopping = clock(), _waited(), _stolen(), _thread_waits()
+    # one deadline for every source's stop (the sources' own threads are waited for until then, never past it)
+    by = time.monotonic() + STOP_BUDGET_S
     stopped_first = stopping
     stops: dict[str, float] = {}
     for i, s in enumerate(sources):
         began = clock()
-        s.stop()
+        s.stop(by)
         ended = clock()
         kind = str(getattr(s, "collector", type(s).__name__))
         stops[kind] = round(stops.get(kind, 0.0) + ended - began, 3)
@@ -309,6 +314,8 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         cost["steal_s"] = steal
     if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
         cost["stop_steal_s"] = steal
+    if (threads := waited_most(threads_stopping, _thread_waits())) is not None:
+        cost["stop_threads_wait_s"] = threads
     return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
                waited_after, stolen_before, stolen_after, stops, t1)
 
@@ -354,6 +361,33 @@ def _waited() -> float | None:
             return int(fh.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _thread_waits(task: str = "/proc/self/task") -> dict[str, float] | None:
+    """Seconds each thread of this process has spent runnable but waiting for a CPU since it started (each
+    ``TID/schedstat``'s second field), by thread id; None where the kernel does not say. The stop waits for
+    the sources' own threads (py-spy's recording, the samplers) until its deadline: on a host that does not
+    run them, this is where the stop's time went."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(task)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(os.path.join(task, tid, "schedstat"), encoding="ascii") as fh:
+                out[tid] = int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return out or None
+
+
+def waited_most(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+    """The most any one thread waited for a CPU between two ``_thread_waits`` readings (a thread that started
+    in between: all of its wait); None where either is unknown."""
+    if before is None or after is None:
+        return None
+    return round(max((w - before.get(tid, 0.0) for tid, w in after.items()), default=0.0), 3)
 
 
 def _stolen(path: str = "/proc/stat") -> Stolen | None:

@@ -16,9 +16,11 @@ What every source keeps to (the attach's guarantees):
 
 * **read-only, never pausing the target**: /proc, psutil, NVML, cgroup files, the service's logs,
   its metrics endpoint, py-spy with ``--nonblocking``;
-* **bounded**: ``start`` and ``stop`` return within a bounded time, and inside the window only the
-  samplers run; slow finishing (copying a log, exporting an Nsight report, a last scrape) belongs
-  to ``capture``, after the window's clock stopped;
+* **bounded**: ``start`` returns within a bounded time and ``stop(by)`` by ``by`` (one deadline on the
+  monotonic clock for the whole stop, ``STOP_BUDGET_S`` after the wait: a thread of the attach that a
+  saturated host does not run is left to finish in ``capture``, never waited for past it); inside the
+  window only the samplers run; slow finishing (copying a log, exporting an Nsight report, a last
+  scrape, parsing py-spy's files) belongs to ``capture``, after the window's clock stopped;
 * **loud when partial**: a capture cut short says so (``CaptureStatus.PARTIAL``) with the reason the
   attach passes to ``capture`` (the target exited, the user stopped early); one that could not run
   is SKIPPED or FAILED with a reason and a remedy, never an exception out of the window.
@@ -55,6 +57,15 @@ LOG_TAIL_BEFORE_BYTES = 256 * 1024  # how much of a log before the window is kep
 LOG_MAX_BYTES = 64 * 1024 * 1024  # never copy more than this from one log
 PROBE_SNAPSHOTS_KEPT = 2
 JOIN_S = 5.0  # a sampler thread ends at its next tick; this only bounds a stuck read
+# the whole stop, all sources together: py-spy's grace (its last chunk's records are written within it) and
+# one join. CI 2026-12-04: sources stopped one after another, each with its own timeout, held a 30 s window
+# open for 54 s (py-spy 10.0 s, the process sampler 13.9 s) on a host that ran the attach's threads little
+STOP_BUDGET_S = pyspy.STOP_GRACE_S + JOIN_S
+
+
+def left(by: float) -> float:
+    """Seconds from now (``time.monotonic``) to the deadline ``by``, never negative."""
+    return max(0.0, by - time.monotonic())
 
 
 class Source(Protocol):
@@ -65,8 +76,9 @@ class Source(Protocol):
     def start(self) -> None:
         """Open the window: from now on, record."""
 
-    def stop(self) -> None:
-        """Close the window: stop recording (quick; the target is never paused)."""
+    def stop(self, by: float) -> None:
+        """Close the window: stop recording (quick; the target is never paused), returning by ``by`` (a
+        ``time.monotonic`` deadline shared by every source's stop) whatever its threads are doing."""
 
     def capture(self, window: Window, cut: str) -> Capture | None:
         """Write what was recorded into the session folder and say what it is; ``cut`` is why the
@@ -131,10 +143,10 @@ class Periodic:
         self._thread = threading.Thread(target=loop, name=name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=JOIN_S)
+            self._thread.join(timeout=min(JOIN_S, left(by)))
 
 
 class ProcessSource(Periodic):
@@ -156,6 +168,7 @@ class ProcessSource(Periodic):
         self._cache_dir = ""
         self._cache_before: int | None = None
         self._modules_before: set[str] = set()
+        self.last_skipped = False  # the stop's deadline came while the sampler thread held the lock
 
     @property
     def gone(self) -> bool:
@@ -190,9 +203,17 @@ class ProcessSource(Periodic):
         self.tick()
         return not self.sampler.gone
 
-    def stop(self) -> None:
-        super().stop()
-        self.tick(full=True)  # the last sample is a full one, taken as the window closes
+    def stop(self, by: float) -> None:
+        super().stop(by)
+        # the last sample is a full one, taken as the window closes; a sampler thread still in its tick at
+        # the deadline (a host that does not run it) holds the lock, and its sample is the last one then
+        if self.lock.acquire(timeout=left(by)):
+            try:
+                self.sampler.tick(full=True)
+            finally:
+                self.lock.release()
+        else:
+            self.last_skipped = True
 
     def capture(self, window: Window, cut: str) -> Capture:
         info = self.info
@@ -206,9 +227,12 @@ class ProcessSource(Periodic):
         if self.sampler.samples == 0:
             status = CaptureStatus.FAILED
             cut = cut or "no sample could be taken"
+        notes = (("the window's last full sample was not taken: the sampler's thread was still in its previous "
+                  "one when the stop's deadline came (the host ran the attach's threads little)",)
+                 if self.last_skipped else ())
         # attach-cost.json (the attach's own CPU over the window) is written by the attach beside these
         return Capture(self.collector, status, cut, "", window,
-                       (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST))
+                       (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST), notes)
 
 
 class BusyProbe:
@@ -225,7 +249,7 @@ class BusyProbe:
     def start(self) -> None:
         self.process.probe()
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here."""
 
     def capture(self, window: Window, cut: str) -> None:
@@ -279,8 +303,9 @@ class PySpySource:
         self._why: dict[int, str] = {}  # the latest plan's reason per pid
         self._rates: dict[int, tuple[int, int]] = {}
         self._thread: threading.Thread | None = None
-        self._abort = threading.Event()
         self._deadline = 0.0
+        self._late_at = 0.0  # when the stop's deadline found the recording still running (0: it had ended)
+        self.late_s = 0.0  # how long after that it ended (in ``capture``)
 
     def _on_chunk(self, k: int) -> None:
         if k > 0:
@@ -322,7 +347,7 @@ class PySpySource:
             self.result = pyspy.record_chunked(
                 self.pid, self.duration_s, self.folder, self._plan,
                 n_chunks=budget.chunks_for(self.duration_s, self.light),
-                should_stop=lambda: self._abort.is_set() or self.should_stop(),
+                should_stop=self.should_stop,
                 on_chunk=self._on_chunk, dumps=not self.light)
         except Exception as exc:  # on its own thread: said in the capture, never lost
             self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
@@ -344,18 +369,26 @@ class PySpySource:
         except psutil.Error:
             return self._names.get(pid, "?")
 
-    def stop(self) -> None:
-        """``record_chunked`` ends by itself (at the window's end, or early when asked), at most its grace
-        late; past that (plus ``JOIN_S``) it is told to stop, and given one more grace to do so."""
+    def stop(self, by: float) -> None:
+        """``record_chunked`` ends by itself (at the window's end, or early when asked), its py-spys at most
+        their grace late (each py-spy also ends by its own ``--duration``). Waited for until its grace and a
+        join have passed, or ``by``; a recording still running then (a host that does not run its thread)
+        is left to finish in ``capture``, after the window: what is left is its own work on files."""
         if self._thread is None:
             return
-        self._thread.join(timeout=max(0.0, self._deadline - time.monotonic()) + JOIN_S)
+        self._thread.join(timeout=min(left(self._deadline) + JOIN_S, left(by)))
         if self._thread.is_alive():
-            self._abort.set()
-            self._thread.join(timeout=pyspy.STOP_GRACE_S + 1.0)
+            self._late_at = time.monotonic()
+
+    def _finish(self) -> None:
+        """After the window: a recording the stop left running gets one more grace and join to end."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        self._thread.join(timeout=pyspy.STOP_GRACE_S + JOIN_S)
+        self.late_s = time.monotonic() - self._late_at
         if self._thread.is_alive():
-            self.error = (f"the py-spy recording did not end within {pyspy.STOP_GRACE_S + JOIN_S:g} s of the "
-                          "window's end and was abandoned")
+            self.error = (f"the py-spy recording was still running {self.late_s:.0f} s after the window closed "
+                          "and was abandoned")
 
     def notes(self) -> tuple[str, ...]:
         """One line per process of the tree: what py-spy recorded of it, and why."""
@@ -395,6 +428,9 @@ class PySpySource:
             if behind.get(pid, 0.0) > 1.0:
                 line += f"; py-spy fell {behind[pid]:.1f} s behind its rate (the host is short of CPU)"
             out.append(line)
+        if self._late_at and not self.error:
+            out.append(f"the recording was still running when the window closed (the host ran the attach's "
+                       f"threads little); it ended {self.late_s:.1f} s later, its files whole")
         return tuple(out)
 
     def _stood(self) -> dict[int, str]:
@@ -418,6 +454,7 @@ class PySpySource:
         return out
 
     def capture(self, window: Window, cut: str) -> Capture:
+        self._finish()
         res = self.result
         if not self.avail.ok:
             return Capture(self.collector, CaptureStatus.SKIPPED, self.avail.reason, self.avail.remedy, window)
@@ -544,7 +581,7 @@ class CgroupSource:
         self.memory = cgroup_collector.locate(self.pid, self.root, controller="memory")
         self._mem_start = cgroup_collector.snapshot(self.memory, memory=True) if self.memory is not None else []
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         self._end = cgroup_collector.snapshot(self.group) if self.group is not None else []
         self._mem_end = cgroup_collector.snapshot(self.memory, memory=True) if self.memory is not None else []
 
@@ -576,7 +613,7 @@ class NsysSource:
             self.window = nsys_session.NsysWindow(nsys_session.find_nsys() or "nsys")
             self.window.start(self.folder)
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here: ``nsys stop`` writes and exports the report, which takes long (in ``capture``)."""
 
     def capture(self, window: Window, cut: str) -> Capture:
@@ -640,7 +677,7 @@ class LogSource:
     def start(self) -> None:
         self.tail.begin()
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here: the log is copied after the window (``capture``)."""
 
     def capture(self, window: Window, cut: str) -> Capture:
@@ -742,7 +779,7 @@ class ProbeSnapshotSource:
     def start(self) -> None:
         """Nothing here: a snapshot exists once an OOM happened."""
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here."""
 
     def capture(self, window: Window, cut: str) -> Capture | None:
@@ -779,7 +816,7 @@ class MetricsSource:
     def start(self) -> None:
         self._first = _scrape(self.url)
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here: the second scrape is taken after the window (``capture``)."""
 
     def capture(self, window: Window, cut: str) -> Capture:

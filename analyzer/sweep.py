@@ -297,7 +297,7 @@ class LoadSource:
         self._thread.start()
         time.sleep(self.warmup_s)
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing here: the clients run their own bounded time, past the window's end."""
 
     def capture(self, window: Window, cut: str) -> Capture:

@@ -290,7 +290,7 @@ class RingSource:
     def start(self) -> None:
         """Nothing: the ring was taken when the trigger fired."""
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         """Nothing: the ring is written with the captures."""
 
     def capture(self, window: Window, cut: str) -> Capture:

@@ -126,12 +126,14 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
         time.sleep(r.warmup_s)
         scrapes = [_scrape(eng)]
         t0 = time.monotonic()
+        attach_rc = None
         if attach:
             session = out / "attach"
-            subprocess.run([str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}",
-                            "--log", str(log), "--metrics", f"{eng.base}/metrics", "-o", str(session),
-                            "--format", "json", "--force"], stdout=(out / "attach.json").open("wb"),
-                           stderr=(out / "attach.stderr.txt").open("wb"), check=False)
+            attach_rc = subprocess.run(
+                [str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}", "--log", str(log),
+                 "--metrics", f"{eng.base}/metrics", "-o", str(session), "--format", "json", "--force"],
+                stdout=(out / "attach.json").open("wb"), stderr=(out / "attach.stderr.txt").open("wb"),
+                check=False).returncode
             (session / f"{session.name}.html").unlink(missing_ok=True)
         else:
             time.sleep(r.window_s)
@@ -148,7 +150,7 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
     _keep_log(log, out / "vllm.log")
     argv = [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]]
     return _finish(r, work, out, final, argv=argv, load=result, attach_wall_s=round(attach_wall, 1),
-                   startup_s=round(eng.started_s, 1))
+                   attach_rc=attach_rc, startup_s=round(eng.started_s, 1))
 
 
 def _finish(r: Recipe, work: Path, out: Path, final: Path, **facts: object) -> Path:

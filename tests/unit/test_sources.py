@@ -11,7 +11,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,9 +30,14 @@ def no_pyspy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pyspy, "probe", lambda: Availability(False, "py-spy is not installed", "pip install py-spy"))
 
 
+def _by() -> float:
+    """A stop's deadline, as the attach gives it."""
+    return time.monotonic() + sources.STOP_BUDGET_S
+
+
 def _run(src: sources.Source, cut: str = "") -> Capture | None:
     src.start()
-    src.stop()
+    src.stop(_by())
     return src.capture(WINDOW, cut)
 
 
@@ -66,7 +70,7 @@ def _log_window(tmp_path: Path, before: str, during: str) -> tuple[Capture | Non
     src.start()
     with log.open("a", newline="") as fh:
         fh.write(during)
-    src.stop()
+    src.stop(_by())
     cap = src.capture(WINDOW, "")
     return cap, (tmp_path / "log-0-service.log").read_bytes().decode()
 
@@ -143,7 +147,7 @@ class Recorder:
     def start(self) -> None:
         self.calls.append(f"start {self.collector}")
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         self.calls.append(f"stop {self.collector}")
 
     def capture(self, window: Window, cut: str) -> Capture:
@@ -157,7 +161,7 @@ def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
     ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
     assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
     assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds, abs=1e-5)
-    optional = {"stop_wait_s", "steal_s", "stop_steal_s"}  # where the kernel says
+    optional = {"stop_wait_s", "steal_s", "stop_steal_s", "stop_threads_wait_s"}  # where the kernel says
     assert set(ran.cost) - optional == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
                                         "first_stop_s"}
 
@@ -216,8 +220,8 @@ def test_the_stop_is_timed_the_profilers_apart_from_the_rest() -> None:
             super().__init__(name, calls)
             self.takes = takes
 
-        def stop(self) -> None:
-            super().stop()
+        def stop(self, by: float) -> None:
+            super().stop(by)
             now[0] += self.takes
 
     calls: list[str] = []
@@ -228,6 +232,44 @@ def test_the_stop_is_timed_the_profilers_apart_from_the_rest() -> None:
     assert ran.cost["window_s"] == pytest.approx(5.75)  # no time passed in the wait: the fake clock stood still
     assert ran.stops == {"profiler": 1.5, "process": 4.0, "log": 0.25}  # which one held the window open
     assert (ran.window.start, ran.window.end) == (1000.0, 1005.75)  # stamped by the epoch, as long as the clock says
+
+
+def test_every_source_stops_by_one_deadline_not_one_timeout_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sources whose threads the host does not run, each waiting for them as long as it is let: the stop
+    ends by one deadline for all of them (``STOP_BUDGET_S`` after the wait), not one timeout after another
+    (CI 2026-12-04: 10.0 s for py-spy, then 13.9 s for the process sampler, in a 30 s window)."""
+    monkeypatch.setattr(attach, "STOP_BUDGET_S", 0.4)
+    never = threading.Event()
+    calls: list[str] = []
+
+    class Stuck(Recorder):
+        def stop(self, by: float) -> None:
+            super().stop(by)
+            never.wait(sources.left(by))
+
+    ran = attach.run_window([Stuck("profiler", calls), Stuck("process", calls)], 0.1, threading.Event(),
+                            should_stop=lambda: False)
+    assert 0.35 < ran.cost["stop_s"] < 0.75 and ran.stops["process"] < 0.2, ran.cost
+    assert calls == ["start process", "start profiler", "stop profiler", "stop process"]
+
+
+def test_the_threads_wait_for_a_cpu_is_read_per_thread(tmp_path: Path) -> None:
+    """``TID/schedstat``'s second field (nanoseconds runnable but not running) per thread; between two
+    readings, the most any one thread waited (one that started in between: all of its wait)."""
+    for tid, line in (("11", "5000 2000000000 7\n"), ("12", "10 500000000 2\n")):
+        (tmp_path / tid).mkdir()
+        (tmp_path / tid / "schedstat").write_text(line)
+    before = attach._thread_waits(str(tmp_path))
+    assert before == {"11": 2.0, "12": 0.5}
+    (tmp_path / "11" / "schedstat").write_text("9000 2300000000 9\n")
+    (tmp_path / "12" / "schedstat").write_text("20 4500000000 3\n")
+    (tmp_path / "13").mkdir()  # a thread that started in between
+    (tmp_path / "13" / "schedstat").write_text("1 1000000000 1\n")
+    assert attach.waited_most(before, attach._thread_waits(str(tmp_path))) == 4.0
+    assert attach.waited_most(before, None) is None
+    assert attach._thread_waits(str(tmp_path / "absent")) is None
+    me = attach._thread_waits()
+    assert me is not None and str(threading.get_native_id()) in me
 
 
 def test_a_wall_clock_stepped_during_the_window_neither_ends_it_nor_stretches_it() -> None:
@@ -259,7 +301,7 @@ class Heartbeat:
     def start(self) -> None:
         self.times.append(1.0)
 
-    def stop(self) -> None:
+    def stop(self, by: float) -> None:
         self.times.append(2.0)
 
     def capture(self, window: Window, cut: str) -> Capture:
@@ -411,33 +453,80 @@ def test_pyspy_capture_says_per_process_what_was_recorded_and_what_was_killed(
     assert meta["overruns"] == [killed]
 
 
-def test_pyspy_source_stops_a_recording_that_outlives_the_window(
-        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``stop`` waits for the recording at most its grace (plus ``JOIN_S``) past the window, then asks it
-    to end; one that still does not is abandoned and the capture says so."""
-    monkeypatch.setattr(pyspy, "STOP_GRACE_S", 0.1)
-    monkeypatch.setattr(sources, "JOIN_S", 0.1)
-    asked = threading.Event()
-    release = threading.Event()
+def _held_recording(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
+    """py-spy's recording, faked: it ends (whole, no files) only once ``release`` is set."""
 
-    def stuck(*args: object, should_stop: Callable[[], bool], **kwargs: object) -> pyspy.ChunkedResult:
-        while not should_stop():
-            release.wait(0.01)
-        asked.set()
-        release.wait(5.0)  # does not end even when asked, until the test lets it
-        return pyspy.ChunkedResult(False, False, "never", [], [], [])
+    def held(*args: object, **kwargs: object) -> pyspy.ChunkedResult:
+        release.wait(10.0)
+        return pyspy.ChunkedResult(True, False, "", [], [], [])
 
-    monkeypatch.setattr(pyspy, "record_chunked", stuck)
+    monkeypatch.setattr(pyspy, "record_chunked", held)
     monkeypatch.setattr(process_collector, "tree_pids", lambda pid: [pid])
-    src = _pyspy_source(tmp_path, duration_s=0.2)
+
+
+def test_pyspy_source_stop_returns_by_its_deadline_and_the_capture_waits_for_the_rest(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording still running at the stop's deadline (a host that does not run its thread) is not waited
+    for past it: the window closes, and the capture, after it, waits for the recording to end. Its files are
+    whole; the notes say it ended after the window."""
+    release = threading.Event()
+    _held_recording(monkeypatch, release)
+    src = _pyspy_source(tmp_path, duration_s=5.0)  # its own grace and join are far beyond the deadline
     src.start()
     t0 = time.monotonic()
-    src.stop()
+    src.stop(t0 + 0.3)
     took = time.monotonic() - t0
-    release.set()
-    assert asked.is_set() and took < 0.2 + 0.1 + 0.1 + 0.1 + 1.0 + 0.5
+    assert 0.25 < took < 1.5, took
+    threading.Timer(0.2, release.set).start()
     cap = src.capture(WINDOW, "")
-    assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason and "--rate" in cap.remedy
+    assert cap.status is CaptureStatus.OK and not cap.reason, cap
+    assert cap.notes[-1].startswith("the recording was still running when the window closed"), cap.notes
+    assert 0.1 < src.late_s < 5.0
+
+
+def test_pyspy_source_abandons_a_recording_that_never_ends(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One that has not ended a grace and a join after the window either is abandoned, and the capture says
+    so with the remedy."""
+    monkeypatch.setattr(pyspy, "STOP_GRACE_S", 0.1)
+    monkeypatch.setattr(sources, "JOIN_S", 0.1)
+    release = threading.Event()
+    _held_recording(monkeypatch, release)
+    src = _pyspy_source(tmp_path, duration_s=0.2)
+    src.start()
+    src.stop(time.monotonic() + 0.3)
+    cap = src.capture(WINDOW, "")
+    release.set()
+    assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason and "--rate" in cap.remedy, cap
+    assert "the recording was still running" not in " ".join(cap.notes)
+
+
+def test_process_source_stop_skips_the_last_sample_when_its_thread_holds_the_lock_at_the_deadline(
+        tmp_path: Path) -> None:
+    """The sampler's thread in a tick at the deadline (here: waiting for the lock the test holds, as it
+    would wait for a CPU) is not waited for; the capture says the last full sample was not taken."""
+    src = sources.ProcessSource(ME, str(tmp_path))
+    src.probe()
+    src.start()
+    with src.lock:
+        time.sleep(src.sampler.interval_s * 2)  # the sampler's thread is in its tick, waiting for the lock
+        t0 = time.monotonic()
+        src.stop(t0 + 0.3)
+        took = time.monotonic() - t0
+    assert 0.25 < took < 1.5, took
+    cap = src.capture(WINDOW, "")
+    assert cap is not None and cap.status is CaptureStatus.OK
+    assert cap.notes and cap.notes[0].startswith("the window's last full sample was not taken"), cap.notes
+
+
+def test_process_source_stop_takes_the_last_full_sample_when_the_lock_is_free(tmp_path: Path) -> None:
+    src = sources.ProcessSource(ME, str(tmp_path))
+    src.probe()
+    src.start()
+    before = src.sampler.samples
+    src.stop(time.monotonic() + 0.3)
+    last = json.loads((tmp_path / "process.jsonl").read_text().splitlines()[-1])
+    assert src.sampler.samples > before and last.get("full") is True and not src.last_skipped
 
 
 def test_many_processes_without_python_are_one_line_of_the_notes(tmp_path: Path, pyspy_here: None) -> None:
