@@ -6,7 +6,9 @@ window on all of them, waits, closes it and writes what each captured into the s
 
 Safety: py-spy runs with ``--nonblocking`` (the target is never paused); psutil and /proc are
 only read; the window is bounded: py-spy's recording ends at most ``pyspy.STOP_GRACE_S`` after it,
-whatever py-spy does (one that does not stop is killed and its capture is partial, with the reason).
+whatever py-spy does (one that does not stop is killed and its capture is partial, with the reason), and
+every source stops by one deadline (``sources.STOP_BUDGET_S`` after the wait): a thread of the attach that
+a host short of CPU ran late is told to stop and left to end after the window, in its capture.
 Ctrl-C ends the window early and the session and verdict are still written from what was captured.
 If the target exits during the window, what was captured is kept and marked partial.
 
@@ -48,6 +50,7 @@ from diagnose.errors import AttachError, DiagnoseError
 from diagnose.model import ATTACH_COST as ATTACH_COST_FILE
 from diagnose.model import CaptureStatus, Diagnosis, Session, Target, Window
 from diagnose.sources import (
+    EXIT_WAITS,
     STOP_BUDGET_S,
     BusyProbe,
     CgroupSource,
@@ -276,6 +279,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
                 s.stop(by)
         raise
     cpu_before, waited_before, stolen_before = _own_cpu(), _waited(), _stolen()
+    EXIT_WAITS.clear()  # the threads of an earlier window in this process (diagnose watch) are not this one's
     opened, t0 = epoch(), clock()
     while not should_stop():
         elapsed = clock() - t0
@@ -288,9 +292,9 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # them, with the time the stopping thread waited for a CPU and the host's steal meanwhile (a saturated or
     # oversubscribed host stretches the stop, not the attach's work). The wait above is on the clock: a host
     # that stole time from it ends it no later than it would have
-    stopping, waited_stopping, stolen_stopping, threads_stopping = clock(), _waited(), _stolen(), _thread_waits()
     # one deadline for every source's stop (the sources' own threads are waited for until then, never past it)
     by = time.monotonic() + STOP_BUDGET_S
+    stopping, waited_stopping, stolen_stopping, threads_stopping = clock(), _waited(), _stolen(), _thread_waits()
     stopped_first = stopping
     stops: dict[str, float] = {}
     for i, s in enumerate(sources):
@@ -314,7 +318,10 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         cost["steal_s"] = steal
     if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
         cost["stop_steal_s"] = steal
-    if (threads := waited_most(threads_stopping, _thread_waits())) is not None:
+    threads_after = _thread_waits()  # with the threads that ended during the stop, as each read itself
+    if threads_after is not None:
+        threads_after = {**EXIT_WAITS, **threads_after}
+    if (threads := waited_most(threads_stopping, threads_after)) is not None:
         cost["stop_threads_wait_s"] = threads
     return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
                waited_after, stolen_before, stolen_after, stops, t1)

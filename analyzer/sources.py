@@ -68,6 +68,20 @@ def left(by: float) -> float:
     return max(0.0, by - time.monotonic())
 
 
+# thread id → seconds that thread of a source spent waiting for a CPU, read by the thread itself as it ends
+# (``exited``): the stop's record (``attach.run_window``) counts the threads that ended during the stop too
+EXIT_WAITS: dict[str, float] = {}
+
+
+def exited() -> None:
+    """Called by a source's thread as it ends: its run-queue wait (``/proc/thread-self/schedstat``)."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+            EXIT_WAITS[str(threading.get_native_id())] = int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
+
+
 class Source(Protocol):
     """One kind of evidence recorded over the window (see the module docstring for the rules)."""
 
@@ -135,10 +149,13 @@ class Periodic:
         """Run ``step`` every ``interval_s`` until ``stop`` or until it returns False."""
 
         def loop() -> None:
-            if first_wait and self._stop.wait(interval_s):
-                return
-            while step() and not self._stop.wait(interval_s):
-                pass
+            try:
+                if first_wait and self._stop.wait(interval_s):
+                    return
+                while step() and not self._stop.wait(interval_s):
+                    pass
+            finally:
+                exited()
 
         self._thread = threading.Thread(target=loop, name=name, daemon=True)
         self._thread.start()
@@ -147,6 +164,13 @@ class Periodic:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=min(JOIN_S, left(by)))
+
+    def _finish(self) -> bool:
+        """In ``capture``: the thread the stop's deadline left running (in a step a host short of CPU ran
+        late) gets ``JOIN_S`` to end, so that nothing it does overlaps the capture. Whether it ended."""
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_S)
+        return self._thread is None or not self._thread.is_alive()
 
 
 class ProcessSource(Periodic):
@@ -168,7 +192,7 @@ class ProcessSource(Periodic):
         self._cache_dir = ""
         self._cache_before: int | None = None
         self._modules_before: set[str] = set()
-        self.last_skipped = False  # the stop's deadline came while the sampler thread held the lock
+        self.last_skipped = False  # the stop's deadline came before the window's last full sample
 
     @property
     def gone(self) -> bool:
@@ -200,14 +224,18 @@ class ProcessSource(Periodic):
         self._every(self.sampler.interval_s, "diagnose-sampler", self._step, first_wait=True)
 
     def _step(self) -> bool:
-        self.tick()
+        with self.lock:  # a step that wakes once the stop began takes no sample: the stop's full one is the last
+            if self._stop.is_set():
+                return False
+            self.sampler.tick()
         return not self.sampler.gone
 
     def stop(self, by: float) -> None:
         super().stop(by)
-        # the last sample is a full one, taken as the window closes; a sampler thread still in its tick at
-        # the deadline (a host that does not run it) holds the lock, and its sample is the last one then
-        if self.lock.acquire(timeout=left(by)):
+        # the last sample is a full one, taken as the window closes (past the deadline by one tick at most);
+        # a sampler thread still in its tick at the deadline (a host that does not run it) holds the lock, and
+        # its sample is the last one then, as when the sources before used the whole deadline
+        if left(by) > 0 and self.lock.acquire(timeout=left(by)):
             try:
                 self.sampler.tick(full=True)
             finally:
@@ -216,6 +244,7 @@ class ProcessSource(Periodic):
             self.last_skipped = True
 
     def capture(self, window: Window, cut: str) -> Capture:
+        self._finish()
         info = self.info
         cache_after = process_collector.count_files(self._cache_dir)
         info["compiled_modules_loaded"] = len(process_collector.compiled_modules(self._tree()) - self._modules_before)
@@ -227,8 +256,8 @@ class ProcessSource(Periodic):
         if self.sampler.samples == 0:
             status = CaptureStatus.FAILED
             cut = cut or "no sample could be taken"
-        notes = (("the window's last full sample was not taken: the sampler's thread was still in its previous "
-                  "one when the stop's deadline came (the host ran the attach's threads little)",)
+        notes = (("the window's last full sample was not taken: the stop's deadline came first (the host ran the "
+                  "attach's threads little)",)
                  if self.last_skipped else ())
         # attach-cost.json (the attach's own CPU over the window) is written by the attach beside these
         return Capture(self.collector, status, cut, "", window,
@@ -278,8 +307,10 @@ class PySpySource:
     Python process (a native server: llama.cpp's ``llama-server``, Triton, TGI's router) is not
     profiled at all: the capture is SKIPPED and says why, and the other sources make the verdict.
 
-    Bounded: ``record_chunked`` ends within its grace after the window whatever py-spy does; ``stop``
-    waits no longer than that (plus ``JOIN_S``), then stops the recording and reports what is missing.
+    Bounded: ``record_chunked`` ends within its grace after the window whatever py-spy does (its schedule
+    anchored at the window's start); ``stop`` waits no longer than that plus ``JOIN_S``, or the stop's
+    deadline, then tells a recording still running to stop (a thread a host short of CPU ran late) and
+    leaves it to end in ``capture``, which waits one more grace and join and reports what is missing.
     """
 
     collector = "py-spy"
@@ -303,7 +334,11 @@ class PySpySource:
         self._why: dict[int, str] = {}  # the latest plan's reason per pid
         self._rates: dict[int, tuple[int, int]] = {}
         self._thread: threading.Thread | None = None
+        self._abort = threading.Event()  # set by ``stop`` at its deadline
+        self._began = 0.0  # the window's start for the recording's schedule (``start``)
         self._deadline = 0.0
+        self._ended_at = 0.0  # when the recording's thread ended
+        self._abandoned = False
         self._late_at = 0.0  # when the stop's deadline found the recording still running (0: it had ended)
         self.late_s = 0.0  # how long after that it ended (in ``capture``)
 
@@ -347,10 +382,13 @@ class PySpySource:
             self.result = pyspy.record_chunked(
                 self.pid, self.duration_s, self.folder, self._plan,
                 n_chunks=budget.chunks_for(self.duration_s, self.light),
-                should_stop=self.should_stop,
+                should_stop=self.should_stop, abort=self._abort.is_set, start=self._began,
                 on_chunk=self._on_chunk, dumps=not self.light)
         except Exception as exc:  # on its own thread: said in the capture, never lost
             self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            self._ended_at = time.monotonic()
+            exited()
 
     def start(self) -> None:
         if not self.avail.ok:
@@ -359,7 +397,8 @@ class PySpySource:
         if tree and not any(self._see(p) for p in tree):
             self.native = f"{self.pid} ({self._process_name(self.pid)})"
             return
-        self._deadline = time.monotonic() + self.duration_s + pyspy.STOP_GRACE_S
+        self._began = time.monotonic()
+        self._deadline = self._began + self.duration_s + pyspy.STOP_GRACE_S
         self._thread = threading.Thread(target=self._record, name="diagnose-py-spy", daemon=True)
         self._thread.start()
 
@@ -373,22 +412,28 @@ class PySpySource:
         """``record_chunked`` ends by itself (at the window's end, or early when asked), its py-spys at most
         their grace late (each py-spy also ends by its own ``--duration``). Waited for until its grace and a
         join have passed, or ``by``; a recording still running then (a host that does not run its thread)
-        is left to finish in ``capture``, after the window: what is left is its own work on files."""
+        is told to stop (its current chunk ends as at the window's end, no other starts) and left to end in
+        ``capture``, after the window."""
         if self._thread is None:
             return
         self._thread.join(timeout=min(left(self._deadline) + JOIN_S, left(by)))
         if self._thread.is_alive():
             self._late_at = time.monotonic()
+            self._abort.set()
 
     def _finish(self) -> None:
-        """After the window: a recording the stop left running gets one more grace and join to end."""
-        if self._thread is None or not self._thread.is_alive():
+        """After the window: a recording the stop left running gets one more grace and join to end; one
+        that has not ended then is abandoned (its result, should it come later, is not read)."""
+        if self._thread is None or not self._late_at:
             return
         self._thread.join(timeout=pyspy.STOP_GRACE_S + JOIN_S)
-        self.late_s = time.monotonic() - self._late_at
         if self._thread.is_alive():
+            self._abandoned = True
+            self.late_s = time.monotonic() - self._late_at
             self.error = (f"the py-spy recording was still running {self.late_s:.0f} s after the window closed "
                           "and was abandoned")
+        else:
+            self.late_s = self._ended_at - self._late_at
 
     def notes(self) -> tuple[str, ...]:
         """One line per process of the tree: what py-spy recorded of it, and why."""
@@ -430,7 +475,7 @@ class PySpySource:
             out.append(line)
         if self._late_at and not self.error:
             out.append(f"the recording was still running when the window closed (the host ran the attach's "
-                       f"threads little); it ended {self.late_s:.1f} s later, its files whole")
+                       f"threads little); it ended {self.late_s:.1f} s later, after the window")
         return tuple(out)
 
     def _stood(self) -> dict[int, str]:
@@ -455,7 +500,7 @@ class PySpySource:
 
     def capture(self, window: Window, cut: str) -> Capture:
         self._finish()
-        res = self.result
+        res = None if self._abandoned else self.result
         if not self.avail.ok:
             return Capture(self.collector, CaptureStatus.SKIPPED, self.avail.reason, self.avail.remedy, window)
         if self.native:
@@ -548,10 +593,18 @@ class NvmlSource(Periodic):
         self._every(self.sampler.interval_s, "diagnose-nvml", self._step)
 
     def _step(self) -> bool:
+        if self._stop.is_set():
+            return False
         self.sampler.tick()
         return not self.sampler.failed
 
     def capture(self, window: Window, cut: str) -> Capture:
+        if not self._finish():  # NVML is not shut down under a thread still in a driver call
+            files = (nvml_collector.NVML_FILE,) if os.path.exists(self.sampler.path) else ()
+            return Capture(self.collector, CaptureStatus.PARTIAL,
+                           f"the NVML sampler's thread was still in a driver call {JOIN_S:g} s after the window's "
+                           "stop; NVML was left open", "Run `nvidia-smi` to check that the driver answers.", window,
+                           files)
         return self.sampler.close(window)
 
 

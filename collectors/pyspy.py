@@ -410,6 +410,8 @@ def record_chunked(
     dumps: bool = True,
     clock: Callable[[], float] = time.monotonic,
     grace_s: float = STOP_GRACE_S,
+    start: float | None = None,
+    abort: Callable[[], bool] = lambda: False,
 ) -> ChunkedResult:
     """Record the window in ``n_chunks`` chunks, each planned by ``planner(k)`` (see the module docstring).
 
@@ -421,6 +423,11 @@ def record_chunked(
     past it (``overruns`` says which, and the result is partial), a chunk that overran shortens the
     next one (one left under ``MIN_CHUNK_S`` is not started), and a dump never outlasts its chunk. So
     this returns at most ``grace_s`` (plus a second for a kill) after ``duration_s``.
+
+    ``start`` anchors the schedule (the window's start, on ``clock``; default: now): a thread that began
+    late on a host short of CPU records what is left of the window, not a window of its own. ``abort``
+    (the attach's stop deadline has passed) ends the current chunk like ``should_stop`` and starts no
+    other, and the result says so, not that the user stopped it.
     """
     exe = find_pyspy()
     if exe is None:
@@ -440,10 +447,14 @@ def record_chunked(
     failures: list[str] = []
     overruns: list[str] = []
     cpu_reported: list[int] = []
-    start = clock()
+    aborted = False
+    start = clock() if start is None else start
     for k in range(n_chunks):
         if should_stop():
             stopped_early = True
+            break
+        if abort():
+            aborted = True
             break
         chunk_end = start + duration_s * (k + 1) / n_chunks
         if chunk_end - clock() < MIN_CHUNK_S:
@@ -483,6 +494,9 @@ def record_chunked(
             if should_stop():
                 stopped_early = True
                 break
+            if abort():
+                aborted = True
+                break
             if not dumped and clock() >= mid:
                 dumped = True
                 take_dumps(exe, [p.pid for p in todo if p.cpu_rate_hz > 0], os.path.join(out_dir, DUMPS_FILE),
@@ -519,7 +533,7 @@ def record_chunked(
                            "lines": [a, lines_written[r.kind]], "samples": _count(recs),
                            "samples_reported": int(m.group(1)) if m and got else None,
                            "behind_s": round(behind_s(log_text), 3), "killed": i in killed, "ok": got})
-        if stopped_early:
+        if stopped_early or aborted:
             break
     with open(os.path.join(out_dir, LOG_FILE), "w", encoding="utf-8") as fh:
         fh.write("\n".join(logs))
@@ -533,11 +547,13 @@ def record_chunked(
     if chunks and not any(c["ok"] for c in chunks):
         why = overruns[0] if overruns else failures[0] if failures else "py-spy recorded nothing"
         return ChunkedResult(False, False, why, [LOG_FILE], chunks, plans, reported, overruns)
-    if not chunks and not stopped_early:
+    if not chunks and not stopped_early and not aborted:
         return ChunkedResult(False, False, "no Python process of the tree could be sampled", [LOG_FILE],
                              chunks, plans, reported, overruns)
-    reason = "stopped early by the user" if stopped_early else ""
-    partial = stopped_early or bool(failures) or bool(overruns)
+    reason = ("stopped early by the user" if stopped_early
+              else "the recording ran past the window (its thread was late on a host short of CPU) and was "
+                   "stopped at the attach's stop deadline" if aborted else "")
+    partial = stopped_early or aborted or bool(failures) or bool(overruns)
     if overruns and not reason:
         reason = overruns[0] + (f" (and {len(overruns) - 1} more)" if len(overruns) > 1 else "")
     elif failures and not reason:

@@ -162,3 +162,34 @@ def test_a_py_spy_that_does_not_stop_is_killed_and_the_capture_is_partial(
     assert hung and not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                             for p in hung)
     assert (tmp_path / "s" / "diagnosis.json").exists()
+
+
+def test_a_recording_that_starts_late_keeps_the_windows_schedule(
+        tree: tuple[int, int, int], tmp_path: Path) -> None:
+    """``start`` anchors the chunks at the window's start: a recording whose thread began 1.5 s late (a host
+    short of CPU) skips the chunk too little of whose time is left and ends with the window, not 1.5 s after
+    it."""
+    _, _, worker = tree
+    began = time.monotonic() - 1.5
+    result = pyspy.record_chunked(worker, 6.0, str(tmp_path), lambda k: [pyspy.Plan(worker, 20, 0, "busy")],
+                                  n_chunks=3, dumps=False, start=began)
+    ended = time.monotonic() - began
+    assert result.ok, result.reason
+    chunks = {c["chunk"] for c in result.chunks}
+    assert 0 not in chunks and 1 in chunks, chunks  # chunk 0 had 0.5 s left, under MIN_CHUNK_S
+    assert 5.0 < ended < 6.0 + pyspy.STOP_GRACE_S + 1.0, ended
+
+
+def test_an_aborted_recording_ends_its_chunk_and_says_why(tree: tuple[int, int, int], tmp_path: Path) -> None:
+    """``abort`` (the attach's stop deadline passed) ends the current chunk as its end would, starts no other,
+    and the result is partial with that reason, not the user's stop."""
+    _, _, worker = tree
+    t0 = time.monotonic()
+    result = pyspy.record_chunked(worker, 20.0, str(tmp_path), lambda k: [pyspy.Plan(worker, 20, 0, "busy")],
+                                  n_chunks=4, dumps=False, abort=lambda: time.monotonic() - t0 > 1.5)
+    took = time.monotonic() - t0
+    assert took < 1.5 + pyspy.STOP_GRACE_S + 1.0, took
+    assert result.ok and result.partial and [c["chunk"] for c in result.chunks] == [0], result.chunks
+    assert "stopped at the attach's stop deadline" in result.reason and "user" not in result.reason
+    cpu, _ = _samples_by_pid(tmp_path)
+    assert cpu[worker] > 0  # what the chunk recorded before the abort is kept

@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -453,11 +454,14 @@ def test_pyspy_capture_says_per_process_what_was_recorded_and_what_was_killed(
     assert meta["overruns"] == [killed]
 
 
-def _held_recording(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
-    """py-spy's recording, faked: it ends (whole, no files) only once ``release`` is set."""
+def _held_recording(monkeypatch: pytest.MonkeyPatch, release: threading.Event, asked: threading.Event) -> None:
+    """py-spy's recording, faked: it ends (whole, no files) only once ``release`` is set; ``asked`` says it
+    was told to stop (``abort``)."""
 
-    def held(*args: object, **kwargs: object) -> pyspy.ChunkedResult:
-        release.wait(10.0)
+    def held(*args: object, abort: Callable[[], bool], **kwargs: object) -> pyspy.ChunkedResult:
+        while not release.wait(0.01):
+            if abort():
+                asked.set()
         return pyspy.ChunkedResult(True, False, "", [], [], [])
 
     monkeypatch.setattr(pyspy, "record_chunked", held)
@@ -467,64 +471,95 @@ def _held_recording(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -
 def test_pyspy_source_stop_returns_by_its_deadline_and_the_capture_waits_for_the_rest(
         tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A recording still running at the stop's deadline (a host that does not run its thread) is not waited
-    for past it: the window closes, and the capture, after it, waits for the recording to end. Its files are
-    whole; the notes say it ended after the window."""
-    release = threading.Event()
-    _held_recording(monkeypatch, release)
+    for past it: it is told to stop, the window closes, and the capture, after it, waits for the recording to
+    end. The notes say it ended after the window, and how long after."""
+    release, asked = threading.Event(), threading.Event()
+    _held_recording(monkeypatch, release, asked)
     src = _pyspy_source(tmp_path, duration_s=5.0)  # its own grace and join are far beyond the deadline
     src.start()
     t0 = time.monotonic()
     src.stop(t0 + 0.3)
     took = time.monotonic() - t0
     assert 0.25 < took < 1.5, took
-    threading.Timer(0.2, release.set).start()
+    assert asked.wait(2.0)
+    threading.Timer(0.4, release.set).start()
     cap = src.capture(WINDOW, "")
     assert cap.status is CaptureStatus.OK and not cap.reason, cap
     assert cap.notes[-1].startswith("the recording was still running when the window closed"), cap.notes
-    assert 0.1 < src.late_s < 5.0
+    assert 0.3 < src.late_s < 5.0, src.late_s
+
+
+def test_pyspy_source_late_recording_that_ended_before_the_capture_says_how_late(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One that ended between the stop and the capture: the lateness is until it ended, not zero."""
+    release, asked = threading.Event(), threading.Event()
+    _held_recording(monkeypatch, release, asked)
+    src = _pyspy_source(tmp_path, duration_s=5.0)
+    src.start()
+    src.stop(time.monotonic() + 0.2)
+    time.sleep(0.3)
+    release.set()
+    time.sleep(0.3)  # it has ended by the capture
+    cap = src.capture(WINDOW, "")
+    assert cap.status is CaptureStatus.OK and 0.2 < src.late_s < 0.6 + 2.0, src.late_s
 
 
 def test_pyspy_source_abandons_a_recording_that_never_ends(
         tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """One that has not ended a grace and a join after the window either is abandoned, and the capture says
-    so with the remedy."""
+    so with the remedy; a result it hands back later is not read."""
     monkeypatch.setattr(pyspy, "STOP_GRACE_S", 0.1)
     monkeypatch.setattr(sources, "JOIN_S", 0.1)
-    release = threading.Event()
-    _held_recording(monkeypatch, release)
+    release, asked = threading.Event(), threading.Event()
+    _held_recording(monkeypatch, release, asked)
     src = _pyspy_source(tmp_path, duration_s=0.2)
     src.start()
     src.stop(time.monotonic() + 0.3)
     cap = src.capture(WINDOW, "")
+    assert asked.is_set()
     release.set()
     assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason and "--rate" in cap.remedy, cap
     assert "the recording was still running" not in " ".join(cap.notes)
+    src._thread.join(2.0)  # type: ignore[union-attr]
+    assert src.result is not None and src.capture(WINDOW, "").status is CaptureStatus.FAILED
 
 
-def test_process_source_stop_skips_the_last_sample_when_its_thread_holds_the_lock_at_the_deadline(
-        tmp_path: Path) -> None:
-    """The sampler's thread in a tick at the deadline (here: waiting for the lock the test holds, as it
-    would wait for a CPU) is not waited for; the capture says the last full sample was not taken."""
+def test_process_source_stop_skips_the_last_sample_when_its_thread_is_in_a_tick_at_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler's thread in a tick the host does not let it finish (here: one that blocks) at the deadline
+    is not waited for; the capture waits for it to end, and says the last full sample was not taken."""
     src = sources.ProcessSource(ME, str(tmp_path))
     src.probe()
+    real, release, inside = src.sampler.tick, threading.Event(), threading.Event()
+
+    def tick(full: bool = False) -> None:
+        if threading.current_thread().name == "diagnose-sampler":
+            inside.set()
+            release.wait(10.0)
+        real(full=full)
+
+    monkeypatch.setattr(src.sampler, "tick", tick)
     src.start()
-    with src.lock:
-        time.sleep(src.sampler.interval_s * 2)  # the sampler's thread is in its tick, waiting for the lock
-        t0 = time.monotonic()
-        src.stop(t0 + 0.3)
-        took = time.monotonic() - t0
-    assert 0.25 < took < 1.5, took
+    assert inside.wait(5.0)
+    t0 = time.monotonic()
+    src.stop(t0 + 0.3)
+    took = time.monotonic() - t0
+    assert 0.25 < took < 1.5 and src.last_skipped, took
+    threading.Timer(0.2, release.set).start()
     cap = src.capture(WINDOW, "")
     assert cap is not None and cap.status is CaptureStatus.OK
     assert cap.notes and cap.notes[0].startswith("the window's last full sample was not taken"), cap.notes
+    assert src._thread is not None and not src._thread.is_alive()  # ended before the capture read anything
 
 
-def test_process_source_stop_takes_the_last_full_sample_when_the_lock_is_free(tmp_path: Path) -> None:
+def test_process_source_stop_takes_the_last_full_sample_and_the_thread_takes_none_after(tmp_path: Path) -> None:
     src = sources.ProcessSource(ME, str(tmp_path))
     src.probe()
     src.start()
+    time.sleep(0.6)
     before = src.sampler.samples
-    src.stop(time.monotonic() + 0.3)
+    src.stop(time.monotonic() + 5.0)
+    src.capture(WINDOW, "")
     last = json.loads((tmp_path / "process.jsonl").read_text().splitlines()[-1])
     assert src.sampler.samples > before and last.get("full") is True and not src.last_skipped
 
@@ -539,3 +574,25 @@ def test_many_processes_without_python_are_one_line_of_the_notes(tmp_path: Path,
     assert src.notes() == ("4 processes run no Python interpreter, not profiled: cc1plus ×2, g++ ×1, ld ×1",
                            "pid 1 (python serve.py): not sampled")
 
+
+
+def test_nvml_is_not_shut_down_under_a_thread_still_in_a_driver_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler thread stuck in an NVML call past the stop and the capture's join: NVML is left open (shutting
+    it down under a call in flight is not safe), and the capture is partial with the reason."""
+    monkeypatch.setattr(sources, "JOIN_S", 0.1)
+    src = sources.NvmlSource(ME, str(tmp_path))
+    release, inside, closed = threading.Event(), threading.Event(), []
+
+    def stuck() -> None:
+        inside.set()
+        release.wait(10.0)
+
+    monkeypatch.setattr(src.sampler, "tick", stuck)
+    monkeypatch.setattr(src.sampler, "close", lambda window=None: closed.append(window))
+    src.start()
+    assert inside.wait(5.0)
+    src.stop(time.monotonic() + 0.2)
+    cap = src.capture(WINDOW, "")
+    release.set()
+    assert not closed and cap.status is CaptureStatus.PARTIAL and "left open" in cap.reason, cap
