@@ -5,10 +5,11 @@ cgroup, Nsight Systems, the service's logs, its probe's outputs, its metrics end
 window on all of them, waits, closes it and writes what each captured into the session folder.
 
 Safety: py-spy runs with ``--nonblocking`` (the target is never paused); psutil and /proc are
-only read; the window is bounded: py-spy's recording ends at most ``pyspy.STOP_GRACE_S`` after it,
-whatever py-spy does (one that does not stop is killed and its capture is partial, with the reason), and
-every source stops by one deadline (``sources.STOP_BUDGET_S`` after the wait): a thread of the attach that
-a host short of CPU ran late is told to stop and left to end after the window, in its capture.
+only read; the window is bounded: on a host that runs the attach, py-spy's recording ends at most
+``pyspy.STOP_GRACE_S`` after it, whatever py-spy does (one that does not stop is killed and its capture is
+partial, with the reason); on any host every source stops by one deadline (``sources.STOP_BUDGET_S`` after
+the wait), and a thread of the attach that a host short of CPU ran late is left to end after the window, in
+its capture (a bounded join), which says so.
 Ctrl-C ends the window early and the session and verdict are still written from what was captured.
 If the target exits during the window, what was captured is kept and marked partial.
 
@@ -295,6 +296,8 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # one deadline for every source's stop (the sources' own threads are waited for until then, never past it)
     by = time.monotonic() + STOP_BUDGET_S
     stopping, waited_stopping, stolen_stopping, threads_stopping = clock(), _waited(), _stolen(), _thread_waits()
+    if threads_stopping is not None:  # a source's thread that ended in the window: its wait is not the stop's
+        threads_stopping = {**EXIT_WAITS, **threads_stopping}
     stopped_first = stopping
     stops: dict[str, float] = {}
     for i, s in enumerate(sources):

@@ -244,7 +244,7 @@ class ProcessSource(Periodic):
             self.last_skipped = True
 
     def capture(self, window: Window, cut: str) -> Capture:
-        self._finish()
+        ended = self._finish()
         info = self.info
         cache_after = process_collector.count_files(self._cache_dir)
         info["compiled_modules_loaded"] = len(process_collector.compiled_modules(self._tree()) - self._modules_before)
@@ -256,9 +256,10 @@ class ProcessSource(Periodic):
         if self.sampler.samples == 0:
             status = CaptureStatus.FAILED
             cut = cut or "no sample could be taken"
-        notes = (("the window's last full sample was not taken: the stop's deadline came first (the host ran the "
-                  "attach's threads little)",)
-                 if self.last_skipped else ())
+        notes = ((("the window's last full sample was not taken: the stop's deadline came first (the host ran "
+                   "the attach's threads little)",) if self.last_skipped else ())
+                 + ((f"the sampler's thread was still in a step {JOIN_S:g} s after the window's stop: a sample it "
+                     "ends may follow the window's last",) if not ended else ()))
         # attach-cost.json (the attach's own CPU over the window) is written by the attach beside these
         return Capture(self.collector, status, cut, "", window,
                        (process_collector.SAMPLES_FILE, process_collector.INFO_FILE, ATTACH_COST), notes)
@@ -308,9 +309,10 @@ class PySpySource:
     profiled at all: the capture is SKIPPED and says why, and the other sources make the verdict.
 
     Bounded: ``record_chunked`` ends within its grace after the window whatever py-spy does (its schedule
-    anchored at the window's start); ``stop`` waits no longer than that plus ``JOIN_S``, or the stop's
-    deadline, then tells a recording still running to stop (a thread a host short of CPU ran late) and
-    leaves it to end in ``capture``, which waits one more grace and join and reports what is missing.
+    anchored at the window's start, so a thread that began late ends with the window too); ``stop`` waits
+    no longer than that plus ``JOIN_S``, or the stop's deadline, and leaves a recording still running (a
+    thread a host short of CPU ran late) to end in ``capture``, which waits one more grace and join and
+    reports what is missing.
     """
 
     collector = "py-spy"
@@ -334,7 +336,6 @@ class PySpySource:
         self._why: dict[int, str] = {}  # the latest plan's reason per pid
         self._rates: dict[int, tuple[int, int]] = {}
         self._thread: threading.Thread | None = None
-        self._abort = threading.Event()  # set by ``stop`` at its deadline
         self._began = 0.0  # the window's start for the recording's schedule (``start``)
         self._deadline = 0.0
         self._ended_at = 0.0  # when the recording's thread ended
@@ -382,7 +383,7 @@ class PySpySource:
             self.result = pyspy.record_chunked(
                 self.pid, self.duration_s, self.folder, self._plan,
                 n_chunks=budget.chunks_for(self.duration_s, self.light),
-                should_stop=self.should_stop, abort=self._abort.is_set, start=self._began,
+                should_stop=self.should_stop, start=self._began,
                 on_chunk=self._on_chunk, dumps=not self.light)
         except Exception as exc:  # on its own thread: said in the capture, never lost
             self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
@@ -412,14 +413,13 @@ class PySpySource:
         """``record_chunked`` ends by itself (at the window's end, or early when asked), its py-spys at most
         their grace late (each py-spy also ends by its own ``--duration``). Waited for until its grace and a
         join have passed, or ``by``; a recording still running then (a host that does not run its thread)
-        is told to stop (its current chunk ends as at the window's end, no other starts) and left to end in
-        ``capture``, after the window."""
+        is left to end in ``capture``, after the window (its schedule ends with the window's: what is left
+        is its py-spys' grace and its own work on their files)."""
         if self._thread is None:
             return
         self._thread.join(timeout=min(left(self._deadline) + JOIN_S, left(by)))
         if self._thread.is_alive():
             self._late_at = time.monotonic()
-            self._abort.set()
 
     def _finish(self) -> None:
         """After the window: a recording the stop left running gets one more grace and join to end; one
@@ -433,7 +433,7 @@ class PySpySource:
             self.error = (f"the py-spy recording was still running {self.late_s:.0f} s after the window closed "
                           "and was abandoned")
         else:
-            self.late_s = self._ended_at - self._late_at
+            self.late_s = max(0.0, self._ended_at - self._late_at)
 
     def notes(self) -> tuple[str, ...]:
         """One line per process of the tree: what py-spy recorded of it, and why."""
@@ -601,7 +601,7 @@ class NvmlSource(Periodic):
     def capture(self, window: Window, cut: str) -> Capture:
         if not self._finish():  # NVML is not shut down under a thread still in a driver call
             files = (nvml_collector.NVML_FILE,) if os.path.exists(self.sampler.path) else ()
-            return Capture(self.collector, CaptureStatus.PARTIAL,
+            return Capture(self.collector, CaptureStatus.PARTIAL if self.sampler.samples else CaptureStatus.FAILED,
                            f"the NVML sampler's thread was still in a driver call {JOIN_S:g} s after the window's "
                            "stop; NVML was left open", "Run `nvidia-smi` to check that the driver answers.", window,
                            files)

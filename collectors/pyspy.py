@@ -411,7 +411,6 @@ def record_chunked(
     clock: Callable[[], float] = time.monotonic,
     grace_s: float = STOP_GRACE_S,
     start: float | None = None,
-    abort: Callable[[], bool] = lambda: False,
 ) -> ChunkedResult:
     """Record the window in ``n_chunks`` chunks, each planned by ``planner(k)`` (see the module docstring).
 
@@ -425,9 +424,9 @@ def record_chunked(
     this returns at most ``grace_s`` (plus a second for a kill) after ``duration_s``.
 
     ``start`` anchors the schedule (the window's start, on ``clock``; default: now): a thread that began
-    late on a host short of CPU records what is left of the window, not a window of its own. ``abort``
-    (the attach's stop deadline has passed) ends the current chunk like ``should_stop`` and starts no
-    other, and the result says so, not that the user stopped it.
+    late on a host short of CPU records what is left of the window, not a window of its own, and ends as
+    the window does; the chunks it had too little time left for are not recorded, and the result is partial
+    and says so.
     """
     exe = find_pyspy()
     if exe is None:
@@ -447,18 +446,17 @@ def record_chunked(
     failures: list[str] = []
     overruns: list[str] = []
     cpu_reported: list[int] = []
-    aborted = False
+    skipped: list[int] = []
     start = clock() if start is None else start
     for k in range(n_chunks):
         if should_stop():
             stopped_early = True
             break
-        if abort():
-            aborted = True
-            break
         chunk_end = start + duration_s * (k + 1) / n_chunks
         if chunk_end - clock() < MIN_CHUNK_S:
-            continue  # the chunk before overran into this one's time
+            if not plans:  # no chunk ran yet: the thread began late (after one: it overran into this one's time)
+                skipped.append(k)
+            continue
         on_chunk(k)
         todo = planner(k)
         plans.append({"chunk": k, "processes": [{"pid": p.pid, "cpu_rate_hz": p.cpu_rate_hz,
@@ -493,9 +491,6 @@ def record_chunked(
         while clock() < chunk_end and any(r.proc.poll() is None for r in running):
             if should_stop():
                 stopped_early = True
-                break
-            if abort():
-                aborted = True
                 break
             if not dumped and clock() >= mid:
                 dumped = True
@@ -533,7 +528,7 @@ def record_chunked(
                            "lines": [a, lines_written[r.kind]], "samples": _count(recs),
                            "samples_reported": int(m.group(1)) if m and got else None,
                            "behind_s": round(behind_s(log_text), 3), "killed": i in killed, "ok": got})
-        if stopped_early or aborted:
+        if stopped_early:
             break
     with open(os.path.join(out_dir, LOG_FILE), "w", encoding="utf-8") as fh:
         fh.write("\n".join(logs))
@@ -547,17 +542,21 @@ def record_chunked(
     if chunks and not any(c["ok"] for c in chunks):
         why = overruns[0] if overruns else failures[0] if failures else "py-spy recorded nothing"
         return ChunkedResult(False, False, why, [LOG_FILE], chunks, plans, reported, overruns)
-    if not chunks and not stopped_early and not aborted:
+    lost = (f"{len(skipped)} of {n_chunks} chunks not recorded (chunk {', '.join(map(str, skipped))}): the "
+            "recording's thread began too late for them (a host short of CPU)" if skipped else "")
+    if not chunks and skipped and not stopped_early:
+        return ChunkedResult(False, False, lost, [LOG_FILE], chunks, plans, reported, overruns)
+    if not chunks and not stopped_early:
         return ChunkedResult(False, False, "no Python process of the tree could be sampled", [LOG_FILE],
                              chunks, plans, reported, overruns)
-    reason = ("stopped early by the user" if stopped_early
-              else "the recording ran past the window (its thread was late on a host short of CPU) and was "
-                   "stopped at the attach's stop deadline" if aborted else "")
-    partial = stopped_early or aborted or bool(failures) or bool(overruns)
+    reason = "stopped early by the user" if stopped_early else ""
+    partial = stopped_early or bool(failures) or bool(overruns) or bool(skipped)
     if overruns and not reason:
         reason = overruns[0] + (f" (and {len(overruns) - 1} more)" if len(overruns) > 1 else "")
     elif failures and not reason:
         reason = f"some chunks failed: {failures[0]}"
+    elif lost and not reason:
+        reason = lost
     return ChunkedResult(True, partial, reason, written, chunks, plans, reported, overruns)
 
 
