@@ -295,9 +295,9 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # that stole time from it ends it no later than it would have
     # one deadline for every source's stop (the sources' own threads are waited for until then, never past it)
     by = time.monotonic() + STOP_BUDGET_S
-    stopping, waited_stopping, stolen_stopping, threads_stopping = clock(), _waited(), _stolen(), _thread_waits()
-    if threads_stopping is not None:  # a source's thread that ended in the window: its wait is not the stop's
-        threads_stopping = {**EXIT_WAITS, **threads_stopping}
+    # (a source's thread that ended in the window is in both readings: its wait is not the stop's)
+    stopping, waited_stopping, stolen_stopping, threads_stopping = (clock(), _waited(), _stolen(),
+                                                                    _source_thread_waits())
     stopped_first = stopping
     stops: dict[str, float] = {}
     for i, s in enumerate(sources):
@@ -321,10 +321,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         cost["steal_s"] = steal
     if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
         cost["stop_steal_s"] = steal
-    threads_after = _thread_waits()  # with the threads that ended during the stop, as each read itself
-    if threads_after is not None:
-        threads_after = {**EXIT_WAITS, **threads_after}
-    if (threads := waited_most(threads_stopping, threads_after)) is not None:
+    if (threads := waited_most(threads_stopping, _source_thread_waits())) is not None:
         cost["stop_threads_wait_s"] = threads
     return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
                waited_after, stolen_before, stolen_after, stops, t1)
@@ -366,11 +363,8 @@ def _waited() -> float | None:
     run-queue delay, ``/proc/thread-self/schedstat``'s second field); None where the kernel does not say.
     The attach does its work outside the window on its main thread, so on a saturated host this is what
     stretches that work's wall time, and it is the host's, not the attach's."""
-    try:
-        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    ss = process_collector.schedstat_at("/proc/thread-self/schedstat")
+    return ss[1] / 1e9 if ss is not None else None
 
 
 def _thread_waits(task: str = "/proc/self/task") -> dict[str, float] | None:
@@ -378,18 +372,19 @@ def _thread_waits(task: str = "/proc/self/task") -> dict[str, float] | None:
     ``TID/schedstat``'s second field), by thread id; None where the kernel does not say. The stop waits for
     the sources' own threads (py-spy's recording, the samplers) until its deadline: on a host that does not
     run them, this is where the stop's time went."""
-    out: dict[str, float] = {}
     try:
         tids = os.listdir(task)
     except OSError:
         return None
-    for tid in tids:
-        try:
-            with open(os.path.join(task, tid, "schedstat"), encoding="ascii") as fh:
-                out[tid] = int(fh.read().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that ended meanwhile
-    return out or None
+    read = {tid: process_collector.schedstat_at(os.path.join(task, tid, "schedstat")) for tid in tids}
+    return {tid: ss[1] / 1e9 for tid, ss in read.items() if ss is not None} or None  # None: a thread that ended
+
+
+def _source_thread_waits() -> dict[str, float] | None:
+    """``_thread_waits`` of this process, with the sources' threads that have ended, each as it read itself
+    (``sources.EXIT_WAITS``)."""
+    live = _thread_waits()
+    return None if live is None else {**EXIT_WAITS, **live}
 
 
 def waited_most(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:

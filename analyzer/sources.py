@@ -75,11 +75,8 @@ EXIT_WAITS: dict[str, float] = {}
 
 def exited() -> None:
     """Called by a source's thread as it ends: its run-queue wait (``/proc/thread-self/schedstat``)."""
-    try:
-        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
-            EXIT_WAITS[str(threading.get_native_id())] = int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        pass
+    if (ss := process_collector.schedstat_at("/proc/thread-self/schedstat")) is not None:
+        EXIT_WAITS[str(threading.get_native_id())] = ss[1] / 1e9
 
 
 class Source(Protocol):
@@ -337,7 +334,6 @@ class PySpySource:
         self._rates: dict[int, tuple[int, int]] = {}
         self._thread: threading.Thread | None = None
         self._began = 0.0  # the window's start for the recording's schedule (``start``)
-        self._deadline = 0.0
         self._ended_at = 0.0  # when the recording's thread ended
         self._abandoned = False
         self._late_at = 0.0  # when the stop's deadline found the recording still running (0: it had ended)
@@ -399,7 +395,6 @@ class PySpySource:
             self.native = f"{self.pid} ({self._process_name(self.pid)})"
             return
         self._began = time.monotonic()
-        self._deadline = self._began + self.duration_s + pyspy.STOP_GRACE_S
         self._thread = threading.Thread(target=self._record, name="diagnose-py-spy", daemon=True)
         self._thread.start()
 
@@ -417,7 +412,8 @@ class PySpySource:
         is its py-spys' grace and its own work on their files)."""
         if self._thread is None:
             return
-        self._thread.join(timeout=min(left(self._deadline) + JOIN_S, left(by)))
+        ends = self._began + self.duration_s + pyspy.STOP_GRACE_S  # record_chunked's own bound
+        self._thread.join(timeout=min(left(ends) + JOIN_S, left(by)))
         if self._thread.is_alive():
             self._late_at = time.monotonic()
 

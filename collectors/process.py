@@ -315,13 +315,19 @@ def _serving(by_pid: Mapping[int, set[Any]], rows: Sequence[tuple[int, int, int,
     return []
 
 
-def _schedstat(pid: int, tid: int) -> tuple[int, int] | None:
+def schedstat_at(path: str) -> tuple[int, int] | None:
+    """A ``schedstat`` file's (nanoseconds on a CPU, nanoseconds runnable but waiting for one); None where the
+    kernel does not say or the thread is gone."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             run_ns, wait_ns, _ = fh.read().split()
         return int(run_ns), int(wait_ns)
     except (OSError, ValueError):
         return None
+
+
+def _schedstat(pid: int, tid: int) -> tuple[int, int] | None:
+    return schedstat_at(f"/proc/{pid}/task/{tid}/schedstat")
 
 
 def sample(pids: list[int]) -> dict[str, Any]:
