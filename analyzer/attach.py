@@ -42,6 +42,7 @@ from typing import Any
 import psutil
 
 from diagnose import output
+from diagnose.blas import import_numpy_without_blas_threads
 from diagnose.collectors import budget
 from diagnose.collectors import nvml as nvml_collector
 from diagnose.collectors import process as process_collector
@@ -193,6 +194,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
         children=process.children,
     )
     session = Session(path=folder, target=target, window=window, captures=tuple(captures))
+    import_numpy_without_blas_threads()  # no OpenBLAS pool for the rest of the process's life (and its exit)
     from diagnose import pipeline  # the analysis, after the window: the window opens without importing it
 
     write_json_atomic(os.path.join(folder, pipeline.MANIFEST), session.manifest())

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from diagnose import output
+from diagnose.blas import import_numpy_without_blas_threads
 from diagnose.errors import DiagnoseError, InputError
 from diagnose.model import TOOL_VERSION, Diagnosis, Severity
 from diagnose.output import emit
@@ -267,26 +268,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return cli_fleet.cmd_sweep(args)
 
 
-NUMPY_COMMANDS = ("analyze", "report", "compare")  # they read evidence with numpy, and start no program
-
-
-def _numpy_without_blas_threads() -> None:
-    """Import numpy with OpenBLAS on one thread, the user's setting kept if there is one.
-
-    diagnose does no linear algebra that a BLAS thread pool would speed up, but OpenBLAS starts one
-    thread per core when numpy is imported: ~40 ms of CPU, and ~80 ms of wall time on a busy 2-core
-    machine, in every ``diagnose analyze`` (a third of the start-up for one trace). The variable is
-    read once, when the library loads, and removed again so that no program started later sees it.
-    """
-    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        import numpy  # noqa: F401
-    except ImportError:  # pragma: no cover - a declared dependency
-        pass
-    finally:
-        del os.environ["OPENBLAS_NUM_THREADS"]
+NUMPY_COMMANDS = ("analyze", "report", "compare")  # they read evidence with numpy (attach: after its window)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.print_help(sys.stderr)
             return 2
         if args.command in NUMPY_COMMANDS:
-            _numpy_without_blas_threads()
+            import_numpy_without_blas_threads()
         handler = {"analyze": cmd_analyze, "rules": cmd_rules, "attach": cmd_attach, "demo": cmd_demo,
                    "enable": cmd_enable, "report": cmd_report, "compare": cmd_compare, "pack": cmd_pack,
                    "dashboard": cmd_dashboard, "watch": cmd_watch, "fleet": cmd_fleet, "sweep": cmd_sweep}

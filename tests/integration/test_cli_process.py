@@ -65,3 +65,26 @@ def test_reading_a_trace_imports_no_text_parser_and_leaves_the_environment_as_it
             assert threads == "1"  # no OpenBLAS worker threads (the process runs on its main thread alone)
         assert json.loads(out.stdout)["inputs"][0]["kind"] == "kineto_trace"
 
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc")
+def test_an_attach_ends_with_its_main_thread_alone_and_the_environment_as_it_was(tmp_path) -> None:
+    """Once the attach has answered, nothing of it runs on: its sources' threads have ended and its analysis
+    loaded numpy without OpenBLAS's pool (whose threads the process's exit would wait for). CI 2026-12-05: an
+    attach lived on long after its last record, on a host its target kept busy."""
+    target = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: sum(range(20000)); time.sleep(0.01)"])
+    probe = ("import os, sys, threading; from diagnose import cli; code = cli.main(sys.argv[1:]); "
+             "print(code, [t.name for t in threading.enumerate()], sorted(os.listdir('/proc/self/task')) == "
+             "[str(os.getpid())], os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules, file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    try:
+        out = subprocess.run([sys.executable, "-c", probe, "attach", "--pid", str(target.pid), "--duration", "2",
+                              "-o", str(tmp_path / "s"), "--format", "json"], capture_output=True, text=True,
+                             cwd=ROOT, env=env, timeout=120)
+    finally:
+        target.kill()
+        target.wait()
+    said = out.stderr.strip().splitlines()[-1]
+    assert said == "0 ['MainThread'] True None True", out.stderr[-3000:]
+    spy = next(c for c in json.loads(out.stdout)["captures"] if c["collector"] == "py-spy")
+    assert spy["status"] == "ok", spy  # the real recording ran (its thread is among those that ended)
