@@ -147,7 +147,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
-    entered, cpu_entered, stolen_entered = time.time(), sum(_own_cpu()), _stolen()
+    entered, cpu_entered, stolen_entered, age_entered = time.time(), sum(_own_cpu()), _stolen(), _age()
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
     if not 1 <= opts.rate_hz <= 1000:
@@ -181,7 +181,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
     cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz,
-            **_before_window(entered, cpu_entered, ran, stolen_entered), "stop_each_s": ran.stops}
+            **_before_window(entered, cpu_entered, ran, stolen_entered, age_entered), "stop_each_s": ran.stops}
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
     captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
 
@@ -330,14 +330,12 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran,
-                   stolen_entered: Stolen | None = None) -> dict[str, float]:
+                   stolen_entered: Stolen | None = None, age_entered: float | None = None) -> dict[str, float]:
     """What the attach spent before its window opened: since its process started (the interpreter and its
-    imports: ``started_s``) and since ``attach()`` was called (checks, the busy probe: ``setup_s``, and its
-    CPU, ``setup_cpu_s``; the host's CPU time stolen meanwhile, ``setup_steal_s``)."""
-    try:
-        born = psutil.Process().create_time()
-    except psutil.Error:
-        born = entered
+    imports: ``started_s``; ``age_entered``: how old the process was when ``attach()`` was called) and since
+    ``attach()`` was called (checks, the busy probe: ``setup_s``, and its CPU, ``setup_cpu_s``; the host's CPU
+    time stolen meanwhile, ``setup_steal_s``)."""
+    born = entered - (age_entered or 0.0)
     before = {"started_s": round(ran.window.start - born, 3), "setup_s": round(ran.window.start - entered, 3),
               "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
     if ran.waited_opened is not None:
@@ -358,6 +356,16 @@ def _after_window(ran: Ran) -> dict[str, float]:
     if (steal := stolen_between(ran.stolen_closed, _stolen())) is not None:
         after["after_steal_s"] = steal
     return after
+
+
+def _age() -> float | None:
+    """Seconds since this process started: its start time (``/proc/self/stat``, clock ticks since boot) against
+    the boot clock. (psutil's create_time adds /proc/stat's boot time, which is whole seconds: up to a second
+    off.) None where /proc does not say."""
+    stat = process_collector.read_stat(os.getpid())
+    if stat is None:
+        return None
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - float(stat["start_ticks"]) / process_collector.CLK_TCK)
 
 
 def _waited() -> float | None:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from diagnose.collectors import process as process_collector
 from tests.engines import lab
 
 OUT = lab.ROOT / "tests" / "data" / "engines" / "vllm"
@@ -126,14 +127,12 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
         time.sleep(r.warmup_s)
         scrapes = [_scrape(eng)]
         t0 = time.monotonic()
-        attach_rc = None
+        ran: dict[str, object] = {"attach_rc": None}
         if attach:
             session = out / "attach"
-            attach_rc = subprocess.run(
-                [str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}", "--log", str(log),
-                 "--metrics", f"{eng.base}/metrics", "-o", str(session), "--format", "json", "--force"],
-                stdout=(out / "attach.json").open("wb"), stderr=(out / "attach.stderr.txt").open("wb"),
-                check=False).returncode
+            ran = run_attach([str(DIAGNOSE), "attach", "--pid", str(eng.pid), "--duration", f"{r.window_s:g}",
+                              "--log", str(log), "--metrics", f"{eng.base}/metrics", "-o", str(session), "--format",
+                              "json", "--force"], out, session)
             (session / f"{session.name}.html").unlink(missing_ok=True)
         else:
             time.sleep(r.window_s)
@@ -149,8 +148,86 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
         eng.stop()
     _keep_log(log, out / "vllm.log")
     argv = [a if not a.startswith(str(work)) else a.replace(str(work), "$WORK") for a in eng.argv[1:]]
-    return _finish(r, work, out, final, argv=argv, load=result, attach_wall_s=round(attach_wall, 1),
-                   attach_rc=attach_rc, startup_s=round(eng.started_s, 1))
+    return _finish(r, work, out, final, argv=argv, load=result, attach_wall_s=round(attach_wall, 1), **ran,
+                   startup_s=round(eng.started_s, 1))
+
+
+LINGER_S = 10.0  # an attach still running this long after its last cost record: what it is doing is kept
+
+
+def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
+    """Run one attach (stdout to attach.json, stderr to attach.stderr.txt) and say where its wall time went
+    beyond its own record (attach-cost.json): ``attach_rc``; ``attach_born_s``, from the spawn to its process
+    existing; ``attach_exit_after_cost_s``, from its last cost record (the one with ``after_s``, by the file's
+    time) to its exit being seen; ``attach_poll_gap_s``, the longest this recorder itself went unrun while it
+    waited (its host's share, and how late an exit may be seen). One seen running ``LINGER_S`` after its last
+    cost record has its threads dumped (py-spy, /proc states) into attach.linger.txt. CI 2026-12-05: an
+    admission-cap attach took 104 s of wall, of which its phases (start, window, captures, analysis) were 33 s."""
+    cost = session / "attach-cost.json"
+    spawned = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock /proc/PID/stat's start time is on
+    since = time.time()  # a cost record older than this is another attach's
+    dumped = False
+    gap = 0.0
+    with (out / "attach.json").open("wb") as so, (out / "attach.stderr.txt").open("wb") as se:
+        proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+        born = _started_at(proc.pid)
+        last = time.monotonic()
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            gap, last = max(gap, now - last), now
+            wrote = _wrote_after(cost, since)
+            if wrote is not None and not dumped and time.time() - wrote > LINGER_S:
+                dumped = True
+                (out / "attach.linger.txt").write_text(_threads_of(proc.pid))
+    wrote = _wrote_after(cost, since)
+    return {"attach_rc": rc, "attach_born_s": None if born is None else round(born - spawned, 2),
+            "attach_exit_after_cost_s": None if wrote is None else round(time.time() - wrote, 1),
+            "attach_poll_gap_s": round(gap, 1)}
+
+
+def _started_at(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (``/proc/PID/stat``'s start time, in clock ticks)."""
+    stat = process_collector.read_stat(pid)
+    return None if stat is None else stat["start_ticks"] / process_collector.CLK_TCK
+
+
+def _wrote_after(cost: Path, since: float) -> float | None:
+    """When the attach wrote its last cost record (the one that says what it spent after the window), on the
+    wall clock; None before it has (or where the record there is older than ``since``)."""
+    try:
+        written = cost.stat().st_mtime
+        return written if written >= since and "after_s" in json.loads(cost.read_text()) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _threads_of(pid: int) -> str:
+    """What a lingering attach's threads are doing: py-spy's dump of their stacks, then each thread's state,
+    kernel wait channel and run-queue wait from /proc."""
+    parts = []
+    try:
+        dump = subprocess.run([str(lab.ROOT / ".venv" / "bin" / "py-spy"), "dump", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=30, check=False)
+        parts.append(dump.stdout + dump.stderr)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        parts.append(f"py-spy dump failed: {exc}")
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            stat = (task / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            name = stat[stat.index("(") + 1: stat.rindex(")")]
+            wchan = (task / "wchan").read_text()
+            sched = (task / "schedstat").read_text().split()
+            parts.append(f"tid {task.name} ({name}): state {fields[0]}, wchan {wchan or '-'}, "
+                         f"ran {int(sched[0]) / 1e9:.2f} s, waited {int(sched[1]) / 1e9:.2f} s")
+        except (OSError, ValueError, IndexError):
+            continue
+    return "\n".join(parts) + "\n"
 
 
 def _finish(r: Recipe, work: Path, out: Path, final: Path, **facts: object) -> Path:

@@ -36,7 +36,14 @@ LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "sta
 # attach's own work, and here under four CPU hogs (2026-12-04) the healthy attach took 100 s of wall, 62 s of it
 # waiting for a CPU. So the wall is bounded against the gross regression issue 17 found (60-87 s for 30) less the
 # time the attach's thread waited for a CPU (started_wait_s, after_wait_s) and the host's steal outside the wait
-# (setup, stop and after).
+# (setup, stop and after). CI 2026-12-05 showed the stop's own share can be another thread's: py-spy's stop took
+# 11.7 s against its 7 s deadline while one thread of the attach waited 11.1 s for a CPU (stop_threads_wait_s) and
+# the stopping thread 0.5 s. A join's timeout ends on time, but the stopping thread then needs the GIL back, and a
+# thread that holds it (parsing py-spy's last chunk, taking a sample) and is not run holds every other thread back.
+# So the window is bounded less the most any thread of the attach waited for a CPU during the stop. The same CI
+# run had an admission-cap attach take 104 s of wall for 33 s of its recorded phases, the rest after its last cost
+# record: record.run_attach now says how long the attach lived past that record, and dumps its threads when it
+# lingers (attach.linger.txt), printed here on a failure.
 WINDOW_SLACK_S = STOP_BUDGET_S + POLL_S
 OUTSIDE_CPU_S = 10.0
 WALL_SLACK_S = 25.0
@@ -70,8 +77,12 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     stderr = (folder / "attach.stderr.txt").read_text(errors="replace")
     assert how["attach_rc"] == 0, f"exit code {how['attach_rc']}: {stderr[-4000:]}"
     cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
-    said = json.dumps({"attach_wall_s": how["attach_wall_s"], **cost})  # every phase, untruncated
-    hosts = cost.get("stop_steal_s", 0.0) + cost.get("stop_wait_s", 0.0)
+    ran = {k: v for k, v in how.items() if k.startswith("attach_")}  # the wall, the exit code, the exit's lag
+    linger = folder / "attach.linger.txt"  # its threads, when it outlived its last cost record
+    said = json.dumps({**ran, **cost}) + (f"\n{linger.read_text()[-6000:]}" if linger.exists() else "")
+    # the host's share of the stop: the time the stopping thread, or a thread of the attach whose GIL it waited
+    # for, was runnable and not run (the most any thread waited, stop_threads_wait_s), and the hypervisor's steal
+    hosts = cost.get("stop_steal_s", 0.0) + max(cost.get("stop_wait_s", 0.0), cost.get("stop_threads_wait_s", 0.0))
     assert cost["window_s"] - hosts <= recipe.window_s + WINDOW_SLACK_S, said
     assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, said
     waited = cost["started_wait_s"] + cost["after_wait_s"]

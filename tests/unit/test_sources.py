@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from diagnose import attach, sources
@@ -328,6 +329,9 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
     assert cost["window_s"] == pytest.approx(session.window.seconds, abs=1e-5) and cost["max_rate_hz"] == 50
     # its phases outside the window: since the process started, since attach() was called, after the window
     assert cost["started_s"] >= cost["setup_s"] >= 0.0 and cost["setup_cpu_s"] >= 0.0
+    # since the process started: this test's process is older than the attach, by its start time on the boot clock
+    assert cost["started_s"] - cost["setup_s"] > 0.0
+
     assert cost["after_s"] > 0.0 and cost["after_cpu_s"] > 0.0  # the analysis ran after the window closed
     # and how much of each it waited for a CPU (the kernel's run-queue delay of the thread doing that work)
     assert 0.0 <= cost["started_wait_s"] <= cost["started_s"] and 0.0 <= cost["after_wait_s"] <= cost["after_s"]
@@ -342,6 +346,16 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
         assert not {"setup_steal_s", "steal_s", "stop_steal_s", "after_steal_s"} & set(cost)
     # and how long each kind of source took to stop (which one held the window open, when one does)
     assert set(names) <= set(cost["stop_each_s"]) and sum(cost["stop_each_s"].values()) <= cost["stop_s"] + 1e-3
+
+
+def test_the_process_age_is_read_to_the_clock_tick_not_the_boot_times_second() -> None:
+    first, t0 = attach._age(), time.monotonic()
+    time.sleep(0.2)
+    second, t1 = attach._age(), time.monotonic()
+    assert first is not None and second is not None
+    assert second - first == pytest.approx(t1 - t0, abs=0.011)  # one clock (the boot clock), no jumps
+    assert abs(second - (time.time() - psutil.Process().create_time())) < 1.1  # psutil's, to the boot time's second
+
 
 
 def test_a_stopped_window_is_partial_with_the_reason(tmp_path: Path, no_pyspy: None) -> None:
