@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of
+from diagnose.collectors.logtext import Keyed
 from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
@@ -338,6 +339,8 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b100%\s+CPU\b|\bsize_vram\W+0\b", re.I),
 }
 
+_KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
+
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
 SETTINGS = ("cuda_graphs_off",)
@@ -560,8 +563,9 @@ class ClaimParser:
     def _messages(self, line: str, names: Iterable[str]) -> None:
         """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""
         c = self._claims
+        low = line.lower()
         for name in names:
-            if MESSAGES[name].search(line):
+            if _KEYED[name].search(line, low):
                 c.messages[name] += 1
                 c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
 

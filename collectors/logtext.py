@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import importlib
 import io
 import lzma
 import re
@@ -38,6 +39,74 @@ _PREFIX = re.compile(
 )
 # a second record may start past the first character: one C-level search instead of six finds
 _GLUE_HINT = re.compile(r"INFO |WARNING |WARN |ERROR |DEBUG |CRITICAL |\r|\[20")
+
+
+MIN_KEY_CHARS = 3  # a shorter literal is in too many lines to be worth checking first
+
+
+def required_literals(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``rx`` contains, lower-cased where ``rx`` ignores case: for
+    each top-level alternative, its longest run of plain characters. None where an alternative has no run
+    of ``MIN_KEY_CHARS`` (or the pattern changes its flags inside): then only the search can tell.
+
+    A match of an alternative contains that alternative's run, so a line holding none of the literals has
+    no match: ``Keyed.search`` skips the regex there, exactly (the runs come from the pattern itself, so a
+    new alternative cannot be forgotten, as a hand-kept keyword list can)."""
+    try:
+        sre_c = importlib.import_module("re._constants")
+        sre_p = importlib.import_module("re._parser")  # the standard library's own reading of the pattern
+
+        items = list(sre_p.parse(rx.pattern, rx.flags))
+    except Exception:
+        return None
+    while len(items) == 1 and items[0][0] is sre_c.SUBPATTERN:
+        _group, add, remove, sub = items[0][1]
+        if add or remove:
+            return None
+        items = list(sub)
+    branches = items[0][1][1] if len(items) == 1 and items[0][0] is sre_c.BRANCH else [items]
+    keys: list[str] = []
+    for branch in branches:
+        best, run = "", ""
+        for op, av in branch:
+            if op is sre_c.SUBPATTERN and (av[1] or av[2]):
+                return None
+            run = run + chr(av) if op is sre_c.LITERAL else ""
+            best = run if len(run) > len(best) else best
+        if len(best) < MIN_KEY_CHARS:
+            return None
+        keys.append(best.lower() if rx.flags & re.IGNORECASE else best)
+    return tuple(dict.fromkeys(keys))
+
+
+class Keyed:
+    """A regex searched only in lines that hold one of its ``required_literals``: the same answers, and
+    a line without them costs a few substring tests instead of a regex's scan. Where the regex ignores
+    case, the test is on the lower-cased line, which is exact for ASCII; a line with other characters
+    (whose case the regex engine folds its own way) is always searched."""
+
+    __slots__ = ("fold", "keys", "rx")
+
+    def __init__(self, rx: re.Pattern[str]) -> None:
+        self.rx = rx
+        self.keys = required_literals(rx)
+        self.fold = bool(rx.flags & re.IGNORECASE)
+
+    def search(self, line: str, low: str | None = None) -> re.Match[str] | None:
+        """``rx.search(line)``; ``low``: ``line.lower()``, when the caller has it already."""
+        keys = self.keys
+        if keys is not None:
+            if not self.fold:
+                hay = line
+            elif line.isascii():
+                hay = line.lower() if low is None else low
+            else:
+                return self.rx.search(line)
+            for k in keys:  # a loop: a third cheaper than any() over a generator
+                if k in hay:
+                    return self.rx.search(line)
+            return None
+        return self.rx.search(line)
 
 
 def strip_prefixes(line: str) -> str:

@@ -30,6 +30,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from diagnose.collectors.logtext import Keyed
 from diagnose.units import GIB, SIZE, parse_size
 
 # ---------------------------------------------------------------------------------------------
@@ -708,6 +709,7 @@ _PHASE_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
                            r"|/generate\b|Uvicorn running|Application startup complete|during inference"
                            r"|while (?:serving|generating|decoding)|generate\(|while running \w+ node", re.IGNORECASE)),
 )
+_PHASE_KEYED = tuple((phase, Keyed(rx)) for phase, rx in _PHASE_LINES)
 MAX_FRAMES = 4000  # bounded memory on huge logs
 MAX_EVENTS = 10_000
 
@@ -759,8 +761,9 @@ class OomParser:
             self._fields_left -= 1
             if self._field(line):
                 return
-        for phase, rx in _PHASE_LINES:
-            if rx.search(body):
+        low = body.lower()
+        for phase, rx in _PHASE_KEYED:
+            if rx.search(body, low):
                 self._phase_lines.append((self._n, phase, body.strip()[:120]))
                 break
         self._scan(line)

@@ -1,18 +1,26 @@
 from __future__ import annotations
 
 import io
+import json
+import re
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.collectors.logtext import (
     MAX_LINE_CHARS,
+    Keyed,
     clean_lines,
     iter_text_lines,
     looks_binary,
+    required_literals,
     split_glued,
     strip_prefixes,
 )
+from tests.conftest import DATA
+
+DATA_DIR = Path(DATA)
 
 
 def test_container_process_and_rank_prefixes_are_stripped_even_nested() -> None:
@@ -52,3 +60,51 @@ def test_binary_detection() -> None:
 def test_clean_lines_never_raises(text: str) -> None:
     for line in clean_lines(text.splitlines()):
         assert isinstance(line, str)
+
+
+# --- Keyed: a regex searched only where its required literals are ------------------------------------------
+
+def _keyed_patterns() -> list[re.Pattern[str]]:
+    from diagnose.collectors import claims, oom
+
+    return [*claims.MESSAGES.values(), *(rx for _, rx in oom._PHASE_LINES)]
+
+
+def test_required_literals_are_each_alternatives_longest_plain_run() -> None:
+    assert required_literals(re.compile(r"\bLoading (?:the )?model|load_model\b", re.I)) == ("loading ", "load_model")
+    assert required_literals(re.compile(r"Capturing CUDA|Capturing batches")) == ("Capturing ",)  # a shared prefix
+    assert required_literals(re.compile(r"OutOfMemoryError\s*[:(]")) == ("OutOfMemoryError",)  # case kept
+    assert required_literals(re.compile(r"out of memory|OM")) is None  # an alternative with no run of 3
+    assert required_literals(re.compile(r"(?i:abc)def")) is None  # a flag changed inside: only the search tells
+    assert required_literals(re.compile(r"\d+ reqs?")) == (" req",)
+
+
+def test_keyed_search_gives_the_regexs_own_answers_on_real_log_lines() -> None:
+    lines: list[str] = []
+    for case in (DATA_DIR / "incidents" / "train.jsonl").read_text().splitlines():
+        lines.extend(json.loads(case)["evidence"].splitlines())
+    for path in sorted([*(DATA_DIR / "logs").glob("*.txt"), *DATA_DIR.rglob("*.log")]):
+        lines.extend(path.read_text(errors="replace").splitlines()[:3000])
+    assert len(lines) > 20_000
+    skipped = 0
+    for rx in _keyed_patterns():
+        keyed = Keyed(rx)
+        for line in lines:
+            want = rx.search(line)
+            got = keyed.search(line, line.lower())
+            assert (got and got.span()) == (want and want.span()), (rx.pattern[:60], line[:200])
+            skipped += keyed.keys is not None and got is None
+    assert skipped > len(lines)  # it does skip: most lines hold none of most patterns' literals
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["CUDA", "cuda", "Cuda", "not available", "NOT AVAILABLE", "falling back to CPU",
+                                 "İ", "ſ", "K", "é", " ", ":", "=", "False", "preempted", "Warming up", "x",
+                                 "Received request", "load_tensors:", "加载模型", "CUDA not avaİlable",
+                                 "Received requeſt", "bacK to CPU"]), max_size=12))
+def test_keyed_search_agrees_with_the_regex_on_any_case_and_any_script(parts: list[str]) -> None:
+    line = "".join(parts)
+    for rx in _keyed_patterns():
+        want = rx.search(line)
+        got = Keyed(rx).search(line)
+        assert (got and got.span()) == (want and want.span()), (rx.pattern[:60], line)
