@@ -147,7 +147,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
-    entered, cpu_entered, stolen_entered, age_entered = time.time(), sum(_own_cpu()), _stolen(), _age()
+    age_entered, entered, cpu_entered, stolen_entered = _age(), time.time(), sum(_own_cpu()), _stolen()
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
     if not 1 <= opts.rate_hz <= 1000:

@@ -10,11 +10,13 @@ never held in memory.
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import importlib
 import io
 import lzma
 import re
+import string
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO, cast
@@ -65,18 +67,27 @@ def required_literals(rx: re.Pattern[str]) -> tuple[str, ...] | None:
             return None
         items = list(sub)
     branches = items[0][1][1] if len(items) == 1 and items[0][0] is sre_c.BRANCH else [items]
+    fold = bool(rx.flags & re.IGNORECASE)
     keys: list[str] = []
     for branch in branches:
         best, run = "", ""
         for op, av in branch:
             if op is sre_c.SUBPATTERN and (av[1] or av[2]):
                 return None
-            run = run + chr(av) if op is sre_c.LITERAL else ""
+            plain = op is sre_c.LITERAL and not (fold and _folds_to_ascii(chr(av)))
+            run = run + chr(av) if plain else ""
             best = run if len(run) > len(best) else best
         if len(best) < MIN_KEY_CHARS:
             return None
         keys.append(best.lower() if rx.flags & re.IGNORECASE else best)
     return tuple(dict.fromkeys(keys))
+
+
+@functools.cache
+def _folds_to_ascii(c: str) -> bool:
+    """A character other than ASCII that an ignore-case regex matches to an ASCII letter (``ſ`` to s, ``ı`` and
+    ``İ`` to i, the Kelvin sign to k): its lower case is not what the line's lower case holds, so it ends a run."""
+    return not c.isascii() and any(re.fullmatch(re.escape(c), a, re.IGNORECASE) for a in string.ascii_letters)
 
 
 class Keyed:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -153,41 +154,63 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
 
 
 LINGER_S = 10.0  # an attach still running this long after its last cost record: what it is doing is kept
+LINGER_KILL_S = 120.0  # ... and one still running this long after it is killed (the test then reports, not hangs)
+POLL_S = 0.5
 
 
 def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
     """Run one attach (stdout to attach.json, stderr to attach.stderr.txt) and say where its wall time went
-    beyond its own record (attach-cost.json): ``attach_rc``; ``attach_born_s``, from the spawn to its process
-    existing; ``attach_exit_after_cost_s``, from its last cost record (the one with ``after_s``, by the file's
-    time) to its exit being seen; ``attach_poll_gap_s``, the longest this recorder itself went unrun while it
-    waited (its host's share, and how late an exit may be seen). One seen running ``LINGER_S`` after its last
-    cost record has its threads dumped (py-spy, /proc states) into attach.linger.txt. CI 2026-12-05: an
-    admission-cap attach took 104 s of wall, of which its phases (start, window, captures, analysis) were 33 s."""
+    beyond its own record (attach-cost.json):
+    - ``attach_rc``;
+    - ``attach_born_s``: from the spawn to its process existing (the fork, to the 10 ms clock tick);
+    - ``attach_exit_after_cost_s``: from its last cost record (the one with ``after_s``, by the file's time)
+      to its exit being seen;
+    - ``attach_poll_gap_s``: the longest this recorder itself ran late while it waited (its host's share, and
+      how late an exit may be seen).
+    One seen running ``LINGER_S`` after its last cost record has its threads dumped (/proc states, py-spy) into
+    attach.linger.txt, on a thread of its own (the dump's time is not the attach's); one still running
+    ``LINGER_KILL_S`` after it is killed (``attach_killed``). CI 2026-12-05: an admission-cap attach took 104 s
+    of wall, of which its phases (start, window, captures, analysis) were 33 s."""
     cost = session / "attach-cost.json"
     spawned = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock /proc/PID/stat's start time is on
     since = time.time()  # a cost record older than this is another attach's
-    dumped = False
+    dump: threading.Thread | None = None
+    killed = False
     gap = 0.0
     with (out / "attach.json").open("wb") as so, (out / "attach.stderr.txt").open("wb") as se:
         proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
-        born = _started_at(proc.pid)
-        last = time.monotonic()
-        while True:
-            try:
-                rc = proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            gap, last = max(gap, now - last), now
-            wrote = _wrote_after(cost, since)
-            if wrote is not None and not dumped and time.time() - wrote > LINGER_S:
-                dumped = True
-                (out / "attach.linger.txt").write_text(_threads_of(proc.pid))
+        try:
+            born = _started_at(proc.pid)
+            waiter = threading.Thread(target=proc.wait, daemon=True)  # a blocking wait: no polling wake-ups
+            waiter.start()
+            last = time.monotonic()
+            while True:
+                waiter.join(POLL_S)
+                now = time.monotonic()
+                gap, last = max(gap, now - last - POLL_S), now
+                if not waiter.is_alive():
+                    break
+                wrote = _wrote_after(cost, since)
+                lingered = time.time() - wrote if wrote is not None else 0.0
+                if lingered > LINGER_S and dump is None:
+                    dump = threading.Thread(target=lambda: (out / "attach.linger.txt").write_text(
+                        _threads_of(proc.pid)), daemon=True)
+                    dump.start()
+                if lingered > LINGER_KILL_S and not killed:
+                    killed = True
+                    proc.kill()
+                last = time.monotonic()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    if dump is not None:
+        dump.join(timeout=40)
+    rc = proc.wait()
     wrote = _wrote_after(cost, since)
-    return {"attach_rc": rc, "attach_born_s": None if born is None else round(born - spawned, 2),
+    return {"attach_rc": rc, "attach_born_s": None if born is None else round(max(0.0, born - spawned), 2),
             "attach_exit_after_cost_s": None if wrote is None else round(time.time() - wrote, 1),
-            "attach_poll_gap_s": round(gap, 1)}
+            "attach_poll_gap_s": round(gap, 1), **({"attach_killed": True} if killed else {})}
 
 
 def _started_at(pid: int) -> float | None:
@@ -198,35 +221,41 @@ def _started_at(pid: int) -> float | None:
 
 def _wrote_after(cost: Path, since: float) -> float | None:
     """When the attach wrote its last cost record (the one that says what it spent after the window), on the
-    wall clock; None before it has (or where the record there is older than ``since``)."""
+    wall clock; None before it has (or where the record there is older than ``since``). The time and the
+    content come from one open file (the attach replaces the record by a rename)."""
     try:
-        written = cost.stat().st_mtime
-        return written if written >= since and "after_s" in json.loads(cost.read_text()) else None
+        with cost.open(encoding="utf-8") as fh:
+            written = os.fstat(fh.fileno()).st_mtime
+            doc = json.load(fh)
     except (OSError, ValueError):
         return None
+    return written if written >= since and isinstance(doc, dict) and "after_s" in doc else None
 
 
 def _threads_of(pid: int) -> str:
-    """What a lingering attach's threads are doing: py-spy's dump of their stacks, then each thread's state,
-    kernel wait channel and run-queue wait from /proc."""
+    """What a lingering attach's threads are doing: each thread's state, kernel wait channel and run-queue
+    wait from /proc, then py-spy's dump of their Python stacks (a blocking dump: it pauses the attach)."""
     parts = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        line = f"tid {task.name} ({stat[stat.index('(') + 1: stat.rindex(')')]}): state {fields[0]}"
+        try:
+            line += f", wchan {(task / 'wchan').read_text() or '-'}"
+            ran, waited = (task / "schedstat").read_text().split()[:2]
+            line += f", ran {int(ran) / 1e9:.2f} s, waited {int(waited) / 1e9:.2f} s"
+        except (OSError, ValueError):
+            pass
+        parts.append(line)
     try:
         dump = subprocess.run([str(lab.ROOT / ".venv" / "bin" / "py-spy"), "dump", "--pid", str(pid)],
                               capture_output=True, text=True, timeout=30, check=False)
         parts.append(dump.stdout + dump.stderr)
     except (OSError, subprocess.TimeoutExpired) as exc:
         parts.append(f"py-spy dump failed: {exc}")
-    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        try:
-            stat = (task / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            name = stat[stat.index("(") + 1: stat.rindex(")")]
-            wchan = (task / "wchan").read_text()
-            sched = (task / "schedstat").read_text().split()
-            parts.append(f"tid {task.name} ({name}): state {fields[0]}, wchan {wchan or '-'}, "
-                         f"ran {int(sched[0]) / 1e9:.2f} s, waited {int(sched[1]) / 1e9:.2f} s")
-        except (OSError, ValueError, IndexError):
-            continue
     return "\n".join(parts) + "\n"
 
 

@@ -74,14 +74,17 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     assert how["load"]["ok"] > 0, how["load"]
     # the attach ran to its end (CI 2026-12-04: its cost record had no after_s, and it ended within a second of
     # its window: whether it failed was not known): its exit code, and what it said on stderr when it failed
-    stderr = (folder / "attach.stderr.txt").read_text(errors="replace")
-    assert how["attach_rc"] == 0, f"exit code {how['attach_rc']}: {stderr[-4000:]}"
-    cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
     ran = {k: v for k, v in how.items() if k.startswith("attach_")}  # the wall, the exit code, the exit's lag
-    linger = folder / "attach.linger.txt"  # its threads, when it outlived its last cost record
-    said = json.dumps({**ran, **cost}) + (f"\n{linger.read_text()[-6000:]}" if linger.exists() else "")
+    linger = folder / "attach.linger.txt"  # its threads, when it outlived its last cost record (record.run_attach)
+    threads = f"\n{linger.read_text()[:8000]}" if linger.exists() else ""
+    stderr = (folder / "attach.stderr.txt").read_text(errors="replace")
+    assert how["attach_rc"] == 0, f"{json.dumps(ran)}: {stderr[-4000:]}{threads}"
+    cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
+    said = json.dumps({**ran, **cost}) + threads
     # the host's share of the stop: the time the stopping thread, or a thread of the attach whose GIL it waited
-    # for, was runnable and not run (the most any thread waited, stop_threads_wait_s), and the hypervisor's steal
+    # for, was runnable and not run (the most any thread waited, stop_threads_wait_s), and the hypervisor's steal.
+    # Which thread held the GIL is not known, so any thread's wait is forgiven: a looser bound than the stopping
+    # thread's own, still far below the sources' timeouts one after another that it is here to catch
     hosts = cost.get("stop_steal_s", 0.0) + max(cost.get("stop_wait_s", 0.0), cost.get("stop_threads_wait_s", 0.0))
     assert cost["window_s"] - hosts <= recipe.window_s + WINDOW_SLACK_S, said
     assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, said

@@ -77,6 +77,11 @@ def test_required_literals_are_each_alternatives_longest_plain_run() -> None:
     assert required_literals(re.compile(r"out of memory|OM")) is None  # an alternative with no run of 3
     assert required_literals(re.compile(r"(?i:abc)def")) is None  # a flag changed inside: only the search tells
     assert required_literals(re.compile(r"\d+ reqs?")) == (" req",)
+    # a character an ignore-case search matches to an ASCII letter ends a run (the line's lower case is ASCII)
+    for pattern, line in (("ſtop", "stop"), ("lıne", "LINE"), ("İnfo", "info"), ("abcİ", "abci")):
+        rx = re.compile(pattern, re.I)
+        assert rx.search(line) and Keyed(rx).search(line), (pattern, required_literals(rx))
+    assert required_literals(re.compile("加载模型|模型加载", re.I)) == ("加载模型", "模型加载")  # no ASCII partner
 
 
 def test_keyed_search_gives_the_regexs_own_answers_on_real_log_lines() -> None:
