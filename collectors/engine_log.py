@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import math
 import operator
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -618,6 +619,8 @@ class EngineLogParser:
         # each digit-free stats line (the log's prefix repeats with the line, so one digit-free copy of a
         # block keys each line in C) → its shape, for the bulk reader
         self._shapes: dict[bytes, _Shape] = {}
+        self._shape_ids: dict[bytes, int] = {}  # the same keys → their shape's place in _shape_list
+        self._shape_list: list[_Shape] = []
         self.running = Series()
         self.waiting = Series()
         self.swapped = Series()
@@ -739,6 +742,23 @@ class EngineLogParser:
                 self.feed(line)
             return
         numbers = _numbers(blob).split(b"\n")
+        # each line's shape, by its key, in one pass in C: a block whose lines are all of learned layouts (or no
+        # stats line at all) is grouped by shape in numpy; one that holds a stats line of a layout not learned
+        # yet (the first blocks of a log) is read line by line below, which learns it
+        ids = np.fromiter(map(self._shape_ids.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        unknown = np.flatnonzero(ids < 0).tolist()
+        if not any("Running:" in lines[k] or "Waiting:" in lines[k] or "Pending:" in lines[k] for k in unknown):
+            known = ids[ids >= 0]
+            if known.size:
+                present = np.unique(known)
+                wheres = [np.flatnonzero(ids == sid) for sid in present.tolist()]
+                for sid, at in sorted(zip(present.tolist(), wheres, strict=True), key=lambda pair: int(pair[1][-1])):
+                    idx = at.tolist()
+                    mine = operator.itemgetter(*idx)(numbers) if len(idx) > 1 else (numbers[idx[0]],)
+                    self._add_bulk(self._shape_list[sid], mine, lines, idx)
+            for line in clean_lines([lines[k] for k in unknown]):
+                self.feed(line)
+            return
         groups: dict[_Shape, list[int]] = {}  # each shape's lines, by their place in the block
         last_at: dict[_Shape, int] = {}
         rest: list[str] = []
@@ -752,6 +772,8 @@ class EngineLogParser:
                 shape = _shape_of(line)
                 if shape is not None and len(shapes) < MAX_SHAPES:
                     shapes[keys[k]] = shape
+                    self._shape_ids[keys[k]] = len(self._shape_list)
+                    self._shape_list.append(shape)
                 if shape is None:  # an unknown layout (read one by one, which learns it), or an odd line
                     self._flush(groups, last_at, lines, numbers)
                     for clean in clean_lines((line,)):
@@ -774,7 +796,7 @@ class EngineLogParser:
         groups.clear()
         last_at.clear()
 
-    def _add_bulk(self, shape: _Shape, numbers: list[bytes], lines: list[str], at: list[int]) -> None:
+    def _add_bulk(self, shape: _Shape, numbers: Sequence[bytes], lines: list[str], at: list[int]) -> None:
         """Many stats lines of one shape (``numbers``: each line's numbers, ``_numbers``): columns of
         values, aggregated in bulk. ``lines[k]`` for ``k`` in ``at`` are the lines themselves, read one
         by one when the bulk read cannot be exact."""
