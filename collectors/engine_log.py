@@ -621,6 +621,7 @@ class EngineLogParser:
         self._shapes: dict[bytes, _Shape] = {}
         self._shape_ids: dict[bytes, int] = {}  # the same keys → their shape's place in _shape_list
         self._shape_list: list[_Shape] = []
+        self._sid_by_shape: dict[_Shape, int] = {}  # keys that differ in a prefix only share a shape, and its id
         self.running = Series()
         self.waiting = Series()
         self.swapped = Series()
@@ -737,7 +738,9 @@ class EngineLogParser:
             return
         blob = "\n".join(lines).encode("utf-8", "replace")
         keys = blob.translate(None, _DIGITS).split(b"\n")
-        if len(keys) != len(lines):  # a line holding a newline: cannot come from a split, stay exact
+        # a line holding a newline (cannot come from a split), or a benchmark's result block (the lines after
+        # its title are its rows, line by line, not stats lines): read one by one, to stay exact
+        if len(keys) != len(lines) or b"Benchmark Result" in blob:
             for line in clean_lines(lines):
                 self.feed(line)
             return
@@ -772,8 +775,10 @@ class EngineLogParser:
                 shape = _shape_of(line)
                 if shape is not None and len(shapes) < MAX_SHAPES:
                     shapes[keys[k]] = shape
-                    self._shape_ids[keys[k]] = len(self._shape_list)
-                    self._shape_list.append(shape)
+                    sid = self._sid_by_shape.setdefault(shape, len(self._shape_list))
+                    if sid == len(self._shape_list):
+                        self._shape_list.append(shape)
+                    self._shape_ids[keys[k]] = sid
                 if shape is None:  # an unknown layout (read one by one, which learns it), or an odd line
                     self._flush(groups, last_at, lines, numbers)
                     for clean in clean_lines((line,)):
@@ -844,7 +849,7 @@ class EngineLogParser:
                 self.running_when_queued_busy.add_array(run[run > 0])
             if count and "kv_pct" in cols:
                 kv = cols["kv_pct"][queued]
-                self.kv_when_queued.add_array(kv * 0.01)
+                self.kv_when_queued.add_array(kv / 100.0)  # as _add_values does (times 0.01 rounds otherwise)
                 if "running" in cols:
                     run = cols["running"][queued]
                     sized = (run > 0) & (kv > 0)

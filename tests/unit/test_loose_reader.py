@@ -430,3 +430,33 @@ def test_dcgm_names_the_gpu_of_its_focus_device_and_its_memory_only_when_one_siz
     got = _first(loose.read_text("dcgm.prom", _stream(_dcgm(*gpus)), modules=loose.EXPOSITION_MODULES))
     assert got["gpu.name"] == name
     assert got.get("gpu.spec_memory_bytes") == (spec_gib << 30 if spec_gib else None)
+
+
+def test_lines_of_one_layout_under_two_container_prefixes_are_read_as_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas' lines (``vllm-a  |``, ``vllm-b  |``) differ only in a prefix: one shape, one run in line
+    order, so the series' first and last values, and its percentages divided as line by line, are exact."""
+    monkeypatch.setattr(engine_log, "_LAYOUTS", {})  # other tests' layouts may have filled the table
+    rng = random.Random(11)
+    layout = ("{c}  | INFO 11-02 09:00:{s:02d} [loggers.py:123] Engine 000: Running: {r} reqs, Waiting: {w} reqs, "
+              "GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: {h:.1f}%")
+    lines = [layout.format(c=rng.choice(["vllm-a", "vllm-b"]), s=i % 60, r=rng.randrange(1, 300),
+                           w=rng.randrange(1, 90), kv=rng.uniform(0, 100), h=rng.uniform(0, 100)) for i in range(2400)]
+    a, b, bulk = _read_both(lines, 600)
+    assert len(bulk._shape_ids) == 2 and len(bulk._shape_list) == 1  # two keys, one shape
+    for name in ("running", "waiting", "kv_usage", "prefix_hit", "running_when_queued", "kv_when_queued"):
+        sa, sb = getattr(a, name), getattr(b, name)
+        assert (sa.count, sa.first, sa.last, sa.high, sa.low) == (sb.count, sb.first, sb.last, sb.high, sb.low), name
+        assert _close(sa.total, sb.total), name
+
+
+def test_stats_lines_after_a_benchmarks_title_in_one_block_are_read_as_its_rows() -> None:
+    """A benchmark's result block inside a block of the tail: line by line its rows follow its title, and the
+    bulk reader reads that block the same way (it counted the stats lines among them as samples before)."""
+    stats = ("INFO 11-02 09:00:{s:02d} [loggers.py:123] Engine 000: Running: {r} reqs, Waiting: 2 reqs, "
+             "GPU KV cache usage: 5.0%")
+    lines = [stats.format(s=i % 60, r=i) for i in range(400)] + [
+        "============ Serving Benchmark Result ============", "Successful requests:                     1000",
+        *(stats.format(s=i, r=i) for i in range(35)), "Mean TTFT (ms):                          12.5",
+        "=================================================="]
+    a, b, _ = _read_both(lines, len(lines))  # one block holding all of it
+    assert a.samples == b.samples and a.benchmark == b.benchmark
