@@ -79,7 +79,7 @@ def required_literals(rx: re.Pattern[str]) -> tuple[str, ...] | None:
             best = run if len(run) > len(best) else best
         if len(best) < MIN_KEY_CHARS:
             return None
-        keys.append(best.lower() if rx.flags & re.IGNORECASE else best)
+        keys.append(best.lower() if fold else best)
     return tuple(dict.fromkeys(keys))
 
 

@@ -11,6 +11,7 @@ see in production, scaled to a 2-core CPU machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -237,18 +238,14 @@ def _threads_of(pid: int) -> str:
     wait from /proc, then py-spy's dump of their Python stacks (a blocking dump: it pauses the attach)."""
     parts = []
     for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
+        stat = process_collector.read_stat(pid, int(task.name))
+        if stat is None:  # a thread that ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        line = f"tid {task.name} ({stat[stat.index('(') + 1: stat.rindex(')')]}): state {fields[0]}"
-        try:
+        line = f"tid {task.name} ({stat['name']}): state {stat['state']}"
+        with contextlib.suppress(OSError):
             line += f", wchan {(task / 'wchan').read_text() or '-'}"
-            ran, waited = (task / "schedstat").read_text().split()[:2]
-            line += f", ran {int(ran) / 1e9:.2f} s, waited {int(waited) / 1e9:.2f} s"
-        except (OSError, ValueError):
-            pass
+        if (sched := process_collector.schedstat_at(str(task / "schedstat"))) is not None:
+            line += f", ran {sched[0] / 1e9:.2f} s, waited {sched[1] / 1e9:.2f} s"
         parts.append(line)
     try:
         dump = subprocess.run([str(lab.ROOT / ".venv" / "bin" / "py-spy"), "dump", "--pid", str(pid)],
