@@ -147,7 +147,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
     """
-    age_entered, entered, cpu_entered, stolen_entered = _age(), time.time(), sum(_own_cpu()), _stolen()
+    age_entered, entered, cpu_entered, host_entered = _age(), time.time(), sum(_own_cpu()), HostMark.read()
     if opts.duration_s <= 0 or opts.duration_s > 600:
         raise DiagnoseError("--duration must be between 0 and 600 seconds.", "Use e.g. --duration 10.")
     if not 1 <= opts.rate_hz <= 1000:
@@ -181,7 +181,7 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
     cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz,
-            **_before_window(entered, cpu_entered, ran, stolen_entered, age_entered), "stop_each_s": ran.stops}
+            **_before_window(entered, cpu_entered, ran, host_entered, age_entered), "stop_each_s": ran.stops}
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
     captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
 
@@ -241,15 +241,13 @@ class Ran:
     """A window that ran: its span, and what the attach itself spent over it."""
 
     window: Window
-    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, stop_wait_s, steal_s, stop_steal_s,
-    # stop_threads_wait_s (attach-cost.json)
+    # window_s, cpu_s, self_cpu_s, pyspy_cpu_s, cores, stop_s, first_stop_s, steal_s, stop_ and late_ (the host's
+    # share of the stop and of the wait's late end: HostMark.since), late_s (attach-cost.json)
     cost: dict[str, float]
     cpu_opened: float = 0.0  # the attach's own CPU seconds (process and waited children) when the window opened
     cpu_closed: float = 0.0  # ... and when it closed
-    waited_opened: float | None = None  # seconds the calling thread had waited for a CPU when the window opened
-    waited_closed: float | None = None  # ... and when it closed (``_waited``)
-    stolen_opened: Stolen | None = None  # seconds each CPU had had stolen when the window opened
-    stolen_closed: Stolen | None = None  # ... and when it closed (``_stolen``)
+    host_opened: HostMark | None = None  # what the host had taken from the calling thread when the window opened
+    host_closed: HostMark | None = None  # ... and when it closed
     stops: dict[str, float] = field(default_factory=dict)  # seconds each kind of source took to stop
     closed_at: float = 0.0  # when the window closed, on run_window's clock (time.monotonic unless a test's)
 
@@ -281,16 +279,22 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
             with contextlib.suppress(Exception):
                 s.stop(by)
         raise
-    cpu_before, waited_before, stolen_before = _own_cpu(), _waited(), _stolen()
+    cpu_before, host_before = _own_cpu(), HostMark.read()
     EXIT_WAITS.clear()  # the threads of an earlier window in this process (diagnose watch) are not this one's
     opened, t0 = epoch(), clock()
+    # each wait's mark: a wait that ends late (its thread, or one holding the GIL it needs back, not run; its
+    # code paged back in from the disk) ends the window late, and the host's part of that is the last wait's
+    polled = HostMark.read(threads=True)
     while not should_stop():
         elapsed = clock() - t0
         if progress:
             progress(min(elapsed, duration_s), duration_s)
         if elapsed >= duration_s:
             break
+        polled = HostMark.read(threads=True)
         stop.wait(min(POLL_S, duration_s - elapsed))
+    late_s = round(max(0.0, clock() - t0 - duration_s), 3)
+    late = {"late_s": late_s, **HostMark.read(threads=True).since(polled, "late")}
     # the stop, timed: the profiler's (sources[0], what the target sees end), each kind of source's and all of
     # them, with the time the stopping thread waited for a CPU and the host's steal meanwhile (a saturated or
     # oversubscribed host stretches the stop, not the attach's work). The wait above is on the clock: a host
@@ -298,8 +302,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # one deadline for every source's stop (the sources' own threads are waited for until then, never past it)
     by = time.monotonic() + STOP_BUDGET_S
     # (a source's thread that ended in the window is in both readings: its wait is not the stop's)
-    stopping, waited_stopping, stolen_stopping, threads_stopping = (clock(), _waited(), _stolen(),
-                                                                    _source_thread_waits())
+    stopping, host_stopping = clock(), HostMark.read(threads=True)
     stopped_first = stopping
     stops: dict[str, float] = {}
     for i, s in enumerate(sources):
@@ -311,50 +314,46 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
         if i == 0:
             stopped_first = ended
     t1 = clock()
-    cpu_after, waited_after, stolen_after = _own_cpu(), _waited(), _stolen()
+    cpu_after, host_after = _own_cpu(), HostMark.read(threads=True)
     cpu_self, cpu_kids = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     cpu_window = cpu_self + cpu_kids
     cost = {"window_s": t1 - t0, "cpu_s": round(cpu_window, 4), "self_cpu_s": round(cpu_self, 4),
             "pyspy_cpu_s": round(cpu_kids, 4), "cores": round(cpu_window / max(1e-9, t1 - t0), 4),
-            "stop_s": round(t1 - stopping, 3), "first_stop_s": round(stopped_first - stopping, 3)}
-    if waited_stopping is not None and waited_after is not None:
-        cost["stop_wait_s"] = round(waited_after - waited_stopping, 3)
-    if (steal := stolen_between(stolen_before, stolen_after)) is not None:
+            "stop_s": round(t1 - stopping, 3), "first_stop_s": round(stopped_first - stopping, 3),
+            **host_after.since(host_stopping, "stop"), **late}
+    if (steal := stolen_between(host_before.stolen, host_after.stolen)) is not None:
         cost["steal_s"] = steal
-    if (steal := stolen_between(stolen_stopping, stolen_after)) is not None:
-        cost["stop_steal_s"] = steal
-    if (threads := waited_most(threads_stopping, _source_thread_waits())) is not None:
-        cost["stop_threads_wait_s"] = threads
-    return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), waited_before,
-               waited_after, stolen_before, stolen_after, stops, t1)
+    return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), host_before, host_after,
+               stops, t1)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran,
-                   stolen_entered: Stolen | None = None, age_entered: float | None = None) -> dict[str, float]:
+                   host_entered: HostMark | None = None, age_entered: float | None = None) -> dict[str, float]:
     """What the attach spent before its window opened: since its process started (the interpreter and its
     imports: ``started_s``; ``age_entered``: how old the process was when ``attach()`` was called) and since
     ``attach()`` was called (checks, the busy probe: ``setup_s``, and its CPU, ``setup_cpu_s``; the host's CPU
-    time stolen meanwhile, ``setup_steal_s``)."""
+    time stolen meanwhile, ``setup_steal_s``, and the machine's stalls on the disk and memory, ``setup_stall_s``)."""
     born = entered - (age_entered or 0.0)
-    before = {"started_s": round(ran.window.start - born, 3), "setup_s": round(ran.window.start - entered, 3),
-              "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
-    if ran.waited_opened is not None:
-        before["started_wait_s"] = round(ran.waited_opened, 3)
-    if (steal := stolen_between(stolen_entered, ran.stolen_opened)) is not None:
-        before["setup_steal_s"] = steal
+    before: dict[str, float] = {"started_s": round(ran.window.start - born, 3),
+                                "setup_s": round(ran.window.start - entered, 3),
+                                "setup_cpu_s": round(ran.cpu_opened - cpu_entered, 4)}
+    opened = ran.host_opened
+    if opened is not None and opened.waited is not None:
+        before["started_wait_s"] = round(opened.waited, 3)
+    if opened is not None and host_entered is not None:
+        shares = opened.since(host_entered, "setup")
+        before.update({k: shares[k] for k in ("setup_steal_s", "setup_stall_s") if k in shares})
     return before
 
 
 def _after_window(ran: Ran) -> dict[str, float]:
     """What the attach spent after its window closed (the captures, the analysis): wall, CPU and, where the
-    kernel says, the time it waited for a CPU (``after_wait_s``)."""
+    kernel says, the time it waited for a CPU (``after_wait_s``), the steal and the machine's stalls meanwhile."""
     after = {"after_s": round(time.monotonic() - ran.closed_at, 3),
              "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)}
-    waited = _waited()
-    if waited is not None and ran.waited_closed is not None:
-        after["after_wait_s"] = round(waited - ran.waited_closed, 3)
-    if (steal := stolen_between(ran.stolen_closed, _stolen())) is not None:
-        after["after_steal_s"] = steal
+    if ran.host_closed is not None:
+        shares = HostMark.read().since(ran.host_closed, "after")
+        after.update({k: shares[k] for k in ("after_wait_s", "after_steal_s", "after_stall_s") if k in shares})
     return after
 
 
@@ -428,6 +427,63 @@ def stolen_between(before: Stolen | None, after: Stolen | None) -> float | None:
         return None
     both = before.keys() & after.keys()
     return round(max((after[c] - before[c] for c in both), default=0.0), 3) if both else None
+
+
+def _stalled(root: str = "/proc/pressure") -> float | None:
+    """Seconds since boot during which at least one task of this machine stalled on the disk, plus those it
+    stalled on memory (the kernel's pressure stall information: ``io`` and ``memory``'s ``some total=``, in
+    microseconds; the sum bounds the time either held anything back); None where the kernel does not say
+    (before Linux 4.20, or PSI off). A thread that touches a page the host evicted (its code, a library's, a
+    page cache a virtual machine's balloon gave back) waits for the disk off the run queue: neither its CPU time
+    nor its run-queue delay nor the steal counts that wait, this does."""
+    total = 0
+    try:
+        for kind in ("io", "memory"):
+            with open(os.path.join(root, kind), encoding="ascii") as fh:
+                some = next((line for line in fh if line.startswith("some ")), "")
+            total += int(some.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e6
+
+
+@dataclass(frozen=True)
+class HostMark:
+    """What the host had taken from the attach by one instant, each a total since boot or since the thread
+    began: the calling thread's run-queue delay (``_waited``), every CPU's steal (``_stolen``), the machine's
+    stalls on the disk and memory (``_stalled``), the calling thread's major page faults, and (``threads``)
+    each of the attach's threads' run-queue delay (``_source_thread_waits``). Two marks say how much of an
+    interval's wall time was the host's (``since``)."""
+
+    waited: float | None
+    stolen: Stolen | None
+    stalled: float | None
+    majflt: int | None
+    threads: dict[str, float] | None = None
+
+    @classmethod
+    def read(cls, threads: bool = False) -> HostMark:
+        stat = process_collector.stat_at("/proc/thread-self/stat")
+        return cls(_waited(), _stolen(), _stalled(), None if stat is None else int(stat["majflt"]),
+                   _source_thread_waits() if threads else None)
+
+    def since(self, before: HostMark, phase: str) -> dict[str, float]:
+        """``{phase}_wait_s`` (the calling thread's run-queue delay), ``_steal_s`` (the most one CPU lost),
+        ``_threads_wait_s`` (the most any thread of the attach waited, where both marks read the threads),
+        ``_stall_s`` (the machine's disk and memory stalls) and ``_majflt`` (the calling thread's pages read
+        back from the disk) from ``before`` to this mark, each where the kernel says."""
+        out: dict[str, float] = {}
+        if self.waited is not None and before.waited is not None:
+            out[f"{phase}_wait_s"] = round(self.waited - before.waited, 3)
+        if (steal := stolen_between(before.stolen, self.stolen)) is not None:
+            out[f"{phase}_steal_s"] = steal
+        if (most := waited_most(before.threads, self.threads)) is not None:
+            out[f"{phase}_threads_wait_s"] = most
+        if self.stalled is not None and before.stalled is not None:
+            out[f"{phase}_stall_s"] = round(self.stalled - before.stalled, 3)
+        if self.majflt is not None and before.majflt is not None:
+            out[f"{phase}_majflt"] = self.majflt - before.majflt
+        return out
 
 
 def _own_cpu() -> tuple[float, float]:

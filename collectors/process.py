@@ -112,7 +112,13 @@ def process_tree(pid: int) -> list[psutil.Process]:
 
 def read_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
     """One ``/proc/PID/stat`` (or a thread's) read: name, state, CPU (own and reaped children's), RSS."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    return stat_at(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+
+
+def stat_at(path: str) -> dict[str, Any] | None:
+    """A ``stat`` file's fields (``read_stat``; ``/proc/thread-self/stat``: the calling thread's), with the major
+    page faults (``majflt``: pages read back from the disk, the waits of which are neither CPU time nor a
+    run-queue delay); None where the process or thread is gone."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read().decode("utf-8", "replace")
@@ -124,7 +130,7 @@ def read_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
         return {"name": name, "state": f[0], "ppid": int(f[1]), "cpu_user": int(f[11]) / CLK_TCK,
                 "cpu_system": int(f[12]) / CLK_TCK, "children_user": int(f[13]) / CLK_TCK,
                 "children_system": int(f[14]) / CLK_TCK, "num_threads": int(f[17]),
-                "start_ticks": int(f[19]), "rss": int(f[21]) * PAGE_BYTES}
+                "start_ticks": int(f[19]), "rss": int(f[21]) * PAGE_BYTES, "majflt": int(f[9])}
     except (ValueError, IndexError):
         return None
 

@@ -11,7 +11,6 @@ see in production, scaled to a 2-core CPU machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from diagnose.collectors import process as process_collector
+from tests import attach_cost
 from tests.engines import lab
 
 OUT = lab.ROOT / "tests" / "data" / "engines" / "vllm"
@@ -195,7 +195,7 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
                 lingered = time.time() - wrote if wrote is not None else 0.0
                 if lingered > LINGER_S and dump is None:
                     dump = threading.Thread(target=lambda: (out / "attach.linger.txt").write_text(
-                        _threads_of(proc.pid)), daemon=True)
+                        attach_cost.threads_of(proc.pid)), daemon=True)
                     dump.start()
                 if lingered > LINGER_KILL_S and not killed:
                     killed = True
@@ -231,29 +231,6 @@ def _wrote_after(cost: Path, since: float) -> float | None:
     except (OSError, ValueError):
         return None
     return written if written >= since and isinstance(doc, dict) and "after_s" in doc else None
-
-
-def _threads_of(pid: int) -> str:
-    """What a lingering attach's threads are doing: each thread's state, kernel wait channel and run-queue
-    wait from /proc, then py-spy's dump of their Python stacks (a blocking dump: it pauses the attach)."""
-    parts = []
-    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        stat = process_collector.read_stat(pid, int(task.name))
-        if stat is None:  # a thread that ended meanwhile
-            continue
-        line = f"tid {task.name} ({stat['name']}): state {stat['state']}"
-        with contextlib.suppress(OSError):
-            line += f", wchan {(task / 'wchan').read_text() or '-'}"
-        if (sched := process_collector.schedstat_at(str(task / "schedstat"))) is not None:
-            line += f", ran {sched[0] / 1e9:.2f} s, waited {sched[1] / 1e9:.2f} s"
-        parts.append(line)
-    try:
-        dump = subprocess.run([str(lab.ROOT / ".venv" / "bin" / "py-spy"), "dump", "--pid", str(pid)],
-                              capture_output=True, text=True, timeout=30, check=False)
-        parts.append(dump.stdout + dump.stderr)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        parts.append(f"py-spy dump failed: {exc}")
-    return "\n".join(parts) + "\n"
 
 
 def _finish(r: Recipe, work: Path, out: Path, final: Path, **facts: object) -> Path:

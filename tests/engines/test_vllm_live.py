@@ -17,6 +17,7 @@ import pytest
 
 from diagnose.attach import POLL_S
 from diagnose.sources import STOP_BUDGET_S
+from tests import attach_cost
 from tests.engines import lab, record
 from tests.engines.expected import EXPECTED, analyze, assert_leg
 
@@ -43,7 +44,12 @@ LIVE = ("healthy", "admission_cap", "kv_pressure", "cpu_quota", "host_oom", "sta
 # So the window is bounded less the most any thread of the attach waited for a CPU during the stop. The same CI
 # run had an admission-cap attach take 104 s of wall for 33 s of its recorded phases, the rest after its last cost
 # record: record.run_attach now says how long the attach lived past that record, and dumps its threads when it
-# lingers (attach.linger.txt), printed here on a failure.
+# lingers (attach.linger.txt), printed here on a failure. The CI of 6746426 had a kv_pressure window of 38.0 s for
+# 30 s whose stop took 0.08 s, with 0.8 CPU-s of the attach's over the whole window: the wait itself ended 8 s late.
+# Its thread was not run, or not runnable: this kind of host (a Firecracker VM) sheds its page cache at ~3.5 MB/s
+# with 22 GiB free, so a thread that wakes may wait for its own code to be read back from the disk, which is no
+# run-queue delay and no CPU time. The record now keeps how late the wait ended (late_s) and what the host took
+# over that last wait (late_*: the same readings as the stop's, with the machine's PSI stalls, *_stall_s).
 WINDOW_SLACK_S = STOP_BUDGET_S + POLL_S
 OUTSIDE_CPU_S = 10.0
 WALL_SLACK_S = 25.0
@@ -81,16 +87,15 @@ def test_live_vllm_pathology_is_named_three_ways(pathology: str, tmp_path: Path)
     assert how["attach_rc"] == 0, f"{json.dumps(ran)}: {stderr[-4000:]}{threads}"
     cost = json.loads((folder / "attach" / "attach-cost.json").read_text())
     said = json.dumps({**ran, **cost}) + threads
-    # the host's share of the stop: the time the stopping thread, or a thread of the attach whose GIL it waited
-    # for, was runnable and not run (the most any thread waited, stop_threads_wait_s), and the hypervisor's steal.
-    # Which thread held the GIL is not known, so any thread's wait is forgiven: a looser bound than the stopping
-    # thread's own, still far below the sources' timeouts one after another that it is here to catch
-    hosts = cost.get("stop_steal_s", 0.0) + max(cost.get("stop_wait_s", 0.0), cost.get("stop_threads_wait_s", 0.0))
+    # the host's share of the window (tests/attach_cost.py): of its stop, the time the stopping thread, or a thread
+    # of the attach whose GIL it waited for, was runnable and not run (which thread held the GIL is not known, so
+    # any thread's wait is forgiven: a looser bound than the stopping thread's own, still far below the sources'
+    # timeouts one after another that it is here to catch), the hypervisor's steal and the machine's stalls on the
+    # disk and memory; of the wait's late end, the same over the last wait, never more than it was late
+    hosts = attach_cost.window_share(cost)
     assert cost["window_s"] - hosts <= recipe.window_s + WINDOW_SLACK_S, said
     assert cost["setup_cpu_s"] + cost["after_cpu_s"] <= OUTSIDE_CPU_S, said
-    waited = cost["started_wait_s"] + cost["after_wait_s"]
-    stolen = sum(cost.get(k, 0.0) for k in ("setup_steal_s", "stop_steal_s", "after_steal_s"))
-    assert how["attach_wall_s"] - waited - stolen <= recipe.window_s + WALL_SLACK_S, said
+    assert how["attach_wall_s"] - attach_cost.outside_share(cost) - hosts <= recipe.window_s + WALL_SLACK_S, said
     for leg in EXPECTED[pathology]:
         assert_leg(analyze(folder, leg), pathology, leg)
     session = json.loads((folder / "attach" / "manifest.json").read_text())

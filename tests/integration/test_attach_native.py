@@ -23,6 +23,7 @@ import pytest
 
 from diagnose import tables
 from diagnose.reports import figures
+from tests import attach_cost
 
 pytestmark = pytest.mark.integration
 
@@ -78,11 +79,9 @@ def test_a_native_program_is_attached_without_the_python_profiler(native: subpro
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
     cost = json.loads((out / "attach-cost.json").read_text())
-    # nothing waits for a profiler that did not run; what the host took from the stop (the stopping thread's
-    # wait for a CPU, or a sampler's that held the GIL it needed: the most any thread waited; the hypervisor's
-    # steal) is the host's
-    hosts = cost.get("stop_steal_s", 0.0) + max(cost.get("stop_wait_s", 0.0), cost.get("stop_threads_wait_s", 0.0))
-    assert cost["window_s"] - hosts <= window + 1.0, json.dumps(cost)
+    # nothing waits for a profiler that did not run; what the host took from the stop and from the wait's late end
+    # (a thread's wait for a CPU, the steal, the machine's stalls on the disk: tests/attach_cost.py) is the host's
+    assert cost["window_s"] - attach_cost.window_share(cost) <= window + 1.0, json.dumps(cost)
     doc = json.loads(run.stdout)
     caps = {c["collector"]: c for c in doc["captures"]}
     spy = caps["py-spy"]

@@ -162,9 +162,12 @@ def test_the_window_nests_the_sources_and_ends_early_when_asked() -> None:
     ran = attach.run_window(srcs, 30.0, threading.Event(), should_stop=lambda: len(calls) >= 2)
     assert calls == ["start outer", "start inner", "stop inner", "stop outer"]
     assert ran.window.seconds < 5.0 and ran.cost["window_s"] == pytest.approx(ran.window.seconds, abs=1e-5)
-    optional = {"stop_wait_s", "steal_s", "stop_steal_s", "stop_threads_wait_s"}  # where the kernel says
+    # the host's shares of the stop and of the wait's late end, where the kernel says
+    optional = {"steal_s"} | {f"{phase}_{what}" for phase in ("stop", "late")
+                              for what in ("wait_s", "steal_s", "threads_wait_s", "stall_s", "majflt")}
     assert set(ran.cost) - optional == {"window_s", "cpu_s", "self_cpu_s", "pyspy_cpu_s", "cores", "stop_s",
-                                        "first_stop_s"}
+                                        "first_stop_s", "late_s"}
+    assert ran.cost["late_s"] == 0.0  # ended early: not late
 
 
 # /proc/stat's first lines as this 2-vCPU virtual machine's kernel wrote them (2026-12-04), 10 s apart
@@ -271,6 +274,58 @@ def test_the_threads_wait_for_a_cpu_is_read_per_thread(tmp_path: Path) -> None:
     assert attach._thread_waits(str(tmp_path / "absent")) is None
     me = attach._thread_waits()
     assert me is not None and str(threading.get_native_id()) in me
+
+
+# /proc/pressure/io and /proc/pressure/memory as this 2-vCPU virtual machine's kernel (6.18) wrote them (2026-12-05)
+PSI_IO = ("some avg10=0.01 avg60=2.56 avg300=3.19 total=311834908\n"
+          "full avg10=0.01 avg60=2.40 avg300=2.41 total=256229646\n")
+PSI_MEMORY = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=245267\n"
+              "full avg10=0.00 avg60=0.00 avg300=0.00 total=231336\n")
+
+
+def test_the_machines_stalls_on_the_disk_and_memory_are_read_from_psi(tmp_path: Path) -> None:
+    """``some total=`` (microseconds at least one task stalled) of ``io`` and ``memory``, summed; the ``full``
+    lines and the ``cpu`` file left out; None where the kernel does not say."""
+    (tmp_path / "io").write_text(PSI_IO)
+    (tmp_path / "memory").write_text(PSI_MEMORY)
+    (tmp_path / "cpu").write_text("some avg10=0.00 avg60=0.31 avg300=3.01 total=4452899810\n")
+    assert attach._stalled(str(tmp_path)) == pytest.approx((311834908 + 245267) / 1e6)
+    (tmp_path / "memory").write_text("full avg10=0.00 avg60=0.00 avg300=0.00 total=231336\n")  # no some line
+    assert attach._stalled(str(tmp_path)) is None
+    assert attach._stalled(str(tmp_path / "absent")) is None
+
+
+def test_the_hosts_share_of_an_interval_is_each_reading_between_two_marks() -> None:
+    """The calling thread's run-queue wait, the most one CPU lost to steal, the most one thread waited, the
+    machine's stalls and the thread's major page faults between two marks; what either mark lacks is left out."""
+    before = attach.HostMark(10.0, {"cpu0": 1.0, "cpu1": 2.0}, 300.0, 7, {"11": 1.0, "12": 5.0})
+    after = attach.HostMark(10.4, {"cpu0": 1.5, "cpu1": 2.1}, 307.25, 19, {"11": 9.0, "12": 5.5})
+    assert after.since(before, "late") == {"late_wait_s": 0.4, "late_steal_s": 0.5, "late_threads_wait_s": 8.0,
+                                           "late_stall_s": 7.25, "late_majflt": 12}
+    bare = attach.HostMark(None, None, None, None)
+    assert after.since(bare, "stop") == {} and bare.since(before, "stop") == {}
+    assert set(after.since(attach.HostMark(10.0, None, 300.0, None), "after")) == {"after_wait_s", "after_stall_s"}
+    me = attach.HostMark.read(threads=True)  # this thread's own readings, where this kernel gives them
+    assert me.threads is None or str(threading.get_native_id()) in me.threads
+    assert me.majflt is None or me.majflt >= 0
+
+
+def test_a_wait_that_ends_late_says_how_late_and_what_the_host_took_meanwhile() -> None:
+    """A wait that the host ended 5 s past the window's duration (its thread not run, or paged back in): the
+    window is 5 s longer, ``late_s`` says so, and the host's readings over that last wait are kept beside it
+    (what the live tests forgive the window's bound)."""
+    ticks = iter([0.0, 0.1])  # the window opens, one wait begins; it ends 5 s past the 0.2 s duration
+
+    def clock() -> float:
+        return next(ticks, 5.2)
+
+    ran = attach.run_window([Recorder("profiler", [])], 0.2, threading.Event(), should_stop=lambda: False,
+                            clock=clock)
+    assert ran.cost["late_s"] == 5.0 and ran.cost["window_s"] == pytest.approx(5.2)
+    shares = {k for k in ran.cost if k.startswith("late_") and k != "late_s"}
+    assert shares <= {"late_wait_s", "late_steal_s", "late_threads_wait_s", "late_stall_s", "late_majflt"}
+    if attach._waited() is not None:  # the kernel says: the last wait's own run-queue delay, not the thread's life
+        assert 0.0 <= ran.cost["late_wait_s"] < 1.0
 
 
 def test_a_wall_clock_stepped_during_the_window_neither_ends_it_nor_stretches_it() -> None:
