@@ -15,7 +15,9 @@ same incident (tests/unit/test_watch.py covers that, and both rules firing).
 "Within 60 s" is of the watcher's own time: the time the host took from it is added to the deadline
 (``host_lost_s``): the longest the kernel kept one of its threads (the main one runs the captures) waiting
 for a CPU, as the session's ``attach-cost.json`` counts it (``after_wait_s``), and the time the hypervisor
-ran something else than this machine (``/proc/stat``'s steal, ``steal_s`` there). On this 2-core host the
+ran something else than this machine (``/proc/stat``'s steal, ``steal_s`` there), and the time the machine
+stalled on the disk and memory (PSI, ``*_stall_s`` there: this kind of host sheds its page cache with memory
+free, and a thread waits off the run queue for its code to be read back). On this 2-core host the
 CPU build of vLLM spins both cores while it decodes, and a capture has waited there 10-24 s for each
 CPU-second it used (CI 2026-12-04: the second session not written 60 s after its load began); how fast
 a starved host schedules the watcher is the host's, not the watcher's.
@@ -32,6 +34,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from diagnose import attach
 from diagnose.collectors import process as process_collector
+from tests import attach_cost
 
 DIAGNOSE = Path(sys.executable).with_name("diagnose")
 ALERT = Path(__file__).resolve().parent / "data" / "alertmanager" / "v4-firing.json"
@@ -56,6 +60,7 @@ FIRST_WITHIN_S = 60.0
 # the scenario checks what the watcher says, not how fast a starved host lets it say it (``metrics``).
 ANSWER_WITHIN_S = 30.0
 MAX_STARVED_S = 120.0  # at most this much of the host's time is added to a deadline
+HELD_POLL_S = 0.5  # how often the watcher's threads are read while an answer is awaited
 # CPU seconds a capture may spend after its window (its files, the analysis: attach-cost.json's after_cpu_s).
 # Measured 0.3-0.9 s on the demo and on vLLM (2026-12-04). The deadlines forgive the run-queue wait, and that
 # wait grows with the watcher's own CPU, so this budget is what catches a capture grown costlier.
@@ -73,53 +78,102 @@ class Watched:
 
 
 def metrics(port: int, pid: int | None = None) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """The watcher's /metrics, answered within ``ANSWER_WITHIN_S`` of its own time: a request that times out
-    is asked again for what is left of that once the time the host took from the watcher meanwhile
-    (``host_lost_s``, up to ``MAX_STARVED_S``) is added. A watcher that had its CPU and did not answer in
-    ``ANSWER_WITHIN_S`` fails then, as one whose server is gone fails at once."""
+    """The watcher's /metrics (``metrics_held``)."""
+    return metrics_held(port, pid)[0]
+
+
+def metrics_held(port: int, pid: int | None = None) -> tuple[dict[str, dict[tuple[tuple[str, str], ...], float]],
+                                                               float]:
+    """The watcher's /metrics, answered within ``ANSWER_WITHIN_S`` of its own time, and the seconds the host held
+    the watcher back while it was asked. Those seconds (up to ``MAX_STARVED_S``) are added to the deadline: the
+    most of what the kernel counted (``host_lost_s``) and of what its threads' states showed, read every
+    ``HELD_POLL_S`` while the answer is awaited (``held_between``: a thread that waits for a CPU now has not had its
+    wait counted yet, and the GIL it holds keeps the server's thread from answering). A watcher that had its CPU
+    and did not answer in ``ANSWER_WITHIN_S`` fails then, with what its threads were doing; one whose server is
+    gone fails at once."""
     start, lost0 = time.monotonic(), host_lost_s(pid)
-    timeout, lost = ANSWER_WITHIN_S, 0.0
+    box: dict[str, Any] = {}
+    asker = threading.Thread(target=_ask, args=(port, box), daemon=True)
+    asker.start()
+    held, lost = 0.0, 0.0
+    at, states = start, _thread_states(pid)
     while True:
-        try:
-            text = _get_metrics(port, timeout)
+        asker.join(HELD_POLL_S)
+        if not asker.is_alive():
             break
-        except OSError as exc:
-            if not _timed_out(exc):
-                raise
-            lost = max(lost, min(MAX_STARVED_S, host_lost_s(pid, lost0)[0]))
-            timeout = ANSWER_WITHIN_S + lost - (time.monotonic() - start)
-            if timeout < 1.0:
-                raise
-    return _parse(text)
+        now, later = time.monotonic(), _thread_states(pid)
+        if held_between(states, later):
+            held += now - at
+        at, states = now, later
+        lost = max(lost, min(MAX_STARVED_S, max(held, host_lost_s(pid, lost0)[0])))
+        if now - start >= ANSWER_WITHIN_S + lost:
+            # what its threads were doing while it did not answer (state D: waiting for the disk; S in futex_wait:
+            # for the GIL; R: for a CPU), read as it runs
+            threads = attach_cost.threads_of(pid, blocking=False) if pid else ""
+            raise TimeoutError(f"timed out after {now - start:.1f} s, {lost:.1f} s of it the host's "
+                               f"({held:.1f} s seen held); the watcher's threads then:\n{threads}")
+    if "error" in box:
+        raise box["error"]
+    return _parse(box["text"]), lost
 
 
-def _get_metrics(port: int, timeout: float) -> str:
-    return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode())
+def _ask(port: int, box: dict[str, Any]) -> None:
+    """GET /metrics into ``box`` (``text``, or the ``error``); it gives up on its own once no deadline can be met."""
+    try:
+        box["text"] = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                             timeout=ANSWER_WITHIN_S + MAX_STARVED_S + 5.0).read().decode()
+    except OSError as exc:
+        box["error"] = exc
 
 
-def _timed_out(exc: OSError) -> bool:
-    return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+States = dict[int, tuple[str, int]]  # thread id -> (its state, nanoseconds it has run)
 
 
-Lost = tuple[float, attach.Stolen | None, dict[int, float]]  # (seconds lost, steal per CPU, wait per thread)
+def _thread_states(pid: int | None) -> States:
+    out: States = {}
+    for task in Path(f"/proc/{pid}/task").glob("*") if pid else ():
+        if not task.name.isdigit():
+            continue
+        stat = process_collector.read_stat(pid or 0, int(task.name))
+        ss = process_collector._schedstat(pid or 0, int(task.name))
+        if stat is not None and ss is not None:
+            out[int(task.name)] = (str(stat["state"]), ss[0])
+    return out
+
+
+def held_between(before: States, after: States) -> bool:
+    """Whether the host held the process back between two readings: one of its threads runnable (``R``) at both
+    that did not run in between (waiting for a CPU all along), or waiting for the disk (``D``) at both."""
+    for tid, (state, ran) in after.items():
+        was = before.get(tid)
+        if was is not None and state == was[0] and (state == "D" or (state == "R" and ran == was[1])):
+            return True
+    return False
+
+
+# (seconds lost, steal per CPU, wait per thread, the machine's disk and memory stalls)
+Lost = tuple[float, attach.Stolen | None, dict[int, float], float | None]
 
 
 def host_lost_s(pid: int | None, since: Lost | None = None) -> Lost:
     """What the host took from ``pid`` since ``since``, at most: the most any one CPU had stolen
     (``attach._stolen``: the hypervisor ran something else) plus the longest run-queue wait of one of its
     threads alive now (one born since counts from 0; a queued thread's wait also counts what was stolen
-    meanwhile, so the sum is an upper bound); the readings, to measure from later. It can fall when the
-    thread that waited longest ends: callers keep the largest they saw."""
-    steal = attach._stolen()
+    meanwhile, so the sum is an upper bound) plus the time the machine stalled on the disk and memory
+    (``attach._stalled``: a thread whose code was paged out waits for the disk, which no run-queue wait counts);
+    the readings, to measure from later. It can fall when the thread that waited longest ends: callers keep the
+    largest they saw."""
+    steal, stalled = attach._stolen(), attach._stalled()
     waits: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*") if pid else ():
         if pid and task.name.isdigit() and (ss := process_collector._schedstat(pid, int(task.name))) is not None:
             waits[int(task.name)] = ss[1] / 1e9
     if since is None:
-        return 0.0, steal, waits
+        return 0.0, steal, waits, stalled
     stolen = attach.stolen_between(since[1], steal) or 0.0
     waited = max((w - since[2].get(t, 0.0) for t, w in waits.items()), default=0.0)
-    return stolen + max(0.0, waited), steal, waits
+    paged = stalled - since[3] if stalled is not None and since[3] is not None else 0.0
+    return stolen + max(0.0, waited) + paged, steal, waits, stalled
 
 
 def _parse(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -153,16 +207,18 @@ def _wait_for(out: Path, n: int, timeout_s: float, port: int, seen: set[str],
     (``host_lost_s``): the deadline is ``timeout_s`` of the watcher's own time (up to ``MAX_STARVED_S`` more
     of the host's)."""
     start, lost0 = time.monotonic(), host_lost_s(pid)
-    starved = 0.0
+    starved, held = 0.0, 0.0
     while True:
         starved = max(starved, min(MAX_STARVED_S, host_lost_s(pid, lost0)[0]))
         if time.monotonic() >= start + timeout_s + starved:
             break
         got = sessions(out)
         try:
-            answer = metrics(port, pid)
+            answer, lost = metrics_held(port, pid)
         except OSError as exc:
             raise AssertionError(f"the watcher's /metrics did not answer ({exc}): {why_not()}") from None
+        held += lost  # (what the kernel counted is in host_lost_s too: the larger of the two is added)
+        starved = max(starved, min(MAX_STARVED_S, held))
         for labels, v in answer.get("diagnose_bottleneck", {}).items():
             if v == 1.0:
                 seen.add(dict(labels)["category"])
