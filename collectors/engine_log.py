@@ -382,6 +382,17 @@ _NUMERIC_TABLE = bytes.maketrans(b",%\t\r\x0b\x0c", b"      ")
 _NON_NUMERIC = bytes(b for b in range(256) if b not in b"0123456789.- \t\n\r\x0b\x0c,%")
 
 
+def _vllm_stats_gate(line: str) -> bool:
+    """Whether ``feed`` reads ``line`` as a vLLM stats line, if it parses (its anchors)."""
+    return "Running:" in line or "Waiting:" in line or "Pending:" in line
+
+
+def _other_stats_gate(line: str) -> bool:
+    """Whether ``feed`` reads ``line`` as another engine's scheduler line, if it parses (SGLang's batches): those
+    add to the same series as vLLM's, so the bulk reader keeps them in line order."""
+    return " batch" in line
+
+
 def _tokens(text: str) -> list[str]:
     return text.replace(",", " ").replace("%", " ").split()
 
@@ -661,7 +672,7 @@ class EngineLogParser:
         if self._bench_rows is not None:
             return self._feed_bench(line)
         hit = False
-        if "Running:" in line or "Waiting:" in line or "Pending:" in line:
+        if _vllm_stats_gate(line):
             fast = vllm_values(line)
             if fast is not None:
                 self._add_values(*fast)
@@ -672,7 +683,7 @@ class EngineLogParser:
                 self._add_vllm(got)
                 self.recognised += 1
                 return True
-        if not hit and " batch" in line:
+        if not hit and _other_stats_gate(line):
             s = parse_sglang_batch(line)
             if s is not None:
                 self._add_sample(s)
@@ -750,7 +761,7 @@ class EngineLogParser:
         # yet (the first blocks of a log) is read line by line below, which learns it
         ids = np.fromiter(map(self._shape_ids.get, keys, itertools.repeat(-1)), np.int64, len(keys))
         unknown = np.flatnonzero(ids < 0).tolist()
-        if not any("Running:" in lines[k] or "Waiting:" in lines[k] or "Pending:" in lines[k] for k in unknown):
+        if not any(_vllm_stats_gate(lines[k]) or _other_stats_gate(lines[k]) for k in unknown):
             known = ids[ids >= 0]
             if known.size:
                 present = np.unique(known)
@@ -769,8 +780,13 @@ class EngineLogParser:
         for k, line in enumerate(lines):
             shape = shapes.get(keys[k])
             if shape is None:
-                if not ("Running:" in line or "Waiting:" in line or "Pending:" in line):
-                    rest.append(line)
+                if not _vllm_stats_gate(line):
+                    if _other_stats_gate(line):  # another engine's stats: after the lines before it, as read
+                        self._flush(groups, last_at, lines, numbers)
+                        for clean in clean_lines((line,)):
+                            self.feed(clean)
+                    else:
+                        rest.append(line)
                     continue
                 shape = _shape_of(line)
                 if shape is not None and len(shapes) < MAX_SHAPES:
@@ -873,7 +889,7 @@ class EngineLogParser:
         plan = self._plans.get(names) or self._plan(names)
         adders, r, w, k = plan
         if ("running" in names or "waiting" in names) and len(names) >= 2:
-            if not self.samples:
+            if "vllm" not in self.engines:  # (another engine's lines may have come first)
                 self.engines.setdefault("vllm")
             self.samples += 1
             for (add, scale), v in zip(adders, values, strict=True):

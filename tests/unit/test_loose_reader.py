@@ -460,3 +460,41 @@ def test_stats_lines_after_a_benchmarks_title_in_one_block_are_read_as_its_rows(
         "=================================================="]
     a, b, _ = _read_both(lines, len(lines))  # one block holding all of it
     assert a.samples == b.samples and a.benchmark == b.benchmark
+
+
+def test_another_engines_stats_lines_among_vllms_are_read_in_line_order_in_bulk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's scheduler lines in the same log as vLLM's stats lines (two engines behind one collector): both
+    add to the same series, so the bulk reader keeps them in line order (it fed them after the block's vLLM lines
+    before), and records both engines whichever came first (a vLLM line read by its learned layout after
+    SGLang's did not record vLLM)."""
+    monkeypatch.setattr(engine_log, "_LAYOUTS", {})  # other tests' layouts may have filled the table
+    rng = random.Random(5)
+    vllm = ("INFO 11-02 09:00:{s:02d} [loggers.py:123] Engine 000: Running: {r} reqs, Waiting: {w} reqs, "
+            "GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: {h:.1f}%")
+    sglang = ("[2026-11-02 09:00:{s:02d} TP0] Decode batch. #running-req: {r}, #token: 3709, token usage: 0.{u:02d}, "
+              "gen throughput (token/s): 459.01, #queue-req: {w}")
+    lines = [sglang.format(s=0, r=7, w=3, u=50)]  # the SGLang lines come first: the vLLM layout is learned after
+    for i in range(3000):
+        if rng.random() < 0.2:
+            lines.append(sglang.format(s=i % 60, r=rng.randrange(1, 300), w=rng.randrange(0, 90),
+                                       u=rng.randrange(0, 99)))
+        else:
+            lines.append(vllm.format(s=i % 60, r=rng.randrange(1, 300), w=rng.randrange(0, 90),
+                                     kv=rng.uniform(0, 100), h=rng.uniform(0, 100)))
+    lines.append(sglang.format(s=1, r=11, w=19, u=10))
+    lines.append(vllm.format(s=1, r=12, w=13, kv=50.0, h=1.0))  # the last line of all is vLLM's, after SGLang's
+    lines[1500] = sglang.format(s=2, r=5, w=17, u=20)  # the first block's (1,501 lines) is SGLang's
+    engine_log.EngineLogParser().feed(lines[1])  # the vLLM layout learned already (by an earlier log's parser)
+    # the first block alone (read the general way: its layouts are new to the parser), then both blocks (the second
+    # grouped by its known shapes)
+    for part, last in ((lines[:1501], 17), (lines, 13)):
+        a, b, _ = _read_both(part, 1502)
+        assert set(a.engines) == set(b.engines) == {"vllm", "sglang"}
+        assert a.samples == b.samples and a.queued_samples == b.queued_samples
+        for name in ("running", "waiting", "kv_usage", "running_when_queued"):
+            sa, sb = getattr(a, name), getattr(b, name)
+            assert (sa.count, sa.first, sa.last, sa.high, sa.low) == (sb.count, sb.first, sb.last, sb.high,
+                                                                      sb.low), name
+            assert _close(sa.total, sb.total), name
+        assert a.waiting.last == b.waiting.last == last
