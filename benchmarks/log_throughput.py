@@ -4,7 +4,8 @@ Writes a synthetic vLLM-style log (real-format lines: V0 and V1 stats lines, req
 preemption warning, a config dump, HTTP access lines) of the requested size into a temporary
 folder, runs the loose-evidence analysis on it in-process (``diagnose.loose.analyze_path``, the
 streaming path ``diagnose analyze FILE`` uses), deletes the file, and prints the throughput in
-MB/s and the peak resident memory (``resource.getrusage(...).ru_maxrss``).
+MB/s and the peak resident memory (``resource.getrusage(...).ru_maxrss``), and the analysis's time
+over a floor pass of the same file in the same minutes (``floor_pass``: read it and count its lines).
 
 With ``--per-source MB`` it also feeds the first MB of the log to each text source on its own and
 prints each one's MB/s, to show which parser limits the whole.
@@ -75,6 +76,19 @@ def write_log(path: str, size_bytes: int) -> int:
     return written
 
 
+def floor_pass(path: str, block: int = 8 << 20) -> float:
+    """Seconds for the least any reader of the log must do: read it in 8 MiB blocks and count its lines (what
+    ``wc -l`` does). Timed just before and just after the analysis, in the same minutes: on a host whose speed
+    moves from minute to minute (this 2-vCPU VM's by 1.6x), the analysis over this floor is the figure that
+    compares across runs, as ``bench/nsys_floor.py`` is for traces."""
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(block)
+        while n := fh.readinto(buf):
+            buf.count(b"\n", 0, n)
+    return time.perf_counter() - t0
+
+
 def per_source(path: str, limit: int) -> None:
     """Time each text source alone on the first ``limit`` bytes of the log (lines cleaned once)."""
     from diagnose import loose
@@ -119,14 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         size = write_log(path, int(args.size_mb * 1e6))
         gen_s = time.perf_counter() - t0
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        floor_before = floor_pass(path)
         t0 = time.perf_counter()
         result = loose.analyze_path(path)
         elapsed = time.perf_counter() - t0
+        floor_s = (floor_before + floor_pass(path)) / 2
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         keys = {e.key: e.value for e in result.evidence}
         mb = size / 1e6
         print(f"log: {mb:.0f} MB written in {gen_s:.1f} s ({path if args.keep else 'deleted afterwards'})")
         print(f"analyze: {elapsed:.1f} s -> {mb / elapsed:.1f} MB/s")
+        print(f"floor (read + count lines, before and after): {floor_s:.2f} s -> {mb / floor_s:.0f} MB/s; "
+              f"analyze / floor: {elapsed / floor_s:.1f}x")
         print(f"peak RSS: {peak_kib / 1024:.0f} MiB (before analysis: {rss_before / 1024:.0f} MiB)")
         print(f"inputs: {[(i.kind, i.status) for i in result.inputs]}")
         print(f"stats lines: {keys.get('serving.stat_samples')}, waiting max: {keys.get('serving.waiting_max')}, "
