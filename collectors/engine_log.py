@@ -761,7 +761,13 @@ class EngineLogParser:
         # yet (the first blocks of a log) is read line by line below, which learns it
         ids = np.fromiter(map(self._shape_ids.get, keys, itertools.repeat(-1)), np.int64, len(keys))
         unknown = np.flatnonzero(ids < 0).tolist()
-        if not any(_vllm_stats_gate(lines[k]) or _other_stats_gate(lines[k]) for k in unknown):
+        # another engine's scheduler lines among them add to the same series: the block is read in line order
+        # (one parse decides: a line that only mentions a batch keeps the bulk read)
+        if any(_other_stats_gate(lines[k]) and parse_sglang_batch(lines[k]) is not None for k in unknown):
+            for line in clean_lines(lines):
+                self.feed(line)
+            return
+        if not any(_vllm_stats_gate(lines[k]) for k in unknown):
             known = ids[ids >= 0]
             if known.size:
                 present = np.unique(known)
@@ -781,12 +787,7 @@ class EngineLogParser:
             shape = shapes.get(keys[k])
             if shape is None:
                 if not _vllm_stats_gate(line):
-                    if _other_stats_gate(line):  # another engine's stats: after the lines before it, as read
-                        self._flush(groups, last_at, lines, numbers)
-                        for clean in clean_lines((line,)):
-                            self.feed(clean)
-                    else:
-                        rest.append(line)
+                    rest.append(line)
                     continue
                 shape = _shape_of(line)
                 if shape is not None and len(shapes) < MAX_SHAPES:
