@@ -282,19 +282,21 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     cpu_before, host_before = _own_cpu(), HostMark.read()
     EXIT_WAITS.clear()  # the threads of an earlier window in this process (diagnose watch) are not this one's
     opened, t0 = epoch(), clock()
-    # each wait's mark: a wait that ends late (its thread, or one holding the GIL it needs back, not run; its
-    # code paged back in from the disk) ends the window late, and the host's part of that is the last wait's
-    polled = HostMark.read(threads=True)
+    # each wait's mark, read before its timeout is: a wait that ends late (its thread, or one holding the GIL it
+    # needs back, not run; its code paged back in from the disk) ends the window late, and the host's part of
+    # that is in the readings since the last wait's mark (the steal over the window bounds this one's)
+    polled = marked = HostMark.read(threads=True, steal=False)
     while not should_stop():
+        marked = HostMark.read(threads=True, steal=False)
         elapsed = clock() - t0
         if progress:
             progress(min(elapsed, duration_s), duration_s)
         if elapsed >= duration_s:
             break
-        polled = HostMark.read(threads=True)
+        polled = marked
         stop.wait(min(POLL_S, duration_s - elapsed))
     late_s = round(max(0.0, clock() - t0 - duration_s), 3)
-    late = {"late_s": late_s, **HostMark.read(threads=True).since(polled, "late")}
+    late = {"late_s": late_s, **HostMark.read(threads=True, steal=False).since(polled, "late")}
     # the stop, timed: the profiler's (sources[0], what the target sees end), each kind of source's and all of
     # them, with the time the stopping thread waited for a CPU and the host's steal meanwhile (a saturated or
     # oversubscribed host stretches the stop, not the attach's work). The wait above is on the clock: a host
@@ -342,7 +344,7 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran,
         before["started_wait_s"] = round(opened.waited, 3)
     if opened is not None and host_entered is not None:
         shares = opened.since(host_entered, "setup")
-        before.update({k: shares[k] for k in ("setup_steal_s", "setup_stall_s") if k in shares})
+        before.update({k: shares[k] for k in ("setup_steal_s", "setup_stall_s", "setup_majflt") if k in shares})
     return before
 
 
@@ -353,7 +355,8 @@ def _after_window(ran: Ran) -> dict[str, float]:
              "after_cpu_s": round(sum(_own_cpu()) - ran.cpu_closed, 4)}
     if ran.host_closed is not None:
         shares = HostMark.read().since(ran.host_closed, "after")
-        after.update({k: shares[k] for k in ("after_wait_s", "after_steal_s", "after_stall_s") if k in shares})
+        after.update({k: shares[k] for k in ("after_wait_s", "after_steal_s", "after_stall_s", "after_majflt")
+                      if k in shares})
     return after
 
 
@@ -429,49 +432,54 @@ def stolen_between(before: Stolen | None, after: Stolen | None) -> float | None:
     return round(max((after[c] - before[c] for c in both), default=0.0), 3) if both else None
 
 
-def _stalled(root: str = "/proc/pressure") -> float | None:
-    """Seconds since boot during which at least one task of this machine stalled on the disk, plus those it
-    stalled on memory (the kernel's pressure stall information: ``io`` and ``memory``'s ``some total=``, in
-    microseconds; the sum bounds the time either held anything back); None where the kernel does not say
-    (before Linux 4.20, or PSI off). A thread that touches a page the host evicted (its code, a library's, a
-    page cache a virtual machine's balloon gave back) waits for the disk off the run queue: neither its CPU time
-    nor its run-queue delay nor the steal counts that wait, this does."""
-    total = 0
+Stalled = tuple[float, float]  # seconds this machine has stalled on the disk, and on memory, since boot
+
+
+def _stalled(root: str = "/proc/pressure") -> Stalled | None:
+    """Seconds since boot during which at least one task of this machine stalled on the disk, and on memory
+    (the kernel's pressure stall information: ``io`` and ``memory``'s ``some total=``, in microseconds); None
+    where the kernel does not say (before Linux 4.20, or PSI off). A thread that touches a page the host evicted
+    (its code, a library's: a virtual machine may shed its page cache with memory free) waits for the disk off
+    the run queue: neither its CPU time nor its run-queue delay nor the steal counts that wait. These are the
+    whole machine's stalls, any task's, so they bound a thread's from above: the attach's own major faults
+    (``HostMark.majflt``) say whether it took part."""
+    totals = []
     try:
         for kind in ("io", "memory"):
             with open(os.path.join(root, kind), encoding="ascii") as fh:
                 some = next((line for line in fh if line.startswith("some ")), "")
-            total += int(some.rsplit("total=", 1)[1])
+            totals.append(int(some.rsplit("total=", 1)[1]) / 1e6)
     except (OSError, ValueError, IndexError):
         return None
-    return total / 1e6
+    return totals[0], totals[1]
 
 
 @dataclass(frozen=True)
 class HostMark:
     """What the host had taken from the attach by one instant, each a total since boot or since the thread
-    began: the calling thread's run-queue delay (``_waited``), every CPU's steal (``_stolen``), the machine's
-    stalls on the disk and memory (``_stalled``), the calling thread's major page faults, and (``threads``)
-    each of the attach's threads' run-queue delay (``_source_thread_waits``). Two marks say how much of an
-    interval's wall time was the host's (``since``)."""
+    began: the calling thread's run-queue delay (``_waited``), every CPU's steal (``_stolen``; left out of the
+    wait's marks, 4 a second: /proc/stat costs a big host's kernel a millisecond), the machine's stalls on the
+    disk and on memory (``_stalled``), the attach process's major faults (all its threads', ended ones
+    included: each a wait for the disk), and (``threads``) each of the attach's threads' run-queue delay
+    (``_source_thread_waits``). Two marks say how much of an interval's wall time was the host's (``since``)."""
 
     waited: float | None
     stolen: Stolen | None
-    stalled: float | None
+    stalled: Stalled | None
     majflt: int | None
     threads: dict[str, float] | None = None
 
     @classmethod
-    def read(cls, threads: bool = False) -> HostMark:
-        stat = process_collector.stat_at("/proc/thread-self/stat")
-        return cls(_waited(), _stolen(), _stalled(), None if stat is None else int(stat["majflt"]),
-                   _source_thread_waits() if threads else None)
+    def read(cls, threads: bool = False, steal: bool = True) -> HostMark:
+        return cls(_waited(), _stolen() if steal else None, _stalled(),
+                   resource.getrusage(resource.RUSAGE_SELF).ru_majflt, _source_thread_waits() if threads else None)
 
     def since(self, before: HostMark, phase: str) -> dict[str, float]:
         """``{phase}_wait_s`` (the calling thread's run-queue delay), ``_steal_s`` (the most one CPU lost),
         ``_threads_wait_s`` (the most any thread of the attach waited, where both marks read the threads),
-        ``_stall_s`` (the machine's disk and memory stalls) and ``_majflt`` (the calling thread's pages read
-        back from the disk) from ``before`` to this mark, each where the kernel says."""
+        ``_stall_s`` (the most the machine stalled on the disk or on memory: a page read back after it was
+        evicted counts in both) and ``_majflt`` (the attach's major faults) from ``before`` to this mark, each
+        where the kernel says."""
         out: dict[str, float] = {}
         if self.waited is not None and before.waited is not None:
             out[f"{phase}_wait_s"] = round(self.waited - before.waited, 3)
@@ -480,7 +488,7 @@ class HostMark:
         if (most := waited_most(before.threads, self.threads)) is not None:
             out[f"{phase}_threads_wait_s"] = most
         if self.stalled is not None and before.stalled is not None:
-            out[f"{phase}_stall_s"] = round(self.stalled - before.stalled, 3)
+            out[f"{phase}_stall_s"] = round(max(a - b for a, b in zip(self.stalled, before.stalled, strict=True)), 3)
         if self.majflt is not None and before.majflt is not None:
             out[f"{phase}_majflt"] = self.majflt - before.majflt
         return out

@@ -117,8 +117,8 @@ def read_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
 
 def stat_at(path: str) -> dict[str, Any] | None:
     """A ``stat`` file's fields (``read_stat``; ``/proc/thread-self/stat``: the calling thread's), with the major
-    page faults (``majflt``: pages read back from the disk, the waits of which are neither CPU time nor a
-    run-queue delay); None where the process or thread is gone."""
+    faults (``majflt``: faults that waited for the disk, which is neither CPU time nor a run-queue delay; a
+    process's counts all its threads'); None where the process or thread is gone."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read().decode("utf-8", "replace")

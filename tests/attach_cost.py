@@ -17,25 +17,33 @@ from pathlib import Path
 from diagnose.collectors import process as process_collector
 
 
-def _phase(cost: Mapping[str, float], phase: str) -> float:
-    """The host's share of one phase the attach's thread waited through: the most its thread, or a thread whose
-    GIL it needed, waited for a CPU, plus the steal and the machine's stalls meanwhile."""
+def _phase(cost: Mapping[str, float], phase: str, length: float, steal: float | None = None) -> float:
+    """The host's share of one phase the attach's thread waited through, never more than the phase lasted
+    (``length``): the most its thread, or a thread whose GIL it needed, waited for a CPU, plus the steal
+    (``steal``: the phase's own where it has none), plus the machine's stalls on the disk or memory when the
+    attach itself had major faults meanwhile (PSI counts any task's stalls: without a fault of its own, the
+    attach did not wait on the disk)."""
     waited = max(cost.get(f"{phase}_wait_s", 0.0), cost.get(f"{phase}_threads_wait_s", 0.0))
-    return waited + cost.get(f"{phase}_steal_s", 0.0) + cost.get(f"{phase}_stall_s", 0.0)
+    stolen = cost.get(f"{phase}_steal_s", 0.0) if steal is None else steal
+    stalled = cost.get(f"{phase}_stall_s", 0.0) if cost.get(f"{phase}_majflt", 0) > 0 else 0.0
+    return min(max(0.0, length), waited + stolen + stalled)
 
 
 def window_share(cost: Mapping[str, float]) -> float:
-    """Seconds of the window that were the host's: its share of the stop, and of the wait's late end, never more
-    than that end was late (``late_s``). The wait itself is on the clock: a host that took time from it earlier
-    ends it no later."""
-    return _phase(cost, "stop") + min(cost.get("late_s", 0.0), _phase(cost, "late"))
+    """Seconds of the window that were the host's: its share of the stop (at most the stop's length), and of
+    the wait's late end (at most how late it ended, ``late_s``; its steal is bounded by the whole window's, not
+    read per wait). The wait itself is on the clock: a host that took time from it earlier ends it no later."""
+    late = _phase(cost, "late", cost.get("late_s", 0.0), steal=cost.get("steal_s", 0.0))
+    return _phase(cost, "stop", cost.get("stop_s", 0.0)) + late
 
 
 def outside_share(cost: Mapping[str, float]) -> float:
-    """Seconds of the attach's wall time outside its window that were the host's: its thread's run-queue wait from
-    its start to the window and after it, the steal and the machine's stalls in its setup and after the window."""
-    keys = ("started_wait_s", "after_wait_s", "setup_steal_s", "after_steal_s", "setup_stall_s", "after_stall_s")
-    return sum(cost.get(k, 0.0) for k in keys)
+    """Seconds of the attach's wall time outside its window that were the host's, each phase's at most its
+    length: from its start to the window (its thread's run-queue wait since it started, the steal and the
+    stalls of its setup) and after the window (the same readings over the captures and the analysis)."""
+    before = cost.get("started_wait_s", 0.0) + cost.get("setup_steal_s", 0.0) + (
+        cost.get("setup_stall_s", 0.0) if cost.get("setup_majflt", 0) > 0 else 0.0)
+    return min(max(0.0, cost.get("started_s", 0.0)), before) + _phase(cost, "after", cost.get("after_s", 0.0))
 
 
 def threads_of(pid: int, blocking: bool = True) -> str:

@@ -13,14 +13,16 @@ second session rather than join the first: a rule that turns true while another 
 same incident (tests/unit/test_watch.py covers that, and both rules firing).
 
 "Within 60 s" is of the watcher's own time: the time the host took from it is added to the deadline
-(``host_lost_s``): the longest the kernel kept one of its threads (the main one runs the captures) waiting
-for a CPU, as the session's ``attach-cost.json`` counts it (``after_wait_s``), and the time the hypervisor
-ran something else than this machine (``/proc/stat``'s steal, ``steal_s`` there), and the time the machine
-stalled on the disk and memory (PSI, ``*_stall_s`` there: this kind of host sheds its page cache with memory
-free, and a thread waits off the run queue for its code to be read back). On this 2-core host the
-CPU build of vLLM spins both cores while it decodes, and a capture has waited there 10-24 s for each
-CPU-second it used (CI 2026-12-04: the second session not written 60 s after its load began); how fast
-a starved host schedules the watcher is the host's, not the watcher's.
+(``host_lost_s``, read from /proc): the longest the kernel kept one of its threads (the main one runs the
+captures) waiting for a CPU, as the session's ``attach-cost.json`` counts it (``after_wait_s``), the time the
+hypervisor ran something else than this machine (``/proc/stat``'s steal, ``steal_s`` there), and, when the
+watcher had major faults meanwhile, the time the machine stalled on the disk or memory (PSI, ``*_stall_s``
+there: this kind of host sheds its page cache with memory free, and a thread waits off the run queue for its
+code to be read back); while an answer of its /metrics is awaited, also the time one of its threads stayed
+queued or paging without running (``held_between``: a wait still going on is not counted by the kernel yet).
+On this 2-core host the CPU build of vLLM spins both cores while it decodes, and a capture has waited there
+10-24 s for each CPU-second it used (CI 2026-12-04: the second session not written 60 s after its load
+began); how fast a starved host schedules the watcher is the host's, not the watcher's.
 
 The watcher runs with ``--clear 40``: on this 2-core host real vLLM's waiting gauge has read 0 for 20-30 s
 in the middle of one steady load while a capture ran (requests still completing at 20-30/s), and a rule
@@ -106,27 +108,31 @@ def metrics_held(port: int, pid: int | None = None) -> tuple[dict[str, dict[tupl
             held += now - at
         at, states = now, later
         lost = max(lost, min(MAX_STARVED_S, max(held, host_lost_s(pid, lost0)[0])))
-        if now - start >= ANSWER_WITHIN_S + lost:
+        if now - start >= ANSWER_WITHIN_S + lost and asker.is_alive():  # (an answer just in is taken)
             # what its threads were doing while it did not answer (state D: waiting for the disk; S in futex_wait:
             # for the GIL; R: for a CPU), read as it runs
             threads = attach_cost.threads_of(pid, blocking=False) if pid else ""
             raise TimeoutError(f"timed out after {now - start:.1f} s, {lost:.1f} s of it the host's "
                                f"({held:.1f} s seen held); the watcher's threads then:\n{threads}")
-    if "error" in box:
-        raise box["error"]
+    error = box.get("error")
+    if isinstance(error, OSError):
+        raise error
+    if error is not None:  # a broken answer (a truncated body): said as the scenario says a failed request
+        raise OSError(f"the answer broke off: {error!r}") from error
     return _parse(box["text"]), lost
 
 
 def _ask(port: int, box: dict[str, Any]) -> None:
-    """GET /metrics into ``box`` (``text``, or the ``error``); it gives up on its own once no deadline can be met."""
+    """GET /metrics into ``box`` (``text``, or the ``error``, whatever it is); it gives up on its own once no
+    deadline can be met."""
     try:
         box["text"] = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                              timeout=ANSWER_WITHIN_S + MAX_STARVED_S + 5.0).read().decode()
-    except OSError as exc:
+    except BaseException as exc:  # handed to the caller, which raises it
         box["error"] = exc
 
 
-States = dict[int, tuple[str, int]]  # thread id -> (its state, nanoseconds it has run)
+States = dict[int, tuple[str, int, int]]  # thread id -> (its state, nanoseconds it has run, its major faults)
 
 
 def _thread_states(pid: int | None) -> States:
@@ -137,43 +143,53 @@ def _thread_states(pid: int | None) -> States:
         stat = process_collector.read_stat(pid or 0, int(task.name))
         ss = process_collector._schedstat(pid or 0, int(task.name))
         if stat is not None and ss is not None:
-            out[int(task.name)] = (str(stat["state"]), ss[0])
+            out[int(task.name)] = (str(stat["state"]), ss[0], int(stat["majflt"]))
     return out
 
 
 def held_between(before: States, after: States) -> bool:
-    """Whether the host held the process back between two readings: one of its threads runnable (``R``) at both
-    that did not run in between (waiting for a CPU all along), or waiting for the disk (``D``) at both."""
-    for tid, (state, ran) in after.items():
+    """Whether the host held the process back between two readings: one of its threads that did not run in
+    between and was, at both, runnable (``R``: waiting for a CPU all along) or waiting for the disk (``D``) with
+    major faults meanwhile (its pages read back; a write or a /proc read also waits in D, and releases the GIL)."""
+    for tid, (state, ran, faults) in after.items():
         was = before.get(tid)
-        if was is not None and state == was[0] and (state == "D" or (state == "R" and ran == was[1])):
+        if was is None or state != was[0] or ran != was[1]:
+            continue
+        if state == "R" or (state == "D" and faults > was[2]):
             return True
     return False
 
 
-# (seconds lost, steal per CPU, wait per thread, the machine's disk and memory stalls)
-Lost = tuple[float, attach.Stolen | None, dict[int, float], float | None]
+# (seconds lost, steal per CPU, wait per thread, the machine's disk and memory stalls, the process's major faults)
+Lost = tuple[float, attach.Stolen | None, dict[int, float], attach.Stalled | None, int | None]
 
 
 def host_lost_s(pid: int | None, since: Lost | None = None) -> Lost:
     """What the host took from ``pid`` since ``since``, at most: the most any one CPU had stolen
     (``attach._stolen``: the hypervisor ran something else) plus the longest run-queue wait of one of its
     threads alive now (one born since counts from 0; a queued thread's wait also counts what was stolen
-    meanwhile, so the sum is an upper bound) plus the time the machine stalled on the disk and memory
-    (``attach._stalled``: a thread whose code was paged out waits for the disk, which no run-queue wait counts);
-    the readings, to measure from later. It can fall when the thread that waited longest ends: callers keep the
-    largest they saw."""
+    meanwhile, so the sum is an upper bound) plus, when the process had major faults meanwhile (its pages read
+    back from the disk, which no run-queue wait counts), the most the machine stalled on the disk or on memory
+    (``attach._stalled``: any task's stalls, so a bound); the readings, to measure from later. Nothing without a
+    ``pid``. It can fall when the thread that waited longest ends: callers keep the largest they saw."""
+    if not pid:
+        return 0.0, None, {}, None, None
     steal, stalled = attach._stolen(), attach._stalled()
+    stat = process_collector.read_stat(pid)
+    faults = None if stat is None else int(stat["majflt"])
     waits: dict[int, float] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*") if pid else ():
-        if pid and task.name.isdigit() and (ss := process_collector._schedstat(pid, int(task.name))) is not None:
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        if task.name.isdigit() and (ss := process_collector._schedstat(pid, int(task.name))) is not None:
             waits[int(task.name)] = ss[1] / 1e9
     if since is None:
-        return 0.0, steal, waits, stalled
+        return 0.0, steal, waits, stalled, faults
     stolen = attach.stolen_between(since[1], steal) or 0.0
     waited = max((w - since[2].get(t, 0.0) for t, w in waits.items()), default=0.0)
-    paged = stalled - since[3] if stalled is not None and since[3] is not None else 0.0
-    return stolen + max(0.0, waited) + paged, steal, waits, stalled
+    paged = 0.0
+    if stalled is not None and since[3] is not None and faults is not None and since[4] is not None \
+            and faults > since[4]:
+        paged = max(a - b for a, b in zip(stalled, since[3], strict=True))
+    return stolen + max(0.0, waited) + paged, steal, waits, stalled, faults
 
 
 def _parse(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

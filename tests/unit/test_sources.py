@@ -284,30 +284,32 @@ PSI_MEMORY = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=245267\n"
 
 
 def test_the_machines_stalls_on_the_disk_and_memory_are_read_from_psi(tmp_path: Path) -> None:
-    """``some total=`` (microseconds at least one task stalled) of ``io`` and ``memory``, summed; the ``full``
-    lines and the ``cpu`` file left out; None where the kernel does not say."""
+    """``some total=`` (microseconds at least one task stalled) of ``io`` and of ``memory``; the ``full`` lines
+    and the ``cpu`` file left out; None where the kernel does not say."""
     (tmp_path / "io").write_text(PSI_IO)
     (tmp_path / "memory").write_text(PSI_MEMORY)
     (tmp_path / "cpu").write_text("some avg10=0.00 avg60=0.31 avg300=3.01 total=4452899810\n")
-    assert attach._stalled(str(tmp_path)) == pytest.approx((311834908 + 245267) / 1e6)
+    assert attach._stalled(str(tmp_path)) == pytest.approx((311834908 / 1e6, 245267 / 1e6))
     (tmp_path / "memory").write_text("full avg10=0.00 avg60=0.00 avg300=0.00 total=231336\n")  # no some line
     assert attach._stalled(str(tmp_path)) is None
     assert attach._stalled(str(tmp_path / "absent")) is None
 
 
 def test_the_hosts_share_of_an_interval_is_each_reading_between_two_marks() -> None:
-    """The calling thread's run-queue wait, the most one CPU lost to steal, the most one thread waited, the
-    machine's stalls and the thread's major page faults between two marks; what either mark lacks is left out."""
-    before = attach.HostMark(10.0, {"cpu0": 1.0, "cpu1": 2.0}, 300.0, 7, {"11": 1.0, "12": 5.0})
-    after = attach.HostMark(10.4, {"cpu0": 1.5, "cpu1": 2.1}, 307.25, 19, {"11": 9.0, "12": 5.5})
+    """The calling thread's run-queue wait, the most one CPU lost to steal, the most one thread waited, the most
+    the machine stalled on the disk or on memory (a refault counts in both: not summed) and the attach's major
+    faults between two marks; what either mark lacks is left out."""
+    before = attach.HostMark(10.0, {"cpu0": 1.0, "cpu1": 2.0}, (300.0, 50.0), 7, {"11": 1.0, "12": 5.0})
+    after = attach.HostMark(10.4, {"cpu0": 1.5, "cpu1": 2.1}, (307.25, 56.0), 19, {"11": 9.0, "12": 5.5})
     assert after.since(before, "late") == {"late_wait_s": 0.4, "late_steal_s": 0.5, "late_threads_wait_s": 8.0,
                                            "late_stall_s": 7.25, "late_majflt": 12}
     bare = attach.HostMark(None, None, None, None)
     assert after.since(bare, "stop") == {} and bare.since(before, "stop") == {}
-    assert set(after.since(attach.HostMark(10.0, None, 300.0, None), "after")) == {"after_wait_s", "after_stall_s"}
-    me = attach.HostMark.read(threads=True)  # this thread's own readings, where this kernel gives them
+    assert set(after.since(attach.HostMark(10.0, None, (300.0, 1.0), None), "after")) == {"after_wait_s",
+                                                                                          "after_stall_s"}
+    me = attach.HostMark.read(threads=True, steal=False)  # this process's own readings, where this kernel gives them
     assert me.threads is None or str(threading.get_native_id()) in me.threads
-    assert me.majflt is None or me.majflt >= 0
+    assert me.stolen is None and me.majflt is not None and me.majflt >= 0
 
 
 def test_a_wait_that_ends_late_says_how_late_and_what_the_host_took_meanwhile() -> None:
@@ -323,9 +325,28 @@ def test_a_wait_that_ends_late_says_how_late_and_what_the_host_took_meanwhile() 
                             clock=clock)
     assert ran.cost["late_s"] == 5.0 and ran.cost["window_s"] == pytest.approx(5.2)
     shares = {k for k in ran.cost if k.startswith("late_") and k != "late_s"}
-    assert shares <= {"late_wait_s", "late_steal_s", "late_threads_wait_s", "late_stall_s", "late_majflt"}
+    assert shares <= {"late_wait_s", "late_threads_wait_s", "late_stall_s", "late_majflt"}  # no steal per wait
     if attach._waited() is not None:  # the kernel says: the last wait's own run-queue delay, not the thread's life
         assert 0.0 <= ran.cost["late_wait_s"] < 1.0
+
+
+def test_the_late_share_is_read_from_the_last_waits_mark_not_the_windows_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each wait is marked before its timeout is computed; the late share is the last wait's mark to the end:
+    marks whose readings grow by 1 s each give a share of 2 s (that mark, the one read at the loop's last
+    check, the one after it), whatever the number of waits before."""
+    reads = [0]
+
+    def counting(threads: bool = False, steal: bool = True) -> attach.HostMark:
+        reads[0] += 1
+        n = float(reads[0])
+        return attach.HostMark(n, None, (n, 0.0), reads[0], {"7": n} if threads else None)
+
+    monkeypatch.setattr(attach.HostMark, "read", staticmethod(counting))
+    ran = attach.run_window([Recorder("profiler", [])], 0.6, threading.Event(), should_stop=lambda: False)
+    assert reads[0] >= 6  # a mark per wait (0.6 s of 0.25 s waits: three), and the window's own readings
+    assert ran.cost["late_wait_s"] == ran.cost["late_stall_s"] == ran.cost["late_threads_wait_s"] == 2.0
+    assert ran.cost["late_majflt"] == 2
 
 
 def test_a_wall_clock_stepped_during_the_window_neither_ends_it_nor_stretches_it() -> None:
