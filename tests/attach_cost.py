@@ -3,8 +3,9 @@
 of CPU, or one that pages the attach's code back in from a slow disk, is told apart from the attach's own work.
 
 Each share is a measurement the kernel gave for that interval (``attach.HostMark.since``): a thread's run-queue
-delay, the most any thread of the attach waited, the hypervisor's steal, the machine's stalls on the disk and
-memory (PSI). Where the kernel gave none, nothing is forgiven."""
+delay, the most any thread of the attach waited, the hypervisor's steal, and the machine's stalls on the disk or
+memory (PSI) when the attach had major faults of its own meanwhile; each phase's share is at most the phase's
+length. Where the kernel gave none, nothing is forgiven."""
 
 from __future__ import annotations
 
