@@ -285,7 +285,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     # each wait's mark, read before its timeout is: a wait that ends late (its thread, or one holding the GIL it
     # needs back, not run; its code paged back in from the disk) ends the window late, and the host's part of
     # that is in the readings since the last wait's mark (the steal over the window bounds this one's)
-    polled = marked = HostMark.read(threads=True, steal=False)
+    polled = HostMark.read(threads=True, steal=False)
     while not should_stop():
         marked = HostMark.read(threads=True, steal=False)
         elapsed = clock() - t0

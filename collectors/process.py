@@ -111,14 +111,10 @@ def process_tree(pid: int) -> list[psutil.Process]:
 
 
 def read_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
-    """One ``/proc/PID/stat`` (or a thread's) read: name, state, CPU (own and reaped children's), RSS."""
-    return stat_at(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
-
-
-def stat_at(path: str) -> dict[str, Any] | None:
-    """A ``stat`` file's fields (``read_stat``; ``/proc/thread-self/stat``: the calling thread's), with the major
-    faults (``majflt``: faults that waited for the disk, which is neither CPU time nor a run-queue delay; a
+    """One ``/proc/PID/stat`` (or a thread's) read: name, state, CPU (own and reaped children's), RSS, and the
+    major faults (``majflt``: faults that waited for the disk, which is neither CPU time nor a run-queue delay; a
     process's counts all its threads'); None where the process or thread is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
         with open(path, "rb") as fh:
             raw = fh.read().decode("utf-8", "replace")

@@ -3,24 +3,17 @@ throughput beside its floor pass of the same file, in the same run."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("log_throughput", ROOT / "benchmarks" / "log_throughput.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["log_throughput"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The benchmark script as a module, fresh (a test may replace one of its names)."""
+    return importlib.reload(importlib.import_module("benchmarks.log_throughput"))
 
 
 def test_the_benchmark_prints_the_analysis_over_its_floor(capsys: pytest.CaptureFixture[str]) -> None:
