@@ -260,7 +260,10 @@ CONCEPTS: dict[str, str] = {
                       r"|models?|containers?|deployments?|tenants?|engines?|jobs?|users?|pods?|workers?|apps?)"
                       r"|shared (?:gpu|server|machine|node)|held by|occupied by|used by (?:another|other)"
                       r"|kill -9|no processes? (?:found|running|listed)"
-                      r"|processes? (?:is |are )?not (?:shown|visible|listed)",
+                      r"|processes? (?:is |are )?not (?:shown|visible|listed)"
+                      # the same in Chinese reports: another/existing process, two or more instances, a shared card
+                      r"|(?:其他|其它|另一个|另外的?|别的|已有)进程|(?:多个|两个)[^\s，。,;；]{0,8}?实例|共卡"
+                      r"|共享(?:设备|显卡|GPU|NPU)(?!内存|显存)",  # not Windows' "shared GPU memory" (host RAM)
     "slow": r"\bslow\w*|takes? (?:a )?long|too long|latency|\blag\w*|delay\w*|hang\w*|stuck|degrad\w*|regress\w*"
             r"|very high|慢|耗时",
     # memory growing over time or requests (a "memory leak?" question alone is not growth)

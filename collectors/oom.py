@@ -101,6 +101,11 @@ class ModelHints:
     gpu_memory_assumed: tuple[float, ...] = ()  # the sizes a GPU name without a size could mean (GiB)
     gpu_memory_utilization: float | None = None
     weights_measured: int | None = None  # "Loading model weights took 14.99 GB"
+    # vLLM's memory profiling at start-up (``_PROFILE_FIELD``): the device's size, and (0.6.x) the device's use
+    # by every process once this instance's weights were loaded, and the use beyond this process' tensors
+    device_total: int | None = None
+    profile_used: int | None = None
+    profile_non_torch: int | None = None
     engine: str = ""
     engine_version: str = ""  # "0.6.4", from the engine's start-up banner or a version statement
     vllm_v1: bool | None = None  # vLLM's V1 engine (markers in the log), V0, or not said
@@ -145,6 +150,10 @@ _F_ALREADY = re.compile(rf"(?P<v>{SIZE})\s+already allocated", re.IGNORECASE)
 _F_FREE = re.compile(rf"of which\s+(?P<v>{SIZE})\s+(?:is\s+)?free|;\s*(?P<v2>{SIZE})\s+free\b", re.IGNORECASE)
 _F_ALLOWED = re.compile(rf"(?P<v>{SIZE})\s+allowed", re.IGNORECASE)
 _F_RESERVED_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+reserved in total", re.IGNORECASE)
+# PyTorch 1.0-1.3's message ends "…; 7.38 MiB free; 5.08 GiB cached)": the allocator's cached blocks less what is
+# allocated (amount_cached - amount_allocated), after it has returned every whole free block to the driver, so
+# what is left is free space split off blocks still partly in use: reserved but unallocated
+_F_CACHED = re.compile(rf";\s*(?P<v>{SIZE})\s+cached\s*\)", re.IGNORECASE)
 _F_THIS_PROCESS = re.compile(rf"this process has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
@@ -156,11 +165,41 @@ _JAX_BYTES = re.compile(r"Out of memory while trying to allocate\s+(?P<v>\d+)\s+
 _FW_SAMPLER = re.compile(r"out of memory occurred when warming up sampler", re.IGNORECASE)
 _FW_TGI = re.compile(r"Not enough memory to handle\s+(?P<n>\d+)\s+prefill tokens", re.IGNORECASE)
 _FW_NO_CACHE = re.compile(r"No available memory for the cache blocks", re.IGNORECASE)
+# vLLM V1 (gpu_worker.py, determine_available_memory) logs what is left for the KV cache before it raises "No
+# available memory for the cache blocks": "Available KV cache memory: -2.14 GiB"; zero or below is that failure.
+# SGLang's model runner: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+_FW_KV_LEFT = re.compile(r"Available KV cache memory:\s*(?P<v>-\s*\d+(?:\.\d+)?|0(?:\.0+)?)\s*[KMGT]i?B", re.IGNORECASE)
+# an engine's error that nothing is left for the KV cache, in the error's own words (an exception or an error
+# record: a question or a doc line in prose is not one): SGLang's "ValueError: Loaded weights leave no GPU memory
+# for the KV cache under --mem-fraction-static=0.88", "RuntimeError: not enough memory for the KV cache"
+_FW_KV_NONE = re.compile(r"(?:\w(?:Error|Exception):|\bERROR\b).{0,200}?\b(?:no|not enough|insufficient)\s+"
+                         r"(?:free\s+|available\s+)?(?:GPU\s+|device\s+)?memory\s+(?:left\s+)?for\s+"
+                         r"(?:the\s+)?KV[- ]?cache")
+_KV_LEFT_FROM = "vLLM KV-cache sizing (available memory at or below zero)"
+_FW_SGL_POOL = re.compile(r"Not enough memory\.?\s+Please try to increase --mem-fraction-static", re.IGNORECASE)
 _FW_KV_TOKENS = re.compile(
     r"max seq len \((?P<need>\d+)\) is larger than the maximum number of tokens that can be stored in "
-    r"KV cache \((?P<have>\d+)\)",
+    r"KV cache \(\s*(?P<have>\d+)\s*\)",
     re.IGNORECASE,
 )
+# the same message wrapped by a paste before its number: joined with the next line that is not blank
+_FW_KV_TOKENS_CUT = re.compile(r"max seq len \((?P<need>\d+)\) is larger than the maximum number of tokens that can "
+                               r"be stored in KV cache\s*\(?\s*$", re.IGNORECASE)
+
+
+def _kv_tokens_event(line: str, need: int, have: int | None) -> OomEvent:
+    """vLLM's max-seq-len error: ``need`` tokens for one sequence, ``have`` in the KV cache (None: cut off)."""
+    return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
+                    reason="KV cache cannot hold one max-length sequence", max_model_len=need,
+                    kv_cache_max_tokens=have, message=line.strip())
+
+
+def _kv_tokens_cut(line: str) -> OomEvent | None:
+    """The max-seq-len error cut before its second number, on its own: the KV cache's capacity unknown."""
+    m = _FW_KV_TOKENS_CUT.search(line)
+    return None if m is None else _kv_tokens_event(line, int(m.group("need")), None)
+
+
 _FW_KV_BYTES = re.compile(
     rf"\((?P<need>{SIZE})\s+KV cache is needed,\s+which is larger than the available KV cache memory "
     rf"\((?P<have>{SIZE})\)",
@@ -261,6 +300,10 @@ def parse_allocator_message(text: str) -> OomEvent:
         ev.reserved = _size(_F_RESERVED_TOTAL, text)
         if ev.allocated is not None and ev.reserved is not None:
             ev.reserved_unallocated = max(0, ev.reserved - ev.allocated)
+        cached = _size(_F_CACHED, text) if ev.reserved is None else None
+        if cached is not None:
+            ev.reserved_unallocated = cached
+            ev.reserved = None if ev.allocated is None else ev.allocated + cached
         expected = {"requested": ev.requested, "total": ev.total, "allocated": ev.allocated,
                     "free": ev.free, "reserved": ev.reserved}
     elif modern:
@@ -408,9 +451,11 @@ _TP = re.compile(
     r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
 )
 _PP = re.compile(r"(?:--pipeline[-_]parallel[-_]size|-pp|pipeline_parallel_size)\s*[=\s]\s*(?P<n>\d+)")
-_UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*(?P<v>0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
+_UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*\(?(?P<v>0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
 _WEIGHTS_TOOK = re.compile(
-    rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE})",
+    rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE})"
+    rf"|\bweights memory:\s*(?P<v1>{SIZE})"  # vLLM V1's "Memory profiling takes …; weights memory: 14.99GiB."
+    rf"|\bModel loading took\s+(?P<v2>{SIZE})",  # vLLM V1's gpu_model_runner: "Model loading took 65.97 GiB and …"
     re.IGNORECASE,
 )
 _VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
@@ -566,6 +611,37 @@ def _cpu_hints(line: str, hints: ModelHints) -> bool:
     return said
 
 
+# vLLM's memory profiling at start-up, after the weights are loaded. 0.6.x (worker.py,
+# determine_num_available_blocks): "Memory profiling results: duration=1.52 seconds, total_gpu_memory=79.15GiB,
+# initial_memory_usage=68.01GiB, peak_torch_memory=…, memory_usage_post_profile=…, non_torch_memory=0.47GiB,
+# kv_cache_size=…, gpu_memory_utilization=0.20." (space-separated in 0.6.3-0.6.4.post1, commas and a duration in
+# a later form), where initial_memory_usage is
+# total − free (every process's use, this instance's weights included) and non_torch_memory is the device's use less
+# this process' PyTorch tensors (other processes' memory included); 0.7.x: "the current vLLM instance can use
+# total_gpu_memory (44.35GiB) x gpu_memory_utilization (0.42) = 18.63GiB; model weights take 8.32GiB; …"
+_PROFILE_FIELD = re.compile(
+    r"\b(?P<k>total_gpu_memory|initial_memory_usage|non_torch_memory)(?:=|\s+\()(?P<v>\d+(?:\.\d+)?)(?P<u>[KMGT]i?B)\b")
+
+
+def _profile(line: str, hints: ModelHints) -> bool:
+    said = False
+    for m in _PROFILE_FIELD.finditer(line):
+        v = parse_size(f"{m.group('v')} {m.group('u')}")
+        if not v:
+            continue
+        k = m.group("k")
+        if k == "total_gpu_memory":
+            hints.device_total = v
+            if hints.gpu_memory_bytes is None:  # the device's size, measured: no size read from prose after it
+                hints.gpu_memory_bytes = v
+        elif k == "initial_memory_usage":
+            hints.profile_used = v
+        else:
+            hints.profile_non_torch = v
+        said = True
+    return said
+
+
 _PARAMS_QUICK = re.compile(r"\d\s?[bBmM](?![a-zA-Z0-9])")
 _GPU_QUICK = re.compile(rf"(?:{_GPU_NAME})(?![a-z0-9]|\.\d)")  # on the lower-cased line
 
@@ -617,11 +693,13 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
         m = _UTIL.search(line)
         if m:
             hints.gpu_memory_utilization, said = float(m.group("v")), True
-    if "weights" in low:
+    if "weights" in low or "loading took" in low:
         m = _WEIGHTS_TOOK.search(line)
-        size = parse_size(m.group("v")) if m else None
+        size = parse_size(m.group("v") or m.group("v1") or m.group("v2")) if m else None
         if size:
             hints.weights_measured, said = size, True
+    if "total_gpu_memory" in line:
+        said = _profile(line, hints) or said
     if "CUDA_VISIBLE_DEVICES" in line:
         m = _VISIBLE.search(line)
         if m:
@@ -732,6 +810,7 @@ class OomParser:
         self._fragmentation_vetoed = False
         self._phase_lines: deque[tuple[int, str, str]] = deque(maxlen=MAX_FRAMES)
         self._fields_left = 0  # field lines still expected under a multi-line framework message
+        self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -792,6 +871,12 @@ class OomParser:
         self._open_lines = 0
 
     def _add(self, ev: OomEvent) -> None:
+        # vLLM V1's "Available KV cache memory: ≤ 0" comes just before the error it raises: the error replaces it
+        last = self._events[-1] if self._events else None
+        if (last is not None and last.phase_from == _KV_LEFT_FROM and ev.kind == "framework"
+                and ev.phase == "profile_run" and ev.line_no - last.line_no <= CONTEXT_LINES):
+            self._events[-1] = ev
+            return
         # the same message is often printed twice (the log line, then the exception's last line)
         for prev in self._events[-3:]:
             if prev.key() == ev.key() and ev.line_no - prev.line_no <= CONTEXT_LINES:
@@ -804,6 +889,19 @@ class OomParser:
         self._events.append(ev)
 
     def _scan(self, line: str) -> None:
+        if self._wrapped:
+            if not line.strip():
+                return  # a blank line between the halves of a wrapped paste
+            held, self._wrapped = self._wrapped, ""
+            joined = self._framework(f"{held} {line.strip()}")
+            if joined is not None:  # this line was the message's rest
+                joined.line_no = self._n
+                self._add(joined)
+                return
+            alone = _kv_tokens_cut(held)  # it was not: the cut message stands alone, this line is read as any
+            if alone is not None:
+                alone.line_no = self._n - 1
+                self._add(alone)
         low = line.lower()
         if ("fragment" in low or "expandable_segments" in low) and not _STANDARD_HINT.search(line):
             if _FRAG_VETO.search(line):
@@ -817,6 +915,9 @@ class OomParser:
         if "killed process" in low or "oom-kill" in low or "invoked oom-killer" in low:
             return  # the kernel's OOM killer (host memory): diagnose.collectors.kernel_oom reads it
         fw = self._framework(line)
+        if fw is None and _FW_KV_TOKENS_CUT.search(line):
+            self._wrapped = line.rstrip()
+            return
         if fw is not None:
             fw.line_no = self._n
             self._add(fw)
@@ -862,20 +963,25 @@ class OomParser:
                             message=line.strip())
         m = _FW_KV_TOKENS.search(line)
         if m:
-            return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
-                            reason="KV cache cannot hold one max-length sequence",
-                            max_model_len=int(m.group("need")), kv_cache_max_tokens=int(m.group("have")),
-                            message=line.strip())
+            return _kv_tokens_event(line, int(m.group("need")), int(m.group("have")))
         m = _FW_KV_BYTES.search(line)
         if m:
             return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
                             reason="KV cache cannot hold one max-length sequence",
                             kv_cache_needed=parse_size(m.group("need")),
                             kv_cache_available=parse_size(m.group("have")), message=line.strip())
-        if _FW_NO_CACHE.search(line):
-            return OomEvent(kind="framework", phase="profile_run", phase_from="vLLM KV-cache sizing",
-                            reason="no memory left for KV-cache blocks", kv_cache_available=0,
+        no_cache, kv_left = _FW_NO_CACHE.search(line), _FW_KV_LEFT.search(line)
+        if no_cache or kv_left:
+            return OomEvent(kind="framework", phase="profile_run",
+                            phase_from=_KV_LEFT_FROM if kv_left else "vLLM KV-cache sizing",
+                            reason="no memory left for KV-cache blocks", kv_cache_available=0, message=line.strip())
+        if _FW_SGL_POOL.search(line):
+            return OomEvent(kind="framework", phase="profile_run", phase_from="SGLang KV-pool sizing",
+                            reason="no memory left for the KV-cache pool (--mem-fraction-static)", kv_cache_available=0,
                             message=line.strip())
+        if _FW_KV_NONE.search(line):
+            return OomEvent(kind="framework", phase="profile_run", phase_from="the engine's KV-cache sizing",
+                            reason="no memory left for KV-cache blocks", kv_cache_available=0, message=line.strip())
         m = _FW_ORT_ARENA.search(line)
         if m:
             return OomEvent(kind="framework", reason="ONNX Runtime's memory arena could not grow",
@@ -903,6 +1009,11 @@ class OomParser:
 
     def result(self) -> OomResult:
         self._close()
+        if self._wrapped:  # the input ended inside a wrapped message: what it said stands
+            fw, self._wrapped = _kv_tokens_cut(self._wrapped), ""
+            if fw is not None:
+                fw.line_no = self._n
+                self._add(fw)
         events = list(self._events)
         problems: list[str] = []
         prose = 0

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, bar, present
-from diagnose.units import MIB, pct, size
+from diagnose.units import GIB, MIB, pct, size
+
+# a CUDA context with cuBLAS/cuDNN workspaces and the engine's own small buffers: what a process holds on the device
+# beyond its weights before any request (vLLM's profiling logs show 0.45-0.8 GiB)
+CONTEXT_BYTES = float(GIB)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class MemView:
     phase: str
     oom: bool
     total_note: str = ""  # how the device's size is known when a name implied it ("80 GiB assumed — …")
+    profile_used: float | None = None  # vLLM's initial_memory_usage: every process's use once the weights loaded
+    profile_non_torch: float | None = None  # vLLM 0.6's non_torch_memory: use beyond this process' tensors
 
     @property
     def weights_per_device(self) -> float | None:
@@ -53,15 +59,47 @@ class MemView:
 
         Exact when the message names other processes or this process' total use; otherwise
         (the legacy message) device use minus PyTorch's reservation, which also counts this
-        process' own CUDA context and non-PyTorch allocations.
+        process' own CUDA context and non-PyTorch allocations. With no allocator numbers, vLLM's
+        memory profiling: the device's use once the weights were loaded less the weights and a
+        context (``CONTEXT_BYTES``), else (0.6.x) its use beyond this process' tensors less a context.
         """
+        allocator = self._allocator_external()
+        return allocator if allocator is not None else (self._profiled_external(), False)
+
+    def external_share(self) -> tuple[float | None, bool]:
+        """The share of the device ``external`` puts outside this process, for a bar, and whether it is exact.
+        The legacy message's reading (device use less PyTorch's reservation) also counts this process' own CUDA
+        context, a size, not a share (0.3-1 GiB on a 4 GiB card as on an 80 GiB one): one context
+        (``CONTEXT_BYTES``) is taken off it first, as the profiling readings already take it off."""
+        held, exact = self.external()
+        if held is None or not self.total:
+            return None, exact
+        if not exact and not self.profiled():
+            held = max(0.0, held - CONTEXT_BYTES)
+        return held / self.total, exact
+
+    def profiled(self) -> bool:
+        """Whether ``external`` reads vLLM's memory profiling (no allocator numbers)."""
+        return self._allocator_external() is None and self._profiled_external() is not None
+
+    def _allocator_external(self) -> tuple[float, bool] | None:
         if self.others is not None:
             return self.others, True
         if self.used is not None and self.total is not None and self.free is not None:
             return max(0.0, self.total - self.free - self.used), True
         if self.reserved is not None and self.total is not None and self.free is not None:
             return max(0.0, self.total - self.free - self.reserved), False
-        return None, False
+        return None
+
+    def _profiled_external(self) -> float | None:
+        by_weights = (None if self.profile_used is None or self.weights_per_device is None
+                      else max(0.0, self.profile_used - self.weights_per_device - CONTEXT_BYTES))
+        # non_torch_memory bounds what other processes hold (it is the device's use less this process' tensors):
+        # a weights size from the wrong load (a speculative-decoding draft logged last) cannot exceed it
+        by_non_torch = (None if self.profile_non_torch is None
+                        else max(0.0, self.profile_non_torch - CONTEXT_BYTES))
+        held = [h for h in (by_weights, by_non_torch) if h is not None]
+        return min(held) if held else None
 
 
 def read_mem(ev: EvidenceSet) -> MemView:
@@ -99,6 +137,9 @@ def read_mem(ev: EvidenceSet) -> MemView:
         parallel=parallel,
         phase=phase,
         oom=(ev.value("mem.oom_count", 0.0) or 0.0) > 0,
+        profile_used=ev.value("mem.profile_device_used_bytes"),
+        # with tensor or pipeline parallelism NCCL's buffers count there too: not read then
+        profile_non_torch=ev.value("mem.profile_non_torch_bytes") if tp * pp == 1 else None,
     )
 
 
@@ -108,8 +149,7 @@ def weights_too_big(m: MemView, share: float) -> bool:
 
 
 def is_external(m: MemView, exact_share: float, rough_share: float) -> bool:
-    held, exact = m.external()
-    s = m.share(held)
+    s, exact = m.external_share()
     return s is not None and s >= (exact_share if exact else rough_share)
 
 
@@ -591,12 +631,22 @@ class OomExternal(Rule):
     the same GPU take the memory.
 
     How it decides: ``mem.other_processes_bytes`` (or total − free − this process' use) is at least
-    ``external_share`` of the device; from the legacy message, total − free − reserved is at least
-    ``rough_share`` (it includes this process' own CUDA context, hence the higher bar).
+    ``external_share`` of the device; from the legacy message, total − free − reserved less one CUDA
+    context (``CONTEXT_BYTES``, 1 GiB: it includes this process' own, a size whatever the device's) is
+    at least ``rough_share``. With no
+    allocator numbers (vLLM 0.6's "No available memory for the cache blocks"), its memory profiling
+    line: the device's use once the weights were loaded (``initial_memory_usage``) less the weights
+    (measured, else estimated) and a CUDA context, or else the use beyond this process' tensors
+    (``non_torch_memory``, single-GPU only: NCCL's buffers count there) less a context, the smaller
+    of the two when both are there (``non_torch_memory`` bounds what others hold: a weights size
+    from the wrong load, a speculative-decoding draft logged last, cannot inflate it), against
+    ``rough_share``.
 
     Evidence: mem.oom_count and one of mem.other_processes_bytes or mem.process_used_bytes with
     mem.device_total_bytes, or mem.reserved_bytes with mem.device_total_bytes and
-    mem.device_free_bytes; optionally mem.device_free_bytes, mem.allocated_bytes, gpu.processes.
+    mem.device_free_bytes, or mem.profile_device_used_bytes (with a weights size) or
+    mem.profile_non_torch_bytes with mem.device_total_bytes; optionally mem.device_free_bytes,
+    mem.allocated_bytes, gpu.processes.
 
     Fix: find and stop the holder (``nvidia-smi --query-compute-apps=pid,process_name,used_memory
     --format=csv``), kill zombies, pin each worker to its own GPU (``CUDA_VISIBLE_DEVICES``), set
@@ -614,13 +664,16 @@ class OomExternal(Rule):
         ("mem.other_processes_bytes",),
         ("mem.process_used_bytes", "mem.device_total_bytes", "mem.device_free_bytes"),
         ("mem.reserved_bytes", "mem.device_total_bytes", "mem.device_free_bytes"),
+        ("mem.profile_device_used_bytes", "mem.device_total_bytes", "mem.weights_bytes"),
+        ("mem.profile_device_used_bytes", "mem.device_total_bytes", "mem.weights_estimate_bytes"),
+        ("mem.profile_non_torch_bytes", "mem.device_total_bytes"),
     )
-    optional = (*_MEM_KEYS, "gpu.processes")
+    optional = (*_MEM_KEYS, "gpu.processes", "mem.profile_device_used_bytes", "mem.profile_non_torch_bytes")
 
     @dataclass(frozen=True)
     class Thresholds:
         external_share: float = 0.25  # a quarter of the device held elsewhere is what tipped it over
-        rough_share: float = 0.3  # legacy message: also counts our own context (~0.5-1 GiB), so a higher bar
+        rough_share: float = 0.25  # a reading that counts this process' own context, one context taken off
         free_multiple: float = 10.0  # CUDA reported ten times the failed request free: capacity was not short
         free_share: float = 0.1  # ... and a tenth of the device, while this process had reserved little
 
@@ -659,13 +712,25 @@ class OomExternal(Rule):
             share = 0.0
         else:
             share = held / m.total
-            if share < (t.external_share if exact else t.rough_share):
+            beyond, _ = m.external_share()
+            if beyond is None or beyond < (t.external_share if exact else t.rough_share):
                 return None
         parts = [f"{size(held)}"
                  + (f" ({pct(share)} of the {size(m.total)} device)" if m.total else "")
                  + (" was held by other processes" if exact else " was in use outside PyTorch's reservation")
                  + " when the out-of-memory error was raised"]
-        if m.used is not None:
+        if m.profiled() and m.total:
+            said = []
+            if m.profile_used is not None and m.weights_per_device is not None:
+                said.append(f"the device held {size(m.profile_used)} once this instance's weights "
+                            f"({size(m.weights_per_device)}) were loaded (initial_memory_usage)")
+            if m.profile_non_torch is not None:
+                said.append(f"{size(m.profile_non_torch)}{' of it' if said else ''} lay outside this process' tensors "
+                            "(non_torch_memory)")
+            parts = [f"{size(held)} ({pct(share)} of the {size(m.total)} device) was in use outside this instance "
+                     f"when vLLM profiled its memory: {'; '.join(said)}, less a CUDA context of about 1 GiB. vLLM 0.6 "
+                     "counts other processes' memory against this instance's gpu_memory_utilization"]
+        elif m.used is not None:
             parts[0] += f", while this process used {size(m.used)}"
         elif m.reserved is not None:
             parts[0] += f", while this process' PyTorch reservation was {size(m.reserved)}"

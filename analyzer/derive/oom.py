@@ -63,6 +63,7 @@ class OomSource:
         "oom",
         "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
+        "KV cache memory:", "mem-fraction-static", "memory for the KV", "memory for KV", "memory left for",
         "内存")), "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:
@@ -171,7 +172,8 @@ class HintsSource:
         h = self._parser.hints
         return any(v is not None for v in (h.params, h.weights_measured, h.gpu_memory_utilization,
                                            h.tensor_parallel, h.gpu_count, h.gpu_memory_bytes,
-                                           h.cpu_loading_pct, h.vllm_v1)) or bool(h.engine_version)
+                                           h.cpu_loading_pct, h.vllm_v1, h.device_total, h.profile_used)) \
+            or bool(h.engine_version)
 
     def problems(self) -> list[str]:
         return []
@@ -183,6 +185,16 @@ class HintsSource:
             emit_model_size(h, ev, f"from the model name {h.model}")
         if h.weights_measured is not None:
             ev.add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
+        if h.device_total is not None:  # after an OOM message's own total (its source is read first)
+            ev.add("mem.device_total_bytes", h.device_total, "bytes", "vLLM's memory profiling (total_gpu_memory)")
+        if h.profile_used is not None:
+            ev.add("mem.profile_device_used_bytes", h.profile_used, "bytes",
+                   "vLLM's memory profiling (initial_memory_usage): the device's use by every process once this "
+                   "instance's weights were loaded")
+        if h.profile_non_torch is not None:
+            ev.add("mem.profile_non_torch_bytes", h.profile_non_torch, "bytes",
+                   "vLLM 0.6's memory profiling (non_torch_memory): the device's use beyond this process' PyTorch "
+                   "tensors, other processes' included")
         if h.tensor_parallel is not None:
             ev.add("mem.tensor_parallel", h.tensor_parallel, "gpus", "as stated")
         elif h.launch_seen:

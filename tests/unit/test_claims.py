@@ -160,6 +160,17 @@ def test_the_frameworks_own_advice_is_never_a_claim() -> None:
     assert "report.held_elsewhere_statements" not in got
 
 
+def test_memory_held_elsewhere_said_in_chinese() -> None:
+    """Another process, a second instance, a shared card, in a Chinese report: the same statement as in English,
+    so a report of memory "used" on a shared card is not read as the engine's own reservation (vllm-ascend#14004)."""
+    for said in ("已有进程：mindie_llm_back，占用 19313 MB\n", "同一张卡上启动两个vllm实例，第二个启动失败\n",
+                 "共卡部署时 KV Cache 很小\n", "同一张卡上启动了两个推理实例\n", "部署了多个模型实例\n"):
+        assert _report(said).get("report.held_elsewhere_statements") == 1, said
+    # this process' own memory, one instance on several GPUs, Windows' shared GPU memory (host RAM): none of them
+    for said in ("模型进程占用了大部分显存\n", "开启多GPU实例\n", "共享GPU内存被用满了\n"):
+        assert "report.held_elsewhere_statements" not in _report(said), said
+
+
 def test_fewer_threads_faster_is_measured_from_the_reporters_comparison() -> None:
     got = _report("Results:\n16 threads = 0.83t/s\n7 threads = 6.56t/s\n")
     assert got["report.fewer_threads_speedup"] == pytest.approx(6.56 / 0.83)
@@ -204,6 +215,20 @@ def test_a_report_that_withdraws_itself_is_not_a_bottleneck() -> None:
                   "The queue time grew because the client only sends 4 requests at a time.")
     assert d.primary is None and d.overall is Verdict.HEALTHY
     assert any(f.code == "HLT003" and "false alarm" in f.message for f in d.findings)
+
+
+@pytest.mark.parametrize(("compiles", "cold_start"), [
+    ("", False),  # the first request waits for a download, nothing of compiling: warm-up
+    (" and then torch.compile compiles the model for 30 s", True),  # a download and a compile: both said
+])
+def test_a_first_request_explained_by_a_download_is_warm_up_not_compiling(compiles: str, cold_start: bool) -> None:
+    """CMP004's own false positive (train pephub-136: a title naming the first request, a body naming the
+    download): with nothing of compiling said or measured, it steps aside for HLT003's expected behaviour."""
+    d = _diagnose("First request after deploy is slow\nAfter a fresh deploy the first request takes 40 s: the model "
+                  f"weights are being downloaded from the hub{compiles}. Every later request answers in 200 ms.\n")
+    codes = [f.code for f in d.findings]
+    assert "HLT003" in codes and ("CMP004" in codes) is cold_start, codes
+    assert d.candidates[0].category == ("recompilation" if cold_start else "none"), d.candidates
 
 
 def test_a_paste_with_nothing_to_go_on_is_undetermined_with_next_steps() -> None:

@@ -60,6 +60,20 @@ def test_legacy_message() -> None:
     assert not ev.truncated
 
 
+def test_oldest_message_counts_cached_as_reserved_but_unallocated() -> None:
+    """PyTorch 1.0-1.3 ended its message with "X cached": its cached blocks less the allocated bytes (the
+    allocator's ``amount_cached - amount_allocated``), so allocated + cached + free stays within the device."""
+    ev = parse_allocator_message(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.75 GiB total capacity; 9.12 GiB "
+        "already allocated; 1.10 GiB free; 4.96 GiB cached)")
+    assert ev.allocated == int(9.12 * GiB) and ev.reserved_unallocated == int(4.96 * GiB)
+    assert ev.reserved == ev.allocated + ev.reserved_unallocated and not ev.truncated
+    src = OomSource()
+    src.feed("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.75 GiB total capacity; 9.12 GiB "
+             "already allocated; 1.10 GiB free; 4.96 GiB cached)")
+    assert {e.key: e.value for e in src.evidence("t")}["mem.reserved_minus_allocated_bytes"] == int(4.96 * GiB)
+
+
 def test_legacy_message_with_allowed_limit() -> None:
     ev = parse_allocator_message(
         "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 23.69 GiB total capacity; 10.1 GiB "
@@ -204,6 +218,93 @@ def test_framework_messages() -> None:
     p.feed("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try "
            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
     assert p.result().events[0].phase == "warmup"
+
+
+def test_vllm_memory_profiling_lines_of_each_version() -> None:
+    """vLLM's start-up accounting, by its fields: 0.6.x's ``key=valueGiB`` line (spaces, or commas and a duration
+    in a later form), 0.7's sentence, V1's ``weights memory:``; the device's size from it stops a size being read from
+    the line's other numbers."""
+    h = HintsParser()
+    h.feed("INFO 12-06 11:39:36 worker.py:232] Memory profiling results: total_gpu_memory=7.92GiB "
+           "initial_memory_usage=3.09GiB peak_torch_memory=3.12GiB memory_usage_post_profile=3.12GiB "
+           "non_torch_memory=0.47GiB kv_cache_size=3.54GiB gpu_memory_utilization=0.90")
+    hints = h.hints
+    assert hints.device_total == int(7.92 * GiB) and hints.gpu_memory_bytes == int(7.92 * GiB)
+    assert hints.profile_used == int(3.09 * GiB) and hints.profile_non_torch == int(0.47 * GiB)
+    assert hints.gpu_memory_utilization == 0.9
+    h = HintsParser()
+    h.feed("INFO 11-22 09:14:34 worker.py:262] Memory profiling results: duration=1.52 seconds, "
+           "total_gpu_memory=79.15GiB, initial_memory_usage=68.01GiB, peak_torch_memory=10.2GiB, "
+           "memory_usage_post_profile=68.3GiB, non_torch_memory=58.1GiB, kv_cache_size=-52.1GiB, "
+           "gpu_memory_utilization=0.20.")
+    assert h.hints.device_total == int(79.15 * GiB) and h.hints.profile_used == int(68.01 * GiB)
+    assert h.hints.gpu_memory_utilization == 0.2
+    h = HintsParser()
+    for line in ["INFO 02-18 10:01:04 worker.py:267] Memory profiling takes 4.21 seconds",
+                 "INFO 02-18 10:01:04 worker.py:267] the current vLLM instance can use total_gpu_memory (44.35GiB) x "
+                 "gpu_memory_utilization (0.42) = 18.63GiB",
+                 "INFO 02-18 10:01:04 worker.py:267] model weights take 8.32GiB; non_torch_memory takes 0.34GiB; "
+                 "PyTorch activation peak memory takes 1.20GiB; the rest of the memory reserved for KV Cache is "
+                 "8.77GiB."]:
+        h.feed(line)
+    assert h.hints.device_total == int(44.35 * GiB) and h.hints.gpu_memory_utilization == 0.42
+    assert h.hints.weights_measured == int(8.32 * GiB) and h.hints.profile_used is None
+    h = HintsParser()
+    h.feed("INFO 06-01 12:00:03 [gpu_worker.py:227] Memory profiling takes 5.20 seconds. Total non KV cache memory: "
+           "16.46GiB; torch peak memory increase: 1.24GiB; non-torch forward increase memory: 0.23GiB; "
+           "weights memory: 14.99GiB.")
+    assert h.hints.weights_measured == int(14.99 * GiB)
+    ev = _evidence("oom_external_vllm_profiling_second_instance.txt")
+    assert _near(ev["mem.profile_device_used_bytes"], 46.37 * GiB)
+    assert _near(ev["mem.device_total_bytes"], 79.15 * GiB) and _near(ev["gpu.spec_memory_bytes"], 79.15 * GiB)
+
+
+def test_engine_start_up_kv_failures_of_each_form() -> None:
+    """What engines print when nothing is left for the KV cache, each an OOM at sizing: vLLM V1's negative
+    ``Available KV cache memory`` (a positive one is not), SGLang's pool error and its newer sentence, vLLM's
+    max-seq-len error wrapped by a paste before its number; V1's ``Model loading took`` is the weights' size."""
+    def events(lines: list[str]) -> list[object]:
+        p = OomParser()
+        for line in lines:
+            p.feed(line)
+        return list(p.result().events)
+
+    (ev,) = events(["(EngineCore_0 pid=5839) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: "
+                    "-2.14 GiB",
+                    "(EngineCore_0 pid=5839) ERROR 08-20 18:04:22 [core.py:700] EngineCore failed to start."])
+    assert ev.phase == "profile_run" and ev.kv_cache_available == 0
+    assert events(["INFO 06-01 12:00:04 [gpu_worker.py:276] Available KV cache memory: 51.38 GiB"]) == []
+    (ev,) = events(["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."])
+    assert "mem-fraction-static" in ev.reason and ev.kv_cache_available == 0
+    (ev,) = events(["ValueError: Loaded weights leave no GPU memory for the KV cache under "
+                    "--mem-fraction-static=0.88."])
+    assert ev.kv_cache_available == 0
+    (ev,) = events(["ValueError: The model's max seq len (30000) is larger than the maximum number of tokens that can "
+                    "be stored in KV cache (", "3984). Try increasing `gpu_memory_utilization` or decreasing "
+                    "`max_model_len` when initializing the engine."])
+    assert (ev.max_model_len, ev.kv_cache_max_tokens) == (30000, 3984)
+    # the cut message: a blank line between its halves is skipped; at the input's end it stands alone
+    (ev,) = events(["ValueError: The model's max seq len (30000) is larger than the maximum number of tokens that can "
+                    "be stored in KV cache (", "", "3984). Try increasing `gpu_memory_utilization`"])
+    assert (ev.max_model_len, ev.kv_cache_max_tokens) == (30000, 3984)
+    (ev,) = events(["ValueError: The model's max seq len (30000) is larger than the maximum number of tokens that can "
+                    "be stored in KV cache ("])
+    assert (ev.max_model_len, ev.kv_cache_max_tokens) == (30000, None)
+    # the available-memory line comes just before the error it raises: one failure, counted once
+    (ev,) = events(["(EngineCore_0 pid=5839) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: "
+                    "0.00 GiB",
+                    "(EngineCore_0 pid=5839) ERROR 08-20 18:04:22 [core.py:700] ValueError: To serve at least one "
+                    "request with the models's max seq len (32768), (4.00 GiB KV cache is needed, which is larger than "
+                    "the available KV cache memory (0.00 GiB)."])
+    assert ev.kv_cache_needed == 4 * GiB
+    # a question or a doc line about the KV cache's memory is not an error
+    for prose in ("Question: why is there no memory for the KV cache when I set gpu-memory-utilization 0.9?",
+                  "Our docs say: if there is not enough memory for the KV cache, lower max_model_len."):
+        assert events([prose]) == [], prose
+    h = HintsParser()
+    h.feed("(EngineCore_0 pid=5839) INFO 08-20 18:04:10 [gpu_model_runner.py:2007] Model loading took 65.9651 GiB "
+           "and 12.799889 seconds")
+    assert h.hints.weights_measured == int(65.9651 * GiB)
 
 
 def test_alloc_retries_from_memory_summary() -> None:

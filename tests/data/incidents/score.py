@@ -72,14 +72,18 @@ def diagnose_case(evidence: str) -> dict[str, Any] | None:
     return doc
 
 
-def leading(doc: dict[str, Any]) -> str | None:
-    """The answer the verdict leads with, committed or withheld: a category, "none", or None."""
+def leading(doc: dict[str, Any]) -> tuple[str, float] | None:
+    """The answer the verdict leads with, committed or withheld, and its stated probability: the committed
+    answer, else the differential's first (best first: a withheld answer the others outweigh is not it)."""
+    p = doc.get("probability")
+    if p is None:
+        return None
     if doc["verdict"] == "healthy":
-        return "none"
+        return "none", float(p)
     if doc["primary"]:
-        return str(doc["primary"])
+        return str(doc["primary"]), float(p)
     cands = doc.get("candidates") or []
-    return str(cands[0]["category"]) if cands and doc.get("probability") is not None else None
+    return (str(cands[0]["category"]), float(cands[0]["probability"])) if cands else None
 
 
 def score(path: str, show_failures: bool = False) -> Split:
@@ -105,12 +109,12 @@ def score(path: str, show_failures: bool = False) -> Split:
         cands = {c["category"] for c in doc.get("candidates") or []}
         split.top3 += bool((cands | ({answer} if committed else set())) & accept)
         lead = leading(doc)
-        if lead is not None and doc.get("probability") is not None:
-            split.stated.append(float(doc["probability"]))
-            split.observed.append(lead in accept)
+        if lead is not None:
+            split.stated.append(lead[1])
+            split.observed.append(lead[0] in accept)
         if not ok:
             split.failures.append(f"FAIL {case['id']}: expected {'|'.join(sorted(accept))}, got {answer}"
-                                  + (f" (leading {lead} at {doc.get('probability')})" if not committed else ""))
+                                  + (f" (leading {lead[0]} at {lead[1]})" if not committed and lead else ""))
     if show_failures:
         print(*split.failures, sep="\n")
     return split
