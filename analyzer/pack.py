@@ -79,7 +79,8 @@ from diagnose.collectors.snapshot import SnapshotError, check_plain, read_snapsh
 from diagnose.documents import PICKLE_MAGIC, SQLITE_MAGIC
 from diagnose.errors import InputError
 from diagnose.model import RING_PROCESS, TOOL_VERSION, WATCH_FILE
-from diagnose.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_text
+from diagnose.redact import QUOTED as _QUOTED
+from diagnose.redact import REDACTED, is_secret_name, redact_argv, redact_command, redact_secrets
 
 PACK_NOTE = "pack.json"
 PACK_SCHEMA = "diagnose/pack/v1"
@@ -122,7 +123,6 @@ KEPT_STRING_KEYS = frozenset({
 KEPT_STRING_SUFFIXES = ("_ms", "_s", "_us", "_ns", "_sec", "_secs", "_seconds", "_tokens", "_bytes", "_count",
                         "_id", "_ts", "_at", "_time", "_name", "_type", "_kind", "_status", "_level")
 
-_QUOTED = r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""
 _PAYLOAD_NAMES = "|".join(sorted((re.escape(n) for n in PAYLOAD_FIELDS if not n.endswith("_ids")), key=len,
                                  reverse=True))
 # `prompt: '…'` (vLLM), `text='…'` (SGLang's GenerateReqInput), `'content': '…'` (a logged messages list)
@@ -205,43 +205,10 @@ def _clean_json(value: Any, payloads: bool, count: _Counter, key: str = "") -> A
 
 
 _MARKER = re.compile(r"(<redacted \d+ chars>|\[<redacted \d+ token ids>\])")
-# `'api_key': 'x'` / `"HF_TOKEN": "x"` (a logged dict or JSON text) and `'--api-key', 'x'` (a logged argv list):
-# forms redact_text does not see, as the quote sits between the name and the colon or the value
-_QUOTED_NAME = re.compile(rf"(?P<q>['\"])(?P<n>--?[\w.-]+|[\w.-]+)(?P=q)\s*(?P<sep>[:,])\s*"
-                          rf"(?=(?P<v>{_QUOTED}|\[[^\]]*\]|[^\s,;&}}\]]+))")
 # `"key": "a long string` inside a text line, or a JSON line cut short (no closing quote): judged like a
 # JSON field when payloads are redacted
 _JSON_LONG = re.compile(rf'(?P<k>"(?P<n>[^"\\\n]{{1,64}})"\s*:\s*")'
                         rf'(?P<v>(?:[^"\\\n]|\\.){{{LONG_STRING + 1},}})(?="|$)')
-# a word in a command line that may be a secret flag (`--api-key VALUE`): a superset of redact_argv's test
-# (a letter after the dashes: `-----Inter-token Latency---` is a ruler, not a flag)
-_FLAG_HINT = re.compile(r"(?:^| )--?(?=[a-z])[\w-]*(?:key|token|secret|pass|pwd|auth|credential)", re.IGNORECASE)
-_NO_VALUE = frozenset({"None", "null", "true", "false", "''", '""', "[]", REDACTED, f"'{REDACTED}'", f'"{REDACTED}"'})
-
-
-def _quoted_secrets(text: str) -> str:
-    if "'" not in text and '"' not in text:
-        return text
-    spans = []
-    for m in _QUOTED_NAME.finditer(text):  # the value is looked ahead, not consumed: it may be the next name
-        name, v = m.group("n"), m.group("v")
-        flag = name.startswith("-")
-        if (m.group("sep") == ",") == flag and v not in _NO_VALUE and is_secret_name(name.lstrip("-")):
-            spans.append((m.start("v"), m.end("v"), f"{v[0]}{REDACTED}{v[0]}" if v[0] in "'\"" else REDACTED))
-    for start, end, repl in reversed(spans):
-        text = text[:start] + repl + text[end:]
-    return text
-
-
-def _redact_secrets(text: str) -> str:
-    """``redact_text``, plus secrets behind quoted names and command-line flags (``redact_command``)."""
-    text = _quoted_secrets(redact_text(text))
-    if not _FLAG_HINT.search(text):
-        return text
-    body = text.rstrip("\r\n")  # the word after a flag is hidden: never the line's end with it
-    return redact_command(body) + text[len(body):]
-
-
 def clean_log_line(line: str, payloads: bool, count: _Counter) -> str:
     """One text log line: prompts/outputs removed when ``payloads``, then secrets redacted (always).
 
@@ -271,7 +238,7 @@ def clean_log_line(line: str, payloads: bool, count: _Counter) -> str:
         line = _LOG_PAYLOAD.sub(value, _LOG_IDS.sub(ids, line))
         line = _JSON_LONG.sub(long_json, line) if '"' in line else line
     parts = _MARKER.split(line) if payloads else [line]
-    out = "".join(p if i % 2 else _redact_secrets(p) for i, p in enumerate(parts))
+    out = "".join(p if i % 2 else redact_secrets(p) for i, p in enumerate(parts))
     count.secrets += out != line
     return out
 
@@ -393,7 +360,7 @@ def _redact_blob(value: Any) -> Any:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
         return value
-    out = _redact_secrets(text)
+    out = redact_secrets(text)
     return out.encode("utf-8") if out != text else value
 
 
@@ -425,7 +392,7 @@ def _sanitize_sqlite(name: str, src: str, dst: str, keep_payloads: bool, note: N
     try:
         con = sqlite3.connect(dst)
         try:
-            con.create_function("diagnose_redact", 1, lambda s: _redact_secrets(s) if isinstance(s, str) else s,
+            con.create_function("diagnose_redact", 1, lambda s: redact_secrets(s) if isinstance(s, str) else s,
                                 deterministic=True)
             tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
                       if not str(r[0]).startswith("sqlite_")]

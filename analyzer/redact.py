@@ -64,3 +64,38 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
 def redact_command(cmd: str) -> str:
     """A command line as one string (py-spy's ``process N:"…"`` prefix)."""
     return " ".join(redact_argv(cmd.split(" ")))
+
+
+# a quoted string (either quote, backslash escapes), for the patterns of this module and pack's
+QUOTED = r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""
+# `'api_key': 'x'` / `"HF_TOKEN": "x"` (a logged dict or JSON text) and `'--api-key', 'x'` (a logged argv list):
+# forms redact_text does not see, as the quote sits between the name and the colon or the value
+_QUOTED_NAME = re.compile(rf"(?P<q>['\"])(?P<n>--?[\w.-]+|[\w.-]+)(?P=q)\s*(?P<sep>[:,])\s*"
+                          rf"(?=(?P<v>{QUOTED}|\[[^\]]*\]|[^\s,;&}}\]]+))")
+# a word in a command line that may be a secret flag (`--api-key VALUE`): a superset of redact_argv's test
+# (a letter after the dashes: `-----Inter-token Latency---` is a ruler, not a flag)
+_FLAG_HINT = re.compile(r"(?:^| )--?(?=[a-z])[\w-]*(?:key|token|secret|pass|pwd|auth|credential)", re.IGNORECASE)
+_NO_VALUE = frozenset({"None", "null", "true", "false", "''", '""', "[]", REDACTED, f"'{REDACTED}'", f'"{REDACTED}"'})
+
+
+def _quoted_secrets(text: str) -> str:
+    if "'" not in text and '"' not in text:
+        return text
+    spans = []
+    for m in _QUOTED_NAME.finditer(text):  # the value is looked ahead, not consumed: it may be the next name
+        name, v = m.group("n"), m.group("v")
+        flag = name.startswith("-")
+        if (m.group("sep") == ",") == flag and v not in _NO_VALUE and is_secret_name(name.lstrip("-")):
+            spans.append((m.start("v"), m.end("v"), f"{v[0]}{REDACTED}{v[0]}" if v[0] in "'\"" else REDACTED))
+    for start, end, repl in reversed(spans):
+        text = text[:start] + repl + text[end:]
+    return text
+
+
+def redact_secrets(text: str) -> str:
+    """``redact_text``, plus secrets behind quoted names and command-line flags (``redact_command``)."""
+    text = _quoted_secrets(redact_text(text))
+    if not _FLAG_HINT.search(text):
+        return text
+    body = text.rstrip("\r\n")  # the word after a flag is hidden: never the line's end with it
+    return redact_command(body) + text[len(body):]

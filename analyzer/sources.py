@@ -380,7 +380,7 @@ class PySpySource:
                 self.pid, self.duration_s, self.folder, self._plan,
                 n_chunks=budget.chunks_for(self.duration_s, self.light),
                 should_stop=self.should_stop, start=self._began,
-                on_chunk=self._on_chunk, dumps=not self.light)
+                on_chunk=self._on_chunk, dumps=not self.light, redact=redact_argv)
         except Exception as exc:  # on its own thread: said in the capture, never lost
             self.error = f"py-spy recording failed: {type(exc).__name__}: {str(exc)[:200]}"
         finally:
@@ -459,8 +459,10 @@ class PySpySource:
                 continue
             parts = [f"{got[(pid, kind)]} {pyspy.KIND_WORDS[kind]} samples at {rates[(pid, kind)]} Hz"
                      for kind in ("cpu", "wall", "cover") if (pid, kind) in got]
-            if pid in stood:
+            if pid in stood and parts:
                 parts[-1] += f", mostly at {stood[pid]}"
+            elif pid in stood:  # its coarse samples are on disk, their count was not (an abandoned recording)
+                parts.append(f"coarse wall-clock samples, uncounted, mostly at {stood[pid]}")
             line = f"{head}: {', '.join(parts) if parts else 'not sampled'}"
             if pid in self._why:
                 line += f" ({self._why[pid]})"
@@ -510,9 +512,6 @@ class PySpySource:
         if not res.ok:
             return Capture(self.collector, CaptureStatus.FAILED, res.reason, pyspy_remedy(res.reason), window,
                            tuple(res.files), self.notes())
-        for name in (pyspy.RAW_FILE, pyspy.WALL_FILE, pyspy.COVER_FILE):
-            if name in res.files:
-                pyspy.rewrite_commands(os.path.join(self.folder, name), redact_command)
         files = list(res.files)
         if write_wall_source(self.folder):
             files.append(pyspy.SOURCE_FILE)

@@ -41,7 +41,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from diagnose.model import Availability
@@ -326,10 +326,13 @@ def behind_s(log_text: str) -> float:
     return worst
 
 
-def _cmdline(pid: int) -> str:
+def _cmdline(pid: int, redact: Callable[[Sequence[str]], Sequence[str]] = tuple) -> str:
+    """The process' command line for its records' ``process`` prefix, through ``redact`` as it is read (the
+    attach passes its secret redaction: then the raw files never hold them, even from a recording abandoned
+    after the window that still writes its records)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return " ".join(a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a)
+            return " ".join(redact([a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]))
     except OSError:
         return ""
 
@@ -411,6 +414,7 @@ def record_chunked(
     clock: Callable[[], float] = time.monotonic,
     grace_s: float = STOP_GRACE_S,
     start: float | None = None,
+    redact: Callable[[Sequence[str]], Sequence[str]] = tuple,
 ) -> ChunkedResult:
     """Record the window in ``n_chunks`` chunks, each planned by ``planner(k)`` (see the module docstring).
 
@@ -467,7 +471,7 @@ def record_chunked(
             for kind, rate in (("cpu", p.cpu_rate_hz), ("cover" if p.coarse else "wall", p.wall_rate_hz)):
                 if rate <= 0:
                     continue
-                cmds.setdefault(p.pid, _cmdline(p.pid))
+                cmds.setdefault(p.pid, _cmdline(p.pid, redact))
                 out = os.path.join(tmp, f"{kind}-{k}-{p.pid}.raw")
                 log = os.path.join(tmp, f"{kind}-{k}-{p.pid}.log")
                 left = max(1.0, chunk_end - clock())

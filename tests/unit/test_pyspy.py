@@ -125,3 +125,26 @@ def test_merged_records_count_their_samples() -> None:
 
     assert _count(['process 7:"python app.py";thread (11): MainThread;work (app.py:9) 5',
                    'process 7:"python x 3";thread (12): w;run (a.py:1) 12']) == 17
+
+
+def test_the_records_process_prefix_never_holds_a_secret_of_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line is redacted as it is read for the raw records' ``process N:"…"`` prefix: a recording
+    abandoned after the window (it may still write its records once the capture has redacted the files) leaves
+    no secret behind."""
+    import io
+
+    from diagnose.collectors import pyspy
+    from diagnose.redact import redact_argv
+
+    argv = b"\0".join([b"python", b"-m", b"vllm.entrypoints.openai.api_server", b"--api-key", b"s3cr3t-value",
+                        b"--port", b"8000"]) + b"\0"
+    opened: list[str] = []
+
+    def fake_open(path: str, mode: str = "r", *args: object, **kwargs: object) -> io.BytesIO:
+        opened.append(path)
+        return io.BytesIO(argv)
+
+    monkeypatch.setattr(pyspy, "open", fake_open, raising=False)
+    cmd = pyspy._cmdline(4242, redact_argv)  # what the attach's source passes record_chunked
+    assert opened == ["/proc/4242/cmdline"]
+    assert cmd == "python -m vllm.entrypoints.openai.api_server --api-key *** --port 8000", cmd

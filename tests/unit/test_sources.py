@@ -424,6 +424,60 @@ def test_a_new_source_is_one_class_and_shows_up_in_the_session(tmp_path: Path, n
     assert set(names) <= set(cost["stop_each_s"]) and sum(cost["stop_each_s"].values()) <= cost["stop_s"] + 1e-3
 
 
+class Broken(Heartbeat):
+    """A source with a defect: its capture raises, with secrets in the message (a token, a flag's value)."""
+
+    collector = "metrics"
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        raise IndexError("list index out of range near HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456 "
+                         "in ['serve', '--api-key', 'sk-live-0123']")
+
+
+class BrokenStop(Heartbeat):
+    """A source whose stop raises (a full disk); its capture is never asked for."""
+
+    collector = "metrics"
+
+    def stop(self, by: float) -> None:
+        raise OSError(28, "No space left on device")
+
+    def capture(self, window: Window, cut: str) -> Capture:
+        raise AssertionError("a source whose stop failed is not captured")
+
+
+def test_a_source_whose_stop_or_capture_raises_fails_alone_and_the_attach_still_ends_in_a_verdict(
+        tmp_path: Path, no_pyspy: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI 2026-12-04: one source's defect ended a live attach in a traceback, its verdict and every other
+    source's evidence lost. Now each is that source's failed capture, with the reason, the remedy and its own
+    traceback file (two sources may share a collector name), secrets redacted; the sources after a failed
+    stop are still stopped, and the target's command line is redacted even when the process capture failed."""
+    monkeypatch.setattr(sources.ProcessSource, "capture", Broken.capture)
+    monkeypatch.setattr(process_collector, "target_info",
+                        lambda pid: {"cmdline": ["vllm", "serve", "--api-key", "s3cr3t-value"], "exe": "", "user": ""})
+    out = tmp_path / "session"
+    beat = Heartbeat(str(out))
+    session, diagnosis = attach.attach(AttachOptions(pid=ME, duration_s=0.5, output=str(out)),
+                                       extra=[Broken(str(out)), BrokenStop(str(out)), beat])
+    assert beat.times == [1.0, 2.0]  # stopped after a stop that raised
+    got = [(c.collector, c.status, c.reason, c.remedy) for c in session.captures]
+    failed = [g for g in got if g[1] is CaptureStatus.FAILED and "defect of its own" in g[2]]
+    assert [(g[0], g[2].split(" failed")[0]) for g in failed] == [
+        ("process", "diagnose's process capture"), ("metrics", "diagnose's metrics capture"),
+        ("metrics", "diagnose's metrics stop")], got
+    assert "IndexError: list index out of range" in failed[0][2] and "OSError" in failed[2][2]
+    names = [g[3].split("(")[-1].split(" holds")[0] for g in failed]
+    assert len(set(names)) == 3 and all(n.endswith("-error.txt") for n in names), names
+    for g, name in zip(failed, names, strict=True):
+        trace = (out / name).read_text()
+        assert "Traceback" in trace and "diagnose pack" in g[3]
+        assert not any(s in g[2] + trace for s in ("hf_abcdef", "sk-live-0123", "s3cr3t")), (g, trace)
+    assert dict((c.collector, c.status) for c in session.captures)["heartbeat"] is CaptureStatus.OK
+    assert "s3cr3t-value" not in " ".join(session.target.cmdline)
+    assert "s3cr3t-value" not in (out / "manifest.json").read_text()
+    assert diagnosis.verdict and [c.collector for c in diagnosis.captures] == [c.collector for c in session.captures]
+
+
 def test_the_process_age_is_read_to_the_clock_tick_not_the_boot_times_second() -> None:
     first, t0 = attach._age(), time.monotonic()
     time.sleep(0.2)
@@ -592,10 +646,29 @@ def test_pyspy_source_late_recording_that_ended_before_the_capture_says_how_late
     assert cap.status is CaptureStatus.OK and 0.2 < src.late_s < 0.75, src.late_s
 
 
-def test_pyspy_source_abandons_a_recording_that_never_ends(
+def test_pyspy_source_has_the_records_command_lines_redacted_as_they_are_read(
         tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One that has not ended a grace and a join after the window either is abandoned, and the capture says
-    so with the remedy; a result it hands back later is not read."""
+    """The recording gets the attach's redaction for each process' command line (the raw records' prefix),
+    so an abandoned recording that writes after the capture leaves no secret (collectors do not import it)."""
+    from diagnose.redact import redact_argv
+
+    got: dict[str, object] = {}
+
+    def recorded(*args: object, **kwargs: object) -> pyspy.ChunkedResult:
+        got.update(kwargs)
+        return pyspy.ChunkedResult(True, False, "", [], [], [])
+
+    monkeypatch.setattr(pyspy, "record_chunked", recorded)
+    monkeypatch.setattr(process_collector, "tree_pids", lambda pid: [pid])
+    src = _pyspy_source(tmp_path, duration_s=0.2)
+    src.start()
+    src.stop(time.monotonic() + 2.0)
+    assert got.get("redact") is redact_argv, got
+
+
+def _abandoned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[sources.PySpySource, threading.Event]:
+    """A source whose recording has not ended a grace and a join after the window (it ends once the event is
+    set), started and stopped."""
     monkeypatch.setattr(pyspy, "STOP_GRACE_S", 0.1)
     monkeypatch.setattr(sources, "JOIN_S", 0.1)
     release = threading.Event()
@@ -603,12 +676,37 @@ def test_pyspy_source_abandons_a_recording_that_never_ends(
     src = _pyspy_source(tmp_path, duration_s=0.2)
     src.start()
     src.stop(time.monotonic() + 0.3)
+    return src, release
+
+
+def test_pyspy_source_abandons_a_recording_that_never_ends(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One that has not ended a grace and a join after the window either is abandoned, and the capture says
+    so with the remedy; a result it hands back later is not read."""
+    src, release = _abandoned(tmp_path, monkeypatch)
     cap = src.capture(WINDOW, "")
     release.set()
     assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason and "--rate" in cap.remedy, cap
     assert "the recording was still running" not in " ".join(cap.notes)
     src._thread.join(2.0)  # type: ignore[union-attr]
     assert src.result is not None and src.capture(WINDOW, "").status is CaptureStatus.FAILED
+
+
+def test_pyspy_source_abandoned_with_coarse_samples_on_disk_says_where_the_process_stood(
+        tmp_path: Path, pyspy_here: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abandoned recording has no chunk counts, but its coarse record may already be on disk (CI 2026-12-04,
+    a live vLLM attach: the note indexed a part that was not there and the attach died with a traceback): the
+    note says where the process stood, uncounted, and the capture fails with the reason."""
+    src, release = _abandoned(tmp_path, monkeypatch)
+    frame = f'process {ME}:"python -m server";thread ({ME}): MainThread;serve (server.py:40)'
+    (tmp_path / pyspy.COVER_FILE).write_text(f"{frame} 3\n")
+    cap = src.capture(WINDOW, "")
+    release.set()
+    assert cap.status is CaptureStatus.FAILED and "abandoned" in cap.reason, cap
+    mine = [n for n in cap.notes if n.startswith(f"pid {ME} ")]
+    assert len(mine) == 1 and mine[0].split(": ", 1)[1].startswith(
+        "coarse wall-clock samples, uncounted, mostly at serve (server.py:40) (100 %)"), cap.notes
+    src._thread.join(2.0)  # type: ignore[union-attr]
 
 
 def test_process_source_stop_skips_the_last_sample_when_its_thread_is_in_a_tick_at_the_deadline(
