@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import resource
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -50,7 +52,8 @@ from diagnose.config import Config
 from diagnose.config import load as load_config
 from diagnose.errors import AttachError, DiagnoseError
 from diagnose.model import ATTACH_COST as ATTACH_COST_FILE
-from diagnose.model import CaptureStatus, Diagnosis, Session, Target, Window
+from diagnose.model import Capture, CaptureStatus, Diagnosis, Session, Target, Window
+from diagnose.redact import redact_argv, redact_secrets
 from diagnose.sources import (
     EXIT_WAITS,
     STOP_BUDGET_S,
@@ -140,12 +143,46 @@ class AttachOptions:
     force: bool = False  # --force: replace a session (or .tar.gz) already at output
 
 
+def _collector(source: Source) -> str:
+    """The name a source's captures carry (its class's name for one that does not say)."""
+    return str(getattr(source, "collector", type(source).__name__))
+
+
+CAPTURE_ERROR = "{collector}-{index}-error.txt"  # the traceback of a source that failed, for the bug report
+
+
+def capture_of(source: Source, index: int, window: Window, cut: str, folder: str,
+               stop_failed: str | None = None) -> Capture | None:
+    """A source's capture. One whose stop (``stop_failed``: its traceback) or capture raised failed on a defect
+    of diagnose's, not the target's: it becomes a failed capture with the reason and its traceback (secrets
+    redacted) in the session, and the other sources' evidence and the verdict still come (an attach never ends
+    in a traceback). ``index``: the source's place in the window (two sources may share a collector name)."""
+    if stop_failed is not None:
+        what, trace = "stop", stop_failed
+    else:
+        try:
+            return source.capture(window, cut)
+        except Exception:
+            what, trace = "capture", traceback.format_exc()
+    collector = _collector(source)
+    name = CAPTURE_ERROR.format(collector=re.sub(r"[^\w.-]", "_", collector), index=index)
+    with contextlib.suppress(OSError):
+        write_text_atomic(os.path.join(folder, name), redact_secrets(trace))
+    last = redact_secrets(trace.strip().splitlines()[-1]) if trace.strip() else "an error"
+    return Capture(collector, CaptureStatus.FAILED,
+                   f"diagnose's {collector} {what} failed on a defect of its own ({last[:200]}); what it recorded "
+                   "is not read", f"report it with `diagnose pack` of the session ({name} holds the traceback)",
+                   window)
+
+
 def attach(opts: AttachOptions, stop: threading.Event | None = None,
-           extra: Sequence[Source] = ()) -> tuple[Session, Diagnosis]:
+           extra: Sequence[Source] = (), imports: Mapping[str, float] | None = None) -> tuple[Session, Diagnosis]:
     """Record a session for ``opts.duration_s`` and diagnose it. Returns (session, diagnosis).
 
     ``extra``: more sources recorded over the same window (``diagnose.sweep`` drives its load with one),
     started first (before the busy probe) and stopped last, their captures listed after the attach's own.
+    ``imports``: what the process's start cost before the attach was asked for (``imports_cost``), written
+    into its cost record.
     """
     age_entered, entered, cpu_entered, host_entered = _age(), time.time(), sum(_own_cpu()), HostMark.read()
     if opts.duration_s <= 0 or opts.duration_s > 600:
@@ -181,14 +218,16 @@ def attach(opts: AttachOptions, stop: threading.Event | None = None,
     elif stop.is_set():
         cut = f"stopped early by the user after {window.seconds:.1f} s"
     cost = {**ran.cost, "light": opts.light, "max_rate_hz": opts.rate_hz,
-            **_before_window(entered, cpu_entered, ran, host_entered, age_entered), "stop_each_s": ran.stops}
+            **_before_window(entered, cpu_entered, ran, host_entered, age_entered), **(imports or {}),
+            "stop_each_s": ran.stops}
     write_json_atomic(os.path.join(folder, ATTACH_COST_FILE), cost)
-    captures = [c for s in sources if (c := s.capture(window, cut)) is not None]
+    captures = [c for i, s in enumerate(sources)
+                if (c := capture_of(s, i, window, cut, folder, ran.stop_failed.get(i))) is not None]
 
     info = process.info
     target = Target(
         pid=opts.pid,
-        cmdline=tuple(info["cmdline"]),
+        cmdline=redact_argv(info.get("cmdline") or ()),  # also when the process capture failed before it did
         python=str(info.get("exe", "")),
         user=str(info.get("user", "")),
         children=process.children,
@@ -250,6 +289,7 @@ class Ran:
     host_closed: HostMark | None = None  # ... and when it closed
     stops: dict[str, float] = field(default_factory=dict)  # seconds each kind of source took to stop
     closed_at: float = 0.0  # when the window closed, on run_window's clock (time.monotonic unless a test's)
+    stop_failed: dict[int, str] = field(default_factory=dict)  # source index → the traceback of a stop that raised
 
 
 # how often the window checks whether the target exited (the sampler notices at its ticks) and moves the
@@ -307,11 +347,15 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     stopping, host_stopping = clock(), HostMark.read(threads=True)
     stopped_first = stopping
     stops: dict[str, float] = {}
+    stop_failed: dict[int, str] = {}
     for i, s in enumerate(sources):
         began = clock()
-        s.stop(by)
+        try:  # one source's defect neither stops the others' stop nor ends the attach in a traceback
+            s.stop(by)
+        except Exception:
+            stop_failed[i] = traceback.format_exc()
         ended = clock()
-        kind = str(getattr(s, "collector", type(s).__name__))
+        kind = _collector(s)
         stops[kind] = round(stops.get(kind, 0.0) + ended - began, 3)
         if i == 0:
             stopped_first = ended
@@ -326,7 +370,7 @@ def run_window(sources: Sequence[Source], duration_s: float, stop: threading.Eve
     if (steal := stolen_between(host_before.stolen, host_after.stolen)) is not None:
         cost["steal_s"] = steal
     return Ran(Window(opened, opened + (t1 - t0)), cost, sum(cpu_before), sum(cpu_after), host_before, host_after,
-               stops, t1)
+               stops, t1, stop_failed)
 
 
 def _before_window(entered: float, cpu_entered: float, ran: Ran,
@@ -346,6 +390,39 @@ def _before_window(entered: float, cpu_entered: float, ran: Ran,
         shares = opened.since(host_entered, "setup")
         before.update({k: shares[k] for k in ("setup_steal_s", "setup_stall_s", "setup_majflt") if k in shares})
     return before
+
+
+def _started_to_attach() -> bool:
+    """Whether this process was started as diagnose's command (the ``diagnose`` script, ``python -m diagnose``):
+    then its life before the attach is the interpreter's start and imports, not another program's (a test
+    runner, a notebook calling the CLI's ``main``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return os.path.basename(sys.argv[0]) == "diagnose" or (spec is not None and spec.name.startswith("diagnose."))
+
+
+def imports_cost() -> dict[str, float]:
+    """The interpreter's start and its imports, from this process's birth to now, for a process that was
+    started to attach once (``diagnose attach``; read as its command begins): their length (``imports_s``), the
+    process's CPU meanwhile (``imports_cpu_s``), its major faults and the bytes it had read from storage
+    (``imports_majflt``; ``imports_inblock``, in 512-byte blocks, readahead included), and the time the main
+    thread was neither run nor waiting for a CPU (``imports_blocked_s``: the length less the CPU less its
+    run-queue delay). An import rarely sleeps, so that is mostly its reads' time: a virtual machine that sheds
+    its page cache has the attach read its libraries back at the disk's pace (what else blocked it, a lock or
+    a subprocess, reads nothing: ``tests/attach_cost.py`` forgives only what the bytes read explain). The CPU
+    is every thread's; the start time is the kernel's, to its clock tick. Empty where /proc does not say."""
+    age, mark = _age(), HostMark.read(steal=False)
+    if age is None:
+        return {}
+    cpu = sum(_own_cpu())
+    out: dict[str, float] = {"imports_s": round(age, 3), "imports_cpu_s": round(cpu, 4)}
+    if mark.majflt is not None:
+        out["imports_majflt"] = mark.majflt
+    if mark.inblock is not None:
+        out["imports_inblock"] = mark.inblock
+    if mark.waited is not None:
+        out["imports_wait_s"] = round(mark.waited, 3)
+        out["imports_blocked_s"] = round(max(0.0, age - cpu - mark.waited), 3)
+    return out
 
 
 def _after_window(ran: Ran) -> dict[str, float]:
@@ -468,11 +545,13 @@ class HostMark:
     stalled: Stalled | None
     majflt: int | None
     threads: dict[str, float] | None = None
+    inblock: int | None = None  # the bytes the attach's process read from storage, in 512-byte blocks
 
     @classmethod
     def read(cls, threads: bool = False, steal: bool = True) -> HostMark:
-        return cls(_waited(), _stolen() if steal else None, _stalled(),
-                   resource.getrusage(resource.RUSAGE_SELF).ru_majflt, _source_thread_waits() if threads else None)
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        return cls(_waited(), _stolen() if steal else None, _stalled(), use.ru_majflt,
+                   _source_thread_waits() if threads else None, use.ru_inblock)
 
     def since(self, before: HostMark, phase: str) -> dict[str, float]:
         """``{phase}_wait_s`` (the calling thread's run-queue delay), ``_steal_s`` (the most one CPU lost),
@@ -503,6 +582,7 @@ def _own_cpu() -> tuple[float, float]:
 
 def attach_cli(args: argparse.Namespace) -> Diagnosis:
     """Attach with a progress bar on stderr; Ctrl-C ends the window early and keeps the data."""
+    imports = imports_cost() if _started_to_attach() else {}  # its start is the attach's
     stop = threading.Event()
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -521,9 +601,9 @@ def attach_cli(args: argparse.Namespace) -> Diagnosis:
                           transient=True, console=_stderr_console()) as bar:
                 task = bar.add_task("window", total=opts.duration_s)
                 opts.progress = lambda done, total: bar.update(task, completed=done)
-                session, diagnosis = attach(opts, stop)
+                session, diagnosis = attach(opts, stop, imports=imports)
         else:
-            session, diagnosis = attach(opts, stop)
+            session, diagnosis = attach(opts, stop, imports=imports)
     finally:
         signal.signal(signal.SIGINT, previous)
     for cap in session.captures:

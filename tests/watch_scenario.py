@@ -330,10 +330,12 @@ def check(seen: Watched, expect: str) -> None:
         caps = {name: c["status"] for name, c in captures.items()}
         assert caps["watch"] == "ok" and caps["metrics"] == "ok", caps
         # py-spy profiles the incident; on a 2-core host under load it may fall behind in every chunk of one
-        # incident (its start-up outlasting a chunk, or a record killed past its grace: said so, with the
+        # incident (its start-up outlasting a chunk, a record killed past its grace, or the recording still
+        # running a grace after the window and abandoned, as in the CI of 0b57029 on vLLM: said so, with the
         # remedy for a starved host), never in both
         spy = captures["py-spy"]
-        starved = "start-up outlasted the chunk" in spy["reason"] or "did not stop within" in spy["reason"]
+        starved = any(why in spy["reason"] for why in ("start-up outlasted the chunk", "did not stop within",
+                                                       "after the window closed and was abandoned"))
         assert spy["status"] in ("ok", "partial") or (starved and "--light" in spy["remedy"]), spy
         profiled += spy["status"] in ("ok", "partial")
     assert profiled >= 1

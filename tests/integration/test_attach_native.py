@@ -82,6 +82,13 @@ def test_a_native_program_is_attached_without_the_python_profiler(native: subpro
     # nothing waits for a profiler that did not run; what the host took from the stop and from the wait's late end
     # (a thread's wait for a CPU, the steal, the machine's stalls on the disk: tests/attach_cost.py) is the host's
     assert cost["window_s"] - attach_cost.window_share(cost) <= window + 1.0, json.dumps(cost)
+    # the command's process was started for this attach: its start before attach() was called is recorded,
+    # within what it took to reach the window, and split into CPU, run-queue wait and the time it was blocked
+    # (the same thread's run-queue wait, read at the window's opening too, only grew; its CPU is the interpreter's)
+    assert cost["imports_s"] > 0.0, json.dumps(cost)
+    assert cost["imports_s"] + cost["setup_s"] <= cost["started_s"] + 0.01, json.dumps(cost)  # read before attach()
+    assert cost["imports_wait_s"] <= cost["started_wait_s"] and cost["imports_cpu_s"] > 0.05, json.dumps(cost)
+    assert 0.0 <= cost["imports_blocked_s"] < cost["imports_s"], json.dumps(cost)
     doc = json.loads(run.stdout)
     caps = {c["collector"]: c for c in doc["captures"]}
     spy = caps["py-spy"]

@@ -40,3 +40,16 @@ def test_outside_the_window_each_phase_is_forgiven_its_waits_steal_and_stalls_up
     assert attach_cost.outside_share(cost) == pytest.approx(10.75)  # the stop's is the window's, CPU the attach's
     assert attach_cost.outside_share({**cost, "started_s": 2.0, "after_s": 3.0}) == pytest.approx(5.0)
     assert attach_cost.outside_share({**cost, "setup_majflt": 0, "after_majflt": 0}) == pytest.approx(3.75)
+
+
+def test_a_start_blocked_on_the_disk_is_the_hosts_one_that_read_nothing_is_the_attachs() -> None:
+    # CI 2026-12-05 (kv_pressure): 37.4 s from the attach's start to its window, 6.6 s of it a wait for a CPU
+    cost = {"started_s": 37.4, "setup_s": 2.7, "started_wait_s": 6.6, "imports_s": 34.7, "imports_cpu_s": 3.0,
+            "imports_wait_s": 6.5, "imports_blocked_s": 25.2, "imports_majflt": 310, "imports_inblock": 90000}
+    assert attach_cost.outside_share(cost) == pytest.approx(31.8)  # 46 MB read: 46 s at the slowest disk
+    # blocked without a read from storage (asleep, a lock, a subprocess): the attach's own
+    assert attach_cost.outside_share({**cost, "imports_inblock": 0}) == pytest.approx(6.6)
+    # a few reads explain a little of it, not all: 32 blocks (16 KiB) are 0.016 s at 1 MB/s
+    assert attach_cost.outside_share({**cost, "imports_inblock": 32}) == pytest.approx(6.6 + 0.016384)
+    # never more than the start took
+    assert attach_cost.outside_share({**cost, "imports_blocked_s": 40.0}) == pytest.approx(37.4)
