@@ -331,13 +331,17 @@ def _entry(fired: Fired) -> dict[str, Any]:
 
 
 def verdict_line(diagnosis: Diagnosis) -> str:
-    """One line for a session: the primary with its probability, else undetermined and what leads."""
+    """One line for a session: the primary with its probability, else undetermined with the answer withheld
+    (its probability) and, when another candidate outranks it, what the differential leads with."""
     p = f", p {diagnosis.probability:.2f}" if diagnosis.probability is not None else ""
     first = next((f for f in diagnosis.findings if f.category is not None), None)
     if diagnosis.primary is not None and first is not None:
         return f"{diagnosis.primary.value} ({first.severity.value}{p}) — {first.title}"
     if diagnosis.leading is not None:
-        return f"undetermined (leading: {diagnosis.leading.value}{p})"
+        top = diagnosis.candidates[0] if diagnosis.candidates else None
+        leads = ("" if top is None or top.category == diagnosis.leading.value
+                 else f"; the differential leads with {top.category}, p {top.probability:.2f}")
+        return f"undetermined (withheld: {diagnosis.leading.value}{p}{leads})"
     verdict = diagnosis.verdict.value if diagnosis.verdict is not None else "undetermined"
     return f"{verdict}{p}"
 

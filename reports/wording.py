@@ -21,8 +21,11 @@ def undetermined_text(diagnosis: Diagnosis) -> str:
     if diagnosis.withheld and diagnosis.probability is not None:
         what = (f"the findings point to {lead.value}" if lead is not None
                 else "nothing significant was found (healthy)")
+        first = diagnosis.candidates[0] if diagnosis.candidates else None
+        leads = ("" if first is None or first.category == (lead.value if lead is not None else "none")
+                 else f" leads with {first.category} ({pct(first.probability)}) and")
         return (f"{what}, but at {pct(diagnosis.probability)} that is not sure enough to act on alone; the "
-                "differential says what separates the candidates.")
+                f"differential{leads} says what separates the candidates.")
     return UNDETERMINED_TEXT
 
 

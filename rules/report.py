@@ -434,7 +434,12 @@ class ColdStartReported(ReportRule):
     Fix: warm up before taking traffic with every shape served, mark dimensions dynamic or pad to
     buckets, raise the recompile limit knowingly, cache compiled artefacts.
 
-    False positives: a first request that downloads weights (HLT003 says so).
+    A first request the report explains by a download (``report.download_statements``) with
+    nothing of compiling said or measured steps aside: that is warm-up, not compilation (HLT003
+    says so, and ``none`` leads).
+
+    False positives: a first request that downloads weights and also compiles, said only as a
+    download.
     """
 
     code = "CMP004"
@@ -449,6 +454,15 @@ class ColdStartReported(ReportRule):
     headline = "Time goes into compiling, building or warming up"
     cause = "report.cause.compile"
     measured_by = ("compile.", "cpu.compile_share")  # a compile log or a live profile
+
+    COMPILING = ("report.recompile_limit_messages", "report.recompile_statements", "report.compile_ms_max",
+                 "report.engine_build_messages", "report.compile_statements")
+
+    def check(self, ev: EvidenceSet, t: object) -> Finding | None:
+        if (_n(ev, "report.download_statements") and not any(_n(ev, k) for k in self.COMPILING)
+                and not ev.has_prefix("compile.")):
+            return None  # the first request waits for a download: warm-up (HLT003), not compiling
+        return super().check(ev, t)
 
     def corroborated(self, ev: EvidenceSet) -> str:
         n = ev.value("compile.recompiles", 0.0) or 0.0

@@ -1,9 +1,9 @@
 """What the rules answered, before the calibrated probability decided whether the verdict commits.
 
 A diagnosis whose leading answer did not clear the precision threshold is ``undetermined`` with the
-answer leading its candidates (``withheld``). Tests of a rule's reading assert what the rules answered
-(``rules_verdict``, ``rules_primary``) and, separately, that committing follows the probability
-(``committed_as_calibrated``).
+answer among its candidates (``withheld``; a candidate the evidence speaks for may outrank it). Tests of a
+rule's reading assert what the rules answered (``rules_verdict``, ``rules_primary``) and, separately, that
+committing follows the probability (``committed_as_calibrated``).
 """
 
 from __future__ import annotations

@@ -62,6 +62,62 @@ def test_the_differential_is_at_most_three_best_first_and_sums_to_at_most_one() 
         assert d.candidates[0].probability == d.probability
 
 
+def test_the_differential_rounded_still_sums_to_at_most_one_and_keeps_the_answers_probability() -> None:
+    # 0.9126 + 0.0726 + 0.0148 = 1.0 rounds to 0.913 + 0.073 + 0.015 = 1.001: the smallest gives the thousandth back
+    assert calibration._rounded([0.9126, 0.0726, 0.0148], keep=0) == [0.913, 0.073, 0.014]
+    # the answer last (withheld, outweighed): its probability is the verdict's, the one above it gives, in order
+    assert calibration._rounded([0.4006, 0.3006, 0.2988], keep=2) == [0.401, 0.3, 0.299]
+    assert calibration._rounded([0.5, 0.3, 0.2], keep=0) == [0.5, 0.3, 0.2]  # nothing to take back
+    # more than one in all (the findings' floor over the report model's own): shares of one, in order
+    assert calibration._rounded([0.97, 0.05, 0.05], keep=None) == [0.907, 0.047, 0.046]
+
+
+SETTLED = ("Measured prefill on our box: the target is already met.\n\n| prompt | wall | rate |\n|---|---|---|\n"
+           "| 512 tokens | 1.1s | **465 tok/s** |\n| 2048 tokens | 3.9s | **525 tok/s** |\n\n"
+           "That accounts for the TTFT we saw; nothing needs fixing.\n")
+
+
+def test_a_withheld_answer_the_others_outweigh_is_not_first_and_the_verdict_says_what_leads() -> None:
+    """The findings point to prefill, the calibrated probability is under the rest's share: the differential is
+    best first (the answer second), the verdict's probability stays the withheld answer's, and the verdict's
+    words name what the differential leads with."""
+    from diagnose.reports.wording import undetermined_text
+
+    d = _judge(SETTLED)
+    probs = [c.probability for c in d.candidates]
+    assert d.verdict is Verdict.UNDETERMINED and d.leading is not None and d.leading.value == "prefill_ttft"
+    assert probs == sorted(probs, reverse=True) and d.candidates[0].category == "none", d.candidates
+    assert d.candidates[1].category == "prefill_ttft" and d.candidates[1].probability == d.probability
+    text = undetermined_text(d)
+    assert text.startswith("the findings point to prefill_ttft, but at ")
+    assert f"the differential leads with none ({round(100 * d.candidates[0].probability)} %)" in text, text
+    from diagnose.watch import verdict_line  # diagnose watch's line for a capture says the same
+
+    assert verdict_line(d) == (f"undetermined (withheld: prefill_ttft, p {d.probability:.2f}; the differential "
+                               f"leads with none, p {d.candidates[0].probability:.2f})")
+
+
+def test_a_known_confusion_with_nothing_for_it_never_passes_a_measured_finding() -> None:
+    """Thermal throttling measured by NVML (GPU003's fixture, judged by that rule alone), withheld: its only
+    other candidate is the answer's known confusion, which nothing named. It follows the answer, its share
+    capped at the answer's, however much of the rest it would take (rule docs before: launch overhead first at
+    55 % with nothing for it)."""
+    from diagnose.model import Evidence
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.gpu import GpuThrottling
+    from diagnose.rules.verdict import decide
+
+    with open(os.path.join(ROOT, "tests", "data", "rules", "GPU003", "positive.json"), encoding="utf-8") as fh:
+        ev = EvidenceSet(Evidence.from_json(e) for e in json.load(fh)["evidence"])
+    findings, _ = run_rules(ev, rules=[GpuThrottling], decide=False)
+    verdict, _, judged, withheld = calibration.settle(ev, findings, *decide(ev, findings))
+    assert withheld and verdict is Verdict.UNDETERMINED and judged.probability < 0.5  # the case at stake
+    first, *rest = judged.candidates
+    assert first.category == "gpu_compute" and first.probability == judged.probability and first.support
+    assert rest and all(not c.support and c.probability <= first.probability for c in rest), judged.candidates
+    assert sum(c.probability for c in judged.candidates) <= 1.0 + 1e-6
+
+
 def test_an_oom_answer_keeps_its_siblings_in_the_differential() -> None:
     d = _judge(OOM)
     assert d.leading is not None and d.leading.value == "oom_peak"
