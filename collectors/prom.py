@@ -115,6 +115,10 @@ ALIASES: tuple[Alias, ...] = (
                          "tgi_request_input_length"), Kind.HISTOGRAM, "tokens"),
     Alias("output_len", ("vllm:request_generation_tokens", "tgi_request_generated_tokens"),
           Kind.HISTOGRAM, "tokens"),
+    # vLLM (V0 and V1): tokens scheduled per engine step; its count is the engine's steps, so generated tokens
+    # over steps is the mean running batch (each sequence in decode yields one token a step)
+    Alias("step_tokens", ("vllm:iteration_tokens_total",), Kind.HISTOGRAM, "tokens",
+          doc="tokens per engine step (its count: the steps)"),
 )
 
 BY_NAME: dict[str, Alias] = {}

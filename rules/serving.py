@@ -59,8 +59,11 @@ class EngineQueueSaturated(Rule):
     ``max_num_seqs``, or at vLLM's default when none is stated while the KV cache has room — 256 in
     V0, and in V1 except on GPUs of 70 GiB or more other than the A100, where it is 1024 — or a small
     batch held at one size while the KV cache is nearly empty, its size read at the samples where a
-    batch ran: a scrape between two steps reads 0 running), or neither (``saturated_workers``:
-    compute or the per-step token budget).
+    batch ran: a scrape between two steps reads 0 running; where none did, the window's batch, vLLM's
+    generated tokens per engine step between two scrapes, when the requests spent at least
+    ``min_queue_time_share`` of their time queued), or neither (``saturated_workers``: compute or the
+    per-step token budget). When no sample with requests waiting saw a batch and the window's batch is
+    not known, the mechanism is left unnamed and the message says what shows it.
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -79,7 +82,8 @@ class EngineQueueSaturated(Rule):
     serving.running_when_queued_max, serving.kv_cache_usage_when_queued_mean_ratio,
     serving.kv_cache_usage_when_queued_max_ratio, serving.kv_free_sequences_when_queued_min,
     serving.kv_cache_usage_max_ratio, serving.preemptions,
-    serving.swapped_max, serving.max_num_seqs, serving.max_num_batched_tokens, latency.ttft_ms.p99, stage.queue_ms.mean.
+    serving.swapped_max, serving.max_num_seqs, serving.max_num_batched_tokens, serving.batch_step_mean,
+    latency.ttft_ms.p99, stage.queue_ms.mean, stage.queue.share.
 
     Fix: by cause: more KV-cache memory (``--gpu-memory-utilization``, tensor parallelism,
     ``--kv-cache-dtype fp8``, a shorter ``--max-model-len``); a higher ``--max-num-seqs`` when the
@@ -109,8 +113,10 @@ class EngineQueueSaturated(Rule):
         "serving.swapped_max",
         "serving.max_num_seqs",
         "serving.max_num_batched_tokens",
+        "serving.batch_step_mean",
         "latency.ttft_ms.p99",
         "stage.queue_ms.mean",
+        "stage.queue.share",
     )
 
     @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class EngineQueueSaturated(Rule):
         steady_running: float = 0.75  # mean running ≥ 75 % of its peak while queued: the batch is held at a size
         small_batch: float = 16.0  # a running batch this small leaves the per-step token budget mostly free
         kv_low: float = 0.3  # under 30 % KV usage neither memory nor long contexts hold the queue
+        min_queue_time_share: float = 0.3  # requests queued ≥ 30 % of their time over the window: a standing queue
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         waiting_max = _num(ev, "serving.waiting_max") or 0.0
@@ -203,7 +210,7 @@ class EngineQueueSaturated(Rule):
         cap: float | None,
         running_peak: float,
         running: float,
-    ) -> tuple[str, list[Fix], Mechanism]:
+    ) -> tuple[str, list[Fix], Mechanism | None]:
         kv_fix = Fix(
             "Give the KV cache more room",
             (
@@ -273,13 +280,34 @@ class EngineQueueSaturated(Rule):
         # Its size is read where a batch ran: a sample caught between steps (0 running, requests waiting; vLLM's
         # gauges read so at a scrape now and then) measures no batch
         steady = _num(ev, "serving.running_when_queued_busy_mean")
+        limits = ("(vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel) holds requests back, "
+                  "not memory.")
         if steady is None:
-            steady = running
+            # no sample with requests waiting caught a batch running (vLLM's gauges read 0 running between two
+            # steps): the window's batch, generated tokens per engine step between two scrapes, stands in for it
+            # while the requests spent much of their time queued over that window (a standing queue, not the
+            # burst one sample caught)
+            batch = _num(ev, "serving.batch_step_mean")
+            queued_time = _num(ev, "stage.queue.share")
+            if batch is not None and batch > 0 and queued_time is not None and queued_time >= t.min_queue_time_share:
+                if cap is None and kv is not None and kv < t.kv_low and batch <= t.small_batch:
+                    return (f"No sample with requests waiting caught a batch running, but over the window the "
+                            f"engine ran {batch:.1f} sequences per step (generated tokens / engine steps) while "
+                            f"requests spent {pct(queued_time)} of their time queued{room}: a sequence or slot "
+                            f"limit near {batch:.0f} " + limits, [seq_fix], Mechanism.ADMISSION_CAP)
+                steady = running_peak = batch  # a batch too large (or a cache too full) for a limit: below
+            elif running <= 0:
+                # neither a batch nor the window's: what holds the queue is not known from these samples
+                return ("No sample with requests waiting caught a batch running (a gauge read between two engine "
+                        "steps reads 0), so what holds admission (a sequence limit, the KV cache, compute) is not "
+                        "known from these samples: the engine's stats lines, or scrapes a few seconds apart, "
+                        "show the running batch while requests wait.", [], None)
+            else:
+                steady = running
         if (cap is None and kv is not None and kv < t.kv_low and 0 < running_peak <= t.small_batch
                 and steady >= t.steady_running * running_peak):
             return (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
-                    f"{room}: a sequence or slot limit near {running_peak:.0f} (vLLM --max-num-seqs, SGLang "
-                    "--max-running-requests, llama.cpp --parallel) holds requests back, not memory.", [seq_fix],
+                    f"{room}: a sequence or slot limit near {running_peak:.0f} " + limits, [seq_fix],
                     Mechanism.ADMISSION_CAP)
         return (
             "Neither the KV cache nor a sequence limit is full"

@@ -31,6 +31,7 @@ _HIST_KEYS = {
 }
 _STAGES = ("queue", "prefill", "decode", "inference", "preprocess")
 _QNAMES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
+MIN_STEPS = 50  # fewer engine steps than this in the window: a batch mean of a few steps is a rough one
 
 
 class PromSource:
@@ -201,6 +202,13 @@ def _counters(r: PromResult, ev: Emit, engines: str, span: str) -> None:
         p, g = c["prompt_seconds"].delta, c["generation_seconds"].delta
         ev.add("stage.prefill.share", p / (p + g), "ratio",
                f"{engines} prompt seconds / (prompt + generation seconds) {span} ({p:.1f} s of {p + g:.1f} s)")
+    # vLLM: generated tokens per engine step between two scrapes is the window's mean running batch, whatever
+    # the gauges read at the two instants (a scrape between two steps reads 0 running with requests waiting)
+    steps, gen = r.histograms.get("step_tokens"), c.get("generation_tokens")
+    if steps is not None and gen is not None and steps.windowed and gen.windowed and steps.count > 0:
+        ev.add("serving.batch_step_mean", gen.delta / steps.count, "sequences",
+               f"{engines} generated tokens per engine step {span} ({gen.delta:.0f} tokens in {steps.count:.0f} "
+               "steps): the mean running batch", Quality.LOW if steps.count < MIN_STEPS else Quality.GOOD)
     if "prefix_queries" in c and "prefix_hits" in c and c["prefix_queries"].delta > 0:
         ev.add("serving.prefix_cache_hit_ratio", c["prefix_hits"].delta / c["prefix_queries"].delta, "ratio",
                f"prefix-cache hits / queries (tokens) {span}")

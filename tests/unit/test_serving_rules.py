@@ -214,3 +214,41 @@ def test_client_payload_io_leads_the_queue_it_inflates() -> None:
 def test_client_payload_io_bars(share: float, io_ms: float, fires: bool) -> None:
     ev = _set(latency__client_io__share=share, latency__client_io_ms__mean=io_ms)
     assert ("CPU004" in _findings(ev)) is fires
+
+
+def _scrapes(text: str) -> EvidenceSet:
+    src = PromSource()
+    for line in clean_lines(text.splitlines(keepends=True)):
+        src.feed(line)
+    return EvidenceSet(src.evidence("metrics.txt"))
+
+
+def test_a_scrape_between_two_steps_falls_back_on_the_windows_batch() -> None:
+    """The engine lab's admission_cap scrapes (--max-num-seqs 2, 16 clients) as CI 2026-12-04 saw them: the
+    first scrape fell between two steps (0 running, 14 waiting), the second found the queue gone. No scrape with
+    requests waiting caught a batch; the window's generated tokens per engine step (9,690 in 4,897 steps) say
+    the batch was 2 while requests spent most of their time queued: the sequence limit, not compute. Without the
+    step counts nothing shows the batch, and no mechanism is named."""
+    with open(os.path.join(DATA, "engines", "vllm", "admission_cap", "metrics.txt"), encoding="utf-8") as fh:
+        real = fh.read()
+    first, second = real.split("# scrape at")[1:]
+    assert 'vllm:num_requests_running{engine="0",model_name="lab"} 2.0' in first
+    caught = "# scrape at" + first.replace('num_requests_running{engine="0",model_name="lab"} 2.0',
+                                           'num_requests_running{engine="0",model_name="lab"} 0.0')
+    ev = _scrapes(caught + "# scrape at" + second)
+    assert ev.value("serving.batch_step_mean") == pytest.approx(9690 / 4897)
+    assert "serving.running_when_queued_busy_mean" not in {e.key for e in ev}
+    assert ev.value("stage.queue.share") >= 0.3
+    f = _findings(ev)["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP, f.message
+    assert "2.0 sequences per step" in f.message and "--max-num-seqs" in f.message
+    blind = "".join(line for line in (caught + "# scrape at" + second).splitlines(keepends=True)
+                    if "iteration_tokens" not in line)
+    f = _findings(_scrapes(blind))["QUE002"]
+    assert f.mechanism is None and "not known" in f.message
+    # a window whose requests barely queued: the one scrape's queue was a burst, and the batch names no limit
+    brief = _set(serving__waiting_max=14, serving__running_max=0, serving__stat_samples=2,
+                 serving__queued_sample_ratio=0.5, serving__running_when_queued_mean=0,
+                 serving__running_when_queued_max=0, serving__kv_cache_usage_when_queued_mean_ratio=0.002,
+                 serving__batch_step_mean=2.0, stage__queue__share=0.05)
+    assert _findings(brief)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
