@@ -244,6 +244,20 @@ class EngineQueueSaturated(Rule):
             Risk.NEEDS_VALIDATION,
         )
         room = f" while the KV cache is only {pct(kv)} used" if kv is not None else ""
+        # the window's batch: vLLM's generated tokens per engine step between two scrapes, a mean over every step.
+        # A gauge or a stats line reads one instant: between two steps it reads 0 running, and vLLM V1's stats
+        # lines under load read 1 running where the steps ran 2 (engine lab, 2026-12-05). It stands for the batch
+        # while the queue stood: requests spent at least min_queue_time_share of their time queued in that window.
+        # A mean over steps is at most the batch's peak, so it raises the peak the samples saw, never lowers it
+        batch = _num(ev, "serving.batch_step_mean")
+        queued_time = _num(ev, "stage.queue.share")
+        if batch is None or batch <= 0 or queued_time is None or queued_time < t.min_queue_time_share:
+            batch = None
+        per_step = ""
+        if batch is not None and queued_time is not None:
+            running_peak = max(running_peak, batch)
+            per_step = (f" ({batch:.1f} sequences per engine step over the window, generated tokens / steps, while "
+                        f"requests spent {pct(queued_time)} of their time queued)")
         engine = ev.get("serving.engine")
         if isinstance(engine, Evidence) and str(engine.value) == "llama.cpp":
             # llama.cpp defers a request only when every slot is busy (llama-server --parallel N; the Python
@@ -257,7 +271,7 @@ class EngineQueueSaturated(Rule):
                         "or run replicas behind a balancer",
                     ), Risk.NEEDS_VALIDATION)], Mechanism.ADMISSION_CAP)
         if cap is not None and running_peak >= t.cap_near * cap:
-            return (f"The running batch is pinned at max_num_seqs={cap:.0f}{room}: the sequence limit, "
+            return (f"The running batch is pinned at max_num_seqs={cap:.0f}{per_step}{room}: the sequence limit, "
                     "not memory, holds requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
         # the free part of the cache is smaller than one running sequence: a waiting request's blocks do not fit
         # (a small batch far below any sequence limit and the per-step token budget is held by nothing else)
@@ -272,47 +286,34 @@ class EngineQueueSaturated(Rule):
         if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):
             return (f"The running batch sits at {running_peak:.0f}, where the default sequence limit would hold it "
-                    f"({advice.max_num_seqs(ev)}){room}: the sequence limit, not memory, holds requests back.",
-                    [seq_fix], Mechanism.ADMISSION_CAP)
+                    f"({advice.max_num_seqs(ev)}){per_step}{room}: the sequence limit, not memory, holds requests "
+                    "back.", [seq_fix], Mechanism.ADMISSION_CAP)
         # no limit stated: a small batch that stays at one size while requests wait and the KV cache is nearly
         # empty is held by a limit: a batch that small leaves a continuous batcher's per-step budget free, so
         # it would admit whatever fits (a large batch may be held by that budget instead: compute, below).
-        # Its size is read where a batch ran: a sample caught between steps (0 running, requests waiting; vLLM's
-        # gauges read so at a scrape now and then) measures no batch
-        steady = _num(ev, "serving.running_when_queued_busy_mean")
-        limits = ("(vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel) holds requests back, "
-                  "not memory.")
-        if steady is None:
-            # no sample with requests waiting caught a batch running (vLLM's gauges read 0 running between two
-            # steps): the window's batch, generated tokens per engine step between two scrapes, stands in for it
-            # while the requests spent much of their time queued over that window (a standing queue, not the
-            # burst one sample caught)
-            batch = _num(ev, "serving.batch_step_mean")
-            queued_time = _num(ev, "stage.queue.share")
-            if batch is not None and batch > 0 and queued_time is not None and queued_time >= t.min_queue_time_share:
-                if cap is None and kv is not None and kv < t.kv_low and batch <= t.small_batch:
-                    return (f"No sample with requests waiting caught a batch running, but over the window the "
-                            f"engine ran {batch:.1f} sequences per step (generated tokens / engine steps) while "
-                            f"requests spent {pct(queued_time)} of their time queued{room}: a sequence or slot "
-                            f"limit near {batch:.0f} " + limits, [seq_fix], Mechanism.ADMISSION_CAP)
-                steady = running_peak = batch  # a batch too large (or a cache too full) for a limit: below
-            elif running <= 0:
-                # neither a batch nor the window's: what holds the queue is not known from these samples
-                return ("No sample with requests waiting caught a batch running (a gauge read between two engine "
-                        "steps reads 0), so what holds admission (a sequence limit, the KV cache, compute) is not "
-                        "known from these samples: the engine's stats lines, or scrapes a few seconds apart, "
-                        "show the running batch while requests wait.", [], None)
-            else:
-                steady = running
+        # Its size is read where a batch ran (a sample caught between steps, 0 running with requests waiting,
+        # measures no batch) and over the window's steps
+        busy = _num(ev, "serving.running_when_queued_busy_mean")
+        if busy is None and batch is None and running <= 0:
+            # no sample with requests waiting saw a batch, and the window's batch is not known
+            return ("No sample with requests waiting caught a batch running (a gauge read between two engine "
+                    "steps reads 0), so what holds admission (a sequence limit, the KV cache, compute) is not "
+                    "known from these samples: the engine's stats lines, or scrapes a few seconds apart, "
+                    "show the running batch while requests wait.", [], None)
+        measured = [m for m in (busy, batch) if m is not None]
+        steady = max(measured) if measured else running
         if (cap is None and kv is not None and kv < t.kv_low and 0 < running_peak <= t.small_batch
                 and steady >= t.steady_running * running_peak):
-            return (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
-                    f"{room}: a sequence or slot limit near {running_peak:.0f} " + limits, [seq_fix],
-                    Mechanism.ADMISSION_CAP)
+            held = (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
+                    if busy is not None else "No sample with requests waiting caught a batch running, but the "
+                    f"batch holds at about {running_peak:.0f}")
+            return (f"{held}{per_step}{room}: a sequence or slot limit near {running_peak:.0f} (vLLM "
+                    "--max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel) holds requests back, not "
+                    "memory.", [seq_fix], Mechanism.ADMISSION_CAP)
         return (
             "Neither the KV cache nor a sequence limit is full"
             + (f" (KV cache {pct(kv)} used)" if kv is not None else "")
-            + ": the engine is bound by compute or its per-step token budget (max_num_batched_tokens).",
+            + f"{per_step}: the engine is bound by compute or its per-step token budget (max_num_batched_tokens).",
             [], Mechanism.SATURATED_WORKERS,
         )
 

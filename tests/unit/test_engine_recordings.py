@@ -164,6 +164,25 @@ def test_a_scrape_between_two_steps_does_not_hide_the_sequence_limit() -> None:
         assert_leg(analyze(folder, leg), "admission_cap", leg)
 
 
+def test_stats_lines_that_read_one_running_do_not_hide_the_sequence_limit() -> None:
+    """Recorded on the development machine (tests/data/engines/stale_stats/admission_cap, how.json says how): 16
+    clients behind --max-num-seqs 2. Every stats line of the attach's window read 1 running and 13-14 waiting,
+    while the engine's steps ran 2.0 sequences each (generated tokens over engine steps between the attach's two
+    scrapes). The batch sat at the stated limit: all three legs name the sequence limit, the attach's too."""
+    folder = VLLM.parent / "stale_stats" / "admission_cap"
+    window = (folder / "attach" / "log-0-vllm.log").read_text()
+    running = {line.split("Running: ")[1].split(" ")[0] for line in window.splitlines() if "Running: " in line}
+    assert running == {"1"}
+    scrapes = (folder / "attach" / "metrics-0.prom").read_text().split("# scrape at ")[1:]
+    counts = [{s.name: s.value for fam in text_string_to_metric_families(t.split("\n", 1)[1]) for s in fam.samples
+               if s.name in ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count")} for t in scrapes]
+    tokens, steps = (counts[-1][k] - counts[0][k] for k in ("vllm:generation_tokens_total",
+                                                             "vllm:iteration_tokens_total_count"))
+    assert tokens / steps == pytest.approx(2.0, abs=0.01)
+    for leg in ("attach", "log", "metrics"):
+        assert_leg(analyze(folder, leg), "admission_cap", leg)
+
+
 @pytest.mark.parametrize("pathology", ["healthy", "admission_cap", "kv_pressure"])
 def test_vllms_queue_polling_is_not_counted_as_demand_for_cpu(pathology: str) -> None:
     """vLLM's EngineCore and worker spin on their shared-memory queue (os.sched_yield in a loop): runnable most of

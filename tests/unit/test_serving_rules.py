@@ -241,7 +241,7 @@ def test_a_scrape_between_two_steps_falls_back_on_the_windows_batch() -> None:
     assert ev.value("stage.queue.share") >= 0.3
     f = _findings(ev)["QUE002"]
     assert f.mechanism is Mechanism.ADMISSION_CAP, f.message
-    assert "2.0 sequences per step" in f.message and "--max-num-seqs" in f.message
+    assert "2.0 sequences per engine step" in f.message and "--max-num-seqs" in f.message
     blind = "".join(line for line in (caught + "# scrape at" + second).splitlines(keepends=True)
                     if "iteration_tokens" not in line)
     f = _findings(_scrapes(blind))["QUE002"]
