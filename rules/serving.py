@@ -49,21 +49,22 @@ def _default_max_num_seqs(ev: EvidenceSet, v0_default: float) -> float:
 class EngineQueueSaturated(Rule):
     """The serving engine's scheduler queue holds requests it cannot admit.
 
-    What it detects: vLLM / SGLang / TGI report requests *waiting* (``Pending``/``Waiting``,
-    ``#queue-req``, ``tgi_queue_size``) next to the running batch, in most of the stats lines or
-    scrapes, and names what caps the running batch (the finding's ``mechanism``): the KV cache
-    (``kv_capacity``: usage ≥ ``kv_full`` on average or at any sample with requests waiting,
-    preemptions, swapping; or, with no stated sequence limit reached, a sample with requests waiting
-    where the free cache (1 − usage) × running / usage holds fewer than ``kv_no_room_seqs`` sequences
-    of the running ones' mean size), the sequence limit (``admission_cap``: running pinned at the stated
-    ``max_num_seqs``, or at vLLM's default when none is stated while the KV cache has room — 256 in
-    V0, and in V1 except on GPUs of 70 GiB or more other than the A100, where it is 1024 — or a small
-    batch held at one size while the KV cache is nearly empty, its size read at the samples where a
-    batch ran: a scrape between two steps reads 0 running; where none did, the window's batch, vLLM's
+    What it detects: vLLM / SGLang / TGI report requests *waiting* (``Pending``/``Waiting``, ``#queue-req``,
+    ``tgi_queue_size``) next to the running batch, in most of the stats lines or scrapes, and names what
+    caps the running batch (the finding's ``mechanism``): the KV cache (``kv_capacity``: usage ≥ ``kv_full``
+    on average or at any sample with requests waiting, preemptions, swapping; or, with no stated sequence
+    limit reached, a sample with requests waiting where the free cache (1 − usage) × running / usage holds
+    fewer than ``kv_no_room_seqs`` sequences of the running ones' mean size), the sequence limit
+    (``admission_cap``: running pinned at the stated ``max_num_seqs``, or ``cap_slack_seqs`` short of it
+    when the KV cache has room — a sample taken after a step where a sequence finished reads one fewer — or
+    at vLLM's default when none is stated while the KV cache has room — 256 in V0, and in V1 except on GPUs
+    of 70 GiB or more other than the A100, where it is 1024 — or a small batch held at one size while the KV
+    cache is nearly empty, its size read at the samples where a batch ran: a scrape between two steps reads
+    0 running; and, raising the peak and the steadiness the samples saw, the window's batch, vLLM's
     generated tokens per engine step between two scrapes, when the requests spent at least
     ``min_queue_time_share`` of their time queued), or neither (``saturated_workers``: compute or the
-    per-step token budget). When no sample with requests waiting saw a batch and the window's batch is
-    not known, the mechanism is left unnamed and the message says what shows it.
+    per-step token budget). When no sample with requests waiting saw a batch and the window's batch is not
+    known, the mechanism is left unnamed and the message says what shows it.
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -127,6 +128,7 @@ class EngineQueueSaturated(Rule):
         min_wait_ratio: float = 0.1  # under 10 % of the running batch waiting barely delays anyone
         kv_full: float = 0.95  # vLLM keeps a few blocks free (watermark): ≥ 95 % means no room to admit
         cap_near: float = 0.95  # running within 5 % of max_num_seqs: the sequence limit holds admission
+        cap_slack_seqs: float = 1.0  # a sample after a step where one finished reads one short of the limit
         default_max_num_seqs: float = 256.0  # vLLM's default sequence limit when the log does not say
         kv_room: float = 0.8  # below 80 % KV usage the cache could hold more sequences
         kv_no_room_seqs: float = 1.0  # free KV for less than one running-sized sequence: nothing waiting fits
@@ -282,6 +284,16 @@ class EngineQueueSaturated(Rule):
                     + (f" (the cache {pct(kv)} used on average, up to {pct(kv_peak)})"
                        if kv is not None and kv_peak is not None else "")
                     + ", so no waiting request's blocks fit.", [kv_fix], Mechanism.KV_CAPACITY)
+        # one sequence short of a small limit: a stats line or a gauge is read after a step, and a step where a
+        # sequence finished reads one fewer than ran (its replacement is admitted at the next step). The engine
+        # lab's vLLM V1 printed only such lines for whole windows, 'Running: 1' at --max-num-seqs 2 while its
+        # steps ran 2.0 sequences each (2026-12-05); with the KV cache's room checked above, nothing else holds
+        # a batch one short of its limit while requests wait
+        if cap is not None and running_peak >= max(1.0, cap - t.cap_slack_seqs):
+            return (f"The running batch reaches {running_peak:.0f} of max_num_seqs={cap:.0f} in the samples with "
+                    f"requests waiting{room}: a sample taken just after a sequence finished reads one short of the "
+                    "limit before the next step admits its replacement, so the sequence limit, not memory, holds "
+                    "requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
         default = _default_max_num_seqs(ev, t.default_max_num_seqs)
         if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):

@@ -16,7 +16,7 @@ from diagnose.rules.serving import ClientPayloadIO, EngineQueueSaturated, Little
 from tests.conftest import DATA
 
 MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO)
-SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource}
+SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource, "engines": EngineLogSource}
 
 
 def _evidence(rel: str) -> EvidenceSet:
@@ -252,3 +252,21 @@ def test_a_scrape_between_two_steps_falls_back_on_the_windows_batch() -> None:
                  serving__running_when_queued_max=0, serving__kv_cache_usage_when_queued_mean_ratio=0.002,
                  serving__batch_step_mean=2.0, stage__queue__share=0.05)
     assert _findings(brief)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+
+
+def test_one_short_of_a_small_limit_is_the_limit() -> None:
+    """The engine lab's attach window (tests/data/engines/stale_stats/admission_cap): its four stats lines read
+    'Running: 1 reqs, Waiting: 13-14 reqs' at a stated max_num_seqs=2, the KV cache 0.4 % used. A line written
+    after a step where a sequence finished reads one short of the limit: the log alone names the limit. Two
+    short is not the limit, and a cache with no room for one more sequence is the cache's."""
+    ev = _evidence("engines/stale_stats/admission_cap/attach/log-0-vllm.log")
+    assert ev.value("serving.max_num_seqs") == 2 and ev.value("serving.running_when_queued_max") == 1
+    f = _findings(ev)["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP and "1 of max_num_seqs=2" in f.message
+    base = {"serving__waiting_max": 14, "serving__running_max": 6, "serving__running_when_queued_mean": 6,
+            "serving__running_when_queued_max": 6, "serving__running_when_queued_busy_mean": 6,
+            "serving__kv_cache_usage_when_queued_mean_ratio": 0.2}
+    assert _findings(_set(**base, serving__max_num_seqs=7))["QUE002"].mechanism is Mechanism.ADMISSION_CAP
+    assert _findings(_set(**base, serving__max_num_seqs=8))["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+    full = _set(**base, serving__max_num_seqs=7, serving__kv_free_sequences_when_queued_min=0.5)
+    assert _findings(full)["QUE002"].mechanism is Mechanism.KV_CAPACITY
