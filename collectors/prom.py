@@ -75,6 +75,8 @@ ALIASES: tuple[Alias, ...] = (
           "tokens"),
     Alias("generation_tokens", ("vllm:generation_tokens", "sglang:generation_tokens", "llamacpp:tokens_predicted"),
           Kind.COUNTER, "tokens"),
+    # vLLM speculative decoding: draft tokens accepted (a step yields 1 + the accepted drafts per sequence)
+    Alias("spec_accepted", ("vllm:spec_decode_num_accepted_tokens",), Kind.COUNTER, "tokens"),
     # llama-server: seconds spent processing prompts / generating, summed over requests
     Alias("prompt_seconds", ("llamacpp:prompt_seconds",), Kind.COUNTER, "s"),
     Alias("generation_seconds", ("llamacpp:tokens_predicted_seconds",), Kind.COUNTER, "s"),
@@ -116,7 +118,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("output_len", ("vllm:request_generation_tokens", "tgi_request_generated_tokens"),
           Kind.HISTOGRAM, "tokens"),
     # vLLM (V0 and V1): tokens scheduled per engine step; its count is the engine's steps, so generated tokens
-    # over steps is the mean running batch (each sequence in decode yields one token a step)
+    # (less accepted speculative drafts: a sequence yields 1 + its accepted drafts a step) over steps is the mean
+    # running batch
     Alias("step_tokens", ("vllm:iteration_tokens_total",), Kind.HISTOGRAM, "tokens",
           doc="tokens per engine step (its count: the steps)"),
 )

@@ -164,7 +164,9 @@ class EngineQueueSaturated(Rule):
         preempt = _num(ev, "serving.preemptions") or 0.0
         swapped = _num(ev, "serving.swapped_max") or 0.0
         cap = _num(ev, "serving.max_num_seqs")
-        running_peak = _num(ev, "serving.running_when_queued_max") or running_max
+        # the most any sample with requests waiting saw (a sample without them says nothing of what held them)
+        queued_peak = _num(ev, "serving.running_when_queued_max")
+        running_peak = queued_peak if queued_peak is not None else running_max
         kv_peak = _num(ev, "serving.kv_cache_usage_when_queued_max_ratio")
         cause, fixes, mechanism = self._cause(ev, t, kv, kv_peak, preempt, swapped, cap, running_peak, running)
 
@@ -251,12 +253,15 @@ class EngineQueueSaturated(Rule):
         # lines under load read 1 running where the steps ran 2 (engine lab, 2026-12-05). It stands for the batch
         # while the queue stood: requests spent at least min_queue_time_share of their time queued in that window.
         # A mean over steps is at most the batch's peak, so it raises the peak the samples saw, never lowers it
+        # (a mean above the stated limit is no batch: a count this reader does not know inflates the tokens)
         batch = _num(ev, "serving.batch_step_mean")
-        queued_time = _num(ev, "stage.queue.share")
-        if batch is None or batch <= 0 or queued_time is None or queued_time < t.min_queue_time_share:
+        queued_time = _num(ev, "stage.queue.share") or 0.0
+        if (batch is None or batch <= 0 or queued_time < t.min_queue_time_share
+                or (cap is not None and batch > cap + 0.01)):
             batch = None
+        seen = running_peak  # what the samples saw
         per_step = ""
-        if batch is not None and queued_time is not None:
+        if batch is not None:
             running_peak = max(running_peak, batch)
             per_step = (f" ({batch:.1f} sequences per engine step over the window, generated tokens / steps, while "
                         f"requests spent {pct(queued_time)} of their time queued)")
@@ -284,13 +289,16 @@ class EngineQueueSaturated(Rule):
                     + (f" (the cache {pct(kv)} used on average, up to {pct(kv_peak)})"
                        if kv is not None and kv_peak is not None else "")
                     + ", so no waiting request's blocks fit.", [kv_fix], Mechanism.KV_CAPACITY)
-        # one sequence short of a small limit: a stats line or a gauge is read after a step, and a step where a
-        # sequence finished reads one fewer than ran (its replacement is admitted at the next step). The engine
-        # lab's vLLM V1 printed only such lines for whole windows, 'Running: 1' at --max-num-seqs 2 while its
-        # steps ran 2.0 sequences each (2026-12-05); with the KV cache's room checked above, nothing else holds
-        # a batch one short of its limit while requests wait
-        if cap is not None and running_peak >= max(1.0, cap - t.cap_slack_seqs):
-            return (f"The running batch reaches {running_peak:.0f} of max_num_seqs={cap:.0f} in the samples with "
+        # one sequence short of a stated limit, in the samples with requests waiting: a stats line or a gauge is
+        # read after a step, and a step where a sequence finished reads one fewer than ran (its replacement is
+        # admitted at the next step). The engine lab's vLLM V1 printed only such lines for whole windows,
+        # 'Running: 1' at --max-num-seqs 2 while its steps ran 2.0 sequences each (2026-12-05). Only samples: the
+        # window's batch, where known, measured the batch itself (it reached the limit above, or it did not);
+        # and only with the KV cache's room (other holds, such as --max-loras or grammar compilation, are rarer)
+        queued_peak = _num(ev, "serving.running_when_queued_max")
+        if (cap is not None and batch is None and queued_peak is not None
+                and queued_peak >= max(1.0, cap - t.cap_slack_seqs) and kv is not None and kv < t.kv_room):
+            return (f"The running batch reaches {queued_peak:.0f} of max_num_seqs={cap:.0f} in the samples with "
                     f"requests waiting{room}: a sample taken just after a sequence finished reads one short of the "
                     "limit before the next step admits its replacement, so the sequence limit, not memory, holds "
                     "requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
@@ -316,9 +324,13 @@ class EngineQueueSaturated(Rule):
         steady = max(measured) if measured else running
         if (cap is None and kv is not None and kv < t.kv_low and 0 < running_peak <= t.small_batch
                 and steady >= t.steady_running * running_peak):
-            held = (f"The running batch stays at {running_peak:.0f} or fewer in every sample with requests waiting"
-                    if busy is not None else "No sample with requests waiting caught a batch running, but the "
-                    f"batch holds at about {running_peak:.0f}")
+            if batch is None:
+                held = f"The running batch stays at {seen:.0f} or fewer in every sample with requests waiting"
+            elif busy is None:
+                held = "No sample with requests waiting caught a batch running, but the batch holds near its mean"
+            else:
+                held = (f"The running batch holds near its mean and reads {seen:.0f} or fewer in every sample with "
+                        "requests waiting")
             return (f"{held}{per_step}{room}: a sequence or slot limit near {running_peak:.0f} (vLLM "
                     "--max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel) holds requests back, not "
                     "memory.", [seq_fix], Mechanism.ADMISSION_CAP)

@@ -203,12 +203,19 @@ def _counters(r: PromResult, ev: Emit, engines: str, span: str) -> None:
         ev.add("stage.prefill.share", p / (p + g), "ratio",
                f"{engines} prompt seconds / (prompt + generation seconds) {span} ({p:.1f} s of {p + g:.1f} s)")
     # vLLM: generated tokens per engine step between two scrapes is the window's mean running batch, whatever
-    # the gauges read at the two instants (a scrape between two steps reads 0 running with requests waiting)
+    # the gauges read at the two instants (a scrape between two steps reads 0 running with requests waiting).
+    # A sequence yields one token a step, plus its accepted drafts under speculative decoding: those are taken
+    # off. Data-parallel engines' counters add up, so it is the batch of one engine, weighted by its steps
     steps, gen = r.histograms.get("step_tokens"), c.get("generation_tokens")
     if steps is not None and gen is not None and steps.windowed and gen.windowed and steps.count > 0:
-        ev.add("serving.batch_step_mean", gen.delta / steps.count, "sequences",
-               f"{engines} generated tokens per engine step {span} ({gen.delta:.0f} tokens in {steps.count:.0f} "
-               "steps): the mean running batch", Quality.LOW if steps.count < MIN_STEPS else Quality.GOOD)
+        spec = c.get("spec_accepted")
+        drafts = spec.delta if spec is not None and spec.windowed else 0.0
+        if spec is None or spec.windowed:  # accepted drafts known over the same window, or none were made
+            ev.add("serving.batch_step_mean", (gen.delta - drafts) / steps.count, "sequences",
+                   f"{engines} generated tokens per engine step {span} ({gen.delta:.0f} tokens"
+                   + (f", less {drafts:.0f} accepted drafts," if drafts else "")
+                   + f" in {steps.count:.0f} steps): the mean running batch of one engine",
+                   Quality.LOW if steps.count < MIN_STEPS else Quality.GOOD)
     if "prefix_queries" in c and "prefix_hits" in c and c["prefix_queries"].delta > 0:
         ev.add("serving.prefix_cache_hit_ratio", c["prefix_hits"].delta / c["prefix_queries"].delta, "ratio",
                f"prefix-cache hits / queries (tokens) {span}")

@@ -251,7 +251,12 @@ def test_a_scrape_between_two_steps_falls_back_on_the_windows_batch() -> None:
                  serving__queued_sample_ratio=0.5, serving__running_when_queued_mean=0,
                  serving__running_when_queued_max=0, serving__kv_cache_usage_when_queued_mean_ratio=0.002,
                  serving__batch_step_mean=2.0, stage__queue__share=0.05)
-    assert _findings(brief)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+    assert _findings(brief)["QUE002"].mechanism is None
+    # speculative decoding: a sequence yields 1 + its accepted drafts a step, and the drafts are taken off
+    spec = "".join(part + (
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="lab"}} {n:.1f}\n')
+        for part, n in ((caught, 0.0), ("# scrape at" + second, 4000.0)))
+    assert _scrapes(spec).value("serving.batch_step_mean") == pytest.approx((9690 - 4000) / 4897)
 
 
 def test_one_short_of_a_small_limit_is_the_limit() -> None:
@@ -270,3 +275,34 @@ def test_one_short_of_a_small_limit_is_the_limit() -> None:
     assert _findings(_set(**base, serving__max_num_seqs=8))["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
     full = _set(**base, serving__max_num_seqs=7, serving__kv_free_sequences_when_queued_min=0.5)
     assert _findings(full)["QUE002"].mechanism is Mechanism.KV_CAPACITY
+
+
+def test_the_window_batch_and_the_samples_keep_to_what_they_measured() -> None:
+    """Where the window's batch is known it, not the one-short slack of the samples, says whether the limit was
+    reached; the slack needs the KV cache's room and a sample with requests waiting; a window mean above the
+    stated limit is no batch (a count the reader does not know inflated the tokens)."""
+    queued = {"serving__waiting_max": 14, "serving__stat_samples": 4, "serving__queued_sample_ratio": 1.0,
+              "stage__queue__share": 0.6}
+    # a stated limit of 2, the samples at 1, the window's steps at 1.0: the limit was not reached
+    low = _set(**queued, serving__running_max=1, serving__running_when_queued_mean=1,
+               serving__running_when_queued_max=1, serving__running_when_queued_busy_mean=1,
+               serving__max_num_seqs=2, serving__kv_cache_usage_when_queued_mean_ratio=0.01,
+               serving__batch_step_mean=1.0)
+    assert _findings(low)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+    # 9 of 10 with the cache 90 % used: no room said, so not the limit by the slack
+    busy = _set(**queued, serving__running_max=9, serving__running_when_queued_mean=9,
+                serving__running_when_queued_max=9, serving__running_when_queued_busy_mean=9,
+                serving__max_num_seqs=10, serving__kv_cache_usage_when_queued_mean_ratio=0.9)
+    assert _findings(busy)["QUE002"].mechanism is not Mechanism.ADMISSION_CAP
+    # the samples with requests waiting read 0 running, one without them read 1: no batch seen while queued
+    blind = _set(**queued, serving__running_max=1, serving__running_when_queued_mean=0,
+                 serving__running_when_queued_max=0, serving__max_num_seqs=2,
+                 serving__kv_cache_usage_when_queued_mean_ratio=0.0)
+    assert _findings(blind)["QUE002"].mechanism is None
+    # a window mean of 10 at a limit of 8 is no batch: the samples' 4 of 8 decide (not the limit)
+    inflated = _set(**queued, serving__running_max=4, serving__running_when_queued_mean=4,
+                    serving__running_when_queued_max=4, serving__running_when_queued_busy_mean=4,
+                    serving__max_num_seqs=8, serving__kv_cache_usage_when_queued_mean_ratio=0.1,
+                    serving__batch_step_mean=10.0)
+    f = _findings(inflated)["QUE002"]
+    assert f.mechanism is not Mechanism.ADMISSION_CAP and "10.0" not in f.message
