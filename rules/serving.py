@@ -64,7 +64,9 @@ class EngineQueueSaturated(Rule):
     generated tokens per engine step between two scrapes, when the requests spent at least
     ``min_queue_time_share`` of their time queued), or neither (``saturated_workers``: compute or the
     per-step token budget). When no sample with requests waiting saw a batch and the window's batch is not
-    known, the mechanism is left unnamed and the message says what shows it.
+    known: the sequence limit when a small one (≤ ``small_batch``) is stated, the KV cache is nearly empty
+    and the engine generated tokens between the samples (each was written as the whole batch finished); else
+    the mechanism is left unnamed and the message says what shows it.
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -315,7 +317,18 @@ class EngineQueueSaturated(Rule):
         # measures no batch) and over the window's steps
         busy = _num(ev, "serving.running_when_queued_busy_mean")
         if busy is None and batch is None and running <= 0:
-            # no sample with requests waiting saw a batch, and the window's batch is not known
+            # no sample with requests waiting saw a batch, and the window's batch is not known. A small stated
+            # limit with the KV cache nearly empty while the engine generated between the samples: every sample
+            # was written on a step where the whole batch finished (a batch admitted together and run in lockstep,
+            # the lab's vLLM V1 at --max-num-seqs 2 printed 'Running: 0 reqs, Waiting: 14 reqs' on every line,
+            # 2026-12-05), which a batch far below its limit, admitting as requests arrive, would not do
+            generating = _num(ev, "serving.generation_tokens_per_s") or 0.0
+            if (cap is not None and cap <= t.small_batch and kv is not None and kv < t.kv_low and generating > 0):
+                return (f"No sample with requests waiting caught a batch running: each was written on a step where "
+                        f"the running sequences had all finished, while the engine generated {generating:.0f} "
+                        f"tokens/s between them. With max_num_seqs={cap:.0f} stated{room}, the batch is admitted "
+                        "and finishes together at that limit: the sequence limit, not memory, holds requests back.",
+                        [seq_fix], Mechanism.ADMISSION_CAP)
             return ("No sample with requests waiting caught a batch running (a gauge read between two engine "
                     "steps reads 0), so what holds admission (a sequence limit, the KV cache, compute) is not "
                     "known from these samples: the engine's stats lines, or scrapes a few seconds apart, "

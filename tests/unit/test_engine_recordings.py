@@ -183,6 +183,19 @@ def test_stats_lines_that_read_one_running_do_not_hide_the_sequence_limit() -> N
         assert_leg(analyze(folder, leg), "admission_cap", leg)
 
 
+def test_stats_lines_that_read_nothing_running_name_a_small_stated_limit() -> None:
+    """Recorded on the development machine (tests/data/engines/lockstep/admission_cap, how.json says how): at
+    --max-num-seqs 2 the two sequences were admitted together and finished on one step, and every stats line was
+    written on such a step: 'Running: 0 reqs, Waiting: 8-14 reqs', the KV cache 0 %, while the engine generated
+    tokens between them. The log states the limit: it names the sequence limit, as the scrapes do by the
+    window's batch."""
+    folder = VLLM.parent / "lockstep" / "admission_cap"
+    lines = [line for line in (folder / "vllm.log").read_text().splitlines() if "Running: " in line]
+    assert lines and all("Running: 0 reqs" in line and "Waiting: 0 reqs" not in line for line in lines)
+    for leg in ("log", "metrics"):
+        assert_leg(analyze(folder, leg), "admission_cap", leg)
+
+
 @pytest.mark.parametrize("pathology", ["healthy", "admission_cap", "kv_pressure"])
 def test_vllms_queue_polling_is_not_counted_as_demand_for_cpu(pathology: str) -> None:
     """vLLM's EngineCore and worker spin on their shared-memory queue (os.sched_yield in a loop): runnable most of

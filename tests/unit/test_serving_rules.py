@@ -306,3 +306,21 @@ def test_the_window_batch_and_the_samples_keep_to_what_they_measured() -> None:
                     serving__batch_step_mean=10.0)
     f = _findings(inflated)["QUE002"]
     assert f.mechanism is not Mechanism.ADMISSION_CAP and "10.0" not in f.message
+
+
+def test_no_batch_seen_under_a_small_stated_limit_is_the_limit() -> None:
+    """Every sample with requests waiting read 0 running while the engine generated tokens between them: each was
+    written on a step where the whole batch finished. Under a small stated limit with the KV cache nearly empty
+    that is a batch admitted and finished together at the limit; a large limit, a full cache, or an engine that
+    generated nothing leave the mechanism unnamed."""
+    base = {"serving__waiting_max": 14, "serving__stat_samples": 5, "serving__queued_sample_ratio": 1.0,
+            "serving__running_max": 0, "serving__running_when_queued_mean": 0, "serving__running_when_queued_max": 0}
+    at = _findings(_set(**base, serving__max_num_seqs=2, serving__kv_cache_usage_when_queued_mean_ratio=0.0,
+                        serving__generation_tokens_per_s=49.0))["QUE002"]
+    assert at.mechanism is Mechanism.ADMISSION_CAP and "49 tokens/s" in at.message
+    for other in ({"serving__max_num_seqs": 256, "serving__generation_tokens_per_s": 49.0},
+                  {"serving__max_num_seqs": 2, "serving__generation_tokens_per_s": 0.0},
+                  {"serving__max_num_seqs": 2, "serving__generation_tokens_per_s": 49.0,
+                   "serving__kv_cache_usage_when_queued_mean_ratio": 0.5}):
+        ev = _set(**{"serving__kv_cache_usage_when_queued_mean_ratio": 0.0, **base, **other})
+        assert _findings(ev)["QUE002"].mechanism is None, other
