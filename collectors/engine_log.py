@@ -70,6 +70,9 @@ _V_LABELS: dict[str, str] = {
     "hpu kv cache usage": "kv_pct",
     "npu kv cache usage": "kv_pct",
     "preemptions": "preempted",  # V1: requests preempted in this stats interval (printed when > 0)
+    # V1 (0.32): of the waiting ones, those held for something other than room (grammar compilation, remote
+    # KV transfer, streaming input, the LoRA budget); printed when > 0, and counted in "Waiting" too
+    "deferred": "deferred",
     "prefix cache hit rate": "prefix_pct",
     "gpu prefix cache hit rate": "prefix_pct",
 }
@@ -600,6 +603,7 @@ class EngineLogSummary:
     cached_tokens: int
     preemption_lines: int
     preempted_in_stats: int  # the sum of V1 stats lines' per-interval "Preemptions: N"
+    deferred_max: float  # the most V1 stats lines' "Deferred: N reqs" said (0 when never printed)
     preemptions_cumulative: int | None
     preempt_modes: Mapping[str, int]
     retracted: int
@@ -649,6 +653,7 @@ class EngineLogParser:
         self.cached_tokens = 0
         self.preemption_lines = 0
         self.preempted = Series()  # V1 stats lines' "Preemptions: N" (per interval)
+        self.deferred = Series()  # V1 stats lines' "Deferred: N reqs" (printed when > 0)
         self.preemptions_cumulative: int | None = None
         self.preempt_modes: dict[str, int] = {}
         self.retracted = 0
@@ -851,7 +856,8 @@ class EngineLogParser:
         for name, series, scale in (("running", self.running, 1.0), ("waiting", self.waiting, 1.0),
                                     ("swapped", self.swapped, 1.0), ("kv_pct", self.kv_usage, 0.01),
                                     ("prefix_pct", self.prefix_hit, 0.01), ("prompt_tps", self.prompt_tps, 1.0),
-                                    ("gen_tps", self.gen_tps, 1.0), ("preempted", self.preempted, 1.0)):
+                                    ("gen_tps", self.gen_tps, 1.0), ("preempted", self.preempted, 1.0),
+                                    ("deferred", self.deferred, 1.0)):
             col = cols.get(name)
             if col is not None:
                 series.add_array(col if scale == 1.0 else col * scale)
@@ -877,7 +883,7 @@ class EngineLogParser:
         target = {"running": (self.running, 1.0), "waiting": (self.waiting, 1.0), "swapped": (self.swapped, 1.0),
                   "kv_pct": (self.kv_usage, 0.01), "prefix_pct": (self.prefix_hit, 0.01),
                   "prompt_tps": (self.prompt_tps, 1.0), "gen_tps": (self.gen_tps, 1.0),
-                  "preempted": (self.preempted, 1.0)}
+                  "preempted": (self.preempted, 1.0), "deferred": (self.deferred, 1.0)}
         adders: list[tuple[Callable[[float], None], float]] = [
             (target[n][0].add, target[n][1]) if n in target else (_ignore, 1.0) for n in names]
         r, w, k = (names.index(n) if n in names else -1 for n in ("running", "waiting", "kv_pct"))
@@ -931,6 +937,8 @@ class EngineLogParser:
             self.gen_tps.add(got["gen_tps"])
         if "preempted" in got:
             self.preempted.add(got["preempted"])
+        if "deferred" in got:
+            self.deferred.add(got["deferred"])
         if waiting:
             self.queued_samples += 1
             if running is not None:
@@ -1063,6 +1071,7 @@ class EngineLogParser:
             cached_tokens=self.cached_tokens,
             preemption_lines=self.preemption_lines,
             preempted_in_stats=round(self.preempted.total),
+            deferred_max=self.deferred.high if self.deferred.count else 0.0,
             preemptions_cumulative=self.preemptions_cumulative,
             preempt_modes=dict(self.preempt_modes),
             retracted=self.retracted,

@@ -64,9 +64,10 @@ class EngineQueueSaturated(Rule):
     generated tokens per engine step between two scrapes, when the requests spent at least
     ``min_queue_time_share`` of their time queued), or neither (``saturated_workers``: compute or the
     per-step token budget). When no sample with requests waiting saw a batch and the window's batch is not
-    known: the sequence limit when a small one (≤ ``small_batch``) is stated, the KV cache is nearly empty
-    and the engine generated tokens between the samples (each was written as the whole batch finished); else
-    the mechanism is left unnamed and the message says what shows it.
+    known: from vLLM V1's stats lines, every one with requests waiting and tokens generated in its interval,
+    nothing deferred, a small limit (≤ ``small_batch``) stated and the KV cache nearly empty, likely the
+    sequence limit (each line was written as the whole batch finished); else the mechanism is left unnamed
+    and the message says what shows it.
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -86,6 +87,7 @@ class EngineQueueSaturated(Rule):
     serving.kv_cache_usage_when_queued_max_ratio, serving.kv_free_sequences_when_queued_min,
     serving.kv_cache_usage_max_ratio, serving.preemptions,
     serving.swapped_max, serving.max_num_seqs, serving.max_num_batched_tokens, serving.batch_step_mean,
+    serving.generation_tokens_per_s_min, serving.vllm_v1, serving.deferred_max,
     latency.ttft_ms.p99, stage.queue_ms.mean, stage.queue.share.
 
     Fix: by cause: more KV-cache memory (``--gpu-memory-utilization``, tensor parallelism,
@@ -117,6 +119,9 @@ class EngineQueueSaturated(Rule):
         "serving.max_num_seqs",
         "serving.max_num_batched_tokens",
         "serving.batch_step_mean",
+        "serving.generation_tokens_per_s_min",
+        "serving.vllm_v1",
+        "serving.deferred_max",
         "latency.ttft_ms.p99",
         "stage.queue_ms.mean",
         "stage.queue.share",
@@ -317,17 +322,22 @@ class EngineQueueSaturated(Rule):
         # measures no batch) and over the window's steps
         busy = _num(ev, "serving.running_when_queued_busy_mean")
         if busy is None and batch is None and running <= 0:
-            # no sample with requests waiting saw a batch, and the window's batch is not known. A small stated
-            # limit with the KV cache nearly empty while the engine generated between the samples: every sample
-            # was written on a step where the whole batch finished (a batch admitted together and run in lockstep,
-            # the lab's vLLM V1 at --max-num-seqs 2 printed 'Running: 0 reqs, Waiting: 14 reqs' on every line,
-            # 2026-12-05), which a batch far below its limit, admitting as requests arrive, would not do
-            generating = _num(ev, "serving.generation_tokens_per_s") or 0.0
-            if (cap is not None and cap <= t.small_batch and kv is not None and kv < t.kv_low and generating > 0):
-                return (f"No sample with requests waiting caught a batch running: each was written on a step where "
-                        f"the running sequences had all finished, while the engine generated {generating:.0f} "
-                        f"tokens/s between them. With max_num_seqs={cap:.0f} stated{room}, the batch is admitted "
-                        "and finishes together at that limit: the sequence limit, not memory, holds requests back.",
+            # no sample with requests waiting saw a batch, and the window's batch is not known. vLLM V1's stats
+            # lines, every one with requests waiting and every one with tokens generated in its interval, under a
+            # small stated limit with the KV cache nearly empty and nothing deferred (held for grammar compilation,
+            # remote KV, the LoRA budget): each line was likely written on a step where the whole batch finished
+            # (the lab's vLLM at --max-num-seqs 2 admitted its two sequences together and printed 'Running: 0 reqs,
+            # Waiting: 14 reqs' on every line, 2026-12-05), which a batch far below its limit, admitting as
+            # requests arrive, would not do. A stall would print lines with no tokens
+            slowest = _num(ev, "serving.generation_tokens_per_s_min") or 0.0
+            if (cap is not None and cap <= t.small_batch and kv is not None and kv < t.kv_low and slowest > 0
+                    and (_num(ev, "serving.queued_sample_ratio") or 0.0) >= 1.0
+                    and _num(ev, "serving.vllm_v1") == 1 and not _num(ev, "serving.deferred_max")):
+                return (f"No stats line caught a batch running, yet the engine generated at least {slowest:.0f} "
+                        "tokens/s in every line's interval: each line was likely written on a step where the "
+                        f"running sequences had all finished together. With max_num_seqs={cap:.0f} stated{room} "
+                        "and nothing deferred, the sequence limit, not memory, likely holds requests back (scrapes "
+                        "with vllm:iteration_tokens_total, a window apart, measure the batch).",
                         [seq_fix], Mechanism.ADMISSION_CAP)
             return ("No sample with requests waiting caught a batch running (a gauge read between two engine "
                     "steps reads 0), so what holds admission (a sequence limit, the KV cache, compute) is not "

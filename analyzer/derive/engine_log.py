@@ -112,6 +112,11 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
         if s.gen_tps.count:
             ev.add("serving.generation_tokens_per_s", s.gen_tps.mean, "tokens/s", "mean generation throughput", few)
             ev.add("serving.generation_tokens_per_s_max", s.gen_tps.max, "tokens/s", "peak generation throughput", few)
+            ev.add("serving.generation_tokens_per_s_min", s.gen_tps.low, "tokens/s", "least generation throughput "
+                   "of a stats line", few)
+        if s.deferred_max:
+            ev.add("serving.deferred_max", s.deferred_max, "requests", "most requests a stats line counted as "
+                   "deferred (waiting for something other than room: grammar compilation, remote KV, LoRA budget)")
     prefix_ratio: float | None = None
     prefix_detail = ""
     if s.new_tokens + s.cached_tokens > 0:

@@ -10,6 +10,7 @@ from diagnose.collectors.logtext import clean_lines
 from diagnose.derive.bench import BenchSource
 from diagnose.derive.engine_log import EngineLogSource
 from diagnose.derive.prom import PromSource
+from diagnose.loose import analyze_lines
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity
 from diagnose.rules.engine import run_rules
 from diagnose.rules.serving import ClientPayloadIO, EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
@@ -314,13 +315,33 @@ def test_no_batch_seen_under_a_small_stated_limit_is_the_limit() -> None:
     that is a batch admitted and finished together at the limit; a large limit, a full cache, or an engine that
     generated nothing leave the mechanism unnamed."""
     base = {"serving__waiting_max": 14, "serving__stat_samples": 5, "serving__queued_sample_ratio": 1.0,
-            "serving__running_max": 0, "serving__running_when_queued_mean": 0, "serving__running_when_queued_max": 0}
-    at = _findings(_set(**base, serving__max_num_seqs=2, serving__kv_cache_usage_when_queued_mean_ratio=0.0,
-                        serving__generation_tokens_per_s=49.0))["QUE002"]
-    assert at.mechanism is Mechanism.ADMISSION_CAP and "49 tokens/s" in at.message
-    for other in ({"serving__max_num_seqs": 256, "serving__generation_tokens_per_s": 49.0},
-                  {"serving__max_num_seqs": 2, "serving__generation_tokens_per_s": 0.0},
-                  {"serving__max_num_seqs": 2, "serving__generation_tokens_per_s": 49.0,
-                   "serving__kv_cache_usage_when_queued_mean_ratio": 0.5}):
-        ev = _set(**{"serving__kv_cache_usage_when_queued_mean_ratio": 0.0, **base, **other})
-        assert _findings(ev)["QUE002"].mechanism is None, other
+            "serving__running_max": 0, "serving__running_when_queued_mean": 0, "serving__running_when_queued_max": 0,
+            "serving__vllm_v1": 1, "serving__max_num_seqs": 2, "serving__kv_cache_usage_when_queued_mean_ratio": 0.0,
+            "serving__generation_tokens_per_s_min": 49.0}
+    at = _findings(_set(**base))["QUE002"]
+    assert at.mechanism is Mechanism.ADMISSION_CAP and "49 tokens/s" in at.message and "likely" in at.message
+    for other in ({"serving__max_num_seqs": 17},  # a large limit: a whole batch finishing together is unlikely
+                  {"serving__generation_tokens_per_s_min": 0.0},  # a line with no tokens: a stall, perhaps
+                  {"serving__kv_cache_usage_when_queued_mean_ratio": 0.5},  # the cache's room not said
+                  {"serving__queued_sample_ratio": 0.8},  # lines without a queue: their tokens say nothing here
+                  {"serving__vllm_v1": 0},  # V0's lines are not written that way
+                  {"serving__deferred_max": 3}):  # held for grammar compilation, remote KV or the LoRA budget
+        assert _findings(_set(**{**base, **other}))["QUE002"].mechanism is None, other
+    assert _findings(_set(**{**base, "serving__max_num_seqs": 16}))["QUE002"].mechanism is Mechanism.ADMISSION_CAP
+
+
+def test_deferred_requests_are_read_from_v1_stats_lines() -> None:
+    """vLLM V1 (0.32) prints 'Deferred: N reqs' after 'Waiting' when some of the waiting requests are held for
+    something other than room (grammar compilation, remote KV, the LoRA budget): read, it keeps the lines that
+    caught no batch from naming the sequence limit."""
+    def log(deferred: str) -> EvidenceSet:  # every text source, as `diagnose analyze` reads a log
+        lines = ["(APIServer pid=5755) INFO 12-05 17:06:29 [api_utils.py:286] non-default args: {'max_num_seqs': 2}"]
+        lines += [f"(APIServer pid=5755) INFO 12-05 17:0{k}:41 [loggers.py:335] Engine 000: Avg prompt throughput: "
+                  f"35.0 tokens/s, Avg generation throughput: 49.0 tokens/s, Running: 0 reqs, Waiting: 14 reqs, "
+                  f"{deferred}CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%" for k in range(5)]
+        return EvidenceSet(analyze_lines("vllm.log", lines).evidence)
+
+    plain, held = log(""), log("Deferred: 3 reqs, ")
+    assert "serving.deferred_max" not in {e.key for e in plain} and held.value("serving.deferred_max") == 3
+    assert _findings(plain)["QUE002"].mechanism is Mechanism.ADMISSION_CAP
+    assert _findings(held)["QUE002"].mechanism is None
