@@ -6,7 +6,8 @@ half is log lines of frameworks no dedicated parser reads (llama.cpp's layer off
 provider warnings). This parser reads both by structure, never by one report's wording:
 
 * a **clause** (a sentence, a table row or a log line) is the unit: a quantity belongs to the
-  concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util");
+  concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util"), and a
+  percentage named nearer to memory than to any concept is memory's ("GPU memory at 95 %");
 * **quantities** are a number with a unit of time, size, share, rate or a counted noun
   (threads, cores, layers, requests, tokens), in English or Chinese;
 * **concepts** come from a domain lexicon (``CONCEPTS``): what an inference engineer names when
@@ -134,8 +135,10 @@ def quantities(clause: str) -> list[Quantity]:
 # call the thing; the rules decide what a combination of them means.
 CONCEPTS: dict[str, str] = {
     "gpu_util": r"gpu[- ]?util\w*|gpu usage|gpu load|gpu activity|gpu busy|sm util\w*|volatile gpu-util"
-                r"|\bgpus?\b(?= (?:\w+ ){0,2}(?:is |was |at |of |stays |sits |only |around |about |~|barely "
-                r"|reaches |peaks at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
+                r"|cuda (?:usage|util\w*|load)"
+                # "GPU is at 40 %", "GPU sits at 99%" (never "GPU memory usage is 98%": memory's percentage)
+                r"|\bgpus?\b(?= (?:(?!mem\w*\b|vram\b|ram\b|显存)\w+ ){0,2}(?:is |was |at |of |stays |sits |only "
+                r"|around |about |~|barely |reaches |peaks at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
                 r"|gpu 利用率|gpu利用率|gpu占用|gpu 占用|显卡利用率|gpu使用率",
     "cpu_util": r"cpu[- ]?util\w*|cpu usage|cpu load|cpu (?:is |was )?pinned|cores? (?:at|pinned|pegged)"
                 r"|\bcpus?\b(?= (?:\w+ ){0,2}(?:is |was |at |of |stays |sits |only |around |about |~|goes |spikes? "
@@ -375,6 +378,9 @@ class Claims:
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
 MAX_CLAUSE = 600
 BIND_WINDOW = 48  # characters between a concept and the quantity it owns
+# memory named (the device's or the host's): a percentage nearer to it than to a utilisation is memory's
+# ("GPU usage is low, GPU memory at 95%"; "GPU 100% and memory 45%"), never the utilisation's
+_MEMORY = re.compile(r"\bmem(?:ory)?\b|\bvram\b|\bram\b|显存|内存", re.IGNORECASE | re.ASCII)
 
 
 # a hard-wrapped paragraph (a mail, a markdown source, a docstring): a line that goes on from the one
@@ -645,8 +651,9 @@ def _rate_owner(clause: str, q: Quantity) -> str:
     return "prefill" if labels[-1].group("prefill") else "decode"
 
 
-# the gap between a label and its value ("queue 47", "queue: 47", "queue=47")
-_OWN_VALUE = re.compile(r"[\s:=]{0,3}")
+# the gap between a label and its value ("queue 47", "queue: 47", "queue=47", "utilization is 20%")
+_OWN_VALUE = re.compile(r"[\s:=]{0,3}(?:(?:is|was|are|were|at|stays|sits|of|around|about|only|~)[\s:=]{1,3}){0,2}",
+                        re.IGNORECASE)
 # a value's own label after a list's separator, right before the value ("+ compute input ", ", decode: "); a
 # connective or a qualifier after the separator goes on with the same concept ("TTFT median 120 ms, tail 3.2 s",
 # "..., and up to 18 s", "; then 18 s", ", total 36GB")
@@ -696,4 +703,14 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
             dist = 0
         if dist <= BIND_WINDOW and (best is None or dist < best[0]):
             best = (dist, start, name)
+    if best is not None and q.dim == "pct" and clause and _memory_nearer(clause, q, starts, best[0]):
+        return None  # memory's percentage, not a utilisation's
     return best[2] if best else None
+
+
+def _memory_nearer(clause: str, q: Quantity, starts: Sequence[int], than: int) -> bool:
+    """Whether memory is named before ``q``, with no other value between them, nearer than ``than`` characters."""
+    for m in _MEMORY.finditer(clause, max(0, q.start - than), q.start):
+        if not _value_between(list(starts), m.end(), q.start):
+            return True
+    return False

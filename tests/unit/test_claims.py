@@ -55,6 +55,24 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
     assert [q.value for q in c.bound["cpu_util"]] == [100.0] and [q.value for q in c.bound["gpu_util"]] == [0.0]
 
 
+@pytest.mark.parametrize(("text", "util"), [
+    # ml-depth-pro's and text-generation-webui's reports: memory's percentage was read as the utilisation
+    ("Checking my GPU usage, my dedicated GPU memory is set to about 80-90% of max, but when generating tokens "
+     "my CUDA usage only goes up to max 35%....", [35.0]),
+    ("GPU usage is low, GPU memory at 95%", []),
+    ("GPU memory usage is 98% but GPU utilization is 20%", [20.0]),
+    ("nvidia-smi shows GPU 100% and memory 45%", [100.0]),
+    ("the GPU is at 99% while VRAM usage is 60%", [99.0]),
+    ("GPU util 30%, VRAM 90%", [30.0]),
+])
+def test_a_percentage_nearer_to_memory_is_not_the_utilisation(text: str, util: list[float]) -> None:
+    """A percentage named nearer to memory than to a utilisation is memory's; a utilisation whose own value
+    follows it ("GPU utilization is 20%") does not take the value before it; Task Manager's CUDA graph is a
+    utilisation."""
+    c = _claims(text).claims
+    assert [q.value for q in c.bound.get("gpu_util", [])] == util
+
+
 def test_in_a_list_of_labelled_values_each_label_owns_the_value_after_it() -> None:
     """A concept after a number owned it when no other concept was nearer: the server's whole latency
     (perf_analyzer's 521936 usec) was "the queue time" of its breakdown (queue 47 usec), and a TTFT of
