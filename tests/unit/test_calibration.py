@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import random
+import sys
 
 import pytest
 
@@ -325,3 +326,37 @@ def test_the_report_models_folds_come_from_the_case_ids_not_their_order(monkeypa
         monkeypatch.setattr(report_fit, "_corpus", lambda path, order=order: tuple(map(list, zip(*order, strict=True))))
         metas.append(report_fit.train("train.jsonl", l2s=(0.003, 0.3)).meta)
     assert len({(m["cross_validated_log_loss"], m["cross_validated_accuracy"], m["l2"]) for m in metas}) == 1
+
+
+def test_out_of_fold_scoring_answers_each_case_without_its_fold(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: pathlib.Path) -> None:
+    """``score.py --out-of-fold``: each fold's cases are answered by a report model fitted on the other folds
+    only, every scored case is answered once, and the shipped model is back afterwards."""
+    import importlib.util
+
+    from diagnose.rules import report_fit, report_model
+    spec = importlib.util.spec_from_file_location("score", os.path.join(ROOT, "tests", "data", "incidents",
+                                                                        "score.py"))
+    assert spec is not None and spec.loader is not None
+    score = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "score", score)  # its dataclass looks its module up there
+    spec.loader.exec_module(score)
+    with open(os.path.join(ROOT, "tests", "data", "incidents", "train.jsonl"), encoding="utf-8") as fh:
+        cases = [json.loads(line) for line in fh][:40]
+    corpus = tmp_path / "small.jsonl"
+    corpus.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    fitted: list[int] = []
+    answered: list[tuple[int, list[str]]] = []
+    real_fit, real_cases = report_model.fit, score._score_cases
+    monkeypatch.setattr(report_model, "fit", lambda xs, *a, **k: fitted.append(len(xs)) or real_fit(xs, *a, **k))
+    monkeypatch.setattr(score, "_score_cases", lambda cs, split: (answered.append((len(fitted), [c["id"] for c in cs])),
+                                                                  real_cases(cs, split)))
+    split = score.score(str(corpus), out_of_fold=True)
+    folds = {c["id"]: report_fit.fold_of(c["id"], 0) for c in cases}
+    assert len(fitted) == report_fit.FOLDS == len(answered)
+    for k, (n_fits, ids) in enumerate(answered):
+        assert n_fits == k + 1 and all(folds[i] == k for i in ids)
+        trained = sum(1 for c in cases if folds[c["id"]] != k and c["expected_class"] in report_model.CLASSES)
+        assert fitted[k] == trained < len(cases)
+    assert split.cases == sum(1 for c in cases if c.get("scored", True)) and split.name.endswith("(out of fold)")
+    assert report_model._MODEL is None

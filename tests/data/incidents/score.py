@@ -2,7 +2,7 @@
 committed verdict is right, how often it commits, whether the truth is among the candidates, and whether
 the stated probability means what it says.
 
-    python tests/data/incidents/score.py [--write-doc docs/calibration.md] SPLIT.jsonl ...
+    python tests/data/incidents/score.py [--write-doc docs/calibration.md] [--out-of-fold TRAIN.jsonl] SPLIT.jsonl ...
 
 Each case's evidence goes to ``diagnose analyze - --format json`` (in this process, as the CLI runs it).
 Over the scored cases of each split it prints: **accuracy** (the verdict's answer is accepted; an
@@ -11,6 +11,9 @@ bottleneck or healthy), **coverage** (the share that commits), **top-3** (an acc
 candidates, or the committed answer), the **calibration error** (expected calibration error of the stated
 probability of the leading answer, committed or withheld) and crashes. ``--write-doc`` writes the
 reliability tables (stated probability against observed accuracy, by bin) to a Markdown page.
+``--out-of-fold`` scores the train split as the tool meets reports it has not seen (the report model refitted
+without each case's fold): train's in-sample figures flatter it, and validation is only looked at after a
+change is done, so this is the figure a change is judged by while it is made.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose import cli
-from diagnose.rules import calibration, calibration_fit
+from diagnose.rules import calibration, calibration_fit, report_fit, report_model
 from diagnose.units import pct
 
 
@@ -86,10 +89,36 @@ def leading(doc: dict[str, Any]) -> tuple[str, float] | None:
     return (str(cands[0]["category"]), float(cands[0]["probability"])) if cands else None
 
 
-def score(path: str, show_failures: bool = False) -> Split:
-    split = Split(os.path.basename(path))
+def score(path: str, show_failures: bool = False, out_of_fold: bool = False) -> Split:
+    """The figures of one split. With ``out_of_fold`` each case is answered by a report model refitted without
+    its fold (``report_fit``'s folds, the shipped regularisation): the train split as the tool meets a report it
+    has not seen, so a change can be judged on train without looking at validation. (The calibrator itself was
+    fitted on train's out-of-fold answers and is kept.)"""
+    split = Split(os.path.basename(path) + (" (out of fold)" if out_of_fold else ""))
     with open(path, encoding="utf-8") as fh:
         cases = [json.loads(line) for line in fh if line.strip()]
+    fold: list[int] = []
+    if out_of_fold:
+        xs = [report_fit.case_inputs(c["evidence"])[1] for c in cases]
+        fold = [report_fit.fold_of(str(c["id"]), 0) for c in cases]
+        shipped = report_model.model()
+        l2 = float(shipped.meta.get("l2", 0.01)) if shipped is not None else 0.01
+    try:
+        for k in range(report_fit.FOLDS if out_of_fold else 1):
+            if out_of_fold:
+                tr = [i for i, c in enumerate(cases) if fold[i] != k and c["expected_class"] in report_model.CLASSES]
+                report_model._MODEL = report_model.fit(
+                    [xs[i] for i in tr], [cases[i]["expected_class"] for i in tr],
+                    [1.0 if cases[i].get("scored", True) else 0.5 for i in tr], l2)
+            _score_cases([c for i, c in enumerate(cases) if not out_of_fold or fold[i] == k], split)
+    finally:
+        report_model._MODEL = None
+    if show_failures:
+        print(*split.failures, sep="\n")
+    return split
+
+
+def _score_cases(cases: list[dict[str, Any]], split: Split) -> None:
     for case in cases:
         if not case.get("scored", True):
             continue
@@ -115,9 +144,6 @@ def score(path: str, show_failures: bool = False) -> Split:
         if not ok:
             split.failures.append(f"FAIL {case['id']}: expected {'|'.join(sorted(accept))}, got {answer}"
                                   + (f" (leading {lead[0]} at {lead[1]})" if not committed and lead else ""))
-    if show_failures:
-        print(*split.failures, sep="\n")
-    return split
 
 
 def reliability_md(split: Split) -> list[str]:
@@ -154,8 +180,9 @@ def write_doc(path: str, splits: list[Split]) -> None:
                       f"error {meta.get('oof_calibration_error')}.", ""]
     lines += ["## Reliability: stated probability against observed accuracy", "",
               "The leading answer of every verdict that has one (committed or withheld), by stated probability.",
-              "The train split's figures are in-sample for the report model (it was fitted on them); validation's",
-              "are not.", ""]
+              "The train split's figures are in-sample for the report model (it was fitted on them); its out-of-fold",
+              "line answers each case with the report model refitted without the case's fold; validation's are not",
+              "in-sample.", ""]
     for s in splits:
         lines += reliability_md(s)
     with open(path, "w", encoding="utf-8") as fh:
@@ -167,10 +194,12 @@ def main() -> int:
     ap.add_argument("splits", nargs="+")
     ap.add_argument("--show-failures", action="store_true")
     ap.add_argument("--write-doc", metavar="FILE")
+    ap.add_argument("--out-of-fold", metavar="SPLIT", action="append", default=[],
+                    help="also score SPLIT (the train split) out of fold: the report model refitted without each fold")
     args = ap.parse_args()
     splits = []
-    for path in args.splits:
-        s = score(path, args.show_failures)
+    for path, oof in [*((p, False) for p in args.splits), *((p, True) for p in args.out_of_fold)]:
+        s = score(path, args.show_failures, out_of_fold=oof)
         print(s.line())
         splits.append(s)
     if args.write_doc:
