@@ -109,6 +109,9 @@ def _gauges(r: PromResult, ev: Emit, engines: str) -> None:
             ev.add(f"{key}_mean", sum(vals) / len(vals), unit, f"{engines} gauge, mean of {len(vals)} scrape(s)", q)
     if g.get("swapped"):
         ev.add("serving.swapped_max", max(g["swapped"]), "requests", f"{engines} gauge", q)
+    if g.get("running_limit"):  # the engine states its sequence limit itself (TensorRT-LLM)
+        ev.add("serving.max_num_seqs", max(g["running_limit"]), "requests",
+               f"{engines}: the scheduler's limit on requests running at once, its own gauge")
     kv = g.get("kv_usage")
     if kv:
         ev.add("serving.kv_cache_usage_max_ratio", max(kv), "ratio", f"{engines} KV-cache usage gauge (0..1)", q)

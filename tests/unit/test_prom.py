@@ -137,6 +137,17 @@ def test_sglang_and_tgi() -> None:
     assert "stage.inference_ms.mean" in ev
 
 
+def test_tensorrt_llm_trtllm_serve_names() -> None:
+    """trtllm-serve's /metrics (tensorrt_llm/metrics/collector.py): the queue gauges, the KV cache's used share
+    of its blocks, the per-request histograms and the scheduler's own limit on active requests."""
+    ev = _ev("trtllm_two_scrapes_queue.txt")
+    assert ev["serving.engine"] == "tensorrt-llm" and ev["serving.metric_scrapes"] == 2
+    assert ev["serving.waiting_max"] == 231 and ev["serving.running_max"] == 64
+    assert ev["serving.kv_cache_usage_max_ratio"] == 0.42 and ev["serving.max_num_seqs"] == 64
+    assert ev["requests.count"] == 450  # the window's requests, not the 5,450 since the start
+    assert 5_000 < _f(ev["stage.queue_ms.mean"]) < 13_000 and "latency.ttft_ms.p50" in ev
+
+
 def test_scrape_comment_and_three_scrapes_keep_first_and_last() -> None:
     lines = []
     for i, (w, t) in enumerate(((5, 100), (50, 200), (9, 300))):

@@ -95,6 +95,14 @@ def test_v1_default_sequence_cap_depends_on_the_gpu() -> None:
     assert f.fixes[0].steps[0].startswith("vLLM: --max-num-seqs")  # the engine in use comes first
 
 
+def test_an_engine_that_states_its_own_limit_by_gauge() -> None:
+    """TensorRT-LLM's scheduler limit comes from its own gauge (trtllm_max_num_active_requests): a batch
+    pinned there with the KV cache 42 % used is the limit, and the fix names trtllm-serve's flag first."""
+    f = _findings(_evidence("metrics/trtllm_two_scrapes_queue.txt"))["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP and "max_num_seqs=64" in f.message
+    assert f.fixes[0].steps[0].startswith("TensorRT-LLM (trtllm-serve): --max_batch_size")
+
+
 def test_stated_sequence_cap() -> None:
     ev = _set(serving__waiting_max=40, serving__waiting_mean=30, serving__queued_sample_ratio=1.0,
               serving__stat_samples=10, serving__running_max=64, serving__running_when_queued_mean=64,
