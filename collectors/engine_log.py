@@ -25,6 +25,10 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
   #running-req: 0, #queue-req: 0`` and ``Decode batch. #running-req: 233, #token: 370959, token
   usage: 0.82, gen throughput (token/s): 4594.01, #queue-req: 317`` (token usage is a fraction of
   the KV pool); ``KV cache pool is full. Retract requests. #retracted_reqs: 2``
+* grouped stats fields, a label with its keys in parentheses and their values in order (LMDeploy's stats line,
+  ``lmdeploy/metrics/loggers.py`` from 2026): ``Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server
+  (completed/routed/waiting): 1 / 50 / 50, Engine (running/waiting): 45 / 5, KV cache: 21.6%``; requests the
+  API server holds for a free engine instance wait too, so they add to the engine's waiting ones
 * TGI request spans: ``total_time="4.1s" validation_time="1.2ms" queue_time="3.2s"
   inference_time="900ms" time_per_token="45ms"`` and ``Model is overloaded`` rejections.
 """
@@ -108,6 +112,10 @@ _SG_USAGE = re.compile(r"\btoken usage:\s*([\d.]+)")
 _SG_GEN = re.compile(r"gen throughput \(token/s\):\s*([\d.]+)")
 _SG_IN = re.compile(r"input throughput \(token/s\):\s*([\d.]+)")
 _SG_RETRACT = re.compile(r"#retracted[_-]reqs?:\s*(\d+)")
+# "Label (key/key/...): v / v / ...": one field per key, named "label key" (lower case)
+_GROUPED = re.compile(r"(?P<label>[A-Za-z][A-Za-z ]*?)\s*\((?P<keys>[A-Za-z_]+(?:/[A-Za-z_]+)+)\):\s*"
+                      r"(?P<vals>-?[\d.]+(?:\s*/\s*-?[\d.]+)+)")
+_GROUPED_KV = re.compile(r"\bKV cache(?: usage)?:\s*([\d.]+)\s*%")
 
 # -- TGI -----------------------------------------------------------------------------------------
 _TGI_DUR = re.compile(
@@ -391,9 +399,14 @@ def _vllm_stats_gate(line: str) -> bool:
 
 
 def _other_stats_gate(line: str) -> bool:
-    """Whether ``feed`` reads ``line`` as another engine's scheduler line, if it parses (SGLang's batches): those
-    add to the same series as vLLM's, so the bulk reader keeps them in line order."""
-    return " batch" in line
+    """Whether ``feed`` reads ``line`` as another engine's scheduler line, if it parses (SGLang's batches, grouped
+    fields): those add to the same series as vLLM's, so the bulk reader keeps them in line order."""
+    return " batch" in line or "running/" in line
+
+
+def parse_other_stats(line: str) -> StatsSample | None:
+    """Another engine's scheduler line than vLLM's: SGLang's batch lines, or grouped fields."""
+    return parse_sglang_batch(line) if " batch" in line else parse_grouped_stats(line)
 
 
 def _tokens(text: str) -> list[str]:
@@ -538,6 +551,42 @@ def parse_sglang_batch(line: str) -> StatsSample | None:
         prompt_tokens_per_s=float(inp.group(1)) if inp else None,
         new_tokens=int(new) if new is not None else None,
         cached_tokens=int(cached) if cached is not None else None,
+    )
+
+
+def parse_grouped_stats(line: str) -> StatsSample | None:
+    """A stats line of grouped fields (``Engine (running/waiting): 45 / 5``: LMDeploy's), or None.
+
+    The group whose keys name both running and waiting is the engine's batch and queue; any other group's
+    waiting requests (the API server's, held for a free engine instance) wait too. ``in``/``out`` throughput
+    is prompt and generated tokens per second; ``KV cache: N%`` the pool's usage."""
+    fields: dict[str, float] = {}
+    for m in _GROUPED.finditer(line):
+        keys = m.group("keys").lower().split("/")
+        vals = [v.strip() for v in m.group("vals").split("/")]
+        if len(keys) != len(vals):
+            continue
+        label = m.group("label").strip().lower()
+        for k, v in zip(keys, vals, strict=True):
+            try:
+                fields[f"{label} {k}"] = float(v)
+            except ValueError:
+                continue
+    engine = next((lab for lab in {k.rsplit(" ", 1)[0] for k in fields}
+                   if f"{lab} running" in fields and f"{lab} waiting" in fields), None)
+    if engine is None:
+        return None
+    waiting = sum(v for k, v in fields.items() if k.endswith(" waiting"))
+    tps = next((lab for lab in {k.rsplit(" ", 1)[0] for k in fields} if f"{lab} in" in fields and f"{lab} out" in fields
+                and "thr" in lab), None)
+    kv = _GROUPED_KV.search(line)
+    return StatsSample(
+        engine="lmdeploy",
+        running=int(fields[f"{engine} running"]),
+        waiting=int(waiting),
+        kv_usage_ratio=float(kv.group(1)) / 100.0 if kv else None,
+        prompt_tokens_per_s=fields[f"{tps} in"] if tps else None,
+        generation_tokens_per_s=fields[f"{tps} out"] if tps else None,
     )
 
 
@@ -689,7 +738,7 @@ class EngineLogParser:
                 self.recognised += 1
                 return True
         if not hit and _other_stats_gate(line):
-            s = parse_sglang_batch(line)
+            s = parse_other_stats(line)
             if s is not None:
                 self._add_sample(s)
                 hit = True
@@ -768,7 +817,7 @@ class EngineLogParser:
         unknown = np.flatnonzero(ids < 0).tolist()
         # another engine's scheduler lines among them add to the same series: the block is read in line order
         # (one parse decides: a line that only mentions a batch keeps the bulk read)
-        if any(_other_stats_gate(lines[k]) and parse_sglang_batch(lines[k]) is not None for k in unknown):
+        if any(_other_stats_gate(lines[k]) and parse_other_stats(lines[k]) is not None for k in unknown):
             for line in clean_lines(lines):
                 self.feed(line)
             return

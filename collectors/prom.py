@@ -1,7 +1,7 @@
 """Prometheus text exposition from serving engines: one scrape, or two (start and end of a window).
 
 ``ALIASES`` maps the metric names of vLLM (V0 and V1, old and renamed), SGLang, TGI, Triton, llama.cpp's
-llama-server and TensorRT-LLM's trtllm-serve onto ONE vocabulary of canonical series (``running``,
+llama-server, TensorRT-LLM's trtllm-serve and LMDeploy onto ONE vocabulary of canonical series (``running``,
 ``waiting``, ``kv_usage``, ``ttft``, ``queue``, …) in one unit each, so everything downstream is engine- and
 version-agnostic. To support another engine or a renamed metric, add its name to the ``names`` of the right
 ``Alias`` (or a new ``Alias``); nothing else changes.
@@ -60,11 +60,12 @@ ALIASES: tuple[Alias, ...] = (
     # TensorRT-LLM's trtllm-serve (tensorrt_llm/metrics/collector.py, iteration stats on): its scheduler's
     # numActiveRequests / numQueuedRequests, and used over max KV-cache blocks (a fraction)
     Alias("running", ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
-                      "llamacpp:requests_processing", "trtllm_num_requests_running"),
+                      "llamacpp:requests_processing", "trtllm_num_requests_running",
+                      "lmdeploy:num_requests_running"),
           Kind.GAUGE, "requests", doc="requests being served (in the running batch)"),
     Alias("waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
                       "nv_inference_pending_request_count", "llamacpp:requests_deferred",
-                      "trtllm_num_requests_waiting"),
+                      "trtllm_num_requests_waiting", "lmdeploy:num_requests_waiting"),
           Kind.GAUGE, "requests", doc="requests waiting in the scheduler queue"),
     Alias("swapped", ("vllm:num_requests_swapped",), Kind.GAUGE, "requests"),
     # the engine's own limit on requests running at once (TensorRT-LLM: its scheduler's maxNumActiveRequests)
@@ -72,14 +73,16 @@ ALIASES: tuple[Alias, ...] = (
           doc="the most requests the scheduler runs at once"),
     # vLLM names these "perc" but they are 0..1 fractions; SGLang token_usage is a fraction too
     Alias("kv_usage", ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "sglang:token_usage",
-                       "trtllm_kv_cache_utilization"),
+                       "trtllm_kv_cache_utilization", "lmdeploy:gpu_cache_usage_perc"),
           Kind.GAUGE, "ratio", combine="max", doc="KV-cache usage, fraction of the pool"),
     Alias("prefix_hit_rate", ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
           Kind.GAUGE, "ratio", combine="max", doc="prefix-cache hit rate (V0 / SGLang gauge)"),
     # -- counters ------------------------------------------------------------------------------
     Alias("preemptions", ("vllm:num_preemptions",), Kind.COUNTER, "count"),
     Alias("prompt_tokens", ("vllm:prompt_tokens", "sglang:prompt_tokens", "llamacpp:prompt_tokens",
-                            "trtllm_prompt_tokens"), Kind.COUNTER, "tokens"),
+                            "trtllm_prompt_tokens", "lmdeploy:prompt_tokens"), Kind.COUNTER, "tokens"),
+    # (not LMDeploy's lmdeploy:generation_tokens_total: its PrometheusStatLogger.record adds each iteration's
+    # generated tokens twice, as loggers.py reads at InternLM/lmdeploy@0168eed)
     Alias("generation_tokens", ("vllm:generation_tokens", "sglang:generation_tokens", "llamacpp:tokens_predicted",
                                 "trtllm_generation_tokens"), Kind.COUNTER, "tokens"),
     # vLLM speculative decoding: draft tokens accepted (a step yields 1 + the accepted drafts per sequence)
@@ -101,20 +104,26 @@ ALIASES: tuple[Alias, ...] = (
     Alias("triton_executions", ("nv_inference_exec_count",), Kind.COUNTER, "executions"),
     # -- latency histograms (canonical unit ms) ---------------------------------------------------
     Alias("ttft", ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
-                   "tgi_request_time_to_first_token_seconds", "trtllm_time_to_first_token_seconds"),
+                   "tgi_request_time_to_first_token_seconds", "trtllm_time_to_first_token_seconds",
+                   "lmdeploy:time_to_first_token_seconds"),
           Kind.HISTOGRAM, "ms", 1000.0),
     Alias("ttft", ("nv_inference_first_response_histogram_ms",), Kind.HISTOGRAM, "ms", 1.0),
     Alias("itl", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
                   "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds",
-                  "tgi_request_mean_time_per_token_duration", "trtllm_time_per_output_token_seconds"),
+                  "tgi_request_mean_time_per_token_duration", "trtllm_time_per_output_token_seconds",
+                  "lmdeploy:time_per_output_token_seconds"),
           Kind.HISTOGRAM, "ms", 1000.0),
     Alias("e2e", ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
-                  "tgi_request_duration", "trtllm_e2e_request_latency_seconds"), Kind.HISTOGRAM, "ms", 1000.0),
-    Alias("queue", ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds",
-                    "tgi_request_queue_duration", "trtllm_request_queue_time_seconds"), Kind.HISTOGRAM, "ms", 1000.0),
-    Alias("prefill", ("vllm:request_prefill_time_seconds", "trtllm_request_prefill_time_seconds"),
+                  "tgi_request_duration", "trtllm_e2e_request_latency_seconds", "lmdeploy:e2e_request_latency_seconds"),
           Kind.HISTOGRAM, "ms", 1000.0),
-    Alias("decode", ("vllm:request_decode_time_seconds", "trtllm_request_decode_time_seconds"),
+    Alias("queue", ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds",
+                    "tgi_request_queue_duration", "trtllm_request_queue_time_seconds",
+                    "lmdeploy:request_queue_time_seconds"), Kind.HISTOGRAM, "ms", 1000.0),
+    Alias("prefill", ("vllm:request_prefill_time_seconds", "trtllm_request_prefill_time_seconds",
+                      "lmdeploy:request_prefill_time_seconds"),
+          Kind.HISTOGRAM, "ms", 1000.0),
+    Alias("decode", ("vllm:request_decode_time_seconds", "trtllm_request_decode_time_seconds",
+                     "lmdeploy:request_decode_time_seconds"),
           Kind.HISTOGRAM, "ms", 1000.0),
     # TGI "inference" is prefill + decode of a continuously batched request, not one execution
     Alias("inference", ("tgi_request_inference_duration",), Kind.HISTOGRAM, "ms", 1000.0),
@@ -125,8 +134,9 @@ ALIASES: tuple[Alias, ...] = (
     Alias("e2e", ("nv_inference_request_summary_us",), Kind.HISTOGRAM, "ms", 1e-3),
     # -- request size histograms (tokens) ------------------------------------------------------
     Alias("prompt_len", ("vllm:request_prompt_tokens", "sglang:prompt_tokens_histogram",
-                         "tgi_request_input_length"), Kind.HISTOGRAM, "tokens"),
-    Alias("output_len", ("vllm:request_generation_tokens", "tgi_request_generated_tokens"),
+                         "tgi_request_input_length", "lmdeploy:request_prompt_tokens"), Kind.HISTOGRAM, "tokens"),
+    Alias("output_len", ("vllm:request_generation_tokens", "tgi_request_generated_tokens",
+                         "lmdeploy:request_generation_tokens"),
           Kind.HISTOGRAM, "tokens"),
     # vLLM (V0 and V1): tokens scheduled per engine step; its count is the engine's steps, so generated tokens
     # (less accepted speculative drafts: a sequence yields 1 + its accepted drafts a step) over steps is the mean
@@ -143,7 +153,7 @@ for _a in ALIASES:
         BY_NAME[_n] = _a
 
 _ENGINE_OF = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_", "triton"), ("llamacpp:", "llama.cpp"),
-              ("trtllm_", "tensorrt-llm"))
+              ("trtllm_", "tensorrt-llm"), ("lmdeploy:", "lmdeploy"))
 _NAME = re.compile(r"^(?:#\s*(HELP|TYPE)\s+)?([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
 # "# scrape at T" between concatenated scrapes (T: Unix seconds or ISO time); the DCGM reader shares it
 SCRAPE_COMMENT = re.compile(r"^#\s*scrape\b(?:\s+(?:at|@))?\s*(.*)$", re.IGNORECASE)

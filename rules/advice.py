@@ -97,6 +97,8 @@ def serving_capacity(ev: EvidenceSet) -> tuple[str, ...]:
         "tgi": "TGI: --max-concurrent-requests (requests beyond it get 429) and --max-batch-total-tokens; "
                "--cuda-memory-fraction to leave room for another process",
         "triton": "Triton: instance_group count and dynamic_batching (max_queue_delay_microseconds)",
+        "lmdeploy": "LMDeploy: --max-batch-size (requests run at once) while the KV cache has room; more KV cache "
+                    "from --cache-max-entry-count (the share of free memory after the weights)",
         # trtllm-serve's options; its scheduler admits up to max_batch_size requests (maxNumActiveRequests)
         "tensorrt-llm": "TensorRT-LLM (trtllm-serve): --max_batch_size (the scheduler's active-request limit, "
                         "trtllm_max_num_active_requests) and --max_num_tokens while the KV cache has room; more KV "

@@ -8,7 +8,13 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.collectors.engine_log import EngineLogParser, parse_sglang_batch, parse_tgi_request, parse_vllm_stats
+from diagnose.collectors.engine_log import (
+    EngineLogParser,
+    parse_grouped_stats,
+    parse_sglang_batch,
+    parse_tgi_request,
+    parse_vllm_stats,
+)
 from diagnose.collectors.logtext import clean_lines, iter_text_lines
 from diagnose.derive.engine_log import EngineLogSource
 from tests.conftest import DATA
@@ -135,6 +141,37 @@ def test_sglang_batches_kv_fraction_and_prefix_ratio() -> None:
     assert ev["serving.waiting_max"] == 265 and ev["serving.running_max"] == 124
     assert ev["serving.preemptions"] == 3
     assert abs(_f(ev["serving.prefix_cache_hit_ratio"]) - 3072 / (11402 + 3072)) < 1e-9
+
+
+# LMDeploy's stats line as its PR printed it (InternLM/lmdeploy#4297, lmdeploy/metrics/loggers.py, 2026-02-05)
+LMDEPLOY = ("[2026-02-05 17:05:17 DP0] Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server "
+            "(completed/routed/waiting): 1 / 50 / 50, Engine (running/waiting): 45 / 5, KV cache: 21.6%, ")
+
+
+def test_grouped_stats_fields_are_read_key_by_key() -> None:
+    """A label with its keys in parentheses and their values in order: the group naming running and waiting
+    is the engine's batch and queue; the API server's requests held for a free engine instance wait too."""
+    s = parse_grouped_stats(LMDEPLOY)
+    assert s is not None and s.engine == "lmdeploy"
+    assert (s.running, s.waiting) == (45, 55) and s.kv_usage_ratio is not None and abs(s.kv_usage_ratio - 0.216) < 1e-9
+    assert (s.prompt_tokens_per_s, s.generation_tokens_per_s) == (4618.5, 2756.3)
+    # groups without a batch and a queue are no stats line; keys and values that do not pair are not read
+    assert parse_grouped_stats("Avg thr (in/out): 4618.5 / 2756.3 tokens/s, KV cache: 21.6%") is None
+    assert parse_grouped_stats("Engine (running/waiting/swapped): 45 / 5") is None
+
+
+def test_grouped_stats_lines_in_bulk_read_as_one_by_one() -> None:
+    """A log of them read in bulk (the tail of a big log) gives the aggregates of reading them one by one."""
+    lines = [LMDEPLOY.replace("45 / 5", f"{40 + i % 6} / {i % 9}").replace("17:05:17", f"17:{i // 60:02d}:{i % 60:02d}")
+             for i in range(200)]
+    bulk, single = EngineLogParser(), EngineLogParser()
+    bulk.feed_raw(lines)
+    for line in clean_lines(lines):
+        single.feed(line)
+    a, b = bulk.summary(), single.summary()
+    assert a.samples == b.samples == 200 and a.engines == b.engines == ("lmdeploy",)
+    assert (a.running.high, a.waiting.high, a.queued_samples) == (b.running.high, b.waiting.high, b.queued_samples)
+    assert a.waiting.high == 58  # 8 at the engine, 50 at the API server
 
 
 def test_tgi_spans_give_stage_breakdown() -> None:
