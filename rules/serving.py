@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Mechanism, Risk, Severity
@@ -57,7 +58,8 @@ class EngineQueueSaturated(Rule):
     fewer than ``kv_no_room_seqs`` sequences of the running ones' mean size), the sequence limit
     (``admission_cap``: running pinned at the stated ``max_num_seqs``, or ``cap_slack_seqs`` short of it
     when the KV cache has room — a sample taken after a step where a sequence finished reads one fewer — or
-    at vLLM's default when none is stated while the KV cache has room — 256 in V0, and in V1 except on GPUs
+    at vLLM's default when none is stated (on vLLM or an engine not named) while the KV cache has room — 256
+    in V0, and in V1 except on GPUs
     of 70 GiB or more other than the A100, where it is 1024 — or a small batch held at one size while the KV
     cache is nearly empty, its size read at the samples where a batch ran: a scrape between two steps reads
     0 running; and, raising the peak and the steadiness the samples saw, the window's batch, vLLM's
@@ -309,7 +311,9 @@ class EngineQueueSaturated(Rule):
                     f"requests waiting{room}: a sample taken just after a sequence finished reads one short of the "
                     "limit before the next step admits its replacement, so the sequence limit, not memory, holds "
                     "requests back.", [seq_fix], Mechanism.ADMISSION_CAP)
-        default = _default_max_num_seqs(ev, t.default_max_num_seqs)
+        # vLLM's default limit, where the engine is vLLM or not named (another engine's default is its own:
+        # SGLang sizes max_running_requests from memory, trtllm-serve has its --max_batch_size)
+        default = _default_max_num_seqs(ev, t.default_max_num_seqs) if advice.engine(ev) in ("", "vllm") else math.inf
         if (cap is None and t.cap_near * default <= running_peak <= default
                 and (kv is None or kv < t.kv_room)):
             return (f"The running batch sits at {running_peak:.0f}, where the default sequence limit would hold it "

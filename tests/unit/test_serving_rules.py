@@ -95,6 +95,18 @@ def test_v1_default_sequence_cap_depends_on_the_gpu() -> None:
     assert f.fixes[0].steps[0].startswith("vLLM: --max-num-seqs")  # the engine in use comes first
 
 
+def test_vllms_default_limit_is_not_another_engines() -> None:
+    """A batch at 255 is at vLLM's default limit only on vLLM (or an engine not named): SGLang's own limit is
+    sized from memory, so there it names no limit it was not told."""
+    ev = _h100_v1(255)
+    vllm_v0 = EvidenceSet([e for e in ev if e.key not in ("serving.vllm_v1", "gpu.spec_memory_bytes")])
+    assert "default sequence limit" in _findings(vllm_v0)["QUE002"].message
+    sglang = EvidenceSet([Evidence("serving.engine", "sglang", "", "test") if e.key == "serving.engine" else e
+                          for e in vllm_v0])
+    f = _findings(sglang)["QUE002"]
+    assert "default sequence limit" not in f.message and f.mechanism is not Mechanism.ADMISSION_CAP
+
+
 def test_an_engine_that_states_its_own_limit_by_gauge() -> None:
     """TensorRT-LLM's scheduler limit comes from its own gauge (trtllm_max_num_active_requests): a batch
     pinned there with the KV cache 42 % used is the limit, and the fix names trtllm-serve's flag first."""
