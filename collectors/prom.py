@@ -73,9 +73,7 @@ ALIASES: tuple[Alias, ...] = (
           doc="the most requests the scheduler runs at once"),
     # vLLM names these "perc" but they are 0..1 fractions; SGLang token_usage is a fraction too
     Alias("kv_usage", ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "sglang:token_usage",
-                       "trtllm_kv_cache_utilization", "lmdeploy:gpu_cache_usage_perc",
-                       # llama-server's builds before its KV cache was unified (its README: "1 means 100 percent")
-                       "llamacpp:kv_cache_usage_ratio"),
+                       "trtllm_kv_cache_utilization", "lmdeploy:gpu_cache_usage_perc"),
           Kind.GAUGE, "ratio", combine="max", doc="KV-cache usage, fraction of the pool"),
     Alias("prefix_hit_rate", ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
           Kind.GAUGE, "ratio", combine="max", doc="prefix-cache hit rate (V0 / SGLang gauge)"),

@@ -167,15 +167,6 @@ def test_lmdeploy_names() -> None:
     assert "serving.generation_tokens_per_s" not in ev
 
 
-def test_llama_server_kv_cache_gauge_of_older_builds() -> None:
-    """llama-server exported its KV cache's usage (a fraction) before the cache was unified; later builds do
-    not (the engine lab's recordings have none)."""
-    ev = {e.key: e.value for e in _source([
-        "# TYPE llamacpp:kv_cache_usage_ratio gauge", "llamacpp:kv_cache_usage_ratio 0.63",
-        "# TYPE llamacpp:requests_deferred gauge", "llamacpp:requests_deferred 1"]).evidence("x")}
-    assert ev["serving.engine"] == "llama.cpp" and ev["serving.kv_cache_usage_max_ratio"] == 0.63
-
-
 def test_scrape_comment_and_three_scrapes_keep_first_and_last() -> None:
     lines = []
     for i, (w, t) in enumerate(((5, 100), (50, 200), (9, 300))):
