@@ -277,6 +277,7 @@ class StatsSample(NamedTuple):
     prefix_hit_ratio: float | None = None
     new_tokens: int | None = None
     cached_tokens: int | None = None
+    limit: int | None = None  # the requests the engine runs at once at most, where the line shows it
 
 
 # one field of a stats line: "Label: 12.3 unit" (V0 "Prefix cache hit rate: GPU: 12.00%, CPU: 0.00%" too);
@@ -557,36 +558,38 @@ def parse_sglang_batch(line: str) -> StatsSample | None:
 def parse_grouped_stats(line: str) -> StatsSample | None:
     """A stats line of grouped fields (``Engine (running/waiting): 45 / 5``: LMDeploy's), or None.
 
-    The group whose keys name both running and waiting is the engine's batch and queue; any other group's
-    waiting requests (the API server's, held for a free engine instance) wait too. ``in``/``out`` throughput
-    is prompt and generated tokens per second; ``KV cache: N%`` the pool's usage."""
-    fields: dict[str, float] = {}
+    The first group whose keys name both running and waiting is the engine's batch and queue; any other group's
+    waiting requests (the API server's, held for a free engine instance) wait too. A group with ``in``/``out`` is
+    prompt and generated tokens per second; ``KV cache: N%`` the pool's usage; a line with neither is no
+    engine's stats line ("Pods (running/waiting): 3 / 1"). When requests wait at the API server, every engine
+    instance is taken, so the requests it has routed are its limit (LMDeploy sizes that pool --max-batch-size:
+    ``lmdeploy/serve/core/async_engine.py``)."""
+    groups: dict[str, dict[str, float]] = {}  # label -> its keys' values, in the line's order
     for m in _GROUPED.finditer(line):
         keys = m.group("keys").lower().split("/")
-        vals = [v.strip() for v in m.group("vals").split("/")]
+        vals = m.group("vals").split("/")
         if len(keys) != len(vals):
             continue
-        label = m.group("label").strip().lower()
-        for k, v in zip(keys, vals, strict=True):
-            try:
-                fields[f"{label} {k}"] = float(v)
-            except ValueError:
-                continue
-    engine = next((lab for lab in {k.rsplit(" ", 1)[0] for k in fields}
-                   if f"{lab} running" in fields and f"{lab} waiting" in fields), None)
-    if engine is None:
-        return None
-    waiting = sum(v for k, v in fields.items() if k.endswith(" waiting"))
-    tps = next((lab for lab in {k.rsplit(" ", 1)[0] for k in fields} if f"{lab} in" in fields and f"{lab} out" in fields
-                and "thr" in lab), None)
+        try:
+            values = [float(v) for v in vals]
+        except ValueError:
+            continue
+        groups.setdefault(m.group("label").strip().lower(), dict(zip(keys, values, strict=True)))
+    engine = next((g for g in groups.values() if "running" in g and "waiting" in g), None)
+    rates = next((g for g in groups.values() if "in" in g and "out" in g), None)
     kv = _GROUPED_KV.search(line)
+    if engine is None or (rates is None and kv is None):
+        return None
+    front = next((g for g in groups.values() if g is not engine and g.get("waiting", 0.0) > 0 and "routed" in g),
+                 None)
     return StatsSample(
         engine="lmdeploy",
-        running=int(fields[f"{engine} running"]),
-        waiting=int(waiting),
+        running=round(engine["running"]),
+        waiting=round(sum(g.get("waiting", 0.0) for g in groups.values())),
         kv_usage_ratio=float(kv.group(1)) / 100.0 if kv else None,
-        prompt_tokens_per_s=fields[f"{tps} in"] if tps else None,
-        generation_tokens_per_s=fields[f"{tps} out"] if tps else None,
+        prompt_tokens_per_s=rates["in"] if rates else None,
+        generation_tokens_per_s=rates["out"] if rates else None,
+        limit=round(front["routed"]) if front else None,
     )
 
 
@@ -741,6 +744,8 @@ class EngineLogParser:
             s = parse_other_stats(line)
             if s is not None:
                 self._add_sample(s)
+                if s.limit is not None:  # a limit the line shows, unless the configuration stated one
+                    self.config.setdefault("max_num_seqs", s.limit)
                 hit = True
         if "preempt" in line or "Preempt" in line:
             hit = self._feed_preempt(line) or hit

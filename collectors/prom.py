@@ -57,8 +57,9 @@ class Alias:
 ALIASES: tuple[Alias, ...] = (
     # -- engine state (gauges) ---------------------------------------------------------------
     # llama.cpp's llama-server (--metrics): slots processing a request, and requests deferred for a free slot
-    # TensorRT-LLM's trtllm-serve (tensorrt_llm/metrics/collector.py, iteration stats on): its scheduler's
-    # numActiveRequests / numQueuedRequests, and used over max KV-cache blocks (a fraction)
+    # TensorRT-LLM's trtllm-serve (tensorrt_llm/metrics/collector.py; its Prometheus exposition, beside the JSON
+    # iteration stats of its /metrics, the gauges with enable_iter_perf_stats): its scheduler's numActiveRequests /
+    # numQueuedRequests, and used over max KV-cache blocks (a fraction)
     Alias("running", ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
                       "llamacpp:requests_processing", "trtllm_num_requests_running",
                       "lmdeploy:num_requests_running"),
@@ -68,7 +69,8 @@ ALIASES: tuple[Alias, ...] = (
                       "trtllm_num_requests_waiting", "lmdeploy:num_requests_waiting"),
           Kind.GAUGE, "requests", doc="requests waiting in the scheduler queue"),
     Alias("swapped", ("vllm:num_requests_swapped",), Kind.GAUGE, "requests"),
-    # the engine's own limit on requests running at once (TensorRT-LLM: its scheduler's maxNumActiveRequests)
+    # the engine's own limit on requests running at once (TensorRT-LLM: its scheduler's maxNumActiveRequests,
+    # --max_batch_size times the pipeline-parallel size)
     Alias("running_limit", ("trtllm_max_num_active_requests",), Kind.GAUGE, "requests", combine="max",
           doc="the most requests the scheduler runs at once"),
     # vLLM names these "perc" but they are 0..1 fractions; SGLang token_usage is a fraction too
@@ -81,10 +83,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("preemptions", ("vllm:num_preemptions",), Kind.COUNTER, "count"),
     Alias("prompt_tokens", ("vllm:prompt_tokens", "sglang:prompt_tokens", "llamacpp:prompt_tokens",
                             "trtllm_prompt_tokens", "lmdeploy:prompt_tokens"), Kind.COUNTER, "tokens"),
-    # (not LMDeploy's lmdeploy:generation_tokens_total: its PrometheusStatLogger.record adds each iteration's
-    # generated tokens twice, as loggers.py reads at InternLM/lmdeploy@0168eed)
     Alias("generation_tokens", ("vllm:generation_tokens", "sglang:generation_tokens", "llamacpp:tokens_predicted",
-                                "trtllm_generation_tokens"), Kind.COUNTER, "tokens"),
+                                "trtllm_generation_tokens", "lmdeploy:generation_tokens"), Kind.COUNTER, "tokens"),
     # vLLM speculative decoding: draft tokens accepted (a step yields 1 + the accepted drafts per sequence)
     Alias("spec_accepted", ("vllm:spec_decode_num_accepted_tokens",), Kind.COUNTER, "tokens"),
     # llama-server: seconds spent processing prompts / generating, summed over requests

@@ -22,7 +22,8 @@ from diagnose.model import Evidence, EvidenceSet
 
 
 def engine(ev: EvidenceSet) -> str:
-    got = ev.get("serving.engine")
+    """The engine in use: its metric names' (``serving.engine``), else its stats lines' (``serving.log_engine``)."""
+    got = ev.get("serving.engine") or ev.get("serving.log_engine")
     return str(got.value).lower() if isinstance(got, Evidence) else ""
 
 
@@ -101,8 +102,8 @@ def serving_capacity(ev: EvidenceSet) -> tuple[str, ...]:
                     "from --cache-max-entry-count (the share of free memory after the weights)",
         # trtllm-serve's options; its scheduler admits up to max_batch_size requests (maxNumActiveRequests)
         "tensorrt-llm": "TensorRT-LLM (trtllm-serve): --max_batch_size (the scheduler's active-request limit, "
-                        "trtllm_max_num_active_requests) and --max_num_tokens while the KV cache has room; more KV "
-                        "cache from --kv_cache_free_gpu_memory_fraction",
+                        "trtllm_max_num_active_requests, is it times the pipeline-parallel size) and --max_num_tokens "
+                        "while the KV cache has room; more KV cache from --kv_cache_free_gpu_memory_fraction",
     }
     first = engine(ev)
     order = [first] if first in steps else []

@@ -74,6 +74,9 @@ def derive(s: EngineLogSummary, source: str) -> list[Evidence]:
 
     if s.samples:
         ev.add("serving.stat_samples", s.samples, "count", f"{engines} scheduler stats lines read")
+        named = [e for e in s.engines if e in ("vllm", "sglang", "lmdeploy")]
+        if len(named) == 1:  # whose stats lines these are: the engine the advice names first
+            ev.add("serving.log_engine", named[0], "", "the engine whose scheduler stats lines these are")
         series("serving.running", s.running, "requests", "running requests")
         series("serving.waiting", s.waiting, "requests", "waiting (pending/queued) requests")
         if s.swapped.count:

@@ -155,13 +155,24 @@ def test_grouped_stats_fields_are_read_key_by_key() -> None:
     assert s is not None and s.engine == "lmdeploy"
     assert (s.running, s.waiting) == (45, 55) and s.kv_usage_ratio is not None and abs(s.kv_usage_ratio - 0.216) < 1e-9
     assert (s.prompt_tokens_per_s, s.generation_tokens_per_s) == (4618.5, 2756.3)
-    # groups without a batch and a queue are no stats line; keys and values that do not pair are not read
+    # requests wait at the API server: every engine instance is taken, so the 50 routed are the limit
+    assert s.limit == 50
+    idle = parse_grouped_stats(LMDEPLOY.replace("1 / 50 / 50", "1 / 12 / 0").replace("45 / 5", "12 / 0"))
+    assert idle is not None and idle.limit is None and idle.waiting == 0
+    # groups without a batch and a queue, or a line with no throughput and no KV cache, are no engine's stats
+    # line; keys and values that do not pair are not read
     assert parse_grouped_stats("Avg thr (in/out): 4618.5 / 2756.3 tokens/s, KV cache: 21.6%") is None
-    assert parse_grouped_stats("Engine (running/waiting/swapped): 45 / 5") is None
+    assert parse_grouped_stats("Pods (running/waiting): 3 / 1") is None
+    assert parse_grouped_stats("Engine (running/waiting/swapped): 45 / 5, KV cache: 2%") is None
+    # the first group naming both is the engine's, whatever the hash seed
+    two = parse_grouped_stats("Engine (running/waiting): 45 / 5, Prefill (running/waiting): 3 / 9, KV cache: 2%")
+    assert two is not None and (two.running, two.waiting) == (45, 14)
 
 
 def test_grouped_stats_lines_in_bulk_read_as_one_by_one() -> None:
-    """A log of them read in bulk (the tail of a big log) gives the aggregates of reading them one by one."""
+    """A log of them read in bulk (the tail of a big log) gives the aggregates of reading them one by one, in the
+    lines' order where they are mixed with vLLM's stats lines (the bulk reader folds a learned layout's lines at
+    once: another engine's line among them must keep its place, here the last waiting count)."""
     lines = [LMDEPLOY.replace("45 / 5", f"{40 + i % 6} / {i % 9}").replace("17:05:17", f"17:{i // 60:02d}:{i % 60:02d}")
              for i in range(200)]
     bulk, single = EngineLogParser(), EngineLogParser()
@@ -172,6 +183,18 @@ def test_grouped_stats_lines_in_bulk_read_as_one_by_one() -> None:
     assert a.samples == b.samples == 200 and a.engines == b.engines == ("lmdeploy",)
     assert (a.running.high, a.waiting.high, a.queued_samples) == (b.running.high, b.waiting.high, b.queued_samples)
     assert a.waiting.high == 58  # 8 at the engine, 50 at the API server
+    vllm = ("INFO 06-02 10:01:12 [loggers.py:111] Engine 000: Avg prompt throughput: 5120.3 tokens/s, Avg generation "
+            "throughput: 1502.2 tokens/s, Running: 74 reqs, Waiting: {w} reqs, GPU KV cache usage: 47.6%, Prefix "
+            "cache hit rate: 4.1%")
+    learn = [vllm.format(w=3)]  # its layout learned first, as the head of a log is read
+    mixed = [vllm.format(w=i % 7) for i in range(30)] + [LMDEPLOY] + [vllm.format(w=i % 7) for i in range(30, 61)]
+    bulk, single = EngineLogParser(), EngineLogParser()
+    for p in (bulk, single):
+        p.feed(learn[0])
+    bulk.feed_raw(mixed)
+    for line in clean_lines(mixed):
+        single.feed(line)
+    assert bulk.summary().waiting.last == single.summary().waiting.last == 60 % 7  # the last line's, not LMDeploy's 55
 
 
 def test_tgi_spans_give_stage_breakdown() -> None:

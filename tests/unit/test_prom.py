@@ -150,7 +150,7 @@ def test_tensorrt_llm_trtllm_serve_names() -> None:
 
 def test_lmdeploy_names() -> None:
     """LMDeploy's PrometheusStatLogger (lmdeploy/metrics/loggers.py): vLLM's names under its own prefix, the KV
-    usage a fraction; its generation-token counter is not read (that logger adds each iteration's tokens twice)."""
+    usage a fraction."""
     lab = 'model_name="internlm2_5-7b-chat",engine="0"'
     lines = []
     for i, (run, wait, kv, gen, ok) in enumerate(((128, 40, 0.31, 1000, 50), (128, 96, 0.33, 61000, 250))):
@@ -164,7 +164,7 @@ def test_lmdeploy_names() -> None:
     ev = {e.key: e.value for e in _source(lines).evidence("x")}
     assert ev["serving.engine"] == "lmdeploy" and ev["serving.waiting_max"] == 96 and ev["serving.running_max"] == 128
     assert ev["serving.kv_cache_usage_max_ratio"] == 0.33 and ev["requests.count"] == 200
-    assert "serving.generation_tokens_per_s" not in ev
+    assert ev["serving.generation_tokens_per_s"] == 1000.0  # 60,000 tokens in the 60 s between the scrapes
 
 
 def test_scrape_comment_and_three_scrapes_keep_first_and_last() -> None:

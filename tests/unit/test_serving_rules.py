@@ -105,6 +105,32 @@ def test_vllms_default_limit_is_not_another_engines() -> None:
                           for e in vllm_v0])
     f = _findings(sglang)["QUE002"]
     assert "default sequence limit" not in f.message and f.mechanism is not Mechanism.ADMISSION_CAP
+    # the same from SGLang's own stats lines, which name the engine by their layout
+    src = EngineLogSource()
+    for i in range(60):
+        src.feed(f"[2025-01-10 08:12:{i:02d} TP0] Decode batch. #running-req: 255, #token: 198432, token usage: 0.30, "
+                 "gen throughput (token/s): 3120.55, #queue-req: 262")
+    ev = EvidenceSet(src.evidence("sglang.log"))
+    got = ev.get("serving.log_engine")
+    assert got is not None and got.value == "sglang"
+    f = _findings(ev)["QUE002"]
+    assert "default sequence limit" not in f.message and f.mechanism is not Mechanism.ADMISSION_CAP
+
+
+def test_lmdeploy_requests_held_at_its_api_server_are_its_batch_limit() -> None:
+    """LMDeploy's stats line (InternLM/lmdeploy#4297): with requests waiting at the API server every engine
+    instance is taken, so the 50 it routed are its limit; a batch of 50 there with the KV cache 22 % used is held
+    by that limit, and the fix names LMDeploy's --max-batch-size first."""
+    line = ("[2026-02-05 17:05:{s:02d} DP0] Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server "
+            "(completed/routed/waiting): {c} / 50 / {w}, Engine (running/waiting): 50 / 0, KV cache: 21.6%, ")
+    src = EngineLogSource()
+    for i in range(40):
+        src.feed(line.format(s=i % 60, c=i, w=10 + i % 5))
+    ev = EvidenceSet(src.evidence("lmdeploy.log"))
+    assert ev.value("serving.max_num_seqs") == 50 and ev.value("serving.waiting_max") == 14
+    f = _findings(ev)["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP and "max_num_seqs=50" in f.message
+    assert f.fixes[0].steps[0].startswith("LMDeploy: --max-batch-size")
 
 
 def test_an_engine_that_states_its_own_limit_by_gauge() -> None:
