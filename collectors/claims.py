@@ -7,7 +7,7 @@ provider warnings). This parser reads both by structure, never by one report's w
 
 * a **clause** (a sentence, a table row or a log line) is the unit: a quantity belongs to the
   concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util"), and a
-  percentage named nearer to memory than to any concept is memory's ("GPU memory at 95 %");
+  percentage memory labels is memory's ("GPU memory at 95 %", "50 % memory usage");
 * **quantities** are a number with a unit of time, size, share, rate or a counted noun
   (threads, cores, layers, requests, tokens), in English or Chinese;
 * **concepts** come from a domain lexicon (``CONCEPTS``): what an inference engineer names when
@@ -135,7 +135,7 @@ def quantities(clause: str) -> list[Quantity]:
 # call the thing; the rules decide what a combination of them means.
 CONCEPTS: dict[str, str] = {
     "gpu_util": r"gpu[- ]?util\w*|gpu usage|gpu load|gpu activity|gpu busy|sm util\w*|volatile gpu-util"
-                r"|cuda (?:usage|util\w*|load)"
+                r"|cuda (?:usage|util\w*|load)\b"
                 # "GPU is at 40 %", "GPU sits at 99%" (never "GPU memory usage is 98%": memory's percentage)
                 r"|\bgpus?\b(?= (?:(?!mem\w*\b|vram\b|ram\b|显存)\w+ ){0,2}(?:is |was |at |of |stays |sits |only "
                 r"|around |about |~|barely |reaches |peaks at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
@@ -378,9 +378,31 @@ class Claims:
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
 MAX_CLAUSE = 600
 BIND_WINDOW = 48  # characters between a concept and the quantity it owns
-# memory named (the device's or the host's): a percentage nearer to it than to a utilisation is memory's
-# ("GPU usage is low, GPU memory at 95%"; "GPU 100% and memory 45%"), never the utilisation's
-_MEMORY = re.compile(r"\bmem(?:ory)?\b|\bvram\b|\bram\b|显存|内存", re.IGNORECASE | re.ASCII)
+# memory (the device's or the host's) labelling a percentage: named right before it with nothing but a copula
+# between ("GPU memory at 95%", "VRAM usage is 60%", "memory is set to about 80-90%"), or right after it ("50%
+# memory usage", "40% of memory", "30% VRAM"). Such a percentage is memory's, never a utilisation's; memory
+# named further off, or qualified ("memory-bound decode", "unlike memory,"), labels nothing
+_MEM_WORD = r"(?:mem(?:ory)?|vram|ram|显存|内存)"
+_MEM_BEFORE = re.compile(
+    rf"{_MEM_WORD}(?:\s+(?:usage|use|used|utili[sz]ation|util|allocation|allocated|consumption|footprint))?"
+    r"(?:[\s:=~]+|(?:is|was|are|were|at|stays|sits|set|to|up|around|about|only|reaches|peaks|hits)\b)*"
+    r"(?:\d+(?:\.\d+)?\s*%?\s*(?:-|–|to)\s*)?",  # a range's first end: "80-90%"
+    re.IGNORECASE | re.ASCII)
+_MEM_AFTER = re.compile(rf"\s*(?:of\s+(?:the\s+|my\s+|its\s+)?)?(?:(?:gpu|device|dedicated|shared|system|total)\s+)*"
+                        rf"{_MEM_WORD}\b", re.IGNORECASE | re.ASCII)
+_MEM_START = re.compile(rf"\b{_MEM_WORD}\b", re.IGNORECASE | re.ASCII)
+
+
+def memory_owns(clause: str, q: Quantity) -> bool:
+    """Whether memory labels the percentage ``q`` (``_MEM_BEFORE`` / ``_MEM_AFTER``)."""
+    if q.dim != "pct":
+        return False
+    if _MEM_AFTER.match(clause, q.end):
+        return True
+    for m in _MEM_START.finditer(clause, max(0, q.start - 60), q.start):
+        if _MEM_BEFORE.fullmatch(clause, m.start(), q.start):
+            return True
+    return False
 
 
 # a hard-wrapped paragraph (a mail, a markdown source, a docstring): a line that goes on from the one
@@ -605,8 +627,9 @@ class ClaimParser:
         if not qs:
             return
         values = sorted((q.start, q.dim) for q in qs)
+        memory = frozenset(q.start for q in qs if memory_owns(clause, q))
         for q in qs:
-            owner = _nearest(found, q, values, clause)
+            owner = _nearest(found, q, values, clause, memory)
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
@@ -652,7 +675,7 @@ def _rate_owner(clause: str, q: Quantity) -> str:
 
 
 # the gap between a label and its value ("queue 47", "queue: 47", "queue=47", "utilization is 20%")
-_OWN_VALUE = re.compile(r"[\s:=]{0,3}(?:(?:is|was|are|were|at|stays|sits|of|around|about|only|~)[\s:=]{1,3}){0,2}",
+_OWN_VALUE = re.compile(r"[\s:=~]{0,3}(?:(?:is|was|are|were|at|stays|sits|of|around|about|only)[\s:=~]{1,3}){0,3}",
                         re.IGNORECASE)
 # a value's own label after a list's separator, right before the value ("+ compute input ", ", decode: "); a
 # connective or a qualifier after the separator goes on with the same concept ("TTFT median 120 ms, tail 3.2 s",
@@ -669,7 +692,7 @@ def _value_between(starts: list[int], a: int, b: int) -> bool:
 
 
 def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tuple[int, str]] = (),
-             clause: str = "") -> str | None:
+             clause: str = "", memory: frozenset[int] = frozenset()) -> str | None:
     """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie).
 
     In a list of labelled values ("latency 521936 usec (overhead 364 usec + queue 47 usec + compute input
@@ -679,6 +702,8 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
     it past another value when ``q`` has a label of its own after a list's separator ("+ compute input
     95572"). A value read past another with no label of its own stays the concept's ("TTFT from 136ms to
     18.8s")."""
+    if q.start in memory:
+        return None  # memory's percentage (``memory_owns``), not a utilisation's
     best: tuple[int, int, str] | None = None
     starts = [at for at, _ in values]  # q's own start among them is never inside the spans searched below
     for start, end, name in found:
@@ -696,21 +721,12 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
         elif start >= q.end:
             nxt = bisect.bisect_left(starts, q.end)
             if nxt < len(starts) and (starts[nxt] < start or (
-                    (kinds is None or values[nxt][1] in kinds) and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
+                    (kinds is None or values[nxt][1] in kinds) and starts[nxt] not in memory
+                    and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
                 continue  # another value stands between them, or the concept's own value (of its kinds) follows it
             dist = start - q.end + 1  # a concept after the number: slightly further
         else:
             dist = 0
         if dist <= BIND_WINDOW and (best is None or dist < best[0]):
             best = (dist, start, name)
-    if best is not None and q.dim == "pct" and clause and _memory_nearer(clause, q, starts, best[0]):
-        return None  # memory's percentage, not a utilisation's
     return best[2] if best else None
-
-
-def _memory_nearer(clause: str, q: Quantity, starts: Sequence[int], than: int) -> bool:
-    """Whether memory is named before ``q``, with no other value between them, nearer than ``than`` characters."""
-    for m in _MEMORY.finditer(clause, max(0, q.start - than), q.start):
-        if not _value_between(list(starts), m.end(), q.start):
-            return True
-    return False

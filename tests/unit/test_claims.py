@@ -56,7 +56,7 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
 
 
 @pytest.mark.parametrize(("text", "util"), [
-    # ml-depth-pro's and text-generation-webui's reports: memory's percentage was read as the utilisation
+    # text-generation-webui#2216's report: 80-90% of VRAM was read as the GPU's utilisation
     ("Checking my GPU usage, my dedicated GPU memory is set to about 80-90% of max, but when generating tokens "
      "my CUDA usage only goes up to max 35%....", [35.0]),
     ("GPU usage is low, GPU memory at 95%", []),
@@ -64,11 +64,27 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
     ("nvidia-smi shows GPU 100% and memory 45%", [100.0]),
     ("the GPU is at 99% while VRAM usage is 60%", [99.0]),
     ("GPU util 30%, VRAM 90%", [30.0]),
+    # memory named after the percentage labels it too; the utilisation before keeps its own
+    ("We get 95% GPU utilization at 50% memory usage.", [95.0]),
+    ("Running at 100% GPU utilization at about 30% VRAM.", [100.0]),
+    ("I see 99% GPU usage at 40% of memory.", [99.0]),
+    ("5% GPU usage, 90% memory usage", [5.0]),
+    ("GPU utilization 0% even though 95% of memory is allocated", [0.0]),
+    # memory that labels nothing: qualified, negated, set off by a comma
+    ("GPU utilization during memory-bound decode is only 30%.", [30.0]),
+    ("GPU usage (not memory) is 5%.", [5.0]),
+    ("GPU utilization, unlike memory, is at 100%.", [100.0]),
+    ("GPU usage for the RAM-heavy preprocessing stage sits at 10%.", [10.0]),
+    # a concept's own value after a copula is its own; "CUDA usage" (Task Manager's graph) is a utilisation,
+    # "CUDA loading" is not
+    ("At 100% load the GPU utilization is ~20%.", [20.0]),
+    ("GPU utilization is only about 20%.", [20.0]),
+    ("my CUDA usage in task manager is 5%", [5.0]),
+    ("CUDA loading of the checkpoint hangs at 45%.", []),
 ])
-def test_a_percentage_nearer_to_memory_is_not_the_utilisation(text: str, util: list[float]) -> None:
-    """A percentage named nearer to memory than to a utilisation is memory's; a utilisation whose own value
-    follows it ("GPU utilization is 20%") does not take the value before it; Task Manager's CUDA graph is a
-    utilisation."""
+def test_a_percentage_memory_labels_is_not_the_utilisation(text: str, util: list[float]) -> None:
+    """A percentage memory labels (named right before it with only a copula between, or right after it) is
+    memory's, not the GPU's utilisation; memory that labels nothing does not take a value from a utilisation."""
     c = _claims(text).claims
     assert [q.value for q in c.bound.get("gpu_util", [])] == util
 
