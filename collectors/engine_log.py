@@ -113,7 +113,8 @@ _SG_GEN = re.compile(r"gen throughput \(token/s\):\s*([\d.]+)")
 _SG_IN = re.compile(r"input throughput \(token/s\):\s*([\d.]+)")
 _SG_RETRACT = re.compile(r"#retracted[_-]reqs?:\s*(\d+)")
 # "Label (key/key/...): v / v / ...": one field per key, named "label key" (lower case)
-_GROUPED = re.compile(r"(?P<label>[A-Za-z][A-Za-z ]*?)\s*\((?P<keys>[A-Za-z_]+(?:/[A-Za-z_]+)+)\):\s*"
+# (a label is a few words: bounded, so a long run of prose before a parenthesis is not scanned back and forth)
+_GROUPED = re.compile(r"(?P<label>[A-Za-z][A-Za-z ]{0,40}?)\s*\((?P<keys>[A-Za-z_]+(?:/[A-Za-z_]+)+)\):\s*"
                       r"(?P<vals>-?[\d.]+(?:\s*/\s*-?[\d.]+)+)")
 _GROUPED_KV = re.compile(r"\bKV cache(?: usage)?:\s*([\d.]+)\s*%")
 

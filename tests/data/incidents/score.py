@@ -92,8 +92,9 @@ def leading(doc: dict[str, Any]) -> tuple[str, float] | None:
 def score(path: str, show_failures: bool = False, out_of_fold: bool = False) -> Split:
     """The figures of one split. With ``out_of_fold`` each case is answered by a report model refitted without
     its fold (``report_fit``'s folds, the shipped regularisation): the train split as the tool meets a report it
-    has not seen, so a change can be judged on train without looking at validation. (The calibrator itself was
-    fitted on train's out-of-fold answers and is kept.)"""
+    has not seen, so a change can be judged on train without looking at validation. (The calibrator, fitted on
+    train's out-of-fold answers, the cue vocabulary and the regularisation, both chosen on all of train, are
+    kept: the figure is a little kinder than validation's.)"""
     split = Split(os.path.basename(path) + (" (out of fold)" if out_of_fold else ""))
     with open(path, encoding="utf-8") as fh:
         cases = [json.loads(line) for line in fh if line.strip()]
