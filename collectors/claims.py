@@ -6,8 +6,8 @@ half is log lines of frameworks no dedicated parser reads (llama.cpp's layer off
 provider warnings). This parser reads both by structure, never by one report's wording:
 
 * a **clause** (a sentence, a table row or a log line) is the unit: a quantity belongs to the
-  concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util"), and a
-  percentage memory labels is memory's ("GPU memory at 95 %", "50 % memory usage");
+  concept named nearest to it in the same clause ("GPU utilization is 20 %", "20 % GPU util"); memory competes
+  for a percentage by the same distances, and one it wins is memory's ("GPU memory at 95 %", "50 % memory usage");
 * **quantities** are a number with a unit of time, size, share, rate or a counted noun
   (threads, cores, layers, requests, tokens), in English or Chinese;
 * **concepts** come from a domain lexicon (``CONCEPTS``): what an inference engineer names when
@@ -378,31 +378,56 @@ class Claims:
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?;。！？；])\s+(?=[A-Z(\"'\[]|[\u4e00-\u9fff])|(?<=[。！？；])")
 MAX_CLAUSE = 600
 BIND_WINDOW = 48  # characters between a concept and the quantity it owns
-# memory (the device's or the host's) labelling a percentage: named right before it with nothing but a copula
-# between ("GPU memory at 95%", "VRAM usage is 60%", "memory is set to about 80-90%"), or right after it ("50%
-# memory usage", "40% of memory", "30% VRAM"). Such a percentage is memory's, never a utilisation's; memory
-# named further off, or qualified ("memory-bound decode", "unlike memory,"), labels nothing
-_MEM_WORD = r"(?:mem(?:ory)?|vram|ram|显存|内存)"
-_MEM_BEFORE = re.compile(
-    rf"{_MEM_WORD}(?:\s+(?:usage|use|used|utili[sz]ation|util|allocation|allocated|consumption|footprint))?"
-    r"(?:[\s:=~]+|(?:is|was|are|were|at|stays|sits|set|to|up|around|about|only|reaches|peaks|hits)\b)*"
-    r"(?:\d+(?:\.\d+)?\s*%?\s*(?:-|–|to)\s*)?",  # a range's first end: "80-90%"
-    re.IGNORECASE | re.ASCII)
-_MEM_AFTER = re.compile(rf"\s*(?:of\s+(?:the\s+|my\s+|its\s+)?)?(?:(?:gpu|device|dedicated|shared|system|total)\s+)*"
-                        rf"{_MEM_WORD}\b", re.IGNORECASE | re.ASCII)
-_MEM_START = re.compile(rf"\b{_MEM_WORD}\b", re.IGNORECASE | re.ASCII)
+# memory (the device's or the host's) as a label of percentages: it competes for a percentage with the concepts
+# that own one (``_nearest``), by the same distances, and a percentage memory wins is memory's, never a
+# utilisation's ("GPU memory at 95%", "memory is almost 100%", "50% memory usage", "显存 95%"). Memory labels
+# nothing where it is qualified ("memory-bound", "RAM-heavy"), negated ("not memory") or set off ("unlike
+# memory,"), nor a percentage before it when its own value follows it ("GPU-Util: 12%  Memory-Util: 94%")
+_MEM_LABEL = re.compile(
+    r"(?:(?<![A-Za-z])(?:mem(?:ory)?|vram|ram)(?![A-Za-z])|显存|内存)"
+    r"(?:[- ]?(?:usage|use|used|utili[sz]ation|util|occupancy|allocation|allocated|consumption|footprint|bandwidth)"
+    r"(?![A-Za-z])|占用|使用率|利用率)?", re.IGNORECASE)
+_MEM_QUALIFIED = re.compile(r"[- ]?(?:bound|heavy|intensive|hungry|wise|optimi[sz]ed|leak\w*)\b|\s*[,;)]",
+                            re.IGNORECASE)
+# between a percentage and memory named after it: "of (the) (GPU) memory"
+# (a space at least: top's "%CPU 100.0 %MEM 40.0" glues the sign to the next column's name)
+_MEM_AFTER_GAP = re.compile(r"\s+(?:of\s+(?:the\s+|my\s+|its\s+)?)?"
+                            r"(?:(?:gpu|device|dedicated|shared|system|total)\s+)*", re.IGNORECASE)
 
 
-def memory_owns(clause: str, q: Quantity) -> bool:
-    """Whether memory labels the percentage ``q`` (``_MEM_BEFORE`` / ``_MEM_AFTER``)."""
-    if q.dim != "pct":
-        return False
-    if _MEM_AFTER.match(clause, q.end):
-        return True
-    for m in _MEM_START.finditer(clause, max(0, q.start - 60), q.start):
-        if _MEM_BEFORE.fullmatch(clause, m.start(), q.start):
-            return True
-    return False
+def memory_labels(clause: str) -> list[tuple[int, int, bool]]:
+    """Where memory is named in ``clause`` (not negated): (start, end, qualified) of each, the usage word included;
+    a qualified one ("memory-bound", "memory,") labels a value only against a concept named past another value."""
+    return [(m.start(), m.end(), bool(_MEM_QUALIFIED.match(clause, m.end()))) for m in _MEM_LABEL.finditer(clause)
+            if not _negated(clause, m.start())]
+
+
+def _memory_distance(memory: Sequence[tuple[int, int, bool]], q: Quantity, starts: Sequence[int], clause: str,
+                     qualified: bool = False) -> int | None:
+    """How near memory labels the percentage ``q`` (None: it does not): before it with no other value between,
+    or right after it (``_MEM_AFTER_GAP``) when memory's own value does not follow it; a qualified mention only
+    with ``qualified`` ("GPU utilization at 100% and memory-bandwidth bound at 80%": the utilisation reaches 80%
+    past its own value, memory's mention is nearer)."""
+    best: int | None = None
+    for start, end, is_qualified in memory:
+        if is_qualified and not qualified:
+            continue
+        if end <= q.start:
+            if _value_between(list(starts), end, q.start):
+                continue
+            dist = q.start - end
+        elif start >= q.end:
+            if not _MEM_AFTER_GAP.fullmatch(clause, q.end, start):
+                continue
+            nxt = bisect.bisect_left(starts, q.end)
+            if nxt < len(starts) and _OWN_VALUE.fullmatch(clause, end, starts[nxt]):
+                continue  # memory's own value follows it: the percentage before it is another label's
+            dist = start - q.end
+        else:
+            continue
+        if dist <= BIND_WINDOW and (best is None or dist < best):
+            best = dist
+    return best
 
 
 # a hard-wrapped paragraph (a mail, a markdown source, a docstring): a line that goes on from the one
@@ -627,9 +652,13 @@ class ClaimParser:
         if not qs:
             return
         values = sorted((q.start, q.dim) for q in qs)
-        memory = frozenset(q.start for q in qs if memory_owns(clause, q))
+        memory = memory_labels(clause)
+        starts = [at for at, _ in values]
+        # percentages memory labels at once (right before or after them): not a concept's own value after it
+        held = frozenset(q.start for q in qs if q.dim == "pct" and memory
+                         and (_memory_distance(memory, q, starts, clause) or BIND_WINDOW + 1) <= 5)
         for q in qs:
-            owner = _nearest(found, q, values, clause, memory)
+            owner = _nearest(found, q, values, clause, memory, held)
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
@@ -692,7 +721,8 @@ def _value_between(starts: list[int], a: int, b: int) -> bool:
 
 
 def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tuple[int, str]] = (),
-             clause: str = "", memory: frozenset[int] = frozenset()) -> str | None:
+             clause: str = "", memory: Sequence[tuple[int, int, bool]] = (),
+             memory_values: frozenset[int] = frozenset()) -> str | None:
     """The concept named closest to ``q`` within ``BIND_WINDOW`` characters (before it wins a tie).
 
     In a list of labelled values ("latency 521936 usec (overhead 364 usec + queue 47 usec + compute input
@@ -702,9 +732,8 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
     it past another value when ``q`` has a label of its own after a list's separator ("+ compute input
     95572"). A value read past another with no label of its own stays the concept's ("TTFT from 136ms to
     18.8s")."""
-    if q.start in memory:
-        return None  # memory's percentage (``memory_owns``), not a utilisation's
     best: tuple[int, int, str] | None = None
+    past = False  # whether the best concept reaches q past another value
     starts = [at for at, _ in values]  # q's own start among them is never inside the spans searched below
     for start, end, name in found:
         if name in ("gpu", "cpu", "slow", "batch", "saturated", "vram"):
@@ -721,7 +750,7 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
         elif start >= q.end:
             nxt = bisect.bisect_left(starts, q.end)
             if nxt < len(starts) and (starts[nxt] < start or (
-                    (kinds is None or values[nxt][1] in kinds) and starts[nxt] not in memory
+                    (kinds is None or values[nxt][1] in kinds) and starts[nxt] not in memory_values
                     and _OWN_VALUE.fullmatch(clause, end, starts[nxt]))):
                 continue  # another value stands between them, or the concept's own value (of its kinds) follows it
             dist = start - q.end + 1  # a concept after the number: slightly further
@@ -729,4 +758,9 @@ def _nearest(found: list[tuple[int, int, str]], q: Quantity, values: Sequence[tu
             dist = 0
         if dist <= BIND_WINDOW and (best is None or dist < best[0]):
             best = (dist, start, name)
+            past = end <= q.start and _value_between(starts, end, q.start)
+    if best is not None and q.dim == "pct" and memory:
+        mem = _memory_distance(memory, q, starts, clause, qualified=past)
+        if mem is not None and mem <= best[0]:
+            return None  # memory's percentage, not a utilisation's (a tie goes to memory: it labels the value)
     return best[2] if best else None

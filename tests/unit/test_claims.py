@@ -81,12 +81,39 @@ def test_a_quantity_binds_to_the_nearest_concept_that_accepts_its_kind() -> None
     ("GPU utilization is only about 20%.", [20.0]),
     ("my CUDA usage in task manager is 5%", [5.0]),
     ("CUDA loading of the checkpoint hangs at 45%.", []),
+    # a second review: memory after a value labels it only when memory's own value does not follow; memory
+    # before a value competes by distance whatever the words between; Chinese memory words; tables
+    ("GPU-Util: 12%  Memory-Util: 94%", [12.0]),
+    ("GPU-Util 99% Mem 30%", [99.0]),
+    ("GPU utilization: 45% VRAM: 20GB", [45.0]),
+    ("GPU usage is 100% mem usage is 50%", [100.0]),
+    ("The GPU usage is 100% memory-bound.", [100.0]),
+    ("GPU utilization is 30% and memory is almost 100%", [30.0]),
+    ("GPU utilization is 30% and memory occupancy is 90%", [30.0]),
+    ("GPU-Util 30% and Memory-Util 90%", [30.0]),
+    ("| GPU util | 35% | memory | 90% |", [35.0]),
+    ("| VRAM | 90% | GPU util | 20% |", [20.0]),
+    ("GPU utilization at 100% and memory-bandwidth bound at 80%.", [100.0]),
+    ("GPU utilization drops to 20% memory-wise fine.", [20.0]),
+    ("GPU 利用率 10% 显存 95%", [10.0]),
+    ("显存占用 95%，GPU利用率只有 10%", [10.0]),
 ])
 def test_a_percentage_memory_labels_is_not_the_utilisation(text: str, util: list[float]) -> None:
-    """A percentage memory labels (named right before it with only a copula between, or right after it) is
-    memory's, not the GPU's utilisation; memory that labels nothing does not take a value from a utilisation."""
+    """A percentage memory labels (named before it with no other value between and nearer than the utilisation,
+    or right after it with no value of its own) is memory's, not the GPU's utilisation; memory that labels
+    nothing (qualified, negated, set off) does not take a value from a utilisation."""
     c = _claims(text).claims
     assert [q.value for q in c.bound.get("gpu_util", [])] == util
+
+
+@pytest.mark.parametrize(("text", "cpu"), [
+    ("CPU 100%  MEM 40%", [100.0]), ("CPU 100% RAM 12GB", [100.0]),
+    ("CPU usage 100% RAM usage 40% GPU usage 0%", [100.0]), ("CPU利用率 100% 内存 40%", [100.0]),
+    ("top: %CPU 100.0 %MEM 40.0", [100.0]),
+])
+def test_a_cpu_percentage_before_memorys_own_is_the_cpus(text: str, cpu: list[float]) -> None:
+    c = _claims(text).claims
+    assert [q.value for q in c.bound.get("cpu_util", [])] == cpu
 
 
 def test_in_a_list_of_labelled_values_each_label_owns_the_value_after_it() -> None:
