@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -83,20 +86,36 @@ def throttled_group(disk: str, rate_bps: int) -> Path:
     raise SystemExit("no block-I/O cgroup controller to throttle reads with (cgroup v1 blkio or v2 io)")
 
 
+def _remove_group(group: Path) -> None:
+    """Remove the cgroup, moving what is still in it (a py-spy the attach left) back to the root first."""
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (group.parent / "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
 def evict(roots: list[Path]) -> tuple[int, int]:
-    """Drop every regular file under ``roots`` from the page cache; (files, bytes)."""
+    """Ask the kernel to drop every regular file under ``roots`` from the page cache; (files, bytes asked). Pages a
+    live process maps stay: this one's own interpreter library (libpython) among them, so the attach's start is
+    a little warmer than a host that shed everything."""
     files = size = 0
+    seen: set[tuple[int, int]] = set()
     for root in roots:
-        for folder, dirs, names in os.walk(root):
+        walked = [(str(root.parent), [], [root.name])] if root.is_file() else os.walk(root)
+        for folder, dirs, names in walked:
             dirs[:] = [d for d in dirs if d not in (".git", ".engines")]
             for name in names:
                 try:
-                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW)
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
                 except OSError:
                     continue
                 try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                    files, size = files + 1, size + os.fstat(fd).st_size
+                    st = os.fstat(fd)
+                    if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:  # a file walked twice once
+                        seen.add((st.st_dev, st.st_ino))
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        files, size = files + 1, size + st.st_size
                 finally:
                     os.close(fd)
     return files, size
@@ -105,11 +124,15 @@ def evict(roots: list[Path]) -> tuple[int, int]:
 def run(rate_mb: float, duration: float) -> dict[str, float]:
     """One attach at ``rate_mb`` MB/s from a cold cache (0: warm, unthrottled); its figures."""
     paths = sysconfig.get_paths()
-    roots = [Path(paths["stdlib"]), Path(paths["purelib"]), Path(sys.base_prefix) / "bin", ROOT]
+    # the standard library, the venv's packages, this repository, the interpreter's binary and shared library (not
+    # the rest of a system /usr/bin)
+    libpython = Path(str(sysconfig.get_config_var("LIBDIR") or "")) / str(sysconfig.get_config_var("LDLIBRARY") or "")
+    roots = [Path(paths["stdlib"]), Path(paths["purelib"]), ROOT, Path(sys.executable).resolve(), libpython]
     target = subprocess.Popen(["sleep", str(duration + 600)])
     out = Path(tempfile.mkdtemp(prefix="slowdisk-"))
-    group = throttled_group(disk_of(Path(paths["purelib"])), int(rate_mb * 1e6)) if rate_mb > 0 else None
+    group: Path | None = None
     try:
+        group = throttled_group(disk_of(Path(paths["purelib"])), int(rate_mb * 1e6)) if rate_mb > 0 else None
         evicted = evict(roots) if group is not None else (0, 0)
         enter = f"echo $$ > {group / 'cgroup.procs'}; " if group is not None else ""
         argv = [sys.executable, "-m", "diagnose", "attach", "--pid", str(target.pid), "--duration", f"{duration:g}",
@@ -124,8 +147,9 @@ def run(rate_mb: float, duration: float) -> dict[str, float]:
     finally:
         target.kill()
         target.wait()
+        shutil.rmtree(out, ignore_errors=True)
         if group is not None:
-            group.rmdir()
+            _remove_group(group)
     return {"rate_mb_s": rate_mb, "evicted_mb": evicted[1] / 1e6, "wall_s": wall, "duration_s": duration,
             "cost": cost}
 
@@ -143,7 +167,9 @@ def judge(r: dict) -> dict[str, float]:  # type: ignore[type-arg]
             "imports_blocked_s": cost.get("imports_blocked_s", 0.0), "start_disk_allowance_s": disk,
             "after_s": cost.get("after_s", 0.0), "after_stall_s": cost.get("after_stall_s", 0.0),
             "forgiven_s": outside + hosts, "bound_s": duration + wall_slack(),
-            "judged_s": wall - outside - hosts, "judged_without_start_allowance_s": wall - outside - hosts + disk,
+            "judged_s": wall - outside - hosts,
+            "judged_without_start_allowance_s":
+                wall - attach_cost.outside_share({**cost, "imports_blocked_s": 0.0}) - hosts,
             "judged_without_any_s": wall}
 
 

@@ -91,6 +91,9 @@ _CONF = re.compile(
     r"(?:--)?\b(max[_-]num[_-]seqs|max[_-]num[_-]batched[_-]tokens|max[_-]running[_-]requests)\b['\"]?"
     r"\s*(?:[=:]\s*|\s+)(\d+)\b"
 )
+# LMDeploy logs its engine's configuration as a repr: "PytorchEngineConfig(..., max_batch_size=256, ...)" (and
+# TurbomindEngineConfig): the most requests it runs at once, like vLLM's max_num_seqs
+_LMD_BATCH = re.compile(r"\bmax_batch_size=(\d+)\b")
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _GPU_BLOCKS = re.compile(r"#\s*GPU blocks:\s*([\d,]+)")
 _KV_TOKENS = re.compile(r"(?:[GCXTHN]PU )?KV cache size:\s*([\d,]+)\s*tokens")  # V1 names its device
@@ -564,7 +567,7 @@ def parse_grouped_stats(line: str) -> StatsSample | None:
     prompt and generated tokens per second; ``KV cache: N%`` the pool's usage; a line with neither is no
     engine's stats line ("Pods (running/waiting): 3 / 1"). When requests wait at the API server, every engine
     instance is taken, so the requests it has routed are its limit (LMDeploy sizes that pool --max-batch-size:
-    ``lmdeploy/serve/core/async_engine.py``)."""
+    ``lmdeploy/serve/core/async_engine.py``), where the group counts failed requests apart (0.12.3+)."""
     groups: dict[str, dict[str, float]] = {}  # label -> its keys' values, in the line's order
     for m in _GROUPED.finditer(line):
         keys = m.group("keys").lower().split("/")
@@ -581,8 +584,10 @@ def parse_grouped_stats(line: str) -> StatsSample | None:
     kv = _GROUPED_KV.search(line)
     if engine is None or (rates is None and kv is None):
         return None
-    front = next((g for g in groups.values() if g is not engine and g.get("waiting", 0.0) > 0 and "routed" in g),
-                 None)
+    # only where that group counts the requests that failed too (LMDeploy 0.12.3+, InternLM/lmdeploy#4410: before,
+    # a cancelled stream stayed "waiting" for good, and the routed ones were the load, not a limit)
+    front = next((g for g in groups.values() if g is not engine and g.get("waiting", 0.0) > 0 and "routed" in g
+                  and "failed" in g), None)
     return StatsSample(
         engine="lmdeploy",
         running=round(engine["running"]),
@@ -745,11 +750,16 @@ class EngineLogParser:
             s = parse_other_stats(line)
             if s is not None:
                 self._add_sample(s)
-                if s.limit is not None:  # a limit the line shows, unless the configuration stated one
-                    self.config.setdefault("max_num_seqs", s.limit)
+                if s.limit is not None:  # a limit the line shows: the most routed at once (never above a stated one)
+                    self.config["max_num_seqs"] = max(self.config.get("max_num_seqs", 0), s.limit)
                 hit = True
         if "preempt" in line or "Preempt" in line:
             hit = self._feed_preempt(line) or hit
+        if "EngineConfig(" in line and "max_batch_size=" in line:  # LMDeploy's engine config, logged at start-up
+            bm = _LMD_BATCH.search(line)
+            if bm:
+                self.config["max_num_seqs"] = max(self.config.get("max_num_seqs", 0), int(bm.group(1)))
+                hit = True
         if "max" in line and ("num_seqs" in line or "num-seqs" in line or "batched" in line or "running" in line):
             for m in _CONF.finditer(line):
                 key = m.group(1).replace("-", "_")

@@ -22,8 +22,9 @@ from diagnose.model import Evidence, EvidenceSet
 
 
 def engine(ev: EvidenceSet) -> str:
-    """The engine in use: its metric names' (``serving.engine``), else its stats lines' (``serving.log_engine``)."""
-    got = ev.get("serving.engine") or ev.get("serving.log_engine")
+    """The engine in use: its stats lines' (``serving.log_engine``: their layout says whose they are), else the one
+    its metric names or the text name (``serving.engine``: a vLLM log may name another, "Using TRTLLM attention")."""
+    got = ev.get("serving.log_engine") or ev.get("serving.engine")
     return str(got.value).lower() if isinstance(got, Evidence) else ""
 
 

@@ -148,6 +148,24 @@ LMDEPLOY = ("[2026-02-05 17:05:17 DP0] Avg thr (in/out): 4618.5 / 2756.3 tokens/
             "(completed/routed/waiting): 1 / 50 / 50, Engine (running/waiting): 45 / 5, KV cache: 21.6%, ")
 
 
+LMDEPLOY_NEW = ("[2026-08-01 10:00:00 Engine 000] Avg thr (in/out): 4618.5 / 2756.3 tokens/s, Server "
+                "(succeeded/failed/routed/waiting): 120 / 2 / 50 / 12, Engine (running/waiting): 45 / 5, "
+                "KV cache: 21.6%, ")
+
+
+def test_lmdeploys_stated_batch_limit_is_read() -> None:
+    """LMDeploy logs its engine's configuration as a repr at start-up: its max_batch_size is the sequence limit,
+    and a routed count shown later never lowers it."""
+    src = EngineLogSource()
+    for line in ["2026-08-01 09:59:01,101 - lmdeploy - INFO - async_engine.py:165 - updated backend_config="
+                 "PytorchEngineConfig(dtype='auto', tp=1, session_len=8192, max_batch_size=256, "
+                 "cache_max_entry_count=0.8)",
+                 LMDEPLOY_NEW]:
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("lmdeploy.log")}
+    assert ev["serving.max_num_seqs"] == 256 and ev["serving.log_engine"] == "lmdeploy"
+
+
 def test_grouped_stats_fields_are_read_key_by_key() -> None:
     """A label with its keys in parentheses and their values in order: the group naming running and waiting
     is the engine's batch and queue; the API server's requests held for a free engine instance wait too."""
@@ -155,9 +173,14 @@ def test_grouped_stats_fields_are_read_key_by_key() -> None:
     assert s is not None and s.engine == "lmdeploy"
     assert (s.running, s.waiting) == (45, 55) and s.kv_usage_ratio is not None and abs(s.kv_usage_ratio - 0.216) < 1e-9
     assert (s.prompt_tokens_per_s, s.generation_tokens_per_s) == (4618.5, 2756.3)
-    # requests wait at the API server: every engine instance is taken, so the 50 routed are the limit
-    assert s.limit == 50
-    idle = parse_grouped_stats(LMDEPLOY.replace("1 / 50 / 50", "1 / 12 / 0").replace("45 / 5", "12 / 0"))
+    # 0.12.1-0.12.2 kept a cancelled stream "waiting" for good: the routed ones are no limit there
+    assert s.limit is None
+    # 0.12.3+ counts failed requests apart (InternLM/lmdeploy#4410, its loggers.py's layout): requests waiting at
+    # the server mean every engine instance is taken, so the 50 routed are the limit
+    new = parse_grouped_stats(LMDEPLOY_NEW)
+    assert new is not None and (new.running, new.waiting, new.limit) == (45, 17, 50)
+    idle = parse_grouped_stats(LMDEPLOY_NEW.replace("120 / 2 / 50 / 12", "120 / 2 / 12 / 0")
+                               .replace("45 / 5", "12 / 0"))
     assert idle is not None and idle.limit is None and idle.waiting == 0
     # groups without a batch and a queue, or a line with no throughput and no KV cache, are no engine's stats
     # line; keys and values that do not pair are not read

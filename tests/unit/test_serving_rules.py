@@ -118,11 +118,12 @@ def test_vllms_default_limit_is_not_another_engines() -> None:
 
 
 def test_lmdeploy_requests_held_at_its_api_server_are_its_batch_limit() -> None:
-    """LMDeploy's stats line (InternLM/lmdeploy#4297): with requests waiting at the API server every engine
+    """LMDeploy's stats line (0.12.3+, InternLM/lmdeploy#4410): with requests waiting at the API server every engine
     instance is taken, so the 50 it routed are its limit; a batch of 50 there with the KV cache 22 % used is held
     by that limit, and the fix names LMDeploy's --max-batch-size first."""
-    line = ("[2026-02-05 17:05:{s:02d} DP0] Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server "
-            "(completed/routed/waiting): {c} / 50 / {w}, Engine (running/waiting): 50 / 0, KV cache: 21.6%, ")
+    line = ("[2026-08-01 10:00:{s:02d} Engine 000] Avg thr (in/out): 4618.5 / 2756.3 tokens/s, Server "
+            "(succeeded/failed/routed/waiting): {c} / 0 / 50 / {w}, Engine (running/waiting): 50 / 0, "
+            "KV cache: 21.6%, ")
     src = EngineLogSource()
     for i in range(40):
         src.feed(line.format(s=i % 60, c=i, w=10 + i % 5))
@@ -131,6 +132,20 @@ def test_lmdeploy_requests_held_at_its_api_server_are_its_batch_limit() -> None:
     f = _findings(ev)["QUE002"]
     assert f.mechanism is Mechanism.ADMISSION_CAP and "max_num_seqs=50" in f.message
     assert f.fixes[0].steps[0].startswith("LMDeploy: --max-batch-size")
+
+
+def test_a_vllm_log_naming_another_engine_is_still_vllms() -> None:
+    """The engine of a log's stats lines outranks one the text names: vLLM prints 'Using TRTLLM attention' and
+    its default sequence limit still applies to its own stats lines."""
+    src = EngineLogSource()
+    src.feed("INFO 08-14 09:12:00 [flashinfer.py:759] Using TRTLLM attention (required for attention sinks).")
+    for i in range(60):
+        src.feed(f"INFO 08-14 09:12:{i:02d} llm_engine.py:706] Avg prompt throughput: 209.6 tokens/s, Avg "
+                 "generation throughput: 567.4 tokens/s, Running: 255 reqs, Swapped: 0 reqs, Pending: 80 reqs, GPU KV "
+                 "cache usage: 30.0%, CPU KV cache usage: 0.0%")
+    ev = EvidenceSet([*src.evidence("vllm.log"), Evidence("serving.engine", "tensorrt-llm", "", "named in the text")])
+    f = _findings(ev)["QUE002"]
+    assert f.mechanism is Mechanism.ADMISSION_CAP and "default sequence limit" in f.message
 
 
 def test_an_engine_that_states_its_own_limit_by_gauge() -> None:
