@@ -66,7 +66,9 @@ ALIASES: tuple[Alias, ...] = (
           Kind.GAUGE, "requests", doc="requests being served (in the running batch)"),
     Alias("waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
                       "nv_inference_pending_request_count", "llamacpp:requests_deferred",
-                      "trtllm_num_requests_waiting", "lmdeploy:num_requests_waiting"),
+                      "trtllm_num_requests_waiting", "lmdeploy:num_requests_waiting",
+                      # LMDeploy's server holds requests for a free engine instance: they wait too (added up)
+                      "lmdeploy:num_api_requests_waiting"),
           Kind.GAUGE, "requests", doc="requests waiting in the scheduler queue"),
     Alias("swapped", ("vllm:num_requests_swapped",), Kind.GAUGE, "requests"),
     # the engine's own limit on requests running at once (TensorRT-LLM: its scheduler's maxNumActiveRequests,

@@ -150,19 +150,22 @@ def test_tensorrt_llm_trtllm_serve_names() -> None:
 
 def test_lmdeploy_names() -> None:
     """LMDeploy's PrometheusStatLogger (lmdeploy/metrics/loggers.py): vLLM's names under its own prefix, the KV
-    usage a fraction."""
+    usage a fraction, and its server's queue (lmdeploy:num_api_requests_waiting) beside the engine's."""
     lab = 'model_name="internlm2_5-7b-chat",engine="0"'
     lines = []
     for i, (run, wait, kv, gen, ok) in enumerate(((128, 40, 0.31, 1000, 50), (128, 96, 0.33, 61000, 250))):
         lines += [f"# scrape at {1770000000 + 60 * i}", f"lmdeploy:num_requests_running{{{lab}}} {run}",
-                  f"lmdeploy:num_requests_waiting{{{lab}}} {wait}", f"lmdeploy:gpu_cache_usage_perc{{{lab}}} {kv}",
+                  f"lmdeploy:num_requests_waiting{{{lab}}} {wait}", f"lmdeploy:num_api_requests_waiting{{{lab}}} 30",
+                  f"lmdeploy:gpu_cache_usage_perc{{{lab}}} {kv}",
                   f"lmdeploy:generation_tokens_total{{{lab}}} {gen}",
                   f'lmdeploy:e2e_request_latency_seconds_bucket{{{lab},le="5.0"}} {ok // 2}',
                   f'lmdeploy:e2e_request_latency_seconds_bucket{{{lab},le="+Inf"}} {ok}',
                   f"lmdeploy:e2e_request_latency_seconds_count{{{lab}}} {ok}",
                   f"lmdeploy:e2e_request_latency_seconds_sum{{{lab}}} {ok * 6.0}"]
     ev = {e.key: e.value for e in _source(lines).evidence("x")}
-    assert ev["serving.engine"] == "lmdeploy" and ev["serving.waiting_max"] == 96 and ev["serving.running_max"] == 128
+    # the engine's queue and the server's (requests held for a free engine instance) add up
+    assert ev["serving.engine"] == "lmdeploy" and ev["serving.running_max"] == 128
+    assert ev["serving.waiting_max"] == 96 + 30
     assert ev["serving.kv_cache_usage_max_ratio"] == 0.33 and ev["requests.count"] == 200
     assert ev["serving.generation_tokens_per_s"] == 1000.0  # 60,000 tokens in the 60 s between the scrapes
 
