@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.cgroups import remove_cgroup  # noqa: E402  (standard library only; the repository's root on the path first)
 
 
 def wall_slack() -> float:
@@ -84,15 +84,6 @@ def throttled_group(disk: str, rate_bps: int) -> Path:
         (group / "io.max").write_text(f"{disk} rbps={rate_bps}")
         return group
     raise SystemExit("no block-I/O cgroup controller to throttle reads with (cgroup v1 blkio or v2 io)")
-
-
-def _remove_group(group: Path) -> None:
-    """Remove the cgroup, moving what is still in it (a py-spy the attach left) back to the root first."""
-    with contextlib.suppress(OSError):
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(pid)
-        group.rmdir()
 
 
 def evict(roots: list[Path]) -> tuple[int, int]:
@@ -149,7 +140,7 @@ def run(rate_mb: float, duration: float) -> dict[str, float]:
         target.wait()
         shutil.rmtree(out, ignore_errors=True)
         if group is not None:
-            _remove_group(group)
+            remove_cgroup(group)  # a py-spy the attach left is moved out first
     return {"rate_mb_s": rate_mb, "evicted_mb": evicted[1] / 1e6, "wall_s": wall, "duration_s": duration,
             "cost": cost}
 

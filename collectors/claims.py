@@ -402,7 +402,7 @@ def memory_labels(clause: str) -> list[tuple[int, int, bool]]:
             if not _negated(clause, m.start())]
 
 
-def _memory_distance(memory: Sequence[tuple[int, int, bool]], q: Quantity, starts: Sequence[int], clause: str,
+def _memory_distance(memory: Sequence[tuple[int, int, bool]], q: Quantity, starts: list[int], clause: str,
                      qualified: bool = False) -> int | None:
     """How near memory labels the percentage ``q`` (None: it does not): before it with no other value between,
     or right after it (``_MEM_AFTER_GAP``) when memory's own value does not follow it; a qualified mention only
@@ -413,7 +413,7 @@ def _memory_distance(memory: Sequence[tuple[int, int, bool]], q: Quantity, start
         if is_qualified and not qualified:
             continue
         if end <= q.start:
-            if _value_between(list(starts), end, q.start):
+            if _value_between(starts, end, q.start):
                 continue
             dist = q.start - end
         elif start >= q.end:

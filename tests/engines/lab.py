@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnose.collectors import loadclient
+from tests.cgroups import remove_cgroup
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = Path(os.environ.get("DIAGNOSE_ENGINES", ROOT / ".engines"))
@@ -223,15 +224,6 @@ def quota_tree(pid: int, cores: float) -> Path:
         with contextlib.suppress(ProcessLookupError, OSError):
             (group / "cgroup.procs").write_text(str(p.pid))
     return group
-
-
-def remove_cgroup(group: Path) -> None:
-    """Hand any process left in ``group`` back to its hierarchy's root group and remove it."""
-    with contextlib.suppress(OSError):
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(pid)
-        group.rmdir()
 
 
 def wait_ready(eng: Engine, timeout_s: float) -> None:
