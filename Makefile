@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PATHOLOGY ?= cpu-preprocess
 
-.PHONY: venv link engines demo test test-unit test-integration test-engines lint docs score calibrate bench clean
+.PHONY: venv link engines llamacpp llamacpp-background demo test test-unit test-integration test-engines lint docs score calibrate bench clean
 
 # The card's folders install as one package, `diagnose` (see pyproject's package-dir). The editable
 # install is "strict": build/__editable__.*/diagnose/ holds a link to every source file, which mypy
@@ -30,7 +30,21 @@ ENGINES := .engines
 $(ENGINES)/vllm/bin/python: tests/engines/install_vllm.sh
 	bash tests/engines/install_vllm.sh
 
-engines: $(ENGINES)/vllm/bin/python
+# llama.cpp's two servers (llama-cpp-python's and the C++ llama-server) compile from source, ~9 min on 2 cores: the
+# build starts in the background at the lowest CPU priority, before the vLLM install, so it overlaps that install
+# and the tests; the live llama.cpp tests run last and wait for it (its log: .engines/llamacpp-lab.log). A build
+# already running (the lock held) is left to finish; a finished one does nothing in a second.
+llamacpp-background:
+	@mkdir -p $(ENGINES)
+	@flock -n $(ENGINES)/llamacpp-lab.lock -c 'rm -f $(ENGINES)/llamacpp-lab.rc; \
+	  nice -n 19 bash tests/engines/llamacpp_lab.sh > $(ENGINES)/llamacpp-lab.log 2>&1; \
+	  echo $$? > $(ENGINES)/llamacpp-lab.rc' < /dev/null > /dev/null 2>&1 &
+
+# the same, in the foreground
+llamacpp:
+	bash tests/engines/llamacpp_lab.sh
+
+engines: llamacpp-background $(ENGINES)/vllm/bin/python
 
 demo: venv
 	$(BIN)/diagnose demo --pathology $(PATHOLOGY)
@@ -44,7 +58,8 @@ test-unit: venv
 test-integration: venv
 	$(BIN)/python -m pytest -q tests/integration
 
-# live tests on real engines (vLLM's CPU build): each pathology named from attach, log and scrape
+# live tests on real engines (vLLM's CPU build, llama.cpp's two servers): each pathology named from attach, log and
+# scrape
 test-engines: venv engines
 	$(BIN)/python -m pytest -q tests/engines
 

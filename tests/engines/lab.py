@@ -47,6 +47,59 @@ def vllm_available() -> str | None:
     return None
 
 
+# llama.cpp's half of the lab (tests/engines/llamacpp_lab.sh): llama-cpp-python's venv, the C++ llama-server built
+# from the same sources, the GGUF models; `make engines` builds them in the background (LLAMACPP_BUILD_*)
+LLAMACPP_VENV = ENGINES / "llamacpp"
+LLAMA_SERVER = ENGINES / "bin" / "llama-server"
+GGUF = ENGINES / "models"
+LLAMACPP_BUILD_LOCK = ENGINES / "llamacpp-lab.lock"  # held while the background build runs
+LLAMACPP_BUILD_RC = ENGINES / "llamacpp-lab.rc"  # its exit code, once it has ended
+LLAMACPP_BUILD_LOG = ENGINES / "llamacpp-lab.log"
+LLAMACPP_MODELS = ("lab-llama-small.gguf", "lab-llama-big.gguf", "lab-llama-L4-small-f32.gguf")
+
+
+def llamacpp_missing() -> list[str]:
+    """What the llama.cpp lab lacks here (nothing when both servers and the models are there)."""
+    need = [LLAMACPP_VENV / "bin" / "python", LLAMA_SERVER, *(GGUF / m for m in LLAMACPP_MODELS)]
+    return [str(p) for p in need if not p.exists()]
+
+
+def _build_running() -> bool:
+    import fcntl
+
+    if not LLAMACPP_BUILD_LOCK.exists():
+        return False
+    with LLAMACPP_BUILD_LOCK.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+def wait_llamacpp(timeout_s: float, poll_s: float = 5.0) -> str | None:
+    """None once the llama.cpp lab can run here, else why not. Its servers compile from source (~9 min on 2
+    cores): `make engines` starts that build in the background (flock on LLAMACPP_BUILD_LOCK, exit code to
+    LLAMACPP_BUILD_RC), so this waits while it runs, at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = llamacpp_missing()
+        if not missing:
+            return None
+        running = _build_running()
+        if not running:
+            rc = LLAMACPP_BUILD_RC.read_text().strip() if LLAMACPP_BUILD_RC.exists() else None
+            tail = LLAMACPP_BUILD_LOG.read_text(errors="replace")[-3000:] if LLAMACPP_BUILD_LOG.exists() else ""
+            if rc is None:
+                return f"no llama.cpp lab here (missing {missing[0]}): run `make engines` or " \
+                       "`bash tests/engines/llamacpp_lab.sh`"
+            return f"the llama.cpp lab's build ended with {rc} and {missing[0]} is missing:\n{tail}"
+        if time.monotonic() > deadline:
+            return f"the llama.cpp lab's build still runs after {timeout_s:.0f} s (log: {LLAMACPP_BUILD_LOG})"
+        time.sleep(poll_s)
+
+
 def free_port() -> int:
     import socket
 

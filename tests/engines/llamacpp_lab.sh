@@ -8,6 +8,7 @@
 #   .engines/llamacpp/               the venv (python -m llama_cpp.server, gguf)
 #   .engines/src/llama_cpp_python-0.3.36/vendor/llama.cpp   the sdist's vendored llama.cpp
 #   .engines/llama-server-build/     cmake build of the llama-server target
+#   .engines/models/                 the random-weight GGUFs (tests/engines/make_gguf.py: small, big, an "L4"-named small)
 #   .engines/bin/llama-server        the C++ server binary (linked against the wheel's libllama/libggml
 #                                    .so; LLAMA_SERVER_FULL_BUILD=1 builds it all from source instead)
 # Each step prints its wall time. Nothing is downloaded except from PyPI (and apt, only if cmake
@@ -21,6 +22,7 @@ ENGINES="$(dirname "$VENV")"
 SRC="$ENGINES/src"
 BUILD="$ENGINES/llama-server-build"
 BIN="$ENGINES/bin"
+MODELS="$ENGINES/models"
 PY="${PYTHON:-python3}"
 JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
@@ -62,7 +64,8 @@ fetch_sdist() {
     local dir="$SRC/llama_cpp_python-$VERSION"
     if [ -f "$dir/vendor/llama.cpp/CMakeLists.txt" ]; then echo "sources exist: $dir"; return; fi
     mkdir -p "$SRC"
-    "$VENV/bin/python" -m pip download -q --no-binary :all: --no-deps -d "$SRC" "llama-cpp-python==$VERSION"
+    # the sdist only: its build requirements (to read its metadata) may be wheels
+    "$VENV/bin/python" -m pip download -q --no-binary llama-cpp-python --no-deps -d "$SRC" "llama-cpp-python==$VERSION"
     tar -xzf "$SRC/llama_cpp_python-$VERSION.tar.gz" -C "$SRC"
     ls "$dir/vendor/llama.cpp" >/dev/null
 }
@@ -105,12 +108,22 @@ build_llama_server() {
     ) >"$ENGINES/llama-server-build.log" 2>&1 || { tail -30 "$ENGINES/llama-server-build.log"; return 1; }
 }
 
+make_models() {  # the lab's random-weight GGUFs (tests/engines/make_gguf.py); the L4 one is the small one renamed
+    mkdir -p "$MODELS"
+    [ -f "$MODELS/lab-llama-small.gguf" ] || "$VENV/bin/python" "$REPO/tests/engines/make_gguf.py" "$MODELS/lab-llama-small.gguf"
+    [ -f "$MODELS/lab-llama-big.gguf" ] || "$VENV/bin/python" "$REPO/tests/engines/make_gguf.py" "$MODELS/lab-llama-big.gguf" --big
+    # a model whose name holds "L4" (as "…-L4-…" quantisations do), never an NVIDIA L4 GPU
+    [ -f "$MODELS/lab-llama-L4-small-f32.gguf" ] || cp "$MODELS/lab-llama-small.gguf" "$MODELS/lab-llama-L4-small-f32.gguf"
+    ls -l "$MODELS"
+}
+
 T0=$(date +%s)
 step "tools (cmake, g++)" need_tools
 step "venv $VENV" make_venv
 step "pip install llama-cpp-python[server]==$VERSION gguf (compiles)" install_python_server
 step "pip download sdist $VERSION" fetch_sdist
 step "cmake build llama-server" build_llama_server
+step "models $MODELS" make_models
 "$VENV/bin/python" -c "import importlib.metadata as m; print('llama-cpp-python', m.version('llama_cpp_python'), '| gguf', m.version('gguf'))"
 "$BIN/llama-server" --version 2>&1 | tail -2 || true
 echo "== total: $(( $(date +%s) - T0 )) s"

@@ -15,8 +15,8 @@ Writes into OUTDIR:
   slots_mid.json      /slots in the middle of the window (cpp only, when the server answers it)
   load.json           the load client's options, summary and every request's sample
   command.txt         the exact server command line and this script's arguments
-  attach/             with --attach N: `diagnose attach` on the server's pid for N s after the warm-up (its
-                      stdout and stderr in attach.json / attach.stderr.txt)
+  attach/             with --attach N: `diagnose attach` on the server's pid for N s after the warm-up, with its
+                      log (and the C++ server's /metrics); its stdout and stderr in attach.json / attach.stderr.txt
 
 The load client is ``diagnose.collectors.loadclient`` (the one ``diagnose sweep`` uses): imported from
 the project's venv when this runs there, else loaded from collectors/loadclient.py (standard library
@@ -40,10 +40,11 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINES = Path(os.environ.get("ENGINE_VENV", REPO / ".engines" / "llamacpp")).parent
-VENV = Path(os.environ.get("ENGINE_VENV", REPO / ".engines" / "llamacpp"))
+VENV = Path(os.environ.get("ENGINE_VENV", Path(os.environ.get("DIAGNOSE_ENGINES", REPO / ".engines")) / "llamacpp"))
+ENGINES = VENV.parent
 LLAMA_SERVER = ENGINES / "bin" / "llama-server"
 DIAGNOSE = REPO / ".venv" / "bin" / "diagnose"
 LOG_LIMIT = 300_000
@@ -51,7 +52,7 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
          "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor")
 
 
-def loadclient():  # type: ignore[no-untyped-def]
+def loadclient() -> ModuleType:
     try:
         from diagnose.collectors import loadclient as lc
         return lc
@@ -196,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
 
         def attacher() -> None:  # the live session, on the server's pid, with its log
             time.sleep(a.warmup)
+            # the C++ server's /metrics too (--metrics), as the two scrapes of metrics.txt read it
+            metrics = ["--metrics", base + "/metrics"] if a.engine == "cpp" else []
             with (out / "attach.json").open("wb") as so, (out / "attach.stderr.txt").open("wb") as se:
                 subprocess.run([str(DIAGNOSE), "attach", "--pid", str(proc.pid), "--duration", f"{a.attach:g}",
-                                "--log", str(log_path), "-o", str(out / "attach"), "--format", "json", "--force"],
-                               stdout=so, stderr=se, check=False)
+                                "--log", str(log_path), *metrics, "-o", str(out / "attach"), "--format", "json",
+                                "--force"], stdout=so, stderr=se, check=False)
             (out / "attach" / "attach.html").unlink(missing_ok=True)
 
         th = threading.Thread(target=scraper, daemon=True)
