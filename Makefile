@@ -49,7 +49,7 @@ engines: llamacpp-background $(ENGINES)/vllm/bin/python
 demo: venv
 	$(BIN)/diagnose demo --pathology $(PATHOLOGY)
 
-test: venv engines
+test: llamacpp-background venv engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 test-unit: venv
@@ -60,7 +60,7 @@ test-integration: venv
 
 # live tests on real engines (vLLM's CPU build, llama.cpp's two servers): each pathology named from attach, log and
 # scrape
-test-engines: venv engines
+test-engines: llamacpp-background venv engines
 	$(BIN)/python -m pytest -q tests/engines
 
 lint: venv
