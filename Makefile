@@ -26,7 +26,7 @@ link: $(BIN)/diagnose
 venv: link
 
 # the engine lab's real engines, each in a venv of its own under .engines/ (vLLM's CPU build: ~4 min once)
-ENGINES := .engines
+ENGINES := $(or $(DIAGNOSE_ENGINES),.engines)
 $(ENGINES)/vllm/bin/python: tests/engines/install_vllm.sh
 	bash tests/engines/install_vllm.sh
 
@@ -36,13 +36,14 @@ $(ENGINES)/vllm/bin/python: tests/engines/install_vllm.sh
 # already running (the lock held) is left to finish; a finished one does nothing in a second.
 llamacpp-background:
 	@mkdir -p $(ENGINES)
-	@flock -n $(ENGINES)/llamacpp-lab.lock -c 'rm -f $(ENGINES)/llamacpp-lab.rc; \
+	@DIAGNOSE_ENGINES=$(ENGINES) flock -n $(ENGINES)/llamacpp-lab.lock sh -c 'rm -f $(ENGINES)/llamacpp-lab.rc; \
 	  nice -n 19 bash tests/engines/llamacpp_lab.sh > $(ENGINES)/llamacpp-lab.log 2>&1; \
 	  echo $$? > $(ENGINES)/llamacpp-lab.rc' < /dev/null > /dev/null 2>&1 &
 
-# the same, in the foreground
+# the same, in the foreground (after a background build, if one runs)
 llamacpp:
-	bash tests/engines/llamacpp_lab.sh
+	@mkdir -p $(ENGINES)
+	DIAGNOSE_ENGINES=$(ENGINES) flock $(ENGINES)/llamacpp-lab.lock bash tests/engines/llamacpp_lab.sh
 
 engines: llamacpp-background $(ENGINES)/vllm/bin/python
 

@@ -55,12 +55,14 @@ GGUF = ENGINES / "models"
 LLAMACPP_BUILD_LOCK = ENGINES / "llamacpp-lab.lock"  # held while the background build runs
 LLAMACPP_BUILD_RC = ENGINES / "llamacpp-lab.rc"  # its exit code, once it has ended
 LLAMACPP_BUILD_LOG = ENGINES / "llamacpp-lab.log"
+LLAMACPP_READY = ENGINES / "llamacpp.ready"  # the lab script writes it last, once every step has succeeded
 LLAMACPP_MODELS = ("lab-llama-small.gguf", "lab-llama-big.gguf", "lab-llama-L4-small-f32.gguf")
 
 
 def llamacpp_missing() -> list[str]:
-    """What the llama.cpp lab lacks here (nothing when both servers and the models are there)."""
-    need = [LLAMACPP_VENV / "bin" / "python", LLAMA_SERVER, *(GGUF / m for m in LLAMACPP_MODELS)]
+    """What the llama.cpp lab lacks here (nothing once its script has finished and both servers and the models
+    are there)."""
+    need = [LLAMACPP_READY, LLAMACPP_VENV / "bin" / "python", LLAMA_SERVER, *(GGUF / m for m in LLAMACPP_MODELS)]
     return [str(p) for p in need if not p.exists()]
 
 
@@ -88,6 +90,9 @@ def wait_llamacpp(timeout_s: float, poll_s: float = 5.0) -> str | None:
         if not missing:
             return None
         running = _build_running()
+        missing = llamacpp_missing()  # again: the build may have ended since the first look
+        if not missing:
+            return None
         if not running:
             rc = LLAMACPP_BUILD_RC.read_text().strip() if LLAMACPP_BUILD_RC.exists() else None
             tail = LLAMACPP_BUILD_LOG.read_text(errors="replace")[-3000:] if LLAMACPP_BUILD_LOG.exists() else ""

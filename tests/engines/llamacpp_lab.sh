@@ -4,7 +4,7 @@
 #   tests/engines/llamacpp_lab.sh            # venv + llama-cpp-python[server] + gguf + C++ llama-server
 #
 # Idempotent: every step is skipped when its result is already there. Everything lands under
-# ${ENGINE_VENV:-<repo>/.engines/llamacpp} (git-ignored) and its parent folder:
+# ${DIAGNOSE_ENGINES:-<repo>/.engines} (git-ignored):
 #   .engines/llamacpp/               the venv (python -m llama_cpp.server, gguf)
 #   .engines/src/llama_cpp_python-0.3.36/vendor/llama.cpp   the sdist's vendored llama.cpp
 #   .engines/llama-server-build/     cmake build of the llama-server target
@@ -17,8 +17,9 @@ set -euo pipefail
 
 VERSION=0.3.36
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-VENV="${ENGINE_VENV:-$REPO/.engines/llamacpp}"
-ENGINES="$(dirname "$VENV")"
+ENGINES="$(realpath -m "${DIAGNOSE_ENGINES:-$REPO/.engines}")"  # as install_vllm.sh, tests/engines/lab.py, the Makefile
+VENV="$ENGINES/llamacpp"
+READY="$ENGINES/llamacpp.ready"  # written last, once every step has succeeded (tests/engines/lab.py reads it)
 SRC="$ENGINES/src"
 BUILD="$ENGINES/llama-server-build"
 BIN="$ENGINES/bin"
@@ -80,7 +81,7 @@ build_llama_server() {
     if [ "${LLAMA_SERVER_FULL_BUILD:-0}" = 1 ]; then
         # everything from source: ggml, llama, mtmd, common, server (~2x the pip build's time)
         cmake --build "$BUILD" --target llama-server -j "$JOBS" >"$ENGINES/llama-server-build.log"
-        cp "$BUILD/bin/llama-server" "$BIN/llama-server"
+        cp "$BUILD/bin/llama-server" "$BIN/llama-server.tmp" && mv "$BIN/llama-server.tmp" "$BIN/llama-server"
         return
     fi
     # Fast path: the wheel just built libggml*, libllama and libmtmd from these very sources (same
@@ -99,25 +100,33 @@ build_llama_server() {
         done
         make -f tools/server/CMakeFiles/llama-server.dir/build.make \
             tools/server/CMakeFiles/llama-server.dir/main.cpp.o
-        c++ -O3 tools/server/CMakeFiles/llama-server.dir/main.cpp.o -o "$BIN/llama-server" \
+        c++ -O3 tools/server/CMakeFiles/llama-server.dir/main.cpp.o -o "$BIN/llama-server.tmp" \
             tools/server/libllama-server-impl.a tools/server/libserver-context.a common/libllama-common.a \
             common/libllama-common-base.a vendor/hash/libvendor-hash.a tools/ui/libllama-ui.a \
             vendor/cpp-httplib/libcpp-httplib.a \
             -L"$lib" -lmtmd -lllama -lggml -lggml-cpu -lggml-base -Wl,-rpath,"$lib" \
             -lssl -lcrypto -lgomp -lpthread -ldl -lm
+        mv "$BIN/llama-server.tmp" "$BIN/llama-server"  # whole or not there: a killed link leaves no binary
     ) >"$ENGINES/llama-server-build.log" 2>&1 || { tail -30 "$ENGINES/llama-server-build.log"; return 1; }
 }
 
-make_models() {  # the lab's random-weight GGUFs (tests/engines/make_gguf.py); the L4 one is the small one renamed
+gguf() {  # gguf NAME [--big]: write one model, whole or not at all (a killed write leaves only NAME.tmp)
+    local out="$MODELS/$1"; shift
+    [ -f "$out" ] && return
+    "$VENV/bin/python" "$REPO/tests/engines/make_gguf.py" "$out.tmp" "$@" && mv "$out.tmp" "$out"
+}
+
+make_models() {  # the lab's random-weight GGUFs (tests/engines/make_gguf.py)
     mkdir -p "$MODELS"
-    [ -f "$MODELS/lab-llama-small.gguf" ] || "$VENV/bin/python" "$REPO/tests/engines/make_gguf.py" "$MODELS/lab-llama-small.gguf"
-    [ -f "$MODELS/lab-llama-big.gguf" ] || "$VENV/bin/python" "$REPO/tests/engines/make_gguf.py" "$MODELS/lab-llama-big.gguf" --big
-    # a model whose name holds "L4" (as "…-L4-…" quantisations do), never an NVIDIA L4 GPU
-    [ -f "$MODELS/lab-llama-L4-small-f32.gguf" ] || cp "$MODELS/lab-llama-small.gguf" "$MODELS/lab-llama-L4-small-f32.gguf"
+    gguf lab-llama-small.gguf
+    gguf lab-llama-big.gguf --big
+    # the small model under a name holding "L4" (as "…-L4-…" quantisations do), never an NVIDIA L4 GPU
+    gguf lab-llama-L4-small-f32.gguf
     ls -l "$MODELS"
 }
 
 T0=$(date +%s)
+rm -f "$READY"
 step "tools (cmake, g++)" need_tools
 step "venv $VENV" make_venv
 step "pip install llama-cpp-python[server]==$VERSION gguf (compiles)" install_python_server
@@ -126,4 +135,5 @@ step "cmake build llama-server" build_llama_server
 step "models $MODELS" make_models
 "$VENV/bin/python" -c "import importlib.metadata as m; print('llama-cpp-python', m.version('llama_cpp_python'), '| gguf', m.version('gguf'))"
 "$BIN/llama-server" --version 2>&1 | tail -2 || true
+touch "$READY"
 echo "== total: $(( $(date +%s) - T0 )) s"

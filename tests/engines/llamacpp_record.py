@@ -43,8 +43,8 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = Path(os.environ.get("ENGINE_VENV", Path(os.environ.get("DIAGNOSE_ENGINES", REPO / ".engines")) / "llamacpp"))
-ENGINES = VENV.parent
+ENGINES = Path(os.environ.get("DIAGNOSE_ENGINES", REPO / ".engines"))  # as tests/engines/llamacpp_lab.sh
+VENV = ENGINES / "llamacpp"
 LLAMA_SERVER = ENGINES / "bin" / "llama-server"
 DIAGNOSE = REPO / ".venv" / "bin" / "diagnose"
 LOG_LIMIT = 300_000

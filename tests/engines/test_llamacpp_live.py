@@ -7,7 +7,7 @@ session where no recording has one).
 
 Each test is one run of the lab's recorder (``tests/engines/llamacpp_record.py``) into a temporary folder.
 The servers compile from source (~9 min on 2 cores): ``make engines`` starts that build in the background
-at the lowest CPU priority, and these tests run last (``tests/conftest.py``) and wait for it.
+at the lowest CPU priority, and these tests run last (``tests/conftest.py``), the first of them waiting for it.
 """
 
 from __future__ import annotations
@@ -51,12 +51,26 @@ RUNS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _llamacpp_lab() -> None:
-    why = lab.wait_llamacpp(timeout_s=1500.0)
+def test_every_live_run_has_the_experts_verdict_for_each_leg() -> None:
+    for name, (engine, _, _) in RUNS.items():
+        legs = LLAMACPP[name]
+        assert "log" in legs and ("attach" in legs) != (name in LLAMACPP_ATTACH), name
+        assert ("metrics" in legs) == (engine == "cpp"), name
+
+
+@pytest.mark.timeout(1800)  # pytest-timeout counts a fixture's time against its test: the wait is a test of its own
+def test_the_llamacpp_lab_is_built() -> None:
+    why = lab.wait_llamacpp(timeout_s=1700.0)
     assert why is None, why
 
 
+@pytest.fixture(scope="module")
+def llamacpp_lab() -> None:
+    missing = lab.llamacpp_missing()
+    assert not missing, f"the llama.cpp lab lacks {missing} (see test_the_llamacpp_lab_is_built)"
+
+
+@pytest.mark.usefixtures("llamacpp_lab")
 @pytest.mark.parametrize("name", list(RUNS))
 def test_live_llamacpp_pathology_is_named_three_ways(name: str, tmp_path: Path) -> None:
     engine, model, options = RUNS[name]
@@ -79,10 +93,3 @@ def test_live_llamacpp_pathology_is_named_three_ways(name: str, tmp_path: Path) 
     assert session["window"]["end"] - session["window"]["start"] <= ATTACH_S + 10, (session["window"], stderr[-2000:])
     for leg in sorted({"attach", *LLAMACPP[name]}):
         assert_leg(analyze(out, leg), name, leg)
-
-
-def test_every_live_run_has_the_experts_verdict_for_each_leg() -> None:
-    for name, (engine, _, _) in RUNS.items():
-        legs = LLAMACPP[name]
-        assert "log" in legs and ("attach" in legs) != (name in LLAMACPP_ATTACH), name
-        assert ("metrics" in legs) == (engine == "cpp"), name
