@@ -27,8 +27,9 @@ pytestmark = pytest.mark.timeout(600)
 # the lab's models (tests/engines/make_gguf.py, written by tests/engines/llamacpp_lab.sh)
 SMALL, BIG = "lab-llama-small.gguf", "lab-llama-big.gguf"
 # name: (engine, model, the recorder's load and server options); every run is attached for ATTACH_S after its
-# warm-up, the load running WARMUP_S + DURATION_S so that it outlasts the attach
+# warm-up, the load running WARMUP_S + LOAD_S so that it outlasts the attach
 WARMUP_S, ATTACH_S = 3, 15
+LOAD_S = ATTACH_S + 8
 RUNS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "healthy-attach-py": ("py", SMALL, ("--clients", "1", "--prompt-words", "16", "--max-tokens", "32",
                                         "--threads", "1")),
@@ -76,7 +77,7 @@ def test_live_llamacpp_pathology_is_named_three_ways(name: str, tmp_path: Path) 
     engine, model, options = RUNS[name]
     out = tmp_path / name
     argv = [str(out), "--engine", engine, "--model", str(lab.GGUF / model), "--warmup", str(WARMUP_S),
-            "--duration", str(ATTACH_S + 8), "--attach", str(ATTACH_S), *options]
+            "--duration", str(LOAD_S), "--attach", str(ATTACH_S), *options]
     with redirect_stdout(StringIO()):
         assert llamacpp_record.main(argv) == 0
     load = json.loads((out / "load.json").read_text())
@@ -91,5 +92,7 @@ def test_live_llamacpp_pathology_is_named_three_ways(name: str, tmp_path: Path) 
         assert {c["collector"] for c in session["captures"] if c["status"] == "ok"} >= {"process", "log", "metrics"}, \
             session["captures"]
     assert session["window"]["end"] - session["window"]["start"] <= ATTACH_S + 10, (session["window"], stderr[-2000:])
+    # what the attach itself printed, and its session analysed again, the log alone and the scrapes alone
+    assert_leg(json.loads((out / "attach.json").read_text()), name, "attach")
     for leg in sorted({"attach", *LLAMACPP[name]}):
         assert_leg(analyze(out, leg), name, leg)
