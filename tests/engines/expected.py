@@ -79,7 +79,9 @@ LLAMACPP_ATTACH: dict[str, str] = {
 def want(pathology: str, leg: str) -> str:
     """The expert's verdict for one leg of one pathology."""
     legs = {**EXPECTED, **LLAMACPP}[pathology]
-    return legs[leg] if leg in legs or leg != "attach" else LLAMACPP_ATTACH[pathology]
+    if leg == "attach" and leg not in legs:  # a live session no recording has
+        return LLAMACPP_ATTACH[pathology]
+    return legs[leg]
 
 
 def inputs(folder: Path, leg: str) -> list[str]:

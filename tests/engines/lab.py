@@ -25,6 +25,7 @@ from pathlib import Path
 
 from diagnose.collectors import loadclient
 from tests.cgroups import remove_cgroup
+from tests.engines import llamacpp_record
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = Path(os.environ.get("DIAGNOSE_ENGINES", ROOT / ".engines"))
@@ -49,8 +50,7 @@ def vllm_available() -> str | None:
 
 # llama.cpp's half of the lab (tests/engines/llamacpp_lab.sh): llama-cpp-python's venv, the C++ llama-server built
 # from the same sources, the GGUF models; `make engines` builds them in the background (LLAMACPP_BUILD_*)
-LLAMACPP_VENV = ENGINES / "llamacpp"
-LLAMA_SERVER = ENGINES / "bin" / "llama-server"
+LLAMACPP_VENV, LLAMA_SERVER = llamacpp_record.VENV, llamacpp_record.LLAMA_SERVER  # what the recorder starts
 GGUF = ENGINES / "models"
 LLAMACPP_BUILD_LOCK = ENGINES / "llamacpp-lab.lock"  # held while the background build runs
 LLAMACPP_BUILD_RC = ENGINES / "llamacpp-lab.rc"  # its exit code, once it has ended
@@ -86,11 +86,8 @@ def wait_llamacpp(timeout_s: float, poll_s: float = 5.0) -> str | None:
     LLAMACPP_BUILD_RC), so this waits while it runs, at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
+        running = _build_running()  # before the files: a build that ends between the two looks has written them
         missing = llamacpp_missing()
-        if not missing:
-            return None
-        running = _build_running()
-        missing = llamacpp_missing()  # again: the build may have ended since the first look
         if not missing:
             return None
         if not running:
