@@ -29,6 +29,10 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
   ``lmdeploy/metrics/loggers.py`` from 2026): ``Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server
   (completed/routed/waiting): 1 / 50 / 50, Engine (running/waiting): 45 / 5, KV cache: 21.6%``; requests the
   API server holds for a free engine instance wait too, so they add to the engine's waiting ones
+* LMDeploy's vLLM-layout stats line (``lmdeploy/metrics/loggers.py`` of 2025, adapted from vLLM's): the same
+  fields, named LMDeploy's by what stands before them: its logging layout's logger name (``2025-07-01
+  12:00:00,017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: …``), a ``DP: 0, `` field before them,
+  or the ``[2025-07-01 12:00:00 DP0] `` its print puts there (``stats_engine_of``)
 * TGI request spans: ``total_time="4.1s" validation_time="1.2ms" queue_time="3.2s"
   inference_time="900ms" time_per_token="45ms"`` and ``Model is overloaded`` rejections.
 """
@@ -398,6 +402,24 @@ _NUMERIC_TABLE = bytes.maketrans(b",%\t\r\x0b\x0c", b"      ")
 _NON_NUMERIC = bytes(b for b in range(256) if b not in b"0123456789.- \t\n\r\x0b\x0c,%")
 
 
+# What stands before a vLLM-layout stats line's fields when LMDeploy printed it (its stat logger is adapted from
+# vLLM's, InternLM/lmdeploy lmdeploy/metrics/loggers.py, 2025 versions): the record's logger name in its logging
+# layout ("%(asctime)s - %(name)s - %(levelname)s - %(filename)s:%(lineno)d - ", lmdeploy/utils.py), a "DP: 0, "
+# field, or its own print's "[%Y-%m-%d %H:%M:%S DP0] ". vLLM's own lines carry "INFO 05-04 14:43:16 [loggers.py:123]"
+# and "Engine 000: " there; SGLang's "[… DP0 TP0]" records never hold these fields.
+_LMDEPLOY_BEFORE = re.compile(
+    r"(?:^|\s)-\s+lmdeploy(?:\.[\w.]+)?\s+-\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s"
+    r"|\bDP:\s*\d+,\s*$"
+    r"|\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}\s+DP\d+\]\s*$")
+_FIRST_FIELDS = ("Avg prompt throughput", "Running:", "Waiting:", "Pending:")
+
+
+def stats_engine_of(line: str) -> str:
+    """Whose vLLM-layout stats line ``line`` is, by what stands before its fields: ``lmdeploy`` or ``vllm``."""
+    at = min((i for i in map(line.find, _FIRST_FIELDS) if i >= 0), default=len(line))
+    return "lmdeploy" if _LMDEPLOY_BEFORE.search(line, 0, at) else "vllm"
+
+
 def _vllm_stats_gate(line: str) -> bool:
     """Whether ``feed`` reads ``line`` as a vLLM stats line, if it parses (its anchors)."""
     return "Running:" in line or "Waiting:" in line or "Pending:" in line
@@ -687,6 +709,8 @@ class EngineLogParser:
 
     def __init__(self) -> None:
         self.engines: dict[str, None] = {}
+        # whose vLLM-layout stats lines these are (``stats_engine_of``), named by the first one: a log is one engine's
+        self._stats_engine: str | None = None
         self.samples = 0
         self._plans: dict[tuple[str, ...], tuple[list[tuple[Callable[[float], None], float]], int, int, int]] = {}
         # each digit-free stats line (the log's prefix repeats with the line, so one digit-free copy of a
@@ -738,11 +762,15 @@ class EngineLogParser:
         if _vllm_stats_gate(line):
             fast = vllm_values(line)
             if fast is not None:
+                if self._stats_engine is None:
+                    self._name_stats(line)
                 self._add_values(*fast)
                 self.recognised += 1
                 return True  # a stats line is nothing else
             got = vllm_fields(line)
             if got is not None:
+                if self._stats_engine is None:
+                    self._name_stats(line)
                 self._add_vllm(got)
                 self.recognised += 1
                 return True
@@ -916,7 +944,8 @@ class EngineLogParser:
         cols = {name: table[:, j] for j, name in enumerate(shape.layout.names)}
         if ("running" not in cols and "waiting" not in cols) or len(cols) < 2:
             return
-        self.engines.setdefault("vllm")
+        if self._stats_engine is None:
+            self._name_stats(lines[at[0]])
         self.samples += len(numbers)
         for name, series, scale in (("running", self.running, 1.0), ("waiting", self.waiting, 1.0),
                                     ("swapped", self.swapped, 1.0), ("kv_pct", self.kv_usage, 0.01),
@@ -956,13 +985,16 @@ class EngineLogParser:
         self._plans[names] = plan
         return plan
 
+    def _name_stats(self, line: str) -> None:
+        """Name the engine of the vLLM-layout stats lines by the first one (``stats_engine_of``)."""
+        self._stats_engine = stats_engine_of(line)
+        self.engines.setdefault(self._stats_engine)
+
     def _add_values(self, names: tuple[str, ...], values: tuple[float, ...]) -> None:
         """A vLLM stats line of a learned layout: the hot path of a multi-GB log."""
         plan = self._plans.get(names) or self._plan(names)
         adders, r, w, k = plan
         if ("running" in names or "waiting" in names) and len(names) >= 2:
-            if "vllm" not in self.engines:  # (another engine's lines may have come first)
-                self.engines.setdefault("vllm")
             self.samples += 1
             for (add, scale), v in zip(adders, values, strict=True):
                 add(v * scale)
@@ -979,8 +1011,6 @@ class EngineLogParser:
 
     def _add_vllm(self, got: dict[str, float]) -> None:
         """``_add_sample`` for a vLLM stats line's fields, without building a sample (the hot path)."""
-        if self.samples == 0 or "vllm" not in self.engines:
-            self.engines.setdefault("vllm")
         self.samples += 1
         running = got.get("running")
         waiting = got.get("waiting")

@@ -220,6 +220,51 @@ def test_grouped_stats_lines_in_bulk_read_as_one_by_one() -> None:
     assert bulk.summary().waiting.last == single.summary().waiting.last == 60 % 7  # the last line's, not LMDeploy's 55
 
 
+# LMDeploy's vLLM-layout stats lines (its stat logger is adapted from vLLM's; InternLM/lmdeploy
+# lmdeploy/metrics/loggers.py, 2025 versions): through its logger ("%(asctime)s - %(name)s - %(levelname)s -
+# %(filename)s:%(lineno)d - %(message)s", lmdeploy/utils.py), with a "DP: 0, " field, or printed after its own
+# "[%Y-%m-%d %H:%M:%S DP0] " (one version adds "Finished: N reqs, Unfinished: N reqs")
+LMDEPLOY_VLLM_LAYOUT = (
+    "2025-07-01 12:00:{s:02d},017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: 120.5 tokens/s, Avg "
+    "generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {w} reqs, GPU KV cache usage: 35.0%, ",
+    "2025-07-01 12:00:{s:02d},017 - lmdeploy - INFO - loggers.py:71 - DP: 0, Avg prompt throughput: 120.5 tokens/s, "
+    "Avg generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {w} reqs, GPU KV cache usage: 35.0%, ",
+    "[2025-07-01 12:00:{s:02d} DP1] Avg prompt throughput: 120.5 tokens/s, Avg generation throughput: 300.1 tokens/s, "
+    "Finished: 8 reqs, Unfinished: 20 reqs, Running: 4 reqs, Waiting: {w} reqs, GPU KV cache usage: 35.0%",
+)
+# vLLM's own: V0 through its logger, V1 with the engine's index, in docker compose
+VLLM_LAYOUT = (
+    "INFO 05-04 14:43:{s:02d} metrics.py:334] Avg prompt throughput: 120.5 tokens/s, Avg generation throughput: "
+    "300.1 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: 35.0%, CPU KV cache "
+    "usage: 0.0%.",
+    "vllm-1  | (APIServer pid=1) INFO 06-02 10:01:{s:02d} [loggers.py:111] Engine 000: Avg prompt throughput: 120.5 "
+    "tokens/s, Avg generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {w} reqs, GPU KV cache usage: "
+    "35.0%, Prefix cache hit rate: 4.1%",
+)
+
+
+def test_lmdeploys_vllm_layout_stats_lines_are_named_lmdeploys() -> None:
+    """The fields are vLLM's; what stands before them says whose they are, read one by one and in bulk alike, so
+    the advice names LMDeploy's knobs (--max-batch-size), not vLLM's."""
+    for layout, engine in [*((x, "lmdeploy") for x in LMDEPLOY_VLLM_LAYOUT), *((x, "vllm") for x in VLLM_LAYOUT)]:
+        lines = [layout.format(s=i % 60, w=i % 9) for i in range(40)]
+        bulk, single = EngineLogParser(), EngineLogParser()
+        bulk.feed_raw(lines)
+        for line in clean_lines(lines):
+            single.feed(line)
+        a, b = bulk.summary(), single.summary()
+        assert a.engines == b.engines == (engine,), layout
+        assert a.samples == b.samples == 40 and a.waiting.high == b.waiting.high == 8
+        ev = {e.key: e.value for e in _source(lines[:5]).evidence("engine.log")}
+        assert ev["serving.log_engine"] == engine and ev["serving.running_max"] == 4
+    # a logger whose name only begins like LMDeploy's, or a DP field after the stats fields, names nobody else
+    other = VLLM_LAYOUT[1].format(s=1, w=2)
+    for line in (other.replace("Engine 000: ", "x - lmdeployer - INFO - a.py:1 - "), other + ", DP: 0, "):
+        p = EngineLogParser()
+        p.feed(line)
+        assert p.summary().engines == ("vllm",), line
+
+
 def test_tgi_spans_give_stage_breakdown() -> None:
     ev = _ev("tgi_request_spans_queue.txt")
     assert ev["requests.count"] == 3
