@@ -657,8 +657,16 @@ class ClaimParser:
         # percentages memory labels at once (right before or after them): not a concept's own value after it
         held = frozenset(q.start for q in qs if q.dim == "pct" and memory
                          and (_memory_distance(memory, q, starts, clause) or BIND_WINDOW + 1) <= 5)
+        items = value_first_items(clause, qs)
         for q in qs:
-            owner = _nearest(found, q, values, clause, memory, held)
+            span = items.get(q.start)
+            # a value that leads its own item of a value-first list: its item's label, or the list's heading
+            mine = found if span is None else [f for f in found
+                                               if (q.end <= f[0] and f[1] <= span[1]) or f[1] <= span[0]]
+            owner = _nearest(mine, q, values, clause, memory, held)
+            if owner is None and span is not None and q.dim == "time" and _STAGE_MODEL.match(clause, q.end) \
+                    and names & {"preprocess", "postprocess"}:
+                owner = "model_time"  # a stage list's model stage: "0.3ms preprocess, 7.6ms inference, …"
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
@@ -713,6 +721,41 @@ _SEPARATOR = "+,;(|，；、（｜"
 _OWN_LABEL = re.compile(
     rf"[{re.escape(_SEPARATOR)}]\s*(?!(?:and|or|then|but|vs|up|to|while|at|from|total|peak|max|min|tail|avg|mean"
     rf"|median|only|over|around|about|p\d+)\b)[^\W\d_][^\d{re.escape(_SEPARATOR)})]*$", re.IGNORECASE)
+
+
+_ITEM_SEP = re.compile(rf"[{re.escape(_SEPARATOR)}]")
+# what may stand before the value that leads a list's item: nothing, or the list's heading ("Speed: ")
+_ITEM_HEAD = re.compile(r"\s*(?:[^\W\d_][^\d:：]{0,40}[:：]\s*)?")
+_ITEM_LABEL = re.compile(r"\s*[^\W\d_]{2,}")  # a word right after the value: its label ("7.6ms inference")
+# the label of a stage list's model stage, beside pre- and post-processing ("inference" alone is no model time:
+# "inference is slow")
+_STAGE_MODEL = re.compile(r"\s*(?:inference|infer|forward|model|predict(?:ion)?)\b", re.IGNORECASE)
+
+
+def value_first_items(clause: str, qs: Sequence[Quantity]) -> dict[int, tuple[int, int]]:
+    """A list whose items each lead with their value and name it after ("Speed: 0.3ms preprocess, 7.6ms
+    inference, 0.8ms postprocess per image", ultralytics' line; "TTFT: 120 ms median, 3.2 s tail"): each
+    leading value's start → (where the list's heading ends, where the value's item ends). Such a value is its own
+    item's (a concept after it inside the item) or the heading's, never a concept of another item ("7.6ms" is not
+    the pre-processing's). Empty unless two items or more have that shape: one value before words after a comma
+    ("GPU utilisation is low, 40% most of the time") is no list."""
+    cuts = [m.start() for m in _ITEM_SEP.finditer(clause)]
+    out: dict[int, tuple[int, int]] = {}
+    heading = -1
+    i = 0
+    for a, b in zip([0, *(x + 1 for x in cuts)], [*cuts, len(clause)], strict=True):
+        while i < len(qs) and qs[i].start < a:
+            i += 1
+        if i == len(qs) or qs[i].start >= b:
+            continue
+        q = qs[i]
+        head = _ITEM_HEAD.match(clause, a, q.start)
+        if head is None or head.end() != q.start or not _ITEM_LABEL.match(clause, q.end, b):
+            continue
+        if heading < 0:
+            heading = q.start  # the first such item's head is the list's heading ("Speed:", "TTFT:")
+        out[q.start] = (heading, b)
+    return out if len(out) >= 2 else {}
 
 
 def _value_between(starts: list[int], a: int, b: int) -> bool:

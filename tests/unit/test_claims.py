@@ -142,6 +142,25 @@ def test_in_a_list_of_labelled_values_each_label_owns_the_value_after_it() -> No
     assert [q.value for q in c.bound["queue"]] == [2000.0]
 
 
+def test_in_a_list_of_values_each_named_after_it_each_value_is_its_own_items() -> None:
+    """ultralytics prints "Speed: 0.3ms preprocess, 7.6ms inference, 0.0ms loss, 0.8ms postprocess per image" for
+    every run: each value names its stage after it, so the 7.6 ms of inference (and the 0.0 ms of loss) were the
+    pre-processing's, the concept before them. Such an item's value is its own label's, the model's where the list
+    names pre- or post-processing beside it, or the list's heading's; one value before words after a comma is no
+    list (the earlier concept keeps it)."""
+    c = _claims("Speed: 0.3ms preprocess, 7.6ms inference, 0.0ms loss, 0.8ms postprocess per image at shape "
+                "(1, 3, 640, 640)").claims
+    assert [q.value for q in c.bound["preprocess"]] == [0.3]
+    assert [q.value for q in c.bound["postprocess"]] == [0.8]
+    assert [q.value for q in c.bound["model_time"]] == [7.6]
+    c = _claims("300 ms preprocessing, 20 ms inference").claims
+    assert [q.value for q in c.bound["preprocess"]] == [300.0] and [q.value for q in c.bound["model_time"]] == [20.0]
+    # the heading owns the values its items do not name; "inference" alone names no stage outside such a list
+    assert [q.value for q in _claims("TTFT: 120 ms median, 3.2 s tail").claims.bound["ttft"]] == [120.0, 3200.0]
+    assert "model_time" not in _claims("Speed: 12 ms inference, 3 ms loss").claims.bound
+    assert [q.value for q in _claims("GPU utilization is low, 40% most of the time").claims.bound["gpu_util"]] == [40.0]
+
+
 @pytest.mark.parametrize("text", [
     "使用49G的显卡运行Yi-34B-Chat时提示显存溢出OOM",  # the number, its unit and the word glued to Chinese
     "用34B模型, 49G显存的卡, 爆显存了",
