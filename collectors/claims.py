@@ -35,7 +35,8 @@ from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
 
-NUM = r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+# a number not glued to an ASCII word or number ("x86", "Qwen2.5"); Chinese glues it to its characters: "利用率30%"
+NUM = r"(?<![A-Za-z0-9_.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 _TIME = {
     "ns": 1e-6, "nanoseconds": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "usec": 1e-3, "microseconds": 1e-3,
     "ms": 1.0, "msec": 1.0, "millisecond": 1.0, "milliseconds": 1.0, "毫秒": 1.0,

@@ -177,6 +177,20 @@ def test_the_report_statements_count_an_oom_glued_to_chinese() -> None:
     assert _claims("接着查看日志发现oom了").claims.concepts["oom"] == 1
 
 
+@pytest.mark.parametrize(("text", "concept", "values"), [
+    ("GPU利用率只有30%左右", "gpu_util", [30.0]),  # the percentage glued to the characters on both sides
+    ("显卡利用率为40%，CPU占用100%", "cpu_util", [100.0]),
+    ("第2次推理耗时3秒", "model_time", [3000.0]),
+])
+def test_a_number_glued_to_chinese_is_read(text: str, concept: str, values: list[float]) -> None:
+    """A number right after a Chinese character was no number: Unicode counts the character as a word's, and a
+    quantity may not follow a word's character (so "x86" or "Qwen2.5" give none). Only an ASCII letter, digit or
+    dot before it keeps a number from being read."""
+    c = _claims(text).claims
+    assert [q.value for q in c.bound[concept]] == values
+    assert not _claims("Qwen2.5-7B显存").claims.bound
+
+
 @pytest.mark.parametrize("text", ["Vulkan device detection overriding CUDA_VISIBLE_DEVICES",
                                   "ollama is not honouring CUDA_VISIBLE_DEVICES", "it ignores CUDA_VISIBLE_DEVICES"])
 def test_a_device_mask_that_does_not_hold_is_a_statement_about_which_gpu(text: str) -> None:
