@@ -110,3 +110,41 @@ def serving_capacity(ev: EvidenceSet) -> tuple[str, ...]:
     order = [first] if first in steps else []
     order += [k for k in steps if k not in order]
     return tuple(steps[k] for k in order)
+
+
+# each engine's own names, the one in use first where it is known (``engine``): the tokens one engine step may
+# schedule (its prefill budget), and the gauge of requests waiting. Sources: vLLM's engine arguments, SGLang's
+# server arguments, TGI's launcher, LMDeploy's `lmdeploy serve api_server --help`, trtllm-serve's options,
+# llama.cpp's server README, and each engine's Prometheus metric names (``diagnose.collectors.prom``).
+_STEP_BUDGET = {
+    "vllm": "vLLM --max-num-batched-tokens",
+    "sglang": "SGLang --chunked-prefill-size / --max-prefill-tokens",
+    "tgi": "TGI --max-batch-prefill-tokens",
+    "lmdeploy": "LMDeploy --max-prefill-token-num",
+    "tensorrt-llm": "TensorRT-LLM --max_num_tokens",
+    "llama.cpp": "llama.cpp --batch-size / --ubatch-size",
+}
+_QUEUE_GAUGE = {
+    "vllm": "vllm:num_requests_waiting",
+    "sglang": "sglang:num_queue_reqs",
+    "tgi": "tgi_queue_size",
+    "lmdeploy": "lmdeploy:num_requests_waiting",
+    "tensorrt-llm": "trtllm_num_requests_waiting",
+    "llama.cpp": "llamacpp:requests_deferred",
+    "triton": "nv_inference_pending_request_count",
+}
+
+
+def _engine_first(ev: EvidenceSet, names: dict[str, str], default: tuple[str, ...]) -> str:
+    first = engine(ev)
+    return names[first] if first in names else ", ".join(names[k] for k in default)
+
+
+def step_budget(ev: EvidenceSet) -> str:
+    """The engine's per-step token budget (its prefill batch), or vLLM's and SGLang's when the engine is not known."""
+    return _engine_first(ev, _STEP_BUDGET, ("vllm", "sglang"))
+
+
+def queue_gauge(ev: EvidenceSet) -> str:
+    """The engine's gauge of waiting requests to autoscale on, or vLLM's and Triton's when it is not known."""
+    return _engine_first(ev, _QUEUE_GAUGE, ("vllm", "triton"))

@@ -10,26 +10,29 @@ from diagnose.rules import advice
 from diagnose.rules.base import Rule, any_low_quality, bar, present, severity_for
 from diagnose.units import pct
 
-_CAPACITY_FIXES = (
-    Fix(
-        "Add serving capacity",
-        (
-            "Run more replicas behind the load balancer (or more model instances: Triton "
-            "instance_group count, vLLM data parallel --data-parallel-size)",
-            "Shard a large model over more GPUs (--tensor-parallel-size) so each replica serves more requests",
+
+def _capacity_fixes(ev: EvidenceSet) -> tuple[Fix, ...]:
+    """More capacity, or admitting only what there is: the queue-depth gauge named as the engine in use names it."""
+    return (
+        Fix(
+            "Add serving capacity",
+            (
+                "Run more replicas behind the load balancer (or more model instances: Triton "
+                "instance_group count, vLLM data parallel --data-parallel-size)",
+                "Shard a large model over more GPUs (--tensor-parallel-size) so each replica serves more requests",
+            ),
+            Risk.NEEDS_VALIDATION,
         ),
-        Risk.NEEDS_VALIDATION,
-    ),
-    Fix(
-        "Admit only what the server can serve",
-        (
-            "Cap concurrent requests at the gateway (or the client's --max-concurrency) near the "
-            "server's capacity and answer 429/503 beyond it, so waiting time stays bounded",
-            "Autoscale on the queue depth (vllm:num_requests_waiting, nv_inference_pending_request_count)",
+        Fix(
+            "Admit only what the server can serve",
+            (
+                "Cap concurrent requests at the gateway (or the client's --max-concurrency) near the "
+                "server's capacity and answer 429/503 beyond it, so waiting time stays bounded",
+                f"Autoscale on the queue depth ({advice.queue_gauge(ev)})",
+            ),
+            Risk.SAFE,
         ),
-        Risk.SAFE,
-    ),
-)
+    )
 
 
 def _num(ev: EvidenceSet, key: str) -> float | None:
@@ -208,7 +211,7 @@ class EngineQueueSaturated(Rule):
             impact=impact,
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
-            fixes=[*fixes, *_CAPACITY_FIXES],
+            fixes=[*fixes, *_capacity_fixes(ev)],
             mechanism=mechanism,
         )
 
@@ -364,7 +367,7 @@ class EngineQueueSaturated(Rule):
         return (
             "Neither the KV cache nor a sequence limit is full"
             + (f" (KV cache {pct(kv)} used)" if kv is not None else "")
-            + f"{per_step}: the engine is bound by compute or its per-step token budget (max_num_batched_tokens).",
+            + f"{per_step}: the engine is bound by compute or its per-step token budget ({advice.step_budget(ev)}).",
             [], Mechanism.SATURATED_WORKERS,
         )
 

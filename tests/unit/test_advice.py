@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from diagnose import loose, pipeline
 from diagnose.derive.oom import HintsSource
 from diagnose.model import Evidence, EvidenceSet
 from diagnose.rules import advice
@@ -51,6 +54,26 @@ def test_the_engine_in_use_comes_first() -> None:
     tgi = EvidenceSet([Evidence("serving.engine", "tgi", "name", "test")])
     assert advice.serving_capacity(tgi)[0].startswith("TGI: --max-concurrent-requests")
     assert advice.serving_capacity(EvidenceSet([]))[0].startswith("vLLM")
+
+
+def test_a_queue_bound_by_compute_names_the_engines_own_budget_and_gauge() -> None:
+    """LMDeploy's stats lines (vLLM's fields after its logger's name) queue with the KV cache a third used: the
+    engine's per-step token budget and its waiting gauge are LMDeploy's, not vLLM's max_num_batched_tokens and
+    vllm:num_requests_waiting; with no engine known both of the common ones are named."""
+    lines = [f"2025-07-01 12:00:{i:02d},017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: 120.5 tokens/s, "
+             f"Avg generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {12 + i % 3} reqs, GPU KV cache "
+             "usage: 35.0%, " for i in range(6)]
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO("\n".join(lines).encode())))  # type: ignore[arg-type]
+    d = pipeline.judge(EvidenceSet(res.evidence), inputs=res.inputs)
+    top = d.findings[0]
+    assert top.code == "QUE002" and "(LMDeploy --max-prefill-token-num)" in top.message
+    steps = [step for fix in top.fixes for step in fix.steps]
+    assert "Autoscale on the queue depth (lmdeploy:num_requests_waiting)" in steps
+    assert "vllm:" not in " ".join(steps) and "max_num_batched_tokens" not in top.message
+    assert advice.step_budget(EvidenceSet([])) == "vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size / " \
+                                                  "--max-prefill-tokens"
+    sglang = EvidenceSet([Evidence("serving.engine", "sglang", "name", "test")])
+    assert advice.queue_gauge(sglang) == "sglang:num_queue_reqs"
 
 
 def test_gpu_named_without_its_size_is_an_assumption() -> None:
