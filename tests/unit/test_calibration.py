@@ -143,6 +143,29 @@ def test_the_report_model_ranks_the_other_candidates_and_siblings_stand_in_witho
     assert [c for c, _ in calibration._others((), "oom_peak", None)] == list(differential.SIBLINGS["oom_peak"])
 
 
+def test_an_oom_answers_other_causes_come_before_a_weaker_finding_of_another_kind() -> None:
+    """Two vLLM instances started together on one GPU: a profiling OOM read as a runtime peak, and the report's
+    "one at a time" read as queueing (a finding). That finding took a slot ahead of every other cause of the
+    OOM, so another process's memory, the truth, was not among the three. Another cause a finding names comes
+    first; another finding's category competes with the causes the report's words weigh, by weight."""
+    from diagnose.model import Category, Confidence, Finding, Severity
+
+    def found(code: str, category: Category, confidence: Confidence = Confidence.HEURISTIC) -> Finding:
+        return Finding(code, code.lower(), category, Severity.CRITICAL, confidence, "t", "m", 0.5)
+
+    leaning = {"oom_peak": 0.5, "oom_external": 0.2, "queueing": 0.12, "oom_fragmentation": 0.1,
+               "oom_weights": 0.03, "launch_overhead": 0.02, "none": 0.03}
+    queue = [found("QUE005", Category.QUEUEING), found("GPU110", Category.LAUNCH_OVERHEAD)]
+    ranked = [c for c, _ in calibration._others(queue, "oom_peak", leaning)]
+    assert ranked[:3] == ["oom_external", "queueing", "oom_fragmentation"], ranked
+    # a cause a finding names leads, however little the words weigh it; a heavier finding of another kind
+    # still passes the causes only the words weigh
+    frag = [found("MEM009", Category.OOM_FRAGMENTATION), found("QUE005", Category.QUEUEING)]
+    heavy = {**leaning, "queueing": 0.3, "oom_fragmentation": 0.01}
+    assert [c for c, _ in calibration._others(frag, "oom_peak", heavy)][:3] == [
+        "oom_fragmentation", "queueing", "oom_external"]
+
+
 def test_a_report_naming_no_counted_concept_gets_a_differential_from_its_words_only() -> None:
     """A person's text that names no concept the claims parser counts (no queue, no memory, no GPU) is too
     little for a report rule to answer on, but its words still rank the differential: the report model
