@@ -35,8 +35,9 @@ from diagnose.units import unit_bytes
 
 # -- quantities ---------------------------------------------------------------------------------
 
-# a number not glued to an ASCII word or number ("x86", "Qwen2.5"); Chinese glues it to its characters: "利用率30%"
-NUM = r"(?<![A-Za-z0-9_.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+# a number not glued to an ASCII word or any number ("x86", "Qwen2.5", full-width digits), nor an ordinal ("第3秒",
+# the third second); Chinese glues it to its characters: "利用率30%"
+NUM = r"(?<![A-Za-z0-9_.第])(?<!\d)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 _TIME = {
     "ns": 1e-6, "nanoseconds": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "usec": 1e-3, "microseconds": 1e-3,
     "ms": 1.0, "msec": 1.0, "millisecond": 1.0, "milliseconds": 1.0, "毫秒": 1.0,
@@ -660,13 +661,12 @@ class ClaimParser:
                          and (_memory_distance(memory, q, starts, clause) or BIND_WINDOW + 1) <= 5)
         items = value_first_items(clause, qs)
         for q in qs:
-            span = items.get(q.start)
+            item = items.get(q.start)
             # a value that leads its own item of a value-first list: its item's label, or the list's heading
-            mine = found if span is None else [f for f in found
-                                               if (q.end <= f[0] and f[1] <= span[1]) or f[1] <= span[0]]
+            mine = found if item is None else [f for f in found if item.owns(f)]
             owner = _nearest(mine, q, values, clause, memory, held)
-            if owner is None and span is not None and q.dim == "time" and _STAGE_MODEL.match(clause, q.end) \
-                    and names & {"preprocess", "postprocess"}:
+            if owner is None and item is not None and q.dim == "time" \
+                    and _STAGE_MODEL.fullmatch(clause, q.end, item.end) and names & {"preprocess", "postprocess"}:
                 owner = "model_time"  # a stage list's model stage: "0.3ms preprocess, 7.6ms inference, …"
             if owner is not None:
                 c.bound.setdefault(owner, []).append(q)
@@ -725,24 +725,41 @@ _OWN_LABEL = re.compile(
 
 
 _ITEM_SEP = re.compile(rf"[{re.escape(_SEPARATOR)}]")
-# what may stand before the value that leads a list's item: nothing, or the list's heading ("Speed: ")
+# what may stand before the value that leads a list's item: nothing, or the item's label ("Speed: ", "TPOT: ")
 _ITEM_HEAD = re.compile(r"\s*(?:[^\W\d_][^\d:：]{0,40}[:：]\s*)?")
 _ITEM_LABEL = re.compile(r"\s*[^\W\d_]{2,}")  # a word right after the value: its label ("7.6ms inference")
-# the label of a stage list's model stage, beside pre- and post-processing ("inference" alone is no model time:
-# "inference is slow")
-_STAGE_MODEL = re.compile(r"\s*(?:inference|infer|forward|model|predict(?:ion)?)\b", re.IGNORECASE)
+# the label of a stage list's model stage, beside pre- and post-processing, and nothing more than its time or
+# what it is per ("inference" alone is no model time: "inference is slow"; "model download" is no stage)
+_STAGE_MODEL = re.compile(r"\s*(?:inference|infer|forward|model|predict(?:ion)?)(?:\s+time)?(?:\s+per\b.*)?\s*",
+                          re.IGNORECASE | re.DOTALL)
 
 
-def value_first_items(clause: str, qs: Sequence[Quantity]) -> dict[int, tuple[int, int]]:
+@dataclass(frozen=True)
+class Item:
+    """A value-first list's item: where it starts and ends, and where the list's heading is (the first item's
+    label, "Speed: ")."""
+
+    start: int
+    end: int
+    heading: tuple[int, int]
+
+    def owns(self, concept: tuple[int, int, str]) -> bool:
+        """Whether a concept found at ``concept`` may own the item's value: inside the item, or the heading."""
+        return (self.start <= concept[0] and concept[1] <= self.end) or (
+            self.heading[0] <= concept[0] and concept[1] <= self.heading[1])
+
+
+def value_first_items(clause: str, qs: Sequence[Quantity]) -> dict[int, Item]:
     """A list whose items each lead with their value and name it after ("Speed: 0.3ms preprocess, 7.6ms
     inference, 0.8ms postprocess per image", ultralytics' line; "TTFT: 120 ms median, 3.2 s tail"): each
-    leading value's start → (where the list's heading ends, where the value's item ends). Such a value is its own
-    item's (a concept after it inside the item) or the heading's, never a concept of another item ("7.6ms" is not
+    leading value's start → its item. Such a value is its own item's (its label after it, or before it: "TPOT:
+    45 ms median") or the list heading's (the first item's label), never a concept of another item ("7.6ms" is not
     the pre-processing's). Empty unless two items or more have that shape: one value before words after a comma
-    ("GPU utilisation is low, 40% most of the time") is no list."""
-    cuts = [m.start() for m in _ITEM_SEP.finditer(clause)]
-    out: dict[int, tuple[int, int]] = {}
-    heading = -1
+    ("GPU utilisation is low, 40% most of the time") is no list. A separator inside a value ("1,200ms") cuts
+    nothing."""
+    cuts = [m.start() for m in _ITEM_SEP.finditer(clause) if not any(q.start <= m.start() < q.end for q in qs)]
+    out: dict[int, Item] = {}
+    heading: tuple[int, int] | None = None
     i = 0
     for a, b in zip([0, *(x + 1 for x in cuts)], [*cuts, len(clause)], strict=True):
         while i < len(qs) and qs[i].start < a:
@@ -753,9 +770,9 @@ def value_first_items(clause: str, qs: Sequence[Quantity]) -> dict[int, tuple[in
         head = _ITEM_HEAD.match(clause, a, q.start)
         if head is None or head.end() != q.start or not _ITEM_LABEL.match(clause, q.end, b):
             continue
-        if heading < 0:
-            heading = q.start  # the first such item's head is the list's heading ("Speed:", "TTFT:")
-        out[q.start] = (heading, b)
+        if heading is None:
+            heading = (a, q.start)
+        out[q.start] = Item(a, b, heading)
     return out if len(out) >= 2 else {}
 
 

@@ -29,10 +29,10 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
   ``lmdeploy/metrics/loggers.py`` from 2026): ``Avg thr (in/out): 4618.5 / 2756.3 tokens/s, API server
   (completed/routed/waiting): 1 / 50 / 50, Engine (running/waiting): 45 / 5, KV cache: 21.6%``; requests the
   API server holds for a free engine instance wait too, so they add to the engine's waiting ones
-* LMDeploy's vLLM-layout stats line (``lmdeploy/metrics/loggers.py`` of 2025, adapted from vLLM's): the same
-  fields, named LMDeploy's by what stands before them: its logging layout's logger name (``2025-07-01
-  12:00:00,017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: …``), a ``DP: 0, `` field before them,
-  or the ``[2025-07-01 12:00:00 DP0] `` its print puts there (``stats_engine_of``)
+* LMDeploy's vLLM-layout stats line (``lmdeploy/metrics/loggers.py``, adapted from vLLM's): the same fields,
+  named LMDeploy's by what stands before them (``stats_engine_of``): the ``[2025-07-01 12:00:00 DP0] `` its
+  releases print there (v0.9.2 to the grouped line), or, in its development commits of May 2025, its logging
+  layout's logger name (``2025-07-01 12:00:00,017 - lmdeploy - INFO - loggers.py:78 - …``) or a ``DP: 0, `` field
 * TGI request spans: ``total_time="4.1s" validation_time="1.2ms" queue_time="3.2s"
   inference_time="900ms" time_per_token="45ms"`` and ``Model is overloaded`` rejections.
 """
@@ -403,10 +403,12 @@ _NON_NUMERIC = bytes(b for b in range(256) if b not in b"0123456789.- \t\n\r\x0b
 
 
 # What stands before a vLLM-layout stats line's fields when LMDeploy printed it (its stat logger is adapted from
-# vLLM's, InternLM/lmdeploy lmdeploy/metrics/loggers.py, 2025 versions): the record's logger name in its logging
-# layout ("%(asctime)s - %(name)s - %(levelname)s - %(filename)s:%(lineno)d - ", lmdeploy/utils.py), a "DP: 0, "
-# field, or its own print's "[%Y-%m-%d %H:%M:%S DP0] ". vLLM's own lines carry "INFO 05-04 14:43:16 [loggers.py:123]"
-# and "Engine 000: " there; SGLang's "[… DP0 TP0]" records never hold these fields.
+# vLLM's, InternLM/lmdeploy lmdeploy/metrics/loggers.py): its own print's "[%Y-%m-%d %H:%M:%S DP0] " (its releases
+# from v0.9.2 until the grouped line), or, in development commits of May 2025, the record's logger name in its
+# logging layout ("%(asctime)s - %(name)s - %(levelname)s - %(filename)s:%(lineno)d - ", lmdeploy/utils.py; a
+# terminal's colour codes around the level are not stripped) or a "DP: 0, " field. vLLM's own lines carry
+# "INFO 05-04 14:43:16 [loggers.py:123]" and "Engine 000: " there; SGLang's "[… DP0 TP0]" records never hold
+# these fields.
 _LMDEPLOY_BEFORE = re.compile(
     r"(?:^|\s)-\s+lmdeploy(?:\.[\w.]+)?\s+-\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s"
     r"|\bDP:\s*\d+,\s*$"
@@ -762,8 +764,9 @@ class EngineLogParser:
         if _vllm_stats_gate(line):
             fast = vllm_values(line)
             if fast is not None:
-                if self._stats_engine is None:
-                    self._name_stats(line)
+                names = fast[0]
+                if self._stats_engine is None and ("running" in names or "waiting" in names) and len(names) >= 2:
+                    self._name_stats(line)  # a stats line, as _add_values counts it
                 self._add_values(*fast)
                 self.recognised += 1
                 return True  # a stats line is nothing else

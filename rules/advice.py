@@ -123,6 +123,8 @@ _STEP_BUDGET = {
     "lmdeploy": "LMDeploy --max-prefill-token-num",
     "tensorrt-llm": "TensorRT-LLM --max_num_tokens",
     "llama.cpp": "llama.cpp --batch-size / --ubatch-size",
+    "ollama": "Ollama num_batch",
+    "triton": "Triton: the model's max_batch_size and dynamic_batching (TensorRT-LLM backend: max_num_tokens)",
 }
 _QUEUE_GAUGE = {
     "vllm": "vllm:num_requests_waiting",

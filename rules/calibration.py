@@ -209,7 +209,7 @@ def _others(findings: Sequence[Finding], answer: str | None,
     else:
         rest = [(c, w) for c, w in leaning.items()
                 if c != answer and c not in found and (w >= MIN_SHOWN or (oom and c in _OOM))]
-        ranked += sorted(rest, key=lambda kv: (not (oom and kv[0] in _OOM), -kv[1]))
+        ranked += sorted(rest, key=lambda kv: -kv[1])
     if oom:
         # which of its four causes is the question: another cause a finding names first, then another finding's
         # category and the causes only the report's words weigh, by weight, then the rest of what they weigh

@@ -57,12 +57,12 @@ def test_the_engine_in_use_comes_first() -> None:
 
 
 def test_a_queue_bound_by_compute_names_the_engines_own_budget_and_gauge() -> None:
-    """LMDeploy's stats lines (vLLM's fields after its logger's name) queue with the KV cache a third used: the
+    """LMDeploy's stats lines (vLLM's fields after its "[date DP0]") queue with the KV cache a third used: the
     engine's per-step token budget and its waiting gauge are LMDeploy's, not vLLM's max_num_batched_tokens and
     vllm:num_requests_waiting; with no engine known both of the common ones are named."""
-    lines = [f"2025-07-01 12:00:{i:02d},017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: 120.5 tokens/s, "
-             f"Avg generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {12 + i % 3} reqs, GPU KV cache "
-             "usage: 35.0%, " for i in range(6)]
+    lines = [f"[2025-07-01 12:00:{i:02d} DP0] Avg prompt throughput: 120.5 tokens/s, Avg generation throughput: "
+             f"300.1 tokens/s, Running: 4 reqs, Waiting: {12 + i % 3} reqs, GPU KV cache usage: 35.0%"
+             for i in range(6)]
     res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO("\n".join(lines).encode())))  # type: ignore[arg-type]
     d = pipeline.judge(EvidenceSet(res.evidence), inputs=res.inputs)
     top = d.findings[0]

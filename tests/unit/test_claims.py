@@ -159,6 +159,18 @@ def test_in_a_list_of_values_each_named_after_it_each_value_is_its_own_items() -
     assert [q.value for q in _claims("TTFT: 120 ms median, 3.2 s tail").claims.bound["ttft"]] == [120.0, 3200.0]
     assert "model_time" not in _claims("Speed: 12 ms inference, 3 ms loss").claims.bound
     assert [q.value for q in _claims("GPU utilization is low, 40% most of the time").claims.bound["gpu_util"]] == [40.0]
+    # an item's own label before its value is its own ("TPOT: 45 ms median"); a thousands separator cuts no item;
+    # a label of an earlier item that is no value-first one is no heading; "model download" is no model stage
+    for text, want in (("TTFT: 120 ms median, TPOT: 45 ms median", {"ttft": [120.0], "decode": [45.0]}),
+                       ("queue time: 3 s avg, inference time: 200 ms avg", {"queue": [3000.0], "model_time": [200.0]}),
+                       ("Speed: 0.3ms preprocess, 1,200ms inference, 0.8ms postprocess",
+                        {"preprocess": [0.3], "model_time": [1200.0], "postprocess": [0.8]}),
+                       ("preprocess 3 ms, 7.6ms inference, 0.8ms postprocess",
+                        {"preprocess": [3.0], "model_time": [7.6], "postprocess": [0.8]}),
+                       ("Startup: 2 s preprocess, 300 s model download, 40 s model compile",
+                        {"preprocess": [2000.0], "download": [300_000.0]})):
+        got = {k: [q.value for q in v] for k, v in _claims(text).claims.bound.items()}
+        assert got == want, text
 
 
 @pytest.mark.parametrize("text", [
@@ -181,6 +193,7 @@ def test_the_report_statements_count_an_oom_glued_to_chinese() -> None:
     ("GPU利用率只有30%左右", "gpu_util", [30.0]),  # the percentage glued to the characters on both sides
     ("显卡利用率为40%，CPU占用100%", "cpu_util", [100.0]),
     ("第2次推理耗时3秒", "model_time", [3000.0]),
+    ("第3秒开始卡顿，首token延迟5秒", "ttft", [5000.0]),  # the third second is no duration
 ])
 def test_a_number_glued_to_chinese_is_read(text: str, concept: str, values: list[float]) -> None:
     """A number right after a Chinese character was no number: Unicode counts the character as a word's, and a

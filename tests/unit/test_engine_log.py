@@ -221,9 +221,9 @@ def test_grouped_stats_lines_in_bulk_read_as_one_by_one() -> None:
 
 
 # LMDeploy's vLLM-layout stats lines (its stat logger is adapted from vLLM's; InternLM/lmdeploy
-# lmdeploy/metrics/loggers.py, 2025 versions): through its logger ("%(asctime)s - %(name)s - %(levelname)s -
-# %(filename)s:%(lineno)d - %(message)s", lmdeploy/utils.py), with a "DP: 0, " field, or printed after its own
-# "[%Y-%m-%d %H:%M:%S DP0] " (one version adds "Finished: N reqs, Unfinished: N reqs")
+# lmdeploy/metrics/loggers.py): printed after its own "[%Y-%m-%d %H:%M:%S DP0] " by its releases (one version adds
+# "Finished: N reqs, Unfinished: N reqs"); through its logger ("%(asctime)s - %(name)s - %(levelname)s -
+# %(filename)s:%(lineno)d - %(message)s", lmdeploy/utils.py) or with a "DP: 0, " field in development commits
 LMDEPLOY_VLLM_LAYOUT = (
     "2025-07-01 12:00:{s:02d},017 - lmdeploy - INFO - loggers.py:78 - Avg prompt throughput: 120.5 tokens/s, Avg "
     "generation throughput: 300.1 tokens/s, Running: 4 reqs, Waiting: {w} reqs, GPU KV cache usage: 35.0%, ",
@@ -263,6 +263,11 @@ def test_lmdeploys_vllm_layout_stats_lines_are_named_lmdeploys() -> None:
         p = EngineLogParser()
         p.feed(line)
         assert p.summary().engines == ("vllm",), line
+    # a line of one known field is no stats line: it names no engine, and the stats line after it names its own
+    p = EngineLogParser()
+    for line in ("Waiting: 3 jobs", "Waiting: 4 jobs", LMDEPLOY_VLLM_LAYOUT[2].format(s=1, w=2)):
+        p.feed(line)
+    assert p.summary().engines == ("lmdeploy",) and p.summary().samples == 1
 
 
 def test_tgi_spans_give_stage_breakdown() -> None:
