@@ -488,32 +488,36 @@ def _glued_before(line: str) -> bool:
     return len(split_glued(strip_prefixes(line))) > 1
 
 
+def _tail_of(line: str) -> str | None:
+    """The line from the first learned anchor it holds on (its first known field, where ``_learn`` keyed it), or
+    None. The first in the line, not the first learned: a layout learned from a line whose first known field was
+    "Waiting:" must not key a later line at its "Waiting:" when that line's fields start earlier."""
+    if len(_ANCHORS) == 1:
+        pos = line.find(_ANCHORS[0])
+    else:
+        pos = min((at for at in map(line.find, _ANCHORS) if at >= 0), default=-1)
+    return line[pos:] if pos >= 0 else None
+
+
 def layout_of(line: str) -> tuple[str, _Layout] | None:
     """(the line from its anchor on, its learned layout), or None when no learned layout fits."""
-    for anchor in _ANCHORS:
-        pos = line.find(anchor)
-        if pos >= 0:
-            tail = line[pos:]
-            layout = _LAYOUTS.get(_key(tail))
-            return (tail, layout) if layout is not None else None
-    return None
+    tail = _tail_of(line)
+    if tail is None:
+        return None
+    layout = _LAYOUTS.get(_key(tail))
+    return (tail, layout) if layout is not None else None
 
 
 def vllm_values(line: str) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
     """(field names, values) of a stats line of an already learned layout, or None."""
-    for anchor in _ANCHORS:
-        pos = line.find(anchor)
-        if pos < 0:
-            continue
-        tail = line[pos:]
-        layout = _LAYOUTS.get(_key(tail))
-        if layout is None:
-            return None
-        try:
-            return layout.names, tuple(map(float, layout.pick(_tokens(tail))))
-        except (ValueError, IndexError):
-            return None
-    return None
+    found = layout_of(line)
+    if found is None:
+        return None
+    tail, layout = found
+    try:
+        return layout.names, tuple(map(float, layout.pick(_tokens(tail))))
+    except (ValueError, IndexError):
+        return None
 
 
 def vllm_fields(line: str) -> dict[str, float] | None:

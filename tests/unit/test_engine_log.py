@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -268,6 +269,24 @@ def test_lmdeploys_vllm_layout_stats_lines_are_named_lmdeploys() -> None:
     for line in ("Waiting: 3 jobs", "Waiting: 4 jobs", LMDEPLOY_VLLM_LAYOUT[2].format(s=1, w=2)):
         p.feed(line)
     assert p.summary().engines == ("lmdeploy",) and p.summary().samples == 1
+
+
+def test_a_stats_line_is_keyed_at_its_first_known_field_whatever_was_learned_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line whose first known field is "Waiting:" taught the parser that anchor first; vLLM's lines, whose fields
+    start at "Running:", were then keyed at their "Waiting:", never found, and read the slow way line after line
+    (and never in bulk): the anchor a line is keyed at is the first of them in the line."""
+    from diagnose.collectors import engine_log
+
+    monkeypatch.setattr(engine_log, "_LAYOUTS", {})
+    monkeypatch.setattr(engine_log, "_ANCHORS", [])
+    stats = ("INFO 11-02 09:00:{s:02d} [loggers.py:123] Engine 000: Running: {r} reqs, Waiting: 2 reqs, GPU KV cache "
+             "usage: 5.0%")
+    p = EngineLogParser()
+    for line in ("Waiting: 3 jobs", stats.format(s=1, r=4)):
+        p.feed(line)
+    got = engine_log.vllm_values(stats.format(s=2, r=7))
+    assert got is not None and dict(zip(*got, strict=True))["running"] == 7.0
 
 
 def test_tgi_spans_give_stage_breakdown() -> None:
