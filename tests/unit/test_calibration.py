@@ -164,6 +164,13 @@ def test_an_oom_answers_other_causes_come_before_a_weaker_finding_of_another_kin
     heavy = {**leaning, "queueing": 0.3, "oom_fragmentation": 0.01}
     assert [c for c, _ in calibration._others(frag, "oom_peak", heavy)][:3] == [
         "oom_fragmentation", "queueing", "oom_external"]
+    # without the report model's view the answer's known confusions stand in, weighed the same way against a
+    # finding's score: a weak queueing finding follows them, a strong one passes them
+    for impact, want in ((0.02, ["oom_fragmentation", "oom_weights", "queueing"]),
+                         (0.9, ["oom_fragmentation", "queueing", "oom_weights"])):
+        weak = [found("MEM009", Category.OOM_FRAGMENTATION),
+                dataclasses.replace(found("QUE005", Category.QUEUEING), impact=impact)]
+        assert [c for c, _ in calibration._others(weak, "oom_peak", None)] == want, impact
 
 
 def test_a_report_naming_no_counted_concept_gets_a_differential_from_its_words_only() -> None:
