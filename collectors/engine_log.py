@@ -768,10 +768,8 @@ class EngineLogParser:
         if _vllm_stats_gate(line):
             fast = vllm_values(line)
             if fast is not None:
-                names = fast[0]
-                if self._stats_engine is None and ("running" in names or "waiting" in names) and len(names) >= 2:
-                    self._name_stats(line)  # a stats line, as _add_values counts it
-                self._add_values(*fast)
+                if self._add_values(*fast) and self._stats_engine is None:
+                    self._name_stats(line)
                 self.recognised += 1
                 return True  # a stats line is nothing else
             got = vllm_fields(line)
@@ -997,24 +995,27 @@ class EngineLogParser:
         self._stats_engine = stats_engine_of(line)
         self.engines.setdefault(self._stats_engine)
 
-    def _add_values(self, names: tuple[str, ...], values: tuple[float, ...]) -> None:
-        """A vLLM stats line of a learned layout: the hot path of a multi-GB log."""
+    def _add_values(self, names: tuple[str, ...], values: tuple[float, ...]) -> bool:
+        """A vLLM stats line of a learned layout: the hot path of a multi-GB log. Whether it was one (running or
+        waiting, and another field), counted as a sample."""
         plan = self._plans.get(names) or self._plan(names)
         adders, r, w, k = plan
-        if ("running" in names or "waiting" in names) and len(names) >= 2:
-            self.samples += 1
-            for (add, scale), v in zip(adders, values, strict=True):
-                add(v * scale)
-            if w >= 0 and values[w]:
-                self.queued_samples += 1
-                if r >= 0:
-                    self.running_when_queued.add(values[r])
-                    if values[r] > 0:
-                        self.running_when_queued_busy.add(values[r])
-                if k >= 0:
-                    self.kv_when_queued.add(values[k] / 100.0)
-                    if r >= 0 and values[r] > 0 and values[k] > 0:  # kv_free_sequences, inline: the hot path
-                        self.kv_free_seqs_when_queued.add((100.0 - values[k]) * values[r] / values[k])
+        if not (("running" in names or "waiting" in names) and len(names) >= 2):
+            return False
+        self.samples += 1
+        for (add, scale), v in zip(adders, values, strict=True):
+            add(v * scale)
+        if w >= 0 and values[w]:
+            self.queued_samples += 1
+            if r >= 0:
+                self.running_when_queued.add(values[r])
+                if values[r] > 0:
+                    self.running_when_queued_busy.add(values[r])
+            if k >= 0:
+                self.kv_when_queued.add(values[k] / 100.0)
+                if r >= 0 and values[r] > 0 and values[k] > 0:  # kv_free_sequences, inline: the hot path
+                    self.kv_free_seqs_when_queued.add((100.0 - values[k]) * values[r] / values[k])
+        return True
 
     def _add_vllm(self, got: dict[str, float]) -> None:
         """``_add_sample`` for a vLLM stats line's fields, without building a sample (the hot path)."""

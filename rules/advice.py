@@ -18,6 +18,8 @@ pytorch/pytorch#183387, so setting both is safe). Expandable segments do not wor
 
 from __future__ import annotations
 
+import functools
+
 from diagnose.model import Evidence, EvidenceSet
 
 
@@ -113,9 +115,8 @@ def serving_capacity(ev: EvidenceSet) -> tuple[str, ...]:
 
 
 # each engine's own names, the one in use first where it is known (``engine``): the tokens one engine step may
-# schedule (its prefill budget), and the gauge of requests waiting. Sources: vLLM's engine arguments, SGLang's
-# server arguments, TGI's launcher, LMDeploy's `lmdeploy serve api_server --help`, trtllm-serve's options,
-# llama.cpp's server README, and each engine's Prometheus metric names (``diagnose.collectors.prom``).
+# schedule (its prefill budget). Sources: vLLM's engine arguments, SGLang's server arguments, TGI's launcher,
+# LMDeploy's `lmdeploy serve api_server --help`, trtllm-serve's options, llama.cpp's server README.
 _STEP_BUDGET = {
     "vllm": "vLLM --max-num-batched-tokens",
     "sglang": "SGLang --chunked-prefill-size / --max-prefill-tokens",
@@ -126,15 +127,16 @@ _STEP_BUDGET = {
     "ollama": "Ollama num_batch",
     "triton": "Triton: the model's max_batch_size and dynamic_batching (TensorRT-LLM backend: max_num_tokens)",
 }
-_QUEUE_GAUGE = {
-    "vllm": "vllm:num_requests_waiting",
-    "sglang": "sglang:num_queue_reqs",
-    "tgi": "tgi_queue_size",
-    "lmdeploy": "lmdeploy:num_requests_waiting",
-    "tensorrt-llm": "trtllm_num_requests_waiting",
-    "llama.cpp": "llamacpp:requests_deferred",
-    "triton": "nv_inference_pending_request_count",
-}
+@functools.cache
+def _queue_gauges() -> dict[str, str]:
+    """Each engine's first gauge of waiting requests, as the Prometheus reader knows them (its "waiting" alias);
+    read when first asked: a rule that never names one does not load the reader."""
+    from diagnose.collectors import prom
+
+    out: dict[str, str] = {}
+    for name in next(a for a in prom.ALIASES if a.canonical == "waiting").names:
+        out.setdefault(prom.engine_of(name), name)
+    return out
 
 
 def _engine_first(ev: EvidenceSet, names: dict[str, str], default: tuple[str, ...]) -> str:
@@ -149,4 +151,4 @@ def step_budget(ev: EvidenceSet) -> str:
 
 def queue_gauge(ev: EvidenceSet) -> str:
     """The engine's gauge of waiting requests to autoscale on, or vLLM's and Triton's when it is not known."""
-    return _engine_first(ev, _QUEUE_GAUGE, ("vllm", "triton"))
+    return _engine_first(ev, _queue_gauges(), ("vllm", "triton"))
