@@ -68,6 +68,7 @@ class OomEvent:
     other_processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes)
     phase: str = "unknown"
     phase_from: str = ""  # the frame or message that told the phase
+    phase_by_message: bool = False  # the framework's message itself told the phase (not a frame or a log line)
     truncated: bool = False
     missing: tuple[str, ...] = ()
     message: str = ""
@@ -78,6 +79,8 @@ class OomEvent:
     kv_cache_max_tokens: int | None = None
     max_model_len: int | None = None
     prefill_tokens: int | None = None
+    kv_tokens_requested: int | None = None  # SGLang's token pool: the slots the failed allocation asked for
+    kv_tokens_free: int | None = None  # … and the slots it had, free and evictable (a hybrid pool: its full one)
 
     def key(self) -> tuple[object, ...]:
         return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason)
@@ -177,6 +180,19 @@ _FW_KV_NONE = re.compile(r"(?:\w(?:Error|Exception):|\bERROR\b).{0,200}?\b(?:no|
                          r"(?:the\s+)?KV[- ]?cache")
 _KV_LEFT_FROM = "vLLM KV-cache sizing (available memory at or below zero)"
 _FW_SGL_POOL = re.compile(r"Not enough memory\.?\s+Please try to increase --mem-fraction-static", re.IGNORECASE)
+# SGLang's KV token pool ran out while it served (``alloc_token_slots``, ``alloc_req_slots``): "Decode out of memory.
+# Try to lower your batch size." (0.2 to 0.4 name the forward mode, "Prefill" or "Decode"; 0.5 on "Out of memory. Try
+# to lower your batch size." in a RuntimeError), then "Try to allocate 363 tokens." and "Available tokens: 8064
+# (available_size=8064 + evictable_size=0)" ("Avaliable tokens: N" in 0.2; a hybrid pool's "Available full tokens:
+# N (…)" and "Available swa: N (…)"), each on its own line or run together; and the request-slot pool's "Out of
+# memory. Please set a smaller number for `--max-running-requests`."
+_FW_SGL_TOKENS = re.compile(r"\b(?:(?P<mode>Prefill|Decode) out|Out) of memory\.\s*Try to lower your batch size")
+_FW_SGL_REQS = re.compile(r"\bout of memory\.\s*Please set a smaller number for\W{0,2}--max-running-requests",
+                          re.IGNORECASE)
+_SGL_ASK = re.compile(r"\bTry to allocate (?P<n>\d+) tokens\b")
+# each pool's free and evictable slots: the plain pool's, a hybrid pool's full and sliding-window ones (0.5 on:
+# "Available swa tokens: N", later "Available swa: N"); a mamba pool's line counts states, not tokens
+_SGL_FREE = re.compile(r"\bAva(?:il|li)able (?:(?:full|swa) tokens|tokens|swa):\s*(?P<n>\d+)")
 _FW_KV_TOKENS = re.compile(
     r"max seq len \((?P<need>\d+)\) is larger than the maximum number of tokens that can be stored in "
     r"KV cache \(\s*(?P<have>\d+)\s*\)",
@@ -367,6 +383,9 @@ _SERVING_FUNCS = {
     "generate", "_run_engine", "forward", "step_async", "engine_step_async", "run_batch", "predict",
     "infer", "handle_request", "_generate", "sample", "decode", "prefill", "execute",
     "process_input_queue", "run_model", "model_forward", "_model_forward", "__call__",
+    # SGLang's scheduler loop and its steps (sglang/srt/managers/scheduler.py, tp_worker.py)
+    "event_loop_normal", "event_loop_overlap", "event_loop_pp", "get_next_batch_to_run", "get_new_batch_prefill",
+    "update_running_batch", "process_batch_result", "forward_batch_generation",
 }
 _MODEL_PATH = re.compile(r"/models?/|modeling_|/layers?[/.]|/nn/modules/|model_executor")
 _TO_DEVICE = re.compile(
@@ -810,6 +829,7 @@ class OomParser:
         self._fragmentation_vetoed = False
         self._phase_lines: deque[tuple[int, str, str]] = deque(maxlen=MAX_FRAMES)
         self._fields_left = 0  # field lines still expected under a multi-line framework message
+        self._sgl_left = 0  # lines still expected to carry an SGLang token-pool message's numbers
         self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
@@ -840,6 +860,11 @@ class OomParser:
             self._fields_left -= 1
             if self._field(line):
                 return
+        if self._sgl_left and self._events:
+            self._sgl_left -= 1
+            if self._sgl_fields(self._events[-1], line):
+                return
+            self._sgl_left = 0  # the numbers' lines are over
         low = body.lower()
         for phase, rx in _PHASE_KEYED:
             if rx.search(body, low):
@@ -871,6 +896,7 @@ class OomParser:
         self._open_lines = 0
 
     def _add(self, ev: OomEvent) -> None:
+        ev.phase_by_message = ev.kind == "framework" and ev.phase != "unknown"
         # vLLM V1's "Available KV cache memory: ≤ 0" comes just before the error it raises: the error replaces it
         last = self._events[-1] if self._events else None
         if (last is not None and last.phase_from == _KV_LEFT_FROM and ev.kind == "framework"
@@ -914,6 +940,9 @@ class OomParser:
             return
         if "killed process" in low or "oom-kill" in low or "invoked oom-killer" in low:
             return  # the kernel's OOM killer (host memory): diagnose.collectors.kernel_oom reads it
+        if "#retracted" in low:
+            return  # SGLang's retraction record ("Decode out of memory happened. #retracted_reqs: 1, …" before 0.4.4):
+            # requests put back to wait for KV room, no failure (the engine-log reader counts them)
         fw = self._framework(line)
         if fw is None and _FW_KV_TOKENS_CUT.search(line):
             self._wrapped = line.rstrip()
@@ -952,6 +981,16 @@ class OomParser:
             ev.free = size
         return True
 
+    @staticmethod
+    def _sgl_fields(ev: OomEvent, line: str) -> bool:
+        """The numbers an SGLang token-pool message carries on ``line``, put in ``ev``; True when it held one."""
+        ask, free = _SGL_ASK.search(line), [int(m.group("n")) for m in _SGL_FREE.finditer(line)]
+        if ask:
+            ev.kv_tokens_requested = int(ask.group("n"))
+        if free:  # a hybrid pool fails when any of its pools is short: the smallest is what it had
+            ev.kv_tokens_free = min(free if ev.kv_tokens_free is None else [*free, ev.kv_tokens_free])
+        return bool(ask or free)
+
     def _framework(self, line: str) -> OomEvent | None:
         if _FW_SAMPLER.search(line):
             return OomEvent(kind="framework", phase="warmup", phase_from="vLLM sampler warm-up",
@@ -961,6 +1000,19 @@ class OomParser:
             return OomEvent(kind="framework", phase="warmup", phase_from="TGI warm-up",
                             reason=f"{m.group('n')} prefill tokens", prefill_tokens=int(m.group("n")),
                             message=line.strip())
+        m = _FW_SGL_TOKENS.search(line)
+        if m:
+            mode = (m.group("mode") or "").lower()
+            ev = OomEvent(kind="framework", phase="serving",
+                          phase_from=f"SGLang's KV token pool{f' at {mode}' if mode else ''}",
+                          reason="the KV cache's token pool ran out while serving", message=line.strip())
+            self._sgl_fields(ev, line)
+            self._sgl_left = 4  # its numbers' lines follow (when it was not run together on one line)
+            return ev
+        if _FW_SGL_REQS.search(line):
+            return OomEvent(kind="framework", phase="serving", phase_from="SGLang's request-slot pool",
+                            reason="the request-slot pool ran out while serving (more requests than "
+                                   "--max-running-requests' slots)", message=line.strip())
         m = _FW_KV_TOKENS.search(line)
         if m:
             return _kv_tokens_event(line, int(m.group("need")), int(m.group("have")))

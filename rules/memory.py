@@ -338,9 +338,10 @@ class OomRuntimePeak(Rule):
     What it detects: an out-of-memory error after the weights were loaded: in vLLM's profiling
     run (``profile_run``, ``determine_num_available_blocks``, ``_dummy_run``), in warm-up or
     CUDA-graph capture (``capture_model``, sampler warm-up, TGI's prefill warm-up), or while serving
-    (``execute_model``, ``run_engine_loop``, ``generate``); a KV cache too small for one
-    max-length sequence; or, with no traceback, PyTorch holding most of the device while the weights
-    are known to fit.
+    (``execute_model``, ``run_engine_loop``, ``generate``, SGLang's scheduler loop); a KV cache too small
+    for one max-length sequence; an engine's KV pool running out while it serves (SGLang's ``Decode out of
+    memory. Try to lower your batch size.`` with the slots it asked for and had); or, with no traceback,
+    PyTorch holding most of the device while the weights are known to fit.
 
     Why it matters: the weights fit, so the fix is to bound the working set: fewer concurrent
     sequences, shorter maximum length, smaller prefill chunks, or less memory promised to the KV
@@ -358,11 +359,14 @@ class OomRuntimePeak(Rule):
 
     Evidence: mem.oom_count, mem.oom_phase; optionally the allocator numbers,
     mem.gpu_memory_utilization_ratio, mem.kv_cache_*, mem.max_model_len, mem.prefill_tokens_failed,
-    mem.oom_reason, mem.weights_bytes, mem.weights_estimate_bytes.
+    mem.oom_reason, mem.weights_bytes, mem.weights_estimate_bytes, mem.kv_tokens_requested, mem.kv_tokens_free.
 
     Fix: lower ``--max-num-seqs`` / ``--max-num-batched-tokens`` / ``--max-model-len`` (TGI:
     ``--max-batch-prefill-tokens``), enable chunked prefill, leave headroom
-    (``--gpu-memory-utilization`` 0.85-0.9), skip CUDA graphs (``--enforce-eager``) when capture OOMs.
+    (``--gpu-memory-utilization`` 0.85-0.9), skip CUDA graphs (``--enforce-eager``) when capture OOMs. When
+    the engine's own KV pool ran out: bound the running batch (SGLang ``--max-running-requests``,
+    ``--schedule-conservativeness``) or give the pool more room (``--mem-fraction-static`` up, an FP8 KV cache);
+    a pool that had the slots in number (free ≥ asked) points at its page accounting: ``--page-size 1``.
 
     False positives: a serving-time OOM that is really fragmentation with modest numbers (MEM003
     catches the clear cases); a leak that grows until it fails (the phase says serving, the fix is
@@ -377,7 +381,7 @@ class OomRuntimePeak(Rule):
         *_MEM_KEYS[1:], "mem.gpu_memory_utilization_ratio", "mem.kv_cache_needed_bytes",
         "mem.kv_cache_available_bytes", "mem.kv_cache_max_tokens", "mem.max_model_len",
         "mem.prefill_tokens_failed", "mem.oom_reason", "mem.private_pools_bytes", "mem.weights_bytes",
-        "mem.weights_estimate_bytes",
+        "mem.weights_estimate_bytes", "mem.kv_tokens_requested", "mem.kv_tokens_free",
     )
 
     @dataclass(frozen=True)
@@ -414,8 +418,10 @@ class OomRuntimePeak(Rule):
             return None
         phase_ev = ev.get("mem.oom_phase")
         where = ""
+        told_by_message = isinstance(phase_ev, Evidence) and phase_ev.detail.startswith("from the engine's message: ")
         if isinstance(phase_ev, Evidence) and phase_ev.detail.startswith("from "):
-            where = phase_ev.detail.removeprefix("from the traceback: ").removeprefix("from ")
+            where = (phase_ev.detail.removeprefix("from the traceback: ").removeprefix("from the engine's message: ")
+                     .removeprefix("from "))
         reason_ev = ev.get("mem.oom_reason")
         reason = str(reason_ev.value) if isinstance(reason_ev, Evidence) else ""
         util = ev.value("mem.gpu_memory_utilization_ratio")
@@ -436,11 +442,25 @@ class OomRuntimePeak(Rule):
                        "video, a huge batch) that does not fit.",
         }[m.phase if m.phase in ("profile_run", "warmup", "serving")
           else ("request" if by_request else "unknown" if by_numbers else "default")]
+        ask, free = ev.value("mem.kv_tokens_requested"), ev.value("mem.kv_tokens_free")
+        pool = ask is not None or free is not None or "pool ran out" in reason
+        if pool and m.phase == "serving" and ask is not None and free is not None and free >= ask:
+            msg = "The engine's KV-cache pool refused an allocation while serving."
+        elif pool and m.phase == "serving":
+            msg = ("The engine's KV-cache pool ran out of slots while serving: the running requests' sequences "
+                   "outgrew the pool it sized at start-up.")
         parts = [msg]
         if where:
-            parts.append(f"(Traceback: {where}.)")
+            parts.append(f"(Told by {where}.)" if told_by_message else f"(Traceback: {where}.)")
         if reason:
             parts.append(f"The framework said: {reason}.")
+        paged = ask is not None and free is not None and free >= ask
+        if ask is not None and free is not None:
+            parts.append(f"It asked its token pool for {ask:,.0f} KV slots and had {free:,.0f} free or evictable.")
+            if paged:
+                parts.append("The pool had that many slots: a pool allocated in pages (SGLang --page-size above 1) "
+                             "with its free slots spread over partly used pages, or slots that leaked, fails this "
+                             "way (sgl-project/sglang#4602, #11581, #14972): try --page-size 1, or a newer release.")
         nums = _numbers(m)
         if nums:
             parts.append(nums[0].upper() + nums[1:] + ".")
@@ -474,6 +494,23 @@ class OomRuntimePeak(Rule):
                 Risk.NEEDS_VALIDATION,
             ),
         ]
+        if pool:  # the engine's own KV pool ran out: its running batch and its pool's size, not activations
+            fixes = [
+                Fix("Bound the running batch",
+                    ("SGLang: lower --max-running-requests, and --chunked-prefill-size for long prompts",
+                     "SGLang: retractions before the failure ('KV cache pool is full. Retract requests.') mean the "
+                     "scheduler admitted more than the pool held: raise --schedule-conservativeness (e.g. 1.3)"),
+                    Risk.SAFE),
+                Fix("Give the KV pool more room",
+                    ("SGLang: raise --mem-fraction-static when activations have headroom (an OOM in a forward pass "
+                     "after it means too far)",
+                     "Quantise the KV cache: SGLang --kv-cache-dtype fp8_e5m2; or serve on more GPUs (--tp N)"),
+                    Risk.NEEDS_VALIDATION),
+            ]
+            if paged:
+                fixes.insert(0, Fix("Rule out the pool's page accounting",
+                                    ("SGLang: restart with --page-size 1; if the failures stop, the paged pool "
+                                     "(or a slot leak) is the cause: upgrade SGLang",), Risk.NEEDS_VALIDATION))
         conf = Confidence.MEASURED if (by_phase and m.total is not None) else Confidence.HEURISTIC
         count_ev = ev.get("mem.oom_count")
         if isinstance(count_ev, Evidence) and count_ev.quality is Quality.LOW:

@@ -109,6 +109,7 @@ class OomSource:
         ev.add("mem.oom_count", len(res.events), "events", count_detail)
         told = ("no traceback frame or log line told the phase" if not oom.phase_from
                 else f"from {oom.phase_from}" if oom.phase_from.startswith("the log line")
+                else f"from the engine's message: {oom.phase_from}" if oom.phase_by_message
                 else f"from the traceback: {oom.phase_from}")
         ev.add("mem.oom_phase", oom.phase, "phase", told)
         for key, value in (
@@ -138,6 +139,12 @@ class OomSource:
             ev.add("mem.max_model_len", oom.max_model_len, "tokens")
         if oom.prefill_tokens is not None:
             ev.add("mem.prefill_tokens_failed", oom.prefill_tokens, "tokens")
+        if oom.kv_tokens_requested is not None:
+            ev.add("mem.kv_tokens_requested", oom.kv_tokens_requested, "tokens",
+                   "the KV slots the failed allocation asked the engine's token pool for")
+        if oom.kv_tokens_free is not None:
+            ev.add("mem.kv_tokens_free", oom.kv_tokens_free, "tokens",
+                   "the token pool's free and evictable slots when the allocation failed")
         if oom.reason:
             ev.add("mem.oom_reason", oom.reason, "text", oom.message[:300])
         return ev.items

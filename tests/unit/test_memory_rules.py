@@ -33,6 +33,8 @@ def _real(findings: list[Finding]) -> list[Finding]:
     ("oom_peak_profile_run_prose_no_message.txt", "MEM002", Category.OOM_PEAK),
     ("oom_framework_tgi_prefill_warmup.txt", "MEM002", Category.OOM_PEAK),
     ("oom_framework_vllm_kv_cache_too_small.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_peak_sglang_jax_decode_token_pool.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_peak_sglang_decode_token_pool_page_size.txt", "MEM002", Category.OOM_PEAK),
     ("oom_fragmentation_torch2_4_serving.txt", "MEM003", Category.OOM_FRAGMENTATION),
     ("oom_external_other_process_torch2_4.txt", "MEM004", Category.OOM_EXTERNAL),
     ("oom_external_vllm_startup_check.txt", "MEM004", Category.OOM_EXTERNAL),
@@ -71,6 +73,27 @@ def test_peak_message_rules_out_fragmentation_with_the_numbers() -> None:
     (f,) = _real(_findings("oom", "oom_peak_serving_engine_loop_high_gpu_util.txt"))
     assert "611.60 MiB" in f.message and "not fragmentation" in f.message
     assert "gpu_memory_utilization is 0.941" in f.message
+
+
+def test_engine_pool_exhaustion_advises_the_pool_not_activations() -> None:
+    """SGLang's token pool ran out: the fixes bound the running batch and size the pool (not "lower
+    --mem-fraction-static", which shrinks the pool); a pool that had the slots in number points at its pages."""
+    (f,) = [x for x in _real(_findings("oom", "oom_peak_sglang_decode_token_pool_page_size.txt"))
+            if x.code == "MEM002"]
+    assert "148 KV slots and had 2,048" in f.message and "--page-size" in f.message
+    steps = [s for fx in f.fixes for s in fx.steps]
+    assert "--page-size 1" in f.fixes[0].steps[0]
+    assert any("--max-running-requests" in s for s in steps)
+    assert not any("lower --mem-fraction-static" in s for s in steps)
+    base = [Evidence("mem.oom_count", 1.0, "count", "log"),
+            Evidence("mem.oom_phase", "serving", "phase",
+                     "from the engine's message: SGLang's KV token pool at decode"),
+            Evidence("mem.kv_tokens_requested", 363.0, "tokens", "log"),
+            Evidence("mem.kv_tokens_free", 3.0, "tokens", "log")]
+    findings, _ = run_rules(EvidenceSet(base), rules=RULES)
+    (g,) = [x for x in findings if x.code == "MEM002"]
+    assert "outgrew the pool" in g.message and "--page-size" not in g.message
+    assert g.fixes[0].summary == "Bound the running batch"
 
 
 def test_fragmentation_message_shows_the_fit() -> None:

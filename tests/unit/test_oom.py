@@ -307,6 +307,57 @@ def test_engine_start_up_kv_failures_of_each_form() -> None:
     assert h.hints.weights_measured == int(65.9651 * GiB)
 
 
+def _oom_events(lines: list[str]) -> list[object]:
+    p = OomParser()
+    for line in lines:
+        p.feed(line)
+    return list(p.result().events)
+
+
+def test_sglang_token_pool_exhaustion_of_each_form() -> None:
+    """SGLang's KV token pool running out while it serves (``alloc_token_slots``): the forward mode's name before
+    0.5, a bare "Out of memory." after; its numbers on the lines under it, or run together on one line; "Avaliable"
+    (0.4's spelling); a hybrid pool's full and sliding-window pools, the smaller of them what it had."""
+    ev = _evidence("oom_peak_sglang_jax_decode_token_pool.txt")
+    assert ev["mem.oom_phase"] == "serving" and ev["mem.oom_count"] == 1
+    assert (ev["mem.kv_tokens_requested"], ev["mem.kv_tokens_free"]) == (168, 3200)
+    ev = _evidence("oom_peak_sglang_decode_token_pool_page_size.txt")
+    assert (ev["mem.kv_tokens_requested"], ev["mem.kv_tokens_free"]) == (148, 2048)
+    (one,) = _oom_events(["[2025-10-14 02:11:31 TP0] Out of memory. Try to lower your batch size. Try to allocate 4 "
+                          "tokens. Available tokens: 3 (available_size=3 + evictable_size=0)"])
+    assert (one.phase, one.kv_tokens_requested, one.kv_tokens_free) == ("serving", 4, 3)
+    (hyb,) = _oom_events(["Prefill out of memory. Try to lower your batch size.", "Try to allocate 8192 tokens.",
+                          "Available full tokens: 899840 (full_available_size=11776 + full_evictable_size_=888064)",
+                          "Available swa tokens: 3840 (swa_available_size=3840 + swa_evictable_size=0)",
+                          "Full LRU list evictable size: 888064"])
+    assert (hyb.kv_tokens_requested, hyb.kv_tokens_free) == (8192, 3840)
+    assert "KV token pool at prefill" in hyb.phase_from and hyb.phase_by_message
+    # the exception's copy of the logged message is the same failure
+    assert len(_oom_events(["[TP0] Decode out of memory. Try to lower your batch size.", "Try to allocate 6 tokens.",
+                            "Scheduler hit an exception: Traceback (most recent call last):",
+                            "RuntimeError: Decode out of memory. Try to lower your batch size."])) == 1
+    (slots,) = _oom_events(["RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+                            "`--max-running-requests`. "])
+    assert slots.phase == "serving" and "request-slot pool" in slots.reason
+    # a number on a later line that is none of the message's ends it: the next line is read as any other
+    (cut,) = _oom_events(["Decode out of memory. Try to lower your batch size.", "Try to allocate 6 tokens.",
+                          "INFO: 127.0.0.1 - \"POST /generate\" 200 OK", "Available tokens: 99"])
+    assert (cut.kv_tokens_requested, cut.kv_tokens_free) == (6, None)
+
+
+def test_sglang_retraction_warnings_are_no_oom() -> None:
+    """Before 0.4.4 SGLang logged each retraction as "Decode out of memory happened. #retracted_reqs: 1": requests
+    put back in the queue for KV room, no failure (sgl-project/sglang#4184)."""
+    assert _evidence("sglang_retraction_warnings_no_oom.txt").get("mem.oom_count") is None
+
+
+def test_sglang_scheduler_frames_are_serving() -> None:
+    for func in ("event_loop_overlap", "event_loop_normal", "get_next_batch_to_run", "update_running_batch",
+                 "forward_batch_generation"):
+        got = frame_phase(Frame("sglang/srt/managers/scheduler.py", func))
+        assert got is not None and got[0] == "serving", func
+
+
 def test_alloc_retries_from_memory_summary() -> None:
     src = OomSource()
     src.feed("|  cudaMalloc retries: 37                    |  cudaMalloc OOMs: 2                          |")
