@@ -35,10 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.model import Candidate, Category, EvidenceSet, Finding, Severity, Verdict
-from diagnose.rules import differential, report_model
+from diagnose.rules import differential, memory, report_model
 from diagnose.rules.report import REPORT_CODES, claims_only
 from diagnose.rules.verdict import covered_by
-from diagnose.units import size
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 CALIBRATION_PATH = os.path.join(HERE, "calibration.json")
@@ -179,8 +178,8 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
                       candidates(evidence, findings, answer, p, ranking))
 
 
-def _others(findings: Sequence[Finding], answer: str | None,
-            leaning: Mapping[str, float] | None) -> list[tuple[str, float]]:
+def _others(findings: Sequence[Finding], answer: str | None, leaning: Mapping[str, float] | None,
+            numbers: Mapping[str, tuple[bool, str]] | None = None) -> list[tuple[str, float]]:
     """Every candidate but the answer, in the order an expert weighs them, with a weight: the categories of
     other findings (the report model's probability where it spoke, else the finding's score), then what the
     report model gives the rest. Without a report model's view (no report's cues, and no words that move it),
@@ -192,7 +191,9 @@ def _others(findings: Sequence[Finding], answer: str | None,
     question, not whether requests queue): another cause a finding names, then another finding's category and
     the causes only the report's words weigh, by weight, then the rest. A finding of another category (the
     report's "one at a time") ahead of every other cause kept another process's memory out of a vLLM
-    profiling OOM's differential (train, out of fold: the truth in the top three 440 of 489 against 439)."""
+    profiling OOM's differential (train, out of fold: the truth in the top three 440 of 489 against 439).
+    Within them, the causes the allocator's numbers speak for (``numbers``: ``memory.oom_numbers``) come first,
+    and those they rule out last: measured memory outranks the report's words."""
     found: dict[str, float] = {}
     for f in findings:
         if f.severity is Severity.INFO or f.category is None or f.category.value == answer:
@@ -213,9 +214,16 @@ def _others(findings: Sequence[Finding], answer: str | None,
     if oom:
         # which of its four causes is the question: another cause a finding names first, then another finding's
         # category and the causes only the report's words weigh, by weight, then the rest of what they weigh
-        def tier(kv: tuple[str, float]) -> tuple[int, float]:
+        said = numbers or {}
+
+        def tier(kv: tuple[str, float]) -> tuple[int, int, float]:
             named, family = kv[0] in found, kv[0] in _OOM
-            return (0 if named and family else 1 if named or family else 2), -kv[1]
+            verdict = said.get(kv[0], (None, ""))[0]
+            if named and family:
+                return 0, 0, -kv[1]
+            if verdict is False:
+                return 3, 0, -kv[1]
+            return (1 if named or family else 2), (0 if verdict else 1), -kv[1]
         return sorted(ranked, key=tier)
     return ranked
 
@@ -232,7 +240,8 @@ def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str |
     the one ranked above it in 8), but only a candidate with something for it (a finding, the report's words)
     can pass it: a known confusion that nothing named is a check to run, not a likelier cause than a measured
     finding, and its share is capped at the answer's."""
-    others = _others(findings, answer, leaning)[: MAX_CANDIDATES - (answer is not None)]
+    numbers = memory.oom_numbers(evidence) if answer in _OOM else {}
+    others = _others(findings, answer, leaning, numbers)[: MAX_CANDIDATES - (answer is not None)]
     total = sum(w for _, w in others)
     ranked: list[tuple[str, float]] = []
     if answer is not None:
@@ -300,11 +309,9 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
             con.append(f"{bad[0].code}: {bad[0].title}")
     elif category in _measured_nothing(evidence, findings):
         con.append("a source that measures it was read and its rules found nothing")
-    free, asked = evidence.value("mem.reserved_minus_allocated_bytes"), evidence.value("mem.requested_bytes")
-    if (category == "oom_fragmentation" and isinstance(free, int | float) and isinstance(asked, int | float)
-            and asked > 0 and free < asked):  # the allocator could not have served it from its cached blocks
-        con.append(f"the allocator held only {size(int(free))} reserved but unallocated, less than the "
-                   f"{size(int(asked))} it tried to allocate")
+    said = memory.oom_numbers(evidence).get(category) if category in _OOM else None
+    if said is not None:  # what the allocator's numbers say of it
+        (pro if said[0] else con).append(said[1])
     return tuple(pro), tuple(con)
 
 

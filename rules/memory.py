@@ -143,6 +143,54 @@ def read_mem(ev: EvidenceSet) -> MemView:
     )
 
 
+# what the allocator's numbers say of each cause of an OOM that no rule named, for the differential's order: a share
+# of the device held outside this process this large speaks for another process; this small (and exact), against
+OUTSIDE_FOR = 0.03
+OUTSIDE_AGAINST = 0.01
+UNALLOCATED_FOR = 0.05  # reserved but unallocated this share of the device, and room for the request: fragmentation
+WEIGHTS_AGAINST = 0.5  # weights under half the device do not fill it
+
+
+def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
+    """For each cause of an OOM its numbers speak to: (for it, why). Only what the allocator's message, the
+    engine's own readings or a model's size measured; nothing for the runtime peak, the cause when none other is."""
+    m = read_mem(ev)
+    out: dict[str, tuple[bool, str]] = {}
+    if not m.oom or not m.total:
+        return out
+    held, exact = m.external()
+    share, _ = m.external_share()
+    if held is not None and share is not None:
+        where = f"{size(held)} ({_share(held / m.total)}) of the {size(m.total)} device"
+        if share >= OUTSIDE_FOR:
+            out[Category.OOM_EXTERNAL.value] = (True, f"{where} was held outside this process"
+                                                + ("" if exact else " (with its own CUDA context)"))
+        elif exact and share < OUTSIDE_AGAINST:
+            out[Category.OOM_EXTERNAL.value] = (False, f"only {where} was held outside this process")
+    u = m.unallocated
+    if u is not None and m.requested:
+        if u < m.requested:
+            out[Category.OOM_FRAGMENTATION.value] = (
+                False, f"the allocator held only {size(u)} reserved but unallocated, less than the "
+                       f"{size(m.requested)} it tried to allocate")
+        elif u >= UNALLOCATED_FOR * m.total:
+            out[Category.OOM_FRAGMENTATION.value] = (
+                True, f"{size(u)} was reserved but unallocated, more than the {size(m.requested)} asked for")
+    per = m.weights_per_device
+    if per is not None:
+        # an engine that takes a share of the device (vLLM --gpu-memory-utilization) must fit the weights in it
+        util = ev.value("mem.gpu_memory_utilization_ratio")
+        budget = m.total * util if util is not None and 0 < util <= 1 else m.total
+        what = f"the {size(budget)} gpu_memory_utilization={util:g} gives the engine" if budget < m.total else \
+            "the device"
+        if per >= budget:
+            out[Category.OOM_WEIGHTS.value] = (True, f"the weights take about {size(per)} per device, more than {what}")
+        elif per < WEIGHTS_AGAINST * budget:
+            out[Category.OOM_WEIGHTS.value] = (False, f"the weights take about {size(per)} per device, "
+                                                      f"{_share(per / budget)} of {what}")
+    return out
+
+
 def weights_too_big(m: MemView, share: float) -> bool:
     ws = m.share(m.weights_per_device)
     return ws is not None and ws >= share

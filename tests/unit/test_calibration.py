@@ -14,7 +14,7 @@ import pytest
 
 from diagnose import loose, pipeline
 from diagnose.model import Candidate, Diagnosis, EvidenceSet, Verdict
-from diagnose.rules import calibration, calibration_fit, differential
+from diagnose.rules import calibration, calibration_fit, differential, memory
 from diagnose.rules.calibration_fit import Row
 from tests.verdicts import committed_as_calibrated
 
@@ -120,14 +120,51 @@ def test_a_known_confusion_with_nothing_for_it_never_passes_a_measured_finding()
 
 
 def test_an_oom_answer_keeps_its_siblings_in_the_differential() -> None:
+    """The other causes of an OOM follow its answer; one the message's own numbers rule out (1.5 GiB cached, 2 GiB
+    asked: no fragmentation) gives its place to one they do not."""
     d = _judge(OOM)
     assert d.leading is not None and d.leading.value == "oom_peak"
     cats = [c.category for c in d.candidates]
-    assert cats[0] == "oom_peak" and {"oom_weights", "oom_fragmentation"} <= set(cats[1:])
+    assert cats == ["oom_peak", "oom_weights", "oom_external"], cats
     assert committed_as_calibrated(d)
-    # the message's own numbers speak against fragmentation: 1.5 GiB cached, 2 GiB asked
-    frag = next(c for c in d.candidates if c.category == "oom_fragmentation")
-    assert "the allocator held only 1.50 GiB reserved but unallocated, less than the 2.00 GiB" in " ".join(frag.against)
+    ev = d_evidence(d)
+    assert [c for c, _ in calibration._others(d.findings, "oom_peak", None, memory.oom_numbers(ev))][-1] == \
+        "oom_fragmentation"
+    _, against = calibration._for_against(ev, d.findings, "oom_fragmentation", None)
+    assert "the allocator held only 1.50 GiB reserved but unallocated, less than the 2.00 GiB" in " ".join(against)
+
+
+def _mem(**values: float) -> EvidenceSet:
+    from diagnose.model import Evidence
+
+    return EvidenceSet(Evidence(f"mem.{k}", v, "", "t") for k, v in values.items())
+
+
+def test_the_allocators_numbers_order_an_ooms_other_causes() -> None:
+    """What the numbers say of each cause no rule named (``memory.oom_numbers``) orders the differential: a share
+    held outside the process (SGLang on a 24 GiB card, mineru#3418: 23.49 GiB, 55 MiB free, 22.31 GiB this
+    process's) puts another process ahead of the causes only the words weigh; weights beyond the share an engine
+    was given (7B at 4 bits with vLLM's --gpu-memory-utilization 0.1 on a T4, vllm#7028) speak for them, weights
+    under half of it against, and a cache smaller than the request against fragmentation."""
+    G = float(1 << 30)
+    sglang = memory.oom_numbers(_mem(oom_count=1, device_total_bytes=23.49 * G, device_free_bytes=55.38 * (1 << 20),
+                                     process_used_bytes=22.31 * G, requested_bytes=42 * (1 << 20),
+                                     reserved_minus_allocated_bytes=303.36 * (1 << 20)))
+    assert sglang["oom_external"][0] and "1.13 GiB (5 %) of the 23.49 GiB device" in sglang["oom_external"][1]
+    assert "oom_fragmentation" not in sglang  # 303 MiB cached: more than the 42 MiB asked, too little to matter
+    leaning = {"oom_peak": 0.6, "oom_weights": 0.2, "oom_fragmentation": 0.13, "oom_external": 0.04, "none": 0.05}
+    assert [c for c, _ in calibration._others((), "oom_peak", leaning, sglang)] == [
+        "oom_external", "oom_weights", "oom_fragmentation", "none"]
+    # a cause the numbers rule out follows even what is no OOM cause at all
+    ruled = {**sglang, "oom_weights": (False, "small")}
+    assert [c for c, _ in calibration._others((), "oom_peak", leaning, ruled)][-1] == "oom_weights"
+    t4 = memory.oom_numbers(_mem(oom_count=1, device_total_bytes=16 * G, gpu_memory_utilization_ratio=0.1,
+                                 weights_estimate_bytes=3.5e9))
+    assert t4["oom_weights"][0] and "gpu_memory_utilization=0.1" in t4["oom_weights"][1]
+    small = memory.oom_numbers(_mem(oom_count=1, device_total_bytes=80 * G, weights_estimate_bytes=14e9,
+                                    device_free_bytes=0.1 * G, process_used_bytes=79.9 * G))
+    assert small["oom_weights"][0] is False and small["oom_external"][0] is False
+    assert memory.oom_numbers(_mem(device_total_bytes=80 * G, weights_estimate_bytes=14e9)) == {}  # no OOM
 
 
 def test_the_report_model_ranks_the_other_candidates_and_siblings_stand_in_without_it() -> None:
