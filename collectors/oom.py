@@ -97,6 +97,7 @@ class ModelHints:
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     parallel_stated: bool = False
+    tp_rank_max: int | None = None  # the highest tensor-parallel rank a log prefix names ("[… TP7]"): at least that + 1
     launch_seen: bool = False  # a launch command line (vllm serve, api_server --model, …)
     gpu_count: int | None = None
     gpu_model: str = ""
@@ -469,6 +470,9 @@ _TP = re.compile(
     r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
     r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
 )
+# a rank, not a size: the rank in a log record's prefix (SGLang's "[2025-03-07 21:49:33 TP13]", "[… DP0 TP3]") or a
+# worker's name (vLLM's "(VllmWorker TP1 pid=…)", "(Worker_TP1 pid=…)")
+_TP_RANK = re.compile(r"\[[^\]\n]*\d:\d\d[^\]\n]*?\bTP(?P<r>\d+)\b[^\]\n]*\]|Worker[_ ]TP(?P<w>\d+)\b")
 _PP = re.compile(r"(?:--pipeline[-_]parallel[-_]size|-pp|pipeline_parallel_size)\s*[=\s]\s*(?P<n>\d+)")
 _UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*\(?(?P<v>0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
 _WEIGHTS_TOOK = re.compile(
@@ -702,7 +706,13 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             said = True
     if "tensor" in low or "-tp" in low or "tp_size" in low or "shard" in low or "TP" in line or "pipeline" in low \
             or "-pp" in low:
-        m = _TP.search(line)
+        text = line
+        if "TP" in line:
+            for r in _TP_RANK.finditer(line):
+                rank = int(r.group("r") or r.group("w"))
+                hints.tp_rank_max = max(rank, hints.tp_rank_max or 0)
+                text = text.replace(r.group(0), " ")
+        m = _TP.search(text)
         if m:
             hints.tensor_parallel, hints.parallel_stated, said = int(m.group("n") or m.group("m")), True, True
         m = _PP.search(line)

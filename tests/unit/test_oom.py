@@ -454,3 +454,26 @@ def test_quantised_moe_on_two_gpus_fits_so_the_reported_cause_stands() -> None:
     assert ev["mem.weights_estimate_bytes"] == 60_000_000_000  # 120B × 0.5 byte (mxfp4)
     assert ev["mem.tensor_parallel"] == 2 and ev["gpu.count_stated"] == 2
     assert ev["mem.fragmentation_reported"] >= 1  # type: ignore[operator]
+
+
+def test_a_log_prefixs_tensor_parallel_rank_is_no_size() -> None:
+    """SGLang's records carry their rank ("[2025-03-07 21:49:33 TP13]", sgl-project/sglang#4184) and vLLM's workers
+    theirs ("(VllmWorker TP1 pid=…)"): a rank, not the size (TP0 read as "tensor parallelism 0"); the highest
+    rank seen bounds the size from below. A size stated beside a rank still counts."""
+    def hints(*lines: str) -> tuple[int | None, int | None]:
+        h = HintsParser()
+        for line in lines:
+            h.feed(line)
+        return h.hints.tensor_parallel, h.hints.tp_rank_max
+
+    assert hints("[2025-03-07 21:49:33 TP0] Prefill batch. #new-seq: 1") == (None, 0)
+    assert hints("[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1",
+                 "[2025-03-07 21:49:45 TP9] Decode out of memory happened.") == (None, 13)
+    assert hints("(VllmWorker TP1 pid=4242) INFO 06-01 12:00:04 [gpu_model_runner.py:1595] Loading model") == (None, 1)
+    assert hints("[2025-03-07 21:49:33 DP0 TP3] server_args=ServerArgs(tp_size=8)") == (8, 3)
+    assert hints("Llama 70B served with TP4 on 4xA100") == (4, None)
+    src = HintsSource()
+    for line in _lines("sglang_retraction_warnings_no_oom.txt"):  # ranks TP9 to TP13
+        src.feed(line)
+    (tp,) = [e for e in src.evidence("t") if e.key == "mem.tensor_parallel"]
+    assert tp.value == 14 and "at least" in tp.detail
