@@ -223,10 +223,11 @@ class Histogram:
     total: float
     quantiles: Mapping[float, float]
     windowed: bool  # from the delta of two scrapes (else: since the process started)
+    summed: bool = True  # its ``_sum`` was exposed: a paste of the buckets alone has no total, so no mean
 
     @property
     def mean(self) -> float | None:
-        return self.total / self.count if self.count > 0 else None
+        return self.total / self.count if self.count > 0 and self.summed else None
 
 
 @dataclass(frozen=True)
@@ -519,7 +520,8 @@ def _histograms(parsed: list[_Samples]) -> dict[str, Histogram]:
                 lq = _le(labels.get("quantile", ""))
                 if lq is not None and lq in QUANTILES:
                     qs[lq] = v
-        out[c] = Histogram(count=n_last, total=s_last, quantiles=qs, windowed=windowed)
+        summed = bool(last.get((c, "sum")))
+        out[c] = Histogram(count=n_last, total=s_last, quantiles=qs, windowed=windowed, summed=summed)
     return out
 
 

@@ -161,7 +161,8 @@ def _histograms(r: PromResult, ev: Emit, engines: str, span: str) -> None:
         if hist is None:
             continue
         q = Quality.LOW if hist.count < 10 else Quality.GOOD
-        what = f"{engines} histogram {span}, {hist.count:.0f} requests"
+        # the inter-token latency is observed once per token gap, the others once per request
+        what = f"{engines} histogram {span}, {hist.count:.0f} {'token gaps' if canonical == 'itl' else 'requests'}"
         m = hist.mean
         if m is not None:
             means[canonical] = m

@@ -234,3 +234,22 @@ def test_huge_line_and_mixed_encoding() -> None:
     src = _source(list(iter_text_lines(io.BytesIO(raw))))
     src.evidence("huge")
     src.problems()
+
+
+def test_a_histogram_pasted_without_its_sum_has_no_mean() -> None:
+    """vLLM's inter-token histogram pasted as its buckets alone (vllm-project/production-stack#318): the
+    quantiles come from the buckets, but with no ``_sum`` there is no total and so no mean (it read 0 ms); its
+    count is of token gaps, not requests."""
+    le = ("0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "1.0")
+    counts = ("0.0", "3328.0", "131575.0", "132336.0", "133907.0", "134962.0", "135001.0")
+    lines = ["# TYPE vllm:time_per_output_token_seconds histogram"] + [
+        f'vllm:time_per_output_token_seconds_bucket{{le="{b}",model_name="Qwen/Qwen2.5-Coder-32B-Instruct"}} {n}'
+        for b, n in zip(le, counts, strict=True)]
+    got = {e.key: e for e in _source(lines).evidence("t")}
+    assert "latency.itl_ms.mean" not in got
+    assert 30 < float(got["latency.itl_ms.p50"].value) < 50  # type: ignore[arg-type]
+    assert "135001 token gaps" in got["latency.itl_ms.p50"].detail
+    # with its sum and count the mean is there, as before
+    full = {e.key: e.value for e in _source([*lines, "vllm:time_per_output_token_seconds_sum 5400.0",
+                                             "vllm:time_per_output_token_seconds_count 135001.0"]).evidence("t")}
+    assert _close(full["latency.itl_ms.mean"], 5400.0 / 135001 * 1000)
