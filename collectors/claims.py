@@ -348,6 +348,10 @@ MESSAGES: dict[str, re.Pattern[str]] = {
 }
 
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
+# a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
+# used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
+# and a plain one) for tensors that stay on the host by design (the token embeddings): no fallback from the GPU
+_NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
@@ -624,6 +628,9 @@ class ClaimParser:
         low = line.lower()
         for name in names:
             if _KEYED[name].search(line, low):
+                veto = _NOT_MESSAGE.get(name)
+                if veto is not None and veto.search(line):
+                    continue
                 c.messages[name] += 1
                 c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
 

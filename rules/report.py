@@ -170,7 +170,9 @@ class PlacementReported(ReportRule):
     check ``CUDA_VISIBLE_DEVICES`` and the device index.
 
     False positives: a model too big for the GPU is offloaded partly on purpose (then the CPU part
-    does set the pace, which is the finding); a CPU-only deployment by design.
+    does set the pace, which is the finding); a CPU-only deployment by design. llama.cpp's loader notice that a
+    tensor "cannot be used with preferred buffer type ROCm_Host, using CPU instead" is not counted: it picks a
+    plain host buffer over the pinned one for tensors that stay on the host by design.
     """
 
     code = "PLC001"

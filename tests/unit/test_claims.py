@@ -258,6 +258,12 @@ def test_framework_messages_are_recognised_whatever_surrounds_them() -> None:
     ev = EvidenceSet(loose.analyze_stream("paste", io.BufferedReader(io.BytesIO(ort.encode()))).evidence)
     found, _ = run_rules(ev, decide=False)
     assert any(f.code == "PLC001" and "falls back to the CPU" in f.message for f in found)
+    # llama.cpp's loader choosing a plain host buffer over the pinned one for tensors that stay on the host
+    # (ollama#8776): both are the CPU's memory, nothing fell back from the GPU
+    ggml = ("llm_load_tensors: tensor 'token_embd.weight' (q4_K) (and 531 others) cannot be used with preferred "
+            "buffer type ROCm_Host, using CPU instead\n")
+    assert "report.cpu_fallback_messages" not in _report(ggml)
+    assert _report("No compatible GPU found, using CPU instead\n")["report.cpu_fallback_messages"] == 1
 
 
 def test_the_frameworks_own_advice_is_never_a_claim() -> None:
