@@ -388,8 +388,11 @@ class LittlesLawQueueing(Rule):
     or, from a concurrency sweep, X × ``bench.unloaded_latency_ms``, the latency at concurrency 1,
     an upper bound of the service time).
     Fires when N / S ≥ ``min_oversubscription`` and the waiting share 1 − S/N ≥
-    ``min_waiting_share``. When N / X is within ``closed_loop_tolerance`` of L the client is
-    closed-loop and the figures are consistent (confidence correlated), else heuristic. Impact is
+    ``min_waiting_share``; never with one request in flight (it waits behind nothing), nor when the server timed
+    its own queue (``stage.queue_ms.mean`` beside the compute time) under ``min_waiting_share`` of its request
+    time (``latency.server_ms.mean``, else the latency): the rest of the time went to the server's overhead or
+    the network (perf_analyzer's ``overhead``), not to a queue. When N / X is within ``closed_loop_tolerance`` of
+    L the client is closed-loop and the figures are consistent (confidence correlated), else heuristic. Impact is
     the waiting share.
 
     Evidence: bench.concurrency, throughput.rps, latency.e2e_ms.mean and stage.compute_ms.mean,
@@ -432,11 +435,15 @@ class LittlesLawQueueing(Rule):
         n = _num(ev, "bench.concurrency") or 0.0
         x = _num(ev, "throughput.rps") or 0.0
         lat = _num(ev, "latency.e2e_ms.mean") or 0.0
-        if n <= 0 or x <= 0 or lat <= 0:
-            return None
+        if n <= 1 or x <= 0 or lat <= 0:
+            return None  # one request in flight waits behind nothing
         compute = _num(ev, "stage.compute_ms.mean")
         queue = _num(ev, "stage.queue_ms.mean")
         server = _num(ev, "latency.server_ms.mean") or lat
+        if compute is not None and queue is not None and queue < t.min_waiting_share * server:
+            # the server timed its queue and it is short: the time outside compute went elsewhere (the server's
+            # overhead of reading the inputs, the network), which Little's law cannot tell from waiting
+            return None
         unloaded = _num(ev, "bench.unloaded_latency_ms")
         if compute is not None and compute > 0:
             in_service = x * compute / 1000.0
