@@ -34,7 +34,9 @@ Recognised lines (one example each; numbers vary, extra fields are ignored):
   releases print there (v0.9.2 to the grouped line), or, in its development commits of May 2025, its logging
   layout's logger name (``2025-07-01 12:00:00,017 - lmdeploy - INFO - loggers.py:78 - …``) or a ``DP: 0, `` field
 * TGI request spans: ``total_time="4.1s" validation_time="1.2ms" queue_time="3.2s"
-  inference_time="900ms" time_per_token="45ms"`` and ``Model is overloaded`` rejections.
+  inference_time="900ms" time_per_token="45ms"`` and ``Model is overloaded`` rejections; TEI's (text-embeddings-
+  inference, the same router design): ``openai_embed{total_time="1.06s" tokenization_time="13.3ms"
+  queue_time="626.352µs" inference_time="1.05s"}: text_embeddings_router::http::server: …``
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ _GROUPED_KV = re.compile(r"\bKV cache(?: usage)?:\s*([\d.]+)\s*%")
 
 # -- TGI -----------------------------------------------------------------------------------------
 _TGI_DUR = re.compile(
-    r"\b(total|validation|queue|inference|time_per_token)(?:_time)?=\"?([\d.]+)\s*(ns|µs|us|ms|s|m)\"?"
+    r"\b(total|validation|tokenization|queue|inference|time_per_token)(?:_time)?=\"?([\d.]+)\s*(ns|µs|us|ms|s|m)\"?"
 )
 _TGI_OVERLOADED = re.compile(r"Model is overloaded")
 
@@ -420,6 +422,24 @@ def stats_engine_of(line: str) -> str:
     """Whose vLLM-layout stats line ``line`` is, by what stands before its fields: ``lmdeploy`` or ``vllm``."""
     at = min((i for i in map(line.find, _FIRST_FIELDS) if i >= 0), default=len(line))
     return "lmdeploy" if _LMDEPLOY_BEFORE.search(line, 0, at) else "vllm"
+
+
+def _looks_cut(line: str) -> bool:
+    """Whether a stats line ends before its last field does: on a comma, or in a label (``… GPU KV cache u``, a
+    paste or a terminal wrapping the line at its width)."""
+    tail = line.rstrip()
+    return tail.endswith(",") or ":" not in tail.rsplit(", ", 1)[-1]
+
+
+def _rejoin(held: str, line: str) -> str | None:
+    """``held`` (a stats line that looks cut) and ``line`` as one, when ``line`` is its rest: the whole reads more
+    fields than ``held`` alone and ``line`` is no stats line of its own. A wrap keeps the text's own spaces (``u`` +
+    ``sage: 98.7%``); a comma at the cut gets back the space the wrap ate."""
+    if not line.strip() or _vllm_stats_gate(line):
+        return None
+    joined = held + (" " if held.endswith(",") and not line.startswith(" ") else "") + line
+    before, after = vllm_fields(held), vllm_fields(joined)
+    return joined if after is not None and len(after) > len(before or {}) else None
 
 
 def _vllm_stats_gate(line: str) -> bool:
@@ -758,12 +778,26 @@ class EngineLogParser:
         self.tgi_requests = 0
         self.overloaded = 0
         self.recognised = 0
+        self._held: str | None = None  # a stats line that ends cut off, until the next line says whether it goes on
 
     # ------------------------------------------------------------------------------------------
     def feed(self, line: str) -> bool:
         """Offer one line; True when it was recognised."""
         if self._bench_rows is not None:
             return self._feed_bench(line)
+        if self._held is not None:
+            held, self._held = self._held, None
+            joined = _rejoin(held, line)
+            if joined is not None:  # the rest of a stats line a paste wrapped: read the whole
+                return self._feed_line(joined)
+            self._feed_line(held)
+        if _vllm_stats_gate(line) and _looks_cut(line):
+            self._held = line  # it may go on on the next line: read it then
+            self.recognised += 1
+            return True
+        return self._feed_line(line)
+
+    def _feed_line(self, line: str) -> bool:
         hit = False
         if _vllm_stats_gate(line):
             fast = vllm_values(line)
@@ -813,7 +847,8 @@ class EngineLogParser:
                 self.tgi_requests += 1
                 for k, v in tgi.items():
                     self.tgi.setdefault(k, Reservoir()).add(v)
-                self.engines.setdefault("tgi")
+                # TEI's router is TGI's design for embeddings: its target (or its tokenization stage) names it
+                self.engines.setdefault("tei" if "text_embeddings_router" in line or "tokenization" in tgi else "tgi")
                 hit = True
         if "overloaded" in line and _TGI_OVERLOADED.search(line):
             self.overloaded += 1
@@ -850,6 +885,7 @@ class EngineLogParser:
             for line in clean_lines(lines):
                 self.feed(line)
             return
+        self._flush_held()  # the bulk reader adds lines without feed: what was held is read alone, in order
         blob = "\n".join(lines).encode("utf-8", "replace")
         keys = blob.translate(None, _DIGITS).split(b"\n")
         # a line holding a newline (cannot come from a split), or a benchmark's result block (the lines after
@@ -1150,7 +1186,13 @@ class EngineLogParser:
     def matched(self) -> bool:
         return self.recognised > 0 or self._bench_rows is not None
 
+    def _flush_held(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._feed_line(held)
+
     def summary(self) -> EngineLogSummary:
+        self._flush_held()
         if self._bench_rows is not None:
             self._close_bench()
         if self.benchmark is not None:

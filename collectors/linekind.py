@@ -63,6 +63,9 @@ _LOG = re.compile(
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s"
     r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
     r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"
+    # Rust's tracing layout once its time is stripped: a level, then a span with its fields or a module path
+    # ("INFO generate{total_time=…}: text_generation_router::server: …", "INFO text_generation_launcher: …")
+    r"|(?:INFO|WARN|ERROR|DEBUG|TRACE)\s+[A-Za-z_][\w.-]*(?:\{|::|:\s)"
     r"|~?[a-z][a-z0-9]*(?:_[a-z0-9]+)+:\s"  # a C function's __func__ prefix (a destructor's "~llama_context:")
     r"|[A-Z]\w*\.[a-z_]\w*:\s"  # a Python method's qualified name as its prefix ("Llama.generate: ")
     r"|(?:srv|slot|que|main|init)\s+[\w:]+:\s"

@@ -36,6 +36,10 @@ _PREFIX = re.compile(
     r"[\w.-]{1,64}\s{1,32}\|\s?"  # docker compose: "vllm-1  | "
     r"|\((?:APIServer|EngineCore[\w-]*|VllmWorker[\w-]*|Worker[\w-]*|RayWorkerWrapper)\s+pid=\d+\)\s*"
     r"|\[rank\d+\]:\s*"
+    # llama.cpp's common log: a process id, then minutes.seconds.milliseconds.microseconds since start and a level
+    # letter ("[42027] 1.35.716.244 I slot print_timing: …"; the pid tags the record's continuation lines too)
+    r"|\[\d{2,7}\]\s+"
+    r"|\d{1,5}\.\d\d\.\d{3}\.\d{3}\s+[IWEDT]\s+"
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"  # ISO 8601
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog
 )

@@ -16,7 +16,7 @@ KIND = "engine_log"
 
 # TGI span field → stage name. TGI's "inference" is prefill + decode of a continuously batched
 # request, not one execution of the model, so it stays "inference" rather than "compute".
-_TGI_STAGES = {"queue": "queue", "validation": "preprocess", "inference": "inference"}
+_TGI_STAGES = {"queue": "queue", "validation": "preprocess", "tokenization": "preprocess", "inference": "inference"}
 _BENCH_METRICS = {"TTFT": "ttft", "TPOT": "tpot", "ITL": "itl", "E2EL": "e2e"}
 
 
@@ -158,7 +158,8 @@ def _tgi(s: EngineLogSummary, ev: Emit) -> None:
     if not s.tgi_requests:
         return
     q = Quality.LOW if s.tgi_requests < 10 else Quality.GOOD
-    ev.add("requests.count", s.tgi_requests, "requests", "TGI request spans with timings")
+    who = "TEI" if "tei" in s.engines and "tgi" not in s.engines else "TGI"
+    ev.add("requests.count", s.tgi_requests, "requests", f"{who} request spans with timings")
     means: dict[str, float] = {}
     for field, values in sorted(s.tgi.items()):
         if not values:
@@ -173,15 +174,15 @@ def _tgi(s: EngineLogSummary, ev: Emit) -> None:
         else:
             prefix = f"stage.{_TGI_STAGES.get(field, field)}_ms"
         means[prefix] = mean
-        ev.add(f"{prefix}.mean", mean, "ms", f"TGI {field} over {len(values)} requests", q)
-        ev.add(f"{prefix}.p50", p50, "ms", f"TGI {field}", q)
-        ev.add(f"{prefix}.p99", p99, "ms", f"TGI {field}", q)
+        ev.add(f"{prefix}.mean", mean, "ms", f"{who} {field} over {len(values)} requests", q)
+        ev.add(f"{prefix}.p50", p50, "ms", f"{who} {field}", q)
+        ev.add(f"{prefix}.p99", p99, "ms", f"{who} {field}", q)
     total = means.get("latency.e2e_ms")
     if total:
         for prefix, mean in means.items():
             if prefix.startswith("stage."):
                 stage = prefix[len("stage."):-len("_ms")]
-                ev.add(f"stage.{stage}.share", mean / total, "ratio", f"mean TGI {stage} time / mean total time", q)
+                ev.add(f"stage.{stage}.share", mean / total, "ratio", f"mean {who} {stage} time / mean total time", q)
 
 
 def _benchmark(s: EngineLogSummary, ev: Emit) -> None:

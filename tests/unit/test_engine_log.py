@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diagnose import loose
 from diagnose.collectors.engine_log import (
     EngineLogParser,
     parse_grouped_stats,
@@ -366,3 +367,58 @@ def test_sglang_bench_serving_block() -> None:
     assert ev["requests.count"] == 500
     assert ev["latency.e2e_ms.mean"] == 20100.0 and ev["latency.e2e_ms.p50"] == 19000.0
     assert ev["latency.ttft_ms.mean"] == 9000.0
+
+
+def test_tei_spans_are_teis_with_their_tokenization_stage() -> None:
+    """text-embeddings-inference's router spans (huggingface/text-embeddings-inference#305): TGI's design with a
+    ``tokenization_time`` (the pre-processing stage) and µs queue times; named TEI, not TGI. Typed as log records,
+    the report's prose reader never sees them (their total_time was read as 1.06 s of pre-processing)."""
+    ev = _ev("tei_embed_spans_cpu.txt")
+    assert ev["requests.count"] == 5
+    tokenization = (13.304513, 22.741608, 11.313102, 21.854084, 13.317058)
+    assert abs(_f(ev["stage.preprocess_ms.mean"]) - sum(tokenization) / 5) < 1e-6
+    assert abs(_f(ev["stage.queue_ms.mean"]) - (0.626352 + 0.590231 + 0.66173 + 0.660538 + 0.797575) / 5) < 1e-6
+    assert _f(ev["stage.inference.share"]) > 0.95
+    p = EngineLogParser()
+    with open(os.path.join(LOGS, "tei_embed_spans_cpu.txt"), encoding="utf-8") as fh:
+        for line in clean_lines(fh.readlines()):
+            p.feed(line)
+    assert "tei" in p.engines and "tgi" not in p.engines
+    with open(os.path.join(LOGS, "tei_embed_spans_cpu.txt"), encoding="utf-8") as fh:
+        text = fh.read()
+    res = loose.analyze_stream("paste", io.BufferedReader(io.BytesIO(text.encode())))
+    keys = {e.key for e in res.evidence}
+    assert not any(k.startswith("report.") for k in keys), sorted(k for k in keys if k.startswith("report."))
+
+
+def test_a_stats_line_a_paste_wrapped_is_read_whole() -> None:
+    """A stats line hard-wrapped at a terminal's or an editor's width: mid-label (vllm-project/vllm#1492: ``GPU KV
+    cache u`` / ``sage: 98.7%``) or after a comma (``Waiting: 0 reqs,`` / `` GPU KV cache usage: 4.6%``, and ``…, G`` /
+    ``PU KV cache usage: 9.2%``). The KV reading was lost, and with it the mechanism (a full KV cache read as
+    "neither the KV cache nor a sequence limit is full"). A line that is no continuation is read on its own."""
+    v0 = ("INFO 10-27 20:44:35 llm_engine.py:624] Avg prompt throughput: 642.0 tokens/s, Avg generation throughput: "
+          "61.0 tokens/s, Running: 2 reqs, Swapped: 0 reqs, Pending: 20 reqs, GPU KV cache u",
+          "sage: 98.7%, CPU KV cache usage: 0.0%\".")
+    v1 = ("INFO 01-12 02:58:15 [loggers.py:123] Engine 000: Avg prompt throughput: 1646.8 tokens/s, Avg generation "
+          "throughput: 154.3 tokens/s, Running: 128 reqs, Waiting: 0 reqs,",
+          " GPU KV cache usage: 4.6%, Prefix cache hit rate: 0.0%",
+          "INFO 01-12 02:58:25 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+          "throughput: 3084.3 tokens/s, Running: 128 reqs, Waiting: 0 reqs, G",
+          "PU KV cache usage: 9.2%, Prefix cache hit rate: 0.0%")
+    for lines, kv, n in ((v0, (0.987,), 1), (v1, (0.046, 0.092), 2)):
+        p = EngineLogParser()
+        for line in clean_lines(list(lines)):
+            p.feed(line)
+        s = p.summary()
+        assert s.samples == n and s.kv_usage.count == n, lines
+        assert abs((s.kv_usage.max or 0) - max(kv)) < 1e-9
+    # a cut line whose next line is something else is read alone, and that line on its own
+    p = EngineLogParser()
+    for line in (v0[0], "INFO 10-27 20:44:45 llm_engine.py:624] Avg prompt throughput: 1.0 tokens/s, Running: 3 reqs, "
+                 "Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 10.0%"):
+        p.feed(line)
+    s = p.summary()
+    assert s.samples == 2 and s.running.max == 3 and s.kv_usage.count == 1
+    p = EngineLogParser()
+    p.feed(v0[0])  # the input ends on the cut line: it is read at the end
+    assert p.summary().waiting.max == 20

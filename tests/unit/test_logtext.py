@@ -31,6 +31,14 @@ def test_container_process_and_rank_prefixes_are_stripped_even_nested() -> None:
     assert strip_prefixes("2024-06-02T10:01:02.123Z INFO started") == "INFO started"
     assert strip_prefixes("Jun  2 10:01:02 host vllm[42]: INFO ready") == "INFO ready"
     assert strip_prefixes("plain line") == "plain line"
+    # llama.cpp's common log (llama-server): a process id, then minutes.seconds.ms.µs and a level letter
+    assert strip_prefixes("[42027] 1.35.716.244 I slot print_timing: id  0 | task 388 |") == (
+        "slot print_timing: id  0 | task 388 |")
+    assert strip_prefixes("2.02.846.974 I slot print_timing: id  3 | task 0 | n_decoded =   1081") == (
+        "slot print_timing: id  3 | task 0 | n_decoded =   1081")
+    assert strip_prefixes("[42027] prompt eval time =     789.03 ms /    27 tokens") == (
+        "prompt eval time =     789.03 ms /    27 tokens")
+    assert strip_prefixes("[13059.917043] Memory cgroup out of memory") == "[13059.917043] Memory cgroup out of memory"
 
 
 def test_glued_records_are_split_on_level_tokens_and_carriage_returns() -> None:

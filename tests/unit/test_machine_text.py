@@ -42,6 +42,11 @@ LINES: list[tuple[str, LineKind]] = [
     ("Llama.generate: 1 prefix-match hit, remaining 16 prompt tokens to eval", K.LOG),
     ("[13059.917043] Memory cgroup out of memory: Killed process 25088 (python3) total-vm:528568kB", K.LOG),
     ("Dec  1 09:14:22 node-3 kernel: Out of memory: Killed process 2481 (python3)", K.LOG),
+    # Rust's tracing layout (TGI, TEI) once the time is stripped: a span with its fields, or a module path
+    ('INFO openai_embed{total_time="1.064598176s" tokenization_time="13.304513ms" queue_time="626.352µs"}: '
+     "text_embeddings_router::http::server: router/src/http/server.rs:1290: Success", K.LOG),
+    ("INFO text_generation_launcher: Args { model_id: \"bigscience/bloom-560m\" }", K.LOG),
+    ("ERROR something went wrong with the model", K.PROSE),
     ("Model metadata: {'tokenizer.ggml.add_eos_token': 'false', 'general.architecture': 'llama'}", K.JSON),
     ("+ python3 -m vllm.entrypoints.openai.api_server --model /m --tokenizer /m --max-num-seqs 2", K.COMMAND),
     ("CUDA_VISIBLE_DEVICES=0 python serve.py", K.COMMAND),
