@@ -45,6 +45,9 @@ class Mechanism(StrEnum):
     KV_CAPACITY = "kv_capacity"  # the KV cache is full: preemption, swapping, no room to admit
     FRONT_END_LAG = "front_end_lag"  # the API server (HTTP, tokenising, streaming) lags the engine
     SATURATED_WORKERS = "saturated_workers"  # every worker is busy: too little capacity for the load
+    # not a queue for capacity: requests wait while nothing runs and nothing is full (a hung or dead worker); a
+    # note that explains nothing as healthy (``rules.verdict``)
+    STALLED = "stalled"
 
 
 # categories that only a GPU can have: on a host without one (``HOST_NO_GPU``) no rule may name them

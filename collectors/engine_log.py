@@ -110,6 +110,12 @@ _BENCH_END = re.compile(r"^=+\s*$")
 _BENCH_ROW = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s+(-?[\d.,]+|inf)\s*$")
 # vLLM names end-to-end latency "E2EL", SGLang's bench_serving "E2E Latency"
 _LAT_ROW = re.compile(r"^(Mean|Median|Std|P\d+(?:\.\d+)?)\s+(TTFT|TPOT|ITL|E2EL|E2E Latency)\s*\(ms\)$")
+# the load a serving benchmark offered: vLLM's benchmark_serving prints "Traffic request rate: 4.0" (or "inf", every
+# request at once) before its result block, SGLang's bench_serving a row of its block
+_OFFERED = re.compile(r"^\s*Traffic request rate:\s*(inf|[\d.]+)\b")
+# the same asked on the benchmark's command line ("vllm bench serve … --request-rate inf"): the printed rate wins
+_OFFERED_FLAG = re.compile(r"--request[-_]rate(?:=|\s+)(inf|[\d.]+)\b")
+_BACKEND = re.compile(r"^\s*Backend:\s*([\w.-]+)\s*$")
 _THROUGHPUT = re.compile(
     r"^Throughput:\s*([\d.]+)\s*requests/s,\s*([\d.]+)\s*total tokens/s(?:,\s*([\d.]+)\s*output tokens/s)?"
 )
@@ -720,6 +726,8 @@ class EngineLogSummary:
     kv_capacity_tokens: int | None
     benchmark: BenchmarkResult | None
     benchmark_blocks: int
+    offered_rps: float | None  # the request rate a serving benchmark offered (inf: all at once)
+    bench_backend: str  # the engine a serving benchmark's block names ("Backend: sglang"), lower case
     offline_throughput: Mapping[str, float]
     tgi: Mapping[str, list[float]]
     tgi_requests: int
@@ -773,6 +781,9 @@ class EngineLogParser:
         self._bench_rows: dict[str, float] | None = None
         self.benchmark: BenchmarkResult | None = None
         self.benchmark_blocks = 0
+        self.offered_rps: float | None = None
+        self._offered_printed = False  # the benchmark printed its rate: a command line's flag does not replace it
+        self.bench_backend = ""
         self.offline_throughput: dict[str, float] = {}
         self.tgi: dict[str, Reservoir] = {}
         self.tgi_requests = 0
@@ -857,6 +868,15 @@ class EngineLogParser:
             self._bench_rows = {}
             self.benchmark_blocks += 1
             hit = True
+        if "request rate" in line:
+            om = _OFFERED.match(line)
+            if om:
+                self.offered_rps, self._offered_printed = float(om.group(1)), True
+                hit = True
+        elif ("request-rate" in line or "request_rate" in line) and not self._offered_printed:
+            om = _OFFERED_FLAG.search(line)
+            if om:
+                self.offered_rps = float(om.group(1))
         if line.startswith("Throughput:"):
             tm = _THROUGHPUT.match(line)
             if tm:
@@ -1163,8 +1183,14 @@ class EngineLogParser:
             return True
         if line.strip().startswith("-") or not line.strip():
             return True  # a section rule such as ----Time to First Token----
+        om = _OFFERED.match(line)
+        if om:  # SGLang's block holds the offered rate, "inf" included
+            self.offered_rps, self._offered_printed = float(om.group(1)), True
         m = _BENCH_ROW.match(line)
         if not m:
+            bm = _BACKEND.match(line)
+            if bm:
+                self.bench_backend = bm.group(1).lower()
             if ":" in line and len(line) < 120:
                 return True  # a row with a text value ("Backend: sglang", "…concurrency: not set")
             # the block ended without its closing rule (a pasted excerpt): keep what we have
@@ -1227,6 +1253,8 @@ class EngineLogParser:
             kv_capacity_tokens=self.kv_capacity_tokens,
             benchmark=self.benchmark,
             benchmark_blocks=self.benchmark_blocks,
+            offered_rps=self.offered_rps,
+            bench_backend=self.bench_backend,
             offline_throughput=dict(self.offline_throughput),
             tgi={k: list(r.values) for k, r in self.tgi.items()},
             tgi_requests=self.tgi_requests,

@@ -11,7 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Diagnosis, Evidence, Finding, Severity, Verdict
-from diagnose.reports.wording import config_line, healthy_text, probability_text, undetermined_text, watch_lines
+from diagnose.reports.wording import (
+    UNDETERMINED_TEXT,
+    config_line,
+    healthy_text,
+    probability_text,
+    undetermined_text,
+    watch_lines,
+)
 from diagnose.rules.calibration import close
 from diagnose.stage_stats import stage_rows
 from diagnose.units import pct, size
@@ -107,7 +114,8 @@ def _verdict(diagnosis: Diagnosis, console: Console) -> None:
         console.print(Panel(Text("healthy: " + healthy_text(diagnosis) + probability_text(diagnosis)),
                             title="Verdict", border_style="green", title_align="left"))
         return
-    body = Text("undetermined: " + (undetermined_text(diagnosis) if diagnosis.withheld
+    why = undetermined_text(diagnosis)  # the terminal's next steps follow at once: the short form of the plain case
+    body = Text("undetermined: " + (why if why != UNDETERMINED_TEXT
                                     else "the evidence given is too thin to name a bottleneck.") + "\n")
     if diagnosis.next_steps:
         body.append("\nNext steps, most useful first\n", style="bold")

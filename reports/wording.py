@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from diagnose.model import Diagnosis, Severity
+from diagnose.model import Diagnosis, Mechanism, Severity
 from diagnose.units import pct
 
 HEALTHY_TEXT = "the evidence covers the service and shows no significant bottleneck."
@@ -26,6 +26,9 @@ def undetermined_text(diagnosis: Diagnosis) -> str:
                  else f" leads with {first.category} ({pct(first.probability)}) and")
         return (f"{what}, but at {pct(diagnosis.probability)} that is not sure enough to act on alone; the "
                 f"differential{leads} says what separates the candidates.")
+    stalled = next((f for f in diagnosis.findings if f.mechanism is Mechanism.STALLED), None)
+    if stalled is not None:
+        return f"{stalled.title[0].lower()}{stalled.title[1:]} ({stalled.code}); the next steps find where it is stuck."
     return UNDETERMINED_TEXT
 
 

@@ -299,7 +299,8 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
         words = ", ".join(c.split(":", 1)[-1] for c in cues if not c.startswith("s:"))
         pro.append(f"the report's wording leans to it ({leaning[category]:.0%})" + (f": {words}" if words else ""))
     con: list[str] = []
-    if mine and all(claims_only(f) for f in mine if f.severity is not Severity.INFO) and category != NONE:
+    real = [f for f in mine if f.severity is not Severity.INFO]
+    if real and all(claims_only(f) for f in real) and category != NONE:
         con.append("only the report's wording says so: nothing parsed from a log, table or measurement")
     if not mine and category != NONE:
         con.append("no rule found it in the parsed evidence")

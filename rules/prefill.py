@@ -32,6 +32,29 @@ def _ms(x: float) -> str:
     return f"{x:.0f} ms" if x >= 10 else f"{x:.2g} ms"
 
 
+OVERLOAD = 1.2  # a benchmark offered 20 % more requests per second than it served: the queue grew all run
+
+
+def bench_queue(ev: EvidenceSet) -> str | None:
+    """Why a serving benchmark's requests waited for one another, or None: its rate was ``inf`` (every request
+    sent at once), it offered ``OVERLOAD`` × more than it served with no cap on those in flight, or it kept
+    several in flight (its concurrency cap, and what Little's law gives when the latency is known)."""
+    n = ev.value("requests.count") or 0.0
+    served = ev.value("throughput.rps")
+    offered = ev.value("bench.offered_rps")
+    cap = ev.value("bench.concurrency")
+    e2e = ev.value("latency.e2e_ms.mean")
+    if ev.value("bench.burst") and n >= 2 and (cap is None or cap >= 2):
+        return f"the benchmark sent its {n:,.0f} requests at once (request rate inf)"
+    if offered is not None and served and cap is None and offered >= OVERLOAD * served:
+        return f"the benchmark offered {offered:g} requests/s and the server completed {served:g}"
+    if cap is not None and cap >= 2:
+        inflight = served * e2e / 1000.0 if served and e2e else cap
+        if inflight >= 2:
+            return f"the benchmark kept about {min(cap, inflight):,.0f} requests in flight"
+    return None
+
+
 class PrefillBoundTtft(Rule):
     """Time to first token is dominated by prefill.
 
@@ -43,19 +66,19 @@ class PrefillBoundTtft(Rule):
     attention); without chunking, one long prefill also stalls every running decode. Adding
     replicas for "queueing" does not help; shorter or cached prompts and chunked prefill do.
 
-    How it decides: (1) the prefill share, ``stage.prefill.share`` or ``stage.prefill_ms`` over
-    ``latency.ttft_ms``, is at least ``min_share`` while TTFT (when known) is at least
-    ``min_ttft_ms``; or (2) a load-condition table shows the wait (queue or TTFT) at least
-    ``min_prompt_ratio`` × longer for long prompts than for short ones while concurrency alone moves
-    it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least ``min_prompt_tokens``
-    and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
-    (``serving.waiting_max`` under ``max_waiting``). Then the prefill is judged against the model
-    and the device, not a fixed token count: with ``model.params`` and ``gpu.name`` known, the
-    prefill's dense compute (2 FLOPs per parameter per token, at ``diagnose.rules.hardware.PREFILL_MFU`` of
-    the GPU's datasheet TFLOP/s, times ``mem.tensor_parallel``) either explains at least
-    ``explains`` of the TTFT (prefill-bound) or the measured rate is that many times slower (a slow
-    prefill: attention backend, offload, time before the prefill); with only the model's size, the
-    useful TFLOP/s is stated; with neither, the finding says the rate cannot be judged.
+    How it decides: (1) the prefill share, ``stage.prefill.share`` or ``stage.prefill_ms`` over ``latency.ttft_ms``,
+    is at least ``min_share`` while TTFT (when known) is at least ``min_ttft_ms``; or (2) a load-condition table
+    shows the wait (queue or TTFT) at least ``min_prompt_ratio`` × longer for long prompts than for short ones while
+    concurrency alone moves it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least
+    ``min_prompt_tokens`` and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
+    (``serving.waiting_max`` under ``max_waiting``, and no benchmark load that queues requests: every request sent
+    at once, more offered than served, or several in flight at a time: ``bench_queue``). Then the prefill is judged
+    against the model and the device, not a fixed token count: with ``model.params`` and ``gpu.name`` known, the
+    prefill's dense compute (2 FLOPs per parameter per token, at ``diagnose.rules.hardware.PREFILL_MFU`` of the
+    GPU's datasheet TFLOP/s, times ``mem.tensor_parallel``) either explains at least ``explains`` of the TTFT
+    (prefill-bound) or the measured rate is that many times slower (a slow prefill: attention backend, offload, time
+    before the prefill); with only the model's size, the useful TFLOP/s is stated; with neither, the finding says
+    the rate cannot be judged.
 
     Evidence: one of stage.prefill.share, stage.prefill_ms.* with latency.ttft_ms.*,
     scaling.<queue|ttft|prefill|e2e>_ms.prompt_length_ratio, tokens.input_mean with
@@ -90,7 +113,8 @@ class PrefillBoundTtft(Rule):
         "stage.prefill.share", "stage.prefill_ms.p50", "stage.prefill_ms.mean", "latency.ttft_ms.p50",
         "latency.ttft_ms.mean", "latency.e2e_ms.p50", "latency.e2e_ms.mean", "tokens.input_mean",
         "serving.prefix_cache_hit_ratio", "serving.waiting_max", "model.params", "gpu.name", "mem.tensor_parallel",
-        "serving.engine_version", "serving.vllm_v1",
+        "serving.engine_version", "serving.vllm_v1", "bench.burst", "bench.offered_rps", "bench.concurrency",
+        "throughput.rps", "requests.count",
         *(f"scaling.{m}_ms.{k}" for m in _METRICS for k in ("prompt_length_ratio", "concurrency_ratio",
                                                               "long_prompt_p50", "short_prompt_max")),
     )
@@ -203,7 +227,7 @@ class PrefillBoundTtft(Rule):
         tokens = ev.value("tokens.input_mean")
         waiting = ev.value("serving.waiting_max")
         if (tokens is None or ttft is None or tokens < t.min_prompt_tokens or ttft < t.slow_ttft_ms
-                or (waiting is not None and waiting >= t.max_waiting)):
+                or (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None):
             return None
         rate = tokens / (ttft / 1000)
         head = f"{tokens:,.0f}-token prompts meet a time to first token of {_ms(ttft)} ({rate:,.0f} prompt tokens/s)"

@@ -74,6 +74,11 @@ class EngineQueueSaturated(Rule):
     sequence limit (each line was written as the whole batch finished); else the mechanism is left unnamed
     and the message says what shows it.
 
+    Requests that wait while no sample with them saw a batch running, the KV cache held nothing (under
+    ``stall_kv``) and a stats interval generated no token (with no preemption or swapping) are no queue for
+    capacity: the scheduler has stopped (a hang, a dead worker). The rule then returns a note (severity info)
+    saying so, with how to find where it is stuck, and no bottleneck.
+
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
     unchanged, so tuning kernels or prompts does not help.
@@ -148,6 +153,33 @@ class EngineQueueSaturated(Rule):
         small_batch: float = 16.0  # a running batch this small leaves the per-step token budget mostly free
         kv_low: float = 0.3  # under 30 % KV usage neither memory nor long contexts hold the queue
         min_queue_time_share: float = 0.3  # requests queued ≥ 30 % of their time over the window: a standing queue
+        stall_kv: float = 0.01  # an empty KV cache (under 1 %) while requests wait and nothing runs: nothing holds them
+
+    def _stalled(self, ev: EvidenceSet, waiting_max: float, samples: float) -> Finding:
+        """Requests wait while the engine runs nothing, holds nothing in its KV cache and generates nothing: no
+        capacity holds them, the scheduler has stopped (a hang, a dead worker, a deadlock). A note, no bottleneck:
+        more capacity would not move them."""
+        return self.finding(
+            severity=Severity.INFO,
+            confidence=Confidence.CORRELATED,
+            title="The engine stopped scheduling: requests wait while nothing runs",
+            message=(f"Up to {waiting_max:.0f} requests wait while no stats line with requests waiting shows a "
+                     f"running batch, the KV cache holds nothing (under 1 %) and an interval generated no token "
+                     f"({samples:.0f} stats lines): nothing is full, so no limit or capacity holds them. The "
+                     "scheduler has stopped: a hung or dead worker, a deadlock, an engine bug. More capacity or a "
+                     "higher limit would not move them."),
+            impact=0.0,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[Fix("Find where the engine is stuck", (
+                "py-spy dump --pid PID of the engine process (vLLM V1: the EngineCore process, and its workers): "
+                "the stack shows what it waits on",
+                "Check that every worker process is alive and that the log has no error before the stall (NCCL "
+                "timeouts, a worker's traceback)",
+                "Restart the engine; if the stall comes back, try the previous release or turn off the feature "
+                "the stall started with (multi-step scheduling, chunked prefill, speculative decoding)",
+            ), Risk.SAFE)],
+            mechanism=Mechanism.STALLED,
+        )
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         waiting_max = _num(ev, "serving.waiting_max") or 0.0
@@ -180,6 +212,10 @@ class EngineQueueSaturated(Rule):
         queued_peak = _num(ev, "serving.running_when_queued_max")
         running_peak = queued_peak if queued_peak is not None else running_max
         kv_peak = _num(ev, "serving.kv_cache_usage_when_queued_max_ratio")
+        gen_min = _num(ev, "serving.generation_tokens_per_s_min")
+        if (queued_peak == 0 and kv_peak is not None and kv_peak <= t.stall_kv and gen_min == 0 and not preempt
+                and not swapped):
+            return self._stalled(ev, waiting_max, samples)
         cause, fixes, mechanism = self._cause(ev, t, kv, kv_peak, preempt, swapped, cap, running_peak, running)
 
         msg = (
@@ -704,4 +740,83 @@ class ClientPayloadIO(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO)
+class OfferedAboveThroughput(Rule):
+    """A serving benchmark offered more requests per second than the server completed: the queue grew all run.
+
+    What it detects: an open-loop benchmark (vLLM's ``benchmark_serving`` / ``vllm bench serve`` with
+    ``--request-rate R`` and no ``--max-concurrency``; SGLang's ``bench_serving``) whose offered rate
+    (``Traffic request rate``, ``bench.offered_rps``) is at least ``min_overload`` × the request throughput it
+    measured (``throughput.rps``).
+
+    Why it matters: arrivals above the service rate are no burst: the backlog grows by the difference every
+    second, so the time to first token of the late requests is the queue, however fast prefill and decode are.
+    The figures such a run prints describe an overloaded server, not the model's speed.
+
+    How it decides: offered ≥ ``min_overload`` × served, no concurrency cap (``bench.concurrency``: a capped
+    client holds the excess itself), at least ``min_requests`` requests. The impact is the share of the offered
+    load left waiting, 1 − served / offered; with the run's duration the backlog it left is stated.
+
+    Evidence: bench.offered_rps, throughput.rps; optionally requests.count, bench.concurrency,
+    bench.duration_s, latency.ttft_ms.mean, latency.ttft_ms.p50.
+
+    Fix: benchmark below the knee (a request rate under the measured throughput, or a concurrency cap;
+    ``diagnose sweep URL`` finds the knee) before reading latency; or add capacity (replicas, tensor
+    parallelism, a larger step budget) for that rate.
+
+    False positives: a short run whose throughput includes the ramp at its start and end (``min_requests``).
+    """
+
+    code = "QUE006"
+    name = "offered-above-throughput"
+    category = Category.QUEUEING
+    requires = ("bench.offered_rps", "throughput.rps")
+    optional = ("requests.count", "bench.concurrency", "bench.duration_s", "latency.ttft_ms.mean",
+                "latency.ttft_ms.p50")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_overload: float = 1.2  # 20 % more offered than served: no rounding or ramp explains it
+        min_requests: float = 20.0  # a shorter run's throughput is mostly its ramp
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        offered = _num(ev, "bench.offered_rps") or 0.0
+        served = _num(ev, "throughput.rps") or 0.0
+        n = _num(ev, "requests.count")
+        if (offered <= 0 or served <= 0 or offered < t.min_overload * served or _num(ev, "bench.concurrency")
+                is not None or (n is not None and n < t.min_requests)):
+            return None
+        waiting = 1.0 - served / offered
+        duration = _num(ev, "bench.duration_s")
+        ttft = _num(ev, "latency.ttft_ms.mean") or _num(ev, "latency.ttft_ms.p50")
+        msg = (f"The benchmark offered {offered:g} requests/s and the server completed {served:g}: "
+               f"{offered - served:.3g} more arrived every second than it served, so the queue grew through the run"
+               + (f" (about {(offered - served) * duration:,.0f} requests behind by its end, after {duration:,.0f} s)"
+                  if duration else "")
+               + ". Latency measured this way is mostly waiting"
+               + (f": the mean time to first token of {ttft / 1000:,.1f} s is the backlog, not the prefill"
+                  if ttft is not None and ttft >= 1000 else "")
+               + ".")
+        return self.finding(
+            severity=severity_for(waiting),
+            confidence=Confidence.CORRELATED,
+            title="The benchmark offered more than the server serves",
+            message=msg,
+            impact=waiting,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"offered |{bar(1.0)}| {offered:g}/s\nserved  |{bar(served / offered)}| {served:g}/s",
+            fixes=[
+                Fix("Measure below the knee", (
+                    f"Re-run at a request rate under {served:g}/s, or cap the requests in flight "
+                    "(vLLM bench: --max-concurrency N): latency then shows the model, not the backlog",
+                    "`diagnose sweep URL` raises the load step by step and finds the rate where latency turns up"),
+                    Risk.SAFE),
+                Fix("Serve the offered rate", (
+                    "Add replicas behind the load balancer, or more tensor parallelism for each",
+                    f"Raise the engine's per-step budget where the KV cache has room ({advice.step_budget(ev)})"),
+                    Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO,
+                                 OfferedAboveThroughput)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from diagnose.model import Evidence, EvidenceSet, Finding, Quality, Severity, Target, Verdict
+from diagnose.model import Evidence, EvidenceSet, Finding, Mechanism, Quality, Severity, Target, Verdict
 from diagnose.rules import report_model
 from diagnose.rules.report import claims_only
 
@@ -252,6 +252,9 @@ def decide(
     lead = next((f for f in findings if f.severity is not Severity.INFO), None)
     if lead is not None:
         return Verdict.BOTTLENECK, (confirm_steps(ev, lead.label, target) if claims_only(lead) else ())
+    stalled = next((f for f in findings if f.mechanism is Mechanism.STALLED), None)
+    if stalled is not None:  # requests wait and nothing runs: no bottleneck to name, and nothing healthy either
+        return Verdict.UNDETERMINED, tuple(s for fx in stalled.fixes for s in fx.steps)[:MAX_STEPS]
     failing = signals(ev)
     covered = bool(covered_by(ev))
     if not failing and _explained(findings):
@@ -292,5 +295,6 @@ def latency_step(ev: EvidenceSet, target: Target | None = None) -> str:
 
 
 def _explained(findings: Iterable[Finding]) -> bool:
-    """An informational finding explains what the user saw (a healthy pattern mistaken for a fault)."""
-    return any(f.severity is Severity.INFO for f in findings)
+    """An informational finding explains what the user saw (a healthy pattern mistaken for a fault); a stalled
+    scheduler's note explains nothing away."""
+    return any(f.severity is Severity.INFO and f.mechanism is not Mechanism.STALLED for f in findings)

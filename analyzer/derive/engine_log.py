@@ -17,6 +17,8 @@ KIND = "engine_log"
 # TGI span field → stage name. TGI's "inference" is prefill + decode of a continuously batched
 # request, not one execution of the model, so it stays "inference" rather than "compute".
 _TGI_STAGES = {"queue": "queue", "validation": "preprocess", "tokenization": "preprocess", "inference": "inference"}
+_BACKENDS = {"sglang": "SGLang", "vllm": "vLLM", "openai": "vLLM", "openai-chat": "vLLM", "lmdeploy": "LMDeploy",
+             "tgi": "TGI", "trt": "TensorRT-LLM", "tensorrt-llm": "TensorRT-LLM"}
 _BENCH_METRICS = {"TTFT": "ttft", "TPOT": "tpot", "ITL": "itl", "E2EL": "e2e"}
 
 
@@ -28,7 +30,8 @@ class EngineLogSource:
     triggers = ("Running:", "Waiting:", "Pending:", "-req:", "_req:", "preempt", "Preempt", "num_seqs", "num-seqs",
                 "batched", "max_running",
                 "max-running", "Maximum concurrency", "GPU blocks", "KV cache size", "retracted", "_time",
-                "overloaded", ("Benchmark Result", 0, 60), "Throughput:")  # with the rows of a result block
+                "overloaded", ("Benchmark Result", 0, 60), "Throughput:", "request rate", "request-rate",
+                "request_rate")  # with the rows of a result block
 
     def __init__(self) -> None:
         self._parser = EngineLogParser()
@@ -195,7 +198,11 @@ def _benchmark(s: EngineLogSummary, ev: Emit) -> None:
     if b is None:
         return
     q = Quality.GOOD if b.complete else Quality.PARTIAL
-    what = "vLLM serving benchmark"
+    what = f"{_BACKENDS.get(s.bench_backend, s.bench_backend or 'vLLM')} serving benchmark"
+    if s.offered_rps is not None and s.offered_rps == float("inf"):
+        ev.add("bench.burst", 1, "flag", f"{what}: request rate inf, every request sent at once", q)
+    elif s.offered_rps is not None:
+        ev.add("bench.offered_rps", s.offered_rps, "requests/s", f"{what}: the request rate it offered", q)
     rows = b.rows
     n = rows.get("Successful requests")
     if n is not None:

@@ -422,3 +422,25 @@ def test_a_stats_line_a_paste_wrapped_is_read_whole() -> None:
     p = EngineLogParser()
     p.feed(v0[0])  # the input ends on the cut line: it is read at the end
     assert p.summary().waiting.max == 20
+
+
+def test_a_serving_benchmarks_offered_load_and_backend() -> None:
+    """The load a serving benchmark offered: vLLM's "Traffic request rate: 4.0" before its block, SGLang's row in its
+    block, or ``--request-rate inf`` on the command line (every request at once: ``bench.burst``); SGLang's block is
+    labelled SGLang's ("Backend: sglang"), not vLLM's."""
+    ev = _ev("vllm_bench_serving_rate4_above_throughput.txt")
+    assert ev["bench.offered_rps"] == 4.0 and ev["throughput.rps"] == 2.11 and "bench.burst" not in ev
+    ev = _ev("vllm_bench_serve_burst_long_prompts.txt")
+    assert ev["bench.burst"] == 1 and "bench.offered_rps" not in ev
+    src = EngineLogSource()
+    with open(os.path.join(LOGS, "sglang_bench_serving_concurrency_330.txt"), encoding="utf-8") as fh:
+        for line in clean_lines(fh.readlines()):
+            src.feed(line)
+    got = {e.key: e for e in src.evidence("t")}
+    assert got["bench.offered_rps"].value == 330.0 and got["bench.concurrency"].value == 330.0
+    assert got["throughput.rps"].detail.startswith("SGLang serving benchmark")
+    # the printed rate wins over a flag on a command line that came before it
+    p = EngineLogParser()
+    for line in ("vllm bench serve --model m --request-rate inf", "Traffic request rate: 8.0"):
+        p.feed(line)
+    assert p.summary().offered_rps == 8.0

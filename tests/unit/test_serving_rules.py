@@ -6,12 +6,14 @@ import os
 
 import pytest
 
+from diagnose import pipeline
 from diagnose.collectors.logtext import clean_lines
 from diagnose.derive.bench import BenchSource
 from diagnose.derive.engine_log import EngineLogSource
 from diagnose.derive.prom import PromSource
 from diagnose.loose import analyze_lines
-from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity, Verdict
+from diagnose.reports.wording import undetermined_text
 from diagnose.rules.engine import run_rules
 from diagnose.rules.serving import ClientPayloadIO, EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
 from tests.conftest import DATA
@@ -59,11 +61,34 @@ def _set(**values: float) -> EvidenceSet:
         ("bench/perf_analyzer_bulleted_grpc.txt", set()),
         # one request in flight, the server's own queue 57 µs of 235.8 ms: its overhead is no queue (triton#4250)
         ("bench/perf_analyzer_overhead_dominant_concurrency1.txt", set()),
+        # 22 pending, nothing running, an empty KV cache, no token generated: a stall, no queue for capacity
+        ("logs/vllm_v0_multistep_stall_pending.txt", set()),
     ],
 )
 def test_queueing_findings_on_samples(rel: str, codes: set[str]) -> None:
     found = {c for c, f in _findings(_evidence(rel)).items() if f.severity is not Severity.INFO}
     assert found == codes
+
+
+def test_a_stalled_scheduler_is_no_queue_for_capacity_and_no_health() -> None:
+    """vLLM's multi-step scheduling in development (vllm-project/vllm#8378): after three completions requests stack
+    up in pending (12, then 22) while no stats line shows one running, the KV cache is empty and the last interval
+    generated nothing. Nothing is full, so no limit or capacity holds them: the scheduler stopped. A note with
+    where to look (py-spy on the engine), never a committed queueing bottleneck (it read "queueing, 92 %") and
+    never "healthy" (a note otherwise explains a healthy pattern)."""
+    ev = _evidence("logs/vllm_v0_multistep_stall_pending.txt")
+    f = _findings(ev)["QUE002"]
+    assert f.severity is Severity.INFO and f.mechanism is Mechanism.STALLED
+    assert "Up to 22 requests wait" in f.message and "py-spy dump" in f.fixes[0].steps[0]
+    d = pipeline.judge(ev)
+    assert d.overall is Verdict.UNDETERMINED and d.next_steps[0].startswith("py-spy dump")
+    assert "the engine stopped scheduling" in undetermined_text(d)
+    # one running batch among the samples with requests waiting, or a KV cache in use, is no stall
+    for key, value in (("serving.running_when_queued_max", 2.0), ("serving.kv_cache_usage_when_queued_max_ratio",
+                                                                   0.4)):
+        busy = EvidenceSet([e for e in ev if e.key != key] + [Evidence(key, value, "", "t")])
+        g = _findings(busy).get("QUE002")
+        assert g is None or g.mechanism is not Mechanism.STALLED, key
 
 
 def test_kv_bound_cause_and_fix() -> None:

@@ -112,6 +112,42 @@ def test_a_long_prefill_without_model_or_gpu_says_it_cannot_judge_the_rate() -> 
     assert _ttft(tokens__input_mean=500, latency__ttft_ms__mean=4000) is None  # short prompts: not a prefill story
 
 
+def test_a_benchmark_that_queues_its_requests_is_no_prefill_story() -> None:
+    """A serving benchmark's TTFT of long prompts is the prefill only when no request waited for another: not when
+    it sent every request at once (vllm-project/vllm#18136: 50 × 25,000 tokens at ``--request-rate inf``, "8 prompt
+    tokens/s"), offered more than it served (vllm#12568: 4 requests/s against 2.11) or kept hundreds in flight
+    (sgl-project/sglang#8285: 330). Each was committed as prefill-bound "with no request queue in evidence"."""
+    base = dict(tokens__input_mean=25000, latency__ttft_ms__mean=2_945_425.0, requests__count=50)
+    assert _ttft(**base) is not None
+    assert _ttft(**base, bench__burst=1) is None
+    assert _ttft(**base, bench__offered_rps=4.0, throughput__rps=2.11) is None
+    assert _ttft(**base, bench__offered_rps=4.0, throughput__rps=3.9) is not None  # served what it was offered
+    assert _ttft(**base, bench__concurrency=330, throughput__rps=11.91, latency__e2e_ms__mean=26530.0) is None
+    assert _ttft(**base, bench__concurrency=1) is not None  # one at a time: nothing waits
+    for name in ("vllm_bench_serve_burst_long_prompts.txt", "vllm_bench_serving_rate4_above_throughput.txt",
+                 "sglang_bench_serving_concurrency_330.txt"):
+        assert not [f for f in _findings("logs", name) if f.code == "TTF001"], name
+
+
+def test_an_open_loop_benchmark_offered_above_its_throughput_is_queueing() -> None:
+    """vLLM's ``benchmark_serving --request-rate 4`` against a server that completed 2.11 requests/s (vllm#12568): the
+    backlog grew ~1.9 requests a second for 474 s, and the 100 s mean TTFT is that queue (QUE006). Not with a
+    concurrency cap (the client holds the excess), nor when it served what it was offered."""
+    (f,) = [x for x in _findings("logs", "vllm_bench_serving_rate4_above_throughput.txt") if x.code == "QUE006"]
+    assert f.category is Category.QUEUEING and f.severity is Severity.MAJOR
+    assert "offered 4 requests/s and the server completed 2.11" in f.message
+    assert "about 895 requests behind" in f.message and "100.6 s is the backlog" in f.message
+
+    def que6(**values: object) -> bool:
+        ev = EvidenceSet(Evidence(k.replace("__", "."), v, "", "test") for k, v in values.items())
+        return any(x.code == "QUE006" for x in run_rules(ev, rules=RULES)[0])
+
+    assert que6(bench__offered_rps=4.0, throughput__rps=2.11, requests__count=1000)
+    assert not que6(bench__offered_rps=4.0, throughput__rps=2.11, requests__count=1000, bench__concurrency=64)
+    assert not que6(bench__offered_rps=4.0, throughput__rps=3.8, requests__count=1000)
+    assert not que6(bench__offered_rps=4.0, throughput__rps=2.11, requests__count=10)  # a ramp, not a run
+
+
 def test_prefill_fixes_follow_the_vllm_generation() -> None:
     base = dict(tokens__input_mean=16000, latency__ttft_ms__mean=15000)
     v1 = _ttft(**base, serving__vllm_v1=1)
