@@ -70,6 +70,7 @@ _LOG = re.compile(
     r"|[A-Z]\w*\.[a-z_]\w*:\s"  # a Python method's qualified name as its prefix ("Llama.generate: ")
     r"|(?:srv|slot|que|main|init)\s+[\w:]+:\s"
     r"|\S+\.py:\d+: \w*(?:Warning|Error):"  # Python's warnings module: "path.py:24: DeprecationWarning: …"
+    r"|(?:[\w ./-]{0,40}:\s*)?\d{1,3}%\|[^|]{0,120}\|\s*\d+/\d+"  # a tqdm progress bar: "100%|████| 1000/1000 [07:53<…"
     r")"
 )
 _CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:async\s+)?(?:if|elif|while|for|with|def|class|try|except)\b.*[:(,]\s*$"
@@ -156,8 +157,17 @@ def inline_command(line: str) -> tuple[int, int] | None:
     return None
 
 
+# a program's aligned key-value row ("Successful requests:                     1000", "Mean TTFT (ms):   4090.94"):
+# a label, its colon, then padding to a column (two spaces or more) and a short value; and a rule or a titled rule
+# around a printed block ("====== Serving Benchmark Result ======", "-----Time to First Token-----")
+_ALIGNED = re.compile(r"[A-Za-z(#][^:]{0,80}:\s{2,}\S+(?:\s\S+){0,2}")
+_RULE = re.compile(r"[=\-~*]{5,}|[=\-~*]{3,}[^=\-]{1,80}[=\-~*]{3,}")  # a markdown "---" is a person's separator
+
+
 def _tabular(text: str) -> bool:
     if text.startswith("|") or text.count("|") >= 3 or _BOX.search(text):
+        return True
+    if _ALIGNED.fullmatch(text) or _RULE.fullmatch(text):
         return True
     if text.count("\t") >= 2:
         return True

@@ -108,7 +108,9 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
     x = {"bias": 1.0, "prose": prose, "healthy": healthy,
          "struct_measured": conf == "measured", "struct_correlated": conf == "correlated",
          "struct_heuristic": conf == "heuristic", "struct_thin": conf == "thin",
-         "lean_known": known, "prose_logit": prose * lp,
+         # whether the report model spoke at all weighs only an answer that rests on prose or on nothing: a
+         # structured answer's support is its own, and the model's view may add to it, never take from it
+         "lean_known": known and not struct, "prose_logit": prose * lp,
          # measured and structured evidence outranks prose: the report's wording may add to a structured
          # answer's support, never take from it (an engine's own warnings read as prose must not sink it)
          "struct_logit": struct * max(0.0, lp), "healthy_logit": healthy * lp,

@@ -6,8 +6,12 @@ prefixes, Python's warnings and tracebacks, Prometheus exposition, ``sh -x`` com
 
 from __future__ import annotations
 
+import io
+import os
+
 import pytest
 
+from diagnose import loose
 from diagnose.collectors.claims import ClaimParser
 from diagnose.collectors.engine_log import EngineLogParser
 from diagnose.collectors.linekind import LineKind, inline_command, kind_of
@@ -27,6 +31,7 @@ from diagnose.model import (
 from diagnose.rules import verdict
 from diagnose.rules.engine import run_rules
 from diagnose.rules.serving import EngineQueueSaturated
+from tests.conftest import DATA
 
 K = LineKind
 LINES: list[tuple[str, LineKind]] = [
@@ -47,6 +52,15 @@ LINES: list[tuple[str, LineKind]] = [
      "text_embeddings_router::http::server: router/src/http/server.rs:1290: Success", K.LOG),
     ("INFO text_generation_launcher: Args { model_id: \"bigscience/bloom-560m\" }", K.LOG),
     ("ERROR something went wrong with the model", K.PROSE),
+    # a benchmark's printed block: aligned key-value rows and its titled rules; a tqdm progress bar
+    ("Successful requests:                     1000", K.TABLE),
+    ("Mean TTFT (ms):                          100636.33", K.TABLE),
+    ("============ Serving Benchmark Result ============", K.TABLE),
+    ("---------------Time to First Token----------------", K.TABLE),
+    ("100%|██████████████████████| 1000/1000 [07:53<00:00,  2.11it/s]", K.LOG),
+    ("Processed prompts: 100%|██████████| 500/500 [00:21<00:00, 23.4it/s]", K.LOG),
+    ("---", K.PROSE),  # a person's markdown separator
+    ("Note:  the GPU is idle while the queue grows and nobody knows why", K.PROSE),
     ("Model metadata: {'tokenizer.ggml.add_eos_token': 'false', 'general.architecture': 'llama'}", K.JSON),
     ("+ python3 -m vllm.entrypoints.openai.api_server --model /m --tokenizer /m --max-num-seqs 2", K.COMMAND),
     ("CUDA_VISIBLE_DEVICES=0 python serve.py", K.COMMAND),
@@ -297,3 +311,16 @@ def test_queueing_names_its_mechanism() -> None:
     assert busy is not None and busy.mechanism is Mechanism.SATURATED_WORKERS
     assert busy.to_json()["mechanism"] == "saturated_workers"
     assert Finding.from_json(busy.to_json()).mechanism is Mechanism.SATURATED_WORKERS
+
+
+def test_a_benchmarks_printed_block_gives_no_words_and_no_title() -> None:
+    """SGLang's bench_serving block (sgl-project/sglang#8285) is the program's: its aligned rows are a table (their
+    numbers may be read as a table's), never the reporter's words; the title is the person's sentence above it."""
+    with open(os.path.join(DATA, "logs", "sglang_bench_serving_concurrency_330.txt"), encoding="utf-8") as fh:
+        text = fh.read()
+    ev = {e.key: e.value for e in loose.analyze_stream("p", io.BufferedReader(io.BytesIO(text.encode()))).evidence}
+    assert str(ev["report.title"]).startswith("The results are as follows")
+    cues = ev.get("report.cues")
+    assert isinstance(cues, dict)
+    words = {k for k in cues if k.startswith("w:")}
+    assert not {"w:successful", "w:throughput", "w:benchmark_duration", "w:backend"} & words, words
