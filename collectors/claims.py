@@ -458,7 +458,9 @@ _BOILERPLATE = re.compile(
     r"unallocated memory is large|If reserved memory is >> allocated memory|max_split_size_mb to avoid "
     r"fragmentation|Including non-PyTorch memory|PYTORCH_CUDA_ALLOC_CONF|may or may not have an "
     r"negative impact|It might have negative impact on performance|This can affect the end-to-end performance"
-    r"|Increase gpu_memory_utilization or tensor_parallel_size",
+    r"|Increase gpu_memory_utilization or tensor_parallel_size"
+    # the XPU allocator's own hint, printed with every OOM of torch.xpu
+    r"|Please use `?empty_cache`? to release all unoccupied cached memory",
     re.IGNORECASE,
 )
 

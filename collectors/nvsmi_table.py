@@ -56,6 +56,7 @@ FAILURES: tuple[tuple[str, str, str], ...] = (
 TRIGGERS: tuple[str | tuple[str, int, int], ...] = (
     ("NVIDIA-SMI", 2, 0), ("Driver Version:", 2, 0), ("MiB", 1, 0), ("GiB", 1, 0), ("MB", 1, 0), "N/A",
     "Processes:", "processes:", "Process name", "No running processes found", "MIG devices:",
+    "--------------------+",  # the border that closes the processes block (an empty list, when no row came)
     *(literal for literal, _, _ in FAILURES),
 )
 
@@ -79,6 +80,7 @@ _LOOSE_PROC = re.compile(
 )
 _MIG_IDS = re.compile(r"^\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+|N/A)\s*$")
 _NO_PROCS = "No running processes found"
+_CLOSING_BORDER = re.compile(r"\+-{20,}\+$")  # "+-----…-----+" under the last row (the header's rule is "|===…|")
 
 
 def _cells(line: str) -> list[str]:
@@ -141,9 +143,13 @@ class TableParser:
             self.matched = True
             return True
         if _PROC_HEAD.search(line):
+            # the list is known once a row, "No running processes found" or the block's closing border shows it:
+            # a paste cut after the header (pytorch#4031) lists nothing, it does not say there is nothing
             self._start()
             self._in_procs, self._in_mig = True, False
-            self._listed = True
+            return True
+        if self._in_procs and _CLOSING_BORDER.match(line.strip()):
+            self._listed = True  # the block closed with no row: nothing is listed
             return True
         has_size = "MiB" in line or "GiB" in line or "MB" in line
         if "|" in line and has_size and self._usage_row(line):

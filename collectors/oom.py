@@ -81,6 +81,7 @@ class OomEvent:
     prefill_tokens: int | None = None
     kv_tokens_requested: int | None = None  # SGLang's token pool: the slots the failed allocation asked for
     kv_tokens_free: int | None = None  # … and the slots it had, free and evictable (a hybrid pool: its full one)
+    implausible: str = ""  # a field the message gave that cannot be (more free than the device has): left out
 
     def key(self) -> tuple[object, ...]:
         return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason)
@@ -291,6 +292,16 @@ _DEVICE_INDEX = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*(?P<i>\d+);|\b(?:GPU|NP
 _LEGACY_OPEN = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*\d+;")
 
 
+def _requoted(a: OomEvent, b: OomEvent) -> bool:
+    """Whether ``b`` is ``a`` again, one of them cut short: the same request on a device of the same size, and no
+    field both give that differs."""
+    if a.kind != b.kind or a.kind != "allocator" or a.requested is None or a.requested != b.requested \
+            or a.total is None or a.total != b.total:
+        return False
+    return all(x is None or y is None or x == y for x, y in ((a.free, b.free), (a.allocated, b.allocated),
+                                                             (a.reserved, b.reserved), (a.limit, b.limit)))
+
+
 def parse_allocator_message(text: str) -> OomEvent:
     """Read every field of one allocator message on its own, so a truncated one still yields some."""
     ev = OomEvent(kind="allocator", message=text.strip()[:2000])
@@ -307,6 +318,12 @@ def parse_allocator_message(text: str) -> OomEvent:
             ev.requested = int(jm.group("v"))
     ev.total = _size(_F_TOTAL, text, "v", "v2")
     ev.free = _size(_F_FREE, text, "v", "v2")
+    if ev.free is not None and ev.total and ev.free > 1.01 * ev.total:
+        # ROCm on an APU reports the system's memory as free beside the device's carve-out as its total
+        # (ROCm/TheRock#4598: 84.98 GiB free of 15.49): neither can be trusted against the other, free is left out
+        ev.implausible = (f"the message says {ev.free / 2**30:.2f} GiB free of a {ev.total / 2**30:.2f} GiB device, "
+                          "more than the device has: its free memory is not used")
+        ev.free = None
     ev.limit = _size(_F_ALLOWED, text)
     legacy = (_F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
               or _LEGACY_OPEN.search(text) is not None)
@@ -336,6 +353,11 @@ def parse_allocator_message(text: str) -> OomEvent:
                     "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
         if not ev.other_processes:
             expected["process_used"] = ev.process_used
+        head = (m.group(1).upper() if (m := _DEVICE_HEAD.search(text)) else "")
+        if head in ("HIP", "XPU"):  # ROCm's message never says what this process uses, XPU's what is free either
+            expected.pop("process_used", None)
+        if head == "XPU" or ev.implausible:
+            expected.pop("free", None)
     elif ev.requested is not None and _F_REQUESTED.search(text) and not _JAX_BYTES.search(text):
         # "Tried to allocate X" and nothing after it: the device numbers were cut off
         expected = {"total": None, "free": None, "allocated": None}
@@ -913,10 +935,11 @@ class OomParser:
                 and ev.phase == "profile_run" and ev.line_no - last.line_no <= CONTEXT_LINES):
             self._events[-1] = ev
             return
-        # the same message is often printed twice (the log line, then the exception's last line)
+        # the same message is often printed twice (the log line, then the exception's last line), or quoted again
+        # in part by the person who pasted it: one failure, kept in its most complete copy
         for prev in self._events[-3:]:
-            if prev.key() == ev.key() and ev.line_no - prev.line_no <= CONTEXT_LINES:
-                if prev.truncated and not ev.truncated:
+            if (prev.key() == ev.key() or _requoted(prev, ev)) and ev.line_no - prev.line_no <= CONTEXT_LINES:
+                if len(ev.missing) < len(prev.missing):
                     self._events[self._events.index(prev)] = ev
                 return
         if len(self._events) >= MAX_EVENTS:

@@ -21,6 +21,7 @@ from diagnose.units import GIB, MIB, pct, size
 # a CUDA context with cuBLAS/cuDNN workspaces and the engine's own small buffers: what a process holds on the device
 # beyond its weights before any request (vLLM's profiling logs show 0.45-0.8 GiB)
 CONTEXT_BYTES = float(GIB)
+CAP_SLACK_BYTES = 20.0 * MIB  # PyTorch's caching allocator maps large requests in 20 MiB segments
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,25 @@ class MemView:
     total_note: str = ""  # how the device's size is known when a name implied it ("80 GiB assumed — …")
     profile_used: float | None = None  # vLLM's initial_memory_usage: every process's use once the weights loaded
     profile_non_torch: float | None = None  # vLLM 0.6's non_torch_memory: use beyond this process' tensors
+    limit: float | None = None  # the message's "X allowed": a per-process memory fraction caps PyTorch at X
+
+    @property
+    def capped(self) -> bool:
+        """PyTorch ran into its own cap ("1.05 GiB allowed": ``set_per_process_memory_fraction``), not the device's
+        size: what it held and the request pass the cap while the device had the request free (or free unknown)."""
+        held = self.reserved if self.reserved is not None else self.allocated
+        if self.limit is None or held is None or self.requested is None:
+            return False
+        # the message rounds its sizes and the allocator rounds a request up to its block (up to a 20 MiB segment)
+        slack = max(CAP_SLACK_BYTES, 0.01 * self.limit)
+        return held + self.requested >= self.limit - slack and (self.free is None or self.free >= self.requested)
+
+    @property
+    def held_nothing(self) -> bool:
+        """PyTorch held nothing on a device the request fits in, and it still failed: no working set overflowed
+        (the platform refused that one allocation, or another process took the memory)."""
+        return (self.allocated == 0 and not self.reserved and self.requested is not None and self.total is not None
+                and self.requested < self.total)
 
     @property
     def weights_per_device(self) -> float | None:
@@ -138,6 +158,7 @@ def read_mem(ev: EvidenceSet) -> MemView:
         phase=phase,
         oom=(ev.value("mem.oom_count", 0.0) or 0.0) > 0,
         profile_used=ev.value("mem.profile_device_used_bytes"),
+        limit=ev.value("mem.allocation_limit_bytes"),
         # with tensor or pipeline parallelism NCCL's buffers count there too: not read then
         profile_non_torch=ev.value("mem.profile_non_torch_bytes") if tp * pp == 1 else None,
     )
@@ -197,6 +218,8 @@ def weights_too_big(m: MemView, share: float) -> bool:
 
 
 def is_external(m: MemView, exact_share: float, rough_share: float) -> bool:
+    if m.capped:  # the process ran into its own cap: what others hold did not fail it
+        return False
     s, exact = m.external_share()
     return s is not None and s >= (exact_share if exact else rough_share)
 
@@ -388,8 +411,11 @@ class OomRuntimePeak(Rule):
     CUDA-graph capture (``capture_model``, sampler warm-up, TGI's prefill warm-up), or while serving
     (``execute_model``, ``run_engine_loop``, ``generate``, SGLang's scheduler loop); a KV cache too small
     for one max-length sequence; an engine's KV pool running out while it serves (SGLang's ``Decode out of
-    memory. Try to lower your batch size.`` with the slots it asked for and had); or, with no traceback,
-    PyTorch holding most of the device while the weights are known to fit.
+    memory. Try to lower your batch size.`` with the slots it asked for and had); PyTorch running into its own
+    per-process cap (the message's ``X allowed``: ``set_per_process_memory_fraction``) while the device had the
+    request free; or, with no traceback, PyTorch holding most of the device while the weights are known to fit. A
+    request refused while PyTorch held nothing on a device it fits in is no working set overflowing (a platform's
+    single-allocation limit, or another process).
 
     Why it matters: the weights fit, so the fix is to bound the working set: fewer concurrent
     sequences, shorter maximum length, smaller prefill chunks, or less memory promised to the KV
@@ -454,8 +480,11 @@ class OomRuntimePeak(Rule):
         # weights load tensor by tensor; one request for a large part of the device (or more than it
         # has) is an activation: attention over a long sequence, a big image, a huge batch
         req_share = m.share(m.requested)
-        by_request = m.phase != "loading" and req_share is not None and req_share >= t.huge_request_share
-        if not (by_phase or by_numbers or by_default or by_request):
+        # a request on a device that held nothing of PyTorch's and had room for it is no working set overflowing
+        by_request = (m.phase != "loading" and req_share is not None and req_share >= t.huge_request_share
+                      and not m.held_nothing)
+        by_cap = m.capped  # PyTorch ran into its per-process memory fraction: the cap is its peak's limit
+        if not (by_phase or by_numbers or by_default or by_request or by_cap):
             return None
         ext, frag = self.thresholds_of(OomExternal), self.thresholds_of(OomFragmentation)
         if weights_too_big(m, weights_bar):
@@ -485,11 +514,20 @@ class OomRuntimePeak(Rule):
                        "weights alone fit: the runtime working set is what overflowed.",
             "default": "PyTorch held most of the device when the out-of-memory error was raised: most likely the "
                        "runtime working set (batch × sequence length, activations, KV cache) overflowed.",
-            "request": "A single allocation was asked for a large part of the device: no weight tensor is "
-                       "that big, so it is one activation (attention over a long sequence, a large image or "
-                       "video, a huge batch) that does not fit.",
+            "request": ("A single allocation asked for more than the device has"
+                        if req_share is not None and req_share > 1 else
+                        "A single allocation was asked for a large part of the device")
+                       + ": no weight tensor is that big, so it is one activation (attention over a long sequence, a "
+                         "large image or video, a huge batch) that does not fit.",
         }[m.phase if m.phase in ("profile_run", "warmup", "serving")
           else ("request" if by_request else "unknown" if by_numbers else "default")]
+        if by_cap and m.limit is not None:
+            held = m.reserved if m.reserved is not None else m.allocated
+            msg = (f"PyTorch is capped at {size(m.limit)} for this process (a per-process memory fraction: "
+                   f"torch.cuda.set_per_process_memory_fraction) and held {size(held or 0.0)} when it asked for "
+                   f"{size(m.requested or 0.0)} more"
+                   + (f", with {size(m.free)} of the device free" if m.free is not None else "")
+                   + ": the cap ran out, not the device.")
         ask, free = ev.value("mem.kv_tokens_requested"), ev.value("mem.kv_tokens_free")
         pool = ask is not None or free is not None or "pool ran out" in reason
         if pool and m.phase == "serving" and ask is not None and free is not None and free >= ask:
@@ -542,6 +580,10 @@ class OomRuntimePeak(Rule):
                 Risk.NEEDS_VALIDATION,
             ),
         ]
+        if by_cap:
+            fixes.insert(0, Fix("Raise or remove the process's memory cap", (
+                "Find the torch.cuda.set_per_process_memory_fraction(F) call (a test, a framework's setting) and "
+                "raise F, or drop it where one process owns the device",), Risk.SAFE))
         if pool:  # the engine's own KV pool ran out: its running batch and its pool's size, not activations
             fixes = [
                 Fix("Bound the running batch",
@@ -644,7 +686,7 @@ class OomFragmentation(Rule):
         retries = ev.value("mem.alloc_retries")
         split = ev.value("mem.inactive_split_bytes")
         largest = ev.value("mem.largest_free_block_bytes")
-        gap = is_fragmented(m, t.share_total, t.share_reserved, t.min_bytes)
+        gap = is_fragmented(m, t.share_total, t.share_reserved, t.min_bytes) and not m.capped
         thrashing = retries is not None and retries >= t.min_retries
         # the free memory was there but in pieces smaller than the failed request
         pieces = (m.oom and m.requested is not None and largest is not None and largest < m.requested
@@ -782,7 +824,7 @@ class OomExternal(Rule):
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
-        if not m.oom:
+        if not m.oom or m.capped:  # a process that ran into its own cap was not failed by others' memory
             return None
         held, exact = m.external()
         if held is None:

@@ -83,7 +83,8 @@ class OomSource:
         return bool(res.events) or res.alloc_retries is not None or bool(res.fragmentation_statements)
 
     def problems(self) -> list[str]:
-        return list(self._done().problems)
+        res = self._done()
+        return [*res.problems, *dict.fromkeys(e.implausible for e in res.events if e.implausible)]
 
     def evidence(self, source: str) -> list[Evidence]:
         res = self._done()

@@ -35,6 +35,10 @@ def _real(findings: list[Finding]) -> list[Finding]:
     ("oom_framework_vllm_kv_cache_too_small.txt", "MEM002", Category.OOM_PEAK),
     ("oom_peak_sglang_jax_decode_token_pool.txt", "MEM002", Category.OOM_PEAK),
     ("oom_peak_sglang_decode_token_pool_page_size.txt", "MEM002", Category.OOM_PEAK),
+    # PyTorch capped by a per-process memory fraction ("1.05 GiB allowed") with 244 GiB free: the cap, not another
+    # process (it read oom_external); a 16 GiB tensor on a 15.49 GiB APU whose free cannot be trusted: no fragmentation
+    ("oom_hip_per_process_fraction_cap.txt", "MEM002", Category.OOM_PEAK),
+    ("oom_hip_free_exceeds_total_apu.txt", "MEM002", Category.OOM_PEAK),
     ("oom_fragmentation_torch2_4_serving.txt", "MEM003", Category.OOM_FRAGMENTATION),
     ("oom_external_other_process_torch2_4.txt", "MEM004", Category.OOM_EXTERNAL),
     ("oom_external_vllm_startup_check.txt", "MEM004", Category.OOM_EXTERNAL),
@@ -94,6 +98,16 @@ def test_engine_pool_exhaustion_advises_the_pool_not_activations() -> None:
     (g,) = [x for x in findings if x.code == "MEM002"]
     assert "outgrew the pool" in g.message and "--page-size" not in g.message
     assert g.fixes[0].summary == "Bound the running batch"
+
+
+def test_a_capped_process_and_one_that_held_nothing() -> None:
+    """The cap (ROCm/TheRock#2118) is named with its fix; an XPU request refused while PyTorch held nothing on a
+    device it fits in (an Arc A770's single-allocation limit, intel-extension-for-pytorch#846) is no runtime peak."""
+    (f,) = [x for x in _real(_findings("oom", "oom_hip_per_process_fraction_cap.txt")) if x.code == "MEM002"]
+    assert "capped at 1.05 GiB" in f.message and "the cap ran out, not the device" in f.message
+    assert "set_per_process_memory_fraction" in f.fixes[0].steps[0]
+    held_nothing = [x.code for x in _real(_findings("oom", "oom_xpu_nothing_held_allocation_cap.txt"))]
+    assert "MEM002" not in held_nothing and "MEM003" not in held_nothing, held_nothing
 
 
 def test_fragmentation_message_shows_the_fit() -> None:

@@ -648,3 +648,31 @@ def test_the_q_performance_paste_of_a_power_capped_gpu_is_throttling() -> None:
     assert f.code == "GPU003" and f.confidence.value == "heuristic" and "not idle" in f.message
     idle = text.replace("Idle                              : Not Active", "Idle                              : Active")
     assert not pipeline.judge(EvidenceSet(_read_text(idle).evidence)).findings
+
+
+def test_a_process_block_cut_after_its_header_lists_nothing() -> None:
+    """pytorch/pytorch#4031: nvidia-smi 384.98's table pasted up to the processes header, no row, no "No running
+    processes found", no closing border. That lists nothing; it does not say no process holds the 7.6 GiB (the
+    verdict was "healthy: no listed process holds it"). The block closed by its border with no row does."""
+    head = ["+-----------------------------------------------------------------------------+",
+            "| NVIDIA-SMI 384.98                 Driver Version: 384.98                    |",
+            "|-------------------------------+----------------------+----------------------+",
+            "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |",
+            "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
+            "|===============================+======================+======================|",
+            "|   0  TITAN X (Pascal)    Off  | 00000000:02:00.0  On |                  N/A |",
+            "| 31%   54C    P2    58W / 250W |   7829MiB / 12189MiB |      3%      Default |",
+            "+-------------------------------+----------------------+----------------------+",
+            "",
+            "+-----------------------------------------------------------------------------+",
+            "| Processes:                                                       GPU Memory |",
+            "|  GPU       PID   Type   Process name                             Usage      |"]
+    rule = "|=============================================================================|"
+    border = "+-----------------------------------------------------------------------------+"
+    for lines, listed in ((head, False), ([*head, rule], False), ([*head, rule, border], True)):
+        src = NvsmiSource()
+        for line in clean_lines(lines):
+            src.feed(line)
+        ev = {e.key: e.value for e in src.evidence("t")}
+        assert ("gpu.processes" in ev) is listed, lines[-1]
+        assert ev["gpu.memory_used_bytes"] == 7829 * MiB

@@ -477,3 +477,29 @@ def test_a_log_prefixs_tensor_parallel_rank_is_no_size() -> None:
         src.feed(line)
     (tp,) = [e for e in src.evidence("t") if e.key == "mem.tensor_parallel"]
     assert tp.value == 14 and "at least" in tp.detail
+
+
+def test_rocm_and_xpu_messages_are_whole_without_the_clauses_they_never_print() -> None:
+    """ROCm's message never says what this process uses, XPU's neither that nor what is free (ROCm/TheRock#2118,
+    intel-extension-for-pytorch#846): complete as printed, not "cut short"."""
+    ev = _evidence("oom_hip_per_process_fraction_cap.txt")
+    assert ev["mem.allocation_limit_bytes"] == int(1.05 * GiB) and ev["mem.device_free_bytes"] == int(244.65 * GiB)
+    (hip,) = _oom_events(_lines("oom_hip_per_process_fraction_cap.txt"))
+    assert not hip.truncated, hip.missing
+    xpu = _oom_events(_lines("oom_xpu_nothing_held_allocation_cap.txt"))
+    assert xpu and all(not e.truncated for e in xpu), [e.missing for e in xpu]
+    assert {e.requested for e in xpu} == {8 * GiB, 4 * GiB} and all(e.allocated == 0 for e in xpu)
+
+
+def test_a_free_larger_than_the_device_is_left_out_and_a_requote_is_the_same_failure() -> None:
+    """ROCm on an APU (ROCm/TheRock#4598): "a total capacity of 15.49 GiB of which 84.98 GiB is free" cannot be, so
+    free is not used and the input says why; the reporter's back-quoted first sentence of the same message below it
+    is that failure again, not a second one cut short."""
+    src = OomSource()
+    for line in _lines("oom_hip_free_exceeds_total_apu.txt"):
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("t")}
+    assert ev["mem.oom_count"] == 1 and "mem.device_free_bytes" not in ev
+    assert ev["mem.allocated_bytes"] == int(1.67 * GiB)
+    (why,) = src.problems()
+    assert "84.98 GiB free of a 15.49 GiB device" in why
