@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of
+from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of, printed_row
 from diagnose.collectors.logtext import Keyed
 from diagnose.units import unit_bytes
 
@@ -620,7 +620,8 @@ class ClaimParser:
             m = _OFFLOADING.search(line)
             if m:
                 c.layers = (int(m.group(1)), -1)
-        if kind in _READ_CLAUSES:
+        if kind in _READ_CLAUSES and not (kind is LineKind.TABLE and printed_row(line)):
+            # a program's columns (nsys stats, a profiler's table) are its collector's to read, no one's statement
             for clause in clauses_of(line):
                 self._clause(clause)
 

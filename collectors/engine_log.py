@@ -112,9 +112,14 @@ _BENCH_ROW = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s+(-?[\d.,]+|inf)\s*$")
 _LAT_ROW = re.compile(r"^(Mean|Median|Std|P\d+(?:\.\d+)?)\s+(TTFT|TPOT|ITL|E2EL|E2E Latency)\s*\(ms\)$")
 # the load a serving benchmark offered: vLLM's benchmark_serving prints "Traffic request rate: 4.0" (or "inf", every
 # request at once) before its result block, SGLang's bench_serving a row of its block
-_OFFERED = re.compile(r"^\s*Traffic request rate:\s*(inf|[\d.]+)\b")
+_RATE = r"(inf|\d+(?:\.\d+)?|\.\d+)"
+_OFFERED = re.compile(rf"^\s*Traffic request rate:\s*{_RATE}(?![\d.])")
+# the cap on requests in flight: vLLM 0.6-0.8 print "Maximum request concurrency: 8" (or None) before the block,
+# "--max-concurrency 8" on the command line
+_CAP = re.compile(r"^\s*Max(?:imum)? request concurrency:\s*(\d+)\s*$")
+_CAP_FLAG = re.compile(r"--max[-_]concurrency(?:=|\s+)(\d+)\b")
 # the same asked on the benchmark's command line ("vllm bench serve … --request-rate inf"): the printed rate wins
-_OFFERED_FLAG = re.compile(r"--request[-_]rate(?:=|\s+)(inf|[\d.]+)\b")
+_OFFERED_FLAG = re.compile(rf"--request[-_]rate(?:=|\s+){_RATE}(?![\d.])")
 _BACKEND = re.compile(r"^\s*Backend:\s*([\w.-]+)\s*$")
 _THROUGHPUT = re.compile(
     r"^Throughput:\s*([\d.]+)\s*requests/s,\s*([\d.]+)\s*total tokens/s(?:,\s*([\d.]+)\s*output tokens/s)?"
@@ -434,7 +439,9 @@ def _looks_cut(line: str) -> bool:
     """Whether a stats line ends before its last field does: on a comma, or in a label (``… GPU KV cache u``, a
     paste or a terminal wrapping the line at its width)."""
     tail = line.rstrip()
-    return tail.endswith(",") or ":" not in tail.rsplit(", ", 1)[-1]
+    # on a comma, inside a label, or on a bare number (its unit or its other digits on the next line: "usage: 9" /
+    # "8.7%"); every field of a whole line ends in its unit ("reqs", "%", "tokens/s")
+    return tail.endswith(",") or ":" not in tail.rsplit(", ", 1)[-1] or tail[-1:].isdigit()
 
 
 def _rejoin(held: str, line: str) -> str | None:
@@ -727,6 +734,7 @@ class EngineLogSummary:
     benchmark: BenchmarkResult | None
     benchmark_blocks: int
     offered_rps: float | None  # the request rate a serving benchmark offered (inf: all at once)
+    bench_cap: int | None  # its cap on requests in flight, from the line before its block or its command line
     bench_backend: str  # the engine a serving benchmark's block names ("Backend: sglang"), lower case
     offline_throughput: Mapping[str, float]
     tgi: Mapping[str, list[float]]
@@ -782,6 +790,7 @@ class EngineLogParser:
         self.benchmark: BenchmarkResult | None = None
         self.benchmark_blocks = 0
         self.offered_rps: float | None = None
+        self.bench_cap: int | None = None  # a serving benchmark's cap on requests in flight, stated outside its block
         self._offered_printed = False  # the benchmark printed its rate: a command line's flag does not replace it
         self.bench_backend = ""
         self.offline_throughput: dict[str, float] = {}
@@ -803,8 +812,7 @@ class EngineLogParser:
                 return self._feed_line(joined)
             self._feed_line(held)
         if _vllm_stats_gate(line) and _looks_cut(line):
-            self._held = line  # it may go on on the next line: read it then
-            self.recognised += 1
+            self._held = line  # it may go on on the next line: read it then (counted when it is read)
             return True
         return self._feed_line(line)
 
@@ -877,6 +885,10 @@ class EngineLogParser:
             om = _OFFERED_FLAG.search(line)
             if om:
                 self.offered_rps = float(om.group(1))
+        if "concurrency" in line:
+            cm = _CAP.match(line) or _CAP_FLAG.search(line)
+            if cm:
+                self.bench_cap = int(cm.group(1))
         if line.startswith("Throughput:"):
             tm = _THROUGHPUT.match(line)
             if tm:
@@ -1210,6 +1222,7 @@ class EngineLogParser:
 
     # ------------------------------------------------------------------------------------------
     def matched(self) -> bool:
+        self._flush_held()  # a line held for its continuation is read by now
         return self.recognised > 0 or self._bench_rows is not None
 
     def _flush_held(self) -> None:
@@ -1254,6 +1267,7 @@ class EngineLogParser:
             benchmark=self.benchmark,
             benchmark_blocks=self.benchmark_blocks,
             offered_rps=self.offered_rps,
+            bench_cap=self.bench_cap,
             bench_backend=self.bench_backend,
             offline_throughput=dict(self.offline_throughput),
             tgi={k: list(r.values) for k, r in self.tgi.items()},

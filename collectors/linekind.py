@@ -160,14 +160,47 @@ def inline_command(line: str) -> tuple[int, int] | None:
 # a program's aligned key-value row ("Successful requests:                     1000", "Mean TTFT (ms):   4090.94"):
 # a label, its colon, then padding to a column (two spaces or more) and a short value; and a rule or a titled rule
 # around a printed block ("====== Serving Benchmark Result ======", "-----Time to First Token-----")
-_ALIGNED = re.compile(r"[A-Za-z(#][^:]{0,80}:\s{2,}\S+(?:\s\S+){0,2}")
-_RULE = re.compile(r"[=\-~*]{5,}|[=\-~*]{3,}[^=\-]{1,80}[=\-~*]{3,}")  # a markdown "---" is a person's separator
+_ALIGNED_COLUMN = 20  # the value starts at this column or further: the label was padded to a column
+_RULE = re.compile(r"[=\-~]{5,}|[=\-~]{4,}[^=\-~]{1,80}[=\-~]{4,}")  # "---" and "***bold***" are a person's
+
+
+def _aligned(text: str) -> bool:
+    """A key-value row a program printed: ``Label:`` padded to a column, a number or a short value after it."""
+    m = _KEY_VALUE.fullmatch(text)
+    if m is None:
+        return False
+    value = m.group("v")  # padded out to a column ("Expected:  100 tok/s" is a person's)
+    return m.start("v") >= _ALIGNED_COLUMN and (bool(_NUMBER_VALUE.fullmatch(value)) or len(value.split()) <= 3)
+
+
+_KEY_VALUE = re.compile(r"[A-Za-z(#][^:]{0,80}:\s{2,}(?P<v>\S.*?)")
+_NUMBER_VALUE = re.compile(r"[-+]?[\d.,]+\s?(?:%|[A-Za-z/]{1,8})?|inf|None|N/A")
+_COLUMNS = re.compile(r"\s{2,}")
+_CELL_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s?(?:%|[munµ]?s|[KMG]i?B|x)?")
+
+
+def printed_row(text: str) -> bool:
+    """A row a program printed in columns, no rules between them: four cells or more apart by runs of spaces,
+    three or more of them numbers (``nsys stats``, a profiler's table, ``[CUDA memcpy HtoD]`` rows), or its
+    header (five short cells or more, ``Time (%)  Total Time (ns)  Num Calls  Avg (ns) …``). Its cells are the
+    program's: a collector reads them, and nothing in them is a person's statement."""
+    if "|" in text:  # a ruled table (nvidia-smi's, a person's markdown) is read as a table, cell by cell
+        return False
+    cells = _COLUMNS.split(text.strip())
+    if len(cells) < 4:
+        return False
+    numbers = sum(1 for c in cells if _CELL_NUMBER.fullmatch(c))
+    if numbers >= 3 and numbers * 2 >= len(cells):
+        return True
+    return numbers == 0 and len(cells) >= 5 and all(len(c.split()) <= 3 and len(c) <= 32 for c in cells)
 
 
 def _tabular(text: str) -> bool:
     if text.startswith("|") or text.count("|") >= 3 or _BOX.search(text):
         return True
-    if _ALIGNED.fullmatch(text) or _RULE.fullmatch(text):
+    if printed_row(text):
+        return True
+    if _RULE.fullmatch(text) or _aligned(text):
         return True
     if text.count("\t") >= 2:
         return True

@@ -51,6 +51,8 @@ _OLD_TITLES = (
 )
 _TITLE = re.compile(r"\*\*\s*.*\((\w+)\):?\s*$")
 _PROCESSING = re.compile(r"^Processing \[.*\] with \[.*?([\w]+)(?:\.py)?\]")
+# nsys --stats=true from 2022.4 to 2023 announces each report as "[4/7] Executing 'cudaapisum' stats report"
+_EXECUTING = re.compile(r"^\[\d+/\d+\] Executing '(\w+)' stats report")
 _UNIT = re.compile(r"\((ns|us|µs|ms|s|sec|B|KiB|MiB|GiB|KB|MB|GB|bytes)\)")
 _TIME_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
 _SYNC_APIS = frozenset({
@@ -166,6 +168,15 @@ class NsysStatsParser:
                 return True
             self._table = None
             return False
+        if s.startswith("[") and "Executing" in s:
+            m = _EXECUTING.match(s)
+            if m and m.group(1) in _REPORTS:
+                self._start(_REPORTS[m.group(1)])
+                self.recognised += 1
+                return True
+            if m:  # another report (osrt_sum, nvtx_sum…): its table is not one of ours
+                self._table = None
+                return False
         if s.startswith("**"):
             m = _TITLE.search(s)
             if m and m.group(1) in _REPORTS:

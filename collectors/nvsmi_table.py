@@ -57,6 +57,7 @@ TRIGGERS: tuple[str | tuple[str, int, int], ...] = (
     ("NVIDIA-SMI", 2, 0), ("Driver Version:", 2, 0), ("MiB", 1, 0), ("GiB", 1, 0), ("MB", 1, 0), "N/A",
     "Processes:", "processes:", "Process name", "No running processes found", "MIG devices:",
     "--------------------+",  # the border that closes the processes block (an empty list, when no row came)
+    "====================|",  # … right under the block's header rule
     *(literal for literal, _, _ in FAILURES),
 )
 
@@ -81,6 +82,7 @@ _LOOSE_PROC = re.compile(
 _MIG_IDS = re.compile(r"^\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+|N/A)\s*$")
 _NO_PROCS = "No running processes found"
 _CLOSING_BORDER = re.compile(r"\+-{20,}\+$")  # "+-----…-----+" under the last row (the header's rule is "|===…|")
+_HEADER_RULE = re.compile(r"\|={20,}\|$")
 
 
 def _cells(line: str) -> list[str]:
@@ -108,6 +110,7 @@ class TableParser:
         self._listed = False
         self._mig: list[MigDevice] = []
         self._in_procs = False
+        self._procs_ruled = False  # the processes block's header rule was seen: a border after it closes the block
         self._in_mig = False
         self._next_gpu = 0
         self.failures: dict[str, str] = {}  # kind → the line nvidia-smi printed
@@ -149,7 +152,13 @@ class TableParser:
             self._in_procs, self._in_mig = True, False
             return True
         if self._in_procs and _CLOSING_BORDER.match(line.strip()):
-            self._listed = True  # the block closed with no row: nothing is listed
+            # the border right under the header's rule closes an empty block (rows list themselves); a border after a
+            # gap or a header cut off before its rule is the next table's top, not this block's end
+            self._listed = self._listed or (self._procs_ruled and bool(_HEADER_RULE.match(self._hist[1].strip())))
+            self._in_procs = self._procs_ruled = False
+            return True
+        if self._in_procs and _HEADER_RULE.match(line.strip()):
+            self._procs_ruled = True
             return True
         has_size = "MiB" in line or "GiB" in line or "MB" in line
         if "|" in line and has_size and self._usage_row(line):

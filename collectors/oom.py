@@ -84,7 +84,8 @@ class OomEvent:
     implausible: str = ""  # a field the message gave that cannot be (more free than the device has): left out
 
     def key(self) -> tuple[object, ...]:
-        return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason)
+        return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason,
+                self.phase_from if self.kind == "framework" else "")
 
 
 @dataclass
@@ -759,7 +760,8 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
         gpu = gpu_named(line)
         if gpu is not None:
             hints.gpu_model, hints.gpu_memory_bytes, hints.gpu_memory_assumed = gpu.model, gpu.memory_bytes, gpu.assumed
-            if gpu.count is not None:
+            # nvidia-smi's table row leads with the GPU's index ("|   1  Tesla V100-SXM2…"), not a count
+            if gpu.count is not None and not line.lstrip().startswith("|"):
                 hints.gpu_count = gpu.count
             said = True
     if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "显卡" in line
@@ -862,6 +864,7 @@ class OomParser:
         self._phase_lines: deque[tuple[int, str, str]] = deque(maxlen=MAX_FRAMES)
         self._fields_left = 0  # field lines still expected under a multi-line framework message
         self._sgl_left = 0  # lines still expected to carry an SGLang token-pool message's numbers
+        self._sgl_event: OomEvent | None = None  # … and the event they belong to
         self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
@@ -892,9 +895,9 @@ class OomParser:
             self._fields_left -= 1
             if self._field(line):
                 return
-        if self._sgl_left and self._events:
+        if self._sgl_left and self._sgl_event is not None:
             self._sgl_left -= 1
-            if self._sgl_fields(self._events[-1], line):
+            if self._sgl_fields(self._sgl_event, line):  # the message's own event, kept or merged
                 return
             self._sgl_left = 0  # the numbers' lines are over
         low = body.lower()
@@ -1018,6 +1021,8 @@ class OomParser:
     def _sgl_fields(ev: OomEvent, line: str) -> bool:
         """The numbers an SGLang token-pool message carries on ``line``, put in ``ev``; True when it held one."""
         ask, free = _SGL_ASK.search(line), [int(m.group("n")) for m in _SGL_FREE.finditer(line)]
+        if ask and ev.kv_tokens_requested is not None:
+            return False  # another message's numbers: this one has its own already
         if ask:
             ev.kv_tokens_requested = int(ask.group("n"))
         if free:  # a hybrid pool fails when any of its pools is short: the smallest is what it had
@@ -1041,6 +1046,7 @@ class OomParser:
                           reason="the KV cache's token pool ran out while serving", message=line.strip())
             self._sgl_fields(ev, line)
             self._sgl_left = 4  # its numbers' lines follow (when it was not run together on one line)
+            self._sgl_event = ev
             return ev
         if _FW_SGL_REQS.search(line):
             return OomEvent(kind="framework", phase="serving", phase_from="SGLang's request-slot pool",

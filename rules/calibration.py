@@ -204,7 +204,7 @@ def _others(findings: Sequence[Finding], answer: str | None, leaning: Mapping[st
         w = leaning.get(c, 0.0) if leaning is not None else f.score
         found[c] = max(found.get(c, 0.0), w, 0.05 if not claims_only(f) else 0.0)
     ranked = sorted(found.items(), key=lambda kv: -kv[1])
-    oom = answer in _OOM
+    oom = answer in _OOM or (answer is None and bool(numbers))
     if leaning is None:
         for i, c in enumerate(differential.SIBLINGS.get(answer or "", ())):
             if c not in found:
@@ -242,7 +242,7 @@ def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str |
     the one ranked above it in 8), but only a candidate with something for it (a finding, the report's words)
     can pass it: a known confusion that nothing named is a check to run, not a likelier cause than a measured
     finding, and its share is capped at the answer's."""
-    numbers = memory.oom_numbers(evidence) if answer in _OOM else {}
+    numbers = memory.oom_numbers(evidence) if answer in _OOM or answer is None else {}
     others = _others(findings, answer, leaning, numbers)[: MAX_CANDIDATES - (answer is not None)]
     total = sum(w for _, w in others)
     ranked: list[tuple[str, float]] = []

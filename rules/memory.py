@@ -22,6 +22,7 @@ from diagnose.units import GIB, MIB, pct, size
 # beyond its weights before any request (vLLM's profiling logs show 0.45-0.8 GiB)
 CONTEXT_BYTES = float(GIB)
 CAP_SLACK_BYTES = 20.0 * MIB  # PyTorch's caching allocator maps large requests in 20 MiB segments
+CAP_WHOLE = 0.98  # a per-process cap this close to the whole device caps nothing the device does not
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class MemView:
         held = self.reserved if self.reserved is not None else self.allocated
         if self.limit is None or held is None or self.requested is None:
             return False
+        if self.total and self.limit >= CAP_WHOLE * self.total:
+            return False  # a fraction of about 1 (TGI's default, many scripts'): the device's size is the cap
         # the message rounds its sizes and the allocator rounds a request up to its block (up to a 20 MiB segment)
         slack = max(CAP_SLACK_BYTES, 0.01 * self.limit)
         return held + self.requested >= self.limit - slack and (self.free is None or self.free >= self.requested)
@@ -168,8 +171,10 @@ def read_mem(ev: EvidenceSet) -> MemView:
 # of the device held outside this process this large speaks for another process; this small (and exact), against
 OUTSIDE_FOR = 0.03
 OUTSIDE_AGAINST = 0.01
-UNALLOCATED_FOR = 0.05  # reserved but unallocated this share of the device, and room for the request: fragmentation
 WEIGHTS_AGAINST = 0.5  # weights under half the device do not fill it
+
+
+_FRAG_BARS: tuple[float, float, float] = (0.0, 0.0, 0.0)  # MEM003's defaults, set once the rule is defined
 
 
 def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
@@ -194,7 +199,7 @@ def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
             out[Category.OOM_FRAGMENTATION.value] = (
                 False, f"the allocator held only {size(u)} reserved but unallocated, less than the "
                        f"{size(m.requested)} it tried to allocate")
-        elif u >= UNALLOCATED_FOR * m.total:
+        elif is_fragmented(m, *_FRAG_BARS):
             out[Category.OOM_FRAGMENTATION.value] = (
                 True, f"{size(u)} was reserved but unallocated, more than the {size(m.requested)} asked for")
     per = m.weights_per_device
@@ -529,8 +534,12 @@ class OomRuntimePeak(Rule):
                    + (f", with {size(m.free)} of the device free" if m.free is not None else "")
                    + ": the cap ran out, not the device.")
         ask, free = ev.value("mem.kv_tokens_requested"), ev.value("mem.kv_tokens_free")
-        pool = ask is not None or free is not None or "pool ran out" in reason
-        if pool and m.phase == "serving" and ask is not None and free is not None and free >= ask:
+        pool = ask is not None or free is not None or "token pool ran out" in reason
+        slots = "request-slot pool" in reason  # more requests than slots: the running batch's bound, nothing else
+        if slots:
+            msg = ("The engine's request-slot pool ran out while serving: more requests ran at once than it has slots "
+                   "for (SGLang sizes them from --max-running-requests).")
+        elif pool and m.phase == "serving" and ask is not None and free is not None and free >= ask:
             msg = "The engine's KV-cache pool refused an allocation while serving."
         elif pool and m.phase == "serving":
             msg = ("The engine's KV-cache pool ran out of slots while serving: the running requests' sequences "
@@ -580,6 +589,9 @@ class OomRuntimePeak(Rule):
                 Risk.NEEDS_VALIDATION,
             ),
         ]
+        if slots:
+            fixes = [Fix("Bound the running batch", ("SGLang: set --max-running-requests below the slots the pool has "
+                                                     "(the message's own advice)",), Risk.SAFE)]
         if by_cap:
             fixes.insert(0, Fix("Raise or remove the process's memory cap", (
                 "Find the torch.cuda.set_per_process_memory_fraction(F) call (a test, a framework's setting) and "
@@ -1260,3 +1272,7 @@ class HostOomKill(Rule):
 
 RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
                                   MemoryHeadroom, AllocatorChurn, HostOomKill)
+
+
+_d = OomFragmentation.Thresholds()
+_FRAG_BARS = (_d.share_total, _d.share_reserved, _d.min_bytes)

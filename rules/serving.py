@@ -75,9 +75,9 @@ class EngineQueueSaturated(Rule):
     and the message says what shows it.
 
     Requests that wait while no sample with them saw a batch running, the KV cache held nothing (under
-    ``stall_kv``) and a stats interval generated no token (with no preemption or swapping) are no queue for
-    capacity: the scheduler has stopped (a hang, a dead worker). The rule then returns a note (severity info)
-    saying so, with how to find where it is stuck, and no bottleneck.
+    ``stall_kv``) and a stats interval generated no token (with no preemption or swapping), in two samples or more
+    and still at the last one, are no queue for capacity: the scheduler has stopped (a hang, a dead worker). The
+    rule then returns a note (severity info) saying so, with how to find where it is stuck, and no bottleneck.
 
     Why it matters: a waiting request's time to first token is the time until a running one
     finishes; TTFT and end-to-end latency grow with the queue while the model's own speed is
@@ -132,6 +132,8 @@ class EngineQueueSaturated(Rule):
         "serving.generation_tokens_per_s_min",
         "serving.vllm_v1",
         "serving.deferred_max",
+        "serving.waiting_last",
+        "serving.queued_samples",
         "latency.ttft_ms.p99",
         "stage.queue_ms.mean",
         "stage.queue.share",
@@ -213,8 +215,12 @@ class EngineQueueSaturated(Rule):
         running_peak = queued_peak if queued_peak is not None else running_max
         kv_peak = _num(ev, "serving.kv_cache_usage_when_queued_max_ratio")
         gen_min = _num(ev, "serving.generation_tokens_per_s_min")
+        # a stall lasts: two samples with requests waiting at least, and still waiting at the last one (a burst that
+        # arrives between two steps reads 0 running once, then runs)
+        lasting = (_num(ev, "serving.queued_samples") or 0.0) >= 2 and (
+            _num(ev, "serving.waiting_last") or 0.0) >= t.min_waiting
         if (queued_peak == 0 and kv_peak is not None and kv_peak <= t.stall_kv and gen_min == 0 and not preempt
-                and not swapped):
+                and not swapped and lasting):
             return self._stalled(ev, waiting_max, samples)
         cause, fixes, mechanism = self._cause(ev, t, kv, kv_peak, preempt, swapped, cap, running_peak, running)
 
@@ -754,7 +760,8 @@ class OfferedAboveThroughput(Rule):
 
     How it decides: offered ≥ ``min_overload`` × served, no concurrency cap (``bench.concurrency``: a capped
     client holds the excess itself), at least ``min_requests`` requests. The impact is the share of the offered
-    load left waiting, 1 − served / offered; with the run's duration the backlog it left is stated.
+    load left waiting, 1 − served / offered; with the run's request count, the queue it peaked at (as the last request
+    was sent: n × (1 − served / offered)) is stated.
 
     Evidence: bench.offered_rps, throughput.rps; optionally requests.count, bench.concurrency,
     bench.duration_s, latency.ttft_ms.mean, latency.ttft_ms.p50.
@@ -786,12 +793,11 @@ class OfferedAboveThroughput(Rule):
                 is not None or (n is not None and n < t.min_requests)):
             return None
         waiting = 1.0 - served / offered
-        duration = _num(ev, "bench.duration_s")
         ttft = _num(ev, "latency.ttft_ms.mean") or _num(ev, "latency.ttft_ms.p50")
         msg = (f"The benchmark offered {offered:g} requests/s and the server completed {served:g}: "
-               f"{offered - served:.3g} more arrived every second than it served, so the queue grew through the run"
-               + (f" (about {(offered - served) * duration:,.0f} requests behind by its end, after {duration:,.0f} s)"
-                  if duration else "")
+               f"{offered - served:.3g} more arrived every second than it served, so the queue grew while it sent"
+               # the queue peaks as the last request is sent (n / offered seconds in), at n × (1 − served / offered)
+               + (f" (about {n * waiting:,.0f} of its {n:,.0f} requests waiting when the last was sent)" if n else "")
                + ". Latency measured this way is mostly waiting"
                + (f": the mean time to first token of {ttft / 1000:,.1f} s is the backlog, not the prefill"
                   if ttft is not None and ttft >= 1000 else "")

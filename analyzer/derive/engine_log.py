@@ -209,9 +209,10 @@ def _benchmark(s: EngineLogSummary, ev: Emit) -> None:
         ev.add("requests.count", int(n), "requests", f"{what}: successful requests", q)
     if rows.get("Failed requests"):
         ev.add("requests.failed", int(rows["Failed requests"]), "requests", f"{what}: failed requests", q)
-    for label in ("Maximum request concurrency", "Max request concurrency"):
-        if label in rows:
-            ev.add("bench.concurrency", rows[label], "requests", f"{what}: client-side concurrency cap", q)
+    cap = next((rows[label] for label in ("Maximum request concurrency", "Max request concurrency") if label in rows),
+               s.bench_cap)
+    if cap is not None:
+        ev.add("bench.concurrency", cap, "requests", f"{what}: client-side concurrency cap", q)
     if "Benchmark duration (s)" in rows:
         ev.add("bench.duration_s", rows["Benchmark duration (s)"], "s", what, q)
     if "Request throughput (req/s)" in rows:

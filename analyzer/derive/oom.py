@@ -179,7 +179,7 @@ class HintsSource:
     def matched(self) -> bool:
         h = self._parser.hints
         return any(v is not None for v in (h.params, h.weights_measured, h.gpu_memory_utilization,
-                                           h.tensor_parallel, h.tp_rank_max, h.gpu_count, h.gpu_memory_bytes,
+                                           h.tensor_parallel, h.gpu_count, h.gpu_memory_bytes,
                                            h.cpu_loading_pct, h.vllm_v1, h.device_total, h.profile_used)) \
             or bool(h.engine_version)
 
@@ -205,10 +205,7 @@ class HintsSource:
                    "tensors, other processes' included")
         if h.tensor_parallel is not None:
             ev.add("mem.tensor_parallel", h.tensor_parallel, "gpus", "as stated")
-        elif h.tp_rank_max:  # the log's records name ranks up to N: at least N + 1 of them
-            ev.add("mem.tensor_parallel", h.tp_rank_max + 1, "gpus",
-                   f"at least: the log's records name tensor-parallel ranks up to TP{h.tp_rank_max}")
-        elif h.launch_seen:
+        elif h.launch_seen and h.tp_rank_max is None:  # ranks in the records say parallelism is on, not its size
             ev.add("mem.tensor_parallel", 1, "gpus", "not set on the launch command line (defaults to 1)")
         if h.pipeline_parallel is not None:
             ev.add("mem.pipeline_parallel", h.pipeline_parallel, "gpus", "as stated")

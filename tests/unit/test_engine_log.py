@@ -444,3 +444,23 @@ def test_a_serving_benchmarks_offered_load_and_backend() -> None:
     for line in ("vllm bench serve --model m --request-rate inf", "Traffic request rate: 8.0"):
         p.feed(line)
     assert p.summary().offered_rps == 8.0
+
+
+def test_what_a_review_found_in_the_benchmark_and_wrap_readers() -> None:
+    """A rate that is no number ends nothing ("--request-rate=..5" aborted the analysis); the cap vLLM 0.6-0.8 print
+    before the block, and --max-concurrency, are read; a wrap inside a number is rejoined; a person's "Running: yes"
+    held for a continuation is never a stats line."""
+    p = EngineLogParser()
+    for line in ("see --request-rate=..5 and --max-concurrency 8", "Maximum request concurrency: 16"):
+        p.feed(line)
+    s = p.summary()
+    assert s.offered_rps is None and s.bench_cap == 16
+    p = EngineLogParser()
+    for line in clean_lines(["INFO 10-27 20:44:35 llm_engine.py:624] Avg prompt throughput: 642.0 tokens/s, Running: 2 "
+                             "reqs, Swapped: 0 reqs, Pending: 20 reqs, GPU KV cache usage: 9",
+                             "8.7%, CPU KV cache usage: 0.0%"]):
+        p.feed(line)
+    assert abs((p.summary().kv_usage.max or 0) - 0.987) < 1e-9
+    p = EngineLogParser()
+    p.feed("The pod status - Running: yes, but then it hangs forever")
+    assert not p.matched()

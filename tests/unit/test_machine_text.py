@@ -60,6 +60,13 @@ LINES: list[tuple[str, LineKind]] = [
     ("100%|██████████████████████| 1000/1000 [07:53<00:00,  2.11it/s]", K.LOG),
     ("Processed prompts: 100%|██████████| 500/500 [00:21<00:00, 23.4it/s]", K.LOG),
     ("---", K.PROSE),  # a person's markdown separator
+    # a program's columns: nsys stats' header and rows (proteneer/timemachine PR 1225), the old memcpy rows
+    (" Time (%)  Total Time (ns)  Num Calls    Avg (ns)     Med (ns)    Min (ns)    Max (ns)   StdDev (ns)   Name",
+     K.TABLE),
+    ("     48.7    1,575,151,965    411,939    3,823.8    3,545.0     2,915    1,268,397    2,684.8  cudaLaunchKernel",
+     K.TABLE),
+    ("    202.479     669     0.303     0.212     0.000     8.389        0.996  [CUDA memcpy HtoD]", K.TABLE),
+    ("batch size 8 takes  3.2 s  and batch 16  takes  6 s", K.PROSE),
     ("Note:  the GPU is idle while the queue grows and nobody knows why", K.PROSE),
     ("Model metadata: {'tokenizer.ggml.add_eos_token': 'false', 'general.architecture': 'llama'}", K.JSON),
     ("+ python3 -m vllm.entrypoints.openai.api_server --model /m --tokenizer /m --max-num-seqs 2", K.COMMAND),
@@ -324,3 +331,20 @@ def test_a_benchmarks_printed_block_gives_no_words_and_no_title() -> None:
     assert isinstance(cues, dict)
     words = {k for k in cues if k.startswith("w:")}
     assert not {"w:successful", "w:throughput", "w:benchmark_duration", "w:backend"} & words, words
+
+
+def test_a_programs_columns_are_no_statements_but_a_persons_table_is_read() -> None:
+    """nsys stats' rows (a cudaLaunchKernel row read as "the report names launch overhead", memcpy rows as copy
+    statements that led the differential: timemachine PR 1225, intel/llvm#8971) are the nsys reader's, never the
+    report's; a table a person typed with pipes is still read for its numbers."""
+    rows = ["CUDA API Statistics:", "",
+            " Time (%)  Total Time (ns)  Num Calls  Avg (ns)   Med (ns)   Min (ns)   Max (ns)    StdDev (ns)   Name",
+            " --------  ---------------  ---------  ---------  ---------  --------  -----------  -----------  --------",
+            "     48.7    1,575,151,965    411,939    3,823.8    3,545.0     2,915    1,268,397      2,684.8  "
+            "cudaLaunchKernel",
+            "      7.1      228,595,522     53,663    4,259.8    3,526.0     2,241      492,149      8,515.4  "
+            "cudaMemcpyAsync"]
+    c = _claims("\n".join(rows)).claims
+    assert not c.concepts["launch"] and not c.concepts["copy"], c.concepts
+    person = _claims("| step | copy time |\n|---|---|\n| 1 | memcpy 80 ms |\n").claims
+    assert person.concepts["copy"] >= 1, person.concepts

@@ -110,6 +110,27 @@ def test_a_capped_process_and_one_that_held_nothing() -> None:
     assert "MEM002" not in held_nothing and "MEM003" not in held_nothing, held_nothing
 
 
+def test_what_a_review_found_in_the_oom_rules() -> None:
+    """A cap of the whole device (a fraction of 1: "79.15 GiB allowed" on a 79.15 GiB card) caps nothing; SGLang's
+    request-slot pool is no KV pool (its fix is --max-running-requests alone); two SGLang pool failures keep their
+    own numbers."""
+    G = float(1 << 30)
+    base = {"mem.oom_count": 1.0, "mem.oom_phase": "unknown", "mem.device_total_bytes": 79.15 * G,
+            "mem.device_free_bytes": 1.1 * G, "mem.requested_bytes": 1.0 * G, "mem.allocated_bytes": 70.0 * G,
+            "mem.reserved_bytes": 77.5 * G, "mem.reserved_minus_allocated_bytes": 7.5 * G,
+            "mem.allocation_limit_bytes": 79.15 * G}
+    findings, _ = run_rules(EvidenceSet(Evidence(k, v, "", "t") for k, v in base.items()), rules=RULES)
+    assert not any("capped at" in f.message for f in findings), [(f.code, f.message[:80]) for f in findings]
+    slots = [Evidence("mem.oom_count", 1.0, "", "t"),
+             Evidence("mem.oom_phase", "serving", "", "from the engine's message: SGLang's request-slot pool"),
+             Evidence("mem.oom_reason", "the request-slot pool ran out while serving (more requests than "
+                      "--max-running-requests' slots)", "", "t")]
+    findings, _ = run_rules(EvidenceSet(slots), rules=RULES)
+    (f,) = [x for x in findings if x.code == "MEM002"]
+    assert "request-slot pool ran out" in f.message and "KV" not in f.message
+    assert [fx.summary for fx in f.fixes] == ["Bound the running batch"]
+
+
 def test_fragmentation_message_shows_the_fit() -> None:
     (f,) = _real(_findings("oom", "oom_fragmentation_torch2_4_serving.txt"))
     assert "10.12 GiB" in f.message and "would have fit" in f.message

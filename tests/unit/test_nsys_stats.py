@@ -149,3 +149,21 @@ def test_huge_line_and_mixed_encoding() -> None:
         for line in clean_lines(iter_text_lines(io.BytesIO(raw))):
             src.feed(line)
         src.evidence("huge")
+
+
+def test_the_executing_title_of_2022_to_2023() -> None:
+    """nsys --stats=true from 2022.4 to 2023 titles each table "[4/7] Executing 'cudaapisum' stats report"
+    (intel/llvm#8971): it was read by nothing, and the table's rows leaked to the report's prose."""
+    ev = _ev(os.path.join(NSYS, "cudaapisum_executing_title_2023.txt"))
+    assert abs(_f(ev["api.sync_time_ms"]) - 5317.895575) < 1e-6  # cudaStreamSynchronize
+    assert abs(_f(ev["api.sync_share"]) - 0.812) < 0.01
+    lines = ["[5/7] Executing 'osrt_sum' stats report", "", " Time (%)  Total Time (ns)  Num Calls  Name",
+             " --------  ---------------  ---------  ----", "     90.0       5000000000        100  poll"]
+    assert _ev_lines(lines) == {}  # another report's table is not read as ours
+
+
+def _ev_lines(lines: list[str]) -> dict[str, object]:
+    src = NsysStatsSource()
+    for line in clean_lines(lines):
+        src.feed(line)
+    return {e.key: e.value for e in src.evidence("t")} if src.matched() else {}

@@ -669,7 +669,9 @@ def test_a_process_block_cut_after_its_header_lists_nothing() -> None:
             "|  GPU       PID   Type   Process name                             Usage      |"]
     rule = "|=============================================================================|"
     border = "+-----------------------------------------------------------------------------+"
-    for lines, listed in ((head, False), ([*head, rule], False), ([*head, rule, border], True)):
+    again = ["", "Tue Oct 10 10:00:00 2023", border]  # the next snapshot's top, after a cut block: no close
+    for lines, listed in ((head, False), ([*head, rule], False), ([*head, rule, border], True),
+                          ([*head, rule, *again], False)):
         src = NvsmiSource()
         for line in clean_lines(lines):
             src.feed(line)

@@ -473,10 +473,9 @@ def test_a_log_prefixs_tensor_parallel_rank_is_no_size() -> None:
     assert hints("[2025-03-07 21:49:33 DP0 TP3] server_args=ServerArgs(tp_size=8)") == (8, 3)
     assert hints("Llama 70B served with TP4 on 4xA100") == (4, None)
     src = HintsSource()
-    for line in _lines("sglang_retraction_warnings_no_oom.txt"):  # ranks TP9 to TP13
+    for line in _lines("sglang_retraction_warnings_no_oom.txt"):  # ranks TP9 to TP13: a size of 14 at least, not 14
         src.feed(line)
-    (tp,) = [e for e in src.evidence("t") if e.key == "mem.tensor_parallel"]
-    assert tp.value == 14 and "at least" in tp.detail
+    assert not [e for e in src.evidence("t") if e.key == "mem.tensor_parallel"]
 
 
 def test_rocm_and_xpu_messages_are_whole_without_the_clauses_they_never_print() -> None:
@@ -503,3 +502,25 @@ def test_a_free_larger_than_the_device_is_left_out_and_a_requote_is_the_same_fai
     assert ev["mem.allocated_bytes"] == int(1.67 * GiB)
     (why,) = src.problems()
     assert "84.98 GiB free of a 15.49 GiB device" in why
+
+
+def test_an_nvidia_smi_rows_index_is_no_gpu_count() -> None:
+    """nvidia-smi's table row leads with the GPU's index (zai-org/GLM-130B#32: "|   1  Tesla V100-SXM2…" read as
+    one GPU, "|   7  NVIDIA A100…" as seven); a count in prose still counts."""
+    for line, count in (("|   1  Tesla V100-SXM2...  On   | 00000000:00:05.0 Off |                    0 |", None),
+                        ("|   7  NVIDIA A100-SXM4-80GB      On   | 00000000:CB:00.0 Off |            0 |", None),
+                        ("We serve it on 2x A100 80GB", 2)):
+        h = HintsParser()
+        h.feed(line)
+        assert h.hints.gpu_count == count and h.hints.gpu_model in ("V100", "A100"), line
+
+
+def test_two_sglang_pool_failures_keep_their_own_numbers() -> None:
+    """A Decode failure, then a Prefill one within the same traceback's reach: two failures, each with the slots it
+    asked for and had (the second's numbers were written into the first)."""
+    events = _oom_events(["[TP0] Decode out of memory. Try to lower your batch size.", "Try to allocate 4000 tokens.",
+                          "Available tokens: 100 (available_size=100 + evictable_size=0)",
+                          "RuntimeError: Prefill out of memory. Try to lower your batch size.",
+                          "Try to allocate 50 tokens.",
+                          "Available tokens: 9000 (available_size=9000 + evictable_size=0)"])
+    assert [(e.kv_tokens_requested, e.kv_tokens_free) for e in events] == [(4000, 100), (50, 9000)]

@@ -83,6 +83,11 @@ def test_a_stalled_scheduler_is_no_queue_for_capacity_and_no_health() -> None:
     d = pipeline.judge(ev)
     assert d.overall is Verdict.UNDETERMINED and d.next_steps[0].startswith("py-spy dump")
     assert "the engine stopped scheduling" in undetermined_text(d)
+    # a burst that arrives between two steps and runs at the next one is no stall: it does not last
+    burst = EvidenceSet([e for e in ev if e.key not in ("serving.waiting_last", "serving.queued_samples")]
+                        + [Evidence("serving.waiting_last", 0.0, "", "t"),
+                           Evidence("serving.queued_samples", 1.0, "", "t")])
+    assert _findings(burst).get("QUE002") is None or _findings(burst)["QUE002"].mechanism is not Mechanism.STALLED
     # one running batch among the samples with requests waiting, or a KV cache in use, is no stall
     for key, value in (("serving.running_when_queued_max", 2.0), ("serving.kv_cache_usage_when_queued_max_ratio",
                                                                    0.4)):
