@@ -242,7 +242,7 @@ def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str |
     the one ranked above it in 8), but only a candidate with something for it (a finding, the report's words)
     can pass it: a known confusion that nothing named is a check to run, not a likelier cause than a measured
     finding, and its share is capped at the answer's."""
-    numbers = memory.oom_numbers(evidence) if answer in _OOM or answer is None else {}
+    numbers = memory.oom_numbers(evidence) if answer in _OOM or answer is None else None
     others = _others(findings, answer, leaning, numbers)[: MAX_CANDIDATES - (answer is not None)]
     total = sum(w for _, w in others)
     ranked: list[tuple[str, float]] = []
@@ -252,7 +252,7 @@ def candidates(evidence: EvidenceSet, findings: Sequence[Finding], answer: str |
         ranked += [(c, (1.0 - top) * w / total) for c, w in others if total > 0]
     elif total > 0:  # nothing answered: the report model's own probabilities, else the findings' shares
         ranked += [(c, w if leaning is not None else w / total) for c, w in others]
-    argued = [(c, q, *_for_against(evidence, findings, c, leaning)) for c, q in ranked]
+    argued = [(c, q, *_for_against(evidence, findings, c, leaning, numbers)) for c, q in ranked]
     if answer is not None:
         argued = [(c, q if i == 0 or pro else min(q, argued[0][1]), pro, con)
                   for i, (c, q, pro, con) in enumerate(argued)]
@@ -289,7 +289,8 @@ def _rounded(qs: Sequence[float], keep: int | None) -> list[float]:
 
 
 def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: str,
-                 leaning: Mapping[str, float] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+                 leaning: Mapping[str, float] | None,
+                 numbers: Mapping[str, tuple[bool, str]] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What speaks for a candidate (its findings, the report's cues) and against it (only prose says it;
     a source measured it and found nothing; a bottleneck was found, against "nothing is wrong")."""
     mine = [f for f in findings if (f.category.value if f.category else NONE) == category
@@ -312,7 +313,9 @@ def _for_against(evidence: EvidenceSet, findings: Sequence[Finding], category: s
             con.append(f"{bad[0].code}: {bad[0].title}")
     elif category in _measured_nothing(evidence, findings):
         con.append("a source that measures it was read and its rules found nothing")
-    said = memory.oom_numbers(evidence).get(category) if category in _OOM else None
+    if numbers is None and category in _OOM:
+        numbers = memory.oom_numbers(evidence)
+    said = (numbers or {}).get(category) if category in _OOM else None
     if said is not None:  # what the allocator's numbers say of it
         (pro if said[0] else con).append(said[1])
     return tuple(pro), tuple(con)

@@ -174,9 +174,6 @@ OUTSIDE_AGAINST = 0.01
 WEIGHTS_AGAINST = 0.5  # weights under half the device do not fill it
 
 
-_FRAG_BARS: tuple[float, float, float] = (0.0, 0.0, 0.0)  # MEM003's defaults, set once the rule is defined
-
-
 def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
     """For each cause of an OOM its numbers speak to: (for it, why). Only what the allocator's message, the
     engine's own readings or a model's size measured; nothing for the runtime peak, the cause when none other is."""
@@ -199,7 +196,8 @@ def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
             out[Category.OOM_FRAGMENTATION.value] = (
                 False, f"the allocator held only {size(u)} reserved but unallocated, less than the "
                        f"{size(m.requested)} it tried to allocate")
-        elif is_fragmented(m, *_FRAG_BARS):
+        elif is_fragmented(m, (frag := OomFragmentation.Thresholds()).share_total, frag.share_reserved,
+                           frag.min_bytes):  # MEM003's own bars
             out[Category.OOM_FRAGMENTATION.value] = (
                 True, f"{size(u)} was reserved but unallocated, more than the {size(m.requested)} asked for")
     per = m.weights_per_device
@@ -536,10 +534,11 @@ class OomRuntimePeak(Rule):
         ask, free = ev.value("mem.kv_tokens_requested"), ev.value("mem.kv_tokens_free")
         pool = ask is not None or free is not None or "token pool ran out" in reason
         slots = "request-slot pool" in reason  # more requests than slots: the running batch's bound, nothing else
+        paged = ask is not None and free is not None and free >= ask
         if slots:
             msg = ("The engine's request-slot pool ran out while serving: more requests ran at once than it has slots "
                    "for (SGLang sizes them from --max-running-requests).")
-        elif pool and m.phase == "serving" and ask is not None and free is not None and free >= ask:
+        elif pool and m.phase == "serving" and paged:
             msg = "The engine's KV-cache pool refused an allocation while serving."
         elif pool and m.phase == "serving":
             msg = ("The engine's KV-cache pool ran out of slots while serving: the running requests' sequences "
@@ -549,7 +548,6 @@ class OomRuntimePeak(Rule):
             parts.append(f"(Told by {where}.)" if told_by_message else f"(Traceback: {where}.)")
         if reason:
             parts.append(f"The framework said: {reason}.")
-        paged = ask is not None and free is not None and free >= ask
         if ask is not None and free is not None:
             parts.append(f"It asked its token pool for {ask:,.0f} KV slots and had {free:,.0f} free or evictable.")
             if paged:
@@ -1273,6 +1271,3 @@ class HostOomKill(Rule):
 RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
                                   MemoryHeadroom, AllocatorChurn, HostOomKill)
 
-
-_d = OomFragmentation.Thresholds()
-_FRAG_BARS = (_d.share_total, _d.share_reserved, _d.min_bytes)
