@@ -21,7 +21,9 @@ Writes into OUTDIR:
 The load client is ``diagnose.collectors.loadclient`` (the one ``diagnose sweep`` uses): imported from
 the project's venv when this runs there, else loaded from collectors/loadclient.py (standard library
 only). Everything is bounded: the server must be ready within --ready-timeout, the load runs warm-up +
-duration, each request times out, the server is stopped (SIGINT, then SIGTERM, then SIGKILL).
+duration (stretched to 1.5 times the probe request's time when one request outlasts it, so that one request
+starts inside the window whatever the host's speed), each request times out, the server is stopped (SIGINT,
+then SIGTERM, then SIGKILL).
 """
 
 from __future__ import annotations
@@ -173,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
 
         spec = lc.RequestSpec(lc.Target.parse(base + path), "POST", (), body, a.timeout)
         probe = lc.probe(spec)  # one warm request before the window
+        # a window shorter than one request measures nothing: the request running through the warm-up ends
+        # after the window and none starts in it (one 3,500-token stream took 21 s here, 27 s on a busier
+        # host). The window is stretched to 1.5 requests as the probe timed one, so one starts inside it.
+        asked_s = a.duration
+        if probe.ok:
+            a.duration = max(a.duration, round(1.5 * probe.latency_s, 1))
         scrapes: dict[str, float] = {}
 
         def scraper() -> None:
@@ -247,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = min((s.start for s in samples), default=0.0)
     doc = {
         "engine": a.engine, "endpoint": path, "clients": a.clients, "prompt_words": a.prompt_words,
-        "max_tokens": a.max_tokens, "warmup_s": a.warmup, "duration_s": a.duration, "stream": True,
+        "max_tokens": a.max_tokens, "warmup_s": a.warmup, "duration_s": a.duration, "duration_asked_s": asked_s,
+        "stream": True,
         "server_ready_s": round(ready_s, 2), "raw_log_bytes": len(raw), "scrape_at_s": scrapes,
         "probe": {"ok": probe.ok, "status": probe.status, "ttft_ms": q([probe.ttft_s], 0.5) if probe.ttft_s else None,
                   "tokens": probe.tokens, "latency_ms": round(1000 * probe.latency_s, 1)},
