@@ -44,6 +44,10 @@ _PREFIX = re.compile(
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog
 )
 # a second record may start past the first character: one C-level search instead of six finds
+# terminal colour and cursor codes: ESC [ … letter; and the same SGR codes with the ESC lost, as a paste into an
+# issue keeps them ("[32mINFO[0m:"), taken only when glued to text on one side (a " [2m 30s]" duration stays)
+_SGR = r"\[(?:\d{1,3};){0,4}\d{1,3}m"
+_ANSI = re.compile(rf"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|(?<=\S){_SGR}|{_SGR}(?=\S)")
 _GLUE_HINT = re.compile(r"INFO |WARNING |WARN |ERROR |DEBUG |CRITICAL |\r|\[20")
 
 
@@ -149,12 +153,19 @@ def split_glued(line: str) -> list[str]:
     return parts or [line]
 
 
+def strip_ansi(line: str) -> str:
+    """``line`` without terminal colour codes (with their ESC, or with it lost in a paste: ``[32mINFO[0m``)."""
+    return _ANSI.sub("", line)
+
+
 def clean_lines(raw_lines: Iterable[str]) -> Iterator[str]:
     """Yield cleaned records from raw physical lines."""
     for raw in raw_lines:
         if len(raw) > MAX_LINE_CHARS:
             raw = raw[:MAX_LINE_CHARS]
         raw = raw.rstrip("\n")
+        if "\x1b" in raw or ("m" in raw and "[" in raw):
+            raw = strip_ansi(raw)
         for part in split_glued(raw):
             yield strip_prefixes(part).rstrip()
 

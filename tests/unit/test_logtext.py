@@ -121,3 +121,13 @@ def test_keyed_search_agrees_with_the_regex_on_any_case_and_any_script(parts: li
         want = rx.search(line)
         got = Keyed(rx).search(line)
         assert (got and got.span()) == (want and want.span()), (rx.pattern[:60], line)
+
+
+def test_colour_codes_are_dropped_with_or_without_their_escape() -> None:
+    assert list(clean_lines(["\x1b[32mINFO\x1b[0m 12-01 10:00:00 [engine.py:100] Avg prompt throughput"])) == [
+        "INFO 12-01 10:00:00 [engine.py:100] Avg prompt throughput"]
+    # pasted into an issue, the ESC is lost: the codes glued to the text are still codes
+    assert list(clean_lines(["[32mINFO[0m 12-01 10:00:00[90m [engine.py:100][0m x"])) == [
+        "INFO 12-01 10:00:00 [engine.py:100] x"]
+    # a bracketed duration standing alone is text
+    assert list(clean_lines(["took [2m 30s] to load"])) == ["took [2m 30s] to load"]

@@ -498,3 +498,21 @@ def test_another_engines_stats_lines_among_vllms_are_read_in_line_order_in_bulk(
                                                                       sb.low), name
             assert _close(sa.total, sb.total), name
         assert a.waiting.last == b.waiting.last == last
+
+
+@pytest.mark.parametrize("esc", ["\x1b", ""], ids=["terminal", "pasted-without-esc"])
+def test_a_coloured_log_reads_as_the_plain_one(tmp_path: Path, esc: str) -> None:
+    """A log written to a terminal carries colour codes around its level and source (vLLM's and LMDeploy's
+    formatters, uvicorn's); pasted into an issue the ESC is often lost and ``[32mINFO[0m`` is left. Either way
+    the engine's recorded log (tests/data/engines/vllm/kv_pressure) gives the evidence its plain copy gives."""
+    import re
+
+    plain = (Path(DATA) / "engines" / "vllm" / "kv_pressure" / "vllm.log").read_text()
+    level = re.compile(r"\b(INFO|WARNING|ERROR|DEBUG)\b( \d\d-\d\d \d\d:\d\d:\d\d)( \[[\w.]+:\d+\])")
+    coloured = level.sub(lambda m: f"{esc}[32m{m[1]}{esc}[0m{m[2]}{esc}[90m{m[3]}{esc}[0m", plain)
+    assert coloured != plain and coloured.count("[32m") > 10
+    (tmp_path / "plain.log").write_text(plain)
+    (tmp_path / "coloured.log").write_text(coloured)
+    want = _values(loose.analyze_path(str(tmp_path / "plain.log")))
+    assert want["serving.engine"] == "vllm" and want["serving.kv_cache_usage_max_ratio"] > 0.9
+    assert _values(loose.analyze_path(str(tmp_path / "coloured.log"))) == want
