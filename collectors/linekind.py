@@ -161,7 +161,13 @@ def inline_command(line: str) -> tuple[int, int] | None:
 # a label, its colon, then padding to a column (two spaces or more) and a short value; and a rule or a titled rule
 # around a printed block ("====== Serving Benchmark Result ======", "-----Time to First Token-----")
 _ALIGNED_COLUMN = 20  # the value starts at this column or further: the label was padded to a column
-_RULE = re.compile(r"[=\-~]{5,}|[=\-~]{4,}[^=\-~]{1,80}[=\-~]{4,}")  # "---" and "***bold***" are a person's
+# (the title may hold a hyphen: "-----Inter-token Latency-----"; a starred title has its spaces, as perf_analyzer's
+# "*** Measurement Settings ***": "---" and "***bold***" are a person's)
+_RULE = re.compile(r"[=\-~]{5,}|[=\-~]{4,}[^=\-~](?:[^=~]{0,78}[^=\-~])?[=\-~]{4,}|\*{3,} [^*]{1,80} \*{3,}")
+# a program's padded assignment: llama.cpp's timings ("prompt eval time =    8734.21 ms /   971 tokens (…)",
+# "total time =    9809.97 ms /   990 tokens"), the value padded to a column after the "="
+_PADDED_ASSIGN = re.compile(r"[A-Za-z][\w .()/-]{0,40}?\s=\s{2,}[-+]?\d[\d.,]*\s?[A-Za-zµ%/]*"
+                            r"(?:\s*/\s*[\d.,]+\s?[A-Za-z]+)?(?:\s*\([^()]*\))?")
 
 
 def _aligned(text: str) -> bool:
@@ -182,8 +188,11 @@ _CELL_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s?(?:%|[mu
 def printed_row(text: str) -> bool:
     """A row a program printed in columns, no rules between them: four cells or more apart by runs of spaces,
     three or more of them numbers (``nsys stats``, a profiler's table, ``[CUDA memcpy HtoD]`` rows), or its
-    header (five short cells or more, ``Time (%)  Total Time (ns)  Num Calls  Avg (ns) …``). Its cells are the
+    header (five short cells or more, ``Time (%)  Total Time (ns)  Num Calls  Avg (ns) …``), or a value padded to a
+    column after its ``=`` (llama.cpp's ``eval time =    1075.76 ms /    19 tokens``). Its cells are the
     program's: a collector reads them, and nothing in them is a person's statement."""
+    if _PADDED_ASSIGN.fullmatch(text.strip()):
+        return True
     if "|" in text:  # a ruled table (nvidia-smi's, a person's markdown) is read as a table, cell by cell
         return False
     cells = _COLUMNS.split(text.strip())

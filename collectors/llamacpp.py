@@ -15,6 +15,10 @@ Recognised (numbers vary; every field is read on its own, so a block pasted in p
       eval count:           114 token(s)
       eval duration:        2.391734s
 
+* llama-server's progress while a long prompt is processed (after its first 3 s, every few seconds)::
+
+      slot print_timing: id  3 | task 0 | prompt processing, n_tokens = 118810, progress = 0.99, t = 401.80 s / …
+
 * koboldcpp: ``Processing Prompt [BLAS] (2048 / 14093 tokens)`` and
   ``Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s``.
 
@@ -65,6 +69,10 @@ _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\
 _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
 # ollama sizing the offload to the memory it found ("offload to cuda" … layers.requested=-1 … layers.offload=10)
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
+# llama-server's prompt processing still running, every few seconds past its first 3 s (tools/server, print_timings_pp):
+# "slot print_timing: id  3 | task 0 | prompt processing, n_tokens = 118810, progress = 0.99, t = 401.80 s / …"
+_PP_PROGRESS = re.compile(rf"(?:\btask (?P<task>\d+)\s*\|\s*)?prompt processing, n_tokens\s*=\s*(?P<n>\d+), "
+                          rf"progress\s*=\s*(?P<p>[\d.]+), t\s*=\s*{_NUM}\s*s\b")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
 _KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
@@ -97,6 +105,9 @@ class LlamaTimings:
     loads: list[tuple[int, int]] = field(default_factory=list)  # (layers offloaded, layers) per model loaded
     gpu_backend: str | None = None  # a GPU device the loader or the context allocated a buffer on ("CUDA0")
     auto_sized: bool = False  # ollama chose how many layers to offload from the memory it found
+    # llama-server's prompt processing in progress, the last line of each task: (tokens processed, the share of the
+    # prompt they are, seconds so far)
+    prefill_progress: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -143,6 +154,13 @@ class LlamaTimingParser:
             mr = _OLLAMA_REQUESTED.search(line)
             if mr and int(mr.group(1)) < 0:
                 self.timings.auto_sized = True
+        if "prompt processing, n_tokens" in line:
+            mp = _PP_PROGRESS.search(line)
+            if mp:
+                self.timings.prefill_progress[mp.group("task") or ""] = (
+                    int(mp.group("n")), float(mp.group("p")), float(mp.group(4)))
+                self.timings.formats.add("llama.cpp")
+                return
         low = line.lower()
         if "time" in low and "=" in line and " ms" in line:
             for m in _LLAMA.finditer(line):

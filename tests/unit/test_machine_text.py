@@ -60,6 +60,14 @@ LINES: list[tuple[str, LineKind]] = [
     ("100%|██████████████████████| 1000/1000 [07:53<00:00,  2.11it/s]", K.LOG),
     ("Processed prompts: 100%|██████████| 500/500 [00:21<00:00, 23.4it/s]", K.LOG),
     ("---", K.PROSE),  # a person's markdown separator
+    # titled rules with a hyphen in the title (vllm bench serve), perf_analyzer's starred title; a person's bold
+    ("---------------Inter-token Latency----------------", K.TABLE),
+    ("*** Measurement Settings ***", K.TABLE),
+    ("***bold***", K.PROSE),
+    # llama.cpp's timings with their prefix gone (llama.cpp#12237): the value padded to a column after "="
+    ("       eval time =    1075.76 ms /    19 tokens (   56.62 ms per token,    17.66 tokens per second)", K.TABLE),
+    ("      total time =    9809.97 ms /   990 tokens", K.TABLE),
+    ("time =  5 s is what I see", K.PROSE),
     # a program's columns: nsys stats' header and rows (proteneer/timemachine PR 1225), the old memcpy rows
     (" Time (%)  Total Time (ns)  Num Calls    Avg (ns)     Med (ns)    Min (ns)    Max (ns)   StdDev (ns)   Name",
      K.TABLE),
@@ -348,3 +356,16 @@ def test_a_programs_columns_are_no_statements_but_a_persons_table_is_read() -> N
     assert not c.concepts["launch"] and not c.concepts["copy"], c.concepts
     person = _claims("| step | copy time |\n|---|---|\n| 1 | memcpy 80 ms |\n").claims
     assert person.concepts["copy"] >= 1, person.concepts
+
+
+def test_llama_cpps_timings_without_their_prefix_are_no_statements() -> None:
+    """llama-server's timings pasted without their ``slot print_timing`` prefix (llama.cpp#12237): 'total time'
+    is prompt plus generation, and read as a person's words it became the generation time (report.decode_ms_max
+    9809.97 ms against an eval of 1075.76 ms). They are the llama.cpp reader's, which reads each by its label."""
+    text = ("prompt eval time =    8734.21 ms /   971 tokens (    9.00 ms per token,   111.17 tokens per second)\n"
+            "       eval time =    1075.76 ms /    19 tokens (   56.62 ms per token,    17.66 tokens per second)\n"
+            "      total time =    9809.97 ms /   990 tokens\n")
+    ev = {e.key: e.value for e in loose.analyze_stream("p", io.BufferedReader(io.BytesIO(text.encode()))).evidence}
+    assert "report.decode_ms_max" not in ev and "report.prefill_ms_max" not in ev, ev
+    assert ev["stage.decode_ms.mean"] == pytest.approx(1075.76)
+    assert ev["stage.prefill_ms.mean"] == pytest.approx(8734.21)
