@@ -140,14 +140,20 @@ class OomResult:
 # ---------------------------------------------------------------------------------------------
 
 _HEAD = re.compile(
-    r"(?P<dev>CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+out of memory"
+    r"(?P<dev>CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+(?:backend\s+)?out of memory"
     r"|OutOfMemoryError\b"
     r"|CUDA error: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory"
     r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     # the allocator's sentence pasted without its first words: its own structure says what it is
     r"|(?:Tried|trying) to allocate\s+[\d.]+\s*[KMGT]i?B\b(?=.{0,16}(?:\((?:GPU|NPU|XPU) ?\d+;|GPU \d+ has a total))"
-    r"|CUDA_ERROR_OUT_OF_MEMORY",
+    r"|CUDA_ERROR_OUT_OF_MEMORY"
+    # TensorFlow's and XLA's allocators: "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.25TiB (rounded
+    # to 1374521760000)", "cuMemAllocAsync failed to allocate 1225195446464 bytes", "OOM when allocating tensor with
+    # shape[…]"; PyTorch's host allocator: "DefaultCPUAllocator: not enough memory: you tried to allocate N bytes",
+    # "[enforce fail at alloc_cpu.cpp:72] . DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes"
+    r"|ran out of memory trying to allocate|cuMemAllocAsync failed to allocate|OOM when allocating tensor"
+    r"|DefaultCPUAllocator: (?:not enough memory|can't allocate memory)",
     re.IGNORECASE,
 )
 _F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
@@ -165,7 +171,28 @@ _F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory
 _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
 _F_POOLS = re.compile(rf"(?P<v>{SIZE})\s+allocated in private pools", re.IGNORECASE)
 _F_UNALLOC = re.compile(rf"(?P<v>{SIZE})\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
-_JAX_BYTES = re.compile(r"Out of memory while trying to allocate\s+(?P<v>\d+)\s+bytes", re.IGNORECASE)
+_JAX_BYTES = re.compile(r"Out of memory while trying to allocate\s+(?P<v>\d+)\s+bytes"
+                        r"|(?:cuMemAllocAsync|you tried to) (?:failed )?to allocate\s+(?P<v2>\d+)\s+bytes"
+                        r"|ran out of memory trying to allocate\s+[\d.]+\s?[KMGT]i?B\s+\(rounded to (?P<v3>\d+)\)",
+                        re.IGNORECASE)
+_TF_SIZE = re.compile(rf"ran out of memory trying to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
+# PyTorch on Apple silicon: "MPS backend out of memory (MPS allocated: 8.89 GB, other allocations: 172.98 MB, max
+# allowed: 9.07 GB). Tried to allocate 6.25 MB on private pool." (aten/src/ATen/mps/MPSAllocator.mm): what this
+# process holds, its tensors and its other allocations, against the high-watermark cap
+_F_MPS_ALLOCATED = re.compile(rf"MPS allocated:\s*(?P<v>{SIZE})", re.IGNORECASE)
+_F_MPS_OTHER = re.compile(rf"other allocations:\s*(?P<v>{SIZE})", re.IGNORECASE)
+_F_MPS_CAP = re.compile(rf"max allowed:\s*(?P<v>{SIZE})", re.IGNORECASE)
+_HOST_ALLOCATOR = re.compile(r"DefaultCPUAllocator", re.IGNORECASE)
+# TensorRT-LLM's PyTorch executor (tensorrt_llm/_torch/pyexecutor/py_executor_creator.py, _maybe_explain_if_oom): a head
+# line, then the component it could not create and the device's memory, one field per line
+_FW_TRT_HEAD = re.compile(r"Executor creation failed (?:due to insufficient GPU memory|with an error which might "
+                          r"indicate insufficient GPU memory)", re.IGNORECASE)
+_FW_TRT_FIELD = re.compile(r"^\s*(?:\[TRT-LLM\]\s*\[\w\]\s*)?(?P<k>The following component could not be created"
+                           r"|Total GPU memory \(GiB\)|Free GPU memory before component creation attempt \(GiB\))"
+                           r":\s*(?P<v>.+?)\s*$", re.IGNORECASE)
+# the component that failed → the phase: the weights, the KV cache's sizing, or what is built after them
+_TRT_PHASES = (("model resources", "warmup"), ("model", "loading"), ("kv cache", "profile_run"),
+               ("temporary for kv cache size", "profile_run"), ("", "warmup"))
 
 # framework messages that are OOMs in all but name
 _FW_SAMPLER = re.compile(r"out of memory occurred when warming up sampler", re.IGNORECASE)
@@ -219,8 +246,8 @@ def _kv_tokens_cut(line: str) -> OomEvent | None:
     return None if m is None else _kv_tokens_event(line, int(m.group("need")), None)
 
 
-_FW_KV_BYTES = re.compile(
-    rf"\((?P<need>{SIZE})\s+KV cache is needed,\s+which is larger than the available KV cache memory "
+_FW_KV_BYTES = re.compile(  # its "(" may be lost where a paste wrapped the message before it
+    rf"\(?(?P<need>{SIZE})\s+KV cache is needed,\s+which is larger than the available KV cache memory "
     rf"\((?P<have>{SIZE})\)",
     re.IGNORECASE,
 )
@@ -288,7 +315,7 @@ def _size(rx: re.Pattern[str], text: str, *groups: str) -> int | None:
     return None
 
 
-_DEVICE_HEAD = re.compile(r"\b(CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+out of memory", re.IGNORECASE)
+_DEVICE_HEAD = re.compile(r"\b(CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+(?:backend\s+)?out of memory", re.IGNORECASE)
 _DEVICE_INDEX = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*(?P<i>\d+);|\b(?:GPU|NPU|XPU)\s+(?P<j>\d+)\s+has a total")
 _LEGACY_OPEN = re.compile(r"\((?:GPU|NPU|XPU|HIP|MLU)\s*\d+;")
 
@@ -312,11 +339,17 @@ def parse_allocator_message(text: str) -> OomEvent:
     m = _DEVICE_INDEX.search(text)
     if m:
         ev.device_index = int(m.group("i") or m.group("j"))
+    if _HOST_ALLOCATOR.search(text):
+        ev.device = "CPU"  # host memory: PyTorch's CPU allocator could not get the bytes from the system
+    elif not ev.device and (_TF_SIZE.search(text) or "cuMemAllocAsync" in text):
+        ev.device = "GPU"
     ev.requested = _size(_F_REQUESTED, text)
     if ev.requested is None:
         jm = _JAX_BYTES.search(text)
         if jm:
-            ev.requested = int(jm.group("v"))
+            ev.requested = int(jm.group("v") or jm.group("v2") or jm.group("v3"))
+        else:
+            ev.requested = _size(_TF_SIZE, text)
     ev.total = _size(_F_TOTAL, text, "v", "v2")
     ev.free = _size(_F_FREE, text, "v", "v2")
     if ev.free is not None and ev.total and ev.free > 1.01 * ev.total:
@@ -326,11 +359,20 @@ def parse_allocator_message(text: str) -> OomEvent:
                           "more than the device has: its free memory is not used")
         ev.free = None
     ev.limit = _size(_F_ALLOWED, text)
-    legacy = (_F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
-              or _LEGACY_OPEN.search(text) is not None)
+    mps = ev.device == "MPS"
+    if mps:
+        ev.allocated = _size(_F_MPS_ALLOCATED, text)
+        other = _size(_F_MPS_OTHER, text)
+        ev.limit = _size(_F_MPS_CAP, text)
+        if ev.allocated is not None:
+            ev.process_used = ev.allocated + (other or 0)
+    legacy = not mps and (_F_ALREADY.search(text) is not None or _F_RESERVED_TOTAL.search(text) is not None
+                          or _LEGACY_OPEN.search(text) is not None)
     modern = re.search(r"has a total capac", text, re.IGNORECASE) is not None or _F_BY_PYTORCH.search(text)
     expected: dict[str, int | None]
-    if legacy:
+    if mps:  # no device total (the memory is the system's) and no free: the cap is what the process hits
+        expected = {"requested": ev.requested, "allocated": ev.allocated, "limit": ev.limit}
+    elif legacy:
         ev.allocated = _size(_F_ALREADY, text)
         ev.reserved = _size(_F_RESERVED_TOTAL, text)
         if ev.allocated is not None and ev.reserved is not None:
@@ -988,8 +1030,9 @@ class OomParser:
             self._add(fw)
             return
         head = _HEAD.search(line)
-        if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate", line,
-                               re.IGNORECASE) or re.search(r"OutOfMemoryError\s*[:(]", line)):
+        if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate"
+                               r"|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
+                     or re.search(r"OutOfMemoryError\s*[:(]", line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
             self._open_lines = 0
@@ -1000,11 +1043,31 @@ class OomParser:
             self._prose.append(self._n)
 
     def _field(self, line: str) -> bool:
-        """A field line under a "would exceed allowed memory" head: fill the event it belongs to."""
-        m = _FW_FIELD.search(line)
-        if not m or not self._events:
+        """A field line under a "would exceed allowed memory" head or TensorRT-LLM's executor message: fill the event
+        it belongs to."""
+        if not self._events:
             return False
         ev = self._events[-1]
+        trt = _FW_TRT_FIELD.search(line)
+        if trt:
+            key, value = trt.group("k").lower(), trt.group("v")
+            if key.startswith("the following"):
+                low = value.lower()
+                ev.phase = next(phase for name, phase in _TRT_PHASES if name in low)
+                ev.phase_from = f"TensorRT-LLM's executor creation: its {value.strip()[:80]}"
+                ev.reason = f"TensorRT-LLM could not create its {value.strip()[:80]}"
+            else:
+                num = re.match(r"[\d.]+", value)
+                if num:
+                    size_bytes = int(float(num.group(0)) * GIB)
+                    if key.startswith("total"):
+                        ev.total = size_bytes
+                    else:
+                        ev.free = size_bytes
+            return True
+        m = _FW_FIELD.search(line)
+        if not m:
+            return False
         size = 0 if m.group("v").lower().startswith("0 bytes") else parse_size(m.group("v"))
         key = m.group("k").lower()
         if key.startswith("currently"):
@@ -1081,6 +1144,10 @@ class OomParser:
         if m:
             return OomEvent(kind="framework", device="GPU", device_index=int(m.group("dev")),
                             reason="a ggml backend buffer could not be allocated", requested=parse_size(m.group("v")),
+                            message=line.strip())
+        if _FW_TRT_HEAD.search(line):
+            self._fields_left = 6  # a blank line, then the component and the device's memory
+            return OomEvent(kind="framework", device="GPU", reason="TensorRT-LLM could not create its executor",
                             message=line.strip())
         if _FW_FRACTION_HEAD.search(line):
             self._fields_left = 8

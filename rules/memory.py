@@ -125,6 +125,12 @@ class MemView:
         return min(held) if held else None
 
 
+def _host_oom(ev: EvidenceSet) -> bool:
+    """The out-of-memory error was the host allocator's (PyTorch's DefaultCPUAllocator), not a device's."""
+    device = ev.get("mem.oom_device")
+    return isinstance(device, Evidence) and device.value == "CPU"
+
+
 def read_mem(ev: EvidenceSet) -> MemView:
     total_key = next((k for k in ("mem.device_total_bytes", "gpu.memory_total_bytes", "gpu.spec_memory_bytes")
                       if ev.value(k) is not None), "")
@@ -159,7 +165,8 @@ def read_mem(ev: EvidenceSet) -> MemView:
         weights_key=weights_key,
         parallel=parallel,
         phase=phase,
-        oom=(ev.value("mem.oom_count", 0.0) or 0.0) > 0,
+        # an OOM of the host's allocator (PyTorch's DefaultCPUAllocator) is no device's: MEM013 reads it
+        oom=(ev.value("mem.oom_count", 0.0) or 0.0) > 0 and not _host_oom(ev),
         profile_used=ev.value("mem.profile_device_used_bytes"),
         limit=ev.value("mem.allocation_limit_bytes"),
         # with tensor or pipeline parallelism NCCL's buffers count there too: not read then
@@ -805,7 +812,8 @@ class OomExternal(Rule):
         ("mem.profile_device_used_bytes", "mem.device_total_bytes", "mem.weights_estimate_bytes"),
         ("mem.profile_non_torch_bytes", "mem.device_total_bytes"),
     )
-    optional = (*_MEM_KEYS, "gpu.processes", "mem.profile_device_used_bytes", "mem.profile_non_torch_bytes")
+    optional = (*_MEM_KEYS, "gpu.processes", "mem.profile_device_used_bytes", "mem.profile_non_torch_bytes",
+                "mem.unattributed_process_bytes")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -839,6 +847,8 @@ class OomExternal(Rule):
         held, exact = m.external()
         if held is None:
             return None
+        if not exact and "mem.unattributed_process_bytes" in ev:
+            return None  # the message listed the holder, and it may be this process: which, it does not say
         if (m.free is not None and m.requested is not None and m.total and m.requested > 0
                 and m.free >= t.free_multiple * m.requested and m.free >= t.free_share * m.total
                 and (m.reserved is None or m.reserved <= t.free_share * m.total)):
@@ -1191,13 +1201,17 @@ class HostOomKill(Rule):
     in RAM while loading, a CPU KV cache or swap space, a prompt cache, per-worker copies) plus its
     page cache against the container's limit.
 
-    How it decides: ``host.oom_kills`` or ``cgroup.oom_kills`` ≥ 1. The message names the process,
+    Also PyTorch's host allocator refusing an allocation (``DefaultCPUAllocator: not enough memory: you tried to
+    allocate N bytes``, ``host.alloc_failed_bytes``): host RAM ran out and the process raised instead of being killed.
+
+    How it decides: ``host.oom_kills`` or ``cgroup.oom_kills`` ≥ 1, or ``host.alloc_failed_bytes``. The message names
+    the process,
     what it held (``host.oom_killed_anon_rss_bytes``) and the limit (``host.memory_limit_bytes`` /
     ``cgroup.memory_limit_bytes``; ``host.oom_scope``: a cgroup's limit or the whole host).
     Category ``oom_peak``: the memory the service reached, not a device's capacity, ran out.
 
-    Evidence: host.oom_kills or cgroup.oom_kills; optionally host.oom_scope, host.oom_killed_process,
-    host.oom_killed_anon_rss_bytes, host.memory_limit_bytes, host.memory_usage_bytes,
+    Evidence: host.oom_kills, cgroup.oom_kills or host.alloc_failed_bytes; optionally host.oom_scope,
+    host.oom_killed_process, host.oom_killed_anon_rss_bytes, host.memory_limit_bytes, host.memory_usage_bytes,
     cgroup.memory_limit_bytes, cgroup.memory_peak_bytes.
 
     Fix: raise the container's memory limit above the peak (Kubernetes ``resources.limits.memory``,
@@ -1214,8 +1228,9 @@ class HostOomKill(Rule):
     name = "host-oom-kill"
     category = Category.OOM_PEAK
     requires = ()
-    requires_any = (("host.oom_kills",), ("cgroup.oom_kills",))
-    optional = ("host.oom_kills", "cgroup.oom_kills", "host.oom_scope", "host.oom_killed_process",
+    requires_any = (("host.oom_kills",), ("cgroup.oom_kills",), ("host.alloc_failed_bytes",))
+    optional = ("host.oom_kills", "cgroup.oom_kills", "host.alloc_failed_bytes", "host.oom_scope",
+                "host.oom_killed_process",
                 "host.oom_killed_anon_rss_bytes", "host.memory_limit_bytes", "host.memory_usage_bytes",
                 "cgroup.memory_limit_bytes", "cgroup.memory_peak_bytes")
 
@@ -1226,7 +1241,8 @@ class HostOomKill(Rule):
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         kills = max(ev.value("host.oom_kills", 0.0) or 0.0, ev.value("cgroup.oom_kills", 0.0) or 0.0)
         if kills < t.min_kills:
-            return None
+            failed = ev.value("host.alloc_failed_bytes")
+            return None if failed is None else self._refused(ev, failed)
         who = ev.get("host.oom_killed_process")
         rss = ev.value("host.oom_killed_anon_rss_bytes")
         limit = ev.value("host.memory_limit_bytes") or ev.value("cgroup.memory_limit_bytes")
@@ -1263,6 +1279,32 @@ class HostOomKill(Rule):
                     "llama.cpp: bound the prompt cache (--cache-ram N MiB; LLAMA_ARG_CACHE_RAM)",
                     "Fewer workers or model copies per container; load checkpoints without a second copy in RAM "
                     "(transformers: low_cpu_mem_usage=True or device_map=...)",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+    def _refused(self, ev: EvidenceSet, failed: float) -> Finding:
+        """PyTorch's host allocator was refused the memory: the process raises instead of being killed."""
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEASURED,
+            title="Host memory ran out: PyTorch's CPU allocator was refused",
+            message=(f"PyTorch's CPU allocator (DefaultCPUAllocator) could not get {size(failed)} from the system: "
+                     "host RAM ran out (the machine's, a container's limit, or on Windows the page file that backs "
+                     "it), not GPU memory. What the process holds in RAM (weights staged while loading, tensors kept "
+                     "on the CPU, a CPU-offloaded model or optimizer, batches of decoded inputs) plus this request "
+                     "did not fit."),
+            impact=0.9,
+            evidence=present(ev, *self.optional),
+            why=f"refused |{bar(1.0)}| {size(failed)}",
+            fixes=[
+                Fix("Hold less in RAM, or give the process more", (
+                    "Load checkpoints without a second copy in RAM (transformers: low_cpu_mem_usage=True or "
+                    "device_map=...; safetensors instead of .bin)",
+                    "Move the tensors that grow (outputs, caches, accumulated results) to the GPU or to disk, and "
+                    "smaller batches",
+                    "Raise the container's memory limit, or on Windows the page file's size",
                 ), Risk.NEEDS_VALIDATION),
             ],
         )

@@ -41,6 +41,10 @@ def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
     if used is None and others and ev.reserved is not None:
         # some releases list the failing process among "Process N has …": it is the one holding
         # at least what PyTorch reserved, and the closest to it
+        # (PyTorch reserved nothing: any process could be this one seen from a container's pid namespace, or
+        # another: neither is said)
+        if ev.reserved == 0:
+            return None, None
         mine = [b for b in others if b >= ev.reserved]
         if mine:
             own = min(mine)
@@ -64,7 +68,8 @@ class OomSource:
         "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
         "KV cache memory:", "mem-fraction-static", "memory for the KV", "memory for KV", "memory left for",
-        "内存")), "retries", "fragment", "expandable_segments")
+        "内存", "OUT_OF_MEMORY", "Executor creation failed", "DefaultCPUAllocator", "cuMemAllocAsync")),
+        "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:
         self._parser = OomParser()
@@ -113,6 +118,11 @@ class OomSource:
                 else f"from the engine's message: {oom.phase_from}" if oom.phase_by_message
                 else f"from the traceback: {oom.phase_from}")
         ev.add("mem.oom_phase", oom.phase, "phase", told)
+        if oom.device:
+            ev.add("mem.oom_device", oom.device, "", "the device the message names")
+        if oom.device == "CPU" and oom.requested is not None:
+            ev.add("host.alloc_failed_bytes", int(oom.requested), "bytes",
+                   "PyTorch's CPU allocator could not get this much from the system (DefaultCPUAllocator)")
         for key, value in (
             ("mem.requested_bytes", oom.requested),
             ("mem.device_total_bytes", oom.total),
@@ -128,6 +138,10 @@ class OomSource:
             if value is not None:
                 ev.add(key, int(value), "bytes")
         used, others = _split_processes(oom)
+        if used is None and others is None and oom.other_processes and oom.reserved == 0:
+            pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
+            ev.add("mem.unattributed_process_bytes", sum(b for _, b in oom.other_processes), "bytes",
+                   f"{pids}: this process seen from a container, or another (PyTorch reserved nothing)")
         if used is not None:
             ev.add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
         if others is not None:

@@ -302,3 +302,16 @@ def test_the_legacy_message_takes_one_cuda_context_off_before_blaming_another_pr
     res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(message.encode())))
     codes = [f.code for f in _real(list(run_rules(EvidenceSet(res.evidence), rules=RULES)[0]))]
     assert ("MEM004" in codes) is external, codes
+
+
+def test_an_engines_oom_report_is_never_healthy_and_host_or_unattributed_memory_is_judged_as_such() -> None:
+    """TensorRT-LLM's 'Executor creation failed due to insufficient GPU memory' beside nvidia-smi at 40413MiB/40960MiB
+    (NVIDIA/TensorRT-LLM#8802) was 'healthy, the engine reserves its KV cache' before its wording was read; PyTorch's
+    host allocator refused (Fooocus#237) is host memory (MEM013), never a device rule's; a listed process with
+    nothing reserved by PyTorch (NVIDIA/TensorRT-LLM#2398) is no measured other process (no MEM004)."""
+    d = pipeline.analyze([os.path.join(DATA, "oom", "oom_trtllm_executor_nvidia_smi_full.txt")])
+    assert d.verdict is not Verdict.HEALTHY and "HLT003" not in [f.code for f in d.findings]
+    host = _real(_findings("oom", "oom_host_defaultcpuallocator_windows.txt"))
+    assert [f.code for f in host] == ["MEM013"] and "25.00 MiB" in host[0].message, host
+    listed = _real(_findings("oom", "oom_listed_process_nothing_reserved.txt"))
+    assert "MEM004" not in [f.code for f in listed]

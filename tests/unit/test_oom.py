@@ -524,3 +524,51 @@ def test_two_sglang_pool_failures_keep_their_own_numbers() -> None:
                           "Try to allocate 50 tokens.",
                           "Available tokens: 9000 (available_size=9000 + evictable_size=0)"])
     assert [(e.kv_tokens_requested, e.kv_tokens_free) for e in events] == [(4000, 100), (50, 9000)]
+
+
+def test_tensorrt_llms_executor_report_names_the_component_and_the_devices_memory() -> None:
+    """TensorRT-LLM's executor creation failing (NVIDIA/TensorRT-LLM#5872): the component it could not create tells
+    the phase (the KV cache: its sizing), and the device's total and its free memory before the attempt are read."""
+    ev = _evidence("oom_trtllm_executor_kv_cache_component.txt")
+    assert ev["mem.oom_count"] == 1 and ev["mem.oom_phase"] == "profile_run"
+    assert ev["mem.oom_reason"] == "TensorRT-LLM could not create its KV cache"
+    assert _near(ev["mem.device_total_bytes"], 140.06 * GiB) and _near(ev["mem.device_free_bytes"], 108.86 * GiB)
+    for component, phase in (("Model", "loading"), ("Initial KV Cache (temporary for KV cache size estimation)",
+                                                     "profile_run"), ("Sampler", "warmup"),
+                             ("Model resources created during usage", "warmup")):
+        (e,) = _oom_events(["RuntimeError: Executor creation failed due to insufficient GPU memory.", "",
+                            f"The following component could not be created: {component}"])
+        assert e.phase == phase, (component, e.phase)
+
+
+def test_mps_xla_and_the_host_allocators_messages_are_read() -> None:
+    """Apple's MPS (lllyasviel/Fooocus#1139): what the process holds against the high-watermark cap; XLA's BFC
+    allocator (jax-ml/jax#27354) and its async allocator; PyTorch's host allocator (Fooocus#237), host memory."""
+    ev = _evidence("oom_mps_high_watermark.txt")
+    # (its "GB" is 2^30 bytes: MPSAllocator's format_size divides by 1024)
+    assert ev["mem.oom_device"] == "MPS" and _near(ev["mem.allocation_limit_bytes"], 9.07 * GiB)
+    assert _near(ev["mem.process_used_bytes"], 8.89 * GiB + 172.98 * MiB)
+    assert _near(ev["mem.requested_bytes"], 6.25 * MiB)
+    (mps,) = _oom_events(_lines("oom_mps_high_watermark.txt"))
+    assert not mps.truncated, mps.missing
+    assert _near(_evidence("oom_xla_bfc_ran_out_tib.txt")["mem.requested_bytes"], 1.25 * 1024 * GiB)
+    (xla,) = _oom_events(["E1103 18:23:55.103160 3413767 gpu_cudamallocasync_allocator.cc:361] gpu_async_1 "
+                          "cuMemAllocAsync failed to allocate 1225195446464 bytes: RESOURCE_EXHAUSTED: out of memory"])
+    assert xla.requested == 1225195446464 and xla.device == "GPU"
+    host = _evidence("oom_host_defaultcpuallocator_windows.txt")
+    assert host["mem.oom_device"] == "CPU" and host["host.alloc_failed_bytes"] == 26214400
+    (drv,) = _oom_events(["jcuda.CudaException: CUDA_ERROR_OUT_OF_MEMORY"])
+    assert drv.kind == "allocator"
+
+
+def test_vllms_kv_error_wrapped_without_its_parenthesis_is_read() -> None:
+    ev = _evidence("oom_vllm_kv_bytes_wrapped_no_paren.txt")  # kaito-project/kaito#2132
+    assert _near(ev["mem.kv_cache_needed_bytes"], 22.5 * GiB) and _near(ev["mem.kv_cache_available_bytes"], 17.39 * GiB)
+
+
+def test_a_listed_process_with_nothing_reserved_is_nobodys() -> None:
+    """PyTorch reserved nothing and lists one process holding the device (NVIDIA/TensorRT-LLM#2398): this process
+    seen from a container's pid namespace, or another; neither is said, so neither number is given."""
+    ev = _evidence("oom_listed_process_nothing_reserved.txt")
+    assert "mem.process_used_bytes" not in ev and "mem.other_processes_bytes" not in ev
+    assert _near(ev["mem.unattributed_process_bytes"], 22.18 * GiB)
