@@ -107,6 +107,12 @@ def serving_capacity(ev: EvidenceSet) -> tuple[str, ...]:
         "tensorrt-llm": "TensorRT-LLM (trtllm-serve): --max_batch_size (the scheduler's active-request limit, "
                         "trtllm_max_num_active_requests, is it times the pipeline-parallel size) and --max_num_tokens "
                         "while the KV cache has room; more KV cache from --kv_cache_free_gpu_memory_fraction",
+        # llama.cpp's server README (--parallel, its context split among the slots); Ollama's FAQ (how it handles
+        # concurrent requests: OLLAMA_NUM_PARALLEL, OLLAMA_MAX_QUEUE)
+        "llama.cpp": "llama.cpp: llama-server --parallel N slots (--ctx-size is split among them: raise it with N); "
+                     "llama-cpp-python's server runs one request at a time: more server processes behind a balancer",
+        "ollama": "Ollama: OLLAMA_NUM_PARALLEL (requests each loaded model runs at once; its KV memory grows with it: "
+                  "context × parallel) and OLLAMA_MAX_QUEUE (requests held beyond them before 503s)",
     }
     first = engine(ev)
     order = [first] if first in steps else []

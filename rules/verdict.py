@@ -225,7 +225,8 @@ def next_steps(ev: EvidenceSet, target: Target | None = None) -> tuple[str, ...]
     leaning = _leaning_topics(ev)
     hinted = [s for s in steps if s.relevant(ev) and s.topic != "live"]
     general = [s for s in steps if s.topic == "live"]
-    rest = [s for s in steps if s not in hinted and s not in general]
+    # a step for a failure the evidence does not show (urgent when shown) is no general advice
+    rest = [s for s in steps if s not in hinted and s not in general and not s.urgent]
     ordered = [*hinted, *general, *rest]
     if leaning:  # after attaching, what a report's words lean to (even too weakly to name it) comes next
         order = ("live", *(t for t in leaning if t != "live"))
