@@ -163,11 +163,15 @@ def inline_command(line: str) -> tuple[int, int] | None:
 _ALIGNED_COLUMN = 20  # the value starts at this column or further: the label was padded to a column
 # (the title may hold a hyphen: "-----Inter-token Latency-----"; a starred title has its spaces, as perf_analyzer's
 # "*** Measurement Settings ***": "---" and "***bold***" are a person's)
-_RULE = re.compile(r"[=\-~]{5,}|[=\-~]{4,}[^=\-~](?:[^=~]{0,78}[^=\-~])?[=\-~]{4,}|\*{3,} [^*]{1,80} \*{3,}")
-# a program's padded assignment: llama.cpp's timings ("prompt eval time =    8734.21 ms /   971 tokens (…)",
-# "total time =    9809.97 ms /   990 tokens"), the value padded to a column after the "="
-_PADDED_ASSIGN = re.compile(r"[A-Za-z][\w .()/-]{0,40}?\s=\s{2,}[-+]?\d[\d.,]*\s?[A-Za-zµ%/]*"
-                            r"(?:\s*/\s*[\d.,]+\s?[A-Za-z]+)?(?:\s*\([^()]*\))?")
+_TITLE = r"[^=\-~*\d\s](?:[^=~*\d]{0,58}[^=\-~*\d\s])?"  # a block's title: no digits (a person's heading has numbers)
+_RULE = re.compile(rf"[=\-~]{{5,}}|[=\-~]{{4,}}\s?{_TITLE}\s?[=\-~]{{4,}}|\*{{3,}} {_TITLE} \*{{3,}}")
+_TITLE_WORDS = 6  # a printed block's title is a few words ("Time to First Token"); a longer one is a person's
+# llama.cpp's timing rows (its "%10.2f ms" padding: "prompt eval time =    8734.21 ms /   971 tokens (…)", "total
+# time =    9809.97 ms /   990 tokens"), by their own labels and layout, with or without their prefix
+_LLAMA_TIMING = re.compile(r"(?:\w+:\s+)?(?:prompt eval|eval|total|load|sample) time\s+=\s+\d+(?:\.\d+)? ms"
+                           r"(?:\s*/\s*\d+\s+(?:tokens|runs))?"
+                           r"(?:\s*\(\s*[\d.]+ ms per token,\s+[\d.]+ tokens per second\))?"
+                           r"|(?:\w+:\s+)?graphs reused\s+=\s+\d+")
 
 
 def _aligned(text: str) -> bool:
@@ -189,9 +193,9 @@ def printed_row(text: str) -> bool:
     """A row a program printed in columns, no rules between them: four cells or more apart by runs of spaces,
     three or more of them numbers (``nsys stats``, a profiler's table, ``[CUDA memcpy HtoD]`` rows), or its
     header (five short cells or more, ``Time (%)  Total Time (ns)  Num Calls  Avg (ns) …``), or a value padded to a
-    column after its ``=`` (llama.cpp's ``eval time =    1075.76 ms /    19 tokens``). Its cells are the
+    column after its ``=`` (llama.cpp's timing rows: ``eval time =    1075.76 ms /    19 tokens``). Its cells are the
     program's: a collector reads them, and nothing in them is a person's statement."""
-    if _PADDED_ASSIGN.fullmatch(text.strip()):
+    if _LLAMA_TIMING.fullmatch(text.strip()):
         return True
     if "|" in text:  # a ruled table (nvidia-smi's, a person's markdown) is read as a table, cell by cell
         return False
@@ -209,7 +213,7 @@ def _tabular(text: str) -> bool:
         return True
     if printed_row(text):
         return True
-    if _RULE.fullmatch(text) or _aligned(text):
+    if (_RULE.fullmatch(text) and len(text.strip("=-~* ").split()) <= _TITLE_WORDS) or _aligned(text):
         return True
     if text.count("\t") >= 2:
         return True

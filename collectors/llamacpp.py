@@ -71,6 +71,8 @@ _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 # llama-server's prompt processing still running, every few seconds past its first 3 s (tools/server, print_timings_pp):
 # "slot print_timing: id  3 | task 0 | prompt processing, n_tokens = 118810, progress = 0.99, t = 401.80 s / …"
+# … and generation under way ("n_decoded = 700, tg = 10.00 t/s", newer "n_gen = …, tg = …"): the prompt was done
+_TG_PROGRESS = re.compile(r"\b(?:n_decoded|n_gen)\s*=\s*\d+,\s*tg\s*=")
 _PP_PROGRESS = re.compile(rf"(?:\btask (?P<task>\d+)\s*\|\s*)?prompt processing, n_tokens\s*=\s*(?P<n>\d+), "
                           rf"progress\s*=\s*(?P<p>[\d.]+), t\s*=\s*{_NUM}\s*s\b")
 # koboldcpp
@@ -108,6 +110,7 @@ class LlamaTimings:
     # llama-server's prompt processing in progress, the last line of each task: (tokens processed, the share of the
     # prompt they are, seconds so far)
     prefill_progress: dict[str, tuple[int, float, float]] = field(default_factory=dict)
+    generating: bool = False  # a generation's progress line: some prompt was processed whole
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -154,6 +157,9 @@ class LlamaTimingParser:
             mr = _OLLAMA_REQUESTED.search(line)
             if mr and int(mr.group(1)) < 0:
                 self.timings.auto_sized = True
+        if ", tg" in line and _TG_PROGRESS.search(line):
+            self.timings.generating = True
+            return
         if "prompt processing, n_tokens" in line:
             mp = _PP_PROGRESS.search(line)
             if mp:

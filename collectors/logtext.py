@@ -46,7 +46,7 @@ _PREFIX = re.compile(
 # a second record may start past the first character: one C-level search instead of six finds
 # terminal colour and cursor codes: ESC [ … letter; and the same SGR codes with the ESC lost, as a paste into an
 # issue keeps them ("[32mINFO[0m:"), taken only when glued to text on one side (a " [2m 30s]" duration stays)
-_SGR = r"\[(?:\d{1,3};){0,4}\d{1,3}m"
+_SGR = r"\[(?:\d{1,3};){0,4}\d{1,3}m(?!\])"  # "[5m]" is a duration (PromQL's rate(x[5m])), not a code
 _ANSI = re.compile(rf"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|(?<=\S){_SGR}|{_SGR}(?=\S)")
 _GLUE_HINT = re.compile(r"INFO |WARNING |WARN |ERROR |DEBUG |CRITICAL |\r|\[20")
 

@@ -172,7 +172,7 @@ _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNOR
 _F_POOLS = re.compile(rf"(?P<v>{SIZE})\s+allocated in private pools", re.IGNORECASE)
 _F_UNALLOC = re.compile(rf"(?P<v>{SIZE})\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
 _JAX_BYTES = re.compile(r"Out of memory while trying to allocate\s+(?P<v>\d+)\s+bytes"
-                        r"|(?:cuMemAllocAsync|you tried to) (?:failed )?to allocate\s+(?P<v2>\d+)\s+bytes"
+                        r"|(?:cuMemAllocAsync failed to|you tried to) allocate\s+(?P<v2>\d+)\s+bytes"
                         r"|ran out of memory trying to allocate\s+[\d.]+\s?[KMGT]i?B\s+\(rounded to (?P<v3>\d+)\)",
                         re.IGNORECASE)
 _TF_SIZE = re.compile(rf"ran out of memory trying to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
@@ -182,7 +182,9 @@ _TF_SIZE = re.compile(rf"ran out of memory trying to allocate\s+(?P<v>{SIZE})", 
 _F_MPS_ALLOCATED = re.compile(rf"MPS allocated:\s*(?P<v>{SIZE})", re.IGNORECASE)
 _F_MPS_OTHER = re.compile(rf"other allocations:\s*(?P<v>{SIZE})", re.IGNORECASE)
 _F_MPS_CAP = re.compile(rf"max allowed:\s*(?P<v>{SIZE})", re.IGNORECASE)
-_HOST_ALLOCATOR = re.compile(r"DefaultCPUAllocator", re.IGNORECASE)
+# the host's allocator: PyTorch's, or TensorFlow's on its CPU device ("… on /job:localhost/replica:0/task:0/device:CPU:0
+# by allocator cpu")
+_HOST_ALLOCATOR = re.compile(r"DefaultCPUAllocator|device:CPU:\d+\b|\bby allocator cpu\b", re.IGNORECASE)
 # TensorRT-LLM's PyTorch executor (tensorrt_llm/_torch/pyexecutor/py_executor_creator.py, _maybe_explain_if_oom): a head
 # line, then the component it could not create and the device's memory, one field per line
 _FW_TRT_HEAD = re.compile(r"Executor creation failed (?:due to insufficient GPU memory|with an error which might "
@@ -343,13 +345,8 @@ def parse_allocator_message(text: str) -> OomEvent:
         ev.device = "CPU"  # host memory: PyTorch's CPU allocator could not get the bytes from the system
     elif not ev.device and (_TF_SIZE.search(text) or "cuMemAllocAsync" in text):
         ev.device = "GPU"
-    ev.requested = _size(_F_REQUESTED, text)
-    if ev.requested is None:
-        jm = _JAX_BYTES.search(text)
-        if jm:
-            ev.requested = int(jm.group("v") or jm.group("v2") or jm.group("v3"))
-        else:
-            ev.requested = _size(_TF_SIZE, text)
+    jm = _JAX_BYTES.search(text)  # the exact bytes where the message gives them, before its rounded size
+    ev.requested = int(jm.group("v") or jm.group("v2") or jm.group("v3")) if jm else _size(_F_REQUESTED, text)
     ev.total = _size(_F_TOTAL, text, "v", "v2")
     ev.free = _size(_F_FREE, text, "v", "v2")
     if ev.free is not None and ev.total and ev.free > 1.01 * ev.total:
@@ -1018,6 +1015,9 @@ class OomParser:
             return
         if "killed process" in low or "oom-kill" in low or "invoked oom-killer" in low:
             return  # the kernel's OOM killer (host memory): diagnose.collectors.kernel_oom reads it
+        if "this is not a failure" in low:
+            return  # TensorFlow's BFC allocator retrying a smaller plan ("The caller indicates that this is not a
+            # failure, but this may mean that there could be performance gains if more memory were available")
         if "#retracted" in low:
             return  # SGLang's retraction record ("Decode out of memory happened. #retracted_reqs: 1, …" before 0.4.4):
             # requests put back to wait for KV room, no failure (the engine-log reader counts them)

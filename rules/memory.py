@@ -1201,16 +1201,18 @@ class HostOomKill(Rule):
     in RAM while loading, a CPU KV cache or swap space, a prompt cache, per-worker copies) plus its
     page cache against the container's limit.
 
-    Also PyTorch's host allocator refusing an allocation (``DefaultCPUAllocator: not enough memory: you tried to
-    allocate N bytes``, ``host.alloc_failed_bytes``): host RAM ran out and the process raised instead of being killed.
+    Also the host's allocator refusing an allocation (PyTorch's ``DefaultCPUAllocator: not enough memory: you tried to
+    allocate N bytes``, TensorFlow's ``… device:CPU:0 by allocator cpu``; ``host.alloc_failures``,
+    ``host.alloc_failed_bytes``): host RAM ran out and the process raised instead of being killed.
 
-    How it decides: ``host.oom_kills`` or ``cgroup.oom_kills`` ≥ 1, or ``host.alloc_failed_bytes``. The message names
+    How it decides: ``host.oom_kills`` or ``cgroup.oom_kills`` ≥ 1, or ``host.alloc_failures``. The message names
     the process,
     what it held (``host.oom_killed_anon_rss_bytes``) and the limit (``host.memory_limit_bytes`` /
     ``cgroup.memory_limit_bytes``; ``host.oom_scope``: a cgroup's limit or the whole host).
     Category ``oom_peak``: the memory the service reached, not a device's capacity, ran out.
 
-    Evidence: host.oom_kills, cgroup.oom_kills or host.alloc_failed_bytes; optionally host.oom_scope,
+    Evidence: host.oom_kills, cgroup.oom_kills or host.alloc_failures; optionally host.alloc_failed_bytes,
+    host.oom_scope,
     host.oom_killed_process, host.oom_killed_anon_rss_bytes, host.memory_limit_bytes, host.memory_usage_bytes,
     cgroup.memory_limit_bytes, cgroup.memory_peak_bytes.
 
@@ -1228,9 +1230,9 @@ class HostOomKill(Rule):
     name = "host-oom-kill"
     category = Category.OOM_PEAK
     requires = ()
-    requires_any = (("host.oom_kills",), ("cgroup.oom_kills",), ("host.alloc_failed_bytes",))
-    optional = ("host.oom_kills", "cgroup.oom_kills", "host.alloc_failed_bytes", "host.oom_scope",
-                "host.oom_killed_process",
+    requires_any = (("host.oom_kills",), ("cgroup.oom_kills",), ("host.alloc_failures",))
+    optional = ("host.oom_kills", "cgroup.oom_kills", "host.alloc_failures", "host.alloc_failed_bytes",
+                "host.oom_scope", "host.oom_killed_process",
                 "host.oom_killed_anon_rss_bytes", "host.memory_limit_bytes", "host.memory_usage_bytes",
                 "cgroup.memory_limit_bytes", "cgroup.memory_peak_bytes")
 
@@ -1241,8 +1243,9 @@ class HostOomKill(Rule):
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         kills = max(ev.value("host.oom_kills", 0.0) or 0.0, ev.value("cgroup.oom_kills", 0.0) or 0.0)
         if kills < t.min_kills:
-            failed = ev.value("host.alloc_failed_bytes")
-            return None if failed is None else self._refused(ev, failed)
+            if (ev.value("host.alloc_failures", 0.0) or 0.0) < 1:
+                return None
+            return self._refused(ev, ev.value("host.alloc_failed_bytes"))
         who = ev.get("host.oom_killed_process")
         rss = ev.value("host.oom_killed_anon_rss_bytes")
         limit = ev.value("host.memory_limit_bytes") or ev.value("cgroup.memory_limit_bytes")
@@ -1284,20 +1287,20 @@ class HostOomKill(Rule):
         )
 
 
-    def _refused(self, ev: EvidenceSet, failed: float) -> Finding:
-        """PyTorch's host allocator was refused the memory: the process raises instead of being killed."""
+    def _refused(self, ev: EvidenceSet, failed: float | None) -> Finding:
+        """The host's allocator was refused the memory: the process raises instead of being killed."""
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
-            title="Host memory ran out: PyTorch's CPU allocator was refused",
-            message=(f"PyTorch's CPU allocator (DefaultCPUAllocator) could not get {size(failed)} from the system: "
-                     "host RAM ran out (the machine's, a container's limit, or on Windows the page file that backs "
-                     "it), not GPU memory. What the process holds in RAM (weights staged while loading, tensors kept "
-                     "on the CPU, a CPU-offloaded model or optimizer, batches of decoded inputs) plus this request "
-                     "did not fit."),
+            title="Host memory ran out: the host's allocator was refused",
+            message=("The host's allocator (PyTorch's DefaultCPUAllocator, TensorFlow's cpu allocator) could not get "
+                     + (f"{size(failed)}" if failed else "the memory") + " from the system: host RAM ran out (the "
+                     "machine's, a container's limit, or on Windows the page file that backs it), not GPU memory. "
+                     "What the process holds in RAM (weights staged while loading, tensors kept on the CPU, a "
+                     "CPU-offloaded model or optimizer, batches of decoded inputs) plus this request did not fit."),
             impact=0.9,
             evidence=present(ev, *self.optional),
-            why=f"refused |{bar(1.0)}| {size(failed)}",
+            why=f"refused |{bar(1.0)}| {size(failed)}" if failed else "",
             fixes=[
                 Fix("Hold less in RAM, or give the process more", (
                     "Load checkpoints without a second copy in RAM (transformers: low_cpu_mem_usage=True or "

@@ -39,7 +39,8 @@ class KernelOomSource:
         res = self._p.result()
         ev = Emit(source)
         if res.sigkilled:  # who sent it is the kernel's report's to say: a failure, and where to look
-            # lines, not processes: a shell's "Killed" and the supervisor's "exited with code 137" are one kill
+            # lines, not processes (a shell's "Killed" and a supervisor's "exited with code 137" may be one kill):
+            # the same line repeated is counted once
             ev.add("host.sigkilled", len(dict.fromkeys(res.sigkilled)), "lines",
                    f"ended by SIGKILL with no error of its own: '{res.sigkilled[0]}'")
         kills = len(res.kills) or res.container_oomkilled

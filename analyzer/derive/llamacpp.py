@@ -23,7 +23,7 @@ class LlamaTimingSource:
     kind = KIND
     triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "Processing Prompt",
                 "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU", "buffer size",
-                "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens")
+                "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens", "n_decoded =", "n_gen =")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -72,20 +72,17 @@ class LlamaTimingSource:
             ev.add("stage.decode.share", 1.0 - share, "ratio", "eval time / (prompt eval + eval)")
             ev.add("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} prompt eval + eval per generation")
         running = list(r.prefill_progress.values())
-        if running and not both:
-            # a prompt still in processing when the log ends (llama-server's progress lines) and no generation
-            # timed whole: the request's time in the engine so far is all prefill, and its first token comes after
+        if running and not gens and not r.generating:
+            # a prompt still in processing when the log ends (llama-server's progress lines), no prompt finished
+            # (llama-server prints "prompt eval time" only when a request ends, with its eval time) and no token
+            # generated: the request's time in the engine so far is all prefill, and its first token comes after
             so_far = [t_s * 1000.0 for _, _, t_s in running]
-            if not prompt:
-                ev.add("stage.prefill_ms.mean", fmean(so_far), "ms",
-                       f"llama-server's prompt processing progress: seconds so far, {len(so_far)} prompt(s)")
+            ev.add("stage.prefill_ms.mean", fmean(so_far), "ms",
+                   f"llama-server's prompt processing progress: seconds so far, {len(so_far)} prompt(s)")
             ev.add("stage.prefill.share", 1.0, "ratio", "llama-server was still processing the prompt at its last "
                    f"progress line ({max(so_far) / 1000.0:.1f} s in, no token generated yet): all the time so far")
-            if not ptok:
-                ptok = [round(n / p) for n, p, _ in running if p > 0]
-            if not prompt:
-                rate = sum(n for n, _, _ in running) / (sum(so_far) / 1000.0) if sum(so_far) else 0.0
-                ev.add("serving.prompt_tokens_per_s", rate, "tokens/s", "llama-server's prompt processing progress")
+            rate = sum(n for n, _, _ in running) / (sum(so_far) / 1000.0) if sum(so_far) else 0.0
+            ev.add("serving.prompt_tokens_per_s", rate, "tokens/s", "llama-server's prompt processing progress")
         if ptok:
             ev.add("tokens.input_mean", fmean(ptok), "tokens", f"{fmt} prompt tokens per generation")
         if gtok:

@@ -41,9 +41,10 @@ def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
     if used is None and others and ev.reserved is not None:
         # some releases list the failing process among "Process N has …": it is the one holding
         # at least what PyTorch reserved, and the closest to it
-        # (PyTorch reserved nothing: any process could be this one seen from a container's pid namespace, or
-        # another: neither is said)
-        if ev.reserved == 0:
+        # (PyTorch reserved nothing: the one process listed could be this one seen from a container's pid namespace,
+        # or another: neither is said; of several, all but one are others at least, and the test below takes the
+        # one closest to what PyTorch reserved as this one)
+        if ev.reserved == 0 and len(others) == 1:
             return None, None
         mine = [b for b in others if b >= ev.reserved]
         if mine:
@@ -102,7 +103,11 @@ class OomSource:
                    f"the text itself blames fragmentation: '{res.fragmentation_statements[0]}'", Quality.LOW)
         if not res.events:
             return ev.items
-        oom = _decisive(res.events)
+        # a device's OOM is the incident's when there is one: a host allocation failing beside it is its own
+        # evidence (host.alloc_failed_bytes), not the device's numbers
+        device = [e for e in res.events if e.device != "CPU"]
+        host = [e for e in res.events if e.device == "CPU"]
+        oom = _decisive(device or res.events)
         # the decisive event's keys are as good as its message: cut short, or only prose
         ev.quality = Quality.LOW if oom.kind == "prose" else Quality.PARTIAL if oom.truncated else Quality.GOOD
         where = f"{oom.device} {oom.device_index}" if oom.device and oom.device_index is not None else oom.device
@@ -112,7 +117,7 @@ class OomSource:
             "mentioned in prose; no allocator message" if kinds == {"prose"}
             else f"{len(res.events)} out-of-memory event(s)" + (f" on {where}" if where else "")
         )
-        ev.add("mem.oom_count", len(res.events), "events", count_detail)
+        ev.add("mem.oom_count", len(device or res.events), "events", count_detail)
         told = ("no traceback frame or log line told the phase" if not oom.phase_from
                 else f"from {oom.phase_from}" if oom.phase_from.startswith("the log line")
                 else f"from the engine's message: {oom.phase_from}" if oom.phase_by_message
@@ -120,9 +125,12 @@ class OomSource:
         ev.add("mem.oom_phase", oom.phase, "phase", told)
         if oom.device:
             ev.add("mem.oom_device", oom.device, "", "the device the message names")
-        if oom.device == "CPU" and oom.requested is not None:
-            ev.add("host.alloc_failed_bytes", int(oom.requested), "bytes",
-                   "PyTorch's CPU allocator could not get this much from the system (DefaultCPUAllocator)")
+        if host:
+            ev.add("host.alloc_failures", len(host), "events", "the host's allocator (PyTorch's DefaultCPUAllocator, "
+                   "TensorFlow's cpu allocator) could not get memory from the system")
+            asked = [e.requested for e in host if e.requested is not None]
+            if asked:
+                ev.add("host.alloc_failed_bytes", max(asked), "bytes", "the largest of them")
         for key, value in (
             ("mem.requested_bytes", oom.requested),
             ("mem.device_total_bytes", oom.total),
@@ -138,7 +146,7 @@ class OomSource:
             if value is not None:
                 ev.add(key, int(value), "bytes")
         used, others = _split_processes(oom)
-        if used is None and others is None and oom.other_processes and oom.reserved == 0:
+        if used is None and others is None and len(oom.other_processes) == 1 and oom.reserved == 0:
             pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
             ev.add("mem.unattributed_process_bytes", sum(b for _, b in oom.other_processes), "bytes",
                    f"{pids}: this process seen from a container, or another (PyTorch reserved nothing)")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 from diagnose import loose, pipeline
 from diagnose.collectors.llamacpp import LlamaTimingParser
 from diagnose.model import EvidenceSet
+from diagnose.rules.engine import run_rules
+from diagnose.rules.registry import RULES
 from tests.conftest import DATA
 
 
@@ -26,15 +29,32 @@ def test_llama_servers_progress_lines_are_read_per_task() -> None:
 
 
 def test_a_prompt_still_processing_makes_the_time_so_far_prefill() -> None:
-    """A 120,035-token prompt processed for 412 s with no token generated (ROCm/legacy-rocm-build#5926): before,
-    the prompt eval line alone gave no share and no finding; the progress lines say the request's time so far is
-    prefill, and TTF001 names it."""
+    """A 120,035-token prompt's progress lines (ROCm/legacy-rocm-build#5926) with nothing after them: no prompt
+    finished, no token generated, so the request's time so far is prefill and TTF001 names it (before: unreadable).
+    The same paste with its 'prompt eval time' line is a request that ended (llama-server prints it with the eval
+    time when a request ends, and the paste cut the rest): its prefill is read, no share is claimed."""
+    lines = Path(DATA, "logs", "llamaserver_prompt_processing_progress_120k.txt").read_text().splitlines()
+    progress = [ln for ln in lines if "prompt processing, n_tokens" in ln]
+    res = loose.analyze_stream("p", io.BufferedReader(io.BytesIO("\n".join(progress).encode())))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("stage.prefill.share") == 1.0 and ev.value("stage.prefill_ms.mean") == 401800.0
+    findings, _ = run_rules(ev, rules=RULES)
+    assert findings[0].code == "TTF001", [f.code for f in findings]
     d = pipeline.analyze([os.path.join(DATA, "logs", "llamaserver_prompt_processing_progress_120k.txt")])
-    ev = EvidenceSet(d.evidence)
-    assert ev.value("stage.prefill.share") == 1.0
-    assert ev.value("stage.prefill_ms.mean") == 412324.08  # the prompt eval line, not the last progress line
-    assert ev.value("tokens.input_mean") == 120035
-    assert d.findings[0].code == "TTF001", [f.code for f in d.findings]
+    whole = EvidenceSet(d.evidence)
+    assert "stage.prefill.share" not in whole and whole.value("stage.prefill_ms.mean") == 412324.08
+
+
+def test_a_generation_under_way_is_no_prompt_still_processing() -> None:
+    """A prompt's progress lines, then its generation's ('n_decoded = …, tg = …'), then a prompt eval line cut
+    before its eval time: decoding had begun, the prefill is not the request's whole time."""
+    text = "\n".join([
+        "slot print_timing: id  0 | task 12 | prompt processing, n_tokens = 4096, progress = 0.65, t = 4.10 s / "
+        "999.02 tokens per second",
+        "slot print_timing: id  0 | task 12 | n_decoded =    700, tg =  10.00 t/s",
+    ])
+    ev = EvidenceSet(loose.analyze_stream("p", io.BufferedReader(io.BytesIO(text.encode()))).evidence)
+    assert "stage.prefill.share" not in ev
 
 
 def test_a_finished_generation_outweighs_progress_lines() -> None:

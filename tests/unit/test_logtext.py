@@ -131,3 +131,5 @@ def test_colour_codes_are_dropped_with_or_without_their_escape() -> None:
         "INFO 12-01 10:00:00 [engine.py:100] x"]
     # a bracketed duration standing alone is text
     assert list(clean_lines(["took [2m 30s] to load"])) == ["took [2m 30s] to load"]
+    assert list(clean_lines(["rate(vllm:num_preemptions_total[5m]) took [2m]"])) == [
+        "rate(vllm:num_preemptions_total[5m]) took [2m]"]  # PromQL's range, a bracketed duration

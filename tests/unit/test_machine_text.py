@@ -68,6 +68,11 @@ LINES: list[tuple[str, LineKind]] = [
     ("       eval time =    1075.76 ms /    19 tokens (   56.62 ms per token,    17.66 tokens per second)", K.TABLE),
     ("      total time =    9809.97 ms /   990 tokens", K.TABLE),
     ("time =  5 s is what I see", K.PROSE),
+    ("TTFT =  4500 ms", K.PROSE),  # a person's measurement, padded or not
+    ("prompt eval time = 1184334.08 ms / 120035 tokens (    9.87 ms per token,   101.35 tokens per second)", K.TABLE),
+    # a person's starred or ruled heading has numbers and many words: it is read
+    ("*** UPDATE: TTFT is 9 s for 16k-token prompts, prefill is the bottleneck ***", K.PROSE),
+    ("----- TTFT is 4 s with batch-size 64 -----", K.PROSE),
     # a program's columns: nsys stats' header and rows (proteneer/timemachine PR 1225), the old memcpy rows
     (" Time (%)  Total Time (ns)  Num Calls    Avg (ns)     Med (ns)    Min (ns)    Max (ns)   StdDev (ns)   Name",
      K.TABLE),
