@@ -75,7 +75,7 @@ def test_the_differential_rounded_still_sums_to_at_most_one_and_keeps_the_answer
 
 SETTLED = ("Measured prefill on our box: the target is already met.\n\n| prompt | wall | rate |\n|---|---|---|\n"
            "| 512 tokens | 1.1s | **465 tok/s** |\n| 2048 tokens | 3.9s | **525 tok/s** |\n\n"
-           "That accounts for the TTFT we saw; nothing needs fixing, this is expected behaviour.\n")
+           "That accounts for the TTFT we saw; nothing needs fixing, this is normal and expected behaviour.\n")
 
 
 def test_a_withheld_answer_the_others_outweigh_is_not_first_and_the_verdict_says_what_leads() -> None:
