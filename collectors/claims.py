@@ -479,6 +479,24 @@ PRINTED = frozenset({LineKind.JSON, LineKind.TABLE})
 _READ_CLAUSES = frozenset({LineKind.PROSE, LineKind.TABLE, LineKind.TRACEBACK})
 
 
+def _printout(run: list[str], carried: bool) -> tuple[set[int], bool]:
+    """The lines of ``run`` in blocks of ``KV_BLOCK`` or more key-value rows of numbers in a row, and whether the run
+    ends in one. ``carried``: a printout runs into the run (a rule above it, or such rows before a blank line), so
+    its first rows belong to it however few."""
+    out: set[int] = set()
+    block: list[int] = []
+    ends = False
+    for i, line in enumerate([*run, ""]):
+        if i < len(run) and _KV_NUMBERS.fullmatch(line):
+            block.append(i)
+            continue
+        if block and (len(block) >= KV_BLOCK or (carried and block[0] == 0)):
+            out.update(block)
+            ends = block[-1] == len(run) - 1
+        block = []
+    return out, ends
+
+
 def words_of(text: str) -> set[str]:
     """Lower-cased words (3+ letters) and adjacent word pairs: what the report model's cues are made of."""
     ws = _WORD.findall(text.lower())
@@ -493,6 +511,12 @@ def _is_title(line: str) -> bool:
 LOG_MIN_LINES = 50  # a text this long ...
 LOG_SHARE = 0.9  # ... that a program wrote this much of is a log, not a report with a log pasted in it
 _PREFIXED = re.compile(r"\s*[a-z_][\w.]*:\s")  # "load: …", "print_info: …": a program's own line prefix
+# a row of a program's key-value printout: a short label, its colon, then numbers with their units only ("number of
+# prompt tokens: 741804", "token throughput (completion token): 968.468 token/s", "elapsed_time: 736.060s")
+_NUM = r"[-+]?\d[\d.,]*\s?[A-Za-z/%]{0,10}"
+_KV_NUMBERS = re.compile(rf"\s*[A-Za-z][\w .,()/+%-]{{0,70}}:\s*\[?{_NUM}(?:\s*[,;]\s*{_NUM})*\]?"
+                         rf"(?:,\s*[A-Za-z][\w .-]{{0,30}}:\s*{_NUM})*\s*")  # "concurrency: 64, input_tokens: 1, …"
+KV_BLOCK = 3  # this many such rows in a row are a printout (a benchmark's summary), not a person's sentences
 
 
 class ClaimParser:
@@ -521,6 +545,7 @@ class ClaimParser:
         self._lines = 0  # non-blank lines fed, and how many of them a program wrote
         self._machine_lines = 0
         self._prose_read = False  # a person's line read already: the title is behind
+        self._kv_carry = False  # a printout of key-value rows runs on (a rule above, or its rows before a blank)
 
     @property
     def claims(self) -> Claims:
@@ -551,6 +576,9 @@ class ClaimParser:
         machine = is_machine(line, kind)
         self._machine_lines += machine
         self._end_run(next_machine=machine)
+        if kind is not LineKind.BLANK:  # a rule, a table or a key-value row typed a log's ("elapsed_time: 736.060s")
+            # may open a printout or go on with one; any other line closes it
+            self._kv_carry = kind in PRINTED or bool(_KV_NUMBERS.fullmatch(line))
         self._read(line, kind)
         self._prev_machine = machine
         self._prev_printed = kind in PRINTED
@@ -574,8 +602,13 @@ class ClaimParser:
         if not run:
             return
         program = self._run_after_machine and next_machine
+        printout, self._kv_carry = _printout(run, self._kv_carry)
         sentence: list[str] = []  # a sentence a person wrapped over several lines, read as one line
-        for line in run:
+        for i, line in enumerate(run):
+            if i in printout:  # a program's key-value rows: its reader's, no one's statement
+                if len(self._program) < self.MAX_RUN * 16:
+                    self._program.add(line.strip())
+                continue
             # "This is how the model is loaded:" introduces a paste; "load: printing all EOG tokens:" is a
             # program's line (its own "name:" prefix)
             intro = (line.rstrip().endswith((":", "：")) and not _PREFIXED.match(line)

@@ -374,3 +374,17 @@ def test_llama_cpps_timings_without_their_prefix_are_no_statements() -> None:
     assert "report.decode_ms_max" not in ev and "report.prefill_ms_max" not in ev, ev
     assert ev["stage.decode_ms.mean"] == pytest.approx(1075.76)
     assert ev["stage.prefill_ms.mean"] == pytest.approx(8734.21)
+
+
+def test_a_benchmarks_key_value_summary_is_no_statement_even_across_blank_lines() -> None:
+    """LMDeploy's profile_throughput summary (InternLM/lmdeploy PR 1515): 'number of completion tokens: 712850' is the
+    run's total, and read as a person's words it became a prompt length that made TTF002 commit prefill_ttft; its
+    'first token latency(s)(min, max, ave): …' became the report's title. Rows of numbers under a rule, across the
+    blank lines between them, are the program's; a person's two lines of numbers are still read."""
+    with open(os.path.join(DATA, "logs", "lmdeploy_profile_throughput_c256.txt"), encoding="utf-8") as fh:
+        text = fh.read()
+    ev = {e.key: e.value for e in loose.analyze_stream("p", io.BufferedReader(io.BytesIO(text.encode()))).evidence}
+    assert "report.prompt_tokens_max" not in ev and "report.title" not in ev, ev
+    assert "report.decode_tokens_per_s" not in ev
+    person = _claims("The service is slow for us.\nTTFT: 4.5 s\nprompt tokens: 6000\n").claims
+    assert person.concepts["ttft"] >= 1, person.concepts
