@@ -326,7 +326,8 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"hit (?:config\.)?(?:recompilation cache limit|cache_size_limit|recompile_limit)\s*\(?(\d+)?"
         r"|torch\._dynamo hit config\.\w+limit|recompilation cache limit \((\d+)\)", re.I),
     "engine_build": re.compile(
-        r"Building (?:TensorRT |TRT )?engine|engine (?:build|building) (?:took|time)|Building the TensorRT engine"
+        r"Building (?:a new )?(?:TensorRT |TRT )?engine|engine (?:build|building) (?:took|time)"
+        r"|Building the TensorRT engine"
         r"|\[TRT\].*(?:Building|Total Time|engine generation)|Capturing (?:CUDA|cuda) graphs?"
         r"|Capturing batches|Graph capturing finished|torch\.compile takes|Compiling a graph for dynamic shape"
         r"|Compilation (?:took|time)|CompileTime|\[Warmup\]|warming up|Warming up", re.I),
@@ -344,7 +345,10 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # a server processing the whole prompt again instead of reusing its cache
     "prompt_reprocess": re.compile(r"forcing full prompt re-?processing|prompt re-?processing|re-?process(?:es|ing)? "
                                    r"the (?:whole |entire |full )?(?:prompt|context)", re.I),
-    "ollama_cpu": re.compile(r"\b100%\s+CPU\b|\bsize_vram\W+0\b", re.I),
+    # `ollama ps`'s PROCESSOR column ("100% CPU", upper case as it prints it); a person's "100% CPU usage" is a
+    # utilisation, not where the model sits (private-gpt#1598: one core spinning, every layer on the GPU)
+    "ollama_cpu": re.compile(r"\b100%\s+(?-i:CPU)\b(?!\s*(?:usage|utili[sz]\w*|load|time|bound|core|util\b|on\b|%))"
+                             r"|\bsize_vram\W+0\b", re.I),
 }
 
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are

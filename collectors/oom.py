@@ -233,6 +233,9 @@ _FW_KV_TOKENS = re.compile(
 # the same message wrapped by a paste before its number: joined with the next line that is not blank
 _FW_KV_TOKENS_CUT = re.compile(r"max seq len \((?P<need>\d+)\) is larger than the maximum number of tokens that can "
                                r"be stored in KV cache\s*\(?\s*$", re.IGNORECASE)
+# V1's form of it ("To serve at least one request with the model's max seq len (N), (X GiB KV cache is needed, …") cut
+# anywhere by a paste's wrapping, a word split included: held and joined with the next line, with a space or without
+_FW_KV_SERVE_CUT = re.compile(r"To serve at least one request with the model'?s max seq len \(\d+\)", re.IGNORECASE)
 
 
 def _kv_tokens_event(line: str, need: int, have: int | None) -> OomEvent:
@@ -284,7 +287,7 @@ _FRAG_VETO = re.compile(
 _STANDARD_HINT = re.compile(r"If reserved|try setting|See documentation for Memory Management", re.IGNORECASE)
 # substrings one of which every line the OOM parser acts on contains (lower case)
 _TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "cache blocks", "kv cache",
-             "cudamalloc failed")
+             "cudamalloc failed", "max seq len")
 _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
@@ -994,7 +997,7 @@ class OomParser:
             if not line.strip():
                 return  # a blank line between the halves of a wrapped paste
             held, self._wrapped = self._wrapped, ""
-            joined = self._framework(f"{held} {line.strip()}")
+            joined = self._framework(f"{held} {line.strip()}") or self._framework(f"{held}{line.strip()}")
             if joined is not None:  # this line was the message's rest
                 joined.line_no = self._n
                 self._add(joined)
@@ -1022,7 +1025,7 @@ class OomParser:
             return  # SGLang's retraction record ("Decode out of memory happened. #retracted_reqs: 1, …" before 0.4.4):
             # requests put back to wait for KV room, no failure (the engine-log reader counts them)
         fw = self._framework(line)
-        if fw is None and _FW_KV_TOKENS_CUT.search(line):
+        if fw is None and (_FW_KV_TOKENS_CUT.search(line) or _FW_KV_SERVE_CUT.search(line)):
             self._wrapped = line.rstrip()
             return
         if fw is not None:

@@ -302,7 +302,9 @@ class OomWeights(Rule):
     GPTQ, FP8), offload part of the weights to CPU, or use a larger device.
 
     False positives: a parameter count in prose about another model; a start-up OOM caused by a
-    previous run still holding the GPU (checked: MEM004 evidence vetoes it).
+    previous run still holding the GPU (checked: MEM004 evidence vetoes it). vLLM's start-up check (``Free memory on
+    device … on startup is less than desired GPU memory utilization``) runs before the weights load: its phase alone
+    is no evidence of them.
     """
 
     code = "MEM001"
@@ -325,7 +327,10 @@ class OomWeights(Rule):
         if not m.oom:
             return None
         by_size = weights_too_big(m, t.weights_share)
-        by_phase = m.phase == "loading"
+        # vLLM's start-up check runs before any weight is loaded: its phase says nothing of the weights
+        reason = ev.get("mem.oom_reason")
+        startup = isinstance(reason, Evidence) and str(reason.value).startswith("free memory at start-up")
+        by_phase = m.phase == "loading" and not startup
         if not (by_size or by_phase):
             return None
         kv_tokens = ev.value("serving.kv_capacity_tokens") or 0.0

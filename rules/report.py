@@ -13,7 +13,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from diagnose.model import HOST_NO_GPU, Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.model import (
+    HOST_NO_GPU,
+    Category,
+    Confidence,
+    Evidence,
+    EvidenceSet,
+    Finding,
+    Fix,
+    Quality,
+    Risk,
+    Severity,
+)
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, fmt_ms, gpu_in_view, present, severity_for
 from diagnose.units import pct, size
@@ -44,6 +55,15 @@ def _q(ev: EvidenceSet, key: str) -> str:
     return f" ({quote})" if quote else ""
 
 
+_OOM_CATEGORIES = (Category.OOM_PEAK, Category.OOM_WEIGHTS, Category.OOM_FRAGMENTATION, Category.OOM_EXTERNAL)
+
+
+def _oom_message(ev: EvidenceSet) -> bool:
+    """An out-of-memory message (an allocator's or an engine's, not a mention in prose) is in the evidence."""
+    got = ev.get("mem.oom_count")
+    return isinstance(got, Evidence) and got.quality is not Quality.LOW
+
+
 def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
     got = ev.get("report.title_concepts")
     return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
@@ -55,7 +75,8 @@ class ReportRule(Rule):
     Beyond its own signals every report rule takes two the reporter gives directly: a sentence that
     names the rule's bottleneck as the cause ("it's due to the preprocessor", ``report.cause.*``:
     ``CAUSE``) and an issue title naming it (``TITLE`` when nothing else is said, a ``TITLE_BONUS``
-    on top of any other signal). A rule steps aside when a source that measures its bottleneck is
+    on top of any other signal; a title alone names no other bottleneck beside an out-of-memory message the text
+    shows: its words then say when the failure came). A rule steps aside when a source that measures its bottleneck is
     present (``measured_by``) or the report withdraws itself.
     """
 
@@ -122,6 +143,10 @@ class ReportRule(Rule):
         if self.cause and _n(ev, self.cause):
             found.append(Signal(self.CAUSE, f"names it as the cause{_q(ev, self.cause)}"))
         titled = bool(self.title_concepts) and _title_mentions(ev, *self.title_concepts)
+        if titled and not found and self.category not in _OOM_CATEGORIES and _oom_message(ev):
+            # the failure is an out-of-memory error the text shows: the title's other words say when it came
+            # ("CUDA out of memory during vLLM sampler warmup", "OOM with long prompts"), not another bottleneck
+            titled = False
         if titled and not found:
             found.append(Signal(self.TITLE, f"names it in its title{_q(ev, 'report.title_concepts')}"))
         found.sort(key=lambda s: -s.impact)

@@ -69,7 +69,7 @@ class OomSource:
         "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
         "KV cache memory:", "mem-fraction-static", "memory for the KV", "memory for KV", "memory left for",
-        "内存", "OUT_OF_MEMORY", "Executor creation failed", "DefaultCPUAllocator", "cuMemAllocAsync")),
+        "内存", "OUT_OF_MEMORY", "Executor creation failed", "max seq len", "DefaultCPUAllocator", "cuMemAllocAsync")),
         "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:

@@ -409,3 +409,16 @@ def test_the_prefilter_keeps_what_every_trigger_source_reads_on_real_incidents(s
                 assert tail.keys() <= full.keys(), (case["id"], tail_src.kind)
             else:
                 assert tail.keys() == full.keys(), (case["id"], tail_src.kind, sorted(tail.keys() ^ full.keys()))
+
+
+def test_ollama_ps_placement_is_its_column_not_a_persons_cpu_usage() -> None:
+    """`ollama ps` prints where a model sits ('100% CPU' in its PROCESSOR column); a reporter's '100% CPU usage (so
+    single core)' is a utilisation (private-gpt#1598: every layer on the GPU, a UI loop spinning one core), and
+    committed device_placement at 0.91 before."""
+    from diagnose.collectors.claims import MESSAGES
+
+    rx = MESSAGES["ollama_cpu"]
+    assert rx.search("llama3:8b    365c0bd3c000    5.1 GB    100% CPU     4 minutes from now")
+    for said in ("I am seeing 100% CPU usage (so single core)", "100% CPU utilization on one core", "100% cpu"):
+        assert not rx.search(said), said
+    assert MESSAGES["engine_build"].search("Building a new TensorRT engine for TRTEngineOp_0 with input shapes")

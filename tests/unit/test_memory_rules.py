@@ -342,3 +342,27 @@ def test_a_host_failure_beside_a_device_oom_keeps_the_devices_numbers_and_a_retr
             "mean that there could be performance gains if more memory were available.")
     ev = {e.key: e.value for e in loose.analyze_stream("w", io.BufferedReader(io.BytesIO(warn.encode()))).evidence}
     assert "mem.requested_bytes" not in ev
+
+
+def test_vllms_start_up_check_says_nothing_of_the_weights() -> None:
+    """vLLM's check of free memory runs before any weight loads (pytorch/pytorch#175666, vLLM V1 in CI): its
+    'loading' phase made MEM001 commit oom_weights at 0.92; 2.28 GiB in use of 22.05 is under MEM004's share, so
+    nothing is committed."""
+    line = ("[2026-02-24T20:21:58Z] (EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 "
+            "GiB) on startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes.")
+    res = loose.analyze_stream("v", io.BufferedReader(io.BytesIO(line.encode())))
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    assert "MEM001" not in [f.code for f in findings], [f.code for f in findings]
+
+
+def test_a_title_names_no_other_bottleneck_beside_an_oom_message() -> None:
+    """'… fails with CUDA out of memory during vLLM sampler warmup' (llm-d/llm-d#787): the title's 'warmup' said when
+    the OOM came; CMP004 named recompilation from it beside the engine's own OOM message."""
+    text = ("The nightly E2E inference test consistently fails with CUDA out of memory during vLLM sampler warmup.\n\n"
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n")
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    codes = [f.code for f in _real(findings)]
+    assert codes and codes[0] == "MEM002" and "CMP004" not in codes, codes

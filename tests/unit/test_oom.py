@@ -572,3 +572,13 @@ def test_a_listed_process_with_nothing_reserved_is_nobodys() -> None:
     ev = _evidence("oom_listed_process_nothing_reserved.txt")
     assert "mem.process_used_bytes" not in ev and "mem.other_processes_bytes" not in ev
     assert _near(ev["mem.unattributed_process_bytes"], 22.18 * GiB)
+
+
+def test_vllms_kv_error_wrapped_inside_a_word_is_joined() -> None:
+    """V1's KV-cache error as a paste wrapped it, inside 'cache' (SergiioB/intel-arc-pro-b70-inference-cookbook#4)."""
+    (ev,) = _oom_events(list(clean_lines([
+        "(EngineCore pid=316) ValueError: To serve at least one request with the model's max seq len (100000), "
+        "(4.26 GiB KV cach",
+        "(EngineCore pid=316) e is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the "
+        "avai"])))
+    assert _near(ev.kv_cache_needed, 4.26 * GiB) and _near(ev.kv_cache_available, 4.25 * GiB)
