@@ -61,6 +61,7 @@ from diagnose.derive import (
     prom,
     timing,
     torch_profiler_table,
+    trtllm_stats,
 )
 from diagnose.model import Evidence, InputRecord
 
@@ -119,6 +120,7 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     engine_log.sources,
     llamacpp.sources,
     ollama.sources,
+    trtllm_stats.sources,
     prom.sources,
     bench.sources,
     nsys_stats.sources,
