@@ -345,10 +345,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # a server processing the whole prompt again instead of reusing its cache
     "prompt_reprocess": re.compile(r"forcing full prompt re-?processing|prompt re-?processing|re-?process(?:es|ing)? "
                                    r"the (?:whole |entire |full )?(?:prompt|context)", re.I),
-    # `ollama ps`'s PROCESSOR column ("100% CPU", upper case as it prints it); a person's "100% CPU usage" is a
-    # utilisation, not where the model sits (private-gpt#1598: one core spinning, every layer on the GPU)
-    "ollama_cpu": re.compile(r"\b100%\s+(?-i:CPU)\b(?!\s*(?:usage|utili[sz]\w*|load|time|bound|core|util\b|on\b|%))"
-                             r"|\bsize_vram\W+0\b", re.I),
+    # `ollama ps`'s PROCESSOR column ("100% CPU" after the SIZE column, upper case as it prints it); a person's "100%
+    # CPU usage" or "sits at 100% CPU" is a utilisation, not where the model sits (private-gpt#1598)
+    "ollama_cpu": re.compile(r"\b\d+(?:\.\d+)?\s*[KMGT]B\s+100%\s+(?-i:CPU)\b|\bsize_vram\W+0\b", re.I),
 }
 
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
@@ -520,7 +519,10 @@ _PREFIXED = re.compile(r"\s*[a-z_][\w.]*:\s")  # "load: …", "print_info: …":
 _NUM = r"[-+]?\d[\d.,]*\s?[A-Za-z/%]{0,10}"
 _KV_NUMBERS = re.compile(rf"\s*[A-Za-z][\w .,()/+%-]{{0,70}}:\s*\[?{_NUM}(?:\s*[,;]\s*{_NUM})*\]?"
                          rf"(?:,\s*[A-Za-z][\w .-]{{0,30}}:\s*{_NUM})*\s*")  # "concurrency: 64, input_tokens: 1, …"
-KV_BLOCK = 3  # this many such rows in a row are a printout (a benchmark's summary), not a person's sentences
+KV_BLOCK = 6  # this many such rows in a row are a printout (a benchmark's summary), not a person's list
+# a program's rule across its printout ("-----…" of 20 or more: a person's markdown separator is "---"); what opens a
+# block of fewer rows, as a key-value row a log reader already typed as a program's does ("elapsed_time: 736.060s")
+_LONG_RULE = re.compile(r"[-=]{20,}")
 
 
 class ClaimParser:
@@ -580,9 +582,10 @@ class ClaimParser:
         machine = is_machine(line, kind)
         self._machine_lines += machine
         self._end_run(next_machine=machine)
-        if kind is not LineKind.BLANK:  # a rule, a table or a key-value row typed a log's ("elapsed_time: 736.060s")
-            # may open a printout or go on with one; any other line closes it
-            self._kv_carry = kind in PRINTED or bool(_KV_NUMBERS.fullmatch(line))
+        if kind is not LineKind.BLANK:  # a program's long rule, or a key-value row typed a log's ("elapsed_time:
+            # 736.060s"), opens a printout or goes on with one; any other line (a person's table too) closes it
+            self._kv_carry = bool(_LONG_RULE.fullmatch(line.strip())) or (
+                kind is LineKind.LOG and bool(_KV_NUMBERS.fullmatch(line)))
         self._read(line, kind)
         self._prev_machine = machine
         self._prev_printed = kind in PRINTED

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 _GIN = re.compile(r"\[GIN\]\s+(?P<day>\d{4}/\d\d/\d\d)\s+-\s+(?P<time>\d\d:\d\d:\d\d)\s+\|\s+(?P<status>\d{3})\s+\|"
-                  r"\s+(?P<took>(?:\d+(?:\.\d+)?(?:h|ms|µs|us|ns|m|s))+)\s+\|\s+(?P<client>\S+)\s+\|"
+                  r"\s+(?P<took>(?:\d+(?:\.\d+)?(?:h|ms|µs|us|ns|m|s))+)\s+\|\s*(?P<client>\S*)\s+\|"
                   r"\s+(?P<method>[A-Z]+)\s+\"(?P<path>[^\"?]+)")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|µs|us|ns|m|s)")
 _SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 # the parallelism: the runner's flag (on Ollama's own start line only: a llama-server launch is not Ollama's), the new
 # engine's load request, the server's configuration
 _RUNNER = re.compile(r"msg=\"?starting (?:llama server|llama-server|runner)\"?.*?--parallel[ =](?P<n>\d+)")
+_RUNNER_MODEL = re.compile(r"--model[ =](?P<m>\S+)")
 _LOAD = re.compile(r"msg=\"?load\"?\s+request=.*?\bParallel:(?P<n>\d+)")
 _CONFIG = re.compile(r"\bOLLAMA_NUM_PARALLEL:(?P<n>\d+)")
 # what a request does: a model's work (generation, chat, embeddings), not a listing, a pull or a health check
@@ -55,6 +56,9 @@ class OllamaLog:
     requests: list[Request] = field(default_factory=list)
     parallel: int | None = None  # requests the model runs at once, as Ollama set it
     parallel_from: str = ""
+    # each runner or load request seen: (the model, when its line names it, the parallelism); gin's lines do not say
+    # which model served a request, so with more than one the parallelism of any one request is not known
+    runners: set[tuple[str, int]] = field(default_factory=set)
 
 
 MAX_REQUESTS = 200_000
@@ -83,6 +87,9 @@ class OllamaParser:
                          (_CONFIG, "Ollama's server configuration (OLLAMA_NUM_PARALLEL)")):
             m = rx.search(line)
             if m and int(m["n"]) > 0:
+                if rx is not _CONFIG:
+                    model = _RUNNER_MODEL.search(line)
+                    self.log.runners.add((model["m"] if model else "", int(m["n"])))
                 # the runner's and the load request's are what the model got; the configuration only when nothing
                 # more exact was said
                 if rx is not _CONFIG or self.log.parallel is None or self.log.parallel_from.endswith("PARALLEL)"):
@@ -90,20 +97,27 @@ class OllamaParser:
                 return
 
     def result(self) -> OllamaLog:
+        if len(self.log.runners) > 1:  # several models or settings: which one served a request is not said
+            self.log.parallel, self.log.parallel_from = None, f"{len(self.log.runners)} runners with their own settings"
         return self.log
 
 
 def in_flight(requests: list[Request]) -> list[int]:
-    """At each request's end, the requests begun and not yet finished, itself included: those finishing in the
-    same second count (gin's clock has no fraction). Sorted by end; O(n log n)."""
+    """At each request's end (sorted by end), the requests surely in flight, itself included: gin's clock has whole
+    seconds, so a start (end less the time taken) is known to a second. Another request counts when it ended in a
+    later second and began a second or more before this one's end: it was running then, whatever the rounding.
+    Never more than were in flight. O(n log n)."""
     import bisect
+    from collections import Counter
 
     reqs = sorted(requests, key=lambda r: r.end)
     starts = sorted(r.start for r in reqs)
     ends = [r.end for r in reqs]
+    # for each end second, how many of the requests ending then began a second or more before it
+    early = Counter(r.end for r in reqs if r.start <= r.end - 1.0)
     out = []
     for r in reqs:
-        begun = bisect.bisect_left(starts, r.end)  # started before this one ended
-        done = bisect.bisect_left(ends, r.end)  # finished in an earlier second
-        out.append(max(1, begun - done))
+        began = bisect.bisect_right(starts, r.end - 1.0)  # began a second or more before this end
+        ended_before = bisect.bisect_left(ends, r.end)  # ended in an earlier second: began before too
+        out.append(1 + max(0, began - ended_before - early[r.end]))
     return out

@@ -235,7 +235,9 @@ _FW_KV_TOKENS_CUT = re.compile(r"max seq len \((?P<need>\d+)\) is larger than th
                                r"be stored in KV cache\s*\(?\s*$", re.IGNORECASE)
 # V1's form of it ("To serve at least one request with the model's max seq len (N), (X GiB KV cache is needed, …") cut
 # anywhere by a paste's wrapping, a word split included: held and joined with the next line, with a space or without
-_FW_KV_SERVE_CUT = re.compile(r"To serve at least one request with the model'?s max seq len \(\d+\)", re.IGNORECASE)
+# (vLLM spells it "the models's" in many releases)
+_FW_KV_SERVE_CUT = re.compile(r"To serve at least one request with the models?'?s? max seq len \((?P<need>\d+)\)",
+                              re.IGNORECASE)
 
 
 def _kv_tokens_event(line: str, need: int, have: int | None) -> OomEvent:
@@ -246,8 +248,9 @@ def _kv_tokens_event(line: str, need: int, have: int | None) -> OomEvent:
 
 
 def _kv_tokens_cut(line: str) -> OomEvent | None:
-    """The max-seq-len error cut before its second number, on its own: the KV cache's capacity unknown."""
-    m = _FW_KV_TOKENS_CUT.search(line)
+    """The max-seq-len error cut before its second number (either form), on its own: the KV cache's capacity
+    unknown."""
+    m = _FW_KV_TOKENS_CUT.search(line) or _FW_KV_SERVE_CUT.search(line)
     return None if m is None else _kv_tokens_event(line, int(m.group("need")), None)
 
 
@@ -997,7 +1000,11 @@ class OomParser:
             if not line.strip():
                 return  # a blank line between the halves of a wrapped paste
             held, self._wrapped = self._wrapped, ""
-            joined = self._framework(f"{held} {line.strip()}") or self._framework(f"{held}{line.strip()}")
+            rest = line.strip()
+            # a number split by the wrap ("(4." / "26 GiB …") is one number: joined without a space first
+            glued = held[-1:].isdigit() or held.endswith(".") if rest[:1].isdigit() else False
+            joined = (self._framework(f"{held}{rest}") or self._framework(f"{held} {rest}") if glued else
+                      self._framework(f"{held} {rest}") or self._framework(f"{held}{rest}"))
             if joined is not None:  # this line was the message's rest
                 joined.line_no = self._n
                 self._add(joined)

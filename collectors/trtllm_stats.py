@@ -47,18 +47,27 @@ def _int(doc: dict[str, object], key: str) -> int | None:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _objects(line: str) -> list[dict[str, object]]:
-    """The JSON objects of ``line``: the line itself, or the first '[' or '{' on to the last ']' or '}'."""
-    start = min((i for i in (line.find("["), line.find("{")) if i >= 0), default=-1)
-    end = max(line.rfind("]"), line.rfind("}"))
-    if start < 0 or end <= start:
-        return []
-    try:
-        doc = json.loads(line[start:end + 1])
-    except ValueError:
-        return []
-    items = doc if isinstance(doc, list) else [doc]
-    return [d for d in items if isinstance(d, dict)]
+    """The JSON objects in ``line``, wherever they stand in it ("[TensorRT-LLM][INFO] stats: {…} [rank 0]"): each
+    '{' or '[' is tried in turn and what decodes from it is taken, the search going on after it."""
+    out: list[dict[str, object]] = []
+    i = 0
+    while True:
+        starts = [j for j in (line.find("{", i), line.find("[", i)) if j >= 0]
+        if not starts:
+            return out
+        j = min(starts)
+        try:
+            doc, end = _DECODER.raw_decode(line, j)
+        except ValueError:
+            i = j + 1
+            continue
+        items = doc if isinstance(doc, list) else [doc]
+        out.extend(d for d in items if isinstance(d, dict))
+        i = end
 
 
 class IterStatsParser:
@@ -66,7 +75,7 @@ class IterStatsParser:
 
     def __init__(self) -> None:
         self.stats = IterStats()
-        self._seen: set[int] = set()
+        self._seen: set[str] = set()  # the iterations read, whole: one polled twice is one sample
 
     def feed(self, line: str) -> None:
         if MARKERS[0] not in line or MARKERS[1] not in line:
@@ -76,10 +85,12 @@ class IterStatsParser:
             if running is None or waiting is None or len(self.stats.samples) >= MAX_SAMPLES:
                 continue
             it = _int(doc, "iter")
-            if it is not None:
-                if it in self._seen:
-                    continue
-                self._seen.add(it)
+            # the same object twice is one iteration; the same iter number in another object is another one (a
+            # restart counts from 0 again; attention-DP ranks share their iter numbers)
+            key = json.dumps(doc, sort_keys=True)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
             kv = doc.get("kvCacheStats")
             kv = kv if isinstance(kv, dict) else {}
             ifb = doc.get("inflightBatchingStats")

@@ -41,6 +41,10 @@ class OllamaSource:
     def problems(self) -> list[str]:
         log = self._work()
         if len(_done(log)) >= MIN_REQUESTS and log.parallel is None:
+            if len(log.runners) > 1:
+                return [f"Ollama's access lines give each request's time, but the log starts {len(log.runners)} "
+                        "runners with their own settings and gin does not say which served a request: the requests "
+                        "in flight say nothing of a queue"]
             return ["Ollama's access lines give each request's time, but not how many it runs at once: without the "
                     "runner's '--parallel N' (its 'starting llama server' line) or OLLAMA_NUM_PARALLEL, the requests "
                     "in flight say nothing of a queue"]

@@ -388,3 +388,10 @@ def test_a_benchmarks_key_value_summary_is_no_statement_even_across_blank_lines(
     assert "report.decode_tokens_per_s" not in ev
     person = _claims("The service is slow for us.\nTTFT: 4.5 s\nprompt tokens: 6000\n").claims
     assert person.concepts["ttft"] >= 1, person.concepts
+
+
+def test_a_persons_short_lists_of_numbers_are_read_and_a_persons_table_opens_no_printout() -> None:
+    three = _claims("Decode is slow on our A100.\nTTFT: 0.3 s\nTPOT: 120 ms\nbatch size: 8\n").claims
+    assert three.concepts["ttft"] >= 1 and three.concepts["decode"] >= 1, three.concepts
+    after_table = _claims("| run | tok/s |\n|---|---|\n| a | 12 |\n\nTTFT: 9 s\nprompt tokens: 6000\n").claims
+    assert after_table.concepts["ttft"] >= 1, after_table.concepts

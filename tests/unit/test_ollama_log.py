@@ -64,3 +64,14 @@ def test_with_ollamas_parallelism_the_backlog_is_its_queue(tmp_path: Path) -> No
     d = pipeline.analyze([wide])
     assert EvidenceSet(d.evidence).value("serving.waiting_max") == 0
     assert "QUE002" not in [f.code for f in d.findings]
+
+
+def test_requests_ending_in_one_second_are_not_a_queue_and_several_runners_leave_the_parallelism_unknown() -> None:
+    # 100 serial 38 ms embeddings, 25 ending in each second: gin's whole-second clock must not make them overlap
+    serial = [Request(100.0 + i // 25, 0.038, 200, "/api/embed") for i in range(100)]
+    assert max(in_flight(serial)) == 1
+    p = OllamaParser()
+    p.feed(RUNNER.format(n=4))
+    p.feed(RUNNER.format(n=1).replace("sha256-dde5", "sha256-e5bd"))  # an embedding model beside the chat one
+    log = p.result()
+    assert log.parallel is None and len(log.runners) == 2

@@ -582,3 +582,12 @@ def test_vllms_kv_error_wrapped_inside_a_word_is_joined() -> None:
         "(EngineCore pid=316) e is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the "
         "avai"])))
     assert _near(ev.kv_cache_needed, 4.26 * GiB) and _near(ev.kv_cache_available, 4.25 * GiB)
+
+
+def test_vllms_kv_error_cut_in_its_numbers_or_in_its_other_spelling_or_at_the_end() -> None:
+    start = "ValueError: To serve at least one request with the models's max seq len (100000), (4"
+    (ev,) = _oom_events([start, "0.50 GiB KV cache is needed, which is larger than the available KV cache memory "
+                                "(4.25 GiB)."])
+    assert _near(ev.kv_cache_needed, 40.5 * GiB)  # one number split by the wrap, not "0.50 GiB"
+    (ev,) = _oom_events([start + ".26 GiB KV cach"])  # the input ends inside the message
+    assert ev.max_model_len == 100000 and ev.kv_cache_needed is None

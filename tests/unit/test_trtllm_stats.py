@@ -44,3 +44,11 @@ def test_running_pinned_at_the_schedulers_limit_is_the_admission_cap(tmp_path: P
             fh.write(json.dumps([_it(i, 16, 9, 3000)]) + "\n")
     d = pipeline.analyze([path])
     assert d.findings[0].code == "QUE002" and d.findings[0].mechanism is Mechanism.ADMISSION_CAP, d.findings[0]
+
+
+def test_iterations_inside_bracketed_prose_after_a_restart_and_of_each_rank_are_all_read() -> None:
+    p = IterStatsParser()
+    p.feed("[TensorRT-LLM][INFO] iteration stats: " + json.dumps(_it(0, 1, 7, 10)) + " [rank 0]")
+    p.feed(json.dumps(_it(0, 2, 9, 20)))  # a restart counts from 0 again
+    p.feed(json.dumps([{**_it(0, 1, 7, 10), "attentionDpRank": 1}]))  # another rank, the same iter number
+    assert [(s.it, s.waiting) for s in p.result().samples] == [(0, 7), (0, 9), (0, 7)]
