@@ -14,7 +14,9 @@ stdlib only.
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -107,9 +109,6 @@ def in_flight(requests: list[Request]) -> list[int]:
     seconds, so a start (end less the time taken) is known to a second. Another request counts when it ended in a
     later second and began a second or more before this one's end: it was running then, whatever the rounding.
     Never more than were in flight. O(n log n)."""
-    import bisect
-    from collections import Counter
-
     reqs = sorted(requests, key=lambda r: r.end)
     starts = sorted(r.start for r in reqs)
     ends = [r.end for r in reqs]

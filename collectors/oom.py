@@ -259,6 +259,8 @@ _FW_KV_BYTES = re.compile(  # its "(" may be lost where a paste wrapped the mess
     rf"\((?P<have>{SIZE})\)",
     re.IGNORECASE,
 )
+# the reason given vLLM's start-up check of free memory (it runs before any weight loads)
+STARTUP_CHECK_REASON = "free memory at start-up below gpu_memory_utilization"
 _FW_STARTUP_FREE = re.compile(
     r"Free memory on device(?:\s+[\w:]+)?\s*\((?P<free>[\d.]+)\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>[KMGT]i?B)\)"
     r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
@@ -1169,7 +1171,7 @@ class OomParser:
             free = parse_size(f"{m.group('free')} {unit}")
             total = parse_size(f"{m.group('total')} {unit}")
             return OomEvent(kind="framework", phase="loading", phase_from="vLLM start-up memory check",
-                            reason="free memory at start-up below gpu_memory_utilization", free=free,
+                            reason=STARTUP_CHECK_REASON, free=free,
                             total=total, message=line.strip())
         return None
 

@@ -28,8 +28,6 @@ class IterSample:
     cap: int | None  # maxNumActiveRequests
     kv_used: int | None  # blocks
     kv_max: int | None
-    ctx_requests: int | None
-    ctx_tokens: int | None
     token_budget: int | None  # maxNumTokensRuntime
 
     @property
@@ -93,12 +91,9 @@ class IterStatsParser:
             self._seen.add(key)
             kv = doc.get("kvCacheStats")
             kv = kv if isinstance(kv, dict) else {}
-            ifb = doc.get("inflightBatchingStats")
-            ifb = ifb if isinstance(ifb, dict) else {}
             self.stats.samples.append(IterSample(
                 it, running, waiting, _int(doc, "maxNumActiveRequests"), _int(kv, "usedNumBlocks"),
-                _int(kv, "maxNumBlocks"), _int(ifb, "numContextRequests"), _int(ifb, "numCtxTokens"),
-                _int(doc, "maxNumTokensRuntime")))
+                _int(kv, "maxNumBlocks"), _int(doc, "maxNumTokensRuntime")))
 
     def result(self) -> IterStats:
         return self.stats

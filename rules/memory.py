@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from diagnose.collectors.oom import STARTUP_CHECK_REASON
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, bar, present
@@ -329,7 +330,7 @@ class OomWeights(Rule):
         by_size = weights_too_big(m, t.weights_share)
         # vLLM's start-up check runs before any weight is loaded: its phase says nothing of the weights
         reason = ev.get("mem.oom_reason")
-        startup = isinstance(reason, Evidence) and str(reason.value).startswith("free memory at start-up")
+        startup = isinstance(reason, Evidence) and reason.value == STARTUP_CHECK_REASON
         by_phase = m.phase == "loading" and not startup
         if not (by_size or by_phase):
             return None

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.collectors.oom import CONTEXT_LINES, HintsParser, ModelHints, OomEvent, OomParser, OomResult
+from diagnose.collectors.oom import (
+    CONTEXT_LINES,
+    STARTUP_CHECK_REASON,
+    HintsParser,
+    ModelHints,
+    OomEvent,
+    OomParser,
+    OomResult,
+)
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
 from diagnose.units import size
@@ -52,7 +60,7 @@ def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
             others.remove(own)
             used = own
     if (ev.kind == "framework" and ev.total is not None and ev.free is not None and ev.phase == "loading"
-            and ev.reason.startswith("free memory at start-up")):
+            and ev.reason == STARTUP_CHECK_REASON):
         return None, max(0, ev.total - ev.free)  # in use before this process allocated anything
     return used, (sum(others) if ev.other_processes else None)
 
