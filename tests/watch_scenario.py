@@ -210,7 +210,8 @@ def _why_not(watcher: subprocess.Popen[str], err_path: Path, log: Path) -> str:
     code = watcher.poll()
     state = "still running" if code is None else f"exited with {code}"
     try:
-        tail = log.read_text(errors="replace").splitlines()[-15:]
+        # (a server's access lines for the watcher's own scrapes say nothing: the engine's last words are kept)
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if "GET /metrics" not in ln][-15:]
     except OSError as exc:
         tail = [f"(the log could not be read: {exc})"]
     return (f"the watcher {state}; its stderr:\n{err_path.read_text(errors='replace')[-4000:]}\n"

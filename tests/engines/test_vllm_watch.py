@@ -20,12 +20,19 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @contextlib.contextmanager
-def _load(spec: object, concurrency: int, seconds: float) -> Iterator[None]:
-    t = threading.Thread(target=lambda: lab.run_load(spec, concurrency, 0.0, seconds))  # type: ignore[arg-type]
+def _load(spec: object, concurrency: int, at_most_s: float) -> Iterator[None]:
+    """The load, from entry until the scenario has its session (the context's exit), at most ``at_most_s``: a
+    fixed 40 s ended before ``queue>4`` fired once on a starved CI host (2026-12-06: the watcher lost 59.6 s of
+    its 120 s wait to the engine's spinning cores, and no load was left for the rest of it), and a trigger late
+    in the load left its capture window without the queue it fired on."""
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: lab.run_load(spec, concurrency, 0.0, at_most_s,  # type: ignore[arg-type]
+                                                     stop=stop))
     t.start()
     try:
         yield
     finally:
+        stop.set()
         t.join()
 
 
@@ -40,7 +47,7 @@ def test_watch_captures_vllm_admission_cap_incidents_and_an_alert(tmp_path: Path
         spec = lab.completion_spec(eng.base, r.prompt_words, r.max_tokens, stream=r.stream)
         lab.run_load(spec, 1, 0.0, 3.0)  # the engine's first forward pass is not an incident
         seen = watch_scenario.run(tmp_path, eng.pid, f"{eng.base}/metrics", log,
-                                  lambda: _load(spec, r.concurrency, 40.0), lab.free_port(), window_s=15.0)
+                                  lambda: _load(spec, r.concurrency, 240.0), lab.free_port(), window_s=15.0)
     finally:
         eng.stop()
         shutil.rmtree(work, ignore_errors=True)
