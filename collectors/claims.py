@@ -207,7 +207,8 @@ CONCEPTS: dict[str, str] = {
               r"(?:concurrency|load|requests)|(?:doesn'?t|does not|didn'?t|no) (?:scale|improve|increase) (?:with|as)"
               r"|reduced from (?:requested )?\d+ to \d+|不提升|没有提升|不变",
     # the reporter naming a cause: what follows is what they measured or concluded
-    "causal": r"\bdue to\b|caused by|because of|is the bottleneck|bottleneck (?:is|was)|spends? (?:most|\d+ ?%)"
+    "causal": r"\bdue to\b|caused by|because of|is the bottleneck|bottleneck (?:is|was|(?:appears|appeared|seems|"
+              r"seemed) to be|lies in)|(?:is|are|was|were) best explained by|spends? (?:most|\d+ ?%)"
               r" of (?:its |the )?time (?:in|on)|most of the time (?:is|goes)|dominat\w*|the culprit|root cause",
     # what grows a runtime peak: the input's size
     "input_size": r"resolution|image size|\d{3,5} ?[x×*] ?\d{3,5}|(?:long|longer|large|larger|big|bigger|huge) "
@@ -685,8 +686,12 @@ class ClaimParser:
         found: list[tuple[int, int, str]] = []  # (start, end, concept)
         for name, rx in _CONCEPT_RX.items():
             for m in rx.finditer(clause):
-                if not _negated(clause, m.start()):
-                    found.append((m.start(), m.end(), name))
+                if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())):
+                    continue
+                if name == "copy" and m.group().lower() == "pcie" and (
+                        _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())):
+                    continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
+                found.append((m.start(), m.end(), name))
         for q in quantities(clause) if _TOKEN_RATE.search(clause) else ():
             if q.dim == "rate" and _TOKEN_RATE.fullmatch(q.text.split(None, 1)[-1] if " " in q.text else
                                                          q.text.lstrip("0123456789.,")):
@@ -741,6 +746,18 @@ class ClaimParser:
 # "it is not the preprocessing", "没有其他进程"
 _NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|cannot)\b|n't\b|没有|不是|并非|无)"
                        r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
+
+
+# a queue stated as empty right after its word denies it as a negation before it does: "vLLM waiting stays ~0",
+# "Waiting: 0 reqs", "queue length stays at 0" (a zero-length wait is no queue; "waiting 0.5 s" is a wait)
+_ZEROED = re.compile(r"\w*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|stayed|remains?|remained|is|was|are|"
+                     r"were|at|reads?|read|shows?|showed|around|about|near|almost|always|only))*[ \t:=~≈]+0"
+                     r"(?:[ \t]*(?:reqs?|requests?|ms|s)\b)?(?![.,]?\d)", re.IGNORECASE)
+
+
+_LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?\b|x(?:1|2|4|8|16)\b|slots?\b|lanes?\b|risers?\b)",
+                         re.IGNORECASE)
+_LINK_BEFORE = re.compile(r"(?:\bgen ?[1-6]|\bx(?:1|2|4|8|16))[ \t-]*$", re.IGNORECASE)
 
 
 def _negated(clause: str, start: int) -> bool:

@@ -92,8 +92,10 @@ class Series:
 # ---------------------------------------------------------------------------------------------
 
 _STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bd2h\b|device[- ]to[- ]host|copy[- ]?out|download", re.I), "d2h"),
-    (re.compile(r"\bh2d\b|host[- ]to[- ]device|copy[- ]?in|upload|\bmemcpy\b|\btransfer", re.I), "h2d"),
+    # (a program's names join words with "_" or ".": "gemm.out_d2h", "in_h2d")
+    (re.compile(r"(?<![a-z0-9])d2h(?![a-z0-9])|device[- ]to[- ]host|copy[- ]?out|download", re.I), "d2h"),
+    (re.compile(r"(?<![a-z0-9])h2d(?![a-z0-9])|host[- ]to[- ]device|copy[- ]?in|upload|\bmemcpy\b|\btransfer",
+                re.I), "h2d"),
     (re.compile(r"prefill|prompt processing|first (?:model )?(?:event|token|byte|chunk)|\bttft\b|time to first", re.I),
      "prefill"),
     (re.compile(r"\bqueue|queueing|queuing|admission|\bwait(?:ing)?\b|scheduling delay", re.I), "queue"),
@@ -113,7 +115,8 @@ def _snake(text: str) -> str:
 
 def clean_label(cell: str) -> str:
     """Strip Markdown emphasis, code ticks and parenthesised detail from a table label."""
-    text = re.sub(r"[*_`~]{1,3}(?=\S)|(?<=\S)[*_`~]{1,3}", "", cell).strip()
+    # (at a word's edges only: "out_d2h" keeps its underscore, "**`gemm.out_d2h`**" loses its marks)
+    text = re.sub(r"(?<![A-Za-z0-9])[*_`~]{1,3}(?=\S)|(?<=\S)[*_`~]{1,3}(?![A-Za-z0-9])", "", cell).strip()
     text = " ".join(re.sub(r"\([^)]*\)", " ", text).split())
     return text.strip(" :-")
 

@@ -291,12 +291,14 @@ class TimingSource:
 
     @staticmethod
     def _stage_table(t: StageTable, out: _Out) -> None:
-        total = t.total_ms or sum(r.ms for r in t.rows)
+        total = t.total_ms or sum(r.ms for r in t.rows if r.ms is not None)
         of = (f"the table's total ({t.total_label})" if t.total_label else "the table's summed stages")
         for row in t.rows:
             detail = f"table row '{row.label}'"
-            out.add(f"stage.{row.stage}_ms.mean", row.ms, "ms", detail)
-            share = row.share if row.share is not None else (row.ms / total if total else None)
+            if row.ms is not None:
+                out.add(f"stage.{row.stage}_ms.mean", row.ms, "ms", detail)
+            share = row.share if row.share is not None else (row.ms / total if total and row.ms is not None
+                                                             else None)
             if share is not None:
                 out.add(f"stage.{row.stage}.share", share, "ratio", f"{detail}: share of {of}")
         if t.total_ms is not None:

@@ -39,8 +39,14 @@ def _f(s: str) -> float:
     return float(s.replace("−", "-").replace(",", "."))
 
 
+# a thousands separator: a comma, space or thin space before each group of three digits ("122,880", "16 467",
+# "1,234.5"); a comma before one, two or four digits, or after a leading 0, is a decimal comma ("1,5", "0,930")
+_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:,\d{3})+|(?:[ \u00a0\u202f]\d{3})+)(?![\d,]|[ \u00a0\u202f]\d)")
+
+
 def parse_cell(cell: str) -> CellValue | None:
-    text = " ".join(re.sub(r"[*_`]", "", cell).split())
+    text = " ".join(_THOUSANDS.sub(lambda m: m.group(1) + re.sub(r"\D", "", m.group(2)),
+                                   re.sub(r"[*_`]", "", cell)).split())
     if not text or not re.search(r"\d", text) or len(text) > 200:
         return None
     um = _CELL_UNIT.search(text)
@@ -64,7 +70,7 @@ def parse_cell(cell: str) -> CellValue | None:
 class StageRow:
     stage: str
     label: str
-    ms: float
+    ms: float | None  # None in a table of shares alone
     share: float | None
 
 
@@ -104,6 +110,9 @@ class ConditionTable:
 
 _STAGE_HEADERS = re.compile(r"^(?:stage|phase|step|component|span|segment|part|breakdown|where)s?$", re.I)
 _MS_HEADER = re.compile(r"\bms\b|millisec|\btime\b|latency|duration|\(s\)|seconds|\bsec\b", re.I)
+# a column that counts (calls, invocations, launches) is no time, however bare its numbers
+_COUNT_HEADER = re.compile(r"\bcalls?\b|\bcounts?\b|^#|^n$|\bnum\b|number|\btimes\b|invocations?|occurrences?|"
+                           r"\blaunch(?:es)?\b|\binstances\b", re.I)
 _SHARE_HEADER = re.compile(r"share|%|percent|fraction|of total|ratio", re.I)
 _FPS_HEADER = re.compile(r"\bfps\b|frames?/s|it/s|throughput|img/s|images/s|req/s|rps", re.I)
 _PER_ITEM_MS = re.compile(r"ms\s*/\s*(?:frame|image|img|item|request|req|batch|call|sample)|latency|\bms\b", re.I)
@@ -187,19 +196,19 @@ def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) ->
     ms_col = next((i for i, h in enumerate(header) if i and _MS_HEADER.search(h) and not _SHARE_HEADER.search(h)),
                   None)
     share_col = next((i for i, h in enumerate(header) if i and _SHARE_HEADER.search(h)), None)
-    if ms_col is None:
-        ms_col = next((i for i in range(1, len(header)) if any(
-            (c := parse_cell(r[i])) is not None and c.unit not in ("%",) for r in rows)), None)
-    if ms_col is None:
+    if ms_col is None:  # a column of bare numbers is the time, unless its header counts something
+        ms_col = next((i for i in range(1, len(header)) if not _COUNT_HEADER.search(header[i]) and i != share_col
+                       and any((c := parse_cell(r[i])) is not None and c.unit not in ("%",) for r in rows)), None)
+    if ms_col is None and share_col is None:
         return None
     out: list[StageRow] = []
     total_ms: float | None = None
     total_label = ""
     for lab, r in zip(labels, rows, strict=True):
-        cell = parse_cell(r[ms_col])
-        if cell is None:
+        cell = parse_cell(r[ms_col]) if ms_col is not None else None
+        if cell is None and (ms_col is not None or share_col is None or parse_cell(r[share_col]) is None):
             continue
-        ms = _cell_ms(cell, header[ms_col])
+        ms = _cell_ms(cell, header[ms_col]) if cell is not None and ms_col is not None else None
         share = None
         if share_col is not None:
             sc = parse_cell(r[share_col])
@@ -208,6 +217,8 @@ def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) ->
         has_shares = share_col is not None and any(parse_cell(x[share_col]) for x in rows)
         if _TOTAL_ROW.match(lab) or (has_shares and share is None and _TTFT_LABEL.search(r[0])):
             total_ms, total_label = ms, lab
+            continue
+        if ms is None and share is None:
             continue
         out.append(StageRow(normalize_stage(lab), lab, ms, share))
     if len(out) < 2 and total_ms is None:

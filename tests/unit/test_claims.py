@@ -423,3 +423,25 @@ def test_ollama_ps_placement_is_its_column_not_a_persons_cpu_usage() -> None:
                  "The API server process sits at 100% CPU (one core) during tokenization"):
         assert not rx.search(said), said
     assert MESSAGES["engine_build"].search("Building a new TensorRT engine for TRTEngineOp_0 with input shapes")
+
+
+def test_a_queue_stated_empty_is_no_queue_statement() -> None:
+    for text in ("vLLM waiting stays ~0 while the client has 72 requests in flight", "Waiting: 0 reqs",
+                 "queue depth = 0"):
+        assert _claims(text).claims.concepts["queue"] == 0, text
+    for text in ("14 requests waiting", "requests spend 0.5 s waiting in the queue", "the queue is 0.8 s long"):
+        assert _claims(text).claims.concepts["queue"] == 1, text
+
+
+def test_a_link_width_is_no_copy_named() -> None:
+    """'PCIe x8' in a title says which slot the card sits in (club-3090#104, a power-cap sweep): no copies."""
+    c = _claims("Dual 3090 (PCIe x8, power-capped) — 67 TPS").claims
+    assert c.concepts["copy"] == 0 and c.concepts["pcie_link"] == 1
+    for text in ("PCIe transfers are slow", "the copy over PCIe takes 30 ms", "PCIe bandwidth bound"):
+        assert _claims(text).claims.concepts["copy"] == 1, text
+
+
+def test_a_bottleneck_said_to_appear_to_be_something_names_its_cause() -> None:
+    got = _report("After profiling the render endpoint, the bottleneck appears to be the multimodal "
+                  "preprocessing pipeline.\nIt is best explained by frontend preprocessing, not by GPU decode.")
+    assert got["report.cause.preprocess"] == 2

@@ -209,3 +209,30 @@ def test_size_keys_pair_with_latency() -> None:
     p.feed("elapsed: 2ms")
     calls = p.records().calls
     assert [(c.size, c.ms) for c in calls] == [(512, 25.5), (6, 2.0)]
+
+
+def test_cells_read_thousands_separators_and_keep_decimal_commas() -> None:
+    # a comma or space before groups of three digits groups thousands; before fewer, or after a leading 0, it is
+    # the decimal comma
+    assert [parse_cell(s).value for s in ("122,880", "**16 467**", "1,234.5", "1,234,567")] == [  # type: ignore[union-attr]
+        122880.0, 16467.0, 1234.5, 1234567.0]
+    assert [parse_cell(s).value for s in ("1,5", "0,930", "12,3456", "3,14 ms")] == [  # type: ignore[union-attr]
+        1.5, 0.93, 12.3456, 3.14]
+
+
+def test_a_stage_table_of_call_counts_and_shares_reads_the_shares_only() -> None:
+    """A profile of a prefill (shainet#154's form): a calls column is a count, not milliseconds; the stages are
+    program names joined by '_' and '.', whose copies are host↔device copies."""
+    rows = [["**`gemm.out_d2h`**", "122,880", "**61.7%**"], ["`gemm.in_h2d`", "122,880", "7.6%"],
+            ["`ffn.swiglu_act`", "40,960", "7.0%"], ["`gemm.kernel`", "122,880", "6.7%"]]
+    got = analyze_table(Table(["phase", "calls", "% of prefill"], rows, [], 1))
+    assert isinstance(got, StageTable)
+    assert [(r.stage, r.label, r.ms, r.share) for r in got.rows] == [
+        ("d2h", "gemm.out_d2h", None, 0.617), ("h2d", "gemm.in_h2d", None, 0.076),
+        ("ffn_swiglu_act", "ffn.swiglu_act", None, 0.07), ("compute", "gemm.kernel", None, 0.067)]
+    src = TimingSource()
+    for line in ["| phase | calls | % of prefill |", "|---|---|---|", *("| " + " | ".join(r) + " |" for r in rows)]:
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("t")}
+    assert ev["stage.d2h.share"] == 0.617 and "stage.d2h_ms.mean" not in ev
+    assert normalize_stage("copy_h2d_bytes") == "h2d" and normalize_stage("ahead2hello") != "h2d"
