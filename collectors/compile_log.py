@@ -13,7 +13,12 @@ Pure parsing, streamed line by line (``CompileLogParser.feed``). It reads
   ``… hit config.recompile_limit (8)``, ``Dynamo recompile limit exceeded``,
   ``FailOnRecompileLimitHit`` (a hard failure under ``fullgraph=True``);
 * graph breaks (``Graph break in user code at …``, ``Graph break: …``, explain's
-  ``Graph Break Count: N``).
+  ``Graph Break Count: N``);
+* vLLM's kernel JIT monitor (on by default since vllm#40137, 2026-04; CuTeDSL since #46167, TileLang since
+  #46718): after its warm-up, every kernel compiled while serving is a WARNING ``Triton kernel JIT compilation
+  during inference: _zero_kv_blocks_kernel. This causes a latency spike; …`` (``CuTeDSL …``, ``TileLang …``;
+  ``--jit-monitor-verbose`` adds ``(key=…)``), or with ``--jit-monitor-mode error`` a ``RuntimeError`` with the
+  same words.
 
 Guard failures are grouped by input, kind and dimension, with the values seen.
 """
@@ -69,6 +74,8 @@ class CompileLog:
     first_ts: float | None = None
     last_recompile_ts: float | None = None
     lines: int = 0
+    jit_kernels: dict[str, int] = field(default_factory=dict)  # vLLM's JIT monitor: "Triton _x_kernel" → compiles
+    jit_errors: int = 0  # … of them raised (--jit-monitor-mode error)
 
     @property
     def recompile_count(self) -> int:
@@ -83,6 +90,9 @@ class CompileLog:
         return sorted(self.reasons.values(), key=lambda g: (-g.count, g.input, g.kind))
 
 
+# vLLM's JIT monitor: the compiler's name ("Triton kernel", "CuTeDSL", "TileLang"), then the kernel's
+_JIT_SERVING = re.compile(r"\b(?P<lang>[A-Z][\w-]*)(?: kernel)? JIT compilation during inference:\s*"
+                          r"(?P<name>\w+(?:\.\w+)*)")
 _RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
 _TRIGGERED = re.compile(r"triggered by the following guard failure")
 _GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
@@ -222,6 +232,14 @@ class CompileLogParser:
                 log.lines += 1
                 return
             self._in_list = False
+        if "JIT compilation during inference" in line:
+            m = _JIT_SERVING.search(line)
+            if m:
+                name = f"{m.group('lang')} {m.group('name')}"
+                log.jit_kernels[name] = log.jit_kernels.get(name, 0) + 1
+                log.jit_errors += "RuntimeError" in line[:m.start()] or "ERROR" in line[:m.start()]
+                log.lines += 1
+                return
         low = line.lower()
         if "limit" in low:
             self._limit(line)
@@ -271,5 +289,5 @@ class CompileLogParser:
 
     def matched(self) -> bool:
         log = self.log
-        return bool(log.recompiles or log.limit_hit or log.graph_break_count or log.reasons
+        return bool(log.recompiles or log.limit_hit or log.graph_break_count or log.reasons or log.jit_kernels
                     or (log.compile_ids and any(log.compile_ids.values())))

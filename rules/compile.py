@@ -1,10 +1,11 @@
-"""Graph compilation seen from a live process: a recompilation storm."""
+"""Graph compilation seen from a live process (a recompilation storm) or in an engine's log (kernels its JIT
+monitor saw compiled while serving)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.model import Category, Confidence, EvidenceSet, Finding, Fix, Risk
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
 from diagnose.rules.base import Rule, bar, present, ramp_for, severity_for, stderr
 from diagnose.units import pct
 
@@ -141,4 +142,83 @@ class RecompilationStorm(Rule):
         )
 
 
-RULES: tuple[type[Rule], ...] = (RecompilationStorm,)
+class KernelsCompiledWhileServing(Rule):
+    """The engine compiled GPU kernels while it served, after its warm-up.
+
+    What it detects: vLLM's kernel JIT monitor (on by default since vllm#40137, April 2026; CuTeDSL and
+    TileLang kernels since #46167 and #46718) logging ``Triton kernel JIT compilation during inference:
+    <kernel>`` — a kernel first compiled inside a served step, for a shape or configuration its warm-up did
+    not cover (``compile.jit_while_serving``); with ``--jit-monitor-mode error`` each one is an error instead.
+
+    Why it matters: the step that compiles stalls for the compile (tens of milliseconds to seconds per kernel,
+    longer on a cold Triton cache), and every request in the batch waits: the first requests after a deploy,
+    or the first at a new batch size or context length, see time-to-first-token and inter-token spikes that
+    later ones do not. It recurs after every restart until the warm-up covers the shape.
+
+    How it decides: any compile the monitor logged; the impact grows with the number of distinct kernels
+    (``base`` + ``per_kernel`` each, at most ``max_impact``). Raised as errors, the requests failed: critical.
+
+    Evidence: compile.jit_while_serving; optionally compile.jit_kernels, compile.jit_errors.
+
+    Fix: a vLLM release whose warm-up covers the kernel (the warm-up coverage series of July 2026, e.g.
+    vllm#47546); warm the server up with
+    requests at the batch sizes and prompt lengths it will serve before it takes traffic; keep Triton's
+    cache (``TRITON_CACHE_DIR``) on a persistent volume so a restart loads rather than compiles.
+
+    False positives: a burst right after start-up that stops is a one-off per shape (the finding says how many
+    kernels, not how often); it matters when the complaint is the first requests or a latency spike.
+    """
+
+    code = "CMP005"
+    name = "kernels-compiled-while-serving"
+    category = Category.RECOMPILATION
+    requires = ("compile.jit_while_serving",)
+    optional = ("compile.jit_kernels", "compile.jit_errors")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        base: float = 0.35  # one kernel compiled inside a served step is a spike someone felt
+        per_kernel: float = 0.05  # each further kernel is another step that stalled
+        max_impact: float = 0.7  # a one-off per shape: below a standing bottleneck (a queue, a storm)
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        n = ev.value("compile.jit_while_serving", 0.0) or 0.0
+        if n <= 0:
+            return None
+        kernels = ev.value("compile.jit_kernels", 0.0) or n
+        errors = ev.value("compile.jit_errors", 0.0) or 0.0
+        got = ev.get("compile.jit_while_serving")
+        names = got.detail.split(": ", 2)[-1] if isinstance(got, Evidence) else ""
+        impact = min(t.max_impact, t.base + t.per_kernel * kernels)
+        msg = (f"vLLM compiled {kernels:.0f} kernel(s) inside served steps, after its warm-up ({n:.0f} compile(s): "
+               f"{names}). Each one stalls the step it falls in, and every request in that batch with it: the "
+               "first requests after a start, or the first at a new batch size or length, get a latency spike the "
+               "later ones do not, after every restart.")
+        if errors:
+            msg += (f" {errors:.0f} of them were raised as errors (--jit-monitor-mode error): those requests "
+                    "failed.")
+        return self.finding(
+            severity=Severity.CRITICAL if errors else severity_for(impact),
+            confidence=Confidence.CORRELATED,
+            title="Kernels compiled while serving",
+            message=msg,
+            impact=impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[
+                Fix("Cover the shapes in the warm-up", (
+                    "Upgrade vLLM: from July 2026 its warm-up covers more kernels and shapes (vllm#47546 and the "
+                    "series it belongs to); name the kernel in a vLLM issue if the newest release still compiles it",
+                    "Before the server takes traffic, send requests at the batch sizes (up to --max-num-seqs) and "
+                    "prompt lengths it will serve",
+                    "Keep Triton's cache on a persistent volume (TRITON_CACHE_DIR) so a restart loads the kernels "
+                    "instead of compiling them",
+                ), Risk.SAFE),
+                Fix("Catch it before production", (
+                    "Run a staging benchmark with --jit-monitor-mode error: a kernel the warm-up misses then fails "
+                    "the benchmark instead of slowing production",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
+RULES: tuple[type[Rule], ...] = (RecompilationStorm, KernelsCompiledWhileServing)

@@ -1,4 +1,5 @@
-"""torch.compile logs → ``compile.*`` evidence: recompiles, grouped guard failures, the limit, graph breaks."""
+"""torch.compile logs → ``compile.*`` evidence: recompiles, grouped guard failures, the limit, graph breaks; vLLM's
+kernel JIT monitor → ``compile.jit_while_serving`` (kernels compiled after its warm-up)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ class CompileLogSource:
 
     kind = "torch-compile-log"
     triggers = ("torch", "Recompiling", "recompil", ("triggered by", 0, 30), "limit", "Limit", "LIMIT",
-                "raph break", "raph Break", "GRAPH BREAK", "reason", "Reason", "fullgraph")
+                "raph break", "raph Break", "GRAPH BREAK", "reason", "Reason", "fullgraph", "JIT compilation")
 
     def __init__(self) -> None:
         self._p = CompileLogParser()
@@ -57,6 +58,17 @@ class CompileLogSource:
                 {"input": g.input, "kind": g.kind, "dim": g.dim, "count": g.count, "values": g.values[:16],
                  "summary": g.describe()} for g in groups[:20]], "list",
                 f"{len(groups)} distinct guard failure(s)")
+        if log.jit_kernels:
+            n = sum(log.jit_kernels.values())
+            names = ", ".join(f"{k} ×{v}" if v > 1 else k
+                              for k, v in sorted(log.jit_kernels.items(), key=lambda kv: -kv[1])[:6])
+            ev.add("compile.jit_while_serving", n, "compiles",
+                   f"vLLM's JIT monitor: {len(log.jit_kernels)} kernel(s) compiled after its warm-up: {names}"
+                   + ("…" if len(log.jit_kernels) > 6 else ""))
+            ev.add("compile.jit_kernels", len(log.jit_kernels), "kernels", "distinct kernels compiled while serving")
+            if log.jit_errors:
+                ev.add("compile.jit_errors", log.jit_errors, "errors",
+                       "raised as errors (--jit-monitor-mode error): the request that hit them failed")
         breaks = log.graph_break_count
         if breaks:
             ev.add("compile.graph_breaks", breaks, "breaks")

@@ -109,3 +109,17 @@ def test_guards_that_failed_with_no_input_changed_are_their_own_reason() -> None
     by_kind = {r["kind"]: r for r in reasons}
     assert by_kind["spurious"]["count"] == 3 and "no input changed" in by_kind["spurious"]["summary"]
     assert by_kind["size"]["input"] == "x" and by_kind["size"]["count"] == 2
+
+
+def test_vllms_jit_monitor_counts_kernels_compiled_while_serving() -> None:
+    """Every compiler's line (Triton with and without its key, TileLang, CuTeDSL), the error mode's too; the access
+    line and the words around the kernel's name are not a kernel."""
+    src = _source("vllm_jit_monitor_during_inference.txt")
+    assert src.matched()
+    log = src._p.log
+    assert log.jit_kernels == {"Triton _zero_kv_blocks_kernel": 1, "Triton _compute_slot_mapping_kernel": 2,
+                               "Triton expand_kernel": 1, "TileLang mhc_pre_big_fuse_with_norm_tilelang": 1,
+                               "CuTeDSL FlashAttentionForwardSm100": 1, "Triton fused_moe_kernel": 1}
+    ev = _ev("vllm_jit_monitor_during_inference.txt")
+    assert (ev["compile.jit_while_serving"], ev["compile.jit_kernels"], ev["compile.jit_errors"]) == (7, 6, 1)
+    assert "compile.recompiles" not in ev  # a kernel's first compile is no torch.compile recompile

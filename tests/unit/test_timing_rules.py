@@ -8,6 +8,7 @@ import os
 import pytest
 
 from diagnose import loose
+from diagnose.derive.compile_log import CompileLogSource
 from diagnose.model import Category, Evidence, EvidenceSet, Finding, Severity
 from diagnose.rules import stages
 from diagnose.rules.engine import run_rules
@@ -186,3 +187,16 @@ def test_a_stage_list_with_times_first_is_read_and_post_processing_judged(line: 
 def test_one_stage_word_after_a_time_is_prose_not_a_breakdown() -> None:
     res = loose.read_text("x", io.BytesIO(b"it takes 300ms inference on my laptop\n"))
     assert EvidenceSet(res.evidence).value("stage.compute_ms.mean") is None
+
+
+def test_kernels_compiled_while_serving_are_recompilation_and_an_error_is_critical() -> None:
+    f = _findings("compile_logs", "vllm_jit_monitor_during_inference.txt")[0]
+    assert (f.code, f.category, f.severity) == ("CMP005", Category.RECOMPILATION, Severity.CRITICAL)
+    assert "6 kernel(s)" in f.message and "Triton _compute_slot_mapping_kernel ×2" in f.message
+    assert "1 of them were raised as errors" in f.message
+    one = "(EngineCore) WARNING 05-18 19:12:28 [jit_monitor.py:103] Triton kernel JIT compilation during " \
+          "inference: expand_kernel. This causes a latency spike; consider extending warmup to cover this shape/config."
+    src = CompileLogSource()
+    src.feed(one)
+    got = [f for f in run_rules(EvidenceSet(src.evidence("x")), rules=ALL_RULES)[0] if f.code == "CMP005"]
+    assert got and got[0].severity is Severity.MAJOR and got[0].impact == pytest.approx(0.4)
