@@ -16,7 +16,10 @@ probability of being *right*. This module turns them into one, in two regimes:
   test data (the engine lab's vLLM and llama.cpp runs, the demo service's sessions), each with the
   pathology its recipe induced, Laplace-smoothed.
 
-An excerpt's primary is *committed* only when its probability clears ``threshold``: the lowest at which the
+An answer that rests on a report's wording alone (``report.wording_only``: the report model's lean, no cause,
+title, number or message behind it) is never committed, whatever its probability: words that lean are a
+differential's order, not evidence to act on. Otherwise an excerpt's primary is *committed* only when its
+probability clears ``threshold``: the lowest at which the
 train split's out-of-fold committed answers are right at least 90 % of the time, with a standard error to
 spare. A covered answer's probability is one rate for all of them, nothing is picked from a ranking: it
 commits when that rate reaches the target itself (``Calibrator.commits``). Below either the verdict is
@@ -36,7 +39,7 @@ from typing import Any
 
 from diagnose.model import Candidate, Category, EvidenceSet, Finding, Severity, Verdict
 from diagnose.rules import differential, memory, report_model
-from diagnose.rules.report import REPORT_CODES, claims_only
+from diagnose.rules.report import REPORT_CODES, claims_only, wording_only
 from diagnose.rules.verdict import covered_by
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -93,6 +96,11 @@ def answer_of(findings: Sequence[Finding], verdict: Verdict) -> tuple[str | None
     return None, None
 
 
+def may_not_commit(top: Finding | None) -> bool:
+    """Whether an answer stays withheld whatever its probability: one resting on the report's wording alone."""
+    return top is not None and wording_only(top)
+
+
 def features(answer: str, top: Finding | None, findings: Sequence[Finding],
              leaning: Mapping[str, float] | None) -> dict[str, float]:
     """What an answer rests on, as the calibrator's inputs (names match ``calibration.json``)."""
@@ -116,7 +124,9 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
          "struct_logit": struct * max(0.0, lp), "healthy_logit": healthy * lp,
          "agrees": agrees, "rival": bool(rivals),
          # how strongly the answering rule's own evidence speaks (its finding's impact, 0..1)
-         "impact": top.impact if top is not None else 0.0}
+         "impact": top.impact if top is not None else 0.0,
+         # the report model's lean alone: never committed (``may_not_commit``), its probability still ranks it
+         "wording_only": may_not_commit(top)}
     # how reliably each category is read differs (an allocator's numbers against a reporter's "it is slow"):
     # one indicator per answer, its weight learned with the rest
     x.update({f"cat:{c}": c == answer for c in CATEGORIES})
@@ -174,7 +184,7 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
         p, committed, regime = cal.covered_p, cal.commits("covered", cal.covered_p), "covered"
     else:
         p = cal.excerpt(features(answer, top, findings, leaning))
-        committed, regime = cal.commits("excerpt", p), "excerpt"
+        committed, regime = cal.commits("excerpt", p) and not may_not_commit(top), "excerpt"
     ranking = leaning if leaning is not None else lean(evidence, findings, words=True)
     return Assessment(answer, None if p is None else round(p, 3), committed, regime,
                       candidates(evidence, findings, answer, p, ranking))

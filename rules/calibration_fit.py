@@ -238,11 +238,17 @@ def train(path: str = TRAIN) -> dict[str, Any]:
         # first); the threshold is chosen on the splits pooled
         ps = [p for run, _ in judged for p in run]
         right = [r for _, run in judged for r in run]
-        thresholds = [choose_threshold(run_ps, run_right) for run_ps, run_right in judged]
-        threshold = choose_threshold(ps, right, copies=len(judged))
         rows = [r for run in runs for r in run]
+        # an answer that may not commit (the report's wording alone) is no row a threshold commits
+        def able_of(run_ps: Sequence[float], run: Sequence[Row]) -> list[float]:
+            return [0.0 if r.x.get("wording_only") else p for p, r in zip(run_ps, run, strict=True)]
+
+        able = able_of(ps, rows)
+        thresholds = [choose_threshold(able_of(run_ps, run), run_right)
+                      for (run_ps, run_right), run in zip(judged, runs, strict=True)]
+        threshold = choose_threshold(able, right, copies=len(judged))
         table, ece = reliability(ps, right)
-        committed = [r for p, r in zip(ps, right, strict=True) if p >= threshold]
+        committed = [r for p, r in zip(able, right, strict=True) if p >= threshold]
         covered = covered_rows()
     finally:
         calibration._CAL = None

@@ -1318,6 +1318,12 @@ RULES: tuple[type[Rule], ...] = (
 REPORT_CODES = frozenset(r.code for r in RULES)
 
 
+def wording_only(f: Finding) -> bool:
+    """A finding of the report model's lean alone (``ReportRule.lean_finding``): the report's words lean to its
+    category, and nothing it states, shows or names does: no cause named, no title, no number, no message."""
+    return claims_only(f) and bool(f.evidence) and all(e.key == "report.cues" for e in f.evidence)
+
+
 def claims_only(f: Finding) -> bool:
     """A finding of the report rules: it rests on what a report's prose says, not on anything parsed
     from a log, table, trace or measurement."""
