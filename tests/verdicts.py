@@ -28,10 +28,11 @@ def rules_verdict(d: Diagnosis) -> str:
 def committed_as_calibrated(d: Diagnosis) -> bool:
     """A verdict commits exactly when its probability clears the calibrator's bar for its regime: the
     threshold for an excerpt, the target precision for an answer resting on measurements that covered the
-    service."""
+    service; an answer on the report's wording alone never commits (``calibration.may_not_commit``)."""
     cal = calibration.calibrator()
     if cal is None or d.probability is None:
         return not d.withheld
     _, top = calibration.answer_of(d.findings, Verdict(rules_verdict(d)))
     regime = "covered" if calibration.covered_answer(EvidenceSet(d.evidence), top) else "excerpt"
-    return d.withheld == (not cal.commits(regime, d.probability))
+    commits = cal.commits(regime, d.probability) and not (regime == "excerpt" and calibration.may_not_commit(top))
+    return d.withheld == (not commits)
