@@ -207,8 +207,8 @@ CONCEPTS: dict[str, str] = {
               r"(?:concurrency|load|requests)|(?:doesn'?t|does not|didn'?t|no) (?:scale|improve|increase) (?:with|as)"
               r"|reduced from (?:requested )?\d+ to \d+|不提升|没有提升|不变",
     # the reporter naming a cause: what follows is what they measured or concluded
-    "causal": r"\bdue to\b|caused by|because of|is the bottleneck|bottleneck (?:is|was|(?:appears|appeared|seems|"
-              r"seemed) to be|lies in)|(?:is|are|was|were) best explained by|spends? (?:most|\d+ ?%)"
+    "causal": r"\bdue to\b|caused by|because of|is the bottleneck|bottleneck (?:is|was|(?:appears|seems) to be|"
+              r"lies in)|(?:is|are) best explained by|spends? (?:most|\d+ ?%)"
               r" of (?:its |the )?time (?:in|on)|most of the time (?:is|goes)|dominat\w*|the culprit|root cause",
     # what grows a runtime peak: the input's size
     "input_size": r"resolution|image size|\d{3,5} ?[x×*] ?\d{3,5}|(?:long|longer|large|larger|big|bigger|huge) "
@@ -219,7 +219,8 @@ CONCEPTS: dict[str, str] = {
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
             r"|pinned|pageable|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
             r"|transfer time|copy time|copies|cpu offload\w*|offload\w* to (?:the )?cpu|swap(?:ping)? to cpu",
-    "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b|pcie ?(?:gen ?)?[1-5](?:\.0)?\b|riser",
+    "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b"
+                 r"|pcie ?(?:gen ?)?[1-5](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|riser",
     "placement_cpu": r"(?:runs?|running|ran|executed?|falls? back|fell back|stuck|only) (?:entirely |only |all )?"
                      r"on (?:the )?cpu|cpu[- ]only|not (?:using|use|utili[sz]ing) (?:the )?gpu|gpu (?:is |was )?"
                      r"not (?:used|utili[sz]ed|being used)|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
@@ -652,7 +653,7 @@ class ClaimParser:
             c.words |= words_of(line)  # the report model's cues: what a person wrote, only
         if prose and not c.title and _is_title(line):
             c.title = line.strip()[:300]
-            c.title_concepts = {n for n, rx in _CONCEPT_RX.items() if rx.search(c.title)}
+            c.title_concepts = {name for _, _, name in _concepts_in(c.title)}
         self._messages(line, MESSAGES)
         m = _OFFLOADED.search(line)
         if m:
@@ -683,15 +684,7 @@ class ClaimParser:
         c.clauses += 1
         if _BOILERPLATE.search(clause):
             return
-        found: list[tuple[int, int, str]] = []  # (start, end, concept)
-        for name, rx in _CONCEPT_RX.items():
-            for m in rx.finditer(clause):
-                if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())):
-                    continue
-                if name == "copy" and m.group().lower() == "pcie" and (
-                        _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())):
-                    continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
-                found.append((m.start(), m.end(), name))
+        found = _concepts_in(clause)
         for q in quantities(clause) if _TOKEN_RATE.search(clause) else ():
             if q.dim == "rate" and _TOKEN_RATE.fullmatch(q.text.split(None, 1)[-1] if " " in q.text else
                                                          q.text.lstrip("0123456789.,")):
@@ -748,15 +741,36 @@ _NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|c
                        r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
 
 
+def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
+    """(start, end, concept) of each concept ``clause`` names: not negated, not a queue stated empty, not the
+    slot a card sits in read as copies."""
+    found: list[tuple[int, int, str]] = []
+    for name, rx in _CONCEPT_RX.items():
+        for m in rx.finditer(clause):
+            if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())):
+                continue
+            if name == "copy" and m.group().lower() == "pcie" and (
+                    _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
+                    and not _COPY_AFTER.match(clause, m.end()):
+                continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
+            found.append((m.start(), m.end(), name))
+    return found
+
+
 # a queue stated as empty right after its word denies it as a negation before it does: "vLLM waiting stays ~0",
 # "Waiting: 0 reqs", "queue length stays at 0" (a zero-length wait is no queue; "waiting 0.5 s" is a wait)
 _ZEROED = re.compile(r"\w*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|stayed|remains?|remained|is|was|are|"
-                     r"were|at|reads?|read|shows?|showed|around|about|near|almost|always|only))*[ \t:=~≈]+0"
-                     r"(?:[ \t]*(?:reqs?|requests?|ms|s)\b)?(?![.,]?\d)", re.IGNORECASE)
+                     r"were|at|reads?|read|shows?|showed|around|about|near|almost|always|only))*[ \t:=~≈]+0(?:\.0+)?"
+                     r"(?:[ \t]*(?:reqs?|requests?|ms|s)\b)?(?![.,:]?\d)"
+                     # ... and not where it starts: "0 → 14", "0-3", "0 s at idle and 30 s at peak", "0 then 50"
+                     r"(?![^\n]{0,25}?(?:→|->|=>|\bto\b|\bthen\b|\band\b|\bbut\b|[-–—…])\s*~?\d)", re.IGNORECASE)
 
 
-_LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?\b|x(?:1|2|4|8|16)\b|slots?\b|lanes?\b|risers?\b)",
-                         re.IGNORECASE)
+_LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|x(?:1|2|4|8|16)\b"
+                         r"|slots?\b|lanes?\b|risers?\b)", re.IGNORECASE)
+# ... unless the words after it say what goes over it: "Gen4 PCIe transfers dominate", "the PCIe lanes are saturated"
+_COPY_AFTER = re.compile(r"(?:[^.;\n]|\.(?=\d)){0,30}?\b(?:transfers?|bandwidth|traffic|cop(?:y|ies)|throughput"
+                         r"|saturat\w*|bottleneck\w*|bound)\b", re.IGNORECASE)
 _LINK_BEFORE = re.compile(r"(?:\bgen ?[1-6]|\bx(?:1|2|4|8|16))[ \t-]*$", re.IGNORECASE)
 
 

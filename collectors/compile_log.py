@@ -75,7 +75,7 @@ class CompileLog:
     last_recompile_ts: float | None = None
     lines: int = 0
     jit_kernels: dict[str, int] = field(default_factory=dict)  # vLLM's JIT monitor: "Triton _x_kernel" → compiles
-    jit_errors: int = 0  # … of them raised (--jit-monitor-mode error)
+    jit_errors: set[str] = field(default_factory=set)  # … of them raised (--jit-monitor-mode error)
 
     @property
     def recompile_count(self) -> int:
@@ -91,8 +91,10 @@ class CompileLog:
 
 
 # vLLM's JIT monitor: the compiler's name ("Triton kernel", "CuTeDSL", "TileLang"), then the kernel's
-_JIT_SERVING = re.compile(r"\b(?P<lang>[A-Z][\w-]*)(?: kernel)? JIT compilation during inference:\s*"
-                          r"(?P<name>\w+(?:\.\w+)*)")
+_JIT_SERVING = re.compile(r"\b(?P<lang>[A-Z][\w-]*)(?: kernel)? JIT compilation during inference:\s*[`'\"‹<]?"
+                          r"(?P<name>\w+(?:(?:\.|::)\w+)*(?:<[\w, ]*>)?)")
+# ... as a log record prints it (the monitor's file, a level, or the error mode's exception), not a person's mention
+_JIT_RECORD = re.compile(r"jit_monitor|\b(?:WARNING|WARN|ERROR)\b|RuntimeError")
 _RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
 _TRIGGERED = re.compile(r"triggered by the following guard failure")
 _GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
@@ -234,10 +236,13 @@ class CompileLogParser:
             self._in_list = False
         if "JIT compilation during inference" in line:
             m = _JIT_SERVING.search(line)
-            if m:
+            if m and _JIT_RECORD.search(line, 0, m.start()):
                 name = f"{m.group('lang')} {m.group('name')}"
+                if "RuntimeError" in line[:m.start()] or "ERROR" in line[:m.start()]:
+                    if name in log.jit_errors:  # the one error again, as another process logs it on its way up
+                        return
+                    log.jit_errors.add(name)
                 log.jit_kernels[name] = log.jit_kernels.get(name, 0) + 1
-                log.jit_errors += "RuntimeError" in line[:m.start()] or "ERROR" in line[:m.start()]
                 log.lines += 1
                 return
         low = line.lower()

@@ -96,9 +96,12 @@ def answer_of(findings: Sequence[Finding], verdict: Verdict) -> tuple[str | None
     return None, None
 
 
-def may_not_commit(top: Finding | None) -> bool:
-    """Whether an answer stays withheld whatever its probability: one resting on the report's wording alone."""
-    return top is not None and wording_only(top)
+def may_not_commit(top: Finding | None, findings: Sequence[Finding] = ()) -> bool:
+    """Whether an answer stays withheld whatever its probability: one resting on the report's wording alone (a
+    bottleneck's finding; for "healthy", with no finding of its own, every finding there is)."""
+    if top is not None:
+        return wording_only(top)
+    return bool(findings) and all(wording_only(f) for f in findings)
 
 
 def features(answer: str, top: Finding | None, findings: Sequence[Finding],
@@ -126,7 +129,7 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
          # how strongly the answering rule's own evidence speaks (its finding's impact, 0..1)
          "impact": top.impact if top is not None else 0.0,
          # the report model's lean alone: never committed (``may_not_commit``), its probability still ranks it
-         "wording_only": may_not_commit(top)}
+         "wording_only": may_not_commit(top, findings)}
     # how reliably each category is read differs (an allocator's numbers against a reporter's "it is slow"):
     # one indicator per answer, its weight learned with the rest
     x.update({f"cat:{c}": c == answer for c in CATEGORIES})
@@ -179,12 +182,12 @@ def assess(evidence: EvidenceSet, findings: Sequence[Finding], verdict: Verdict)
     leaning = lean(evidence, findings)
     answer, top = answer_of(findings, verdict)
     if answer is None or cal is None:
-        p, committed, regime = None, answer is not None, "none"
+        p, committed, regime = None, answer is not None and not may_not_commit(top, findings), "none"
     elif covered_answer(evidence, top):
         p, committed, regime = cal.covered_p, cal.commits("covered", cal.covered_p), "covered"
     else:
         p = cal.excerpt(features(answer, top, findings, leaning))
-        committed, regime = cal.commits("excerpt", p) and not may_not_commit(top), "excerpt"
+        committed, regime = cal.commits("excerpt", p) and not may_not_commit(top, findings), "excerpt"
     ranking = leaning if leaning is not None else lean(evidence, findings, words=True)
     return Assessment(answer, None if p is None else round(p, 3), committed, regime,
                       candidates(evidence, findings, answer, p, ranking))

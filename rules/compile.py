@@ -156,7 +156,8 @@ class KernelsCompiledWhileServing(Rule):
     later ones do not. It recurs after every restart until the warm-up covers the shape.
 
     How it decides: any compile the monitor logged; the impact grows with the number of distinct kernels
-    (``base`` + ``per_kernel`` each, at most ``max_impact``). Raised as errors, the requests failed: critical.
+    (``base`` + ``per_kernel`` each, at most ``max_impact``), major at most, so that a queue or a storm measured
+    beside it leads. Raised as errors, the requests failed: critical.
 
     Evidence: compile.jit_while_serving; optionally compile.jit_kernels, compile.jit_errors.
 
@@ -179,7 +180,7 @@ class KernelsCompiledWhileServing(Rule):
     class Thresholds:
         base: float = 0.35  # one kernel compiled inside a served step is a spike someone felt
         per_kernel: float = 0.05  # each further kernel is another step that stalled
-        max_impact: float = 0.7  # a one-off per shape: below a standing bottleneck (a queue, a storm)
+        max_impact: float = 0.55  # a one-off per shape: major at most, below a standing bottleneck (a queue, a storm)
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         n = ev.value("compile.jit_while_serving", 0.0) or 0.0
@@ -198,7 +199,8 @@ class KernelsCompiledWhileServing(Rule):
             msg += (f" {errors:.0f} of them were raised as errors (--jit-monitor-mode error): those requests "
                     "failed.")
         return self.finding(
-            severity=Severity.CRITICAL if errors else severity_for(impact),
+            # however many kernels, a one-off per shape is never critical beside a standing bottleneck; an error is
+            severity=Severity.CRITICAL if errors else severity_for(impact, critical=1.01),
             confidence=Confidence.CORRELATED,
             title="Kernels compiled while serving",
             message=msg,

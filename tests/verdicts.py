@@ -34,5 +34,6 @@ def committed_as_calibrated(d: Diagnosis) -> bool:
         return not d.withheld
     _, top = calibration.answer_of(d.findings, Verdict(rules_verdict(d)))
     regime = "covered" if calibration.covered_answer(EvidenceSet(d.evidence), top) else "excerpt"
-    commits = cal.commits(regime, d.probability) and not (regime == "excerpt" and calibration.may_not_commit(top))
+    commits = cal.commits(regime, d.probability) and not (
+        regime == "excerpt" and calibration.may_not_commit(top, d.findings))
     return d.withheld == (not commits)

@@ -67,7 +67,7 @@ class CompileLogSource:
                    + ("…" if len(log.jit_kernels) > 6 else ""))
             ev.add("compile.jit_kernels", len(log.jit_kernels), "kernels", "distinct kernels compiled while serving")
             if log.jit_errors:
-                ev.add("compile.jit_errors", log.jit_errors, "errors",
+                ev.add("compile.jit_errors", len(log.jit_errors), "errors",
                        "raised as errors (--jit-monitor-mode error): the request that hit them failed")
         breaks = log.graph_break_count
         if breaks:

@@ -113,6 +113,11 @@ _MS_HEADER = re.compile(r"\bms\b|millisec|\btime\b|latency|duration|\(s\)|second
 # a column that counts (calls, invocations, launches) is no time, however bare its numbers
 _COUNT_HEADER = re.compile(r"\bcalls?\b|\bcounts?\b|^#|^n$|\bnum\b|number|\btimes\b|invocations?|occurrences?|"
                            r"\blaunch(?:es)?\b|\binstances\b", re.I)
+_PER_HEADER = re.compile(r"\bper\b|\bavg\b|average|\bmean\b|median|\bp\d{2}\b", re.I)
+_NOT_TIME_SHARE = re.compile(r"memory|\bmem\b|vram|\butil|\bMi?B\b|\bGi?B\b|\bcpu\b|\bgpu\b|power|energy|"
+                             r"\bsize\b|bytes", re.I)
+# a decimal comma: after a leading 0, or before one, two or four and more digits ("0,800", "12,5", "1,2345")
+_DECIMAL_COMMA = re.compile(r"(?<![\d.,])0,\d|\d,\d{1,2}(?!\d)|\d,\d{4,}")
 _SHARE_HEADER = re.compile(r"share|%|percent|fraction|of total|ratio", re.I)
 _FPS_HEADER = re.compile(r"\bfps\b|frames?/s|it/s|throughput|img/s|images/s|req/s|rps", re.I)
 _PER_ITEM_MS = re.compile(r"ms\s*/\s*(?:frame|image|img|item|request|req|batch|call|sample)|latency|\bms\b", re.I)
@@ -171,7 +176,7 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None
     header = [clean_label(h) for h in t.header]
     if len(header) < 2 or not t.rows:
         return None
-    rows = [(r + [""] * len(header))[: len(header)] for r in t.rows]
+    rows = _decimal_commas([(r + [""] * len(header))[: len(header)] for r in t.rows])
     labels = [clean_label(r[0]) for r in rows]
     first = header[0]
     if _STAGE_HEADERS.match(first):
@@ -192,12 +197,32 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None
     return None
 
 
+def _decimal_commas(rows: list[list[str]]) -> list[list[str]]:
+    """The rows with every comma of a column that writes decimal commas ("12,5", "0,800") made a point, so that its
+    "1,250" is 1.25 as its neighbours' numbers are: a separator is the column's convention, not each cell's."""
+    cols = {i for r in rows for i, cell in enumerate(r) if i and _DECIMAL_COMMA.search(cell)}
+    if not cols:
+        return rows
+    return [[cell.replace(",", ".") if i in cols else cell for i, cell in enumerate(r)] for r in rows]
+
+
+def _count_column(header: str, rows: list[list[str]], i: int) -> bool:
+    """A column that counts (calls, launches) rather than times: its header says so, not as a rate ("per call",
+    "avg per launch"), and none of its cells carries a time unit."""
+    if not _COUNT_HEADER.search(header) or _PER_HEADER.search(header):
+        return False
+    return not any((c := parse_cell(r[i])) is not None and c.unit not in ("", "%") for r in rows)
+
+
 def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) -> StageTable | None:
     ms_col = next((i for i, h in enumerate(header) if i and _MS_HEADER.search(h) and not _SHARE_HEADER.search(h)),
                   None)
-    share_col = next((i for i, h in enumerate(header) if i and _SHARE_HEADER.search(h)), None)
-    if ms_col is None:  # a column of bare numbers is the time, unless its header counts something
-        ms_col = next((i for i in range(1, len(header)) if not _COUNT_HEADER.search(header[i]) and i != share_col
+    # a share of the time: not of memory, of a device's utilisation or of the CPU
+    share_col = next((i for i, h in enumerate(header) if i and _SHARE_HEADER.search(h)
+                      and not _NOT_TIME_SHARE.search(h)), None)
+    if ms_col is None:  # a column of bare numbers is the time, unless it counts something
+        ms_col = next((i for i in range(1, len(header)) if not _count_column(header[i], rows, i) and i != share_col
+                       and not _NOT_TIME_SHARE.search(header[i])
                        and any((c := parse_cell(r[i])) is not None and c.unit not in ("%",) for r in rows)), None)
     if ms_col is None and share_col is None:
         return None

@@ -448,3 +448,15 @@ def test_an_answer_on_the_reports_wording_alone_is_never_committed(monkeypatch: 
     named = _judge("Responses get slower, and it's due to the requests waiting in the queue at a concurrency of 64.\n")
     assert named.findings[0].code == "QUE005" and not wording_only(named.findings[0])
     assert named.verdict is Verdict.BOTTLENECK and named.primary is not None and named.primary.value == "queueing"
+
+
+def test_a_healthy_answer_on_the_reports_wording_alone_is_never_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'Nothing is wrong' read from the words alone (HLT003's lean, its only finding) is withheld however high the
+    probability (a reviewer's case: committed healthy at 0.88)."""
+    from diagnose.rules.report import wording_only
+
+    monkeypatch.setattr(calibration.Calibrator, "excerpt", lambda self, x: 0.99)
+    d = _judge("High VRAM usage with the vLLM server\nHello, using the same model, the vram stays at 22 GB. Why would "
+               "it use the same memory for different prompts?\nThe input data is video; decode runs without error.\n")
+    assert d.findings and all(wording_only(f) for f in d.findings)
+    assert d.verdict is Verdict.UNDETERMINED and d.candidates[0].category == "none"

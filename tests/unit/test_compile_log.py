@@ -123,3 +123,19 @@ def test_vllms_jit_monitor_counts_kernels_compiled_while_serving() -> None:
     ev = _ev("vllm_jit_monitor_during_inference.txt")
     assert (ev["compile.jit_while_serving"], ev["compile.jit_kernels"], ev["compile.jit_errors"]) == (7, 6, 1)
     assert "compile.recompiles" not in ev  # a kernel's first compile is no torch.compile recompile
+
+
+def test_a_person_naming_the_jit_monitors_warning_is_no_compile_and_one_error_is_one() -> None:
+    src = CompileLogSource()
+    src.feed("After applying it there are no more `Triton kernel JIT compilation during inference: _topk_topp_kernel` "
+             "warnings in our logs")
+    assert not src.matched()
+    for who in ("EngineCore pid=2308056", "APIServer pid=2307001"):  # the error, then the API server relaying it
+        src.feed(f"({who}) ERROR 06-19 16:28:19 [core.py:1231] RuntimeError: Triton kernel JIT compilation during "
+                 "inference: 'fused_moe_kernel' ...")
+    src.feed("WARNING 06-19 16:30:00 [jit_monitor.py:124] CuTeDSL JIT compilation during inference: "
+             "FlashAttnFwd::run<128>. This causes a latency spike; consider extending warmup to cover this "
+             "shape/config.")
+    assert src._p.log.jit_kernels == {"Triton fused_moe_kernel": 1, "CuTeDSL FlashAttnFwd::run<128>": 1}
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert (ev["compile.jit_while_serving"], ev["compile.jit_errors"]) == (2, 1)

@@ -236,3 +236,20 @@ def test_a_stage_table_of_call_counts_and_shares_reads_the_shares_only() -> None
     ev = {e.key: e.value for e in src.evidence("t")}
     assert ev["stage.d2h.share"] == 0.617 and "stage.d2h_ms.mean" not in ev
     assert normalize_stage("copy_h2d_bytes") == "h2d" and normalize_stage("ahead2hello") != "h2d"
+
+
+def test_a_column_that_writes_decimal_commas_reads_every_comma_as_one() -> None:
+    t = analyze_table(Table(["Stage", "Time (ms)"], [["tokenize", "12,5"], ["model forward", "1,250"],
+                                                     ["detokenize", "0,800"]], [], 1))
+    assert isinstance(t, StageTable) and [r.ms for r in t.rows] == [12.5, 1.25, 0.8]
+    t = analyze_table(Table(["Stage", "Time (ms)"], [["tokenize", "12"], ["model forward", "1,250"]], [], 1))
+    assert isinstance(t, StageTable) and [r.ms for r in t.rows] == [12.0, 1250.0]
+
+
+def test_shares_of_memory_or_a_cpu_are_no_stage_times_and_a_per_call_time_is_a_time() -> None:
+    for header in (["Component", "% of GPU memory"], ["Component", "CPU %"]):
+        rows = [["model weights", "35%"], ["KV cache", "15%"], ["image preprocessing buffers", "50%"]]
+        assert analyze_table(Table(header, rows, [], 1)) is None, header
+    for header in (["Stage", "Avg per launch"], ["Stage", "Mean per call"], ["Step", "Times"]):
+        t = analyze_table(Table(header, [["preprocess", "30 ms"], ["inference", "10 ms"]], [], 1))
+        assert isinstance(t, StageTable) and [r.ms for r in t.rows] == [30.0, 10.0], header

@@ -200,3 +200,17 @@ def test_kernels_compiled_while_serving_are_recompilation_and_an_error_is_critic
     src.feed(one)
     got = [f for f in run_rules(EvidenceSet(src.evidence("x")), rules=ALL_RULES)[0] if f.code == "CMP005"]
     assert got and got[0].severity is Severity.MAJOR and got[0].impact == pytest.approx(0.4)
+
+
+def test_kernels_compiled_while_serving_never_outrank_a_measured_queue() -> None:
+    """A vLLM log whose stats lines show a queue, with six kernels compiled while serving: the queue leads."""
+    with open(os.path.join(DATA, "logs", "vllm_v0_preemption_recompute.txt"), encoding="utf-8") as fh:
+        log = fh.read()
+    with open(os.path.join(DATA, "compile_logs", "vllm_jit_monitor_during_inference.txt"), encoding="utf-8") as fh:
+        jit = [ln for ln in fh.read().splitlines() if "WARNING" in ln]
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO((log + "\n".join(jit) + "\n").encode())))  # type: ignore[arg-type]
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=ALL_RULES)
+    codes = [f.code for f in findings if f.severity is not Severity.INFO]
+    cmp5 = next(f for f in findings if f.code == "CMP005")
+    assert cmp5.severity is Severity.MAJOR and "5 kernel(s)" in cmp5.message
+    assert codes[0].startswith("QUE") and codes.index("CMP005") > 0, codes
