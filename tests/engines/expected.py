@@ -56,9 +56,9 @@ LLAMACPP: dict[str, dict[str, str]] = {
     "healthy-cpp": {"log": "undetermined", "metrics": "undetermined"},
     "model-name-L4-cpp": {"log": "undetermined", "metrics": "undetermined"},
     "queueing-cpp-parallel2": {"log": "undetermined", "metrics": "queueing"},
-    # llama-server's own timings measure the prefill share (83 % recorded, 87 % in a live run): its probability sits
-    # at the calibrator's bar (0.81 recorded against 0.82 since the refit of 2026-12-06), so a run commits it or
-    # withholds it with prefill leading; either is the expert's answer, anything else is not
+    # llama-server's own timings measure the prefill share (83 % recorded, 79-87 % in live runs): its probability
+    # sits near the calibrator's bar (0.78 recorded against 0.87 since the second refit of 2026-12-06), so a run
+    # commits it or withholds it with prefill leading; either is the expert's answer, anything else is not
     "prefill-cpp": {"log": "prefill_ttft|undetermined:prefill_ttft",
                     "metrics": "prefill_ttft|undetermined:prefill_ttft"},
 }
