@@ -336,6 +336,11 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "cuda_graphs_off": re.compile(r"enforce[_-]eager\s*[=:]?\s*True|--enforce-eager|CUDA graphs? (?:is |are )?"
                                   r"disabled|disable[_-]cuda[_-]graph\s*[=:]?\s*True|cuda graph.{0,20}not "
                                   r"(?:used|launched|enabled)", re.I),
+    # weights kept in host memory by the command's own settings, streamed to the GPU at every forward pass: vLLM's
+    # and SGLang's --cpu-offload-gb, llama.cpp's --n-cpu-moe and an --override-tensor / -ot rule putting tensors on
+    # the CPU (a value of 0 offloads nothing)
+    "weights_offloaded": re.compile(r"--cpu[-_]offload[-_]gb[= ]+0*[1-9]|\bcpu_offload_gb\s*[=:]\s*0*[1-9]"
+                                    r"|--n-cpu-moe[= ]+0*[1-9]|(?:\s-ot|--override-tensor)[= ]+\S*=CPU\b"),
     "preempted": re.compile(r"is preempted by PreemptionMode|preempted|retract(?:ed|ing) requests?", re.I),
     # the CUDA context itself cannot be created: the device is full before the process allocates anything
     "ctx_oom": re.compile(r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate\w*.{0,40}OUT_OF_MEMORY"
@@ -360,7 +365,7 @@ _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
-SETTINGS = ("cuda_graphs_off",)
+SETTINGS = ("cuda_graphs_off", "weights_offloaded")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
 
 
@@ -759,7 +764,7 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
 
 # a queue stated as empty right after its word denies it as a negation before it does: "vLLM waiting stays ~0",
 # "Waiting: 0 reqs", "queue length stays at 0" (a zero-length wait is no queue; "waiting 0.5 s" is a wait)
-_ZEROED = re.compile(r"\w*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|stayed|remains?|remained|is|was|are|"
+_ZEROED = re.compile(r"[\w-]*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|stayed|remains?|remained|is|was|are|"
                      r"were|at|reads?|read|shows?|showed|around|about|near|almost|always|only))*[ \t:=~≈]+0(?:\.0+)?"
                      r"(?:[ \t]*(?:reqs?|requests?|ms|s)\b)?(?![.,:]?\d)"
                      # ... and not where it starts: "0 → 14", "0-3", "0 s at idle and 30 s at peak", "0 then 50"

@@ -173,8 +173,9 @@ class PlacementReported(ReportRule):
     What it detects: framework messages that mean the model runs on the CPU (``FP16 is not supported
     on CPU``, ONNX Runtime without ``CUDAExecutionProvider``, ``BLAS = 0``, ollama's ``runners=[cpu]``
     or ``100% CPU``), llama.cpp/ollama offloading few of the model's layers to the GPU, a device set
-    to ``cpu`` in code, statements that the GPU is not used, or the CPU stated busy while the GPU
-    is stated idle.
+    to ``cpu`` in code, statements that the GPU is not used, the CPU stated busy while the GPU
+    is stated idle, or an engine started with part of its weights in host memory (vLLM's and SGLang's
+    ``--cpu-offload-gb N``, llama.cpp's ``--n-cpu-moe N`` or ``-ot …=CPU``).
 
     Why it matters: a model on the CPU is 10-100× slower than on the GPU it was meant for; tuning
     anything else is wasted until the work is on the right device.
@@ -184,11 +185,12 @@ class PlacementReported(ReportRule):
     that the work runs on the CPU (``stated``); the GPU stated at or below ``idle_gpu_pct`` % while
     the CPU is at or above ``busy_cpu_pct`` % (``stated``); a model ``oversize`` × larger than the
     GPU with no out-of-memory error (the rest runs on the CPU; ``stated``); a statement about the
-    wrong GPU (``weak``).
+    wrong GPU (``weak``); an offload setting in the engine's command with no out-of-memory message (``stated``: the
+    offloaded weights cross PCIe at every step).
 
     Evidence: any of report.cpu_fallback_messages, report.gpu_layers_offloaded (+ report.gpu_layers_total),
     report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
-    report.wrong_gpu_statements, mem.weights_estimate_bytes + gpu.spec_memory_bytes.
+    report.wrong_gpu_statements, report.offload_settings, mem.weights_estimate_bytes + gpu.spec_memory_bytes.
 
     Fix: install the GPU build (llama.cpp with -DGGML_CUDA=ON, `onnxruntime-gpu`, a CUDA torch
     wheel), offload all layers (``-ngl 999`` / ``num_gpu``), put the model and inputs on ``cuda``,
@@ -206,7 +208,7 @@ class PlacementReported(ReportRule):
     requires = ()
     requires_any = (("report.cpu_fallback_messages",), ("report.gpu_layers_offloaded",),
                     ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
-                    ("report.wrong_gpu_statements",),
+                    ("report.wrong_gpu_statements",), ("report.offload_settings",),
                     ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "report.slow_statements"))
     optional = ("report.gpu_layers_total", "report.gpu_util_pct_min", "mem.weights_estimate_bytes",
                 "gpu.spec_memory_bytes")
@@ -243,6 +245,9 @@ class PlacementReported(ReportRule):
             out.append(Signal(t.stated, f"states the CPU at {cpu:.0f} % while the GPU is at {gpu:.0f} %"))
         if _n(ev, "report.wrong_gpu_statements"):
             out.append(Signal(t.weak, f"questions which GPU is used{_q(ev, 'report.wrong_gpu_statements')}"))
+        if _n(ev, "report.offload_settings") and not _oom_message(ev):
+            out.append(Signal(t.stated, "starts the engine with weights kept in host memory, copied to the GPU at "
+                                        f"every forward pass{_q(ev, 'report.offload_settings')}"))
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
         no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
         if weights and gpu_mem and no_oom and weights >= t.oversize * gpu_mem and (

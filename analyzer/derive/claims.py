@@ -73,6 +73,8 @@ class ReportSource:
               "placement_cpu")
         count("report.wrong_gpu_statements", con["wrong_gpu"], "statements about which GPU is used", "wrong_gpu")
         count("report.offload_statements", con["offload"], "statements about offloading layers", "offload")
+        count("report.offload_settings", msg["weights_offloaded"], "settings that keep weights in host memory "
+              "(--cpu-offload-gb, --n-cpu-moe, -ot …=CPU)", "msg:weights_offloaded")
         if c.layers is not None:
             off, total = c.layers
             ev.add("report.gpu_layers_offloaded", off, "layers", f"layers on the GPU (llama.cpp/ollama): "

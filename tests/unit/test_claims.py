@@ -427,7 +427,9 @@ def test_ollama_ps_placement_is_its_column_not_a_persons_cpu_usage() -> None:
 
 def test_a_queue_stated_empty_is_no_queue_statement() -> None:
     for text in ("vLLM waiting stays ~0 while the client has 72 requests in flight", "Waiting: 0 reqs",
-                 "queue depth = 0"):
+                 "queue depth = 0",
+                 # SGLang's stats line quoted in a sentence's backticks (sglang#22984): its empty queue field
+                 "`Prefill batch, #new-seq: 1, #new-token: 2816, #running-req: 0, #queue-req: 0, #prealloc-req: 0,`"):
         assert _claims(text).claims.concepts["queue"] == 0, text
     for text in ("14 requests waiting", "requests spend 0.5 s waiting in the queue", "the queue is 0.8 s long",
                  # a queue that grows from 0 is a queue (a reviewer's cases)
@@ -457,3 +459,24 @@ def test_a_bottleneck_said_to_appear_to_be_something_names_its_cause() -> None:
     got = _report("Slow responses from our vLLM server\nAt first the bottleneck appeared to be the request queue, but "
                   "it turned out to be the tokenizer.\n")
     assert "report.cause.queue" not in got
+
+
+def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
+    """vllm#22692: `--cpu-offload-gb 16` in a multi-line `vllm serve` command and "6.4 Tokens/s": the offloaded
+    weights cross PCIe at every forward pass (PLC001 leads, withheld); an offload of 0 GB offloads nothing."""
+    for cmd, n in (("vllm serve m --cpu-offload-gb 16", 1), ("vllm serve m --cpu-offload-gb 0", 0),
+                   ("python -m sglang.launch_server --model-path x --cpu-offload-gb=8", 1),
+                   ("llama-server -m x.gguf -ngl 99 --n-cpu-moe 20", 1),
+                   ('llama-server -m x.gguf -ngl 99 -ot "blk\\.(1[0-9])\\.ffn_.*=CPU"', 1),
+                   ("llm = LLM(model=m, cpu_offload_gb=10)", 1)):
+        assert _claims(cmd).claims.messages["weights_offloaded"] == n, cmd
+    text = ("[Bug]: GLM4.5 infer speed slow\n\nvllm 0.10.0\n\nCLI:\nvllm serve /GLM-4.5-FP8 \\\n"
+            "    --tensor-parallel-size 8 \\\n    --cpu-offload-gb 16 \\\n    --served-model-name glm-4.5-fp8\n\n"
+            "Infer speed is: 6.4 Tokens/s\nIs this normal?\n")
+    d = _diagnose(text)
+    f = d.findings[0]
+    assert f.code == "PLC001" and "--cpu-offload-gb 16" in f.message
+    assert d.candidates[0].category == "device_placement"
+    oom = _diagnose(text + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                           "capacity of 79.19 GiB of which 1.02 GiB is free.\n")
+    assert not any("weights kept in host memory" in g.message for g in oom.findings)
