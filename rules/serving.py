@@ -84,7 +84,9 @@ class EngineQueueSaturated(Rule):
     unchanged, so tuning kernels or prompts does not help.
 
     How it decides: ``serving.waiting_max`` ≥ ``min_waiting``; the queue is present in at least
-    ``min_queued_share`` of the samples (when there are ``min_samples`` or more); and the waiting
+    ``min_queued_share`` of the samples (when there are ``min_samples`` or more), unless the engine preempted
+    requests while its KV cache was full where requests waited (``kv_full``): an eviction is no passing burst,
+    however few samples caught the queue; and the waiting
     requests are at least ``min_wait_ratio`` of the running ones. The waiting share
     W / (W + R), with W the mean waiting count where requests waited and R the running count
     then, is the part of the requests in the server that are not being served; the impact is that
@@ -192,7 +194,9 @@ class EngineQueueSaturated(Rule):
         queued_share = _num(ev, "serving.queued_sample_ratio")
         if queued_share is None:
             queued_share = 1.0
-        if samples >= t.min_samples and queued_share < t.min_queued_share:
+        evicting = (_num(ev, "serving.preemptions") or 0.0) > 0 and (
+            _num(ev, "serving.kv_cache_usage_when_queued_max_ratio") or 0.0) >= t.kv_full
+        if samples >= t.min_samples and queued_share < t.min_queued_share and not evicting:
             return None
         waiting_mean = _num(ev, "serving.waiting_mean")
         waiting = waiting_mean / queued_share if waiting_mean is not None and queued_share > 0 else waiting_max

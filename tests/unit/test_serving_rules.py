@@ -438,3 +438,20 @@ def test_deferred_requests_are_read_from_v1_stats_lines() -> None:
     assert "serving.deferred_max" not in {e.key for e in plain} and held.value("serving.deferred_max") == 3
     assert _findings(plain)["QUE002"].mechanism is Mechanism.ADMISSION_CAP
     assert _findings(held)["QUE002"].mechanism is None
+
+
+def test_a_queue_caught_in_few_samples_stands_when_the_engine_evicted_requests_with_its_kv_cache_full() -> None:
+    """The engine lab's KV pressure on vLLM 0.32 (CI 2026-12-06: no finding at all): the waiting gauge caught in 2
+    of 7 samples, under the third that tells a standing queue from a burst, while the engine preempted 34 requests
+    with its KV cache 97 % full where requests waited. Without the evictions it stays a passing burst."""
+    base = dict(serving__waiting_max=10, serving__running_max=4, serving__waiting_mean=2.0,
+                serving__queued_sample_ratio=2 / 7, serving__stat_samples=7, serving__queued_samples=2,
+                serving__running_when_queued_mean=3.5, serving__running_when_queued_max=4,
+                serving__kv_cache_usage_when_queued_max_ratio=0.968, serving__kv_cache_usage_when_queued_mean_ratio=0.9,
+                serving__kv_cache_usage_max_ratio=0.968, serving__kv_free_sequences_when_queued_min=0.13,
+                serving__max_num_seqs=256)
+    got = _findings(_set(**base, serving__preemptions=34))
+    assert "QUE002" in got and got["QUE002"].mechanism is Mechanism.KV_CAPACITY, got
+    assert "QUE002" not in _findings(_set(**base))
+    assert "QUE002" not in _findings(_set(**{**base, "serving__kv_cache_usage_when_queued_max_ratio": 0.5},
+                                          serving__preemptions=34))
