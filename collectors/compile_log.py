@@ -236,9 +236,10 @@ class CompileLogParser:
             self._in_list = False
         if "JIT compilation during inference" in line:
             m = _JIT_SERVING.search(line)
-            if m and _JIT_RECORD.search(line, 0, m.start()):
+            head = line[:m.start()] if m else ""
+            if m and _JIT_RECORD.search(head):
                 name = f"{m.group('lang')} {m.group('name')}"
-                if "RuntimeError" in line[:m.start()] or "ERROR" in line[:m.start()]:
+                if "RuntimeError" in head or "ERROR" in head:
                     if name in log.jit_errors:  # the one error again, as another process logs it on its way up
                         return
                     log.jit_errors.add(name)

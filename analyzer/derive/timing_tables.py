@@ -229,6 +229,7 @@ def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) ->
     out: list[StageRow] = []
     total_ms: float | None = None
     total_label = ""
+    has_shares = share_col is not None and any(parse_cell(x[share_col]) for x in rows)
     for lab, r in zip(labels, rows, strict=True):
         cell = parse_cell(r[ms_col]) if ms_col is not None else None
         if cell is None and (ms_col is not None or share_col is None or parse_cell(r[share_col]) is None):
@@ -239,11 +240,8 @@ def _stage_table(header: list[str], rows: list[list[str]], labels: list[str]) ->
             sc = parse_cell(r[share_col])
             if sc is not None:
                 share = sc.value / 100.0 if (sc.unit == "%" or sc.value > 1.0) else sc.value
-        has_shares = share_col is not None and any(parse_cell(x[share_col]) for x in rows)
         if _TOTAL_ROW.match(lab) or (has_shares and share is None and _TTFT_LABEL.search(r[0])):
             total_ms, total_label = ms, lab
-            continue
-        if ms is None and share is None:
             continue
         out.append(StageRow(normalize_stage(lab), lab, ms, share))
     if len(out) < 2 and total_ms is None:
