@@ -11,6 +11,7 @@ see in production, scaled to a 2-core CPU machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -138,7 +139,8 @@ def run(name: str, attach: bool, out_root: Path) -> Path:
             (session / f"{session.name}.html").unlink(missing_ok=True)
         else:
             time.sleep(r.window_s)
-        attach_wall = time.monotonic() - t0
+        # the attach's own wall, from its spawn to its exit (not what this recorder did after it: run_attach)
+        attach_wall = float(ran["attach_ran_s"]) if attach else time.monotonic() - t0  # type: ignore[arg-type]
         scrapes.append(_scrape(eng))
         stop.set()
         # the two scrapes in one file, each after a "# scrape at T from URL" line, as attach writes them (and
@@ -164,25 +166,47 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
     beyond its own record (attach-cost.json):
     - ``attach_rc``;
     - ``attach_born_s``: from the spawn to its process existing (the fork, to the 10 ms clock tick);
+    - ``attach_ran_s``: from the spawn to its exit (the wall the live tests bound: what this recorder does
+      after, such as waiting for a dump of a lingering attach, is not the attach's);
     - ``attach_exit_after_cost_s``: from its last cost record (the one with ``after_s``, by the file's time)
-      to its exit being seen;
+      to its exit;
+    - ``attach_exit_wait_s``: of that, the time its main thread was runnable and not run (the run-queue delay
+      the kernel gives for the exited process, read before it is reaped, less the delay when the record was
+      first seen): the host's share of its exit, as ``after_wait_s`` is of its analysis;
     - ``attach_poll_gap_s``: the longest this recorder itself ran late while it waited (its host's share, and
       how late an exit may be seen).
-    One seen running ``LINGER_S`` after its last cost record has its threads dumped (/proc states, py-spy) into
-    attach.linger.txt, on a thread of its own (the dump's time is not the attach's); one still running
-    ``LINGER_KILL_S`` after it is killed (``attach_killed``). CI 2026-12-05: an admission-cap attach took 104 s
-    of wall, of which its phases (start, window, captures, analysis) were 33 s."""
+    One seen running ``LINGER_S`` after its last cost record has its threads dumped (/proc states, py-spy without
+    pausing it) into attach.linger.txt, on a thread of its own; one still running ``LINGER_KILL_S`` after it is
+    killed (``attach_killed``). CI 2026-12-05: an admission-cap attach took 104 s of wall, of which its phases
+    (start, window, captures, analysis) were 33 s. CI 2026-12-06: one ended 25.3 s after its last cost record,
+    its thread runnable on a host the engine's load kept busy, and that figure held the blocking dump's time."""
     cost = session / "attach-cost.json"
     spawned = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock /proc/PID/stat's start time is on
     since = time.time()  # a cost record older than this is another attach's
     dump: threading.Thread | None = None
     killed = False
     gap = 0.0
+    exited: dict[str, float] = {}
+    wait_at_record: float | None = None
     with (out / "attach.json").open("wb") as so, (out / "attach.stderr.txt").open("wb") as se:
-        proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        # a session of its own, as from an on-call engineer's shell: with the kernel's autogroups (this host has
+        # them) it then shares the CPUs with the engine and with this test's load client, not only with the latter
+        proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, start_new_session=True)
+
+        def wait_for_exit() -> None:
+            """Its exit, not reaped (WNOWAIT), so that the kernel's run-queue delay of the exited process can
+            still be read, then reaped."""
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            exited["at"] = time.monotonic()
+            if (sched := process_collector.schedstat_at(f"/proc/{proc.pid}/schedstat")) is not None:
+                exited["wait_s"] = sched[1] / 1e9
+            proc.wait()
+
         try:
             born = _started_at(proc.pid)
-            waiter = threading.Thread(target=proc.wait, daemon=True)  # a blocking wait: no polling wake-ups
+            waiter = threading.Thread(target=wait_for_exit, daemon=True)  # a blocking wait: no polling wake-ups
             waiter.start()
             last = time.monotonic()
             while True:
@@ -192,10 +216,13 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
                 if not waiter.is_alive():
                     break
                 wrote = _wrote_after(cost, since)
+                if wrote is not None and wait_at_record is None:
+                    sched = process_collector.schedstat_at(f"/proc/{proc.pid}/schedstat")
+                    wait_at_record = None if sched is None else sched[1] / 1e9
                 lingered = time.time() - wrote if wrote is not None else 0.0
                 if lingered > LINGER_S and dump is None:
                     dump = threading.Thread(target=lambda: (out / "attach.linger.txt").write_text(
-                        attach_cost.threads_of(proc.pid)), daemon=True)
+                        attach_cost.threads_of(proc.pid, blocking=False)), daemon=True)
                     dump.start()
                 if lingered > LINGER_KILL_S and not killed:
                     killed = True
@@ -205,12 +232,19 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
             proc.kill()
             proc.wait()
             raise
+    ended = exited.get("at", time.monotonic())
+    exit_after = None if (wrote := _wrote_after(cost, since)) is None else max(0.0, time.time() - (
+        time.monotonic() - ended) - wrote)
+    exit_wait = None
+    if exit_after is not None and wait_at_record is not None and "wait_s" in exited:
+        exit_wait = round(min(exit_after, max(0.0, exited["wait_s"] - wait_at_record)), 2)
     if dump is not None:
         dump.join(timeout=40)
     rc = proc.wait()
-    wrote = _wrote_after(cost, since)
     return {"attach_rc": rc, "attach_born_s": None if born is None else round(max(0.0, born - spawned), 2),
-            "attach_exit_after_cost_s": None if wrote is None else round(time.time() - wrote, 1),
+            "attach_ran_s": round(ended - t0, 1),
+            "attach_exit_after_cost_s": None if exit_after is None else round(exit_after, 1),
+            "attach_exit_wait_s": exit_wait,
             "attach_poll_gap_s": round(gap, 1), **({"attach_killed": True} if killed else {})}
 
 
