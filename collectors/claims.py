@@ -181,14 +181,16 @@ CONCEPTS: dict[str, str] = {
                   r"|engine time|execute time|compute time|infer time|推理(?:时间|耗时)?",
     # compiling at run time (JIT, engine builds, graph capture, warm-up), not building the software
     "compile": r"torch\.compile|recompil\w*|compil(?:ation|ing|es)\b(?! (?:from source|with |it |the (?:library|"
-               r"package|code|binding|project)))|compile[- ]?time|graph capture|captur\w* (?:cuda )?graphs?"
-               r"|cuda ?graph capture|warm-?up\w*|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt "
-               r"|trt )?engine|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
+               r"package|code|binding|project)))|compile[- ]?time|(?:graph|trace) capture"
+               r"|captur\w* (?:cuda )?(?:graphs?|traces?)|cuda ?graph capture|warm-?up\w*"
+               r"|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt |trt )?engine"
+               r"|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
     "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
                  r"dynamic shapes?|shape changes?|regenerat\w* (?:the )?(?:engine|cache)",
     "first": r"(?:the |a )?first (?:request|inference|call|run|time|iteration|image|batch|query|generation|"
-             r"prediction|forward|few|search|prompt)s?|cold[- ]?start|initial (?:requests?|images?|inferences?|"
-             r"calls?)|after (?:a )?(?:restart|deploy\w*|idle|delay)|首次|第一次",
+             r"prediction|forward|few|search|prompt|completion)s?|cold[- ]?start"
+             r"|initial (?:requests?|images?|inferences?|calls?)|after (?:a )?(?:restart|deploy\w*|idle|delay)"
+             r"|首次|第一次",
     "subsequent": r"subsequent|following|after (?:that|the first|warm)|(?:second|2nd|next) (?:request|inference|"
                   r"call|run|time)|later (?:requests?|calls?|runs?)|from (?:then|there) ?on|steady|warm|之后|后续",
     "cuda_graph": r"cuda ?graphs?|cudagraphs?|enforce[_-]eager|eager mode|--enforce-eager|graph replay"
@@ -217,7 +219,11 @@ CONCEPTS: dict[str, str] = {
                   r"|vae (?:decode|decoding)|decode the (?:vae|latents?)|tiled|\d+ ?(?:min|minutes?|s|seconds?) "
                   r"(?:of )?(?:audio|video)|超分|分辨率",
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
-            r"|pinned|pageable|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
+            # "pinned" memory, not a figure held ("cores pinned at 100%", "stays pinned until"), a place ("pinned in
+            # forward", "pinned to core 0") or a fixed reference ("the pinned prefill values", "pinned versions")
+            r"|pinned(?![ \t]+(?:at|in|on|to|until|by|down)\b)(?![ \t]+(?:[\w-]+[ \t]+)?(?:values?|baselines?|versions?"
+            r"|numbers|results|figures|commits?|dependenc\w*|deps)\b)|pageable"
+            r"|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
             r"|transfer time|copy time|copies|cpu offload\w*|offload\w* to (?:the )?cpu|swap(?:ping)? to cpu",
     "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b"
                  r"|pcie ?(?:gen ?)?[1-5](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|riser",
@@ -752,7 +758,8 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
     for name, rx in _CONCEPT_RX.items():
         for m in rx.finditer(clause):
-            if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())):
+            if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())) \
+                    or _went_fine(clause, m.start(), m.end()):
                 continue
             if name == "copy" and m.group().lower() == "pcie" and (
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
@@ -781,6 +788,23 @@ _LINK_BEFORE = re.compile(r"(?:\bgen ?[1-6]|\bx(?:1|2|4|8|16))[ \t-]*$", re.IGNO
 
 def _negated(clause: str, start: int) -> bool:
     return bool(_NEGATION.search(clause[max(0, start - 40):start]))
+
+
+# a step the text says went well is no complaint about it: "download and load a model fine", "the model loads
+# without any issues", "successfully downloaded" (the words after it, up to a contrast, a clause's punctuation or a
+# number: "utilization drops to 20% memory-wise fine" is a figure, then another thing fine)
+_FINE = re.compile(r"\b(?:fine(?![-_\w])|successfully|flawlessly|without (?:any )?(?:issues?|problems?|errors?))",
+                   re.IGNORECASE)
+_CONTRAST = re.compile(r"[,;:.!?()\n\d]|\b(?:but|however|though|although|until|unless|except|while|when|whereas|yet"
+                       r"|then|only)\b", re.IGNORECASE)
+_FINE_BEFORE = re.compile(r"\bsuccessfully[ \t]+(?:[\w-]+[ \t]+)?$", re.IGNORECASE)
+
+
+def _went_fine(clause: str, start: int, end: int) -> bool:
+    after = clause[end:end + 50]
+    if (stop := _CONTRAST.search(after)) is not None:
+        after = after[:stop.start()]
+    return bool(_FINE.search(after) or _FINE_BEFORE.search(clause, max(0, start - 30), start))
 
 
 _TOKEN_RATE = re.compile(r"tokens?/s(?:ec)?|toks?/s|t/s|tokens? per second|tokens?/second", re.IGNORECASE)

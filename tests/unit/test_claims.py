@@ -480,3 +480,32 @@ def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
     oom = _diagnose(text + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
                            "capacity of 79.19 GiB of which 1.02 GiB is free.\n")
     assert not any("weights kept in host memory" in g.message for g in oom.findings)
+
+
+def test_a_step_said_to_have_gone_well_is_no_complaint_about_it() -> None:
+    """ollama#10814: "download and load a model fine" beside "Extremely slow" read as a first run that downloads
+    (HLT003: expected behaviour, healthy committed at 0.97) where the reporter's complaint was a hang."""
+    for text in ("I can download and load a model fine using `ollama run qwen2.5-coder:3b`.",
+                 "successfully downloaded the weights", "the download went without any issues"):
+        assert _claims(text).claims.concepts["download"] == 0, text
+    # what follows a contrast, or a step that merely ran, is still named
+    for text in ("the model is fine but the download takes 20 minutes", "downloading the model takes 20 minutes",
+                 "the download is slow, the rest is fine", "fine-tuned weights download slowly"):
+        assert _claims(text).claims.concepts["download"] == 1, text
+    assert _claims("prefill is fine, decode is slow").claims.concepts["prefill"] == 0
+
+
+def test_pinned_is_a_copy_term_only_where_it_is_memory() -> None:
+    for text in ("use pinned memory for the copies", "pageable→pinned, then pinned→GPU", "| pinned, 1 call | 2.8 µs |"):
+        assert _claims(text).claims.concepts["copy"] >= 1, text
+    for text in ("32 cores of CPU are pinned at 100% while the GPU idles", "py-spy showed every process pinned in "
+                 "forward", "The pinned prefill values predate #1061 and read high.", "with pinned versions of torch",
+                 "the worker is pinned to core 0"):
+        assert _claims(text).claims.concepts["copy"] == 0, text
+
+
+def test_a_first_completion_waiting_for_a_trace_capture_is_a_cold_start() -> None:
+    """tt-inference-server#56: the first completions at a new padded prefill length trigger a trace capture."""
+    c = _claims("the first few completions will trigger tt-metal trace capture and take unexpectedly long").claims
+    assert c.concepts["first"] == 1 and c.concepts["compile"] == 1
+    assert _claims("the first completion at a new length waits 30 s").claims.concepts["first"] == 1
