@@ -181,8 +181,9 @@ CONCEPTS: dict[str, str] = {
                   r"|engine time|execute time|compute time|infer time|推理(?:时间|耗时)?",
     # compiling at run time (JIT, engine builds, graph capture, warm-up), not building the software
     "compile": r"torch\.compile|recompil\w*|compil(?:ation|ing|es)\b(?! (?:from source|with |it |the (?:library|"
-               r"package|code|binding|project)))|compile[- ]?time|(?:graph|trace) capture"
-               r"|captur\w* (?:cuda )?(?:graphs?|traces?)|cuda ?graph capture|warm-?up\w*"
+               r"package|code|binding|project)))|compile[- ]?time|graph capture"
+               r"|(?<!nsys )(?<!profiler )(?<!profile )(?<!kineto )trace capture|captur\w* (?:cuda )?graphs?"
+               r"|cuda ?graph capture|warm-?up\w*"
                r"|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt |trt )?engine"
                r"|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
     "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
@@ -221,8 +222,10 @@ CONCEPTS: dict[str, str] = {
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
             # "pinned" memory, not a figure held ("cores pinned at 100%", "stays pinned until"), a place ("pinned in
             # forward", "pinned to core 0") or a fixed reference ("the pinned prefill values", "pinned versions")
-            r"|pinned(?![ \t]+(?:at|in|on|to|until|by|down)\b)(?![ \t]+(?:[\w-]+[ \t]+)?(?:values?|baselines?|versions?"
-            r"|numbers|results|figures|commits?|dependenc\w*|deps)\b)|pageable"
+            r"|pinned(?![ \t]+(?:at|to|until|down)\b)"
+            r"(?![ \t]+(?:in|on|by)\b(?![ \t]+(?:the[ \t]+)?(?:host|cpu|ram|system|page|memory|cuda)))"
+            r"(?![ \t]+(?:(?!memory\b)[\w-]+[ \t]+)?(?:values?|baselines?|versions?|numbers|figures"
+            r"|commits?|dependenc\w*|deps)\b)|pageable"
             r"|\.cpu\(\)|\.cuda\(\)|\.to\(['\"]?(?:cuda|cpu)|\.item\(\)|\bpcie\b|data transfer"
             r"|transfer time|copy time|copies|cpu offload\w*|offload\w* to (?:the )?cpu|swap(?:ping)? to cpu",
     "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b"
@@ -791,20 +794,31 @@ def _negated(clause: str, start: int) -> bool:
 
 
 # a step the text says went well is no complaint about it: "download and load a model fine", "the model loads
-# without any issues", "successfully downloaded" (the words after it, up to a contrast, a clause's punctuation or a
-# number: "utilization drops to 20% memory-wise fine" is a figure, then another thing fine)
-_FINE = re.compile(r"\b(?:fine(?![-_\w])|successfully|flawlessly|without (?:any )?(?:issues?|problems?|errors?))",
-                   re.IGNORECASE)
-_CONTRAST = re.compile(r"[,;:.!?()\n\d]|\b(?:but|however|though|although|until|unless|except|while|when|whereas|yet"
-                       r"|then|only)\b", re.IGNORECASE)
-_FINE_BEFORE = re.compile(r"\bsuccessfully[ \t]+(?:[\w-]+[ \t]+)?$", re.IGNORECASE)
+# without any issues", "successfully downloaded". Only the words right after it are read, up to what starts another
+# statement: a contrast, a clause's punctuation or a dash, a number ("utilization drops to 20% memory-wise fine"
+# is a figure, then another thing fine), a complaint ("decode is slow and everything else works fine"), or "and"
+# or "as" opening a new subject ("the tokenizer is the bottleneck and the model itself is fine"); and a success
+# denied ("never completes successfully", "is not fine") is none.
+_FINE = re.compile(r"\b(?:fine(?![-_\w]|[ \t]+tun)|successfully|flawlessly"
+                   r"|without (?:any )?(?:issues?|problems?|errors?))", re.IGNORECASE)
+_CONTRAST = re.compile(
+    r"[,;:.!?()\n\d—–]|[ \t]-[ \t]|\b(?:but|however|though|although|until|unless|except|while|whilst|when|whereas|yet"
+    r"|then|only|so|otherwise|besides|apart|other|rest|everything|slow\w*|tak(?:e|es|ing)|took|hangs?|hung|stuck"
+    r"|forever|long|bottleneck\w*|high|low|fail\w*|errors?|oom|spikes?|grow\w*|waits?|waiting|lags?)\b"
+    r"|\b(?:and|as)[ \t]+(?:the|its?|my|our|their|this|that|all|everything|each|every|other|decode|prefill"
+    r"|\w+[ \t]+(?:is|are|was|were|looks?|seems?|stays?))\b", re.IGNORECASE)
+_FINE_BEFORE = re.compile(r"\bsuccessfully[ \t]+(?:(?!(?:and|but|then|yet|or)\b)[\w-]+[ \t]+)?$", re.IGNORECASE)
+_DENIED = re.compile(r"(?:\b(?:not|never|no|fails?\w*)|n't)(?:[ \t]+\w+)?[ \t]+$", re.IGNORECASE)
 
 
 def _went_fine(clause: str, start: int, end: int) -> bool:
     after = clause[end:end + 50]
     if (stop := _CONTRAST.search(after)) is not None:
         after = after[:stop.start()]
-    return bool(_FINE.search(after) or _FINE_BEFORE.search(clause, max(0, start - 30), start))
+    said = _FINE.search(after)
+    if said is not None and not _DENIED.search(after, 0, said.start()):
+        return True
+    return bool(_FINE_BEFORE.search(clause, max(0, start - 30), start))
 
 
 _TOKEN_RATE = re.compile(r"tokens?/s(?:ec)?|toks?/s|t/s|tokens? per second|tokens?/second", re.IGNORECASE)

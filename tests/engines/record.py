@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -197,12 +198,22 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
         def wait_for_exit() -> None:
             """Its exit, not reaped (WNOWAIT), so that the kernel's run-queue delay of the exited process can
             still be read, then reaped."""
-            with contextlib.suppress(ChildProcessError, OSError):
+            try:
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            except OSError:  # reaped meanwhile (a kill's poll): its exit is known once the wait returns
+                proc.wait()
+                exited["at"] = time.monotonic()
+                return
             exited["at"] = time.monotonic()
             if (sched := process_collector.schedstat_at(f"/proc/{proc.pid}/schedstat")) is not None:
                 exited["wait_s"] = sched[1] / 1e9
             proc.wait()
+
+        def kill() -> None:
+            """The attach and what it started (py-spy): its session's process group, which it leads."""
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
 
         try:
             born = _started_at(proc.pid)
@@ -226,10 +237,10 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
                     dump.start()
                 if lingered > LINGER_KILL_S and not killed:
                     killed = True
-                    proc.kill()
+                    kill()
                 last = time.monotonic()
         except BaseException:
-            proc.kill()
+            kill()
             proc.wait()
             raise
     ended = exited.get("at", time.monotonic())
