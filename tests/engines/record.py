@@ -202,11 +202,10 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
             except OSError:  # reaped meanwhile (a kill's poll): its exit is known once the wait returns
                 proc.wait()
-                exited["at"] = time.monotonic()
-                return
+            else:
+                if (wait := _run_queue_wait_s(proc.pid)) is not None:
+                    exited["wait_s"] = wait
             exited["at"] = time.monotonic()
-            if (sched := process_collector.schedstat_at(f"/proc/{proc.pid}/schedstat")) is not None:
-                exited["wait_s"] = sched[1] / 1e9
             proc.wait()
 
         def kill() -> None:
@@ -228,8 +227,7 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
                     break
                 wrote = _wrote_after(cost, since)
                 if wrote is not None and wait_at_record is None:
-                    sched = process_collector.schedstat_at(f"/proc/{proc.pid}/schedstat")
-                    wait_at_record = None if sched is None else sched[1] / 1e9
+                    wait_at_record = _run_queue_wait_s(proc.pid)
                 lingered = time.time() - wrote if wrote is not None else 0.0
                 if lingered > LINGER_S and dump is None:
                     dump = threading.Thread(target=lambda: (out / "attach.linger.txt").write_text(
@@ -257,6 +255,13 @@ def run_attach(argv: list[str], out: Path, session: Path) -> dict[str, object]:
             "attach_exit_after_cost_s": None if exit_after is None else round(exit_after, 1),
             "attach_exit_wait_s": exit_wait,
             "attach_poll_gap_s": round(gap, 1), **({"attach_killed": True} if killed else {})}
+
+
+def _run_queue_wait_s(pid: int) -> float | None:
+    """Seconds ``pid``'s main thread has been runnable and not run (its schedstat; an exited one not yet reaped
+    still has it), None where the kernel does not say."""
+    sched = process_collector.schedstat_at(f"/proc/{pid}/schedstat")
+    return None if sched is None else sched[1] / 1e9
 
 
 def _started_at(pid: int) -> float | None:
