@@ -81,6 +81,7 @@ class OomEvent:
     prefill_tokens: int | None = None
     kv_tokens_requested: int | None = None  # SGLang's token pool: the slots the failed allocation asked for
     kv_tokens_free: int | None = None  # … and the slots it had, free and evictable (a hybrid pool: its full one)
+    local_free: int | None = None  # SGLang's balance check: this rank's free memory (``free``: the group's least)
     implausible: str = ""  # a field the message gave that cannot be (more free than the device has): left out
 
     def key(self) -> tuple[object, ...]:
@@ -266,6 +267,15 @@ _FW_STARTUP_FREE = re.compile(
     r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
     re.IGNORECASE,
 )
+# SGLang's tensor-parallel balance check (model_runner.py, before the weights load): the least free memory of the
+# group's GPUs below 90 % of this rank's, "The memory capacity is unbalanced. Some GPUs may be occupied by other
+# processes." and, from 0.3 on, the two figures in GiB ("min_per_gpu_memory=61.2, local_gpu_memory=78.9, …",
+# later "pre_model_load_memory=…"), run on or wrapped onto the lines after it. Raised as an error; a warning
+# where a release lets an environment variable turn the refusal off
+BALANCE_CHECK_REASON = "free memory unbalanced across the tensor-parallel group at start-up"
+_FW_SGL_BALANCE = re.compile(r"\bThe memory capacity is unbalanced\b", re.IGNORECASE)
+_SGL_GROUP_FREE = re.compile(r"\b(?:pre_model_load_memory|min_per_gpu_memory)=(?P<v>\d+(?:\.\d+)?)")
+_SGL_LOCAL_FREE = re.compile(r"\blocal_gpu_memory=(?P<v>\d+(?:\.\d+)?)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N"
 _FW_ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<n>\d+)", re.IGNORECASE)
 # ggml (llama.cpp, ollama): "allocating 46963.85 MiB on device 0: cudaMalloc failed: out of memory"
@@ -912,6 +922,8 @@ class OomParser:
         self._fields_left = 0  # field lines still expected under a multi-line framework message
         self._sgl_left = 0  # lines still expected to carry an SGLang token-pool message's numbers
         self._sgl_event: OomEvent | None = None  # … and the event they belong to
+        self._bal_left = 0  # lines still expected to carry an SGLang balance check's figures
+        self._bal_event: OomEvent | None = None
         self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
@@ -947,6 +959,11 @@ class OomParser:
             if self._sgl_fields(self._sgl_event, line):  # the message's own event, kept or merged
                 return
             self._sgl_left = 0  # the numbers' lines are over
+        if self._bal_left and self._bal_event is not None:
+            self._bal_left -= 1
+            if self._balance_fields(self._bal_event, line):
+                return
+            self._bal_left = 0
         low = body.lower()
         for phase, rx in _PHASE_KEYED:
             if rx.search(body, low):
@@ -1093,6 +1110,16 @@ class OomParser:
         return True
 
     @staticmethod
+    def _balance_fields(ev: OomEvent, line: str) -> bool:
+        """The GiB figures of SGLang's balance check on ``line``, put in ``ev``; True when it held one."""
+        group, local = _SGL_GROUP_FREE.search(line), _SGL_LOCAL_FREE.search(line)
+        if group and ev.free is None:
+            ev.free = parse_size(f"{group.group('v')} GiB")
+        if local and ev.local_free is None:
+            ev.local_free = parse_size(f"{local.group('v')} GiB")
+        return bool(group or local)
+
+    @staticmethod
     def _sgl_fields(ev: OomEvent, line: str) -> bool:
         """The numbers an SGLang token-pool message carries on ``line``, put in ``ev``; True when it held one."""
         ask, free = _SGL_ASK.search(line), [int(m.group("n")) for m in _SGL_FREE.finditer(line)]
@@ -1165,6 +1192,12 @@ class OomParser:
             self._fields_left = 8
             return OomEvent(kind="framework", reason="allocation beyond the allowed device memory",
                             message=line.strip())
+        if _FW_SGL_BALANCE.search(line):
+            ev = OomEvent(kind="framework", phase="loading", phase_from="SGLang's tensor-parallel memory check",
+                          reason=BALANCE_CHECK_REASON, message=line.strip())
+            self._balance_fields(ev, line)
+            self._bal_left, self._bal_event = 3, ev  # a paste may wrap its figures onto the lines after it
+            return ev
         m = _FW_STARTUP_FREE.search(line)
         if m:
             unit = m.group("unit")

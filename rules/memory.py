@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from diagnose.collectors.oom import STARTUP_CHECK_REASON
+from diagnose.collectors.oom import BALANCE_CHECK_REASON, STARTUP_CHECK_REASON
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, bar, present
@@ -330,7 +330,7 @@ class OomWeights(Rule):
         by_size = weights_too_big(m, t.weights_share)
         # vLLM's start-up check runs before any weight is loaded: its phase says nothing of the weights
         reason = ev.get("mem.oom_reason")
-        startup = isinstance(reason, Evidence) and reason.value == STARTUP_CHECK_REASON
+        startup = isinstance(reason, Evidence) and reason.value in (STARTUP_CHECK_REASON, BALANCE_CHECK_REASON)
         by_phase = m.phase == "loading" and not startup
         if not (by_size or by_phase):
             return None
@@ -774,7 +774,9 @@ class OomExternal(Rule):
     What it detects: at the moment of the OOM this process held little of the device while it was
     full: the message lists other processes holding memory, or device use minus this process' use
     (or, in the legacy message, minus PyTorch's reservation) is a large share of the device; vLLM's
-    start-up check that free memory is below ``gpu_memory_utilization``.
+    start-up check that free memory is below ``gpu_memory_utilization``; SGLang's start-up check that
+    one GPU of the tensor-parallel group has under 90 % of this rank's free memory ("The memory
+    capacity is unbalanced").
 
     Why it matters: nothing in this service's configuration will fix it; another service, a
     zombie from a previous run, a notebook, or extra CUDA contexts of this service's own workers on
@@ -790,7 +792,9 @@ class OomExternal(Rule):
     (``non_torch_memory``, single-GPU only: NCCL's buffers count there) less a context, the smaller
     of the two when both are there (``non_torch_memory`` bounds what others hold: a weights size
     from the wrong load, a speculative-decoding draft logged last, cannot inflate it), against
-    ``rough_share``.
+    ``rough_share``. SGLang's balance check is its own statement that memory is held elsewhere before
+    anything loaded: a finding of heuristic confidence (GPUs of different sizes in one group fail it
+    too), with the gap between the two free figures when the message gives them.
 
     Evidence: mem.oom_count and one of mem.other_processes_bytes or mem.process_used_bytes with
     mem.device_total_bytes, or mem.reserved_bytes with mem.device_total_bytes and
@@ -817,9 +821,10 @@ class OomExternal(Rule):
         ("mem.profile_device_used_bytes", "mem.device_total_bytes", "mem.weights_bytes"),
         ("mem.profile_device_used_bytes", "mem.device_total_bytes", "mem.weights_estimate_bytes"),
         ("mem.profile_non_torch_bytes", "mem.device_total_bytes"),
+        ("mem.oom_reason",),
     )
     optional = (*_MEM_KEYS, "gpu.processes", "mem.profile_device_used_bytes", "mem.profile_non_torch_bytes",
-                "mem.unattributed_process_bytes")
+                "mem.unattributed_process_bytes", "mem.tp_free_gap_bytes")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -846,10 +851,44 @@ class OomExternal(Rule):
             fixes=_moved_fixes(),
         )
 
+    def _unbalanced(self, ev: EvidenceSet) -> Finding:
+        """SGLang's tensor-parallel balance check: one GPU of the group had much less free than this rank."""
+        gap = ev.get("mem.tp_free_gap_bytes")
+        msg = ("SGLang's start-up check found one GPU of the tensor-parallel group with under 90 % of the free "
+               "memory this rank has, before any weight loaded")
+        msg += f" ({gap.detail}: {size(float(gap.value))} less)." if isinstance(gap, Evidence) else "."
+        msg += (" Another process (a previous run's worker, another service) holding that GPU is the usual cause; "
+                "GPUs of different sizes in one group fail the same check.")
+        return self.finding(
+            severity=Severity.CRITICAL,
+            confidence=Confidence.HEURISTIC,
+            title="Another process holds memory on a GPU of the group",
+            message=msg,
+            impact=0.8,
+            evidence=present(ev, *self.requires, *self.optional),
+            fixes=[
+                Fix("Find and stop the holder, or use GPUs that are free", (
+                    "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv and nvidia-smi "
+                    "--query-compute-apps=pid,process_name,used_memory --format=csv: the GPU with less free, and "
+                    "what holds it",
+                    "Kill stale workers from an earlier run (fuser -v /dev/nvidia*), or give the group GPUs with "
+                    "the same free memory (CUDA_VISIBLE_DEVICES)",
+                ), Risk.SAFE),
+                Fix("Mixed GPU sizes on purpose: let SGLang size the cache by the smallest", (
+                    "SGLang releases since April 2025 (sglang#5426) only warn with SGL_DISABLE_TP_MEMORY_INBALANCE_"
+                    "CHECK=true (SGLANG_DISABLE_… in later ones; earlier releases always refuse): the group's KV "
+                    "cache is then sized by the GPU with the least free memory",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
         if not m.oom or m.capped:  # a process that ran into its own cap was not failed by others' memory
             return None
+        reason = ev.get("mem.oom_reason")
+        if isinstance(reason, Evidence) and reason.value == BALANCE_CHECK_REASON:
+            return self._unbalanced(ev)
         held, exact = m.external()
         if held is None:
             return None

@@ -77,7 +77,8 @@ class OomSource:
         "ALLOC_FAILED", "MemoryAllocation", "RESOURCE_EXHAUSTED", "to allocate", "prefill tokens", "cache blocks",
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
         "KV cache memory:", "mem-fraction-static", "memory for the KV", "memory for KV", "memory left for",
-        "内存", "OUT_OF_MEMORY", "Executor creation failed", "max seq len", "DefaultCPUAllocator", "cuMemAllocAsync")),
+        "内存", "OUT_OF_MEMORY", "Executor creation failed", "max seq len", "DefaultCPUAllocator", "cuMemAllocAsync",
+        "memory capacity is unbalanced")),
         "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:
@@ -176,6 +177,10 @@ class OomSource:
         if oom.kv_tokens_free is not None:
             ev.add("mem.kv_tokens_free", oom.kv_tokens_free, "tokens",
                    "the token pool's free and evictable slots when the allocation failed")
+        if oom.local_free is not None and oom.free is not None:
+            ev.add("mem.tp_free_gap_bytes", max(0, oom.local_free - oom.free), "bytes",
+                   f"free before the weights load: {size(oom.free)} on the group's emptiest GPU against "
+                   f"{size(oom.local_free)} on this rank")
         if oom.reason:
             ev.add("mem.oom_reason", oom.reason, "text", oom.message[:300])
         return ev.items

@@ -43,6 +43,7 @@ def _real(findings: list[Finding]) -> list[Finding]:
     ("oom_external_other_process_torch2_4.txt", "MEM004", Category.OOM_EXTERNAL),
     ("oom_external_vllm_startup_check.txt", "MEM004", Category.OOM_EXTERNAL),
     ("oom_external_vllm_profiling_second_instance.txt", "MEM004", Category.OOM_EXTERNAL),
+    ("oom_external_sglang_tp_memory_unbalanced.txt", "MEM004", Category.OOM_EXTERNAL),
     ("oom_fragmentation_reported_in_prose_npu.txt", "MEM005", Category.OOM_FRAGMENTATION),
     ("oom_fragmentation_reported_startup_mxfp4.txt", "MEM005", Category.OOM_FRAGMENTATION),
 ])
@@ -354,6 +355,42 @@ def test_vllms_start_up_check_says_nothing_of_the_weights() -> None:
     res = loose.analyze_stream("v", io.BufferedReader(io.BytesIO(line.encode())))
     findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
     assert "MEM001" not in [f.code for f in findings], [f.code for f in findings]
+
+
+def test_sglangs_balance_check_is_memory_held_elsewhere_with_the_gap() -> None:
+    """SGLang refuses to start a tensor-parallel group whose emptiest GPU has under 90 % of this rank's free memory
+    (sglang#5416's traceback): memory held elsewhere before any weight loaded, not the weights (its phase is
+    'loading'), with the gap between the two free figures; heuristic, as GPUs of different sizes fail it too."""
+    (f,) = _real(_findings("oom", "oom_external_sglang_tp_memory_unbalanced.txt"))
+    assert (f.code, f.category, f.confidence.value) == ("MEM004", Category.OOM_EXTERNAL, "heuristic")
+    assert "8.88 GiB on the group's emptiest GPU against 11.90 GiB on this rank" in f.message
+    assert "3.02 GiB less" in f.message and "different sizes" in f.message
+    assert any("SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK" in s for fx in f.fixes for s in fx.steps)
+
+
+@pytest.mark.parametrize("text", [
+    # a paste that wrapped the message and its figures over three lines (a later release's field name)
+    "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by\nother processes. "
+    "pre_model_load_memory=19.2269287109375,\nlocal_gpu_memory=30.54656982421875, local_gpu_memory * 0.9=27.49\n",
+    # the release that only warns, as a log record
+    "[2025-05-02 10:00:01 TP0] WARNING model_runner.py:250: The memory capacity is unbalanced. Some GPUs may be "
+    "occupied by other processes. min_per_gpu_memory=19.23, local_gpu_memory=30.55, local_gpu_memory * 0.9=27.49\n",
+])
+def test_sglangs_balance_check_read_wrapped_or_as_a_warning(text: str) -> None:
+    res = loose.analyze_stream("s", io.BufferedReader(io.BytesIO(text.encode())))
+    ev = {e.key: e.value for e in res.evidence}
+    assert abs(ev["mem.tp_free_gap_bytes"] - (30.55 - 19.23) * 2**30) < 0.01 * 2**30, ev
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    assert [f.code for f in _real(findings)] == ["MEM004"], [(f.code, f.message) for f in findings]
+
+
+def test_sglangs_balance_check_without_figures_still_names_memory_held_elsewhere() -> None:
+    """Releases before 0.3 raise the message with no figures (sglang#1533)."""
+    text = "ValueError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes.\n"
+    res = loose.analyze_stream("s", io.BufferedReader(io.BytesIO(text.encode())))
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    (f,) = _real(findings)
+    assert f.code == "MEM004" and "less)" not in f.message
 
 
 def test_a_title_names_no_other_bottleneck_beside_an_oom_message() -> None:
