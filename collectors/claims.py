@@ -479,7 +479,11 @@ _BOILERPLATE = re.compile(
     r"negative impact|It might have negative impact on performance|This can affect the end-to-end performance"
     r"|Increase gpu_memory_utilization or tensor_parallel_size"
     # the XPU allocator's own hint, printed with every OOM of torch.xpu
-    r"|Please use `?empty_cache`? to release all unoccupied cached memory",
+    r"|Please use `?empty_cache`? to release all unoccupied cached memory"
+    # PaddlePaddle's, printed under every ResourceExhaustedError of its allocators
+    r"|Please check whether there is any other process using (?:GPU|NPU|XPU|MLU)|If yes, please stop them, or start "
+    r"PaddlePaddle on another|please decrease the batch size of your model|If the above ways do not solve the out of "
+    r"memory problem|FLAGS_gpu_memory_limit_mb|FLAGS_use_cuda_managed_memory",
     re.IGNORECASE,
 )
 

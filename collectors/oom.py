@@ -81,6 +81,7 @@ class OomEvent:
     prefill_tokens: int | None = None
     kv_tokens_requested: int | None = None  # SGLang's token pool: the slots the failed allocation asked for
     kv_tokens_free: int | None = None  # … and the slots it had, free and evictable (a hybrid pool: its full one)
+    startup_wanted: int | None = None  # vLLM's start-up check: the memory gpu_memory_utilization asks for
     local_free: int | None = None  # SGLang's balance check: this rank's free memory (``free``: the group's least)
     implausible: str = ""  # a field the message gave that cannot be (more free than the device has): left out
 
@@ -149,6 +150,10 @@ _HEAD = re.compile(
     # the allocator's sentence pasted without its first words: its own structure says what it is
     r"|(?:Tried|trying) to allocate\s+[\d.]+\s*[KMGT]i?B\b(?=.{0,16}(?:\((?:GPU|NPU|XPU) ?\d+;|GPU \d+ has a total))"
     r"|CUDA_ERROR_OUT_OF_MEMORY"
+    # PaddlePaddle's allocators (memory/allocation/cuda_allocator.cc and its NPU/XPU/managed twins): "Out of memory
+    # error on GPU 0. Cannot allocate 128.000000MB memory on GPU 0, 23.431824GB memory has been allocated and available
+    # memory is only 97.625000MB." (sizes by HumanReadableSize: B, kB, MB, GB, TB; older releases give no allocated)
+    r"|Cannot allocate\s+[\d.]+\s*[KMGT]?B\s+(?:CUDA managed\s+)?memory on (?:GPU|NPU|XPU|MLU)\b"
     # TensorFlow's and XLA's allocators: "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.25TiB (rounded
     # to 1374521760000)", "cuMemAllocAsync failed to allocate 1225195446464 bytes", "OOM when allocating tensor with
     # shape[…]"; PyTorch's host allocator: "DefaultCPUAllocator: not enough memory: you tried to allocate N bytes",
@@ -167,6 +172,12 @@ _F_RESERVED_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+reserved in total", re.IGNOREC
 # allocated (amount_cached - amount_allocated), after it has returned every whole free block to the driver, so
 # what is left is free space split off blocks still partly in use: reserved but unallocated
 _F_CACHED = re.compile(rf";\s*(?P<v>{SIZE})\s+cached\s*\)", re.IGNORECASE)
+# PaddlePaddle's fields: what it asked for, what its allocator holds on the device, what the device had free
+_F_PADDLE_ASK = re.compile(rf"Cannot allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
+_F_PADDLE_HELD = re.compile(rf"(?P<v>{SIZE})\s+memory has been allocated", re.IGNORECASE)
+_F_PADDLE_FREE = re.compile(rf"available memory is only\s+(?P<v>{SIZE})", re.IGNORECASE)
+_PADDLE_DEVICE = re.compile(r"Cannot allocate\s+\S+\s+(?:CUDA managed\s+)?memory on (?P<dev>GPU|NPU|XPU|MLU)\s*"
+                            r"(?P<i>\d+)")
 _F_THIS_PROCESS = re.compile(rf"this process has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
@@ -264,7 +275,8 @@ _FW_KV_BYTES = re.compile(  # its "(" may be lost where a paste wrapped the mess
 STARTUP_CHECK_REASON = "free memory at start-up below gpu_memory_utilization"
 _FW_STARTUP_FREE = re.compile(
     r"Free memory on device(?:\s+[\w:]+)?\s*\((?P<free>[\d.]+)\s*/\s*(?P<total>[\d.]+)\s*(?P<unit>[KMGT]i?B)\)"
-    r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)",
+    r".{0,60}?less than desired GPU memory utilization\s*\((?P<util>[\d.]+)"
+    r"(?:,\s*(?P<want>[\d.]+)\s*(?P<wunit>[KMGT]i?B))?",
     re.IGNORECASE,
 )
 # SGLang's tensor-parallel balance check (model_runner.py, before the weights load): the least free memory of the
@@ -363,6 +375,9 @@ def parse_allocator_message(text: str) -> OomEvent:
         ev.device = "CPU"  # host memory: PyTorch's CPU allocator could not get the bytes from the system
     elif not ev.device and (_TF_SIZE.search(text) or "cuMemAllocAsync" in text):
         ev.device = "GPU"
+    pm = _PADDLE_DEVICE.search(text)
+    if pm:
+        return _paddle_message(ev, text, pm)
     jm = _JAX_BYTES.search(text)  # the exact bytes where the message gives them, before its rounded size
     ev.requested = int(jm.group("v") or jm.group("v2") or jm.group("v3")) if jm else _size(_F_REQUESTED, text)
     ev.total = _size(_F_TOTAL, text, "v", "v2")
@@ -421,6 +436,20 @@ def parse_allocator_message(text: str) -> OomEvent:
         expected = {"total": None, "free": None, "allocated": None}
     else:
         expected = {}
+    ev.missing = tuple(k for k, v in expected.items() if v is None)
+    ev.truncated = bool(ev.missing)
+    return ev
+
+
+def _paddle_message(ev: OomEvent, text: str, m: re.Match[str]) -> OomEvent:
+    """PaddlePaddle's message: the request, what its allocator holds on the device (like PyTorch's reservation, the
+    process' CUDA context aside), the device's free memory; no device total."""
+    ev.device = m.group("dev").upper()
+    ev.device_index = int(m.group("i"))
+    ev.requested = _size(_F_PADDLE_ASK, text)
+    ev.reserved = _size(_F_PADDLE_HELD, text)
+    ev.free = _size(_F_PADDLE_FREE, text)
+    expected = {"requested": ev.requested, "free": ev.free}
     ev.missing = tuple(k for k, v in expected.items() if v is None)
     ev.truncated = bool(ev.missing)
     return ev
@@ -1060,7 +1089,7 @@ class OomParser:
             return
         head = _HEAD.search(line)
         if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate"
-                               r"|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
+                               r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
                      or re.search(r"OutOfMemoryError\s*[:(]", line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
@@ -1203,9 +1232,12 @@ class OomParser:
             unit = m.group("unit")
             free = parse_size(f"{m.group('free')} {unit}")
             total = parse_size(f"{m.group('total')} {unit}")
+            # what it asked for: the message's own figure, else the utilisation's share of the device
+            want = (parse_size(f"{m.group('want')} {m.group('wunit')}") if m.group("want")
+                    else int(float(m.group("util")) * total) if total and 0 < float(m.group("util")) <= 1 else None)
             return OomEvent(kind="framework", phase="loading", phase_from="vLLM start-up memory check",
                             reason=STARTUP_CHECK_REASON, free=free,
-                            total=total, message=line.strip())
+                            total=total, startup_wanted=want, message=line.strip())
         return None
 
     # -- results ----------------------------------------------------------------------------

@@ -792,9 +792,12 @@ class OomExternal(Rule):
     (``non_torch_memory``, single-GPU only: NCCL's buffers count there) less a context, the smaller
     of the two when both are there (``non_torch_memory`` bounds what others hold: a weights size
     from the wrong load, a speculative-decoding draft logged last, cannot inflate it), against
-    ``rough_share``. SGLang's balance check is its own statement that memory is held elsewhere before
-    anything loaded: a finding of heuristic confidence (GPUs of different sizes in one group fail it
-    too), with the gap between the two free figures when the message gives them.
+    ``rough_share``. At vLLM's start-up check, what was in use before the instance allocated anything, less
+    its own CUDA context, covering the shortfall (the memory gpu_memory_utilization asked for less the free)
+    and at least ``startup_share`` of the device, whatever its share otherwise. SGLang's balance check is
+    its own statement that memory is held elsewhere before anything loaded: a finding of heuristic
+    confidence (GPUs of different sizes in one group fail it too), with the gap between the two free
+    figures when the message gives them.
 
     Evidence: mem.oom_count and one of mem.other_processes_bytes or mem.process_used_bytes with
     mem.device_total_bytes, or mem.reserved_bytes with mem.device_total_bytes and
@@ -805,6 +808,9 @@ class OomExternal(Rule):
     Fix: find and stop the holder (``nvidia-smi --query-compute-apps=pid,process_name,used_memory
     --format=csv``), kill zombies, pin each worker to its own GPU (``CUDA_VISIBLE_DEVICES``), set
     ``torch.cuda.set_device`` before any CUDA call so workers do not open contexts on GPU 0.
+
+    Not when the weights per device (measured, or estimated from the model's name, dtype and parallelism)
+    exceed the whole device: then no other tenant gone would make them fit, and MEM001 names the weights.
 
     False positives: a process whose own non-PyTorch memory (NCCL buffers, cuBLAS workspaces,
     another framework in the same process) is large; the message cannot tell them apart.
@@ -824,7 +830,7 @@ class OomExternal(Rule):
         ("mem.oom_reason",),
     )
     optional = (*_MEM_KEYS, "gpu.processes", "mem.profile_device_used_bytes", "mem.profile_non_torch_bytes",
-                "mem.unattributed_process_bytes", "mem.tp_free_gap_bytes")
+                "mem.unattributed_process_bytes", "mem.tp_free_gap_bytes", "mem.startup_wanted_bytes")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -832,6 +838,8 @@ class OomExternal(Rule):
         rough_share: float = 0.25  # a reading that counts this process' own context, one context taken off
         free_multiple: float = 10.0  # CUDA reported ten times the failed request free: capacity was not short
         free_share: float = 0.1  # ... and a tenth of the device, while this process had reserved little
+        startup_share: float = 0.05  # at vLLM's start-up check, others' memory that covers the shortfall and is
+        # more than a desktop's or a monitor's context (a twentieth of the device) is what it lacked
 
     def _moved(self, ev: EvidenceSet, m: MemView, held: float) -> Finding:
         """The allocation failed while CUDA reported far more free than it asked for: not this process' use."""
@@ -882,6 +890,21 @@ class OomExternal(Rule):
             ],
         )
 
+    @staticmethod
+    def _startup_short(ev: EvidenceSet, m: MemView, held: float, t: Thresholds) -> tuple[float, float] | None:
+        """vLLM's start-up check: (what it asked for, how much it lacked) when what was in use before it allocated,
+        less this process' own CUDA context, covers the shortfall (the others' memory is what it lacked, whatever
+        its share of the device), else None."""
+        reason = ev.get("mem.oom_reason")
+        wanted = ev.value("mem.startup_wanted_bytes")
+        if not (isinstance(reason, Evidence) and reason.value == STARTUP_CHECK_REASON) or wanted is None \
+                or m.free is None or not m.total:
+            return None
+        short = wanted - m.free
+        if short <= 0 or held - CONTEXT_BYTES < short or held < t.startup_share * m.total:
+            return None
+        return wanted, short
+
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
         if not m.oom or m.capped:  # a process that ran into its own cap was not failed by others' memory
@@ -892,6 +915,9 @@ class OomExternal(Rule):
         held, exact = m.external()
         if held is None:
             return None
+        per = m.weights_per_device
+        if per is not None and m.total and per >= m.total:
+            return None  # the weights alone exceed the whole device: no tenant gone would make them fit (MEM001)
         if not exact and "mem.unattributed_process_bytes" in ev:
             return None  # the message listed the holder, and it may be this process: which, it does not say
         if (m.free is not None and m.requested is not None and m.total and m.requested > 0
@@ -905,12 +931,19 @@ class OomExternal(Rule):
         else:
             share = held / m.total
             beyond, _ = m.external_share()
-            if beyond is None or beyond < (t.external_share if exact else t.rough_share):
+            short = self._startup_short(ev, m, held, t)
+            if short is None and (beyond is None or beyond < (t.external_share if exact else t.rough_share)):
                 return None
-        parts = [f"{size(held)}"
-                 + (f" ({pct(share)} of the {size(m.total)} device)" if m.total else "")
-                 + (" was held by other processes" if exact else " was in use outside PyTorch's reservation")
-                 + " when the out-of-memory error was raised"]
+        if m.total and short is not None:
+            parts = [f"vLLM's start-up check asked for {size(short[0])} of the {size(m.total)} device "
+                     f"(gpu_memory_utilization) and found {size(m.free or 0.0)} free: {size(short[1])} short, while "
+                     f"{size(held)} ({pct(share)}) was in use before this instance allocated anything (about "
+                     f"{size(CONTEXT_BYTES)} of it this process' own CUDA context): what others hold is what it lacks"]
+        else:
+            parts = [f"{size(held)}"
+                     + (f" ({pct(share)} of the {size(m.total)} device)" if m.total else "")
+                     + (" was held by other processes" if exact else " was in use outside PyTorch's reservation")
+                     + " when the out-of-memory error was raised"]
         if m.profiled() and m.total:
             said = []
             if m.profile_used is not None and m.weights_per_device is not None:
@@ -928,7 +961,7 @@ class OomExternal(Rule):
             parts[0] += f", while this process' PyTorch reservation was {size(m.reserved)}"
         parts[0] += "."
         others_ev = ev.get("mem.other_processes_bytes")
-        if isinstance(others_ev, Evidence) and others_ev.detail:
+        if isinstance(others_ev, Evidence) and others_ev.detail and short is None:
             parts.append(f"({others_ev.detail}.)")
         return self.finding(
             severity=Severity.CRITICAL,

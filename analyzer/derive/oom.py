@@ -177,6 +177,9 @@ class OomSource:
         if oom.kv_tokens_free is not None:
             ev.add("mem.kv_tokens_free", oom.kv_tokens_free, "tokens",
                    "the token pool's free and evictable slots when the allocation failed")
+        if oom.startup_wanted is not None:
+            ev.add("mem.startup_wanted_bytes", oom.startup_wanted, "bytes",
+                   "what gpu_memory_utilization asked of the device at start-up (vLLM's check)")
         if oom.local_free is not None and oom.free is not None:
             ev.add("mem.tp_free_gap_bytes", max(0, oom.local_free - oom.free), "bytes",
                    f"free before the weights load: {size(oom.free)} on the group's emptiest GPU against "

@@ -357,6 +357,44 @@ def test_vllms_start_up_check_says_nothing_of_the_weights() -> None:
     assert "MEM001" not in [f.code for f in findings], [f.code for f in findings]
 
 
+def _codes_of(text: str) -> list[Finding]:
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))
+    findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+    return _real(findings)
+
+
+def test_weights_beyond_the_whole_device_outrank_other_tenants() -> None:
+    """A 72B model at 16 bits with no tensor parallelism (134 GiB) on a 79 GiB GPU that others also use: no tenant gone
+    would make the weights fit, so MEM004 (48.9 GiB held by other processes, 'measured') yields to MEM001 (the form of
+    a sweep case, QwenLM/Qwen3#187, where MEM004 led at 0.87)."""
+    text = ("python -m vllm.entrypoints.openai.api_server --model /models/Qwen1.5-72B-Chat --port 8000\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total capacity of "
+            "79.15 GiB of which 752.31 MiB is free. Process 25252 has 18.65 GiB memory in use. Process 36870 has 19.11 "
+            "GiB memory in use. Process 40071 has 11.14 GiB memory in use. Including non-PyTorch memory, this process "
+            "has 29.47 GiB memory in use. Of the allocated memory 28.83 GiB is allocated by PyTorch, and 12.50 MiB is "
+            "reserved by PyTorch but unallocated.\n")
+    codes = [f.code for f in _codes_of(text)]
+    assert codes[0] == "MEM001" and "MEM004" not in codes, codes
+    # the same message with a model that fits: the tenants are the cause
+    small = _codes_of(text.replace("Qwen1.5-72B-Chat", "Qwen1.5-7B-Chat"))
+    assert small[0].code == "MEM004", [f.code for f in small]
+
+
+@pytest.mark.parametrize(("free", "want", "fires"), [
+    ("67.24/79.25", "0.9, 71.33", True),  # 12 GiB in use (another instance) and 4.09 GiB short: kvcached-like
+    ("76.00/79.19", "0.97, 76.81", False),  # 3.19 GiB in use (4 %): the utilisation asked for nearly everything
+])
+def test_vllms_start_up_check_blames_others_when_their_memory_is_the_shortfall(free: str, want: str,
+                                                                                fires: bool) -> None:
+    line = (f"ValueError: Free memory on device ({free} GiB) on startup is less than desired GPU memory utilization "
+            f"({want} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n")
+    real = _codes_of(line)
+    ext = [f for f in real if f.code == "MEM004"]
+    assert bool(ext) is fires, [(f.code, f.message) for f in real]
+    if fires:
+        assert "4.09 GiB short" in ext[0].message and "12.01 GiB (15 %)" in ext[0].message, ext[0].message
+
+
 def test_sglangs_balance_check_is_memory_held_elsewhere_with_the_gap() -> None:
     """SGLang refuses to start a tensor-parallel group whose emptiest GPU has under 90 % of this rank's free memory
     (sglang#5416's traceback): memory held elsewhere before any weight loaded, not the weights (its phase is

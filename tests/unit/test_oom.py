@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diagnose import loose
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
 from diagnose.derive.oom import HintsSource, OomSource
@@ -591,3 +593,36 @@ def test_vllms_kv_error_cut_in_its_numbers_or_in_its_other_spelling_or_at_the_en
     assert _near(ev.kv_cache_needed, 40.5 * GiB)  # one number split by the wrap, not "0.50 GiB"
     (ev,) = _oom_events([start + ".26 GiB KV cach"])  # the input ends inside the message
     assert ev.max_model_len == 100000 and ev.kv_cache_needed is None
+
+
+def test_paddles_allocator_message_in_both_forms() -> None:
+    """PaddlePaddle's ResourceExhaustedError (cuda_allocator.cc): the request, what its allocator holds (newer releases)
+    and the free memory, sizes printed by HumanReadableSize without a space; its device and index."""
+    new = parse_allocator_message(
+        "Out of memory error on GPU 0. Cannot allocate 128.000000MB memory on GPU 0, 23.431824GB memory has been "
+        "allocated and available memory is only 97.625000MB.")
+    assert (new.device, new.device_index, new.truncated) == ("GPU", 0, False)
+    assert new.requested == 128 * MiB and _near(new.reserved, 23.431824 * GiB) and _near(new.free, 97.625 * MiB)
+    old = parse_allocator_message(
+        "Out of memory error on GPU 3. Cannot allocate 25.002197MB memory on GPU 3, available memory is only "
+        "15.187500MB.")
+    assert (old.device_index, old.reserved) == (3, None) and _near(old.requested, 25.002197 * MiB)
+    npu = parse_allocator_message("Cannot allocate 39.250000kB memory on NPU 7, available memory is only 0.000000B.")
+    assert (npu.device, npu.requested, npu.free) == ("NPU", int(39.25 * 1024), 0)
+
+
+def test_paddles_message_is_read_from_its_error_summary_and_its_hints_are_no_claims() -> None:
+    """The Error Message Summary block: one allocator event, and the template under it ('check whether there is any
+    other process… start PaddlePaddle on another GPU… decrease the batch size') is the framework's, not the reporter's
+    (it named oom_peak, oom_external and device_placement from the template; the first led at 0.85)."""
+    text = ("----------------------\nError Message Summary:\n----------------------\nResourceExhaustedError: \n\n"
+            "Out of memory error on GPU 0. Cannot allocate 25.002197MB memory on GPU 0, available memory is only "
+            "15.187500MB.\n\nPlease check whether there is any other process using GPU 0.\n1. If yes, please stop "
+            "them, or start PaddlePaddle on another GPU.\n2. If no, please decrease the batch size of your model. \n\n"
+            " (at /paddle/paddle/fluid/memory/allocation/cuda_allocator.cc:69)\n")
+    res = loose.analyze_stream("p", io.BufferedReader(io.BytesIO(text.encode())))
+    ev = {e.key: e.value for e in res.evidence}
+    assert ev["mem.oom_count"] == 1 and ev["mem.oom_device"] == "GPU"
+    assert _near(ev["mem.requested_bytes"], 25.002197 * MiB) and _near(ev["mem.device_free_bytes"], 15.1875 * MiB)
+    said = [k for k in ev if k.startswith("report.") and k.endswith(("_statements", "_messages"))]
+    assert not [k for k in said if any(w in k for w in ("external", "placement", "input_size", "batch"))], said
