@@ -483,7 +483,7 @@ _BOILERPLATE = re.compile(
     # PaddlePaddle's, printed under every ResourceExhaustedError of its allocators
     r"|Please check whether there is any other process using (?:GPU|NPU|XPU|MLU)|If yes, please stop them, or start "
     r"PaddlePaddle on another|please decrease the batch size of your model|If the above ways do not solve the out of "
-    r"memory problem|FLAGS_gpu_memory_limit_mb|FLAGS_use_cuda_managed_memory",
+    r"memory problem|The command is `?export FLAGS_",
     re.IGNORECASE,
 )
 

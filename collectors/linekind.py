@@ -62,6 +62,8 @@ _LOG = re.compile(
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?: \d{4})?\]\s"  # dmesg -T
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s"
     r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
+    # TensorRT's logger (trtexec, its samples and demos, TensorRT-LLM): "[05/24/2024-15:02:09] [I] …"
+    r"|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s"
     r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"
     # Rust's tracing layout once its time is stripped: a level, then a span with its fields or a module path
     # ("INFO generate{total_time=…}: text_generation_router::server: …", "INFO text_generation_launcher: …")
@@ -168,7 +170,7 @@ _RULE = re.compile(rf"[=\-~]{{5,}}|[=\-~]{{4,}}\s?{_TITLE}\s?[=\-~]{{4,}}|\*{{3,
 _TITLE_WORDS = 6  # a printed block's title is a few words ("Time to First Token"); a longer one is a person's
 # llama.cpp's timing rows (its "%10.2f ms" padding: "prompt eval time =    8734.21 ms /   971 tokens (…)", "total
 # time =    9809.97 ms /   990 tokens"), by their own labels and layout, with or without their prefix
-_LLAMA_TIMING = re.compile(r"(?:\w+:\s+)?(?:prompt eval|eval|total|load|sample) time\s+=\s+\d+(?:\.\d+)? ms"
+_LLAMA_TIMING = re.compile(r"(?:\w+:\s+)?(?:prompt eval|eval|total|load|sampling|sample) time\s+=\s+\d+(?:\.\d+)? ms"
                            r"(?:\s*/\s*\d+\s+(?:tokens|runs))?"
                            r"(?:\s*\(\s*[\d.]+ ms per token,\s+[\d.]+ tokens per second\))?"
                            r"|(?:\w+:\s+)?graphs reused\s+=\s+\d+")

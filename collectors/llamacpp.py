@@ -4,6 +4,7 @@ Recognised (numbers vary; every field is read on its own, so a block pasted in p
 
 * llama.cpp ``llama_print_timings:`` / ``llama_perf_context_print:`` / llama-server lines::
 
+           sample time =     364.87 ms /   347 runs   (    1.05 ms per token,   951.03 tokens per second)
       prompt eval time =  551847.36 ms /  4235 tokens (  130.31 ms per token,     7.67 tokens per second)
              eval time =   62647.15 ms /   346 runs   (  181.06 ms per token,     5.52 tokens per second)
             total time =  615798.54 ms
@@ -43,9 +44,11 @@ from diagnose.collectors.logtext import clean_lines, glue_hint_at
 from diagnose.collectors.units import to_ms
 
 _NUM = r"(\d+(?:\.\d+)?)"
-# llama.cpp: "prompt eval time = 551847.36 ms / 4235 tokens"; "eval time = 62647.15 ms / 346 runs"
+# llama.cpp: "prompt eval time = 551847.36 ms / 4235 tokens"; "eval time = 62647.15 ms / 346 runs"; the sampler's
+# time on the CPU, apart from eval ("sample time = 11775.43 ms / 151 runs", llama_perf_sampler_print's "sampling time")
 _LLAMA = re.compile(
-    rf"(?P<what>prompt eval|eval|total|load|sample)\s+time\s*=\s*{_NUM}\s*ms(?:\s*/\s*(?P<n>\d+)\s*(?:tokens|runs))?",
+    rf"(?P<what>prompt eval|eval|total|load|sampling|sample)\s+time\s*=\s*{_NUM}\s*ms"
+    r"(?:\s*/\s*(?P<n>\d+)\s*(?:tokens|runs))?",
     re.IGNORECASE,
 )
 # ollama --verbose: "prompt eval duration: 15.833678s", "prompt eval count: 1180 token(s)"
@@ -90,6 +93,7 @@ class Generation:
     gen_tokens: int | None = None
     total_ms: float | None = None
     load_ms: float | None = None
+    sample_ms: float | None = None  # the sampler's time on the CPU (grammar, penalties, top-k over the vocabulary)
 
     @property
     def useful(self) -> bool:
@@ -246,6 +250,11 @@ class LlamaTimingParser:
                 self._close()
         elif what == "load":
             cur.load_ms = ms
+        elif what in ("sample", "sampling"):
+            if cur.gen_ms is not None or cur.sample_ms is not None:
+                self._close()  # a block with no total line: the sampler's line opens the next one
+                cur = self._cur
+            cur.sample_ms = ms
 
     def result(self) -> LlamaTimings:
         self._close()

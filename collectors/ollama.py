@@ -36,6 +36,20 @@ WORK_PATHS = ("/api/generate", "/api/chat", "/api/embed", "/api/embeddings", "/v
               "/v1/completions", "/v1/embeddings", "/v1/responses")
 
 
+# Ollama's GPU discovery turning the GPU off because the CPU lacks the vector extensions its GPU runners were built for
+# (discover/gpu.go, a slog record: 0.1.x "CPU does not have AVX or AVX2, disabling GPU support.", later "CPU does not
+# have minimum vector extensions, GPU inference disabled.  Required:avx  Detected:no vector extensions"), read in its
+# record's msg field only (a person's "I disabled GPU support" is no record)
+_GPU_OFF = re.compile(r"\bmsg=\"?(?P<m>CPU does not have (?:minimum vector extensions|AVX or AVX2)\W+"
+                      r"(?:GPU inference disabled|disabling GPU support)[^\"]*)")
+
+
+def gpu_turned_off(line: str) -> str | None:
+    """The message of Ollama's record that it turned GPU inference off for the CPU's sake, else None."""
+    m = _GPU_OFF.search(line) if "msg=" in line else None
+    return " ".join(m["m"].split()) if m else None
+
+
 def go_duration(text: str) -> float:
     """Seconds in a Go duration's text (``1m2.5s``, ``158.82803ms``)."""
     return sum(float(v) * _SECONDS[u] for v, u in _PART.findall(text))

@@ -114,6 +114,10 @@ class ModelHints:
     device_total: int | None = None
     profile_used: int | None = None
     profile_non_torch: int | None = None
+    # TensorFlow 1.x creating its GPU devices: each device's (total, free) as it found them, before it allocated
+    tf_devices: list[tuple[int, int]] = field(default_factory=list)
+    tf_pending_total: int | None = None  # a "Total memory:" line whose "Free memory:" comes next
+    tf_found_left: int = 0  # lines left of TensorFlow's "Found device N with properties:" block
     engine: str = ""
     engine_version: str = ""  # "0.6.4", from the engine's start-up banner or a version statement
     vllm_v1: bool | None = None  # vLLM's V1 engine (markers in the log), V0, or not said
@@ -285,7 +289,7 @@ _FW_STARTUP_FREE = re.compile(
 # later "pre_model_load_memory=…"), run on or wrapped onto the lines after it. Raised as an error; a warning
 # where a release lets an environment variable turn the refusal off
 BALANCE_CHECK_REASON = "free memory unbalanced across the tensor-parallel group at start-up"
-_FW_SGL_BALANCE = re.compile(r"\bThe memory capacity is unbalanced\b", re.IGNORECASE)
+_FW_SGL_BALANCE = re.compile(r"\bThe memory capacity is unbalanced\.\s+Some GPUs\b")  # the engine's two sentences
 _SGL_GROUP_FREE = re.compile(r"\b(?:pre_model_load_memory|min_per_gpu_memory)=(?P<v>\d+(?:\.\d+)?)")
 _SGL_LOCAL_FREE = re.compile(r"\blocal_gpu_memory=(?P<v>\d+(?:\.\d+)?)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N"
@@ -774,6 +778,44 @@ def _profile(line: str, hints: ModelHints) -> bool:
     return said
 
 
+# TensorFlow 1.x's device creation (common_runtime/gpu/gpu_device.cc): "Found device 0 with properties:" and, a few
+# lines on, "Total memory: 7.92GiB" / "Free memory: 190.31MiB" (1.0-1.4); one line from 1.5 on ("name: … major: 6
+# minor: 1 … totalMemory: 10.92GiB freeMemory: 10.76GiB"). What the device had free before TensorFlow allocated
+# anything: the rest was another process' (and this one's CUDA context)
+_TF_FOUND = re.compile(r"\bFound device \d+ with properties")
+TF_BLOCK_LINES = 8  # name, compute capability, clock, bus id, total, free: the block's lines after its head
+_TF_TOTAL = re.compile(rf"^\s*Total memory:\s*(?P<v>{SIZE})\s*$", re.IGNORECASE)
+_TF_FREE = re.compile(rf"^\s*Free memory:\s*(?P<v>{SIZE})\s*$", re.IGNORECASE)
+_TF_ONE_LINE = re.compile(rf"\btotalMemory:\s*(?P<t>{SIZE})\s+freeMemory:\s*(?P<f>{SIZE})")
+
+
+def _tf_device(line: str, hints: ModelHints) -> bool:
+    """A device's total and free memory, read only in TensorFlow's own block: a few lines after its "Found device N
+    with properties:" (a host's "Total memory:" dump or a script's own printout is no device creation)."""
+    if hints.tf_found_left <= 0:
+        hints.tf_pending_total = None
+        return False
+    m = _TF_ONE_LINE.search(line)
+    if m:
+        total, free = parse_size(m.group("t")), parse_size(m.group("f"))
+        if total and free is not None and free <= total:
+            hints.tf_devices.append((total, free))
+            return True
+        return False
+    m = _TF_TOTAL.match(line)
+    if m:
+        hints.tf_pending_total = parse_size(m.group("v"))
+        return False
+    m = _TF_FREE.match(line)
+    total, hints.tf_pending_total = hints.tf_pending_total, None
+    if m and total:
+        free = parse_size(m.group("v"))
+        if free is not None and free <= total:
+            hints.tf_devices.append((total, free))
+            return True
+    return False
+
+
 _PARAMS_QUICK = re.compile(r"\d\s?[bBmM](?![a-zA-Z0-9])")
 _GPU_QUICK = re.compile(rf"(?:{_GPU_NAME})(?![a-z0-9]|\.\d)")  # on the lower-cased line
 
@@ -838,6 +880,14 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             hints.weights_measured, said = size, True
     if "total_gpu_memory" in line:
         said = _profile(line, hints) or said
+    if "Found device" in line and _TF_FOUND.search(line):
+        hints.tf_found_left = TF_BLOCK_LINES
+    elif hints.tf_found_left > 0:
+        hints.tf_found_left -= 1
+        if "memory:" in low:
+            said = _tf_device(line, hints) or said
+        elif hints.tf_pending_total is not None:
+            hints.tf_pending_total = None  # the free line must follow the total line
     if "CUDA_VISIBLE_DEVICES" in line:
         m = _VISIBLE.search(line)
         if m:
@@ -988,7 +1038,7 @@ class OomParser:
             if self._sgl_fields(self._sgl_event, line):  # the message's own event, kept or merged
                 return
             self._sgl_left = 0  # the numbers' lines are over
-        if self._bal_left and self._bal_event is not None:
+        if self._bal_left and self._bal_event is not None and not _FW_SGL_BALANCE.search(line):
             self._bal_left -= 1
             if self._balance_fields(self._bal_event, line):
                 return

@@ -244,6 +244,7 @@ class TimingRecords:
     prose_ttft_ms: Series
     prose_prompt_tokens: Series
     unit_assumed: int
+    unitless_stages: frozenset[str] = frozenset()  # stages whose times carried no unit: shares only
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,8 +271,8 @@ _TIMING = re.compile(
     re.IGNORECASE,
 )
 _SPAN = re.compile(
-    r"(?:span[=:\s]+|\[)?(?P<stage>queue|queueing|preprocess(?:ing)?|pre-processing|tokeni[sz](?:e|ation)|h2d|"
-    r"prefill|decode|d2h|postprocess(?:ing)?|post-processing|detokeni[sz](?:e|ation)|inference|forward|network)"
+    r"(?:span[=:\s]+|\[)?(?P<stage>queue|queueing|pre-?process(?:ing)?|tokeni[sz](?:e|ation)|h2d|"
+    r"prefill|decode|d2h|post-?process(?:ing)?|detokeni[sz](?:e|ation)|inference|forward|network)"
     r"\]?(?P<ms_key>_ms)?\s*(?:[:=]\s*)?(?:[^\d\s]{1,3}\s*)?(?P<v>\d+(?:\.\d+)?)\s*"
     rf"(?P<u>{TIME_UNIT})?(?![\w/%])",
     re.IGNORECASE,
@@ -281,6 +282,15 @@ _SPAN = re.compile(
 _SPAN_AFTER = re.compile(
     rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s+(?P<stage>pre-?process(?:ing)?|inference|forward|"
     r"post-?process(?:ing)?|NMS|tokeni[sz](?:e|ation)|decode|prefill|queue)(?![\w-])",
+    re.IGNORECASE,
+)
+# key first, as a list of fields on one line, each stage with its time: "preprocess time = 7.47456; infer time =
+# 1213.42; postprocess time = 3.12787" (TensorRT demos), "pre-process: 9.67ms, inference: 1.0ms, post-process: 0.29ms";
+# a list of two or more is a program's breakdown even where its numbers carry no unit
+_SPAN_FIELD = re.compile(
+    r"(?<![\w-])(?P<stage>pre-?process(?:ing)?|post-?process(?:ing)?|infer(?:ence)?|forward|tokeni[sz](?:e|ation)|"
+    r"detokeni[sz](?:e|ation)|decode|prefill|queue|nms|h2d|d2h)(?:[ _-]?(?P<key>time|cost|latency|duration))?"
+    rf"(?P<ms_key>_ms)?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)(?:\s*(?P<u>{TIME_UNIT})(?![\w/%.])|(?![\w/%.]|\s*[A-Za-z]))",
     re.IGNORECASE,
 )
 _SPAN_NAMED = re.compile(
@@ -327,6 +337,7 @@ class TimingParser:
     def __init__(self) -> None:
         self.stage_log = StageLog()
         self.spans: dict[str, Series] = {}
+        self.unitless_stages: set[str] = set()  # stages of a field list with no unit: their shares only
         self.calls: list[Call] = []
         # untagged timings by the template of their line (the line without its digits): a per-call timing
         # repeats one template ("cost: 100.49" on every call), a start-up phase ("init engine took 63.00 s",
@@ -427,10 +438,23 @@ class TimingParser:
             self._span(normalize_stage(m.group("stage")), ms, assumed)
             return True
         after = list(_SPAN_AFTER.finditer(line))
-        if len(after) >= 2:  # a list of stages, each after its time: one request's (or image's) breakdown
+        if len(after) < 2:
+            # each field a time by its unit or its key ("prefill: 2048, decode: 128" are token counts)
+            fields = [m for m in _SPAN_FIELD.finditer(line) if m.group("u") or m.group("key") or m.group("ms_key")]
+            if len({normalize_stage(m.group("stage")) for m in fields}) >= 2:
+                if not any(m.group("u") or m.group("ms_key") for m in fields):
+                    # no unit anywhere: seconds or milliseconds, the line does not say; only the stages' shares of
+                    # their sum are known
+                    for m in fields:
+                        self._span(normalize_stage(m.group("stage")), float(m.group("v")), False)
+                        self.unitless_stages.add(normalize_stage(m.group("stage")))
+                    return True
+                after = fields
+        if len(after) >= 2:
+            # a list of stages, each with its time: one request's (or image's) breakdown
             for m in after:
                 stage = "postprocess" if m.group("stage").upper() == "NMS" else normalize_stage(m.group("stage"))
-                ms, assumed = _ms(m.group("v"), m.group("u"), False)
+                ms, assumed = _ms(m.group("v"), m.group("u"), bool(m.groupdict().get("ms_key")))
                 self._span(stage, ms, assumed)
             return True
         found = False
@@ -613,7 +637,7 @@ class TimingParser:
     def records(self) -> TimingRecords:
         self._end_table()
         return TimingRecords(self.stage_log, self.spans, self.calls, self.untagged, self.tables, self.usage,
-                             self.prose_ttft, self.prose_prompt, self.unit_assumed)
+                             self.prose_ttft, self.prose_prompt, self.unit_assumed, frozenset(self.unitless_stages))
 
 
 def _num(raw: object) -> float | None:

@@ -150,17 +150,21 @@ _UNUSABLE = {
     "no_gpu_visible": "nvidia-smi finds no GPU",
     "driver_library_mismatch": "the NVIDIA library and kernel driver versions differ",
     "gpu_lost": "the driver has lost a GPU",
+    "cpu_lacks_vector_extensions": "Ollama turned GPU inference off: the CPU lacks the vector extensions (AVX, AVX2) "
+                                   "its GPU runners were built for",
 }
 
 
 class GpuNotUsable(Rule):
-    """nvidia-smi itself says no GPU can be used here: the work cannot be on the GPU.
+    """nvidia-smi (or the engine's own GPU discovery) says no GPU can be used here: the work cannot be on the GPU.
 
     What it detects: what nvidia-smi prints instead of its table when the GPU is out of reach:
     ``NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver``, ``No devices
     were found``, ``Failed to initialize NVML: Driver/library version mismatch``, and for a GPU the
     driver lost, ``Unable to determine the device handle for GPU…: Unknown Error`` or ``ERR!`` in its
-    row.
+    row. And Ollama's record that it turned GPU inference off because the CPU lacks AVX/AVX2
+    (``msg="CPU does not have AVX or AVX2, disabling GPU support."``, later ``msg="CPU does not have
+    minimum vector extensions, GPU inference disabled. Required:avx …"``).
 
     Why it matters: CUDA sees what nvidia-smi sees. A framework then either fails to start or, worse,
     runs the model on the CPU without a word (PyTorch ``device="cuda" if torch.cuda.is_available()
@@ -178,7 +182,8 @@ class GpuNotUsable(Rule):
     nvidia-container-toolkit; in Kubernetes request ``nvidia.com/gpu``); no device: check
     ``lspci | grep -i nvidia`` and the container's GPU request; a version mismatch: reboot (or
     unload and reload the kernel module) after a driver upgrade; a lost GPU: ``dmesg | grep -i xid``
-    (79: fallen off the bus), drain the node, reset or reboot, and report the card if it recurs.
+    (79: fallen off the bus), drain the node, reset or reboot, and report the card if it recurs; Ollama's
+    CPU check: a CPU (a VM's CPU type) that exposes AVX/AVX2.
 
     False positives: nvidia-smi run on a different machine or container than the service (the
     message is about where it ran); a CPU-only deployment by design.
@@ -204,14 +209,22 @@ class GpuNotUsable(Rule):
         msg = "; ".join(_UNUSABLE[k] for k in kinds) + (f": {detail}." if detail else ".")
         msg += (" Whatever was meant to run on this GPU either failed to start or runs on the CPU: no setting of "
                 "the model or the server will make it fast until the GPU is back.")
+        by_ollama = kinds == ["cpu_lacks_vector_extensions"]
+        fixes = [Fix("Give Ollama a CPU with AVX", (
+            "A VM hides the host CPU's extensions behind a generic model (Proxmox/QEMU kvm64, qemu64): set the CPU "
+            "type to host (or one with AVX/AVX2) and restart; grep -o -w 'avx2\\?' /proc/cpuinfo must list them",
+            "On a CPU without AVX at all, Ollama's GPU runners cannot be used: a build of llama.cpp without AVX "
+            "(-DGGML_AVX=OFF) with its GPU backend, or other hardware",
+        ), Risk.SAFE)] if by_ollama else []
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
-            title="No usable GPU: nvidia-smi cannot reach it",
+            title="No usable GPU: Ollama turned GPU inference off" if by_ollama
+            else "No usable GPU: nvidia-smi cannot reach it",
             message=msg,
             impact=t.impact,
             evidence=present(ev, *self.requires, *self.optional),
-            fixes=[
+            fixes=fixes or [
                 Fix("Make the GPU reachable", (
                     "Driver not loaded: install or load it (modprobe nvidia; nvidia-smi on the host must work); in "
                     "a container: docker run --gpus all with the nvidia-container-toolkit, or request nvidia.com/gpu "

@@ -22,6 +22,7 @@ from diagnose.units import GIB, MIB, pct, size
 # a CUDA context with cuBLAS/cuDNN workspaces and the engine's own small buffers: what a process holds on the device
 # beyond its weights before any request (vLLM's profiling logs show 0.45-0.8 GiB)
 CONTEXT_BYTES = float(GIB)
+EXTERNAL_PLAUSIBLE = 1.02  # memory held elsewhere beyond the device's size (a rounding's worth) is no reading of it
 CAP_SLACK_BYTES = 20.0 * MIB  # PyTorch's caching allocator maps large requests in 20 MiB segments
 CAP_WHOLE = 0.98  # a per-process cap this close to the whole device caps nothing the device does not
 
@@ -226,6 +227,18 @@ def oom_numbers(ev: EvidenceSet) -> dict[str, tuple[bool, str]]:
 def weights_too_big(m: MemView, share: float) -> bool:
     ws = m.share(m.weights_per_device)
     return ws is not None and ws >= share
+
+
+def _weights_known_beyond(ev: EvidenceSet, m: MemView) -> bool:
+    """The weights per device exceed the whole device, as measured or from a model whose dtype was stated (a 16-bit
+    guess could be a 4-bit load that fits: BitsAndBytesConfig in code, a quantisation the name does not carry)."""
+    per = m.weights_per_device
+    if per is None or not m.total or per < m.total:
+        return False
+    if m.weights_key == "mem.weights_bytes":
+        return True
+    est = ev.get("mem.weights_estimate_bytes")
+    return isinstance(est, Evidence) and est.quality is Quality.GOOD
 
 
 def is_external(m: MemView, exact_share: float, rough_share: float) -> bool:
@@ -792,9 +805,10 @@ class OomExternal(Rule):
     (``non_torch_memory``, single-GPU only: NCCL's buffers count there) less a context, the smaller
     of the two when both are there (``non_torch_memory`` bounds what others hold: a weights size
     from the wrong load, a speculative-decoding draft logged last, cannot inflate it), against
-    ``rough_share``. At vLLM's start-up check, what was in use before the instance allocated anything, less
-    its own CUDA context, covering the shortfall (the memory gpu_memory_utilization asked for less the free)
-    and at least ``startup_share`` of the device, whatever its share otherwise. SGLang's balance check is
+    ``rough_share``. At vLLM's start-up check: what was in use before the instance allocated anything is what it
+    lacked whenever gpu_memory_utilization asked for no more than the device less a CUDA context (the shortfall,
+    asked less free, is then at most that use less a context); named when that use is at least ``startup_share``
+    of the device, whatever its share otherwise. SGLang's balance check is
     its own statement that memory is held elsewhere before anything loaded: a finding of heuristic
     confidence (GPUs of different sizes in one group fail it too), with the gap between the two free
     figures when the message gives them.
@@ -809,8 +823,9 @@ class OomExternal(Rule):
     --format=csv``), kill zombies, pin each worker to its own GPU (``CUDA_VISIBLE_DEVICES``), set
     ``torch.cuda.set_device`` before any CUDA call so workers do not open contexts on GPU 0.
 
-    Not when the weights per device (measured, or estimated from the model's name, dtype and parallelism)
-    exceed the whole device: then no other tenant gone would make them fit, and MEM001 names the weights.
+    Not when the weights per device (measured, or estimated from the model's name with its dtype stated)
+    exceed the whole device: then no other tenant gone would make them fit, and MEM001 names the weights; nor
+    when what is held elsewhere exceeds the device (readings of two devices: a host's memory, another GPU).
 
     False positives: a process whose own non-PyTorch memory (NCCL buffers, cuBLAS workspaces,
     another framework in the same process) is large; the message cannot tell them apart.
@@ -901,6 +916,9 @@ class OomExternal(Rule):
                 or m.free is None or not m.total:
             return None
         short = wanted - m.free
+        # what was in use before the instance allocated (total − free) exceeds the shortfall (wanted − free) by what
+        # the device has beyond what it asked for: with a context's worth of room, freeing the others' memory would
+        # have passed the check; they held a share worth naming (a desktop's context is not)
         if short <= 0 or held - CONTEXT_BYTES < short or held < t.startup_share * m.total:
             return None
         return wanted, short
@@ -915,8 +933,9 @@ class OomExternal(Rule):
         held, exact = m.external()
         if held is None:
             return None
-        per = m.weights_per_device
-        if per is not None and m.total and per >= m.total:
+        if m.total and held > EXTERNAL_PLAUSIBLE * m.total:
+            return None  # more than the device holds: two readings of different devices (a host's memory, another GPU)
+        if _weights_known_beyond(ev, m):
             return None  # the weights alone exceed the whole device: no tenant gone would make them fit (MEM001)
         if not exact and "mem.unattributed_process_bytes" in ev:
             return None  # the message listed the holder, and it may be this process: which, it does not say

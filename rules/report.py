@@ -184,7 +184,8 @@ class PlacementReported(ReportRule):
     (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); a statement
     that the work runs on the CPU (``stated``); the GPU stated at or below ``idle_gpu_pct`` % while
     the CPU is at or above ``busy_cpu_pct`` % (``stated``); a model ``oversize`` × larger than the
-    GPU with no out-of-memory error (the rest runs on the CPU; ``stated``); a statement about the
+    GPU (its part on each GPU, split by tensor and pipeline parallelism) with no out-of-memory error
+    (the rest runs on the CPU; ``stated``); a statement about the
     wrong GPU (``weak``); an offload setting in the engine's command with no out-of-memory message (``stated``: the
     offloaded weights cross PCIe at every step).
 
@@ -211,7 +212,7 @@ class PlacementReported(ReportRule):
                     ("report.wrong_gpu_statements",), ("report.offload_settings",),
                     ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "report.slow_statements"))
     optional = ("report.gpu_layers_total", "report.gpu_util_pct_min", "mem.weights_estimate_bytes",
-                "gpu.spec_memory_bytes")
+                "gpu.spec_memory_bytes", "mem.tensor_parallel", "mem.pipeline_parallel")
     title_concepts = ("placement_cpu", "offload", "wrong_gpu")
     headline = "The work runs on the CPU, not the GPU"
     cause = "report.cause.placement"
@@ -249,11 +250,14 @@ class PlacementReported(ReportRule):
             out.append(Signal(t.stated, "starts the engine with weights kept in host memory, copied to the GPU at "
                                         f"every forward pass{_q(ev, 'report.offload_settings')}"))
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
+        # the model split over GPUs (tensor or pipeline parallelism) holds a part of it on each
+        split = max(1.0, ev.value("mem.tensor_parallel") or 1.0) * max(1.0, ev.value("mem.pipeline_parallel") or 1.0)
         no_oom = not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev
-        if weights and gpu_mem and no_oom and weights >= t.oversize * gpu_mem and (
+        if weights and gpu_mem and no_oom and weights / split >= t.oversize * gpu_mem and (
                 _n(ev, "report.slow_statements") or _n(ev, "report.offload_statements")):
-            out.append(Signal(t.stated, f"runs a model of about {size(weights, 0)} on a GPU of "
-                                        f"{size(gpu_mem, 0)}: the layers that do not fit run on the CPU"))
+            out.append(Signal(t.stated, f"runs a model of about {size(weights, 0)} on a GPU of {size(gpu_mem, 0)}"
+                                        + (f" ({size(weights / split, 0)} on each of {split:.0f})" if split > 1 else "")
+                                        + ": the layers that do not fit run on the CPU"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:

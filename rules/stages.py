@@ -35,7 +35,10 @@ _POST_FIXES = (
         ("Detection models: run NMS on the GPU (torchvision.ops.batched_nms on CUDA tensors) and keep fewer candidates "
          "(a higher confidence threshold, a lower max_det / top-k before NMS); ultralytics: raise conf, lower max_det",
          "Move results to the CPU once, as one tensor (not per box or per token), and format them there",
-         "LLMs: detokenise incrementally and stream; do not re-decode the whole sequence each step"),
+         "LLMs: detokenise incrementally and stream; do not re-decode the whole sequence each step",
+         "llama.cpp's sampler (its 'sample time'): a grammar (GBNF, a JSON schema) is checked against the vocabulary "
+         "on the CPU at every token; simplify or drop it, and cut the sampler chain (repetition penalties over a long "
+         "window, top-k over the whole vocabulary)"),
         Risk.NEEDS_VALIDATION,
     ),
     Fix(
@@ -50,7 +53,8 @@ class PreprocessDominatesLatency(Rule):
     """Pre- or post-processing takes a large share of each request's latency.
 
     What it detects: the ``preprocess`` stage (decode, resize, normalise, tokenise, parse) and the
-    ``postprocess`` stage (NMS, decoding boxes or masks, detokenising, formatting) together are a
+    ``postprocess`` stage (NMS, decoding boxes or masks, detokenising, formatting, llama.cpp's sampler: its
+    ``sample time``, apart from eval) together are a
     large share of end-to-end time, from a stage-timing log, a stage table, spans (ultralytics'
     ``Speed: 1.2ms preprocess, 5.4ms inference, 240ms postprocess per image``), or a before/after
     comparison where only the pre-processing path changed (its delta is a measured lower bound).
@@ -143,8 +147,8 @@ class PreprocessDominatesLatency(Rule):
             msg = f"Post-processing is {pct(post)} of end-to-end latency ({fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
         if pre >= 0.01:
             msg += f"; pre-processing adds {pct(pre)}"
-        msg += (". It runs on the CPU after the model (NMS over many candidate boxes, decoding masks, detokenising), "
-                "so the accelerator waits and a faster model changes nothing.")
+        msg += (". It runs on the CPU after the model (NMS over many candidate boxes, decoding masks, detokenising, an "
+                "LLM's sampler), so the accelerator waits and a faster model changes nothing.")
         return self.finding(
             severity=severity_for(pre + post),
             confidence=_confidence(ev, "stage.postprocess.share"),

@@ -21,7 +21,8 @@ class LlamaTimingSource:
     """TextSource for llama.cpp-family timing lines (kind ``llama.cpp-timings``)."""
 
     kind = KIND
-    triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "Processing Prompt",
+    triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "sample time", "sampling time",
+                "Processing Prompt",
                 "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU", "buffer size",
                 "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens", "n_decoded =", "n_gen =")
 
@@ -65,12 +66,22 @@ class LlamaTimingSource:
             ev.add("stage.decode_ms.mean", fmean(gen), "ms",
                    f"{fmt} eval (generation) time over {len(gen)} generation(s)")
         if both:
-            total = sum(p + d for p, d in both)
+            # the sampler's time (llama.cpp's "sample time", on the CPU apart from eval) where every such
+            # generation printed it: the third part of the generation's time, post-processing the logits
+            sampled = [g.sample_ms for g in gens if g.prompt_ms is not None and g.gen_ms is not None]
+            sample = sum(x for x in sampled if x is not None) if sampled and None not in sampled else 0.0
+            parts = "prompt eval + eval" + (" + sample" if sample else "")
+            total = sum(p + d for p, d in both) + sample
             share = sum(p for p, _ in both) / total if total else 0.0
-            ev.add("stage.prefill.share", share, "ratio", f"prompt eval time / (prompt eval + eval) over {len(both)} "
+            ev.add("stage.prefill.share", share, "ratio", f"prompt eval time / ({parts}) over {len(both)} "
                    "generation(s)")
-            ev.add("stage.decode.share", 1.0 - share, "ratio", "eval time / (prompt eval + eval)")
-            ev.add("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} prompt eval + eval per generation")
+            ev.add("stage.decode.share", sum(d for _, d in both) / total if total else 0.0, "ratio",
+                   f"eval time / ({parts})")
+            if sample:
+                ev.add("stage.postprocess.share", sample / total, "ratio", f"{fmt} sample time / ({parts}): the "
+                       "sampler's work on the CPU (grammar, penalties, top-k over the vocabulary) per token")
+                ev.add("stage.postprocess_ms.mean", sample / len(both), "ms", f"{fmt} sample time per generation")
+            ev.add("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} {parts} per generation")
         running = list(r.prefill_progress.values())
         if running and not gens and not r.generating:
             # a prompt still in processing when the log ends (llama-server's progress lines), no prompt finished

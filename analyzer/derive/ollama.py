@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from diagnose.collectors.ollama import WORK_PATHS, OllamaLog, OllamaParser, Request, in_flight
+from diagnose.collectors.ollama import WORK_PATHS, OllamaLog, OllamaParser, Request, gpu_turned_off, in_flight
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
 from diagnose.stats import quantile
@@ -93,5 +93,33 @@ def _done(log: OllamaLog) -> list[Request]:
     return [r for r in log.requests if r.status < 400 and r.path.rstrip("/") in WORK_PATHS]
 
 
-def sources() -> list[OllamaSource]:
-    return [OllamaSource()]
+class OllamaGpuOffSource:
+    """TextSource for Ollama's record that it turned GPU inference off because the CPU lacks AVX (kind ``ollama-gpu``):
+    ``gpu.unusable`` as nvidia-smi's failures are, the work then runs on the CPU."""
+
+    kind = "ollama-gpu"
+    triggers = ("GPU inference disabled", "disabling GPU support")
+
+    def __init__(self) -> None:
+        self._said: str | None = None
+
+    def feed(self, line: str) -> None:
+        if self._said is None:
+            self._said = gpu_turned_off(line)
+
+    def matched(self) -> bool:
+        return self._said is not None
+
+    def problems(self) -> list[str]:
+        return []
+
+    def evidence(self, source: str) -> list[Evidence]:
+        if self._said is None:
+            return []
+        ev = Emit(source, quality=Quality.GOOD)
+        ev.add("gpu.unusable", ["cpu_lacks_vector_extensions"], "list", f'Ollama\'s GPU discovery: "{self._said}"')
+        return ev.items
+
+
+def sources() -> list[OllamaSource | OllamaGpuOffSource]:
+    return [OllamaSource(), OllamaGpuOffSource()]

@@ -219,7 +219,7 @@ class HintsSource:
         return any(v is not None for v in (h.params, h.weights_measured, h.gpu_memory_utilization,
                                            h.tensor_parallel, h.gpu_count, h.gpu_memory_bytes,
                                            h.cpu_loading_pct, h.vllm_v1, h.device_total, h.profile_used)) \
-            or bool(h.engine_version)
+            or bool(h.engine_version) or bool(h.tf_devices)
 
     def problems(self) -> list[str]:
         return []
@@ -231,6 +231,14 @@ class HintsSource:
             emit_model_size(h, ev, f"from the model name {h.model}")
         if h.weights_measured is not None:
             ev.add("mem.weights_bytes", h.weights_measured, "bytes", "as the serving engine reported it")
+        if h.tf_devices:
+            # the device most in use when TensorFlow created it: what others held before it allocated anything
+            total, free = max(h.tf_devices, key=lambda d: (d[0] - d[1]) / d[0])
+            where = f"{len(h.tf_devices)} devices, the fullest" if len(h.tf_devices) > 1 else "its device"
+            ev.add("mem.device_total_bytes", total, "bytes", f"TensorFlow's device creation ({where})")
+            ev.add("mem.other_processes_bytes", total - free, "bytes",
+                   f"in use before TensorFlow allocated anything: {size(free)} of {size(total)} free when it created "
+                   f"{where} (its 'Free memory')")
         if h.device_total is not None:  # after an OOM message's own total (its source is read first)
             ev.add("mem.device_total_bytes", h.device_total, "bytes", "vLLM's memory profiling (total_gpu_memory)")
         if h.profile_used is not None:

@@ -150,6 +150,9 @@ class TimingSource:
         out = []
         if r.unit_assumed:
             out.append(f"{r.unit_assumed} timing value(s) had no unit and were read as seconds")
+        if r.unitless_stages:
+            out.append(f"the stage times of {', '.join(sorted(r.unitless_stages))} had no unit: only their shares of "
+                       "the listed stages' sum are used")
         if r.stage_log.bad_lines:
             out.append(f"{r.stage_log.bad_lines} stage-timing line(s) were not valid JSON")
         return out
@@ -246,7 +249,8 @@ class TimingSource:
         total = sum(s.total for s in r.spans.values())
         for stage, s in sorted(r.spans.items()):
             detail = f"{s.n} span(s) named {stage}"
-            out.series(f"stage.{stage}_ms", s, detail, _low(s.n))
+            if stage not in r.unitless_stages:  # a time with no unit has a share of the sum, no size
+                out.series(f"stage.{stage}_ms", s, detail, _low(s.n))
             if len(r.spans) >= 2 and total > 0:
                 out.add(f"stage.{stage}.share", s.total / total, "ratio", "share of the listed spans' total time",
                         _low(s.n))

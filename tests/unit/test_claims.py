@@ -482,6 +482,19 @@ def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
     assert not any("weights kept in host memory" in g.message for g in oom.findings)
 
 
+def test_a_model_split_over_gpus_is_judged_by_its_part_on_each() -> None:
+    """A 70B model (about 130 GiB at 16 bits) with --tensor-parallel-size 8 on H100s holds about 16 GiB on each: no
+    layer is left to the CPU (vllm#7604's benchmark command read as 'the layers that do not fit run on the CPU');
+    without the split the same model does not fit one GPU."""
+    body = ("TTFT is slow on H100\n\npython benchmarks/benchmark_throughput.py --model meta-llama/Llama-2-70b-hf "
+            "--input-len 40000 --output-len 256 {tp}\n\nThe first token is very slow with 8 H100 GPUs.\n")
+    split = _diagnose(body.format(tp="--tensor-parallel-size 8"))
+    assert not any(f.code == "PLC001" for f in split.findings), [(f.code, f.message) for f in split.findings]
+    whole = _diagnose(body.format(tp=""))
+    assert any(f.code == "PLC001" and "the layers that do not fit run on the CPU" in f.message
+               for f in whole.findings), [(f.code, f.message) for f in whole.findings]
+
+
 def test_a_step_said_to_have_gone_well_is_no_complaint_about_it() -> None:
     """ollama#10814: "download and load a model fine" beside "Extremely slow" read as a first run that downloads
     (HLT003: expected behaviour, healthy committed at 0.97) where the reporter's complaint was a hang."""

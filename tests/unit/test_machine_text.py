@@ -52,6 +52,12 @@ LINES: list[tuple[str, LineKind]] = [
      "text_embeddings_router::http::server: router/src/http/server.rs:1290: Success", K.LOG),
     ("INFO text_generation_launcher: Args { model_id: \"bigscience/bloom-560m\" }", K.LOG),
     ("ERROR something went wrong with the model", K.PROSE),
+    # TensorRT's logger (trtexec, TensorRT-LLM): a bracketed date-time and a one-letter level
+    ("[05/24/2024-15:02:09] [I] preprocess time = 7.47456; infer time = 1213.42; postprocess time = 3.12787", K.LOG),
+    ("[01/17/2024-22:14:09] [TRT] [W] Tactic Device request: 16512MB Available: 12281MB.", K.LOG),
+    # a one-letter tag alone, or a list of fields, may be a person's ("GPU usage: 2%, CPU usage: 100%")
+    ("[I] think the model runs on the CPU", K.PROSE),
+    ("GPU usage: 2%, CPU usage: 100%", K.PROSE),
     # a benchmark's printed block: aligned key-value rows and its titled rules; a tqdm progress bar
     ("Successful requests:                     1000", K.TABLE),
     ("Mean TTFT (ms):                          100636.33", K.TABLE),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from diagnose import pipeline
 from diagnose.collectors.ollama import OllamaParser, Request, go_duration, in_flight
 from diagnose.model import EvidenceSet, Verdict
@@ -75,3 +77,27 @@ def test_requests_ending_in_one_second_are_not_a_queue_and_several_runners_leave
     p.feed(RUNNER.format(n=1).replace("sha256-dde5", "sha256-e5bd"))  # an embedding model beside the chat one
     log = p.result()
     assert log.parallel is None and len(log.runners) == 2
+
+
+@pytest.mark.parametrize("line", [
+    # discover/gpu.go's record in both of its wordings, as journald prints it and as a paste quotes it
+    'Nov 07 10:12:01 host ollama[812]: time=2024-11-07T10:12:01.100Z level=WARN source=gpu.go:252 msg="CPU does not '
+    'have minimum vector extensions, GPU inference disabled.  Required:avx  Detected:no vector extensions"',
+    '"level=WARN source=gpu.go:177 msg="CPU does not have AVX or AVX2, disabling GPU support."',
+])
+def test_ollama_turning_the_gpu_off_for_the_cpus_sake_is_a_gpu_not_usable(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "ollama.log"
+    log.write_text("I have an RTX 3060 passed through to the VM and every answer is slow.\n" + line + "\n",
+                   encoding="utf-8")
+    d = pipeline.analyze([str(log)])
+    top = d.findings[0]
+    assert (top.code, top.title) == ("PLC003", "No usable GPU: Ollama turned GPU inference off"), d.findings
+    assert "AVX" in top.message and "CPU type to host" in " ".join(top.fixes[0].steps)
+
+
+def test_a_person_disabling_gpu_support_is_no_record(tmp_path: Path) -> None:
+    log = tmp_path / "ollama.log"
+    log.write_text("The CPU does not have AVX or AVX2, disabling GPU support made no difference for me.\n",
+                   encoding="utf-8")
+    d = pipeline.analyze([str(log)])
+    assert "gpu.unusable" not in EvidenceSet(d.evidence)

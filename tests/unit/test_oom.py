@@ -12,7 +12,9 @@ from diagnose import loose
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
 from diagnose.derive.oom import HintsSource, OomSource
-from diagnose.model import Quality
+from diagnose.model import EvidenceSet, Quality
+from diagnose.rules.engine import run_rules
+from diagnose.rules.registry import RULES
 from tests.conftest import DATA
 
 GiB = 1 << 30
@@ -626,3 +628,27 @@ def test_paddles_message_is_read_from_its_error_summary_and_its_hints_are_no_cla
     assert _near(ev["mem.requested_bytes"], 25.002197 * MiB) and _near(ev["mem.device_free_bytes"], 15.1875 * MiB)
     said = [k for k in ev if k.startswith("report.") and k.endswith(("_statements", "_messages"))]
     assert not [k for k in said if any(w in k for w in ("external", "placement", "input_size", "batch"))], said
+
+
+def test_tensorflows_device_creation_says_what_others_held_before_it_allocated() -> None:
+    """TensorFlow 1.x logs each GPU's total and free memory as it creates the device, before it allocates anything
+    (1.0-1.4 on two lines, 1.5 on one): the rest is another process'. With its CUDA_ERROR_OUT_OF_MEMORY that is
+    MEM004, measured (tensorflow#8170's form: 190 MiB free of 7.92 GiB, read only from the reporter's words before)."""
+    two = ("I tensorflow/core/common_runtime/gpu/gpu_device.cc:885] Found device 0 with properties: \nname: GeForce "
+           "GTX 1080\nmajor: 6 minor: 1 memoryClockRate (GHz) 1.7335\npciBusID 0000:01:00.0\nTotal memory: 7.92GiB\n"
+           "Free memory: 190.31MiB\nE tensorflow/stream_executor/cuda/cuda_driver.cc:1002] failed to allocate 190.31M "
+           "(199557120 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n")
+    one = ("2018-03-01 10:00:00.1: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1212] Found device 0 with "
+           "properties: \nname: GeForce GTX 1080 Ti major: 6 minor: 1 memoryClockRate(GHz): 1.582\npciBusID: "
+           "0000:01:00.0\ntotalMemory: 10.92GiB freeMemory: 1.02GiB\nE tensorflow/stream_executor/cuda/"
+           "cuda_driver.cc:936] failed to allocate 939.59M (985219072 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n")
+    for text, held in ((two, 7.92 * GiB - 190.31 * MiB), (one, (10.92 - 1.02) * GiB)):
+        res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))
+        ev = {e.key: e.value for e in res.evidence}
+        assert _near(ev["mem.other_processes_bytes"], held), ev
+        findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
+        assert findings[0].code == "MEM004" and findings[0].confidence.value == "measured", findings
+    # a total with no free line after it, or a free line alone, is no reading
+    lone = "Total memory: 7.92GiB\nsomething else\nFree memory: 190.31MiB\n"
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(lone.encode())))
+    assert "mem.other_processes_bytes" not in {e.key for e in res.evidence}

@@ -184,6 +184,37 @@ def test_a_stage_list_with_times_first_is_read_and_post_processing_judged(line: 
     assert f.title == "Post-processing is a large share of latency" and "NMS" in f.fixes[0].steps[0]
 
 
+def test_a_stage_list_of_fields_is_a_breakdown() -> None:
+    """Two or more stage fields on a line, each a time by its unit or its key, are a program's breakdown; with no unit
+    anywhere (a TensorRT demo's "preprocess time = 7.47456; infer time = 1213.42; …": milliseconds, or seconds in
+    another program) only the stages' shares of their sum are used, and the input says so."""
+    res = loose.read_text("x", io.BytesIO(b"pre-process: 9.67ms, inference: 1.0ms, post-process: 0.29ms\n"))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("stage.preprocess_ms.mean") == pytest.approx(9.67)
+    assert ev.value("stage.preprocess.share") == pytest.approx(9.67 / 10.96, abs=1e-3)
+    line = b"[05/24/2024-15:02:09] [I] preprocess time = 7.47456; infer time = 1213.42; postprocess time = 3.12787\n"
+    res = loose.read_text("x", io.BytesIO(line))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("stage.compute.share") == pytest.approx(1213.42 / (7.47456 + 1213.42 + 3.12787), abs=1e-4)
+    assert ev.value("stage.preprocess_ms.mean") is None and ev.value("stage.compute_ms.mean") is None
+    assert any("only their shares" in (i.reason or "") for i in res.inputs), res.inputs
+
+
+@pytest.mark.parametrize("text", [
+    "Our benchmark config is prefill: 2048, decode: 128 tokens per request",  # token counts, not times
+    "prefill=8192, decode=256",
+    "queue: 12, prefill: 3, decode: 40",  # requests in each state
+])
+def test_counts_beside_stage_names_are_no_times(text: str) -> None:
+    ev = EvidenceSet(loose.read_text("x", io.BytesIO(text.encode() + b"\n")).evidence)
+    assert not [e.key for e in ev if e.key.startswith("stage.")], sorted(ev.keys())
+
+
+def test_one_stage_field_is_no_breakdown() -> None:
+    res = loose.read_text("x", io.BytesIO(b"preprocess time = 7.47\n"))
+    assert EvidenceSet(res.evidence).value("stage.preprocess_ms.mean") is None
+
+
 def test_one_stage_word_after_a_time_is_prose_not_a_breakdown() -> None:
     res = loose.read_text("x", io.BytesIO(b"it takes 300ms inference on my laptop\n"))
     assert EvidenceSet(res.evidence).value("stage.compute_ms.mean") is None
