@@ -285,9 +285,9 @@ _FW_STARTUP_FREE = re.compile(
 )
 # SGLang's tensor-parallel balance check (model_runner.py, before the weights load): the least free memory of the
 # group's GPUs below 90 % of this rank's, "The memory capacity is unbalanced. Some GPUs may be occupied by other
-# processes." and, from 0.3 on, the two figures in GiB ("min_per_gpu_memory=61.2, local_gpu_memory=78.9, …",
-# later "pre_model_load_memory=…"), run on or wrapped onto the lines after it. Raised as an error; a warning
-# where a release lets an environment variable turn the refusal off
+# processes." and, in releases since early 2025, the two figures in GiB ("min_per_gpu_memory=61.2,
+# local_gpu_memory=78.9, …", later "pre_model_load_memory=…"), run on or wrapped onto the lines after it. Raised as an
+# error; a warning where a release lets an environment variable turn the refusal off
 BALANCE_CHECK_REASON = "free memory unbalanced across the tensor-parallel group at start-up"
 _FW_SGL_BALANCE = re.compile(r"\bThe memory capacity is unbalanced\.\s+Some GPUs\b")  # the engine's two sentences
 _SGL_GROUP_FREE = re.compile(r"\b(?:pre_model_load_memory|min_per_gpu_memory)=(?P<v>\d+(?:\.\d+)?)")

@@ -450,7 +450,7 @@ def test_a_person_saying_the_memory_is_unbalanced_is_no_engine_message() -> None
 
 
 def test_sglangs_balance_check_without_figures_still_names_memory_held_elsewhere() -> None:
-    """Releases before 0.3 raise the message with no figures (sglang#1533)."""
+    """Releases of 2024 raise the message with no figures (sglang#1533, September 2024)."""
     text = "ValueError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes.\n"
     res = loose.analyze_stream("s", io.BufferedReader(io.BytesIO(text.encode())))
     findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
