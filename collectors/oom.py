@@ -116,8 +116,6 @@ class ModelHints:
     profile_non_torch: int | None = None
     # TensorFlow 1.x creating its GPU devices: each device's (total, free) as it found them, before it allocated
     tf_devices: list[tuple[int, int]] = field(default_factory=list)
-    tf_pending_total: int | None = None  # a "Total memory:" line whose "Free memory:" comes next
-    tf_found_left: int = 0  # lines left of TensorFlow's "Found device N with properties:" block
     engine: str = ""
     engine_version: str = ""  # "0.6.4", from the engine's start-up banner or a version statement
     vllm_v1: bool | None = None  # vLLM's V1 engine (markers in the log), V0, or not said
@@ -789,31 +787,44 @@ _TF_FREE = re.compile(rf"^\s*Free memory:\s*(?P<v>{SIZE})\s*$", re.IGNORECASE)
 _TF_ONE_LINE = re.compile(rf"\btotalMemory:\s*(?P<t>{SIZE})\s+freeMemory:\s*(?P<f>{SIZE})")
 
 
-def _tf_device(line: str, hints: ModelHints) -> bool:
-    """A device's total and free memory, read only in TensorFlow's own block: a few lines after its "Found device N
-    with properties:" (a host's "Total memory:" dump or a script's own printout is no device creation)."""
-    if hints.tf_found_left <= 0:
-        hints.tf_pending_total = None
+class _TfDeviceBlock:
+    """TensorFlow's device block, line by line: each device's (total, free), read only a few lines after its "Found
+    device N with properties:" (a host's "Total memory:" dump or a script's own printout is no device creation)."""
+
+    def __init__(self) -> None:
+        self._left = 0  # lines left of the block
+        self._total: int | None = None  # a "Total memory:" line whose "Free memory:" comes next
+
+    def feed(self, line: str, devices: list[tuple[int, int]]) -> bool:
+        """Read ``line``; True when it completed a device's reading (appended to ``devices``)."""
+        if "Found device" in line and _TF_FOUND.search(line):
+            self._left = TF_BLOCK_LINES
+            return False
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        if self._left == 0 or "memory:" not in line.lower():
+            self._total = None  # the free line must follow the total line, inside the block
+            return False
+        m = _TF_ONE_LINE.search(line)
+        if m:
+            total, free = parse_size(m.group("t")), parse_size(m.group("f"))
+            if total and free is not None and free <= total:
+                devices.append((total, free))
+                return True
+            return False
+        m = _TF_TOTAL.match(line)
+        if m:
+            self._total = parse_size(m.group("v"))
+            return False
+        m = _TF_FREE.match(line)
+        total, self._total = self._total, None
+        if m and total:
+            free = parse_size(m.group("v"))
+            if free is not None and free <= total:
+                devices.append((total, free))
+                return True
         return False
-    m = _TF_ONE_LINE.search(line)
-    if m:
-        total, free = parse_size(m.group("t")), parse_size(m.group("f"))
-        if total and free is not None and free <= total:
-            hints.tf_devices.append((total, free))
-            return True
-        return False
-    m = _TF_TOTAL.match(line)
-    if m:
-        hints.tf_pending_total = parse_size(m.group("v"))
-        return False
-    m = _TF_FREE.match(line)
-    total, hints.tf_pending_total = hints.tf_pending_total, None
-    if m and total:
-        free = parse_size(m.group("v"))
-        if free is not None and free <= total:
-            hints.tf_devices.append((total, free))
-            return True
-    return False
 
 
 _PARAMS_QUICK = re.compile(r"\d\s?[bBmM](?![a-zA-Z0-9])")
@@ -880,14 +891,6 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             hints.weights_measured, said = size, True
     if "total_gpu_memory" in line:
         said = _profile(line, hints) or said
-    if "Found device" in line and _TF_FOUND.search(line):
-        hints.tf_found_left = TF_BLOCK_LINES
-    elif hints.tf_found_left > 0:
-        hints.tf_found_left -= 1
-        if "memory:" in low:
-            said = _tf_device(line, hints) or said
-        elif hints.tf_pending_total is not None:
-            hints.tf_pending_total = None  # the free line must follow the total line
     if "CUDA_VISIBLE_DEVICES" in line:
         m = _VISIBLE.search(line)
         if m:
@@ -1336,7 +1339,9 @@ class HintsParser:
     def __init__(self) -> None:
         self.hints = ModelHints()
         self.lines = 0
+        self._tf = _TfDeviceBlock()
 
     def feed(self, line: str) -> None:
-        if parse_hints_line(line, self.hints):
+        tf = self._tf.feed(line, self.hints.tf_devices)
+        if parse_hints_line(line, self.hints) or tf:
             self.lines += 1

@@ -441,13 +441,14 @@ class TimingParser:
         if len(after) < 2:
             # each field a time by its unit or its key ("prefill: 2048, decode: 128" are token counts)
             fields = [m for m in _SPAN_FIELD.finditer(line) if m.group("u") or m.group("key") or m.group("ms_key")]
-            if len({normalize_stage(m.group("stage")) for m in fields}) >= 2:
+            stages = [normalize_stage(m.group("stage")) for m in fields]
+            if len(set(stages)) >= 2:
                 if not any(m.group("u") or m.group("ms_key") for m in fields):
                     # no unit anywhere: seconds or milliseconds, the line does not say; only the stages' shares of
                     # their sum are known
-                    for m in fields:
-                        self._span(normalize_stage(m.group("stage")), float(m.group("v")), False)
-                        self.unitless_stages.add(normalize_stage(m.group("stage")))
+                    for stage, m in zip(stages, fields, strict=True):
+                        self._span(stage, float(m.group("v")), False)
+                    self.unitless_stages.update(stages)
                     return True
                 after = fields
         if len(after) >= 2:
