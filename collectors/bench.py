@@ -1,4 +1,4 @@
-"""Load-generator output: Triton ``perf_analyzer``, ``wrk`` and ApacheBench (``ab``) summaries.
+"""Load-generator output: Triton ``perf_analyzer``, ``wrk``, ApacheBench (``ab``) and TensorRT ``trtexec`` summaries.
 
 A pure, streaming parser: ``BenchParser.feed(line)`` per cleaned line, ``BenchParser.results()``
 at the end. Each measured load level becomes one ``BenchLevel`` (times in milliseconds).
@@ -20,6 +20,10 @@ perf_analyzer (one block per concurrency level, or the closing summary lines onl
           2241 usec + compute infer 1613 usec + compute output 9 usec)
     Inferences/Second vs. Client Average Batch Latency
     Concurrency: 1000, throughput: 4005.66 infer/sec, latency 247602 usec
+
+An ensemble's server line sums its models' queue and compute; the ``Composing models:`` list after it
+gives each model's own (``dali, version: 1`` then its counts and ``Avg request latency``), and a
+composing model that is itself an ensemble (``--bls-composing``) is followed by a list of its own.
 
 wrk: ``12 threads and 400 connections``, ``Latency 635.91us 0.89ms 12.92ms 93.69%``, the
 ``Latency Distribution`` percent lines, ``Requests/sec: 748868.53``.
@@ -59,6 +63,9 @@ _PA_PART = re.compile(r"(overhead|queue|compute input|compute infer|compute outp
 _PA_SUMMARY = re.compile(
     r"^Concurrency:\s*(\d+),\s*throughput:\s*" + _NUM + r"\s*infer/sec,\s*latency\s*" + _NUM + r"\s*(usec|ms|sec)"
 )
+# a composing model's head: "dali, version: " / "* siglip_text, version: 1" (perf_analyzer's ident, then the
+# model's name and version, the version empty for the latest)
+_PA_COMPOSING = re.compile(r"^([A-Za-z0-9_][\w.\-/]*), version:\s*(\S*)$")
 _PA_DELAYED = re.compile(r"Delayed Request Count:\s*(\d+)|not able to keep up with the desired load", re.I)
 
 _WRK_CONNS = re.compile(r"^(\d+)\s+threads and\s+(\d+)\s+connections")
@@ -74,8 +81,38 @@ _AB_TPR = re.compile(r"^Time per request:\s*" + _NUM + r"\s*\[ms\]\s*\(mean\)\s*
 _AB_PCT = re.compile(r"^(\d+)%\s+(\d+)(?:\s*\(longest request\))?$")
 
 
+# trtexec (TensorRT 8.x-10.x) closes with a performance summary, each line behind TensorRT's logger prefix:
+#   [08/09/2023-12:44:56] [I] === Performance summary ===
+#   [08/09/2023-12:44:56] [I] Throughput: 16.7825 qps
+#   [08/09/2023-12:44:56] [I] Latency: min = 95.4661 ms, max = 102.108 ms, mean = 96.1359 ms, median = 96.0366 ms, …
+#   … Enqueue Time / H2D Latency / GPU Compute Time / D2H Latency: the same fields;
+#   … Total Host Walltime: 3.00232 s / Total GPU Compute Time: 2.39284 s
+# Latency is the host's per-inference time: the input's copy to the device, the engine's compute and the output's
+# copy back (none of them with --noDataTransfers).
+_TRT_PREFIX = re.compile(r"^\[\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2}\]\s*\[[IWEVF]\]\s*")
+_TRT_SUMMARY = re.compile(r"^=+\s*Performance summary\s*=+$")
+_TRT_QPS = re.compile(r"^Throughput:\s*" + _NUM + r"\s*qps\b")
+_TRT_F = r"[\d.e+-]+"
+_TRT_STAT = re.compile(rf"^(?P<what>Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency):"
+                       rf"\s*min = {_TRT_F} ms,\s*max = {_TRT_F} ms,\s*mean = (?P<mean>{_TRT_F}) ms"
+                       rf"(?:,\s*median = (?P<median>{_TRT_F}) ms)?(?:.*?percentile\(99%\) = (?P<p99>{_TRT_F}) ms)?")
+_TRT_PARTS = {"Enqueue Time": "enqueue", "H2D Latency": "h2d", "GPU Compute Time": "compute", "D2H Latency": "d2h"}
+_TRT_TOTAL = re.compile(r"^Total (Host Walltime|GPU Compute Time):\s*" + _NUM + r"\s*s\b")
+
+
 def _ms(value: str, unit: str) -> float:
     return to_ms(float(value), unit)
+
+
+@dataclass
+class ComposingModel:
+    """One model of a Triton ensemble (perf_analyzer's ``Composing models:`` list): its server-side request
+    latency and that latency's parts, in ms."""
+
+    name: str
+    latency: float | None = None
+    parts: dict[str, float] = field(default_factory=dict)  # "queue", "compute_infer", … → ms
+    ensemble: bool = False  # itself an ensemble: a "Composing models:" list of its own follows it
 
 
 @dataclass
@@ -100,6 +137,14 @@ class BenchLevel:
     server_parts: dict[str, float] = field(default_factory=dict)  # "queue" → ms
     server_breakdown_complete: bool = True
     delayed: bool = False
+    composing: list[ComposingModel] = field(default_factory=list)  # an ensemble's models, in report order
+    device_parts: dict[str, float] = field(default_factory=dict)  # trtexec: "h2d", "compute", "d2h", "enqueue" → ms
+    gpu_busy: float | None = None  # trtexec: total GPU compute time / total host walltime
+
+    @property
+    def composing_leaves(self) -> list[ComposingModel]:
+        """The composing models that run work (a nested ensemble's own line sums its models: left out)."""
+        return [m for m in self.composing if not m.ensemble and m.latency is not None]
 
     @property
     def requests_per_s(self) -> float | None:
@@ -122,12 +167,14 @@ class BenchParser:
         self._wrk: BenchLevel | None = None
         self._ab: BenchLevel | None = None
         self._dist: str = ""  # "wrk" | "ab" while reading a percentile list
+        self._trt: BenchLevel | None = None  # trtexec's performance summary, once its head was read
+        self._trt_wall = 0.0
 
     def feed(self, line: str) -> bool:
         s = line.strip().removeprefix("* ")  # perf_analyzer 2.x bullets its report lines
         if not s:
             return False
-        hit = self._perf_analyzer(s) or self._wrk_line(s) or self._ab_line(s)
+        hit = self._perf_analyzer(s) or self._wrk_line(s) or self._ab_line(s) or self._trtexec(s)
         if hit:
             self.recognised += 1
         return hit
@@ -165,6 +212,8 @@ class BenchParser:
             return self._cur is not None
         if s.startswith("Composing models"):
             self._section = "composing"
+            if self._cur is not None and self._cur.composing and self._cur.composing[-1].latency is not None:
+                self._cur.composing[-1].ensemble = True  # an ensemble inside the ensemble: its models follow
             return self._cur is not None
         if ("Delayed" in s or "keep up" in s) and _PA_DELAYED.search(s):
             self.delayed_warnings += 1
@@ -175,9 +224,11 @@ class BenchParser:
         if m:
             self.summaries[int(m.group(1))] = (float(m.group(2)), _ms(m.group(3), m.group(4)))
             return True
-        if self._cur is None or self._section == "composing":
+        if self._cur is None:
             return False
         lvl = self._cur
+        if self._section == "composing":
+            return self._composing(lvl, s)
         if self._section == "client":
             return self._client(lvl, s)
         if self._section == "server":
@@ -235,6 +286,25 @@ class BenchParser:
             return True
         return False
 
+    def _composing(self, lvl: BenchLevel, s: str) -> bool:
+        m = _PA_COMPOSING.match(s)
+        if m:
+            if len(lvl.composing) < 32:
+                lvl.composing.append(ComposingModel(m.group(1)))
+            return True
+        if not lvl.composing:
+            return False
+        model = lvl.composing[-1]
+        if _PA_INFER.match(s) or _PA_EXEC.match(s) or _PA_SUCCESS.match(s):
+            return True
+        m = _PA_SERVER.match(s)
+        if m and model.latency is None:
+            model.latency = _ms(m.group(1), m.group(2))
+            for pm in _PA_PART.finditer(m.group(3)):
+                model.parts[pm.group(1).replace(" ", "_")] = _ms(pm.group(2), pm.group(3))
+            return True
+        return False
+
     # -- wrk ----------------------------------------------------------------------------------------
     def _wrk_level(self) -> BenchLevel:
         if self._wrk is None:
@@ -274,6 +344,42 @@ class BenchParser:
         m = _WRK_RPS.match(s)
         if m and self._wrk is not None:
             self._wrk.throughput = float(m.group(1))
+            return True
+        return False
+
+    # -- trtexec -------------------------------------------------------------------------------------
+    def _trtexec(self, s: str) -> bool:
+        s = _TRT_PREFIX.sub("", s)
+        if "Performance summary" in s and _TRT_SUMMARY.search(s):
+            self._trt = BenchLevel("trtexec")
+            self.levels.append(self._trt)
+            return True
+        lvl = self._trt
+        if lvl is None:
+            return False
+        m = _TRT_QPS.match(s)
+        if m:
+            lvl.throughput = float(m.group(1))
+            return True
+        m = _TRT_STAT.match(s)
+        if m:
+            what, mean = m.group("what"), float(m.group("mean"))
+            part = _TRT_PARTS.get(what)
+            if part is not None:
+                lvl.device_parts[part] = mean
+            elif what == "Latency":
+                lvl.latency_mean = mean
+                for name, value in (("p50", m.group("median")), ("p99", m.group("p99"))):
+                    if value is not None:
+                        lvl.percentiles[name] = float(value)
+            return True
+        m = _TRT_TOTAL.match(s)
+        if m:
+            seconds = float(m.group(2))
+            if m.group(1) == "Host Walltime":
+                self._trt_wall = seconds
+            elif self._trt_wall:
+                lvl.gpu_busy = seconds / self._trt_wall
             return True
         return False
 
@@ -325,4 +431,5 @@ class BenchParser:
 
 
 def _useful(lvl: BenchLevel) -> bool:
-    return lvl.throughput is not None or lvl.latency_mean is not None or lvl.server_latency is not None
+    return (lvl.throughput is not None or lvl.latency_mean is not None or lvl.server_latency is not None
+            or bool(lvl.device_parts))

@@ -1,4 +1,4 @@
-"""torch.compile logs → recompile, guard-failure, limit and graph-break records.
+"""torch.compile logs → recompile, guard-failure, limit and graph-break records; TensorFlow's retracing warnings.
 
 Pure parsing, streamed line by line (``CompileLogParser.feed``). It reads
 
@@ -19,6 +19,10 @@ Pure parsing, streamed line by line (``CompileLogParser.feed``). It reads
   during inference: _zero_kv_blocks_kernel. This causes a latency spike; …`` (``CuTeDSL …``, ``TileLang …``;
   ``--jit-monitor-verbose`` adds ``(key=…)``), or with ``--jit-monitor-mode error`` a ``RuntimeError`` with the
   same words.
+
+* TensorFlow's ``WARNING:tensorflow:5 out of the last 5 calls to <function Model.make_predict_function.<locals>.
+  predict_function at 0x…> triggered tf.function retracing. Tracing is expensive …`` (its tracing compiler
+  traced the function again for most of its recent calls), the line wrapped or not.
 
 Guard failures are grouped by input, kind and dimension, with the values seen.
 """
@@ -76,6 +80,15 @@ class CompileLog:
     lines: int = 0
     jit_kernels: dict[str, int] = field(default_factory=dict)  # vLLM's JIT monitor: "Triton _x_kernel" → compiles
     jit_errors: set[str] = field(default_factory=set)  # … of them raised (--jit-monitor-mode error)
+    # TensorFlow's retracing warning: "N out of the last M calls to <function F …> triggered tf.function retracing"
+    tf_retrace_warnings: int = 0
+    tf_retraces: int = 0  # the most calls of a window that retraced (the windows overlap: no sum)
+    tf_retrace_window: int = 0  # … of the calls in that window
+    tf_functions: dict[str, int] = field(default_factory=dict)  # "Model.make_predict_function" → warnings
+
+    @property
+    def retraced(self) -> bool:
+        return self.tf_retrace_warnings > 0
 
     @property
     def recompile_count(self) -> int:
@@ -95,6 +108,11 @@ _JIT_SERVING = re.compile(r"\b(?P<lang>[A-Z][\w-]*)(?: kernel)? JIT compilation 
                           r"(?P<name>\w+(?:(?:\.|::)\w+)*(?:<[\w, ]*>)?)")
 # ... as a log record prints it (the monitor's file, a level, or the error mode's exception), not a person's mention
 _JIT_RECORD = re.compile(r"jit_monitor|\b(?:WARNING|WARN|ERROR)\b|RuntimeError")
+# TensorFlow (2.x, tf.function's tracing compiler) warns when five or more of a function's recent calls traced
+# it again; a paste may wrap the line before "triggered"
+_TF_RETRACE = re.compile(r"(?P<n>\d+) out of the last (?P<m>\d+) calls to "
+                         r"<(?:function|bound method) (?P<func>[\w.<>]+)")
+_TF_TRIGGERED = "triggered tf.function retracing"
 _RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
 _TRIGGERED = re.compile(r"triggered by the following guard failure")
 _GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
@@ -193,6 +211,8 @@ class CompileLogParser:
     def __init__(self) -> None:
         self.log = CompileLog()
         self._in_list = False  # inside a "triggered by the following guard failure(s):" list
+        self._tf_pending: tuple[int, int, str] | None = None  # a retracing warning's head, its line wrapped
+        self._tf_wait = 0
 
     def _reason(self, text: str) -> None:
         inp, kind, dim, vals = classify_reason(text)
@@ -204,8 +224,35 @@ class CompileLogParser:
             group = self.log.reasons[key] = ReasonGroup(inp, kind, dim, example=text[:200])
         group.add(*vals)
 
+    def _retrace(self, n: int, m: int, func: str) -> None:
+        log = self.log
+        log.tf_retrace_warnings += 1
+        if n > log.tf_retraces:
+            log.tf_retraces, log.tf_retrace_window = n, m
+        name = func.split(".<locals>")[0]
+        if name in log.tf_functions or len(log.tf_functions) < MAX_GROUPS:
+            log.tf_functions[name] = log.tf_functions.get(name, 0) + 1
+        log.lines += 1
+
     def feed(self, line: str) -> None:
         log = self.log
+        if "calls to <" in line:
+            m = _TF_RETRACE.search(line)
+            if m:
+                held = (int(m.group("n")), int(m.group("m")), m.group("func"))
+                if _TF_TRIGGERED in line[m.end():]:
+                    self._retrace(*held)
+                else:
+                    self._tf_pending, self._tf_wait = held, 2
+                return
+        if self._tf_pending is not None:
+            if _TF_TRIGGERED in line:
+                self._retrace(*self._tf_pending)
+                self._tf_pending = None
+                return
+            self._tf_wait -= 1
+            if self._tf_wait <= 0:
+                self._tf_pending = None
         torch_line = "torch" in line
         if torch_line and log.first_ts is None:
             log.first_ts = _timestamp(line)
@@ -296,4 +343,4 @@ class CompileLogParser:
     def matched(self) -> bool:
         log = self.log
         return bool(log.recompiles or log.limit_hit or log.graph_break_count or log.reasons or log.jit_kernels
-                    or (log.compile_ids and any(log.compile_ids.values())))
+                    or log.retraced or (log.compile_ids and any(log.compile_ids.values())))

@@ -101,7 +101,9 @@ _STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bqueue|queueing|queuing|admission|\bwait(?:ing)?\b|scheduling delay", re.I), "queue"),
     (re.compile(r"post[- _]?process|detokeni[sz]|\bnms\b|serialize response|postproc", re.I), "postprocess"),
     (re.compile(r"pre[- _]?process|tokeni[sz]|image decode|decode image|jpeg decode|\bresize|normali[sz]|preproc"
-                r"|\bparse\b|deserializ", re.I), "preprocess"),
+                r"|\bparse\b|deserializ"
+                # NVIDIA DALI, the data-loading library (decode, resize, augment): a stage or model named after it
+                r"|(?<![a-z])dali(?![a-z])", re.I), "preprocess"),
     (re.compile(r"\bdecode\b|decoding|generation|token generation|\bgenerate\b", re.I), "decode"),
     (re.compile(r"network|\brpc\b|transport|\bhttp\b|round[- ]trip", re.I), "network"),
     (re.compile(r"inference|forward|\bmodel\b|compute|execute|\binfer\b|\bkernel", re.I), "compute"),

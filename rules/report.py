@@ -10,6 +10,7 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -247,8 +248,14 @@ class PlacementReported(ReportRule):
         if _n(ev, "report.wrong_gpu_statements"):
             out.append(Signal(t.weak, f"questions which GPU is used{_q(ev, 'report.wrong_gpu_statements')}"))
         if _n(ev, "report.offload_settings") and not _oom_message(ev):
-            out.append(Signal(t.stated, "starts the engine with weights kept in host memory, copied to the GPU at "
-                                        f"every forward pass{_q(ev, 'report.offload_settings')}"))
+            quote = _quote(ev, "report.offload_settings")
+            if re.search(r"(?:^|\s)-ot\b|--override-tensor|--n-cpu-moe", quote):
+                # llama.cpp computes the tensors kept on the CPU there: its threads and memory bandwidth set the pace
+                out.append(Signal(t.stated, "starts llama.cpp with tensors kept on the CPU, computed there by its "
+                                            f"threads at every token{_q(ev, 'report.offload_settings')}"))
+            else:
+                out.append(Signal(t.stated, "starts the engine with weights kept in host memory, copied to the GPU "
+                                            f"at every forward pass{_q(ev, 'report.offload_settings')}"))
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
         # the model split over GPUs (tensor or pipeline parallelism) holds a part of it on each
         split = max(1.0, ev.value("mem.tensor_parallel") or 1.0) * max(1.0, ev.value("mem.pipeline_parallel") or 1.0)

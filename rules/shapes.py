@@ -25,6 +25,9 @@ class RecompilesFromLog(Rule):
     following guard failure(s)``), compile ids ``[frame/compile]``, and the recompile limit being hit
     (``hit config.recompile_limit (8)``, ``Dynamo recompile limit exceeded``), after which the
     function silently runs eager, or fails outright under ``fullgraph=True``.
+    TensorFlow's retracing warning (``5 out of the last 5 calls to <function …> triggered tf.function
+    retracing``) is the same fault in tf.function: ``compile.framework`` = tensorflow gives its own message
+    and fixes (trace once, an input signature or ``reduce_retracing``).
 
     Why it matters: every recompile blocks the request that triggered it for seconds; past the
     limit the model loses its compiled speed without a word, or (fullgraph) the service crashes or
@@ -36,7 +39,7 @@ class RecompilesFromLog(Rule):
 
     Evidence: compile.recompiles or compile.limit_hit; optionally compile.recompile_reasons,
     compile.recompile_limit, compile.fullgraph_failure, compile.recompile_rate_per_min,
-    compile.graph_breaks.
+    compile.graph_breaks, compile.framework, compile.retrace_call_share.
 
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic(x, dim)``) or compile with
     ``dynamic=True``; pad/bucket inputs to a few sizes and warm each up; only then consider raising
@@ -56,7 +59,8 @@ class RecompilesFromLog(Rule):
     requires_any = (("compile.recompiles",), ("compile.limit_hit",))
     optional = (
         "compile.recompiles", "compile.limit_hit", "compile.recompile_reasons", "compile.recompile_limit",
-        "compile.fullgraph_failure", "compile.recompile_rate_per_min", "compile.graph_breaks",
+        "compile.fullgraph_failure", "compile.recompile_rate_per_min", "compile.graph_breaks", "compile.framework",
+        "compile.retrace_call_share",
     )
 
     @dataclass(frozen=True)
@@ -69,6 +73,9 @@ class RecompilesFromLog(Rule):
         limit_hit = (ev.value("compile.limit_hit", 0.0) or 0.0) > 0
         if not limit_hit and n < t.min_recompiles:
             return None
+        framework = ev.get("compile.framework")
+        if isinstance(framework, Evidence) and framework.value == "tensorflow":
+            return self._retracing(ev, n)
         limit = ev.value("compile.recompile_limit")
         hard = (ev.value("compile.fullgraph_failure", 0.0) or 0.0) > 0
         rate = ev.value("compile.recompile_rate_per_min")
@@ -135,6 +142,37 @@ class RecompilesFromLog(Rule):
                      "mode='reduce-overhead')",),
                     Risk.NEEDS_VALIDATION,
                 ),
+            ],
+        )
+
+
+    def _retracing(self, ev: EvidenceSet, n: float) -> Finding:
+        """TensorFlow's tf.function traced again for most of its recent calls (its retracing warning)."""
+        got = ev.get("compile.recompiles")
+        detail = got.detail.removeprefix("at least: ") if isinstance(got, Evidence) else ""
+        share = ev.value("compile.retrace_call_share")
+        impact = min(0.8, 0.25 + 0.03 * n + (0.2 if share is not None and share >= 0.8 else 0.0))
+        every = share is not None and share >= 0.8
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.MEASURED,
+            title="tf.function retraces " + ("on almost every call" if every else "repeatedly"),
+            message=(f"{detail[:1].upper() + detail[1:]}." if detail else f"tf.function retraced {n:.0f} times.")
+                    + " Each trace runs the Python function again and builds a new graph, on the request's time; "
+                      "a Keras predict function made again per call (model.predict in a loop, a model built per "
+                      "request) or inputs of new shapes or Python values trace every time.",
+            impact=impact,
+            evidence=present(ev, *self.optional),
+            fixes=[
+                Fix("Trace once",
+                    ("Build the model and any @tf.function once, outside the loop or request handler",
+                     "For one batch at a time call model(x, training=False) or model.predict_on_batch(x), not "
+                     "model.predict(x) in a loop",
+                     "Pass tensors, not Python numbers or lists, to the traced function"), Risk.SAFE),
+                Fix("Let shapes vary without a new trace",
+                    ("@tf.function(input_signature=[tf.TensorSpec([None, ...], dtype)]) with None on the varying "
+                     "dimension, or reduce_retracing=True (TF ≥ 2.9; experimental_relax_shapes=True before)",
+                     "Or pad inputs to a few fixed shapes"), Risk.SAFE),
             ],
         )
 

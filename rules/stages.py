@@ -49,6 +49,30 @@ _POST_FIXES = (
 )
 
 
+_PRE_FIXES = (
+    Fix(
+        "Take pre-processing off the CPU request path",
+        ("Do resize/normalise as one fused GPU op (a Triton/CUDA kernel or torch ops on the device); "
+         "decode JPEG on the GPU with torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI",
+         "Or run it in a process pool / DataLoader workers so it overlaps the model"),
+        Risk.NEEDS_VALIDATION,
+    ),
+    Fix(
+        "Make the CPU path cheaper",
+        ("Replace PIL with pillow-simd or OpenCV (cv2.resize with INTER_LINEAR)",
+         "Resize once to the model's input size; avoid float64 and per-pixel Python loops"),
+        Risk.SAFE,
+    ),
+)
+_ENSEMBLE_FIX = Fix(
+    "Let the ensemble's processing model keep up",
+    ("Triton: more instances of the pre- or post-processing model (instance_group count) and dynamic batching on "
+     "it, so requests do not wait for it while the main model idles; measure it alone with "
+     "perf_analyzer -m <that model>",),
+    Risk.NEEDS_VALIDATION,
+)
+
+
 class PreprocessDominatesLatency(Rule):
     """Pre- or post-processing takes a large share of each request's latency.
 
@@ -68,7 +92,8 @@ class PreprocessDominatesLatency(Rule):
     Evidence: stage.preprocess.share or stage.postprocess.share; optionally stage.postprocess_ms.*,
     stage.preprocess_ms.p50, stage.preprocess_ms.mean,
     stage.preprocess_ms.p99, latency.e2e_ms.mean, latency.e2e_ms.p50, compare.speedup_ratio,
-    cpu.preprocess_share.
+    cpu.preprocess_share, bench.composing_models (a Triton ensemble's models: the message names them and
+    the ensemble's fix, more instances of that model, leads).
 
     Fix: move the work to the GPU (a fused kernel, ``torchvision.io.decode_jpeg(device='cuda')``,
     DALI), a process pool, or a faster library; batch it; cache it.
@@ -85,7 +110,7 @@ class PreprocessDominatesLatency(Rule):
     optional = (
         "stage.preprocess.share", "stage.postprocess.share", "stage.preprocess_ms.p50", "stage.preprocess_ms.mean",
         "stage.preprocess_ms.p99", "stage.postprocess_ms.p50", "stage.postprocess_ms.mean", "latency.e2e_ms.p50",
-        "latency.e2e_ms.mean", "compare.speedup_ratio", "cpu.preprocess_share",
+        "latency.e2e_ms.mean", "compare.speedup_ratio", "cpu.preprocess_share", "bench.composing_models",
     )
 
     @dataclass(frozen=True)
@@ -114,6 +139,11 @@ class PreprocessDominatesLatency(Rule):
         speed = ev.value("compare.speedup_ratio")
         if speed is not None and lower:
             msg += f" The faster path is {speed:.2f}× the throughput."
+        fixes = list(_PRE_FIXES)
+        ensemble = ev.get("bench.composing_models")
+        if isinstance(ensemble, Evidence):
+            msg += f" By composing model: {ensemble.detail.partition(': ')[2]}."
+            fixes.insert(0, _ENSEMBLE_FIX)
         return self.finding(
             severity=severity_for(share),
             confidence=_confidence(ev, "stage.preprocess.share"),
@@ -122,21 +152,7 @@ class PreprocessDominatesLatency(Rule):
             impact=share,
             evidence=present(ev, *self.requires, *self.optional),
             why=f"preprocess |{bar(share)}| {pct(share)}{' (lower bound)' if lower else ''}",
-            fixes=[
-                Fix(
-                    "Take pre-processing off the CPU request path",
-                    ("Do resize/normalise as one fused GPU op (a Triton/CUDA kernel or torch ops on the device); "
-                     "decode JPEG on the GPU with torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI",
-                     "Or run it in a process pool / DataLoader workers so it overlaps the model"),
-                    Risk.NEEDS_VALIDATION,
-                ),
-                Fix(
-                    "Make the CPU path cheaper",
-                    ("Replace PIL with pillow-simd or OpenCV (cv2.resize with INTER_LINEAR)",
-                     "Resize once to the model's input size; avoid float64 and per-pixel Python loops"),
-                    Risk.SAFE,
-                ),
-            ],
+            fixes=fixes,
         )
 
     def _post(self, ev: EvidenceSet, pre: float, post: float) -> Finding:
@@ -149,6 +165,11 @@ class PreprocessDominatesLatency(Rule):
             msg += f"; pre-processing adds {pct(pre)}"
         msg += (". It runs on the CPU after the model (NMS over many candidate boxes, decoding masks, detokenising, an "
                 "LLM's sampler), so the accelerator waits and a faster model changes nothing.")
+        fixes = list(_POST_FIXES)
+        ensemble = ev.get("bench.composing_models")
+        if isinstance(ensemble, Evidence):
+            msg += f" By composing model: {ensemble.detail.partition(': ')[2]}."
+            fixes.insert(0, _ENSEMBLE_FIX)
         return self.finding(
             severity=severity_for(pre + post),
             confidence=_confidence(ev, "stage.postprocess.share"),
@@ -157,14 +178,15 @@ class PreprocessDominatesLatency(Rule):
             impact=min(1.0, pre + post),
             evidence=present(ev, *self.optional),
             why=f"postprocess |{bar(post)}| {pct(post)}",
-            fixes=list(_POST_FIXES),
+            fixes=fixes,
         )
 
 
 class TransferDominatesLatency(Rule):
     """Host↔device copies take a large share of each request's latency.
 
-    What it detects: the ``h2d`` and ``d2h`` stages together are a large share of end-to-end time.
+    What it detects: the ``h2d`` and ``d2h`` stages together are a large share of end-to-end time (a
+    stage log, spans, a stage table, or trtexec's H2D and D2H Latency beside its GPU Compute Time).
 
     Why it matters: copies from pageable memory are slow and synchronous; redundant round trips
     (device → host → device) double them; the GPU idles while they run.

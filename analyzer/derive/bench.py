@@ -3,11 +3,20 @@
 Of several measured load levels (a perf_analyzer ``--concurrency-range`` sweep), the last one, the
 highest load, is reported: that is the one whose latency an incident is about. The others are
 counted in ``bench.levels``.
+
+An ensemble's time is split by its composing models (``_ensemble``): a model named as a stage (a DALI or
+pre-processing model, a tokenizer, a post-processing model) is that stage, any other is the model's
+compute, and each model's queue is queue.
+
+trtexec's performance summary (the engine timed alone) gives each inference's host-to-device copy, GPU
+compute and device-to-host copy as stages (``_device_parts``), beside a server's load level when both
+were pasted.
 """
 
 from __future__ import annotations
 
 from diagnose.collectors.bench import BenchLevel, BenchParser
+from diagnose.collectors.timing import known_stage
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
 
@@ -45,10 +54,65 @@ def sources() -> list[BenchSource]:
 
 
 def _pick(levels: list[BenchLevel]) -> BenchLevel | None:
+    served = [lvl for lvl in levels if lvl.tool != "trtexec"]
+    levels = served or levels  # a load level of a server outranks the engine timed alone
     with_tput = [lvl for lvl in levels if lvl.throughput is not None]
     if with_tput:
         return with_tput[-1]
     return levels[-1] if levels else None
+
+
+# a composing model's stage, by its name: a pre- or post-processing model (DALI, a tokenizer, "preprocessing" in
+# TensorRT-LLM's ensemble) or a copy; any other model is the model itself (compute)
+_MODEL_STAGES = ("preprocess", "postprocess", "h2d", "d2h")
+
+
+def _ensemble(ev: Emit, lvl: BenchLevel, where: str) -> None:
+    """An ensemble's time by its composing models: each model's queue is queue, the rest its stage's.
+
+    The ensemble's own line sums its models' queue and compute, so it says the request computes without
+    saying what: a pre-processing model (DALI decoding images) taking most of it is not the model's compute.
+    Models that run side by side can sum past the ensemble's latency: the shares are then of their sum."""
+    leaves = lvl.composing_leaves
+    latency = lvl.server_latency or 0.0
+    whole = max(latency, sum(m.latency or 0.0 for m in leaves))
+    by_stage: dict[str, float] = {}
+    queue = 0.0
+    for m in leaves:
+        q = min(m.parts.get("queue", 0.0), m.latency or 0.0)
+        queue += q
+        stage = known_stage(m.name)
+        stage = stage if stage in _MODEL_STAGES else "compute"
+        by_stage[stage] = by_stage.get(stage, 0.0) + (m.latency or 0.0) - q
+    names = ", ".join(f"{m.name} {m.latency:.1f} ms" for m in leaves)
+    ev.add("bench.composing_models", len(leaves), "models",
+           f"{where}: {names} of the ensemble's {latency:.1f} ms")
+    for stage, ms in sorted(by_stage.items()):
+        ev.add(f"stage.{stage}_ms.mean", ms, "ms", f"{where}: composing models' {stage} time, their queues apart")
+        ev.add(f"stage.{stage}.share", ms / whole, "ratio",
+               f"{stage} models' time / the ensemble's request latency")
+    ev.add("stage.queue.share", queue / whole, "ratio", "composing models' queue time / the ensemble's request latency")
+
+
+def _device_parts(ev: Emit, lvl: BenchLevel) -> None:
+    """trtexec: the input's copy, the engine's compute and the output's copy, each inference (its Latency is
+    their sum); the host's enqueue time; the GPU's compute over the run's wall time."""
+    parts = lvl.device_parts
+    for part, what in (("h2d", "host-to-device copy (H2D Latency)"), ("compute", "engine compute (GPU Compute Time)"),
+                       ("d2h", "device-to-host copy (D2H Latency)")):
+        if part in parts:
+            ev.add(f"stage.{part}_ms.mean", parts[part], "ms", f"trtexec: mean {what} per inference")
+    inference = sum(parts.get(k, 0.0) for k in ("h2d", "compute", "d2h"))
+    if "compute" in parts and inference > 0:
+        for part in ("h2d", "compute", "d2h"):
+            if part in parts:
+                ev.add(f"stage.{part}.share", parts[part] / inference, "ratio",
+                       "trtexec: share of H2D + GPU compute + D2H per inference")
+    if "enqueue" in parts:
+        ev.add("bench.enqueue_ms.mean", parts["enqueue"], "ms", "trtexec: the host's time to enqueue one inference")
+    if lvl.gpu_busy is not None:
+        ev.add("bench.gpu_compute_walltime_share", min(1.0, lvl.gpu_busy), "ratio",
+               "trtexec: total GPU compute time / total host walltime")
 
 
 def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> list[Evidence]:
@@ -61,7 +125,8 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
     where = f"{tool}, {load}"
     partial = Quality.PARTIAL if not lvl.server_breakdown_complete else Quality.GOOD
     ev = Emit(source)
-    ev.add("bench.levels", len(levels), "count", f"{tool} load levels measured (the last one is reported)")
+    ev.add("bench.levels", sum(x.tool == tool for x in levels), "count",
+           f"{tool} load levels measured (the last one is reported)")
     if lvl.concurrency is not None:
         ev.add("bench.concurrency", lvl.concurrency, "requests",
                f"{tool}: requests the closed-loop client keeps in flight")
@@ -99,16 +164,22 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
             if part != "compute":  # one undivided compute time (older perf_client) is the sum below
                 ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")
         compute = [parts[k] for k in ("compute_input", "compute_infer", "compute_output", "compute") if k in parts]
-        if compute:
+        if lvl.composing_leaves and lvl.server_latency > 0:
+            _ensemble(ev, lvl, where)
+        elif compute:
             total = sum(compute)
             what = "compute" if "compute" in parts else "compute input + infer + output"
             ev.add("stage.compute_ms.mean", total, "ms", f"{where}: server {what}", partial)
             if lvl.server_latency > 0:
                 ev.add("stage.compute.share", total / lvl.server_latency, "ratio",
                        "server compute / server request latency", partial)
-        if "queue" in parts and lvl.server_latency > 0:
+        if "queue" in parts and lvl.server_latency > 0 and not lvl.composing_leaves:
             ev.add("stage.queue.share", parts["queue"] / lvl.server_latency, "ratio",
                    "server queue / server request latency")
+    # trtexec times the engine alone, apart from any server's load levels: its parts are read either way
+    trt = next((x for x in reversed(levels) if x.device_parts), None)
+    if trt is not None:
+        _device_parts(ev, trt)
     closed = [x for x in levels if x.tool == lvl.tool and x.concurrency is not None and x.latency_mean is not None]
     if len(closed) >= 2:
         base = min(closed, key=lambda x: x.concurrency or 0)

@@ -1,5 +1,7 @@
 """torch.compile logs → ``compile.*`` evidence: recompiles, grouped guard failures, the limit, graph breaks; vLLM's
-kernel JIT monitor → ``compile.jit_while_serving`` (kernels compiled after its warm-up)."""
+kernel JIT monitor → ``compile.jit_while_serving`` (kernels compiled after its warm-up); TensorFlow's retracing
+warning → ``compile.recompiles`` (at least the most calls of a warned window that retraced) and
+``compile.framework`` = tensorflow."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ class CompileLogSource:
     """Text source for TORCH_LOGS=recompiles / graph_breaks output and recompile-limit errors."""
 
     kind = "torch-compile-log"
-    triggers = ("torch", "Recompiling", "recompil", ("triggered by", 0, 30), "limit", "Limit", "LIMIT",
+    triggers = ("torch", "Recompiling", "calls to <", "tf.function retracing",
+                "recompil", ("triggered by", 0, 30), "limit", "Limit", "LIMIT",
                 "raph break", "raph Break", "GRAPH BREAK", "reason", "Reason", "fullgraph", "JIT compilation")
 
     def __init__(self) -> None:
@@ -43,6 +46,17 @@ class CompileLogSource:
         elif log.limit_hit and log.limit:
             ev.add("compile.recompiles", log.limit, "recompiles",
                    f"at least: the {log.limit_kind or 'recompile limit'} ({log.limit}) was reached", Quality.PARTIAL)
+        elif log.retraced:
+            fns = ", ".join(f"{k} ×{v}" if v > 1 else k
+                            for k, v in sorted(log.tf_functions.items(), key=lambda kv: -kv[1])[:5])
+            ev.add("compile.recompiles", log.tf_retraces, "recompiles",
+                   f"at least: TensorFlow warned that tf.function retraced {log.tf_retraces} of the last "
+                   f"{log.tf_retrace_window} calls to {fns}"
+                   + (f" ({log.tf_retrace_warnings} warnings)" if log.tf_retrace_warnings > 1 else ""), Quality.PARTIAL)
+            ev.add("compile.framework", "tensorflow", "name", "tf.function's retracing warning")
+            if log.tf_retrace_window:
+                ev.add("compile.retrace_call_share", log.tf_retraces / log.tf_retrace_window, "ratio",
+                       "share of the warned window's calls that traced the function again")
         if log.recompiles or log.limit_hit:
             ev.add("compile.limit_hit", 1 if log.limit_hit else 0, "flag",
                    (f"{log.limit_kind or 'recompile limit'} ({log.limit})" if log.limit else "recompile limit")

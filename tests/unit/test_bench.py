@@ -96,6 +96,35 @@ def test_sweep_with_blocks_and_composing_models() -> None:
     assert ev["bench.unloaded_latency_ms"] == 50.0
 
 
+def test_ensemble_time_is_split_by_its_composing_models_triton_3245() -> None:
+    # the ensemble's own line says 99.6 % compute; its composing model dali (pre-processing) is 19.5 of its 30.0 ms
+    ev = _ev("perf_analyzer_ensemble_dali_preprocess.txt")
+    assert ev["bench.composing_models"] == 1
+    assert abs(_f(ev["stage.preprocess_ms.mean"]) - (19.488 - 0.019)) < 1e-9
+    assert abs(_f(ev["stage.preprocess.share"]) - (19.488 - 0.019) / 30.025) < 1e-9
+    assert abs(_f(ev["stage.queue.share"]) - 0.019 / 30.025) < 1e-9
+    assert "stage.compute.share" not in ev  # the ensemble's "compute" is its models' time, not the model's
+    assert ev["stage.queue_ms.mean"] == 0.069  # the ensemble's own parts are still reported
+
+
+def test_nested_composing_models_count_their_leaves_once() -> None:
+    # --bls-composing: e5_large_v2 (100.4 ms) is itself e5_large_v2_model (94.0 ms) and e5_large_v2_tokenize (6.8 ms)
+    ev = _ev("perf_analyzer_bls_composing_nested.txt")
+    assert ev["bench.composing_models"] == 2
+    assert abs(_f(ev["stage.compute_ms.mean"]) - (93.983 - 22.009)) < 1e-9
+    assert abs(_f(ev["stage.preprocess_ms.mean"]) - (6.802 - 1.024)) < 1e-9
+    assert abs(_f(ev["stage.queue.share"]) - (22.009 + 1.024) / 235.605) < 1e-9
+    # models that ran side by side summing past the ensemble's latency: shares of their sum, never above 1
+    lines = ["Request concurrency: 4", "Client:", "Throughput: 10 infer/sec", "Avg latency: 12000 usec", "Server:",
+             "Avg request latency: 10000 usec (overhead 0 usec + queue 0 usec + compute 10000 usec)",
+             "Composing models:", "detector, version: 1",
+             "Avg request latency: 9000 usec (overhead 0 usec + queue 0 usec + compute infer 9000 usec)",
+             "classifier, version: 2",
+             "Avg request latency: 9000 usec (overhead 0 usec + queue 0 usec + compute infer 9000 usec)"]
+    ev = {e.key: e.value for e in _source(lines).evidence("x")}
+    assert ev["stage.compute.share"] == 1.0 and "stage.preprocess.share" not in ev
+
+
 def test_client_transport_split_in_every_generation() -> None:
     # perf_client's "send/recv + response wait" (triton server#1: 32 × 608×608×3 FP32 inputs over HTTP)
     ev = _ev("perf_client_http_send_recv_large_tensors.txt")
@@ -163,3 +192,49 @@ def test_huge_line_and_mixed_encoding() -> None:
     src = _source(list(iter_text_lines(io.BytesIO(raw))))
     src.evidence("huge")
     src.problems()
+
+
+def test_an_ensemble_whose_preprocessing_model_takes_the_time_is_no_health() -> None:
+    """triton server#3245: analysed alone, the ensemble's line (99.6 % compute) read as a covered, healthy
+    service at 0.92; its composing DALI model is 65 % of the time, and the ensemble's fix leads."""
+    from diagnose import pipeline
+    from diagnose.loose import analyze_lines
+    from diagnose.model import EvidenceSet, Verdict
+
+    res = analyze_lines("triton-3245", _read("perf_analyzer_ensemble_dali_preprocess.txt"))
+    d = pipeline.judge(EvidenceSet(res.evidence))
+    top = d.findings[0]
+    assert top.code == "STG001" and d.verdict is not Verdict.HEALTHY
+    assert "By composing model: dali 19.5 ms of the ensemble's 30.0 ms" in top.message
+    assert top.fixes[0].summary == "Let the ensemble's processing model keep up"
+
+
+def test_trtexec_summary_splits_copies_from_compute_triton_6243() -> None:
+    ev = _ev("trtexec_summary_large_io_copies.txt")
+    assert ev["throughput.rps"] == 16.7825
+    assert ev["latency.e2e_ms.mean"] == 96.1359 and ev["latency.e2e_ms.p99"] == 102.108
+    assert ev["stage.h2d_ms.mean"] == 6.22497 and ev["stage.d2h_ms.mean"] == 31.5505
+    total = 6.22497 + 58.3605 + 31.5505
+    assert abs(_f(ev["stage.d2h.share"]) - 31.5505 / total) < 1e-9
+    assert abs(_f(ev["stage.compute.share"]) - 58.3605 / total) < 1e-9
+    assert ev["bench.enqueue_ms.mean"] == 1.57058
+
+
+def test_trtexec_beside_a_server_sweep_and_its_wall_time() -> None:
+    # trtexec's lines as TensorRT 8.6 prints them (constructed values), then a perf_analyzer level: the server's
+    # level is the one reported, the engine's parts are read too; the GPU's compute over the run's wall time
+    lines = ["[04/01/2024-21:10:48] [I] === Performance summary ===",
+             "[04/01/2024-21:10:48] [I] Throughput: 9.5 qps",
+             "[04/01/2024-21:10:48] [I] Latency: min = 104.9 ms, max = 106.8 ms, mean = 105.6 ms, median = 105.5 ms, "
+             "percentile(90%) = 106.5 ms, percentile(95%) = 106.7 ms, percentile(99%) = 106.8 ms",
+             "[04/01/2024-21:10:48] [I] GPU Compute Time: min = 103.8 ms, max = 105.5 ms, mean = 104.4 ms, "
+             "median = 104.3 ms, percentile(99%) = 105.5 ms",
+             "[04/01/2024-21:10:48] [I] Total Host Walltime: 3.2 s",
+             "[04/01/2024-21:10:48] [I] Total GPU Compute Time: 3.0 s",
+             "Request concurrency: 4", "Client:", "Throughput: 30 infer/sec", "Avg latency: 130000 usec"]
+    ev = {e.key: e.value for e in _source(lines).evidence("x")}
+    assert ev["throughput.rps"] == 30.0 and ev["bench.levels"] == 1 and ev["latency.e2e_ms.mean"] == 130.0
+    assert ev["stage.compute_ms.mean"] == 104.4 and ev["stage.compute.share"] == 1.0
+    assert abs(_f(ev["bench.gpu_compute_walltime_share"]) - 3.0 / 3.2) < 1e-9
+    # a "Latency: min = …" line with no summary before it is not trtexec's
+    assert not _source(["Latency: min = 1 ms, max = 2 ms, mean = 1.5 ms"]).matched()

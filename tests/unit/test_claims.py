@@ -482,6 +482,16 @@ def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
     assert not any("weights kept in host memory" in g.message for g in oom.findings)
 
 
+def test_tensors_llama_cpp_keeps_on_the_cpu_are_computed_there_not_streamed() -> None:
+    """llama.cpp#13735: `-ot exps=CPU` keeps the MoE experts on the CPU, where its threads compute them at every
+    token; the message said they were copied to the GPU at every forward pass (vLLM's --cpu-offload-gb does that)."""
+    text = ("llama-server token per second slow down\n\nllama-server.exe -m Qwen3-30B-A3B.gguf -ngl 99 -fa -c 40960 "
+            "-ot \".ffn_.*_exps.=CPU\"\n\nIt went from 26 t/s to 16 t/s.\n")
+    f = next(g for g in _diagnose(text).findings if g.code == "PLC001")
+    assert "tensors kept on the CPU, computed there by its threads" in f.message
+    assert "copied to the GPU" not in f.message
+
+
 def test_a_model_split_over_gpus_is_judged_by_its_part_on_each() -> None:
     """A 70B model (about 130 GiB at 16 bits) with --tensor-parallel-size 8 on H100s holds about 16 GiB on each: no
     layer is left to the CPU (vllm#7604's benchmark command read as 'the layers that do not fit run on the CPU');

@@ -139,3 +139,37 @@ def test_a_person_naming_the_jit_monitors_warning_is_no_compile_and_one_error_is
     assert src._p.log.jit_kernels == {"Triton fused_moe_kernel": 1, "CuTeDSL FlashAttnFwd::run<128>": 1}
     ev = {e.key: e.value for e in src.evidence("x")}
     assert (ev["compile.jit_while_serving"], ev["compile.jit_errors"]) == (2, 1)
+
+
+def test_tensorflow_retracing_warning_wrapped_or_not() -> None:
+    # megnet#161: wrapped before "0x7f…> triggered"; hls4ml#359: one line, 11 of the last 11 calls
+    ev = _ev("tf_retracing_wrapped_megnet.txt")
+    assert ev["compile.recompiles"] == 5 and ev["compile.framework"] == "tensorflow"
+    assert ev["compile.retrace_call_share"] == 1.0
+    ev = _ev("tf_retracing_predict_hls4ml.txt")
+    assert ev["compile.recompiles"] == 11
+    src = _source("tf_retracing_predict_hls4ml.txt")
+    assert "Model.make_predict_function" in next(e.detail for e in src.evidence("x") if e.key == "compile.recompiles")
+    # overlapping windows are not summed; a bound method counts; a head whose "triggered" never comes does not
+    p = CompileLogParser()
+    for line in ["W0101 tensorflow:5 out of the last 6 calls to <bound method GPT2CausalLM.generate_step of <x>> "
+                 "triggered tf.function retracing. Tracing is expensive",
+                 "WARNING:tensorflow:6 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing.",
+                 "5 out of the last 5 calls to <function g at 0x2>", "unrelated", "more",
+                 "triggered tf.function retracing"]:
+        p.feed(line)
+    assert p.log.tf_retrace_warnings == 2 and p.log.tf_retraces == 6 and p.log.tf_retrace_window == 7
+    assert set(p.log.tf_functions) == {"GPT2CausalLM.generate_step", "f"}
+
+
+def test_tensorflow_retracing_names_tensorflow_fixes() -> None:
+    from diagnose.model import EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.shapes import RecompilesFromLog
+
+    findings, _ = run_rules(EvidenceSet(_source("tf_retracing_predict_hls4ml.txt").evidence("x")),
+                            rules=(RecompilesFromLog,))
+    (f,) = findings
+    assert f.title == "tf.function retraces on almost every call" and "torch" not in f.message
+    assert "11 of the last 11 calls" in f.message
+    assert any("reduce_retracing=True" in s for fx in f.fixes for s in fx.steps)
