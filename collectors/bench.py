@@ -89,7 +89,7 @@ _AB_PCT = re.compile(r"^(\d+)%\s+(\d+)(?:\s*\(longest request\))?$")
 #   … Total Host Walltime: 3.00232 s / Total GPU Compute Time: 2.39284 s
 # Latency is the host's per-inference time: the input's copy to the device, the engine's compute and the output's
 # copy back (none of them with --noDataTransfers).
-_TRT_PREFIX = re.compile(r"^\[\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2}\]\s*\[[IWEVF]\]\s*")
+_TRT_PREFIX = re.compile(r"^(?:\[\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2}\]\s*)?\[[IWEVF]\]\s*")  # its date may be cut
 _TRT_SUMMARY = re.compile(r"^=+\s*Performance summary\s*=+$")
 _TRT_QPS = re.compile(r"^Throughput:\s*" + _NUM + r"\s*qps\b")
 _TRT_F = r"[\d.e+-]+"

@@ -196,6 +196,10 @@ CONCEPTS: dict[str, str] = {
                   r"call|run|time)|later (?:requests?|calls?|runs?)|from (?:then|there) ?on|steady|warm|之后|后续",
     "cuda_graph": r"cuda ?graphs?|cudagraphs?|enforce[_-]eager|eager mode|--enforce-eager|graph replay"
                   r"|use_cuda_graph|disable[_-]cuda[_-]graph",
+    # CUDA graphs said to be on: captured, enabled, in use (no sign of eager mode's launch path)
+    "cuda_graph_on": r"cuda ?graphs? (?:are|were|is|was|get|got) (?:being )?"
+                     r"(?:captured|enabled|on|used|in use|replayed)"
+                     r"|(?:captured|capturing|enabled) (?:the )?cuda ?graphs?|(?:cuda )?graphs? captured",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
               r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"
               r"|small kernels|single[- ]core (?:performance|speed|bound)|single[- ]thread(?:ed)? (?:performance|speed)"
@@ -348,8 +352,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # weights kept in host memory by the command's own settings, streamed to the GPU at every forward pass: vLLM's
     # and SGLang's --cpu-offload-gb, llama.cpp's --n-cpu-moe and an --override-tensor / -ot rule putting tensors on
     # the CPU (a value of 0 offloads nothing)
-    "weights_offloaded": re.compile(r"--cpu[-_]offload[-_]gb[= ]+0*[1-9]|\bcpu_offload_gb\s*[=:]\s*0*[1-9]"
-                                    r"|--n-cpu-moe[= ]+0*[1-9]|(?:\s-ot|--override-tensor)[= ]+\S*=CPU\b"),
+    "weights_offloaded": re.compile(r"--cpu[-_]offload[-_]gb[= ]+0*[1-9]|\bcpu_offload_gb\s*[=:]\s*0*[1-9]"),
+    # ... llama.cpp's, which computes the tensors it keeps on the CPU there (its threads, not the link, set the pace)
+    "tensors_on_cpu": re.compile(r"--n-cpu-moe[= ]+0*[1-9]|(?:(?:^|\s)-ot|--override-tensor)[= ]+\S*=CPU\b"),
     "preempted": re.compile(r"is preempted by PreemptionMode|preempted|retract(?:ed|ing) requests?", re.I),
     # the CUDA context itself cannot be created: the device is full before the process allocates anything
     "ctx_oom": re.compile(r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate\w*.{0,40}OUT_OF_MEMORY"
@@ -374,7 +379,7 @@ _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
-SETTINGS = ("cuda_graphs_off", "weights_offloaded")
+SETTINGS = ("cuda_graphs_off", "weights_offloaded", "tensors_on_cpu")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
 
 

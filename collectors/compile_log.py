@@ -23,6 +23,8 @@ Pure parsing, streamed line by line (``CompileLogParser.feed``). It reads
 * TensorFlow's ``WARNING:tensorflow:5 out of the last 5 calls to <function Model.make_predict_function.<locals>.
   predict_function at 0x…> triggered tf.function retracing. Tracing is expensive …`` (its tracing compiler
   traced the function again for most of its recent calls), the line wrapped or not.
+* TF-TRT's ``trt_engine_op.cc:632] Building a new TensorRT engine for TRTEngineOp_29 input shapes:
+  [[2,4,4,512]]`` (an engine built while the graph runs: not built at conversion, or a new input shape).
 
 Guard failures are grouped by input, kind and dimension, with the values seen.
 """
@@ -84,7 +86,12 @@ class CompileLog:
     tf_retrace_warnings: int = 0
     tf_retraces: int = 0  # the most calls of a window that retraced (the windows overlap: no sum)
     tf_retrace_window: int = 0  # … of the calls in that window
+    tf_retrace_share_max: float = 0.0  # the largest share of a warned window's calls that traced again
     tf_functions: dict[str, int] = field(default_factory=dict)  # "Model.make_predict_function" → warnings
+    # TF-TRT's engine op building an engine while the graph runs (its first call with an input shape):
+    # "Building a new TensorRT engine for TRTEngineOp_29 input shapes: [[2,4,4,512]]"
+    tftrt_builds: int = 0
+    tftrt_ops: dict[str, set[str]] = field(default_factory=dict)  # "TRTEngineOp_29" → the input shapes built for
 
     @property
     def retraced(self) -> bool:
@@ -110,9 +117,17 @@ _JIT_SERVING = re.compile(r"\b(?P<lang>[A-Z][\w-]*)(?: kernel)? JIT compilation 
 _JIT_RECORD = re.compile(r"jit_monitor|\b(?:WARNING|WARN|ERROR)\b|RuntimeError")
 # TensorFlow (2.x, tf.function's tracing compiler) warns when five or more of a function's recent calls traced
 # it again; a paste may wrap the line before "triggered"
-_TF_RETRACE = re.compile(r"(?P<n>\d+) out of the last (?P<m>\d+) calls to "
-                         r"<(?:function|bound method) (?P<func>[\w.<>]+)")
-_TF_TRIGGERED = "triggered tf.function retracing"
+# (a paste may wrap it anywhere, even inside a word: the head is matched with optional whitespace between its words,
+# over the warning's lines joined with and without a space)
+_TF_RETRACE = re.compile(r"(?<![\d.])(?P<n>\d{1,7})\s*out\s*of\s*the\s*last\s*(?P<m>\d{1,7})\s*calls\s*to\s*"
+                         r"<\s*(?:function|bound\s*method)\s*(?P<func>[\w.<>]{1,300})")
+_TF_TRIGGERED = "triggeredtf.functionretracing"  # without its whitespace
+# ... printed by TensorFlow's logger (python logging's "WARNING:tensorflow:", absl's "W1012 12:00:00.123 …]"), not
+# quoted in a person's sentence
+_TF_RECORD = re.compile(r"^[\s`>*-]*$|tensorflow|\b(?:WARNING|WARN)\b|\b[WIE]\d{4}\b|\]\s*$")
+_TF_ADDRESS = re.compile(r"at0x[0-9a-fA-F]*>?$|>$")
+_TFTRT_BUILD = re.compile(r"Building a new TensorRT engine for (?P<op>[\w/.-]+)(?: with)? input shapes: "
+                          r"(?P<shapes>\[\[[^\]]{0,200}\](?:,\s*\[[^\]]{0,200}\]){0,16}\])")
 _RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
 _TRIGGERED = re.compile(r"triggered by the following guard failure")
 _GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
@@ -211,8 +226,7 @@ class CompileLogParser:
     def __init__(self) -> None:
         self.log = CompileLog()
         self._in_list = False  # inside a "triggered by the following guard failure(s):" list
-        self._tf_pending: tuple[int, int, str] | None = None  # a retracing warning's head, its line wrapped
-        self._tf_wait = 0
+        self._tf_lines: list[str] = []  # the lines of a retracing warning read so far (it may be wrapped)
 
     def _reason(self, text: str) -> None:
         inp, kind, dim, vals = classify_reason(text)
@@ -224,9 +238,28 @@ class CompileLogParser:
             group = self.log.reasons[key] = ReasonGroup(inp, kind, dim, example=text[:200])
         group.add(*vals)
 
+    def _tf_warning(self, line: str) -> bool:
+        """TensorFlow's retracing warning over up to six lines; True when this line closed one."""
+        self._tf_lines.append(line)
+        flat = re.sub(r"\s+", "", "".join(self._tf_lines))
+        if _TF_TRIGGERED not in flat:
+            if len(self._tf_lines) >= 6:  # no warning began in the first: start again where a head may be
+                self._tf_lines = [line] if "out of" in line or "calls to" in line else []
+            return False
+        lines, self._tf_lines = self._tf_lines, []
+        for text in ("".join(lines), " ".join(lines)):  # a line cut anywhere, then one cut at a space
+            m = _TF_RETRACE.search(text)
+            if m and _TF_RECORD.search(text[:m.start()].rsplit("\n", 1)[-1][-60:]):
+                func = _TF_ADDRESS.sub("", re.sub(r"\s+", "", m.group("func")))
+                self._retrace(int(m.group("n")), int(m.group("m")), func)
+                return True
+        return False
+
     def _retrace(self, n: int, m: int, func: str) -> None:
         log = self.log
         log.tf_retrace_warnings += 1
+        if m:
+            log.tf_retrace_share_max = max(log.tf_retrace_share_max, min(1.0, n / m))  # the busiest window
         if n > log.tf_retraces:
             log.tf_retraces, log.tf_retrace_window = n, m
         name = func.split(".<locals>")[0]
@@ -236,23 +269,19 @@ class CompileLogParser:
 
     def feed(self, line: str) -> None:
         log = self.log
-        if "calls to <" in line:
-            m = _TF_RETRACE.search(line)
+        if (self._tf_lines or "out of" in line or "calls to" in line) and self._tf_warning(line):
+            return
+        if "Building a new TensorRT engine" in line:
+            m = _TFTRT_BUILD.search(line)
             if m:
-                held = (int(m.group("n")), int(m.group("m")), m.group("func"))
-                if _TF_TRIGGERED in line[m.end():]:
-                    self._retrace(*held)
-                else:
-                    self._tf_pending, self._tf_wait = held, 2
+                log.tftrt_builds += 1
+                op = m.group("op")
+                if op in log.tftrt_ops or len(log.tftrt_ops) < MAX_GROUPS:
+                    shapes = log.tftrt_ops.setdefault(op, set())
+                    if len(shapes) < MAX_VALUES:
+                        shapes.add(re.sub(r"\s+", "", m.group("shapes")))
+                log.lines += 1
                 return
-        if self._tf_pending is not None:
-            if _TF_TRIGGERED in line:
-                self._retrace(*self._tf_pending)
-                self._tf_pending = None
-                return
-            self._tf_wait -= 1
-            if self._tf_wait <= 0:
-                self._tf_pending = None
         torch_line = "torch" in line
         if torch_line and log.first_ts is None:
             log.first_ts = _timestamp(line)
@@ -343,4 +372,4 @@ class CompileLogParser:
     def matched(self) -> bool:
         log = self.log
         return bool(log.recompiles or log.limit_hit or log.graph_break_count or log.reasons or log.jit_kernels
-                    or log.retraced or (log.compile_ids and any(log.compile_ids.values())))
+                    or log.retraced or log.tftrt_builds or (log.compile_ids and any(log.compile_ids.values())))

@@ -21,7 +21,8 @@ Recognised (numbers vary; every field is read on its own, so a block pasted in p
       slot print_timing: id  3 | task 0 | prompt processing, n_tokens = 118810, progress = 0.99, t = 401.80 s / …
 
 * koboldcpp: ``Processing Prompt [BLAS] (2048 / 14093 tokens)`` and
-  ``Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s``.
+  ``Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s`` (newer ones lead
+  with ``Init:3.19s``, the host's preparation before the prompt is processed).
 
 A *generation* is one block: a prompt-eval line followed by its eval line.
 
@@ -80,7 +81,10 @@ _PP_PROGRESS = re.compile(rf"(?:\btask (?P<task>\d+)\s*\|\s*)?prompt processing,
                           rf"progress\s*=\s*(?P<p>[\d.]+), t\s*=\s*{_NUM}\s*s\b")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
-_KOBOLD_TIMES = re.compile(rf"Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s", re.IGNORECASE)
+# newer koboldcpp puts its preparation before them ("Init:3.19s, Process:0.02s (55.56T/s), Generate:0.81s"): the host's
+# work before the prompt is processed (tokenising, fast-forwarding or shifting the context)
+_KOBOLD_TIMES = re.compile(rf"(?:Init:\s*(?P<init>{_NUM})s,\s*)?Process:\s*{_NUM}s.*?Generate:\s*{_NUM}s",
+                           re.IGNORECASE)
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Generation:
     total_ms: float | None = None
     load_ms: float | None = None
     sample_ms: float | None = None  # the sampler's time on the CPU (grammar, penalties, top-k over the vocabulary)
+    init_ms: float | None = None  # koboldcpp's Init: the host's preparation before the prompt is processed
 
     @property
     def useful(self) -> bool:
@@ -199,8 +204,10 @@ class LlamaTimingParser:
             m4 = _KOBOLD_TIMES.search(line)
             if m4:
                 self._close()
-                self._cur.prompt_ms = float(m4.group(1)) * 1000
-                self._cur.gen_ms = float(m4.group(2)) * 1000
+                self._cur.prompt_ms = float(m4.group(3)) * 1000
+                self._cur.gen_ms = float(m4.group(4)) * 1000
+                if m4.group("init"):
+                    self._cur.init_ms = float(m4.group("init")) * 1000
                 if self.timings.prompt_tokens_seen:
                     self._cur.prompt_tokens = self.timings.prompt_tokens_seen[-1]
                 self._close()

@@ -10,7 +10,6 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -248,8 +247,7 @@ class PlacementReported(ReportRule):
         if _n(ev, "report.wrong_gpu_statements"):
             out.append(Signal(t.weak, f"questions which GPU is used{_q(ev, 'report.wrong_gpu_statements')}"))
         if _n(ev, "report.offload_settings") and not _oom_message(ev):
-            quote = _quote(ev, "report.offload_settings")
-            if re.search(r"(?:^|\s)-ot\b|--override-tensor|--n-cpu-moe", quote):
+            if _n(ev, "report.cpu_tensor_settings") >= _n(ev, "report.offload_settings"):
                 # llama.cpp computes the tensors kept on the CPU there: its threads and memory bandwidth set the pace
                 out.append(Signal(t.stated, "starts llama.cpp with tensors kept on the CPU, computed there by its "
                                             f"threads at every token{_q(ev, 'report.offload_settings')}"))
@@ -600,7 +598,7 @@ class LaunchOverheadReported(ReportRule):
     requires_any = (("report.cuda_graphs_off_messages",), ("report.launch_statements",),
                     ("report.cuda_graph_statements",), ("report.cpu_util_pct_max", "report.gpu_util_pct_max"),
                     ("report.cpu_bound_statements",))
-    optional = ("report.slow_statements", "report.batch_statements")
+    optional = ("report.slow_statements", "report.batch_statements", "report.cuda_graph_on_statements")
     title_concepts = ("cuda_graph", "launch")
     headline = "The host's launch path, not the GPU, sets the pace"
     cause = "report.cause.launch"
@@ -621,8 +619,9 @@ class LaunchOverheadReported(ReportRule):
             out.append(Signal(t.graphs_off, f"runs with CUDA graphs off{_q(ev, 'report.cuda_graphs_off_messages')}"))
         if _n(ev, "report.launch_statements"):
             out.append(Signal(t.stated, f"names kernel-launch / host overhead{_q(ev, 'report.launch_statements')}"))
-        if _n(ev, "report.cuda_graph_statements") and (_n(ev, "report.slow_statements")
-                                                       or ev.value("report.decode_ms_max") is not None):
+        # graphs said to be captured or in use are no sign of eager mode's launch path
+        graphs = _n(ev, "report.cuda_graph_statements") > _n(ev, "report.cuda_graph_on_statements")
+        if graphs and (_n(ev, "report.slow_statements") or ev.value("report.decode_ms_max") is not None):
             out.append(Signal(t.weak, f"discusses CUDA graphs / eager mode "
                                       f"({_quote(ev, 'report.cuda_graph_statements')})"))
         cpu, gpu = ev.value("report.cpu_util_pct_max"), ev.value("report.gpu_util_pct_max")
@@ -634,7 +633,7 @@ class LaunchOverheadReported(ReportRule):
                 generating or (gpu is not None and gpu < t.max_gpu_pct)):
             out.append(Signal(t.stated, "names the CPU as the limit of the GPU's work"
                               + _q(ev, "report.cpu_bound_statements")))
-        if _n(ev, "report.cuda_graph_statements") and gpu is not None and t.min_gpu_pct <= gpu < t.max_gpu_pct:
+        if graphs and gpu is not None and t.min_gpu_pct <= gpu < t.max_gpu_pct:
             out.append(Signal(t.weak, f"discusses CUDA graphs with the GPU at {gpu:.0f} %"))
         return out
 

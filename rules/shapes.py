@@ -27,7 +27,11 @@ class RecompilesFromLog(Rule):
     function silently runs eager, or fails outright under ``fullgraph=True``.
     TensorFlow's retracing warning (``5 out of the last 5 calls to <function …> triggered tf.function
     retracing``) is the same fault in tf.function: ``compile.framework`` = tensorflow gives its own message
-    and fixes (trace once, an input signature or ``reduce_retracing``).
+    and fixes (trace once, an input signature or ``reduce_retracing``), when at least ``min_retrace_share`` of
+    a warned window's calls traced (TensorFlow also warns of 5 traces in 2,000 calls).
+    TF-TRT's ``Building a new TensorRT engine for TRTEngineOp_N input shapes: [[…]]`` records
+    (``compile.framework`` = tf-trt) are engines built while the graph serves: its own message and
+    fixes (build them at conversion over every served shape, ``maximum_cached_engines``).
 
     Why it matters: every recompile blocks the request that triggered it for seconds; past the
     limit the model loses its compiled speed without a word, or (fullgraph) the service crashes or
@@ -39,7 +43,7 @@ class RecompilesFromLog(Rule):
 
     Evidence: compile.recompiles or compile.limit_hit; optionally compile.recompile_reasons,
     compile.recompile_limit, compile.fullgraph_failure, compile.recompile_rate_per_min,
-    compile.graph_breaks, compile.framework, compile.retrace_call_share.
+    compile.graph_breaks, compile.framework, compile.retrace_call_share, compile.engine_rebuilds.
 
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic(x, dim)``) or compile with
     ``dynamic=True``; pad/bucket inputs to a few sizes and warm each up; only then consider raising
@@ -60,13 +64,14 @@ class RecompilesFromLog(Rule):
     optional = (
         "compile.recompiles", "compile.limit_hit", "compile.recompile_reasons", "compile.recompile_limit",
         "compile.fullgraph_failure", "compile.recompile_rate_per_min", "compile.graph_breaks", "compile.framework",
-        "compile.retrace_call_share",
+        "compile.retrace_call_share", "compile.engine_rebuilds",
     )
 
     @dataclass(frozen=True)
     class Thresholds:
         min_recompiles: float = 3  # automatic dynamic shapes recompile once per varying dim; 3+ is a pattern
         storm_rate_per_min: float = 2.0  # recompiling more than twice a minute in steady state is a storm
+        min_retrace_share: float = 0.1  # tf.function: a tenth of a window's calls tracing again costs the service
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         n = ev.value("compile.recompiles", 0.0) or 0.0
@@ -75,7 +80,12 @@ class RecompilesFromLog(Rule):
             return None
         framework = ev.get("compile.framework")
         if isinstance(framework, Evidence) and framework.value == "tensorflow":
+            share = ev.value("compile.retrace_call_share")
+            if share is not None and share < t.min_retrace_share:
+                return None  # five traces in thousands of calls: warned, and cheap
             return self._retracing(ev, n)
+        if isinstance(framework, Evidence) and framework.value == "tf-trt":
+            return self._tftrt(ev, n)
         limit = ev.value("compile.recompile_limit")
         hard = (ev.value("compile.fullgraph_failure", 0.0) or 0.0) > 0
         rate = ev.value("compile.recompile_rate_per_min")
@@ -145,6 +155,31 @@ class RecompilesFromLog(Rule):
             ],
         )
 
+
+    def _tftrt(self, ev: EvidenceSet, n: float) -> Finding:
+        """TF-TRT builds TensorRT engines while the graph serves (none built at conversion, or new input shapes)."""
+        got = ev.get("compile.recompiles")
+        detail = got.detail if isinstance(got, Evidence) else f"TF-TRT built {n:.0f} TensorRT engines while running"
+        again = ev.value("compile.engine_rebuilds", 0.0) or 0.0
+        impact = min(0.8, 0.25 + 0.03 * n + (0.2 if again else 0.0))
+        return self.finding(
+            severity=severity_for(impact),
+            confidence=Confidence.MEASURED,
+            title="TF-TRT builds TensorRT engines while serving",
+            message=f"{detail}. Each build runs on the request that needs it (TensorRT builds take seconds or more); "
+                    "an input shape the op has no engine for builds another (up to maximum_cached_engines).",
+            impact=impact,
+            evidence=present(ev, *self.optional),
+            fixes=[
+                Fix("Build the engines before serving",
+                    ("At conversion, run converter.build(input_fn=...) over every input shape you serve, then "
+                     "converter.save(): the engines are saved in the SavedModel",
+                     "Set maximum_cached_engines to at least the number of shapes served"), Risk.SAFE),
+                Fix("Cover the shapes with fewer engines",
+                    ("use_dynamic_shape=True with a dynamic_shape_profile_strategy (TF 2.5 and later), or pad inputs "
+                     "to a few fixed shapes",), Risk.NEEDS_VALIDATION),
+            ],
+        )
 
     def _retracing(self, ev: EvidenceSet, n: float) -> Finding:
         """TensorFlow's tf.function traced again for most of its recent calls (its retracing warning)."""

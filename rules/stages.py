@@ -65,9 +65,9 @@ _PRE_FIXES = (
     ),
 )
 _ENSEMBLE_FIX = Fix(
-    "Let the ensemble's processing model keep up",
-    ("Triton: more instances of the pre- or post-processing model (instance_group count) and dynamic batching on "
-     "it, so requests do not wait for it while the main model idles; measure it alone with "
+    "Let the ensemble's processing model keep pace with the main model",
+    ("Triton: more instances of the pre- or post-processing model (instance_group count), dynamic batching on it, "
+     "or a cheaper one (DALI's GPU operators for decoding and resizing); measure it alone with "
      "perf_analyzer -m <that model>",),
     Risk.NEEDS_VALIDATION,
 )
@@ -78,7 +78,8 @@ class PreprocessDominatesLatency(Rule):
 
     What it detects: the ``preprocess`` stage (decode, resize, normalise, tokenise, parse) and the
     ``postprocess`` stage (NMS, decoding boxes or masks, detokenising, formatting, llama.cpp's sampler: its
-    ``sample time``, apart from eval) together are a
+    ``sample time``, apart from eval; koboldcpp's ``Init`` before prompt processing counts as
+    pre-processing) together are a
     large share of end-to-end time, from a stage-timing log, a stage table, spans (ultralytics'
     ``Speed: 1.2ms preprocess, 5.4ms inference, 240ms postprocess per image``), or a before/after
     comparison where only the pre-processing path changed (its delta is a measured lower bound).
@@ -87,7 +88,9 @@ class PreprocessDominatesLatency(Rule):
     the GIL, while the accelerator waits; a faster GPU or model changes nothing.
 
     How it decides: ``stage.preprocess.share`` plus ``stage.postprocess.share`` is at least
-    ``min_share``; the message and the fixes follow the larger of the two. Impact is their sum.
+    ``min_share``; the message and the fixes follow the larger of the two. Impact is their sum. In a
+    Triton ensemble (``bench.composing_models``) every request passes its processing model, so it must
+    take at least ``min_ensemble_share``, more than the models it feeds, and its fix is that model's.
 
     Evidence: stage.preprocess.share or stage.postprocess.share; optionally stage.postprocess_ms.*,
     stage.preprocess_ms.p50, stage.preprocess_ms.mean,
@@ -116,11 +119,15 @@ class PreprocessDominatesLatency(Rule):
     @dataclass(frozen=True)
     class Thresholds:
         min_share: float = 0.2  # a fifth of every request spent preparing inputs is more than a GPU pipeline needs
+        # a Triton ensemble's processing model: every request passes it, so a share of the time is its work by design
+        min_ensemble_share: float = 0.5  # it is the bottleneck when it takes more of the time than the models it feeds
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         pre = ev.value("stage.preprocess.share", 0.0) or 0.0
         post = ev.value("stage.postprocess.share", 0.0) or 0.0
         if pre + post < t.min_share:
+            return None
+        if "bench.composing_models" in ev and pre + post < t.min_ensemble_share:
             return None
         if post > pre:
             return self._post(ev, pre, post)
@@ -130,6 +137,8 @@ class PreprocessDominatesLatency(Rule):
         lower = detail.startswith("lower bound")
         ms = ev.value("stage.preprocess_ms.p50") or ev.value("stage.preprocess_ms.mean")
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
+        if "bench.composing_models" in ev:  # shares of the ensemble's server-side time
+            e2e = ev.value("latency.server_ms.mean") or e2e
         msg = f"Pre-processing is {'at least ' if lower else ''}{pct(share)} of end-to-end latency"
         if ms is not None and e2e is not None:
             msg += f" ({'≥ ' if lower else ''}{fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
@@ -141,9 +150,9 @@ class PreprocessDominatesLatency(Rule):
             msg += f" The faster path is {speed:.2f}× the throughput."
         fixes = list(_PRE_FIXES)
         ensemble = ev.get("bench.composing_models")
-        if isinstance(ensemble, Evidence):
+        if isinstance(ensemble, Evidence):  # a model of the ensemble: its own fix, not a library to move to
             msg += f" By composing model: {ensemble.detail.partition(': ')[2]}."
-            fixes.insert(0, _ENSEMBLE_FIX)
+            fixes = [_ENSEMBLE_FIX]
         return self.finding(
             severity=severity_for(share),
             confidence=_confidence(ev, "stage.preprocess.share"),
@@ -158,6 +167,8 @@ class PreprocessDominatesLatency(Rule):
     def _post(self, ev: EvidenceSet, pre: float, post: float) -> Finding:
         ms = ev.value("stage.postprocess_ms.p50") or ev.value("stage.postprocess_ms.mean")
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
+        if "bench.composing_models" in ev:
+            e2e = ev.value("latency.server_ms.mean") or e2e
         msg = f"Post-processing is {pct(post)} of the time" + (f" ({fmt_ms(ms)} per item)" if ms is not None else "")
         if e2e is not None and ms is not None:
             msg = f"Post-processing is {pct(post)} of end-to-end latency ({fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
@@ -169,7 +180,7 @@ class PreprocessDominatesLatency(Rule):
         ensemble = ev.get("bench.composing_models")
         if isinstance(ensemble, Evidence):
             msg += f" By composing model: {ensemble.detail.partition(': ')[2]}."
-            fixes.insert(0, _ENSEMBLE_FIX)
+            fixes = [_ENSEMBLE_FIX]
         return self.finding(
             severity=severity_for(pre + post),
             confidence=_confidence(ev, "stage.postprocess.share"),
@@ -180,6 +191,20 @@ class PreprocessDominatesLatency(Rule):
             why=f"postprocess |{bar(post)}| {pct(post)}",
             fixes=fixes,
         )
+
+
+_PINNED_FIX = Fix("Copy from pinned memory, asynchronously",
+                  ("DataLoader(pin_memory=True) or tensor.pin_memory(); .to('cuda', non_blocking=True)",), Risk.SAFE)
+_ON_DEVICE_FIX = Fix("Keep data on the device",
+                     ("ONNX Runtime: bind inputs/outputs on the device (io_binding) so nothing round-trips",
+                      "Triton: pass tensors in CUDA shared memory (perf_analyzer --shared-memory cuda; the client's "
+                      "cudashm utilities) rather than over gRPC/HTTP",
+                      "Do pre/post-processing on the GPU so only the final result is copied back"),
+                     Risk.NEEDS_VALIDATION)
+_SMALLER_FIX = Fix("Move fewer bytes",
+                   ("Return FP16 or a reduced output (crop, top-k, argmax on the device) instead of the full tensor",
+                    "Check the link: nvidia-smi -q -d PCI (the current generation and width against the maximum)"),
+                   Risk.NEEDS_VALIDATION)
 
 
 class TransferDominatesLatency(Rule):
@@ -208,7 +233,8 @@ class TransferDominatesLatency(Rule):
     category = Category.PCIE_TRANSFER
     requires = ()
     requires_any = (("stage.h2d.share",), ("stage.d2h.share",))
-    optional = ("stage.h2d.share", "stage.d2h.share", "stage.h2d_ms.p50", "stage.d2h_ms.p50", "latency.e2e_ms.p50")
+    optional = ("stage.h2d.share", "stage.d2h.share", "stage.h2d_ms.p50", "stage.d2h_ms.p50", "latency.e2e_ms.p50",
+                "bench.engine_alone")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -220,24 +246,23 @@ class TransferDominatesLatency(Rule):
         share = h2d + d2h
         if share < t.min_share:
             return None
+        fixes = [_PINNED_FIX, _ON_DEVICE_FIX]
+        message = (f"Copies take {pct(share)} of end-to-end latency (host→device {pct(h2d)}, device→host "
+                   f"{pct(d2h)}).")
+        if "bench.engine_alone" in ev:  # trtexec copies from pinned buffers already: what is left is the size
+            message = (f"Copies take {pct(share)} of each inference of the engine timed alone (host→device "
+                       f"{pct(h2d)}, device→host {pct(d2h)}), from pinned host buffers already: the tensors' size "
+                       "over the link sets it.")
+            fixes = [_SMALLER_FIX, _ON_DEVICE_FIX]
         return self.finding(
             severity=severity_for(share),
             confidence=_confidence(ev, "stage.h2d.share" if h2d >= d2h else "stage.d2h.share"),
             title="Host↔device copies are a large share of latency",
-            message=(f"Copies take {pct(share)} of end-to-end latency (host→device {pct(h2d)}, device→host "
-                     f"{pct(d2h)})."),
+            message=message,
             impact=share,
             evidence=present(ev, *self.optional),
             why=f"h2d |{bar(h2d)}| {pct(h2d)}\nd2h |{bar(d2h)}| {pct(d2h)}",
-            fixes=[
-                Fix("Copy from pinned memory, asynchronously",
-                    ("DataLoader(pin_memory=True) or tensor.pin_memory(); .to('cuda', non_blocking=True)",),
-                    Risk.SAFE),
-                Fix("Keep data on the device",
-                    ("ONNX Runtime: bind inputs/outputs on the device (io_binding) so nothing round-trips",
-                     "Do pre/post-processing on the GPU so only the final result is copied back"),
-                    Risk.NEEDS_VALIDATION),
-            ],
+            fixes=fixes,
         )
 
 

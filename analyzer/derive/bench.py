@@ -63,8 +63,8 @@ def _pick(levels: list[BenchLevel]) -> BenchLevel | None:
 
 
 # a composing model's stage, by its name: a pre- or post-processing model (DALI, a tokenizer, "preprocessing" in
-# TensorRT-LLM's ensemble) or a copy; any other model is the model itself (compute)
-_MODEL_STAGES = ("preprocess", "postprocess", "h2d", "d2h")
+# TensorRT-LLM's ensemble); any other model is the model itself (compute)
+_MODEL_STAGES = ("preprocess", "postprocess")  # a model is never a copy, whatever its name ("image_download")
 
 
 def _ensemble(ev: Emit, lvl: BenchLevel, where: str) -> None:
@@ -108,6 +108,8 @@ def _device_parts(ev: Emit, lvl: BenchLevel) -> None:
             if part in parts:
                 ev.add(f"stage.{part}.share", parts[part] / inference, "ratio",
                        "trtexec: share of H2D + GPU compute + D2H per inference")
+    ev.add("bench.engine_alone", 1, "flag", "trtexec timed the engine alone, its copies from pinned host buffers, "
+           "asynchronous")
     if "enqueue" in parts:
         ev.add("bench.enqueue_ms.mean", parts["enqueue"], "ms", "trtexec: the host's time to enqueue one inference")
     if lvl.gpu_busy is not None:
@@ -176,9 +178,10 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
         if "queue" in parts and lvl.server_latency > 0 and not lvl.composing_leaves:
             ev.add("stage.queue.share", parts["queue"] / lvl.server_latency, "ratio",
                    "server queue / server request latency")
-    # trtexec times the engine alone, apart from any server's load levels: its parts are read either way
+    # trtexec times the engine alone, apart from any server's load levels: its parts are the stages unless the
+    # server's level has a breakdown of its own (one request's stages, not two runs' mixed)
     trt = next((x for x in reversed(levels) if x.device_parts), None)
-    if trt is not None:
+    if trt is not None and (trt is lvl or not (lvl.server_parts or lvl.composing_leaves)):
         _device_parts(ev, trt)
     closed = [x for x in levels if x.tool == lvl.tool and x.concurrency is not None and x.latency_mean is not None]
     if len(closed) >= 2:

@@ -16,7 +16,7 @@ class CompileLogSource:
     """Text source for TORCH_LOGS=recompiles / graph_breaks output and recompile-limit errors."""
 
     kind = "torch-compile-log"
-    triggers = ("torch", "Recompiling", "calls to <", "tf.function retracing",
+    triggers = ("torch", "Recompiling", "calls to <", "tf.function retracing", "Building a new TensorRT engine",
                 "recompil", ("triggered by", 0, 30), "limit", "Limit", "LIMIT",
                 "raph break", "raph Break", "GRAPH BREAK", "reason", "Reason", "fullgraph", "JIT compilation")
 
@@ -46,17 +46,25 @@ class CompileLogSource:
         elif log.limit_hit and log.limit:
             ev.add("compile.recompiles", log.limit, "recompiles",
                    f"at least: the {log.limit_kind or 'recompile limit'} ({log.limit}) was reached", Quality.PARTIAL)
+        elif log.tftrt_builds:
+            ops = len(log.tftrt_ops)
+            again = sum(max(0, len(shapes) - 1) for shapes in log.tftrt_ops.values())
+            ev.add("compile.recompiles", log.tftrt_builds, "recompiles",
+                   f"TF-TRT built {log.tftrt_builds} TensorRT engine(s) while running, for {ops} engine op(s)"
+                   + (f", {again} of them again for a new input shape" if again else ""))
+            ev.add("compile.framework", "tf-trt", "name", "TF-TRT's engine op building engines at run time")
+            ev.add("compile.engine_rebuilds", again, "builds", "engines built again for an op's new input shape")
         elif log.retraced:
             fns = ", ".join(f"{k} ×{v}" if v > 1 else k
                             for k, v in sorted(log.tf_functions.items(), key=lambda kv: -kv[1])[:5])
+            several = log.tf_retrace_warnings > 1
             ev.add("compile.recompiles", log.tf_retraces, "recompiles",
-                   f"at least: TensorFlow warned that tf.function retraced {log.tf_retraces} of the last "
-                   f"{log.tf_retrace_window} calls to {fns}"
-                   + (f" ({log.tf_retrace_warnings} warnings)" if log.tf_retrace_warnings > 1 else ""), Quality.PARTIAL)
+                   f"at least: TensorFlow warned that tf.function retraced {'up to ' if several else ''}"
+                   f"{log.tf_retraces} of the last {log.tf_retrace_window} calls"
+                   + (f" ({log.tf_retrace_warnings} warnings: {fns})" if several else f" to {fns}"), Quality.PARTIAL)
             ev.add("compile.framework", "tensorflow", "name", "tf.function's retracing warning")
-            if log.tf_retrace_window:
-                ev.add("compile.retrace_call_share", log.tf_retraces / log.tf_retrace_window, "ratio",
-                       "share of the warned window's calls that traced the function again")
+            ev.add("compile.retrace_call_share", log.tf_retrace_share_max, "ratio",
+                   "the largest share of a warned window's calls that traced the function again")
         if log.recompiles or log.limit_hit:
             ev.add("compile.limit_hit", 1 if log.limit_hit else 0, "flag",
                    (f"{log.limit_kind or 'recompile limit'} ({log.limit})" if log.limit else "recompile limit")

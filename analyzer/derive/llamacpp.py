@@ -70,8 +70,12 @@ class LlamaTimingSource:
             # generation printed it: the third part of the generation's time, post-processing the logits
             sampled = [g.sample_ms for g in gens if g.prompt_ms is not None and g.gen_ms is not None]
             sample = sum(x for x in sampled if x is not None) if sampled and None not in sampled else 0.0
-            parts = "prompt eval + eval" + (" + sample" if sample else "")
-            total = sum(p + d for p, d in both) + sample
+            # koboldcpp's Init (the host's preparation before the prompt: tokenising, the context's fast-forward
+            # or shift) where every such generation printed it: a part before prefill
+            inits = [g.init_ms for g in gens if g.prompt_ms is not None and g.gen_ms is not None]
+            init = sum(x for x in inits if x is not None) if inits and None not in inits else 0.0
+            parts = ("init + " if init else "") + "prompt eval + eval" + (" + sample" if sample else "")
+            total = sum(p + d for p, d in both) + sample + init
             share = sum(p for p, _ in both) / total if total else 0.0
             ev.add("stage.prefill.share", share, "ratio", f"prompt eval time / ({parts}) over {len(both)} "
                    "generation(s)")
@@ -81,6 +85,10 @@ class LlamaTimingSource:
                 ev.add("stage.postprocess.share", sample / total, "ratio", f"{fmt} sample time / ({parts}): the "
                        "sampler's work on the CPU (grammar, penalties, top-k over the vocabulary) per token")
                 ev.add("stage.postprocess_ms.mean", sample / len(both), "ms", f"{fmt} sample time per generation")
+            if init:
+                ev.add("stage.preprocess.share", init / total, "ratio", f"{fmt} Init / ({parts}): the host's "
+                       "preparation before the prompt is processed (tokenising, fast-forwarding the context)")
+                ev.add("stage.preprocess_ms.mean", init / len(both), "ms", f"{fmt} Init per generation")
             ev.add("latency.e2e_ms.mean", total / len(both), "ms", f"{fmt} {parts} per generation")
         running = list(r.prefill_progress.values())
         if running and not gens and not r.generating:

@@ -206,7 +206,7 @@ def test_an_ensemble_whose_preprocessing_model_takes_the_time_is_no_health() -> 
     top = d.findings[0]
     assert top.code == "STG001" and d.verdict is not Verdict.HEALTHY
     assert "By composing model: dali 19.5 ms of the ensemble's 30.0 ms" in top.message
-    assert top.fixes[0].summary == "Let the ensemble's processing model keep up"
+    assert top.fixes[0].summary == "Let the ensemble's processing model keep pace with the main model"
 
 
 def test_trtexec_summary_splits_copies_from_compute_triton_6243() -> None:
@@ -238,3 +238,36 @@ def test_trtexec_beside_a_server_sweep_and_its_wall_time() -> None:
     assert abs(_f(ev["bench.gpu_compute_walltime_share"]) - 3.0 / 3.2) < 1e-9
     # a "Latency: min = …" line with no summary before it is not trtexec's
     assert not _source(["Latency: min = 1 ms, max = 2 ms, mean = 1.5 ms"]).matched()
+
+
+def test_review_fixes_trtexec_and_ensembles() -> None:
+    """A reviewer's repros: trtexec's lines with only the [I] tag (NVIDIA/TensorRT#3364's paste) are read; a server
+    level with its own breakdown keeps its stages (trtexec's run is another request's); a composing model is never a
+    copy, whatever its name; a DALI model at 28 % of an ensemble is its share by design, no bottleneck."""
+    from diagnose import pipeline
+    from diagnose.loose import analyze_lines
+    from diagnose.model import EvidenceSet
+
+    tagged = [line.split("] ", 1)[1] for line in _read("trtexec_summary_large_io_copies.txt") if "] [I]" in line]
+    assert tagged[0].startswith("[I] === Performance summary")
+    ev = {e.key: e.value for e in _source(tagged).evidence("x")}
+    assert ev["stage.d2h_ms.mean"] == 31.5505
+    served = _read("perf_analyzer_slow_compute_modest_concurrency.txt") + _read("trtexec_summary_large_io_copies.txt")
+    ev = {e.key: e.value for e in _source(served).evidence("x")}
+    assert "stage.d2h.share" not in ev and ev["stage.compute_infer_ms.mean"] == 209.423
+    download = ["Request concurrency: 4", "Client:", "Throughput: 80 infer/sec", "Avg latency: 50100 usec", "Server:",
+                "Avg request latency: 49600 usec (overhead 300 usec + queue 200 usec + compute 49100 usec)",
+                "Composing models:", "image_download, version: 1",
+                "Avg request latency: 38500 usec (overhead 20 usec + queue 100 usec + compute infer 38380 usec)",
+                "resnet50_trt, version: 1",
+                "Avg request latency: 10900 usec (overhead 20 usec + queue 100 usec + compute infer 10780 usec)"]
+    ev = {e.key: e.value for e in _source(download).evidence("x")}
+    assert "stage.h2d.share" not in ev and abs(_f(ev["stage.compute_ms.mean"]) - (38.4 + 10.8)) < 1e-9
+    dali = ["Request concurrency: 1", "Client:", "Throughput: 135.4 infer/sec", "Avg latency: 7380 usec", "Server:",
+            "Avg request latency: 8348 usec (overhead 0 usec + queue 78 usec + compute 8270 usec)",
+            "Composing models:", "dali, version: ",
+            "Avg request latency: 2307 usec (overhead 3 usec + queue 42 usec + compute infer 2262 usec)",
+            "resnet50_fp32_libtorch, version: ",
+            "Avg request latency: 6000 usec (overhead 48 usec + queue 36 usec + compute infer 5916 usec)"]
+    d = pipeline.judge(EvidenceSet(analyze_lines("dali", dali).evidence))
+    assert not any(f.code == "STG001" for f in d.findings)

@@ -469,7 +469,9 @@ def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
                    ("llama-server -m x.gguf -ngl 99 --n-cpu-moe 20", 1),
                    ('llama-server -m x.gguf -ngl 99 -ot "blk\\.(1[0-9])\\.ffn_.*=CPU"', 1),
                    ("llm = LLM(model=m, cpu_offload_gb=10)", 1)):
-        assert _claims(cmd).claims.messages["weights_offloaded"] == n, cmd
+        msgs = _claims(cmd).claims.messages
+        assert msgs["weights_offloaded"] + msgs["tensors_on_cpu"] == n, cmd
+        assert msgs["tensors_on_cpu"] == (n if "llama-server" in cmd else 0), cmd
     text = ("[Bug]: GLM4.5 infer speed slow\n\nvllm 0.10.0\n\nCLI:\nvllm serve /GLM-4.5-FP8 \\\n"
             "    --tensor-parallel-size 8 \\\n    --cpu-offload-gb 16 \\\n    --served-model-name glm-4.5-fp8\n\n"
             "Infer speed is: 6.4 Tokens/s\nIs this normal?\n")
@@ -490,6 +492,11 @@ def test_tensors_llama_cpp_keeps_on_the_cpu_are_computed_there_not_streamed() ->
     f = next(g for g in _diagnose(text).findings if g.code == "PLC001")
     assert "tensors kept on the CPU, computed there by its threads" in f.message
     assert "copied to the GPU" not in f.message
+    # the setting on a line of its own in a multi-line command, the quote then not naming it (a reviewer's repro)
+    f = next(g for g in _diagnose("llama-server slow after update\n\nllama-server -m Qwen3-30B-A3B.gguf -ngl 99 \\\n"
+                                  "  --threads 16 \\\n  --n-cpu-moe 30\n\nIt went from 26 t/s to 16 t/s.\n").findings
+             if g.code == "PLC001")
+    assert "tensors kept on the CPU" in f.message
 
 
 def test_a_model_split_over_gpus_is_judged_by_its_part_on_each() -> None:
@@ -550,3 +557,24 @@ def test_a_first_completion_waiting_for_a_trace_capture_is_a_cold_start() -> Non
     for text in ("the nsys trace capture shows long gaps between kernels",
                  "the captured traces show the GPU idle 60% of the time"):
         assert _claims(text).claims.concepts["compile"] == 0, text
+
+
+def test_a_gpu_utilisation_above_100_percent_is_another_quantity() -> None:
+    """diart#222: "cpu utilization reaches 1000% according to htop, and sometimes 18000%. the gpu usage is relatively
+    low at 515 MiB": the 18000 % continues the CPU's sentence; it was the GPU's utilisation (report.gpu_util_pct_max
+    18000), a GPU busier than busy."""
+    got = _report("High CPU usage\ncpu utilization reaches 1000% according to htop, and sometimes 18000%. the gpu "
+                  "usage is relatively low at 515 MiB\n")
+    assert "report.gpu_util_pct_max" not in got and got["report.cpu_util_pct_max"] == 1000.0
+    got = _report("Slow inference\nGPU utilization is 35% while the CPU is at 100%.\n")
+    assert got["report.gpu_util_pct_max"] == 35.0
+
+
+def test_cuda_graphs_said_to_be_captured_are_no_sign_of_eager_launches() -> None:
+    """A report saying its server captured CUDA graphs and answers slowly after idle (model-serving-minefield#37)
+    read "discusses CUDA graphs" as launch overhead (GPU110); graphs said to be off still count."""
+    on = _diagnose("Slow after idle\nThe server reports startup complete, CUDA graphs are captured, and it answers "
+                   "correctly, but the first requests after idle are slow.\n")
+    assert not any(f.code == "GPU110" for f in on.findings)
+    off = _diagnose("Slow decode\nWith --enforce-eager decoding is slow; CUDA graphs are not captured.\n")
+    assert any(f.code == "GPU110" for f in off.findings)

@@ -155,8 +155,8 @@ def test_tensorflow_retracing_warning_wrapped_or_not() -> None:
     for line in ["W0101 tensorflow:5 out of the last 6 calls to <bound method GPT2CausalLM.generate_step of <x>> "
                  "triggered tf.function retracing. Tracing is expensive",
                  "WARNING:tensorflow:6 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing.",
-                 "5 out of the last 5 calls to <function g at 0x2>", "unrelated", "more",
-                 "triggered tf.function retracing"]:
+                 "5 out of the last 5 calls to <function g at 0x2>", "unrelated", "more", "and", "more", "lines",
+                 "here", "triggered tf.function retracing"]:
         p.feed(line)
     assert p.log.tf_retrace_warnings == 2 and p.log.tf_retraces == 6 and p.log.tf_retrace_window == 7
     assert set(p.log.tf_functions) == {"GPT2CausalLM.generate_step", "f"}
@@ -173,3 +173,54 @@ def test_tensorflow_retracing_names_tensorflow_fixes() -> None:
     assert f.title == "tf.function retraces on almost every call" and "torch" not in f.message
     assert "11 of the last 11 calls" in f.message
     assert any("reduce_retracing=True" in s for fx in f.fixes for s in fx.steps)
+
+
+def test_tftrt_engines_built_while_serving() -> None:
+    """tensorflow/tensorrt#168: tensorflow_model_server's log of TF-TRT building an engine per TRTEngineOp at run
+    time; an op built again for a new input shape is a rebuild; a person naming the message is not a record."""
+    from diagnose.model import EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.shapes import RecompilesFromLog
+
+    src = _source("tftrt_engine_builds_serving.txt")
+    ev = {e.key: e.value for e in src.evidence("x")}
+    n = ev["compile.recompiles"]
+    assert isinstance(n, int | float) and n >= 5 and ev["compile.framework"] == "tf-trt"
+    assert ev["compile.engine_rebuilds"] == 0
+    (f,) = run_rules(EvidenceSet(src.evidence("x")), rules=(RecompilesFromLog,))[0]
+    assert f.title == "TF-TRT builds TensorRT engines while serving" and "torch" not in f.message
+    assert any("converter.build(input_fn=...)" in s for fx in f.fixes for s in fx.steps)
+    p = CompileLogParser()
+    for shape in ("[[1,224,224,3]]", "[[8,224,224,3]]", "[[8,224,224,3]]"):
+        p.feed(f"2020-01-07 07:47:05.815747: I tensorflow/compiler/tf2tensorrt/kernels/trt_engine_op.cc:632] Building "
+               f"a new TensorRT engine for TRTEngineOp_0 input shapes: {shape}")
+    p.feed("tensorflow_model_server always prints 'Building a new TensorRT engine', instead of serving")
+    assert p.log.tftrt_builds == 3 and p.log.tftrt_ops == {"TRTEngineOp_0": {"[[1,224,224,3]]", "[[8,224,224,3]]"}}
+
+
+def test_tensorflow_retracing_read_however_a_paste_wraps_it_and_not_from_prose() -> None:
+    """A reviewer's repros: the hls4ml#359 warning folded at any width (inside words too) is read with its counts;
+    a person's sentence quoting the warning is not a record of it; five traces in 2,012 calls are no storm."""
+    from diagnose.model import EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.shapes import RecompilesFromLog
+
+    with open(os.path.join(DATA, "compile_logs", "tf_retracing_predict_hls4ml.txt"), encoding="utf-8") as fh:
+        text = fh.read().strip()
+    for width in (40, 60, 70, 80, 90, 120, 140, 150):
+        p = CompileLogParser()
+        for line in clean_lines([text[i:i + width] for i in range(0, len(text), width)]):
+            p.feed(line)
+        assert (p.log.tf_retrace_warnings, p.log.tf_retraces, p.log.tf_retrace_window) == (1, 11, 11), width
+        assert set(p.log.tf_functions) == {"Model.make_predict_function"}, width
+    p = CompileLogParser()
+    p.feed('Fixed: after moving model construction out of the request handler, the "5 out of the last 5 calls to '
+           '<function Model.make_predict_function.<locals>.predict_function> triggered tf.function retracing" warning '
+           "no longer appears.")
+    assert p.log.tf_retrace_warnings == 0
+    p = CompileLogParser()
+    p.feed("WARNING:tensorflow:5 out of the last 2012 calls to <function Model.make_predict_function.<locals>."
+           "predict_function at 0x7f> triggered tf.function retracing. Tracing is expensive")
+    src = CompileLogSource()
+    src._p = p
+    assert not run_rules(EvidenceSet(src.evidence("x")), rules=(RecompilesFromLog,))[0]

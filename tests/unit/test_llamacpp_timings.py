@@ -99,3 +99,28 @@ def test_a_samplers_line_opens_the_next_block_when_no_total_closed_the_last() ->
     ev = EvidenceSet(loose.read_text("x", io.BytesIO((block + "\n" + block + "\n").encode())).evidence)
     assert ev.value("requests.count") == 2
     assert abs((ev.value("stage.postprocess.share") or 0) - 9000 / (9000 + 1651.82 + 3479.97)) < 1e-3
+
+
+def test_koboldcpps_init_is_the_hosts_work_before_the_prompt() -> None:
+    """koboldcpp#1453: newer koboldcpp leads its summary with Init (tokenising, fast-forwarding the context: the host's
+    work before prompt processing, outside its Total); a 3.19 s Init beside 0.02 s of prompt processing was dropped
+    and the case read as prefill."""
+    text = ("[00:22:17] CtxLimit:9342/49664, Amt:23/1024, Init:0.02s, Process:0.02s (52.63T/s), Generate:0.82s "
+            "(28.08T/s),\n Total:0.84s\n"
+            "[00:24:07] CtxLimit:8519/49664, Amt:23/1024, Init:3.19s, Process:0.02s (55.56T/s), Generate:0.81s "
+            "(28.43T/s),\n Total:0.83s\n")
+    p = LlamaTimingParser()
+    for line in text.splitlines():
+        p.feed(line)
+    gens = p.result().generations
+    assert [g.init_ms for g in gens] == [20.0, 3190.0] and [g.prompt_ms for g in gens] == [20.0, 20.0]
+    res = loose.analyze_stream("k", io.BufferedReader(io.BytesIO(text.encode())))
+    ev = EvidenceSet(res.evidence)
+    share = ev.value("stage.preprocess.share")
+    assert share is not None and abs(share - 3210.0 / (3210.0 + 40.0 + 1630.0)) < 1e-9
+    findings, _ = run_rules(ev, rules=RULES)
+    assert findings[0].code == "STG001"
+    # an older summary without Init reads as before: no pre-processing stage
+    old = "Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s\n"
+    res = loose.analyze_stream("k", io.BufferedReader(io.BytesIO(old.encode())))
+    assert EvidenceSet(res.evidence).value("stage.preprocess.share") is None
