@@ -198,8 +198,8 @@ CONCEPTS: dict[str, str] = {
                   r"|use_cuda_graph|disable[_-]cuda[_-]graph",
     # CUDA graphs said to be on: captured, enabled, in use (no sign of eager mode's launch path)
     "cuda_graph_on": r"cuda ?graphs? (?:are|were|is|was|get|got) (?:being )?"
-                     r"(?:captured|enabled|on|used|in use|replayed)"
-                     r"|(?:captured|capturing|enabled) (?:the )?cuda ?graphs?|(?:cuda )?graphs? captured",
+                     r"(?:captured|enabled|on|used|in use|replayed)\b"
+                     r"|\b(?:captured|enabled) (?:the )?cuda ?graphs?\b|cuda ?graphs? captured\b",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
               r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"
               r"|small kernels|single[- ]core (?:performance|speed|bound)|single[- ]thread(?:ed)? (?:performance|speed)"
@@ -354,7 +354,12 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # the CPU (a value of 0 offloads nothing)
     "weights_offloaded": re.compile(r"--cpu[-_]offload[-_]gb[= ]+0*[1-9]|\bcpu_offload_gb\s*[=:]\s*0*[1-9]"),
     # ... llama.cpp's, which computes the tensors it keeps on the CPU there (its threads, not the link, set the pace)
-    "tensors_on_cpu": re.compile(r"--n-cpu-moe[= ]+0*[1-9]|(?:(?:^|\s)-ot|--override-tensor)[= ]+\S*=CPU\b"),
+    # (common/arg.cpp: -ncmoe/--n-cpu-moe N, -cmoe/--cpu-moe, -ot/--override-tensor PATTERN=CPU; a compose file's array
+    # form "--override-tensor", "…=CPU" too)
+    "tensors_on_cpu": re.compile(r"(?:--n-cpu-moe|-ncmoe)(?:=|\s+)0*[1-9]|(?:^|[\s\"'\[,])(?:--cpu-moe|-cmoe)\b"
+                                 r"|LLAMA_ARG_N?_?CPU_MOE=0*[1-9]"
+                                 r"|(?:(?:^|[\s\"'\[,])-ot|--override-tensor)[\"']?(?:=|,?\s+)[\"']?[^\s=\"']*"
+                                 r"(?:=[^\s=\"']*)*?=CPU\b"),
     "preempted": re.compile(r"is preempted by PreemptionMode|preempted|retract(?:ed|ing) requests?", re.I),
     # the CUDA context itself cannot be created: the device is full before the process allocates anything
     "ctx_oom": re.compile(r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate\w*.{0,40}OUT_OF_MEMORY"

@@ -86,7 +86,6 @@ class CompileLog:
     tf_retrace_warnings: int = 0
     tf_retraces: int = 0  # the most calls of a window that retraced (the windows overlap: no sum)
     tf_retrace_window: int = 0  # … of the calls in that window
-    tf_retrace_share_max: float = 0.0  # the largest share of a warned window's calls that traced again
     tf_functions: dict[str, int] = field(default_factory=dict)  # "Model.make_predict_function" → warnings
     # TF-TRT's engine op building an engine while the graph runs (its first call with an input shape):
     # "Building a new TensorRT engine for TRTEngineOp_29 input shapes: [[2,4,4,512]]"
@@ -124,10 +123,11 @@ _TF_RETRACE = re.compile(r"(?<![\d.])(?P<n>\d{1,7})\s*out\s*of\s*the\s*last\s*(?
 _TF_TRIGGERED = "triggeredtf.functionretracing"  # without its whitespace
 # ... printed by TensorFlow's logger (python logging's "WARNING:tensorflow:", absl's "W1012 12:00:00.123 …]"), not
 # quoted in a person's sentence
-_TF_RECORD = re.compile(r"^[\s`>*-]*$|tensorflow|\b(?:WARNING|WARN)\b|\b[WIE]\d{4}\b|\]\s*$")
+_TF_RECORD = re.compile(r"^[\s`>*-]*$|tensorflow:\s*$|\b(?:WARNING|WARN):?\s*$|\]\s*$")  # right before it
 _TF_ADDRESS = re.compile(r"at0x[0-9a-fA-F]*>?$|>$")
-_TFTRT_BUILD = re.compile(r"Building a new TensorRT engine for (?P<op>[\w/.-]+)(?: with)? input shapes: "
-                          r"(?P<shapes>\[\[[^\]]{0,200}\](?:,\s*\[[^\]]{0,200}\]){0,16}\])")
+# (TF 2.x names its input shapes; TF 1.x its batch size: "… for my_trt_op_0 with batch size 8")
+_TFTRT_BUILD = re.compile(r"Building a new TensorRT engine for (?P<op>[\w/.-]+)(?: with)? (?:input shapes: "
+                          r"(?P<shapes>\[\[[^\]]{0,200}\](?:,\s*\[[^\]]{0,200}\]){0,255}\])|batch size (?P<batch>\d+))")
 _RECOMPILING = re.compile(r"Recompiling function\s+(?P<func>[\w<>.]+)\s+in\s+(?P<where>\S+)")
 _TRIGGERED = re.compile(r"triggered by the following guard failure")
 _GUARD_ITEM = re.compile(r"(?:^|\s|\])-\s+(?:\d+/\d+:\s+)?(?P<reason>\S.*)$")
@@ -243,8 +243,9 @@ class CompileLogParser:
         self._tf_lines.append(line)
         flat = re.sub(r"\s+", "", "".join(self._tf_lines))
         if _TF_TRIGGERED not in flat:
-            if len(self._tf_lines) >= 6:  # no warning began in the first: start again where a head may be
-                self._tf_lines = [line] if "out of" in line or "calls to" in line else []
+            del self._tf_lines[:-6]  # slide: a warning begins in one of the last six lines, or none does
+            if not any("out of" in x or "calls to" in x for x in self._tf_lines):
+                self._tf_lines = []
             return False
         lines, self._tf_lines = self._tf_lines, []
         for text in ("".join(lines), " ".join(lines)):  # a line cut anywhere, then one cut at a space
@@ -258,8 +259,6 @@ class CompileLogParser:
     def _retrace(self, n: int, m: int, func: str) -> None:
         log = self.log
         log.tf_retrace_warnings += 1
-        if m:
-            log.tf_retrace_share_max = max(log.tf_retrace_share_max, min(1.0, n / m))  # the busiest window
         if n > log.tf_retraces:
             log.tf_retraces, log.tf_retrace_window = n, m
         name = func.split(".<locals>")[0]
@@ -275,11 +274,11 @@ class CompileLogParser:
             m = _TFTRT_BUILD.search(line)
             if m:
                 log.tftrt_builds += 1
-                op = m.group("op")
+                op = m.group("op").rsplit("/", 1)[-1]  # the op, whatever function scope names it
                 if op in log.tftrt_ops or len(log.tftrt_ops) < MAX_GROUPS:
                     shapes = log.tftrt_ops.setdefault(op, set())
                     if len(shapes) < MAX_VALUES:
-                        shapes.add(re.sub(r"\s+", "", m.group("shapes")))
+                        shapes.add(re.sub(r"\s+", "", m.group("shapes") or f"batch {m.group('batch')}"))
                 log.lines += 1
                 return
         torch_line = "torch" in line

@@ -27,8 +27,8 @@ class RecompilesFromLog(Rule):
     function silently runs eager, or fails outright under ``fullgraph=True``.
     TensorFlow's retracing warning (``5 out of the last 5 calls to <function …> triggered tf.function
     retracing``) is the same fault in tf.function: ``compile.framework`` = tensorflow gives its own message
-    and fixes (trace once, an input signature or ``reduce_retracing``), when at least ``min_retrace_share`` of
-    a warned window's calls traced (TensorFlow also warns of 5 traces in 2,000 calls).
+    and fixes (trace once, an input signature or ``reduce_retracing``). TensorFlow warns only when five or
+    more of its ten most recent calls traced, whatever the window it names ("5 out of the last 2012").
     TF-TRT's ``Building a new TensorRT engine for TRTEngineOp_N input shapes: [[…]]`` records
     (``compile.framework`` = tf-trt) are engines built while the graph serves: its own message and
     fixes (build them at conversion over every served shape, ``maximum_cached_engines``).
@@ -43,7 +43,7 @@ class RecompilesFromLog(Rule):
 
     Evidence: compile.recompiles or compile.limit_hit; optionally compile.recompile_reasons,
     compile.recompile_limit, compile.fullgraph_failure, compile.recompile_rate_per_min,
-    compile.graph_breaks, compile.framework, compile.retrace_call_share, compile.engine_rebuilds.
+    compile.graph_breaks, compile.framework, compile.engine_rebuilds.
 
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic(x, dim)``) or compile with
     ``dynamic=True``; pad/bucket inputs to a few sizes and warm each up; only then consider raising
@@ -64,14 +64,13 @@ class RecompilesFromLog(Rule):
     optional = (
         "compile.recompiles", "compile.limit_hit", "compile.recompile_reasons", "compile.recompile_limit",
         "compile.fullgraph_failure", "compile.recompile_rate_per_min", "compile.graph_breaks", "compile.framework",
-        "compile.retrace_call_share", "compile.engine_rebuilds",
+        "compile.engine_rebuilds",
     )
 
     @dataclass(frozen=True)
     class Thresholds:
         min_recompiles: float = 3  # automatic dynamic shapes recompile once per varying dim; 3+ is a pattern
         storm_rate_per_min: float = 2.0  # recompiling more than twice a minute in steady state is a storm
-        min_retrace_share: float = 0.1  # tf.function: a tenth of a window's calls tracing again costs the service
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         n = ev.value("compile.recompiles", 0.0) or 0.0
@@ -80,9 +79,6 @@ class RecompilesFromLog(Rule):
             return None
         framework = ev.get("compile.framework")
         if isinstance(framework, Evidence) and framework.value == "tensorflow":
-            share = ev.value("compile.retrace_call_share")
-            if share is not None and share < t.min_retrace_share:
-                return None  # five traces in thousands of calls: warned, and cheap
             return self._retracing(ev, n)
         if isinstance(framework, Evidence) and framework.value == "tf-trt":
             return self._tftrt(ev, n)
@@ -165,9 +161,11 @@ class RecompilesFromLog(Rule):
         return self.finding(
             severity=severity_for(impact),
             confidence=Confidence.MEASURED,
-            title="TF-TRT builds TensorRT engines while serving",
-            message=f"{detail}. Each build runs on the request that needs it (TensorRT builds take seconds or more); "
-                    "an input shape the op has no engine for builds another (up to maximum_cached_engines).",
+            title="TF-TRT builds TensorRT engines at run time",
+            message=f"{detail}. Serving, each build runs on the request that needs it (TensorRT builds take seconds "
+                    "or more), and an input shape the op has no engine for builds another (up to "
+                    "maximum_cached_engines); a log of converter.build() at conversion shows the same records, and "
+                    "then nothing is built while serving.",
             impact=impact,
             evidence=present(ev, *self.optional),
             fixes=[
@@ -185,13 +183,11 @@ class RecompilesFromLog(Rule):
         """TensorFlow's tf.function traced again for most of its recent calls (its retracing warning)."""
         got = ev.get("compile.recompiles")
         detail = got.detail.removeprefix("at least: ") if isinstance(got, Evidence) else ""
-        share = ev.value("compile.retrace_call_share")
-        impact = min(0.8, 0.25 + 0.03 * n + (0.2 if share is not None and share >= 0.8 else 0.0))
-        every = share is not None and share >= 0.8
+        impact = min(0.8, 0.25 + 0.03 * n)
         return self.finding(
             severity=severity_for(impact),
             confidence=Confidence.MEASURED,
-            title="tf.function retraces " + ("on almost every call" if every else "repeatedly"),
+            title="tf.function retraces repeatedly",
             message=(f"{detail[:1].upper() + detail[1:]}." if detail else f"tf.function retraced {n:.0f} times.")
                     + " Each trace runs the Python function again and builds a new graph, on the request's time; "
                       "a Keras predict function made again per call (model.predict in a loop, a model built per "

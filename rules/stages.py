@@ -66,10 +66,19 @@ _PRE_FIXES = (
 )
 _ENSEMBLE_FIX = Fix(
     "Let the ensemble's processing model keep pace with the main model",
-    ("Triton: more instances of the pre- or post-processing model (instance_group count), dynamic batching on it, "
-     "or a cheaper one (DALI's GPU operators for decoding and resizing); measure it alone with "
-     "perf_analyzer -m <that model>",),
+    ("Triton: more instances of that pre- or post-processing model (instance_group count) and dynamic batching on "
+     "it; measure it alone with perf_analyzer -m <that model>",
+     "Make its work cheaper: on the GPU (DALI's mixed/GPU operators for image decoding and resizing) or in a "
+     "compiled backend rather than a Python one"),
     Risk.NEEDS_VALIDATION,
+)
+_KOBOLD_INIT_FIX = Fix(
+    "Find what koboldcpp's Init spends its time on",
+    ("Init is its preparation before the prompt is processed: tokenising, scanning stop and banned-token lists "
+     "over the vocabulary, loading a grammar, fast-forwarding or shifting the context, encoding images: send the "
+     "same request without grammar, banned tokens or images and compare the Init",
+     "Profile it (py-spy dump / perf top on the server while Init runs) and report the slow part upstream"),
+    Risk.SAFE,
 )
 
 
@@ -137,9 +146,10 @@ class PreprocessDominatesLatency(Rule):
         lower = detail.startswith("lower bound")
         ms = ev.value("stage.preprocess_ms.p50") or ev.value("stage.preprocess_ms.mean")
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
+        of = "end-to-end latency"
         if "bench.composing_models" in ev:  # shares of the ensemble's server-side time
-            e2e = ev.value("latency.server_ms.mean") or e2e
-        msg = f"Pre-processing is {'at least ' if lower else ''}{pct(share)} of end-to-end latency"
+            e2e, of = ev.value("latency.server_ms.mean") or e2e, "the ensemble's server-side time"
+        msg = f"Pre-processing is {'at least ' if lower else ''}{pct(share)} of {of}"
         if ms is not None and e2e is not None:
             msg += f" ({'≥ ' if lower else ''}{fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
         msg += "."
@@ -153,6 +163,8 @@ class PreprocessDominatesLatency(Rule):
         if isinstance(ensemble, Evidence):  # a model of the ensemble: its own fix, not a library to move to
             msg += f" By composing model: {ensemble.detail.partition(': ')[2]}."
             fixes = [_ENSEMBLE_FIX]
+        elif detail.startswith("koboldcpp"):  # an LLM server's preparation, not an image pipeline
+            fixes = [_KOBOLD_INIT_FIX]
         return self.finding(
             severity=severity_for(share),
             confidence=_confidence(ev, "stage.preprocess.share"),
@@ -167,11 +179,12 @@ class PreprocessDominatesLatency(Rule):
     def _post(self, ev: EvidenceSet, pre: float, post: float) -> Finding:
         ms = ev.value("stage.postprocess_ms.p50") or ev.value("stage.postprocess_ms.mean")
         e2e = ev.value("latency.e2e_ms.p50") or ev.value("latency.e2e_ms.mean")
+        of = "end-to-end latency"
         if "bench.composing_models" in ev:
-            e2e = ev.value("latency.server_ms.mean") or e2e
+            e2e, of = ev.value("latency.server_ms.mean") or e2e, "the ensemble's server-side time"
         msg = f"Post-processing is {pct(post)} of the time" + (f" ({fmt_ms(ms)} per item)" if ms is not None else "")
         if e2e is not None and ms is not None:
-            msg = f"Post-processing is {pct(post)} of end-to-end latency ({fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
+            msg = f"Post-processing is {pct(post)} of {of} ({fmt_ms(ms)} of {fmt_ms(e2e)} per item)"
         if pre >= 0.01:
             msg += f"; pre-processing adds {pct(pre)}"
         msg += (". It runs on the CPU after the model (NMS over many candidate boxes, decoding masks, detokenising, an "

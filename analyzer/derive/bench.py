@@ -6,7 +6,7 @@ counted in ``bench.levels``.
 
 An ensemble's time is split by its composing models (``_ensemble``): a model named as a stage (a DALI or
 pre-processing model, a tokenizer, a post-processing model) is that stage, any other is the model's
-compute, and each model's queue is queue.
+compute; a processing model's queue is its own (requests wait for that model), any other's is queue.
 
 trtexec's performance summary (the engine timed alone) gives each inference's host-to-device copy, GPU
 compute and device-to-host copy as stages (``_device_parts``), beside a server's load level when both
@@ -68,7 +68,8 @@ _MODEL_STAGES = ("preprocess", "postprocess")  # a model is never a copy, whatev
 
 
 def _ensemble(ev: Emit, lvl: BenchLevel, where: str) -> None:
-    """An ensemble's time by its composing models: each model's queue is queue, the rest its stage's.
+    """An ensemble's time by its composing models: a processing model's whole time is its stage's; a model's
+    queue is queue, the rest compute.
 
     The ensemble's own line sums its models' queue and compute, so it says the request computes without
     saying what: a pre-processing model (DALI decoding images) taking most of it is not the model's compute.
@@ -79,16 +80,19 @@ def _ensemble(ev: Emit, lvl: BenchLevel, where: str) -> None:
     by_stage: dict[str, float] = {}
     queue = 0.0
     for m in leaves:
-        q = min(m.parts.get("queue", 0.0), m.latency or 0.0)
-        queue += q
         stage = known_stage(m.name)
         stage = stage if stage in _MODEL_STAGES else "compute"
+        # requests queued at a pre- or post-processing model wait for that model: its time, not the server's
+        # capacity (triton server#3245's requests queued at DALI)
+        q = 0.0 if stage in _MODEL_STAGES else min(m.parts.get("queue", 0.0), m.latency or 0.0)
+        queue += q
         by_stage[stage] = by_stage.get(stage, 0.0) + (m.latency or 0.0) - q
     names = ", ".join(f"{m.name} {m.latency:.1f} ms" for m in leaves)
     ev.add("bench.composing_models", len(leaves), "models",
            f"{where}: {names} of the ensemble's {latency:.1f} ms")
     for stage, ms in sorted(by_stage.items()):
-        ev.add(f"stage.{stage}_ms.mean", ms, "ms", f"{where}: composing models' {stage} time, their queues apart")
+        ev.add(f"stage.{stage}_ms.mean", ms, "ms", f"{where}: composing models' {stage} time"
+               + (", their queues apart" if stage == "compute" else ", queued at them included"))
         ev.add(f"stage.{stage}.share", ms / whole, "ratio",
                f"{stage} models' time / the ensemble's request latency")
     ev.add("stage.queue.share", queue / whole, "ratio", "composing models' queue time / the ensemble's request latency")

@@ -50,7 +50,7 @@ class CompileLogSource:
             ops = len(log.tftrt_ops)
             again = sum(max(0, len(shapes) - 1) for shapes in log.tftrt_ops.values())
             ev.add("compile.recompiles", log.tftrt_builds, "recompiles",
-                   f"TF-TRT built {log.tftrt_builds} TensorRT engine(s) while running, for {ops} engine op(s)"
+                   f"TF-TRT built {log.tftrt_builds} TensorRT engine(s) at run time, for {ops} engine op(s)"
                    + (f", {again} of them again for a new input shape" if again else ""))
             ev.add("compile.framework", "tf-trt", "name", "TF-TRT's engine op building engines at run time")
             ev.add("compile.engine_rebuilds", again, "builds", "engines built again for an op's new input shape")
@@ -63,8 +63,6 @@ class CompileLogSource:
                    f"{log.tf_retraces} of the last {log.tf_retrace_window} calls"
                    + (f" ({log.tf_retrace_warnings} warnings: {fns})" if several else f" to {fns}"), Quality.PARTIAL)
             ev.add("compile.framework", "tensorflow", "name", "tf.function's retracing warning")
-            ev.add("compile.retrace_call_share", log.tf_retrace_share_max, "ratio",
-                   "the largest share of a warned window's calls that traced the function again")
         if log.recompiles or log.limit_hit:
             ev.add("compile.limit_hit", 1 if log.limit_hit else 0, "flag",
                    (f"{log.limit_kind or 'recompile limit'} ({log.limit})" if log.limit else "recompile limit")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -468,7 +469,9 @@ def test_weights_kept_in_host_memory_by_the_command_are_placement() -> None:
                    ("python -m sglang.launch_server --model-path x --cpu-offload-gb=8", 1),
                    ("llama-server -m x.gguf -ngl 99 --n-cpu-moe 20", 1),
                    ('llama-server -m x.gguf -ngl 99 -ot "blk\\.(1[0-9])\\.ffn_.*=CPU"', 1),
-                   ("llm = LLM(model=m, cpu_offload_gb=10)", 1)):
+                   ("llm = LLM(model=m, cpu_offload_gb=10)", 1), ("llama-server -m x.gguf -ncmoe 30", 1),
+                   ("llama-server -m x.gguf --cpu-moe", 1), ("llama-server -m x.gguf -ot exps=CUDA0", 0),
+                   ('llama-server: command: ["-m", "x.gguf", "--override-tensor", ".ffn_.*_exps.=CPU"]', 1)):
         msgs = _claims(cmd).claims.messages
         assert msgs["weights_offloaded"] + msgs["tensors_on_cpu"] == n, cmd
         assert msgs["tensors_on_cpu"] == (n if "llama-server" in cmd else 0), cmd
@@ -578,3 +581,9 @@ def test_cuda_graphs_said_to_be_captured_are_no_sign_of_eager_launches() -> None
     assert not any(f.code == "GPU110" for f in on.findings)
     off = _diagnose("Slow decode\nWith --enforce-eager decoding is slow; CUDA graphs are not captured.\n")
     assert any(f.code == "GPU110" for f in off.findings)
+    # "CUDA graphs are one thing…" and a capture that fails say nothing of graphs being on (a second reviewer's)
+    from diagnose.collectors.claims import CONCEPTS
+    on_rx = re.compile(CONCEPTS["cuda_graph_on"], re.I)
+    assert not on_rx.search("CUDA graphs are one thing, kernel fusion another")
+    assert not on_rx.search("Capturing CUDA graphs fails, so we run it in eager mode")
+    assert on_rx.search("cuda graphs are enabled but decode is slow")

@@ -145,7 +145,6 @@ def test_tensorflow_retracing_warning_wrapped_or_not() -> None:
     # megnet#161: wrapped before "0x7f…> triggered"; hls4ml#359: one line, 11 of the last 11 calls
     ev = _ev("tf_retracing_wrapped_megnet.txt")
     assert ev["compile.recompiles"] == 5 and ev["compile.framework"] == "tensorflow"
-    assert ev["compile.retrace_call_share"] == 1.0
     ev = _ev("tf_retracing_predict_hls4ml.txt")
     assert ev["compile.recompiles"] == 11
     src = _source("tf_retracing_predict_hls4ml.txt")
@@ -170,7 +169,7 @@ def test_tensorflow_retracing_names_tensorflow_fixes() -> None:
     findings, _ = run_rules(EvidenceSet(_source("tf_retracing_predict_hls4ml.txt").evidence("x")),
                             rules=(RecompilesFromLog,))
     (f,) = findings
-    assert f.title == "tf.function retraces on almost every call" and "torch" not in f.message
+    assert f.title == "tf.function retraces repeatedly" and "torch" not in f.message
     assert "11 of the last 11 calls" in f.message
     assert any("reduce_retracing=True" in s for fx in f.fixes for s in fx.steps)
 
@@ -188,7 +187,7 @@ def test_tftrt_engines_built_while_serving() -> None:
     assert isinstance(n, int | float) and n >= 5 and ev["compile.framework"] == "tf-trt"
     assert ev["compile.engine_rebuilds"] == 0
     (f,) = run_rules(EvidenceSet(src.evidence("x")), rules=(RecompilesFromLog,))[0]
-    assert f.title == "TF-TRT builds TensorRT engines while serving" and "torch" not in f.message
+    assert f.title == "TF-TRT builds TensorRT engines at run time" and "torch" not in f.message
     assert any("converter.build(input_fn=...)" in s for fx in f.fixes for s in fx.steps)
     p = CompileLogParser()
     for shape in ("[[1,224,224,3]]", "[[8,224,224,3]]", "[[8,224,224,3]]"):
@@ -196,6 +195,14 @@ def test_tftrt_engines_built_while_serving() -> None:
                f"a new TensorRT engine for TRTEngineOp_0 input shapes: {shape}")
     p.feed("tensorflow_model_server always prints 'Building a new TensorRT engine', instead of serving")
     assert p.log.tftrt_builds == 3 and p.log.tftrt_ops == {"TRTEngineOp_0": {"[[1,224,224,3]]", "[[8,224,224,3]]"}}
+    # the op under a function's scope is the same op; TF 1.x names its batch size; an op of many inputs
+    p = CompileLogParser()
+    p.feed("Building a new TensorRT engine for TRTEngineOp_0_0 with input shapes: [[1,3]]")
+    p.feed("Building a new TensorRT engine for StatefulPartitionedCall/TRTEngineOp_0_0 with input shapes: [[2,3]]")
+    p.feed("I0101 trt_engine_op.cc:367] Building a new TensorRT engine for my_trt_op_0 with batch size 8")
+    p.feed("Building a new TensorRT engine for TRTEngineOp_1 input shapes: [" + ",".join(["[1,2]"] * 20) + "]")
+    assert p.log.tftrt_builds == 4 and p.log.tftrt_ops["TRTEngineOp_0_0"] == {"[[1,3]]", "[[2,3]]"}
+    assert p.log.tftrt_ops["my_trt_op_0"] == {"batch8"}
 
 
 def test_tensorflow_retracing_read_however_a_paste_wraps_it_and_not_from_prose() -> None:
@@ -223,4 +230,19 @@ def test_tensorflow_retracing_read_however_a_paste_wraps_it_and_not_from_prose()
            "predict_function at 0x7f> triggered tf.function retracing. Tracing is expensive")
     src = CompileLogSource()
     src._p = p
-    assert not run_rules(EvidenceSet(src.evidence("x")), rules=(RecompilesFromLog,))[0]
+    # TensorFlow warns only when five of its ten latest calls traced, whatever window it names (a second reviewer's
+    # reading of its counter): "5 out of the last 2012" is frequent retracing too
+    assert [f.code for f in run_rules(EvidenceSet(src.evidence("x")), rules=(RecompilesFromLog,))[0]] == ["CMP002"]
+    # a person's sentence naming tensorflow before the quote is still a person's
+    p = CompileLogParser()
+    p.feed('After upgrading tensorflow the "5 out of the last 5 calls to <function f at 0x1> triggered tf.function '
+           'retracing" warning no longer appears.')
+    assert p.log.tf_retrace_warnings == 0
+    # an allocator's "ran out of memory" two lines before a wrapped warning does not lose it
+    p = CompileLogParser()
+    for line in ["W tensorflow/core/common_runtime/bfc_allocator.cc:245] Allocator ran out of memory trying to "
+                 "allocate", "2.1GiB with freed_by_count=0.",
+                 "WARNING:tensorflow:6 out of the last 6 calls to <function",
+                 "predict_function at 0x7f> triggered tf.function", "retracing. Tracing is expensive"]:
+        p.feed(line)
+    assert (p.log.tf_retrace_warnings, p.log.tf_retraces) == (1, 6)

@@ -120,6 +120,8 @@ def test_koboldcpps_init_is_the_hosts_work_before_the_prompt() -> None:
     assert share is not None and abs(share - 3210.0 / (3210.0 + 40.0 + 1630.0)) < 1e-9
     findings, _ = run_rules(ev, rules=RULES)
     assert findings[0].code == "STG001"
+    # an LLM server's preparation gets its own fix, not an image pipeline's (JPEG on the GPU, DALI, pillow-simd)
+    assert [fx.summary for fx in findings[0].fixes] == ["Find what koboldcpp's Init spends its time on"]
     # an older summary without Init reads as before: no pre-processing stage
     old = "Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s\n"
     res = loose.analyze_stream("k", io.BufferedReader(io.BytesIO(old.encode())))
