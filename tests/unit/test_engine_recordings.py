@@ -164,6 +164,16 @@ def test_a_scrape_between_two_steps_does_not_hide_the_sequence_limit() -> None:
         assert_leg(analyze(folder, leg), "admission_cap", leg)
 
 
+def test_a_few_waiting_behind_many_preemptions_is_kv_capacity() -> None:
+    """Recorded by CI (tests/data/engines/few_waiting/kv_pressure, how.json says how): 16 clients against an 8 MiB KV
+    pool; the metrics leg's two scrapes caught 2 running and 3 waiting, then none waiting, with 133 preemptions
+    between them. Under four waiting QUE002 read no queue and the leg named only the queue's share, with no
+    mechanism: an engine that preempts again and again cannot hold its batch, and those waiting wait for KV."""
+    folder = VLLM.parent / "few_waiting" / "kv_pressure"
+    for leg in ("metrics", "log"):
+        assert_leg(analyze(folder, leg), "kv_pressure", leg)
+
+
 def test_stats_lines_that_read_one_running_do_not_hide_the_sequence_limit() -> None:
     """Recorded on the development machine (tests/data/engines/stale_stats/admission_cap, how.json says how): 16
     clients behind --max-num-seqs 2. Every stats line of the attach's window read 1 running and 13-14 waiting,

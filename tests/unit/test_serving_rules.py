@@ -455,3 +455,16 @@ def test_a_queue_caught_in_few_samples_stands_when_the_engine_evicted_requests_w
     assert "QUE002" not in _findings(_set(**base))
     assert "QUE002" not in _findings(_set(**{**base, "serving__kv_cache_usage_when_queued_max_ratio": 0.5},
                                           serving__preemptions=34))
+
+
+def test_a_few_waiting_count_only_behind_an_engine_that_keeps_preempting() -> None:
+    """Under four waiting is arrival jitter, unless the engine preempted ten times or more in the window: its KV cache
+    cannot hold the batch, and the few caught waiting wait for KV (the engine lab's CI scrape, tests/data/engines/
+    few_waiting); a handful of preemptions does not make three waiting a queue."""
+    base = dict(serving__waiting_max=3.0, serving__waiting_mean=1.5, serving__queued_sample_ratio=0.5,
+                serving__stat_samples=2.0, serving__running_mean=2.0, serving__running_max=2.0,
+                serving__kv_cache_usage_max_ratio=0.52)
+    f = _findings(_set(**base, serving__preemptions=133.0)).get("QUE002")
+    assert f is not None and f.mechanism is Mechanism.KV_CAPACITY and "133 requests were preempted" in f.message
+    assert _findings(_set(**base, serving__preemptions=3.0)).get("QUE002") is None
+    assert _findings(_set(**{**base, "serving__waiting_max": 0.0}, serving__preemptions=133.0)).get("QUE002") is None
