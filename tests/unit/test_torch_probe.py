@@ -141,12 +141,16 @@ def test_asyncio_tasks_interleave_with_separate_contexts(make_probe: Any) -> Non
     def tokenize(i: int) -> int:
         return i
 
+    outer_ms: dict[int, float] = {}
+
     async def handle(i: int) -> None:
         with probe.request(request_id=f"a-{i}") as req:
             tokenize(i)
             await asyncio.sleep(0)
             for _ in range(3):
+                t0 = time.perf_counter()
                 await decode(i)
+                outer_ms[i] = outer_ms.get(i, 0.0) + (time.perf_counter() - t0) * 1000
             with probe.stage("io"):
                 await asyncio.to_thread(time.sleep, 0.002)
             req.set(task=i)
@@ -162,32 +166,37 @@ def test_asyncio_tasks_interleave_with_separate_contexts(make_probe: Any) -> Non
         i = rec["task"]
         assert rec["request_id"] == f"a-{i}"
         assert set(rec["stages_ms"]) == {"tokenize", "decode", "io"}
-        assert rec["stages_ms"]["decode"] >= 30 * (i % 3) - 1  # only this task's own sleeps
-        assert rec["stages_ms"]["decode"] < 30 * (i % 3) + 150  # not the other tasks' (≥ 600 ms in all)
+        assert rec["stages_ms"]["decode"] >= 30 * (i % 3) - 1  # this task's own sleeps
+        # The probe times each call inside this task's own timing of it: a context shared with the
+        # other tasks would add their decodes (≥ 600 ms in all) and exceed it, however loaded the host.
+        assert rec["stages_ms"]["decode"] <= outer_ms[i] + 0.01
 
 
 def test_burst_on_a_tiny_queue_drops_and_never_blocks(make_probe: Any) -> None:
     probe = make_probe(queue_size=4, stats_interval_s=0.05)
     slow_write = probe._write_record
+    gate = threading.Event()
 
-    def slow(item: Any) -> None:
-        time.sleep(0.02)
+    def stuck(item: Any) -> None:
+        gate.wait()  # the writer is stuck until the burst is over: a put that waited for it never returns
         slow_write(item)
 
-    probe._write_record = slow  # type: ignore[method-assign]
+    probe._write_record = stuck  # type: ignore[method-assign]
     n = 2000
-    worst = 0.0
-    t_all = time.perf_counter()
-    for _ in range(n):
-        t0 = time.perf_counter()
-        with probe.request(), probe.stage("x"):
-            pass
-        worst = max(worst, time.perf_counter() - t0)
-    elapsed = time.perf_counter() - t_all
-    assert elapsed < 3.0  # a blocked path would take ≥ n × 20 ms = 40 s
-    assert worst < 0.25  # one put never waits for the 20 ms writer
+
+    def burst() -> None:
+        for _ in range(n):
+            with probe.request(), probe.stage("x"):
+                pass
+
+    t = threading.Thread(target=burst, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    burst_done = not t.is_alive()
     stats = probe.stats()
-    assert stats["dropped"] > n // 2
+    gate.set()
+    assert burst_done  # every put returned while the writer was stuck
+    assert stats["dropped"] >= n - 4 - 1  # only the queue's four and the one in the writer's hands were kept
     time.sleep(0.3)
     probe.close()
     final = probe.stats()
