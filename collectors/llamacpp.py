@@ -79,6 +79,15 @@ _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 _TG_PROGRESS = re.compile(r"\b(?:n_decoded|n_gen)\s*=\s*\d+,\s*tg\s*=")
 _PP_PROGRESS = re.compile(rf"(?:\btask (?P<task>\d+)\s*\|\s*)?prompt processing, n_tokens\s*=\s*(?P<n>\d+), "
                           rf"progress\s*=\s*(?P<p>[\d.]+), t\s*=\s*{_NUM}\s*s\b")
+# the threads llama.cpp computes with against the CPUs it sees (std::thread::hardware_concurrency: every online
+# logical CPU, not a container's quota). common's "system_info: n_threads = 16 (n_threads_batch = 16) / 32 | …" (the
+# batch part from 2023-10), llama-server's "system info: n_threads = 16, n_threads_batch = 16, total_threads = 32",
+# its older key=value and JSON records ("system info | n_threads=6 n_threads_batch=-1 … total_threads=6",
+# "n_threads":4,…,"total_threads":8; -1 is "as n_threads")
+_SYSINFO_SLASH = re.compile(r"system_info:\s*n_threads\s*=\s*(?P<n>\d+)"
+                            r"(?:\s*\(\s*n_threads_batch\s*=\s*(?P<b>-?\d+)\s*\))?\s*/\s*(?P<hw>\d+)")
+_X86_FEATURE = re.compile(r"\b(?:AVX2?|SSE3|SSSE3|F16C)\s*=\s*1\b")
+_SYSINFO_FIELD = re.compile(r"(?<![\w])\"?(?P<k>n_threads_batch|n_threads|total_threads)\b\"?\s*[=:]\s*\"?(?P<v>-?\d+)")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
 # newer koboldcpp puts its preparation before them ("Init:3.19s, Process:0.02s (55.56T/s), Generate:0.81s"): the host's
@@ -120,6 +129,9 @@ class LlamaTimings:
     # prompt they are, seconds so far)
     prefill_progress: dict[str, tuple[int, float, float]] = field(default_factory=dict)
     generating: bool = False  # a generation's progress line: some prompt was processed whole
+    # (compute threads, batch threads or None, logical CPUs the host has) per start-up's system info line
+    threads: list[tuple[int, int | None, int]] = field(default_factory=list)
+    x86: bool = False  # the system info line's CPU features are x86's (AVX, SSE3 …): a host where SMT is the rule
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -162,6 +174,8 @@ class LlamaTimingParser:
             mc = _CUDA_FOUND.search(line)
             if mc:
                 self.timings.gpu_backend = "CUDA"
+        if "system" in line and "n_threads" in line:
+            self._system_info(line)
         if "layers.requested=" in line:
             mr = _OLLAMA_REQUESTED.search(line)
             if mr and int(mr.group(1)) < 0:
@@ -229,6 +243,23 @@ class LlamaTimingParser:
                 continue
             for line in clean_lines((raw,)):
                 self.feed(line)
+
+    def _system_info(self, line: str) -> None:
+        m = _SYSINFO_SLASH.search(line)
+        if m:
+            n, b, hw = int(m.group("n")), m.group("b"), int(m.group("hw"))
+        elif re.search(r"system[ _]info", line):
+            fields = {f.group("k"): int(f.group("v")) for f in _SYSINFO_FIELD.finditer(line)}
+            if "n_threads" not in fields or "total_threads" not in fields:
+                return
+            n, hw, b = fields["n_threads"], fields["total_threads"], fields.get("n_threads_batch")
+        else:
+            return
+        if _X86_FEATURE.search(line):
+            self.timings.x86 = True
+        batch = int(b) if b is not None and int(b) > 0 else None
+        if n > 0 and hw > 0:
+            self.timings.threads.append((n, batch, hw))
 
     def _llama(self, m: re.Match[str]) -> None:
         n = int(m.group("n")) if m.group("n") else None

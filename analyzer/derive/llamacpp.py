@@ -24,7 +24,8 @@ class LlamaTimingSource:
     triggers = ("eval time", "eval duration", "eval count", "total time", "load time", "sample time", "sampling time",
                 "Processing Prompt",
                 "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU", "buffer size",
-                "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens", "n_decoded =", "n_gen =")
+                "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens", "n_decoded =", "n_gen =",
+                "n_threads")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -41,7 +42,7 @@ class LlamaTimingSource:
     def matched(self) -> bool:
         r = self._result()
         return (bool(r.generations) or bool(r.prompt_tokens_seen) or r.offloaded is not None
-                or r.gpu_backend is not None or bool(r.prefill_progress))
+                or r.gpu_backend is not None or bool(r.prefill_progress) or bool(r.threads))
 
     def problems(self) -> list[str]:
         return []
@@ -124,6 +125,18 @@ class LlamaTimingSource:
         if r.gpu_backend is not None:
             ev.add("llamacpp.gpu_backend", r.gpu_backend, "", "a buffer llama.cpp allocated on this GPU device "
                    "(or CUDA's device count at start-up)", Quality.GOOD)
+        if r.threads:
+            # the start-up that runs the most threads per CPU it sees (a log of several starts: the worst one)
+            n, batch, hw = max(r.threads, key=lambda x: max(x[0], x[1] or 0) / x[2])
+            what = "llama.cpp's system info line at start-up (n_threads" + (", n_threads_batch" if batch else "") + \
+                " / the logical CPUs the host has)"
+            ev.add("llamacpp.threads", n, "threads", what, Quality.GOOD)
+            if batch is not None:
+                ev.add("llamacpp.threads_batch", batch, "threads", what, Quality.GOOD)
+            ev.add("llamacpp.host_cpus", hw, "cpus", what, Quality.GOOD)
+            if r.x86:
+                ev.add("llamacpp.cpu_x86", 1, "flag", "the system info line's CPU features (AVX, SSE3 …) are x86's",
+                       Quality.GOOD)
         if r.auto_sized:
             ev.add("llamacpp.offload_auto_sized", 1, "flag", "ollama chose the layers to offload from the memory it "
                    "found (layers.requested=-1)", Quality.GOOD)
