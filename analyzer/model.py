@@ -517,6 +517,15 @@ class Diagnosis:
                 return f.category
         return None
 
+    @property
+    def answer(self) -> str | None:
+        """The category ``probability`` is of: the first finding's (committed, or withheld when the verdict is
+        undetermined), "none" for a healthy service, None when nothing was assessed."""
+        if self.probability is None:
+            return None
+        leading = self.leading
+        return leading.value if leading is not None else "none"
+
     def to_json(self) -> dict[str, JsonValue]:
         primary = self.primary
         doc: dict[str, JsonValue] = {
@@ -525,6 +534,7 @@ class Diagnosis:
             "primary": primary.value if primary else None,
             "verdict": self.overall.value,
             "probability": self.probability,
+            "answer": self.answer,
             "candidates": [c.to_json() for c in self.candidates],
             "next_steps": list(self.next_steps),
             "findings": [f.to_json() for f in self.findings],

@@ -92,6 +92,9 @@ def test_a_withheld_answer_the_others_outweigh_is_not_first_and_the_verdict_says
     assert d.verdict is Verdict.UNDETERMINED and d.leading is not None and d.leading.value == "prefill_ttft"
     assert probs == sorted(probs, reverse=True) and d.candidates[0].category == "none", d.candidates
     assert d.candidates[1].category == "prefill_ttft" and d.candidates[1].probability == d.probability
+    doc = d.to_json()  # the JSON names the answer the probability is of: not the first candidate here
+    assert doc["primary"] is None and doc["answer"] == "prefill_ttft" and doc["probability"] == d.probability
+    assert Diagnosis.from_json(doc).answer == "prefill_ttft"
     text = undetermined_text(d)
     assert text.startswith("the findings point to prefill_ttft, but at ")
     assert f"the differential leads with none ({round(100 * d.candidates[0].probability)} %)" in text, text
@@ -460,3 +463,15 @@ def test_a_healthy_answer_on_the_reports_wording_alone_is_never_committed(monkey
                "it use the same memory for different prompts?\nThe input data is video; decode runs without error.\n")
     assert d.findings and all(wording_only(f) for f in d.findings)
     assert d.verdict is Verdict.UNDETERMINED and d.candidates[0].category == "none"
+
+
+def test_the_answer_names_what_the_probability_is_of() -> None:
+    """Committed: the primary; healthy: "none"; nothing assessed: null (the schema allows each)."""
+    healthy = Diagnosis((), probability=0.93, verdict=Verdict.HEALTHY)
+    assert healthy.to_json()["answer"] == "none"
+    assert Diagnosis(()).to_json()["answer"] is None
+    d = _judge(SETTLED)
+    if d.verdict is Verdict.BOTTLENECK:
+        assert d.to_json()["answer"] == d.to_json()["primary"] == "prefill_ttft"
+    else:
+        assert d.to_json()["answer"] == "prefill_ttft" and d.to_json()["primary"] is None
