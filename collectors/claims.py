@@ -405,6 +405,17 @@ class Claims:
     thread_rates: list[tuple[float, float]] = field(default_factory=list)
     first_steady: list[tuple[float, float]] = field(default_factory=list)  # (first ms, later ms) in one clause
     caused: Counter[str] = field(default_factory=Counter)  # concepts named in a clause that names a cause
+    # clauses that name a download with a first run or slowness ("the first request is slow: it downloads the
+    # weights"), not a download named apart from them ("the model is downloaded from <url>")
+    first_download: int = 0
+    # copy times a clause charges to a read that waits for the GPU (".cpu()", ".item()", ".to('cpu')": CUDA runs
+    # the model asynchronously, so the read waits for every kernel queued before it), and whether the text
+    # synchronises anywhere (torch.cuda.synchronize(), CUDA_LAUNCH_BLOCKING, CUDA events): then a copy's time is
+    # its own
+    sync_read_ms: list[float] = field(default_factory=list)
+    sync_read_clauses: int = 0  # clauses whose only copies are such reads ("the .cpu() is very slow")
+    title_sync_read: bool = False  # ... and the title is one
+    synced: bool = False
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -593,6 +604,8 @@ class ClaimParser:
         return self._claims
 
     def feed(self, line: str) -> None:
+        if not self._claims.synced and _SYNCED.search(line):
+            self._claims.synced = True  # in prose or in the code it pasted: its timings wait for the GPU
         kind = kind_of(line)
         if kind is LineKind.PROSE:
             line, kind = self._inline_command(line)
@@ -681,7 +694,9 @@ class ClaimParser:
             c.words |= words_of(line)  # the report model's cues: what a person wrote, only
         if prose and not c.title and _is_title(line):
             c.title = line.strip()[:300]
-            c.title_concepts = {name for _, _, name in _concepts_in(c.title)}
+            title_found = _concepts_in(c.title)
+            c.title_concepts = {name for _, _, name in title_found}
+            c.title_sync_read = _sync_reads_only(c.title, title_found)
         self._messages(line, MESSAGES)
         m = _OFFLOADED.search(line)
         if m:
@@ -726,6 +741,11 @@ class ClaimParser:
         if "causal" in names:
             for name in names - {"causal", "slow", "gpu", "cpu"}:
                 c.caused[name] += 1
+        if "copy" in names and _sync_reads_only(clause, found):
+            c.sync_read_clauses += 1
+        if "download" in names and names & {"first", "slow"}:
+            c.first_download += 1
+            c.quotes.setdefault("download_first", clause.strip()[:200])
         qs = quantities(clause)
         if not qs:
             return
@@ -745,6 +765,10 @@ class ClaimParser:
                     and _STAGE_MODEL.fullmatch(clause, q.end, item.end) and names & {"preprocess", "postprocess"}:
                 owner = "model_time"  # a stage list's model stage: "0.3ms preprocess, 7.6ms inference, …"
             if owner is not None:
+                if owner == "copy" and q.dim == "time" and _sync_reads_only(clause, found):
+                    c.sync_read_ms.append(q.value)
+                    c.quotes.setdefault("sync_read", clause.strip()[:200])
+                    continue
                 c.bound.setdefault(owner, []).append(q)
         self._pairs(clause, found, qs)
 
@@ -761,6 +785,19 @@ class ClaimParser:
             times = [q.value for q in qs if q.dim == "time"]
             if len(times) >= 2:
                 c.first_steady.append((times[0], min(times[1:])))
+
+
+# a host read of a CUDA tensor: it waits for the GPU work queued before it
+_SYNC_READ = re.compile(r"\.(?:cpu|item)\(\)|\.to\(\s*['\"]?cpu", re.IGNORECASE)
+# the text synchronises before it times: a copy's time is then its own
+_SYNCED = re.compile(r"synchroni[sz]\w*|CUDA_LAUNCH_BLOCKING|elapsed_time\(|enable_timing|cudaEvent\w*"
+                     r"|torch\.cuda\.Event", re.IGNORECASE)
+
+
+def _sync_reads_only(clause: str, found: list[tuple[int, int, str]]) -> bool:
+    """Whether every copy ``clause`` names is a host read of a CUDA tensor (".cpu() takes 170 ms")."""
+    copies = [(a, b) for a, b, name in found if name == "copy"]
+    return bool(copies) and all(_SYNC_READ.fullmatch(clause, a, b) for a, b in copies)
 
 
 # a negation among the three words before a concept denies it: "no other processes were running",

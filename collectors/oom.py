@@ -480,6 +480,11 @@ _LOADING_FUNCS = {
     "init_model", "_init_model", "build_model", "load_model_weights", "load_pretrained",
 }
 _LOADING_PATHS = ("model_loader", "weight_utils", "modeling_utils.py", "safetensors", "accelerate/big_modeling")
+# TensorFlow and Keras create a layer's weights the first time it is called: __call__ → build → add_weight /
+# get_variable (tf.compat.v1's variable_scope.py) allocates variables, not a batch's activations
+_TF_WEIGHT_FUNCS = {"build", "add_weight", "add_variable", "get_variable", "_add_variable_with_custom_getter",
+                    "make_variable", "_true_getter", "_get_single_variable"}
+_TF_PATHS = ("tensorflow", "keras", "tf_keras")
 _PROFILE_FUNCS = {
     "profile_run", "determine_num_available_blocks", "_dummy_run", "determine_available_memory",
     "_initialize_kv_caches", "initialize_cache", "_init_cache", "_allocate_kv_cache", "allocate_kv_cache",
@@ -528,6 +533,8 @@ def _own_phase(fr: Frame) -> str | None:
     path = fr.path.replace("\\", "/")
     if func in _LOADING_FUNCS or any(p in path for p in _LOADING_PATHS):
         return "loading"
+    if func in _TF_WEIGHT_FUNCS and any(p in path for p in _TF_PATHS):
+        return "loading"  # a layer creating its variables on its first call
     if func == "__init__" and _MODEL_PATH.search(path):
         return "loading"  # constructing the model allocates its parameters
     if _PARAM_CODE.search(fr.code) and func in {"__init__", "_init_weights", "create_weights", "reset_parameters"}:

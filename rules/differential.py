@@ -83,7 +83,8 @@ PAIRS: dict[frozenset[str], str] = {
         "nsys: GPU busy share over the step; gaps between short kernels with the CPU launching is launch "
         "overhead, kernels back to back is compute",
     frozenset({"gpu_compute", "pcie_transfer"}):
-        "nsys: Memcpy time against kernel time per step",
+        "nsys: Memcpy time against kernel time per step; timed by hand, torch.cuda.synchronize() before the "
+        "copy's timer starts (a .cpu() or .item() waits for the kernels queued before it)",
     frozenset({"device_placement", "gpu_compute"}):
         "whether the GPU does the work at all: nvidia-smi shows the process and its memory, the engine's log "
         "says how many layers it offloaded",

@@ -833,6 +833,10 @@ class CopiesReported(ReportRule):
     Fix: pinned memory with non_blocking copies, fewer and larger copies, keep tensors on the
     device between steps, run the whole graph on one execution provider, a x16 slot.
 
+    A time charged to a host read of a CUDA tensor (``.cpu()``, ``.item()``) in a text that
+    synchronises nowhere is not a copy time: the read waits for the kernels queued before it
+    (GPU009 reads it).
+
     False positives: a copy time that is really waiting for the kernel before it (synchronisation).
     """
 
@@ -896,20 +900,29 @@ class GpuLimitReported(ReportRule):
     """The report shows the GPU itself as the limit: throttled, saturated, or without fast FP16.
 
     What it detects: throttling named (power cap, thermal, low clocks, power mode), FP16 on a GPU
-    without fast half precision (Pascal P40/P4/GTX 10xx, Kepler/Maxwell), the GPU stated saturated.
+    without fast half precision (Pascal P40/P4/GTX 10xx, Kepler/Maxwell), the GPU stated saturated, or
+    the model's time charged to the read that waits for it.
 
     Why it matters: when the GPU is throttled or simply slower than assumed, no change elsewhere
-    helps; the fix is cooling, power limits, precision or hardware.
+    helps; the fix is cooling, power limits, precision or hardware. CUDA runs a model asynchronously:
+    a forward "takes 2 ms" (the launches) and the ``.cpu()`` or ``.item()`` after it "takes 3 s"
+    (the read waits for every kernel queued before it), so a report that times those calls without
+    synchronising has timed the model in the copy (pytorch#24318, Paddle#35614).
 
     How it decides: the strongest of: throttling named (``stated``); FP16 on a GPU without fast
     FP16 (``stated``); the GPU stated at or above ``saturated_pct`` % (``weak``); an older or
-    embedded GPU named with slowness (``weak``).
+    embedded GPU named with slowness (``weak``); at least ``min_wait_ms`` charged to a host read of a
+    CUDA tensor (``.cpu()``, ``.item()``, ``.to('cpu')``; a copy named otherwise is XFR003's) by a
+    text that synchronises nowhere (no ``torch.cuda.synchronize()``, ``CUDA_LAUNCH_BLOCKING`` or CUDA
+    events, in its prose or its code: ``report.sync_read_ms_max``; ``weak``).
 
     Evidence: any of report.throttle_statements, report.fp16_on_slow_fp16_gpu,
-    report.gpu_util_pct_max, report.slow_gpu_statements + report.slow_statements.
+    report.gpu_util_pct_max, report.slow_gpu_statements + report.slow_statements,
+    report.sync_read_ms_max.
 
     Fix: cooling and power limits (nvidia-smi -q -d PERFORMANCE shows the throttle reasons), the
-    right precision for the hardware, a faster GPU or more of them.
+    right precision for the hardware, a faster GPU or more of them; for a read that waited, time the
+    model with ``torch.cuda.synchronize()`` first.
 
     False positives: a GPU at 100 % "utilisation" that only means a kernel was running (SM activity
     can be low); DCGM or a profile tells them apart.
@@ -920,7 +933,8 @@ class GpuLimitReported(ReportRule):
     category = Category.GPU_COMPUTE
     requires = ()
     requires_any = (("report.throttle_statements",), ("report.fp16_on_slow_fp16_gpu",),
-                    ("report.gpu_util_pct_max",), ("report.slow_gpu_statements", "report.slow_statements"))
+                    ("report.gpu_util_pct_max",), ("report.slow_gpu_statements", "report.slow_statements"),
+                    ("report.sync_read_ms_max",))
     optional = ("report.saturated_statements",)
     title_concepts = ("throttle", "slow_gpu_model", "saturated")
     headline = "The GPU itself is the limit"
@@ -932,6 +946,7 @@ class GpuLimitReported(ReportRule):
         stated: float = 0.55  # throttling, or FP16 on hardware without it
         weak: float = 0.4  # the GPU at 100 %, or an older GPU named
         saturated_pct: float = 95.0  # a GPU at ≥ 95 % is busy all the time
+        min_wait_ms: float = 5.0  # as XFR003's copy time: less is no request's bottleneck
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
@@ -945,10 +960,21 @@ class GpuLimitReported(ReportRule):
             out.append(Signal(t.weak, f"states the GPU at {gpu:.0f} %"))
         if _n(ev, "report.slow_gpu_statements") and _n(ev, "report.slow_statements"):
             out.append(Signal(t.weak, f"runs on an older or embedded GPU{_q(ev, 'report.slow_gpu_statements')}"))
+        waited = ev.value("report.sync_read_ms_max")
+        if waited is not None and waited >= t.min_wait_ms:
+            out.append(Signal(t.weak, f"charges {fmt_ms(waited)} to reading a CUDA tensor on the host "
+                                      f"({_quote(ev, 'report.sync_read_ms_max')}) and synchronises nowhere: CUDA "
+                                      "runs the model asynchronously, so the read waits for the GPU work queued "
+                                      "before it, and the time is the model's"))
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
         return [
+            *([Fix("Time the model, not the read that waits for it", (
+                "torch.cuda.synchronize() before each timer read (or torch.cuda.Event(enable_timing=True) pairs): "
+                "the forward's time then shows, and .cpu() / .item() takes only the copy's",
+                "torch.profiler or nsys: the kernels' time against the Memcpy DtoH's",
+            ), Risk.SAFE)] if "report.sync_read_ms_max" in ev else []),
             Fix("Find out why the GPU is slow", (
                 "nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE while it runs: 'SW Power Cap', 'HW "
                 "Slowdown' or 'Thermal' active mean the clocks are held down; fix airflow / power limit "
@@ -1226,7 +1252,9 @@ class ExpectedBehaviourReported(Rule):
 
     How it decides: memory taken up front named (``report.preallocation_statements``, or GPU memory
     statements with a serving engine named) and no out-of-memory statement, nor memory growing or held
-    by leftovers; downloading named with the first run or slowness; staying loaded named; the report
+    by leftovers; downloading named with the first run or slowness in one clause
+    (``report.download_first_statements``: "the first request is slow: it downloads the weights", not
+    "the model is downloaded from <url>" in a report of a slowdown); staying loaded named; the report
     withdrawing itself (then every other report rule steps aside too). The finding is informational
     (severity info) and never the primary bottleneck.
 
@@ -1248,7 +1276,7 @@ class ExpectedBehaviourReported(Rule):
     requires_any = (("report.preallocation_statements",), ("report.vram_statements", "serving.engine"),
                     ("report.download_statements",), ("report.keep_alive_statements",),
                     ("report.retraction_statements",))
-    optional = ("report.oom_statements", "report.memory_growth_statements", "report.first_statements",
+    optional = ("report.oom_statements", "report.memory_growth_statements", "report.download_first_statements",
                 "report.held_elsewhere_statements")
 
     @dataclass(frozen=True)
@@ -1287,8 +1315,7 @@ class ExpectedBehaviourReported(Rule):
             says.append(f"{engine_name or 'the serving engine'} reserves most of the GPU's memory at start-up for "
                         "its KV cache (gpu_memory_utilization, 0.9 by default in vLLM; --mem-fraction-static in "
                         "SGLang; TGI sizes it to the free memory): memory 'used' is not a leak")
-        first_or_slow = _n(ev, "report.first_statements") or _n(ev, "report.slow_statements")
-        if _n(ev, "report.download_statements") and first_or_slow:
+        if _n(ev, "report.download_first_statements"):  # a download the first run or the slowness is put to
             says.append("the first run downloads weights; later runs reuse the cache")
         if _n(ev, "report.retraction_statements"):
             says.append("the report itself calls it a false alarm or its own mistake"

@@ -197,11 +197,18 @@ class ReportSource:
         top("report.model_ms", _values(c, "model_time", "time"), "ms", "model/inference time stated", "model_time",
             pick=min)
         # -- copies ---------------------------------------------------------------------------
-        count("report.copy_statements", con["copy"], "statements about host↔device copies", "copy")
+        # a read of a CUDA tensor on the host in a text that synchronises nowhere waits for the GPU: no copy named
+        count("report.copy_statements", con["copy"] - (0 if c.synced else c.sync_read_clauses),
+              "statements about host↔device copies", "copy")
         count("report.pcie_link_statements", con["pcie_link"], "statements about the PCIe link", "pcie_link")
         count("report.ep_memcpy_messages", msg["ep_memcpy"], "ONNX Runtime copies between execution providers",
               "msg:ep_memcpy")
-        top("report.copy_ms_max", _values(c, "copy", "time"), "ms", "copy time stated", "copy")
+        if c.synced:  # it synchronised before timing: a time charged to .cpu() is the copy's own
+            top("report.copy_ms_max", _values(c, "copy", "time") + c.sync_read_ms, "ms", "copy time stated", "copy")
+        else:
+            top("report.copy_ms_max", _values(c, "copy", "time"), "ms", "copy time stated", "copy")
+            top("report.sync_read_ms_max", c.sync_read_ms, "ms", "time charged to a host read of a CUDA tensor "
+                "(.cpu(), .item()), nothing synchronised", "sync_read")
         # -- the GPU itself ---------------------------------------------------------------------
         count("report.throttle_statements", con["throttle"], "statements about throttling / clocks / heat", "throttle")
         count("report.saturated_statements", con["saturated"], "statements that the GPU is fully used", "saturated")
@@ -215,6 +222,8 @@ class ReportSource:
               "preallocate")
         count("report.vram_statements", con["vram"], "statements about GPU memory use", "vram")
         count("report.download_statements", con["download"], "statements about downloading weights", "download")
+        count("report.download_first_statements", c.first_download, "statements naming a download with the first "
+              "run or slowness", "download_first")
         count("report.keep_alive_statements", con["keep_alive"], "statements that a model stays loaded", "keep_alive")
         count("report.retraction_statements", con["retracted"], "the report withdraws itself", "retracted")
         count("report.memory_growth_statements", con["memory_grows"], "statements that memory grows", "memory_grows")
@@ -234,7 +243,8 @@ class ReportSource:
                    "framework messages (m:): what diagnose.rules.report_model weighs")
             if c.title:
                 ev.add("report.title", c.title, "", "the report's first line")
-                ev.add("report.title_concepts", sorted(c.title_concepts), "", "concepts the first line names")
+                named = c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set())
+                ev.add("report.title_concepts", sorted(named), "", "concepts the first line names")
         elif c.clauses and (words := {k: v for k, v in cues(c).items() if k.startswith("w:")}):
             # a person's text that names no concept we count: too little for a report rule to judge on,
             # but its words still rank the differential (``diagnose.rules.calibration.lean``)

@@ -345,6 +345,48 @@ def test_a_first_request_explained_by_a_download_is_warm_up_not_compiling(compil
     assert d.candidates[0].category == ("recompilation" if cold_start else "none"), d.candidates
 
 
+def test_where_a_model_was_downloaded_from_explains_no_slowdown() -> None:
+    """Sweep R's onnxruntime#10273: a slowdown report that says where its model came from is no first run waiting
+    for a download; the download explains the slowness only where one clause puts them together."""
+    d = _diagnose("Multiple InferenceSession slowdown inference speed\nWith one session the average time is 31ms, "
+                  "with two sessions it is 46ms.\nmodel is download from https://github.com/onnx/models/tree/master\n"
+                  "cpu info: Intel Xeon Platinum 8255C, 10 cores for my docker container\n")
+    ev = EvidenceSet(d.evidence)
+    assert ev.value("report.download_statements") == 1 and "report.download_first_statements" not in ev
+    assert "HLT003" not in {f.code for f in d.findings} and d.overall is not Verdict.HEALTHY
+    d = _diagnose("Slow startup\nThe first request is slow because it downloads the weights from the hub.\n")
+    assert EvidenceSet(d.evidence).value("report.download_first_statements") == 1
+    assert any(f.code == "HLT003" and "downloads weights" in f.message for f in d.findings)
+
+
+ASYNC_READ = ("Copying the output to the CPU with .cpu() is very slow\nOn an RTX 3090, after the forward pass, "
+              ".cpu() takes about 170 ms for a batch of 512.\n")
+
+
+def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time() -> None:
+    """Sweep Q's Paddle#35614 and pytorch#24318: CUDA runs the model asynchronously, so a .cpu() after the forward
+    waits for every kernel queued before it. Unsynchronised, its time is the model's (GPU009), not a copy's: no
+    copy time, no copy statement, no copy in the title; XFR003 keeps only the wording's lean."""
+    d = _diagnose(ASYNC_READ)
+    ev = EvidenceSet(d.evidence)
+    assert ev.value("report.sync_read_ms_max") == 170.0 and "report.copy_ms_max" not in ev
+    assert "report.copy_statements" not in ev and "copy" not in ev.get("report.title_concepts").value
+    gpu = next(f for f in d.findings if f.code == "GPU009")
+    assert "charges 170 ms to reading a CUDA tensor on the host" in gpu.message
+    assert "synchronises nowhere" in gpu.message
+    assert gpu.fixes[0].summary == "Time the model, not the read that waits for it"
+    assert d.primary is None or d.primary.value != "pcie_transfer"
+    # synchronised before timing (in its prose or its code), the read's time is the copy's own
+    for synced in ("torch.cuda.synchronize() is called before the timer starts.\n",
+                   "```\ntorch.cuda.synchronize()\nt0 = time.time()\nout = y.cpu()\n```\n"):
+        ev = EvidenceSet(_diagnose(ASYNC_READ + synced).evidence)
+        assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev
+        assert "copy" in ev.get("report.title_concepts").value
+    # a copy named otherwise is a copy: "the D2H memcpy takes 40 ms"
+    ev = EvidenceSet(_diagnose("Slow output copies\nThe D2H memcpy takes 40 ms per batch.\n").evidence)
+    assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev
+
+
 def test_a_paste_with_nothing_to_go_on_is_undetermined_with_next_steps() -> None:
     d = _diagnose("Hi, it does not work for me. Any idea? Thanks!")
     assert d.primary is None and d.overall is Verdict.UNDETERMINED

@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from diagnose import loose
 from diagnose.collectors.logtext import clean_lines
-from diagnose.collectors.oom import Frame, HintsParser, OomParser, frame_phase, parse_allocator_message, parse_size
+from diagnose.collectors.oom import (
+    Frame,
+    HintsParser,
+    OomParser,
+    frame_phase,
+    parse_allocator_message,
+    parse_size,
+    phase_of,
+)
 from diagnose.derive.oom import HintsSource, OomSource
 from diagnose.model import EvidenceSet, Quality
 from diagnose.rules.engine import run_rules
@@ -174,6 +182,15 @@ def test_frame_phases() -> None:
     got = frame_phase(Frame("vllm/engine/multiprocessing/engine.py", "start", "self.run_engine_loop()"))
     assert got == ("serving", "start → run_engine_loop()")
     assert frame_phase(Frame("utils.py", "helper")) is None
+    # TensorFlow and Keras create a layer's variables on its first call (sweep T's DeepLabCut#22: apply → __call__ →
+    # build → get_variable): loading, though __call__ alone reads as serving; a "build" outside them is not
+    tf = "site-packages/tensorflow/python/"
+    assert phase_of([Frame(tf + "layers/base.py", "apply"), Frame(tf + "layers/base.py", "__call__"),
+                     Frame(tf + "layers/convolutional.py", "build"),
+                     Frame(tf + "ops/variable_scope.py", "get_variable")]) == ("loading", "build in convolutional.py")
+    assert _phase(Frame("site-packages/keras/src/layers/layer.py", "add_weight")) == "loading"
+    assert _phase(Frame("site-packages/tensorflow/python/layers/base.py", "__call__")) == "serving"
+    assert _phase(Frame("tensorrt_llm/builder.py", "build")) == ""
 
 
 def test_real_legacy_oom_while_constructing_layers_is_loading() -> None:
