@@ -336,6 +336,12 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # ONNX Runtime put part of the graph on the CPU and inserted copies between providers
     "ep_memcpy": re.compile(r"(\d+) Memcpy nodes are added to the graph|Some nodes were not assigned to the "
                             r"preferred execution providers", re.I),
+    # ONNX Runtime's GPU provider has no kernel for an op and leaves its node to the CPU provider: the CUDA / ROCm
+    # provider's GetCapability warning "CUDA kernel not supported. Fallback to CPU execution provider for Op type:
+    # Conv node name: …" (its RNN and Conv checks print the last part alone), at verbose logging "CUDA kernel not
+    # found in registries for Op type: GridSample node name: …" (webgpu, js, … the same)
+    "ep_cpu_node": re.compile(r"\bFallback to CPU execution provider for Op type:\s*\w+"
+                              r"|\b\w+ kernel not found in registries for Op type:\s*\w+"),
     # a recompile / guard-failure message of any torch generation
     "recompile_limit": re.compile(
         r"hit (?:config\.)?(?:recompilation cache limit|cache_size_limit|recompile_limit)\s*\(?(\d+)?"

@@ -181,7 +181,10 @@ class PlacementReported(ReportRule):
     anything else is wasted until the work is on the right device.
 
     How it decides: the strongest of: layers offloaded / total below ``max_offloaded_share``
-    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); a statement
+    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); ONNX Runtime's
+    GPU provider leaving ops to the CPU provider for want of a kernel ("CUDA kernel not supported.
+    Fallback to CPU execution provider for Op type: …", verbose "… kernel not found in registries for
+    Op type: …"; ``stated``: part of the graph, with copies around it); a statement
     that the work runs on the CPU (``stated``); the GPU stated at or below ``idle_gpu_pct`` % while
     the CPU is at or above ``busy_cpu_pct`` % (``stated``); a model ``oversize`` × larger than the
     GPU (its part on each GPU, split by tensor and pipeline parallelism) with no out-of-memory error
@@ -189,7 +192,8 @@ class PlacementReported(ReportRule):
     wrong GPU (``weak``); an offload setting in the engine's command with no out-of-memory message (``stated``: the
     offloaded weights cross PCIe at every step).
 
-    Evidence: any of report.cpu_fallback_messages, report.gpu_layers_offloaded (+ report.gpu_layers_total),
+    Evidence: any of report.cpu_fallback_messages, report.ep_cpu_node_messages,
+    report.gpu_layers_offloaded (+ report.gpu_layers_total),
     report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
     report.wrong_gpu_statements, report.offload_settings, mem.weights_estimate_bytes + gpu.spec_memory_bytes.
 
@@ -207,7 +211,8 @@ class PlacementReported(ReportRule):
     name = "placement-reported"
     category = Category.DEVICE_PLACEMENT
     requires = ()
-    requires_any = (("report.cpu_fallback_messages",), ("report.gpu_layers_offloaded",),
+    requires_any = (("report.cpu_fallback_messages",), ("report.ep_cpu_node_messages",),
+                    ("report.gpu_layers_offloaded",),
                     ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
                     ("report.wrong_gpu_statements",), ("report.offload_settings",),
                     ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "report.slow_statements"))
@@ -239,6 +244,10 @@ class PlacementReported(ReportRule):
         if _n(ev, "report.cpu_fallback_messages") and gpu_in_view(ev):
             out.append(Signal(t.strong, "prints that the work falls back to the CPU"
                               + _q(ev, "report.cpu_fallback_messages")))
+        if _n(ev, "report.ep_cpu_node_messages"):
+            out.append(Signal(t.stated, "shows ONNX Runtime leaving ops to its CPU provider for want of a GPU kernel: "
+                                        "they run on the CPU, their inputs and outputs copied across at every run"
+                              + _q(ev, "report.ep_cpu_node_messages")))
         if _n(ev, "report.placement_statements"):
             out.append(Signal(t.stated, f"says the work runs on the CPU{_q(ev, 'report.placement_statements')}"))
         gpu, cpu = ev.value("report.gpu_util_pct_max"), ev.value("report.cpu_util_pct_max")
@@ -266,7 +275,15 @@ class PlacementReported(ReportRule):
         return out
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
+        nodes = ([Fix("Give ONNX Runtime's GPU provider every op", (
+            "The ops it names have no kernel in this provider and version: export the model with ops it supports "
+            "(ONNX Runtime's per-provider operator kernel list; a different opset, or the op rewritten), or upgrade "
+            "ONNX Runtime",
+            "SessionOptions.log_severity_level = 0 lists each node's provider ('Node(s) placed on "
+            "[CPUExecutionProvider]'): the ones left there, not ORT's shape ops, are what to fix",
+        ), Risk.NEEDS_VALIDATION)] if _n(ev, "report.ep_cpu_node_messages") else [])
         return [
+            *nodes,
             Fix("Run the model on the GPU", (
                 "llama.cpp / llama-cpp-python: build with CUDA (CMAKE_ARGS='-DGGML_CUDA=on', formerly "
                 "-DLLAMA_CUBLAS=on) and offload every layer: -ngl 999 / n_gpu_layers=-1; the load log must say "

@@ -69,6 +69,8 @@ class ReportSource:
         # -- where the work runs ------------------------------------------------------------
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        count("report.ep_cpu_node_messages", msg["ep_cpu_node"], "ONNX Runtime leaving ops to its CPU provider for "
+              "want of a GPU kernel", "msg:ep_cpu_node")
         count("report.placement_statements", con["placement_cpu"], "statements that the work runs on the CPU",
               "placement_cpu")
         count("report.wrong_gpu_statements", con["wrong_gpu"], "statements about which GPU is used", "wrong_gpu")
@@ -279,7 +281,7 @@ def set_vocabulary(words: frozenset[str] | None) -> None:
 # what a rule reads more finely than the report model needs: a polarity of a concept it has (graphs said to be on), and
 # one setting of two engines' kinds (llama.cpp's tensors on the CPU, a setting that keeps weights in host memory)
 _RULE_ONLY = frozenset({"cuda_graph_on"})
-_SAME_CUE = {"tensors_on_cpu": "weights_offloaded"}
+_SAME_CUE = {"tensors_on_cpu": "weights_offloaded", "ep_cpu_node": "cpu_fallback"}
 
 
 def cues(c: Claims) -> dict[str, float]:

@@ -387,6 +387,35 @@ def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time(
     assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev
 
 
+@pytest.mark.parametrize("record", [
+    # the CUDA provider's GetCapability warning (onnxruntime#3221, ORT 1.2), its RNN/Conv checks' own form, and the
+    # verbose form of newer releases (the webgpu provider's the same)
+    "2020-03-15 12:34:54.824837445 [W:onnxruntime:Default, cuda_execution_provider.cc:1400 GetCapability] CUDA "
+    "kernel not supported. Fallback to CPU execution provider for Op type: Conv node name: FeatureExtractor/dw",
+    "[W:onnxruntime:, cuda_execution_provider.cc:2401 GetCapability] Fallback to CPU execution provider for Op type: "
+    "LSTM node name: lstm_1",
+    "[I:onnxruntime:, cuda_execution_provider.cc:2532 GetCapability] CUDA kernel not found in registries for Op "
+    "type: GridSample node name: /grid_sample/GridSample",
+])
+def test_onnx_runtime_leaving_ops_to_the_cpu_provider_is_placement(record: str) -> None:
+    d = _diagnose("Inference is slower with the CUDA provider than expected\nI run the model with onnxruntime-gpu "
+                  "on a T4 and it is slow. The log says:\n" + record + "\n")
+    ev = EvidenceSet(d.evidence)
+    assert ev.value("report.ep_cpu_node_messages") == 1
+    plc = next(f for f in d.findings if f.code == "PLC001")
+    assert "leaving ops to its CPU provider for want of a GPU kernel" in plc.message
+    assert plc.fixes[0].summary == "Give ONNX Runtime's GPU provider every op"
+    assert "m:cpu_fallback" in ev.get("report.cues").value  # the report model reads it as the fall-back it is
+
+
+def test_ort_placing_shape_ops_on_the_cpu_on_purpose_is_no_fallback() -> None:
+    ev = EvidenceSet(_diagnose("[W:onnxruntime:, session_state.cc:1162 VerifyEachNodeIsAssignedToAnEp] Some nodes "
+                               "were not assigned to the preferred execution providers which may or may not have an "
+                               "negative impact on performance. e.g. ORT explicitly assigns shape related ops to CPU "
+                               "to improve perf.\n").evidence)
+    assert "report.ep_cpu_node_messages" not in ev
+
+
 def test_a_paste_with_nothing_to_go_on_is_undetermined_with_next_steps() -> None:
     d = _diagnose("Hi, it does not work for me. Any idea? Thanks!")
     assert d.primary is None and d.overall is Verdict.UNDETERMINED
