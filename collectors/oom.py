@@ -146,6 +146,9 @@ class OomResult:
 _HEAD = re.compile(
     r"(?P<dev>CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+(?:backend\s+)?out of memory"
     r"|OutOfMemoryError\b"
+    # TensorFlow's exception class heading its traceback, as IPython prints it ("ResourceExhaustedError      Traceback
+    # (most recent call last)") or with its message after a colon: TensorFlow raises it when an allocator runs out
+    r"|ResourceExhaustedError(?=\s*:|\s{2,}Traceback)"
     r"|CUDA error: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory"
     r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
@@ -315,7 +318,8 @@ _FRAG_VETO = re.compile(
 )
 _STANDARD_HINT = re.compile(r"If reserved|try setting|See documentation for Memory Management", re.IGNORECASE)
 # substrings one of which every line the OOM parser acts on contains (lower case)
-_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "prefill tokens", "cache blocks", "kv cache",
+_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "resourceexhausted", "prefill tokens", "cache blocks",
+             "kv cache",
              "cudamalloc failed", "max seq len")
 _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
@@ -433,8 +437,10 @@ def parse_allocator_message(text: str) -> OomEvent:
             expected.pop("process_used", None)
         if head == "XPU" or ev.implausible:
             expected.pop("free", None)
-    elif ev.requested is not None and _F_REQUESTED.search(text) and not _JAX_BYTES.search(text):
-        # "Tried to allocate X" and nothing after it: the device numbers were cut off
+    elif ev.requested is not None and _F_REQUESTED.search(text) and not _JAX_BYTES.search(text) \
+            and not _TF_SIZE.search(text):
+        # "Tried to allocate X" and nothing after it: the device numbers were cut off (TensorFlow's BFC allocator says
+        # only what it asked for, "ran out of memory trying to allocate 9.00MiB", whole: its numbers are in its dump)
         expected = {"total": None, "free": None, "allocated": None}
     else:
         expected = {}
@@ -455,6 +461,15 @@ def _paddle_message(ev: OomEvent, text: str, m: re.Match[str]) -> OomEvent:
     ev.missing = tuple(k for k, v in expected.items() if v is None)
     ev.truncated = bool(ev.missing)
     return ev
+
+
+_CLASS_ONLY = re.compile(r"(?:[\w.]+\.)?ResourceExhaustedError(?:\s*:\s*(?:\d+ root error\(s\) found\.?)?\s*"
+                         r"|\s{2,}Traceback \(most recent call last\)\s*)")
+
+
+def _class_only(ev: OomEvent) -> bool:
+    """An event read from TensorFlow's exception class alone: nothing of the failure but that it happened."""
+    return ev.kind == "allocator" and ev.requested is None and _CLASS_ONLY.fullmatch(ev.message.strip()) is not None
 
 
 def _needs_more(text: str) -> bool:
@@ -1092,7 +1107,14 @@ class OomParser:
             self._events[-1] = ev
             return
         # the same message is often printed twice (the log line, then the exception's last line), or quoted again
-        # in part by the person who pasted it: one failure, kept in its most complete copy
+        # in part by the person who pasted it: one failure, kept in its most complete copy. TensorFlow's exception
+        # class heading a traceback or a summary ("ResourceExhaustedError: " over Paddle's message) says nothing of
+        # its own beside the allocator's message near it
+        for prev in self._events[-3:]:
+            if ev.line_no - prev.line_no <= CONTEXT_LINES and (_class_only(ev) or _class_only(prev)):
+                if _class_only(prev) and not _class_only(ev):
+                    self._events[self._events.index(prev)] = ev
+                return
         for prev in self._events[-3:]:
             if (prev.key() == ev.key() or _requoted(prev, ev)) and ev.line_no - prev.line_no <= CONTEXT_LINES:
                 if len(ev.missing) < len(prev.missing):
@@ -1150,7 +1172,7 @@ class OomParser:
         head = _HEAD.search(line)
         if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate"
                                r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
-                     or re.search(r"OutOfMemoryError\s*[:(]", line)):
+                     or re.search(r"OutOfMemoryError\s*[:(]|ResourceExhaustedError", line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
             self._open_lines = 0

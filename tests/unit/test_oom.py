@@ -669,3 +669,37 @@ def test_tensorflows_device_creation_says_what_others_held_before_it_allocated()
     lone = "Total memory: 7.92GiB\nsomething else\nFree memory: 190.31MiB\n"
     res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(lone.encode())))
     assert "mem.other_processes_bytes" not in {e.key for e in res.evidence}
+
+
+def _parsed(*lines: str) -> list:  # type: ignore[type-arg]
+    p = OomParser()
+    for line in clean_lines(list(lines)):
+        p.feed(line)
+    return p.result().events
+
+
+def test_tensorflows_exception_heading_its_traceback_is_an_oom() -> None:
+    # IPython's form (colabtools#56: the paste was cut after the traceback's first frames), and with its message
+    (ev,) = _parsed("Epoch 1/150", "ResourceExhaustedError                    Traceback (most recent call last)",
+                    "/usr/local/lib/python3.6/dist-packages/tensorflow/python/client/session.py in _do_call(self, fn)")
+    assert ev.requested is None and not ev.truncated
+    (ev,) = _parsed("tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.")
+    assert not ev.truncated
+    # with the allocator's message near it, one failure: the message's
+    (ev,) = _parsed("ResourceExhaustedError                    Traceback (most recent call last)",
+                    "<ipython-input-3-1> in <module>()", "ResourceExhaustedError: OOM when allocating tensor with "
+                    "shape[64,256,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator "
+                    "GPU_0_bfc")
+    assert "OOM when allocating" in ev.message
+    # the class named in a sentence or a title is no event
+    assert _parsed("Running into a ResourceExhaustedError", "I keep getting ResourceExhaustedError when training") == []
+
+
+def test_tensorflows_allocator_message_is_whole_with_its_request_alone() -> None:
+    """TensorFlow's BFC allocator says only what it asked for ("ran out of memory trying to allocate 9.00MiB"): not a
+    PyTorch message cut short before its device numbers (sweep T's DeepLabCut#22 said "missing: total, free")."""
+    (ev,) = _parsed("W tensorflow/core/common_runtime/bfc_allocator.cc:275] Ran out of memory trying to allocate "
+                    "9.00MiB.  See logs for memory state.")
+    assert ev.requested == 9 * MiB and not ev.truncated and ev.missing == ()
+    (ev,) = _parsed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert ev.truncated and "total" in ev.missing  # PyTorch's, cut: still said so
