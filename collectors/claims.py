@@ -599,6 +599,7 @@ class ClaimParser:
         self._machine_lines = 0
         self._prose_read = False  # a person's line read already: the title is behind
         self._kv_carry = False  # a printout of key-value rows runs on (a rule above, or its rows before a blank)
+        self._last_download = self._last_first = False  # the clause before named a download / a first run or slowness
 
     @property
     def claims(self) -> Claims:
@@ -610,9 +611,9 @@ class ClaimParser:
         return self._claims
 
     def feed(self, line: str) -> None:
-        if not self._claims.synced and _SYNCED.search(line):
-            self._claims.synced = True  # in prose or in the code it pasted: its timings wait for the GPU
         kind = kind_of(line)
+        if kind is not LineKind.PROSE and not self._claims.synced and _SYNC_CODE.search(line):
+            self._claims.synced = True  # the code it pasted synchronises: its timings wait for the GPU
         if kind is LineKind.PROSE:
             line, kind = self._inline_command(line)
         if kind is not LineKind.BLANK:
@@ -733,6 +734,8 @@ class ClaimParser:
         c.clauses += 1
         if _BOILERPLATE.search(clause):
             return
+        if not c.synced and not clause.rstrip().endswith("?"):  # a person saying they synchronised, not asking
+            c.synced = any(not _negated(clause, _dotted_start(clause, m.start())) for m in _SYNC_SAID.finditer(clause))
         found = _concepts_in(clause)
         for q in quantities(clause) if _TOKEN_RATE.search(clause) else ():
             if q.dim == "rate" and _TOKEN_RATE.fullmatch(q.text.split(None, 1)[-1] if " " in q.text else
@@ -749,12 +752,21 @@ class ClaimParser:
                 c.caused[name] += 1
         if "copy" in names and _sync_reads_only(clause, found):
             c.sync_read_clauses += 1
-        if "download" in names and names & {"first", "slow"}:
+
+        # a download put to the first run or the slowness in one clause or the next ("the first request takes 40 s.
+        # Meanwhile the log shows it downloading the weights"); where the model came from ("the model downloaded
+        # from the zoo is slow") is no download
+        download = "download" in names and not _provenance_only(clause, found)
+        first = bool(names & {"first", "slow"})
+        if (download and (first or self._last_first)) or (first and self._last_download):
             c.first_download += 1
             c.quotes.setdefault("download_first", clause.strip()[:200])
+        self._last_download, self._last_first = download, first
         qs = quantities(clause)
         if not qs:
             return
+        # a copy the clause sizes or rates ("2 GB in 0.4 s", "5 GB/s") was measured as a copy
+        sized = any(q.dim in ("size", "rate") for q in qs)
         values = sorted((q.start, q.dim) for q in qs)
         memory = memory_labels(clause)
         starts = [at for at, _ in values]
@@ -771,7 +783,7 @@ class ClaimParser:
                     and _STAGE_MODEL.fullmatch(clause, q.end, item.end) and names & {"preprocess", "postprocess"}:
                 owner = "model_time"  # a stage list's model stage: "0.3ms preprocess, 7.6ms inference, …"
             if owner is not None:
-                if owner == "copy" and q.dim == "time" and _sync_reads_only(clause, found):
+                if owner == "copy" and q.dim == "time" and not sized and _sync_reads_only(clause, found):
                     c.sync_read_ms.append(q.value)
                     c.quotes.setdefault("sync_read", clause.strip()[:200])
                     continue
@@ -795,9 +807,34 @@ class ClaimParser:
 
 # a host read of a CUDA tensor: it waits for the GPU work queued before it
 _SYNC_READ = re.compile(r"\.(?:cpu|item)\(\)|\.to\(\s*['\"]?cpu", re.IGNORECASE)
-# the text synchronises before it times: a copy's time is then its own
-_SYNCED = re.compile(r"synchroni[sz]\w*|CUDA_LAUNCH_BLOCKING|elapsed_time\(|enable_timing|cudaEvent\w*"
-                     r"|torch\.cuda\.Event", re.IGNORECASE)
+# the code the text pasted synchronises: a copy's time is then its own (a person's "I never call synchronize()" or
+# "does .cpu() synchronize?" is read as what a person wrote, below)
+_SYNC_CODE = re.compile(r"\bsynchronize\(|cuda(?:Device|Stream|Event)Synchronize|CUDA_LAUNCH_BLOCKING\s*=\s*1"
+                        r"|enable_timing\s*=\s*True|\.elapsed_time\(|torch\.cuda\.Event\(", re.IGNORECASE)
+# ... or the person says they synchronised (not negated, not asked)
+_SYNC_SAID = re.compile(r"\bsynchroni[sz]\w*|CUDA_LAUNCH_BLOCKING|cuda events?", re.IGNORECASE)
+
+
+# a download named as where something came from: "downloaded from <url>", "download it from the hub", not one under
+# way ("being downloaded from the hub")
+_PROVENANCE = re.compile(r"\s+(?:it\s+|them\s+)?(?:from|at|via|off)\b", re.IGNORECASE)
+_UNDER_WAY = re.compile(r"\bbeing\s+$", re.IGNORECASE)
+
+
+def _provenance_only(clause: str, found: list[tuple[int, int, str]]) -> bool:
+    """Whether every download ``clause`` names is where something came from, not a download under way."""
+    downloads = [(a, b) for a, b, name in found if name == "download"]
+    return bool(downloads) and all(
+        clause[a:b].lower() in ("download", "downloaded") and _PROVENANCE.match(clause, b) is not None
+        and _UNDER_WAY.search(clause, 0, a) is None for a, b in downloads)
+
+
+def _dotted_start(text: str, at: int) -> int:
+    """Where the dotted name ending at ``at`` begins ("torch.cuda." before "synchronize()"): a negation is read
+    before the whole name."""
+    while at > 0 and (text[at - 1].isalnum() or text[at - 1] in "._"):
+        at -= 1
+    return at
 
 
 def _sync_reads_only(clause: str, found: list[tuple[int, int, str]]) -> bool:

@@ -86,7 +86,8 @@ _PP_PROGRESS = re.compile(rf"(?:\btask (?P<task>\d+)\s*\|\s*)?prompt processing,
 # "n_threads":4,…,"total_threads":8; -1 is "as n_threads")
 _SYSINFO_SLASH = re.compile(r"system_info:\s*n_threads\s*=\s*(?P<n>\d+)"
                             r"(?:\s*\(\s*n_threads_batch\s*=\s*(?P<b>-?\d+)\s*\))?\s*/\s*(?P<hw>\d+)")
-_X86_FEATURE = re.compile(r"\b(?:AVX2?|SSE3|SSSE3|F16C)\s*=\s*1\b")
+# a GPU backend the build has, in the line's backend list (newer llama.cpp: "| CUDA : ARCHS = 890 | USE_GRAPHS = 1 |")
+_BUILD_GPU = re.compile(r"\|\s*(?:CUDA|ROCm|HIP|Metal|METAL|Vulkan|SYCL|MUSA|CANN|OpenCL)\s*:")
 _SYSINFO_FIELD = re.compile(r"(?<![\w])\"?(?P<k>n_threads_batch|n_threads|total_threads)\b\"?\s*[=:]\s*\"?(?P<v>-?\d+)")
 # koboldcpp
 _KOBOLD_PROMPT = re.compile(r"Processing Prompt(?: \[BLAS\])? \((?P<done>\d+) / (?P<total>\d+) tokens\)", re.I)
@@ -131,7 +132,7 @@ class LlamaTimings:
     generating: bool = False  # a generation's progress line: some prompt was processed whole
     # (compute threads, batch threads or None, logical CPUs the host has) per start-up's system info line
     threads: list[tuple[int, int | None, int]] = field(default_factory=list)
-    x86: bool = False  # the system info line's CPU features are x86's (AVX, SSE3 …): a host where SMT is the rule
+    build_gpu: bool = False  # the system info line lists a GPU backend ("CUDA : ARCHS = 890", "Metal : …")
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -255,8 +256,8 @@ class LlamaTimingParser:
             n, hw, b = fields["n_threads"], fields["total_threads"], fields.get("n_threads_batch")
         else:
             return
-        if _X86_FEATURE.search(line):
-            self.timings.x86 = True
+        if _BUILD_GPU.search(line):
+            self.timings.build_gpu = True
         batch = int(b) if b is not None and int(b) > 0 else None
         if n > 0 and hw > 0:
             self.timings.threads.append((n, batch, hw))

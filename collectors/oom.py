@@ -85,6 +85,11 @@ class OomEvent:
     local_free: int | None = None  # SGLang's balance check: this rank's free memory (``free``: the group's least)
     implausible: str = ""  # a field the message gave that cannot be (more free than the device has): left out
 
+    @property
+    def tensorflow(self) -> bool:
+        """TensorFlow's message (its BFC allocator's, its tensor allocation's, or its exception class)."""
+        return _TF_MESSAGE.search(self.message) is not None
+
     def key(self) -> tuple[object, ...]:
         return (self.kind, self.requested, self.total, self.free, self.allocated, self.reserved, self.reason,
                 self.phase_from if self.kind == "framework" else "")
@@ -148,7 +153,7 @@ _HEAD = re.compile(
     r"|OutOfMemoryError\b"
     # TensorFlow's exception class heading its traceback, as IPython prints it ("ResourceExhaustedError      Traceback
     # (most recent call last)") or with its message after a colon: TensorFlow raises it when an allocator runs out
-    r"|ResourceExhaustedError(?=\s*:|\s{2,}Traceback)"
+    r"|ResourceExhaustedError(?=\s{2,}Traceback|\s*:[^\n]*(?:OOM|out of memory|allocat|memory))"
     r"|CUDA error: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory"
     r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
@@ -318,9 +323,8 @@ _FRAG_VETO = re.compile(
 )
 _STANDARD_HINT = re.compile(r"If reserved|try setting|See documentation for Memory Management", re.IGNORECASE)
 # substrings one of which every line the OOM parser acts on contains (lower case)
-_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "resourceexhausted", "prefill tokens", "cache blocks",
-             "kv cache",
-             "cudamalloc failed", "max seq len")
+_TRIGGERS = ("memory", "oom", "alloc", "resource_exhausted", "resourceexhausted", "resource exhausted",
+             "prefill tokens", "cache blocks", "kv cache", "cudamalloc failed", "max seq len")
 _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s*(?P<n>\d+)", re.IGNORECASE)
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
@@ -463,6 +467,11 @@ def _paddle_message(ev: OomEvent, text: str, m: re.Match[str]) -> OomEvent:
     return ev
 
 
+# TensorFlow maps a full disk or a quota to RESOURCE_EXHAUSTED too ("ResourceExhaustedError: …; No space left on
+# device [Op:SaveV2]", "Resource exhausted: disk quota exceeded"; keras-team/keras-tuner#390)
+_NOT_MEMORY_EXHAUSTED = re.compile(r"Resource ?exhausted(?:Error)?\b[^\n]*(?:No space left on device|quota|SaveV2)",
+                                   re.IGNORECASE)
+_TF_MESSAGE = re.compile(r"bfc_allocator|_bfc\b|OOM when allocating tensor|ResourceExhaustedError|Resource exhausted:")
 _CLASS_ONLY = re.compile(r"(?:[\w.]+\.)?ResourceExhaustedError(?:\s*:\s*(?:\d+ root error\(s\) found\.?)?\s*"
                          r"|\s{2,}Traceback \(most recent call last\)\s*)")
 
@@ -1028,6 +1037,7 @@ class OomParser:
         self._sgl_event: OomEvent | None = None  # … and the event they belong to
         self._bal_left = 0  # lines still expected to carry an SGLang balance check's figures
         self._bal_event: OomEvent | None = None
+        self._disk_exhausted = False  # a ResourceExhaustedError for disk or quota, not memory
         self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
@@ -1152,6 +1162,9 @@ class OomParser:
                 if m and len(self.fragmentation_statements) < 20:
                     self.fragmentation_statements.append(m.group(0)[:160])
         if not any(w in low for w in _TRIGGERS) and not any(w in line for w in ("显存", "内存")):
+            return
+        if "exhausted" in low and _NOT_MEMORY_EXHAUSTED.search(line):
+            self._disk_exhausted = True
             return
         if "killed process" in low or "oom-kill" in low or "invoked oom-killer" in low:
             return  # the kernel's OOM killer (host memory): diagnose.collectors.kernel_oom reads it
@@ -1332,6 +1345,8 @@ class OomParser:
                 fw.line_no = self._n
                 self._add(fw)
         events = list(self._events)
+        if self._disk_exhausted:  # TensorFlow raised it for a full disk or a quota: its class alone says no OOM
+            events = [e for e in events if not _class_only(e)]
         problems: list[str] = []
         prose = 0
         if not events and self._prose:

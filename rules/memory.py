@@ -316,7 +316,10 @@ class OomWeights(Rule):
     GPTQ, FP8), offload part of the weights to CPU, or use a larger device.
 
     False positives: a parameter count in prose about another model; a start-up OOM caused by a
-    previous run still holding the GPU (checked: MEM004 evidence vetoes it). vLLM's start-up check (``Free memory on
+    previous run still holding the GPU (checked: MEM004 evidence vetoes it). TensorFlow's allocator takes
+    the memory free when it starts (unless ``allow_growth``), so its loading OOM with no device figure
+    (``mem.oom_tensorflow``, no total or free) is only ``thin`` at ``tf_unsized_impact``: another process
+    holding the GPU then explains it as well (DeepLabCut#22). vLLM's start-up check (``Free memory on
     device … on startup is less than desired GPU memory utilization``) runs before the weights load: its phase alone
     is no evidence of them.
     """
@@ -335,6 +338,7 @@ class OomWeights(Rule):
     class Thresholds:
         weights_share: float = 0.9  # weights filling 90 % of a device leave no room for activations or KV cache
         fits_share: float = 0.5  # weights under half the device fit: a loading OOM then has another cause
+        tf_unsized_impact: float = 0.6  # TensorFlow's loading OOM, no device figure: the weights or another holder
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -397,6 +401,15 @@ class OomWeights(Rule):
         confidence = Confidence.CORRELATED if (by_size and by_phase) else Confidence.HEURISTIC
         if m.weights_key == "mem.weights_bytes" and by_size:
             confidence = Confidence.MEASURED
+        impact = 0.9
+        if not by_size and ev.value("mem.oom_tensorflow") and m.total is None and m.free is None:
+            # TensorFlow's allocator took the device's free memory when it started: a variable it cannot create says
+            # that memory ran out, not whose it was (another process holding the GPU then is as likely)
+            confidence, impact = Confidence.THIN, t.tf_unsized_impact
+            msg.append("TensorFlow's allocator takes the memory free when it starts (unless allow_growth): with no "
+                       "device figure in view, another process holding the GPU at that moment explains it as well "
+                       "(its log's 'Found device … freeMemory' line, or nvidia-smi before it starts, tells them "
+                       "apart).")
         why = ""
         if per is not None and m.total:
             why = f"weights |{bar(per / m.total)}| {size(per)} of {size(m.total)}"
@@ -405,7 +418,7 @@ class OomWeights(Rule):
             confidence=confidence,
             title="The weights do not fit on the device",
             message=" ".join(msg),
-            impact=0.9,
+            impact=impact,
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
             fixes=[

@@ -230,37 +230,35 @@ class CfsThrottling(Rule):
 
 
 class LlamaThreads(Rule):
-    """llama.cpp computes with more threads than the host has CPUs, or with every logical CPU.
+    """A ggml engine (llama.cpp, and whisper.cpp, ollama's runner …) computes with more threads than the host has CPUs.
 
-    What it detects: llama.cpp's start-up line of system information (``system_info: n_threads = A
-    (n_threads_batch = B) / C``, llama-server's ``system info: n_threads = A, n_threads_batch = B,
-    total_threads = C`` and its older key=value and JSON records; ollama's runner printed the same)
-    names the threads its CPU backend computes with (``-t``, ``-tb``; ollama's ``num_thread``) against
-    the logical CPUs the host has (``std::thread::hardware_concurrency``).
+    What it detects: the start-up line of system information ggml's programs print (``system_info:
+    n_threads = A (n_threads_batch = B) / C``, llama-server's ``system info: n_threads = A,
+    n_threads_batch = B, total_threads = C`` and its older key=value and JSON records; ollama's runner
+    printed the same) names the threads the CPU backend computes with (``-t``, ``-tb``; ollama's
+    ``num_thread``) against the logical CPUs the host has (``std::thread::hardware_concurrency``).
 
     Why it matters: ggml splits every operation across its threads and makes them all wait for the
     slowest at each step (a spinning barrier). A thread the kernel cannot run at once stalls all the
     others: more threads than CPUs turn a fast run into a crawl (ollama#8074: 36 threads on 36 logical
-    CPUs at 87 tokens/s, 37 at 0.03). Every logical CPU is the same trap on a host with two hardware
-    threads per core, more gently: the two threads of a core share its vector units, and any other
-    work on the host (the HTTP server, the OS) preempts one of them; llama.cpp's default became the
-    physical cores for that reason (llama.cpp#934).
+    CPUs at 87 tokens/s, 37 at 0.03).
 
-    How it decides: the larger of A and B above C is committed at ``over_impact`` (``measured``: the
-    engine printed both numbers). A or B equal to C, with C at least ``min_cpus``, is a lean
-    (``heuristic``, ``equal_impact``): it holds only where the host has SMT, which the line does not
-    say, so the lean needs the line's CPU features to be x86's (AVX, SSE3: SMT is the rule there, rare
-    on ARM servers), and only while the CPU computes layers: no GPU seen by llama.cpp, or some layers
-    left on the CPU.
+    How it decides: the larger of A and B above C, while the CPU computes layers. With layers left on
+    the CPU or no GPU seen it is ``measured`` at ``over_impact`` (the engine printed both numbers); with
+    a GPU seen (a buffer on it, or a GPU backend in the line) and no word of the layers it is a
+    ``heuristic`` at ``gpu_impact``; with every layer on the GPU the threads barely run (ollama#9306) and
+    nothing is said. A equal to C is not judged: llama.cpp's default is the physical cores, so A = C
+    under it means a host without SMT, and ``-t`` set to every logical CPU on an SMT host costs far less
+    than a thread too many (``lscpu``'s ``Thread(s) per core`` tells them apart).
 
     Evidence: llamacpp.threads, llamacpp.host_cpus; optionally llamacpp.threads_batch,
-    llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend, llamacpp.cpu_x86.
+    llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend, llamacpp.build_gpu.
 
     Fix: ``-t`` (and ``-tb``) at most the physical cores (``lscpu``: Core(s) per socket × sockets),
     fewer when layers are on the GPU; ollama's ``num_thread`` the same.
 
-    False positives: A = C on a host without SMT (many ARM servers, VMs with one thread per vCPU)
-    costs little; ``lscpu``'s ``Thread(s) per core`` separates them.
+    False positives: a CPU count the program saw that is not the host's (a container's CPU set
+    narrower than the online CPUs shows more, never fewer).
     """
 
     code = "THR003"
@@ -268,42 +266,36 @@ class LlamaThreads(Rule):
     category = Category.THREAD_OVERSUBSCRIPTION
     requires = ("llamacpp.threads", "llamacpp.host_cpus")
     optional = ("llamacpp.threads_batch", "llamacpp.gpu_layers", "llamacpp.layers_total", "llamacpp.gpu_backend",
-                "llamacpp.cpu_x86")
+                "llamacpp.build_gpu")
 
     @dataclass(frozen=True)
     class Thresholds:
         over_impact: float = 0.8  # a thread that cannot run stalls every barrier: the run crawls (ollama#8074)
-        equal_impact: float = 0.35  # every logical CPU: costly only with SMT, which the line does not show
-        min_cpus: float = 4  # on 2-3 CPUs the host's other work, not SMT, sets what one more thread costs
+        gpu_impact: float = 0.5  # a GPU in use and its share of the layers unknown: the CPU's part may be small
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         n = ev.value("llamacpp.threads", 0.0) or 0.0
         batch = ev.value("llamacpp.threads_batch")
         hw = ev.value("llamacpp.host_cpus", 0.0) or 0.0
         most = max(n, batch or 0.0)
-        if hw <= 0 or most < hw:
+        if hw <= 0 or most <= hw:
             return None
+        on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
+        if on_gpu is not None and layers is not None and on_gpu >= layers:
+            return None  # every layer on the GPU: the CPU's threads barely run
+        gpu_seen = "llamacpp.gpu_backend" in ev or bool(ev.value("llamacpp.build_gpu"))
+        unsure = gpu_seen and on_gpu is None
+        impact, conf = (t.gpu_impact, Confidence.HEURISTIC) if unsure else (t.over_impact, Confidence.MEASURED)
         which = "n_threads" if n >= (batch or 0.0) else "n_threads_batch"
-        if most > hw:
-            impact, conf = t.over_impact, Confidence.MEASURED
-            msg = (f"llama.cpp computes with {most:.0f} threads ({which}) on a host with {hw:.0f} logical CPUs: "
-                   f"{most - hw:.0f} of them cannot run at any moment, and ggml makes every thread wait for the "
-                   "slowest at each step.")
-        else:
-            on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
-            all_on_gpu = on_gpu is not None and layers is not None and on_gpu >= layers
-            gpu_unknown = "llamacpp.gpu_backend" in ev and on_gpu is None
-            if hw < t.min_cpus or all_on_gpu or gpu_unknown or not ev.value("llamacpp.cpu_x86"):
-                return None
-            impact, conf = t.equal_impact, Confidence.HEURISTIC
-            msg = (f"llama.cpp computes with {most:.0f} threads ({which}), every logical CPU of the host: with two "
-                   "hardware threads per core they share each core's vector units, and any other work on the "
-                   "host stalls ggml's threads at every step.")
+        msg = (f"The ggml engine computes with {most:.0f} threads ({which}) on a host with {hw:.0f} logical CPUs: "
+               f"{most - hw:.0f} of them cannot run at any moment, and ggml makes every thread wait for the slowest "
+               "at each step."
+               + (" A GPU is in use and how many layers it holds is not shown: the CPU's share of the work, and "
+                  "so what the threads cost, is not known." if unsure else ""))
         return self.finding(
             severity=severity_for(impact),
             confidence=conf,
-            title=("llama.cpp runs more threads than the host can run at once" if most > hw
-                   else "llama.cpp computes on every logical CPU"),
+            title="More compute threads than the host's CPUs",
             message=msg,
             impact=impact,
             evidence=present(ev, *self.requires, *self.optional),
@@ -323,6 +315,5 @@ class LlamaThreads(Rule):
                 )
             ],
         )
-
 
 RULES: tuple[type[Rule], ...] = (ThreadOversubscription, CfsThrottling, LlamaThreads)

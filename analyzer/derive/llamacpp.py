@@ -128,14 +128,14 @@ class LlamaTimingSource:
         if r.threads:
             # the start-up that runs the most threads per CPU it sees (a log of several starts: the worst one)
             n, batch, hw = max(r.threads, key=lambda x: max(x[0], x[1] or 0) / x[2])
-            what = "llama.cpp's system info line at start-up (n_threads" + (", n_threads_batch" if batch else "") + \
+            what = "ggml's system info line at start-up (n_threads" + (", n_threads_batch" if batch else "") + \
                 " / the logical CPUs the host has)"
             ev.add("llamacpp.threads", n, "threads", what, Quality.GOOD)
             if batch is not None:
                 ev.add("llamacpp.threads_batch", batch, "threads", what, Quality.GOOD)
             ev.add("llamacpp.host_cpus", hw, "cpus", what, Quality.GOOD)
-            if r.x86:
-                ev.add("llamacpp.cpu_x86", 1, "flag", "the system info line's CPU features (AVX, SSE3 …) are x86's",
+            if r.build_gpu:
+                ev.add("llamacpp.build_gpu", 1, "flag", "the system info line lists a GPU backend of the build",
                        Quality.GOOD)
         if r.auto_sized:
             ev.add("llamacpp.offload_auto_sized", 1, "flag", "ollama chose the layers to offload from the memory it "

@@ -78,7 +78,7 @@ class OomSource:
         "larger than the maximum number of tokens", "KV cache is needed", "less than desired GPU memory", "显存",
         "KV cache memory:", "mem-fraction-static", "memory for the KV", "memory for KV", "memory left for",
         "内存", "OUT_OF_MEMORY", "Executor creation failed", "max seq len", "DefaultCPUAllocator", "cuMemAllocAsync",
-        "memory capacity is unbalanced")),
+        "memory capacity is unbalanced", "ResourceExhausted", "Resource exhausted")),
         "retries", "fragment", "expandable_segments")
 
     def __init__(self) -> None:
@@ -134,6 +134,9 @@ class OomSource:
         ev.add("mem.oom_phase", oom.phase, "phase", told)
         if oom.device:
             ev.add("mem.oom_device", oom.device, "", "the device the message names")
+        if any(e.tensorflow for e in res.events):
+            ev.add("mem.oom_tensorflow", 1, "flag", "TensorFlow's allocator raised it (its BFC allocator takes the "
+                   "device's free memory when it starts, unless allow_growth)")
         if host:
             ev.add("host.alloc_failures", len(host), "events", "the host's allocator (PyTorch's DefaultCPUAllocator, "
                    "TensorFlow's cpu allocator) could not get memory from the system")

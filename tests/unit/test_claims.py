@@ -357,6 +357,15 @@ def test_where_a_model_was_downloaded_from_explains_no_slowdown() -> None:
     d = _diagnose("Slow startup\nThe first request is slow because it downloads the weights from the hub.\n")
     assert EvidenceSet(d.evidence).value("report.download_first_statements") == 1
     assert any(f.code == "HLT003" and "downloads weights" in f.message for f in d.findings)
+    # the next sentence puts it to the first request too; a download under way is one, wherever from
+    for text in ("First request takes 40 seconds\nAfter starting the server, the first request takes 40 s. Meanwhile "
+                 "the log shows it downloading model.safetensors from the Hub. Later requests take 300 ms.\n",
+                 "The first request takes 40 s: the weights are being downloaded from the hub.\n"):
+        assert EvidenceSet(_diagnose(text).evidence).value("report.download_first_statements") == 1, text
+    # where the slow model came from, in the clause that says it is slow, is no download
+    ev = EvidenceSet(_diagnose("ONNX model slow on GPU\nThe resnet50 model downloaded from the ONNX model zoo is "
+                               "slow: 80 ms per image on a T4, while PyTorch does it in 8 ms.\n").evidence)
+    assert "report.download_first_statements" not in ev
 
 
 ASYNC_READ = ("Copying the output to the CPU with .cpu() is very slow\nOn an RTX 3090, after the forward pass, "
@@ -377,11 +386,19 @@ def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time(
     assert gpu.fixes[0].summary == "Time the model, not the read that waits for it"
     assert d.primary is None or d.primary.value != "pcie_transfer"
     # synchronised before timing (in its prose or its code), the read's time is the copy's own
-    for synced in ("torch.cuda.synchronize() is called before the timer starts.\n",
+    for synced in ("I call torch.cuda.synchronize() before the timer starts.\n",
                    "```\ntorch.cuda.synchronize()\nt0 = time.time()\nout = y.cpu()\n```\n"):
         ev = EvidenceSet(_diagnose(ASYNC_READ + synced).evidence)
         assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev
         assert "copy" in ev.get("report.title_concepts").value
+    # a person saying they never synchronise, or asking whether .cpu() does, has not synchronised
+    for unsynced in ("I never call torch.cuda.synchronize().\n", "Does .cpu() synchronize with the GPU?\n"):
+        ev = EvidenceSet(_diagnose(ASYNC_READ + unsynced).evidence)
+        assert ev.value("report.sync_read_ms_max") == 170.0 and "report.copy_ms_max" not in ev, unsynced
+    # a copy the clause sizes or rates was measured as a copy
+    ev = EvidenceSet(_diagnose("Slow device to host copy\nWe copy a 2 GB result back with out.cpu() and it takes "
+                               "420 ms, about 5 GB/s, on a PCIe 4.0 x16 slot.\n").evidence)
+    assert ev.value("report.copy_ms_max") == 420.0 and "report.sync_read_ms_max" not in ev
     # a copy named otherwise is a copy: "the D2H memcpy takes 40 ms"
     ev = EvidenceSet(_diagnose("Slow output copies\nThe D2H memcpy takes 40 ms per batch.\n").evidence)
     assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev

@@ -683,8 +683,18 @@ def test_tensorflows_exception_heading_its_traceback_is_an_oom() -> None:
     (ev,) = _parsed("Epoch 1/150", "ResourceExhaustedError                    Traceback (most recent call last)",
                     "/usr/local/lib/python3.6/dist-packages/tensorflow/python/client/session.py in _do_call(self, fn)")
     assert ev.requested is None and not ev.truncated
-    (ev,) = _parsed("tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.")
+    (ev,) = _parsed("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor "
+                    "with shape[3,3,512,512]")
     assert not ev.truncated
+    # its wrapper of several errors says nothing by itself (the errors under it do), and TensorFlow raises the class
+    # for a full disk or a quota too (keras-team/keras-tuner#390): no OOM
+    assert _parsed("tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.") == []
+    assert _parsed("ResourceExhaustedError: /tmp/ckpt/tempstate123; No space left on device [Op:SaveV2]") == []
+    assert _parsed("ResourceExhaustedError                    Traceback (most recent call last)", "...",
+                   "ResourceExhaustedError: /ckpt/x.data-00000-of-00001.tempstate; No space left on device "
+                   "[Op:SaveV2]") == []
+    assert _parsed("ResourceExhaustedError                    Traceback (most recent call last)", "...",
+                   "Resource exhausted: disk quota exceeded") == []
     # with the allocator's message near it, one failure: the message's
     (ev,) = _parsed("ResourceExhaustedError                    Traceback (most recent call last)",
                     "<ipython-input-3-1> in <module>()", "ResourceExhaustedError: OOM when allocating tensor with "
@@ -703,3 +713,35 @@ def test_tensorflows_allocator_message_is_whole_with_its_request_alone() -> None
     assert ev.requested == 9 * MiB and not ev.truncated and ev.missing == ()
     (ev,) = _parsed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert ev.truncated and "total" in ev.missing  # PyTorch's, cut: still said so
+
+
+def test_tensorflows_loading_oom_without_device_figures_is_thin_weights() -> None:
+    """TensorFlow's allocator takes the memory free when it starts: a variable it cannot create while building layers
+    says memory ran out while loading, not whose it was (DeepLabCut#22: another process held the GPU)."""
+    tf = "/opt/conda/lib/python3.6/site-packages/tensorflow/python/"
+    text = "\n".join([
+        "W tensorflow/core/common_runtime/bfc_allocator.cc:275] Ran out of memory trying to allocate 9.00MiB.  See "
+        "logs for memory state.",
+        "Traceback (most recent call last):",
+        f'  File "{tf}layers/base.py", line 269, in __call__',
+        "    self.build(input_shapes[0])",
+        f'  File "{tf}layers/convolutional.py", line 138, in build',
+        "    dtype=self.dtype)",
+        f'  File "{tf}ops/variable_scope.py", line 988, in get_variable',
+        "    custom_getter=custom_getter)",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+        "shape[3,3,512,512]",
+    ]) + "\n"
+    res = loose.analyze_stream("x", io.BufferedReader(io.BytesIO(text.encode())))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("mem.oom_tensorflow") == 1 and ev.get("mem.oom_phase").value == "loading"
+    findings, _ = run_rules(ev)
+    (f,) = [f for f in findings if f.code == "MEM001"]
+    assert f.confidence.value == "thin" and f.impact == 0.6 and "another process holding the GPU" in f.message
+    # with the device's figures in view (TensorFlow's device creation line), MEM004 judges what others held instead
+    text2 = ("I tensorflow/core/common_runtime/gpu/gpu_device.cc:1030] Found device 0 with properties: \nname: TITAN X "
+             "(Pascal) major: 6 minor: 1 memoryClockRate(GHz): 1.531\npciBusID: 0000:02:00.0\ntotalMemory: 11.90GiB "
+             "freeMemory: 11.75GiB\n" + text)
+    res = loose.analyze_stream("x", io.BufferedReader(io.BytesIO(text2.encode())))
+    findings, _ = run_rules(EvidenceSet(res.evidence))
+    assert all(f.confidence.value != "thin" for f in findings if f.code == "MEM001")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -172,22 +173,40 @@ def test_asyncio_tasks_interleave_with_separate_contexts(make_probe: Any) -> Non
         assert rec["stages_ms"]["decode"] <= outer_ms[i] + 0.01
 
 
+class _NeverWaits(queue.Queue):  # type: ignore[type-arg]
+    """The probe's queue, failing any put that would wait for room."""
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if block:
+            raise AssertionError("a put that waits for the writer")
+        super().put(item, block, timeout)
+
+
 def test_burst_on_a_tiny_queue_drops_and_never_blocks(make_probe: Any) -> None:
     probe = make_probe(queue_size=4, stats_interval_s=0.05)
+    probe._q = _NeverWaits(maxsize=4)
     slow_write = probe._write_record
-    gate = threading.Event()
+    gate, holding = threading.Event(), threading.Event()
 
     def stuck(item: Any) -> None:
-        gate.wait()  # the writer is stuck until the burst is over: a put that waited for it never returns
+        holding.set()
+        gate.wait()  # the writer is held until the burst is over: a put that waited for it would never return
         slow_write(item)
 
     probe._write_record = stuck  # type: ignore[method-assign]
+    with probe.request(), probe.stage("x"):  # one record the writer takes and is held on
+        pass
+    assert holding.wait(30)
     n = 2000
+    errors: list[BaseException] = []
 
     def burst() -> None:
-        for _ in range(n):
-            with probe.request(), probe.stage("x"):
-                pass
+        try:
+            for _ in range(n):
+                with probe.request(), probe.stage("x"):
+                    pass
+        except BaseException as e:
+            errors.append(e)
 
     t = threading.Thread(target=burst, daemon=True)
     t.start()
@@ -195,12 +214,12 @@ def test_burst_on_a_tiny_queue_drops_and_never_blocks(make_probe: Any) -> None:
     burst_done = not t.is_alive()
     stats = probe.stats()
     gate.set()
-    assert burst_done  # every put returned while the writer was stuck
-    assert stats["dropped"] >= n - 4 - 1  # only the queue's four and the one in the writer's hands were kept
+    assert burst_done and not errors, errors  # every put returned, none of them waiting for room
+    assert stats["dropped"] == n - 4  # the queue's four kept, the rest dropped while the writer was held
     time.sleep(0.3)
     probe.close()
     final = probe.stats()
-    assert final["dropped"] + final["requests"] == n
+    assert final["dropped"] + final["requests"] == n + 1
     lines = _lines(probe.path)
     reports = [r["probe"] for r in lines if "probe" in r]
     assert reports and reports[-1]["dropped"] == final["dropped"]
