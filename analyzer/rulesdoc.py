@@ -95,7 +95,7 @@ def example_json(rule: type[Rule]) -> str:
     d = Diagnosis(findings=findings, verdict=verdict, next_steps=steps, probability=judged.probability,
                   candidates=judged.candidates, withheld=withheld).to_json()
     keep = ("code", "category", "severity", "confidence", "title", "message", "impact")
-    out = {"verdict": d["verdict"], "primary": d["primary"], "probability": d["probability"],
+    out = {"verdict": d["verdict"], "primary": d["primary"], "probability": d["probability"], "answer": d["answer"],
            "candidates": d["candidates"], "next_steps": d["next_steps"],
            "findings": [{k: f[k] for k in keep} for f in d["findings"]]}
     return json.dumps(out, indent=2, ensure_ascii=False)
