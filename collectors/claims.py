@@ -750,7 +750,10 @@ class ClaimParser:
         if "causal" in names:
             for name in names - {"causal", "slow", "gpu", "cpu"}:
                 c.caused[name] += 1
-        if "copy" in names and _sync_reads_only(clause, found):
+        qs = quantities(clause)
+        # a copy the clause sizes or rates ("2 GB in 0.4 s", "5 GB/s") was measured as a copy
+        sized = any(q.dim in ("size", "rate") for q in qs)
+        if "copy" in names and not sized and _sync_reads_only(clause, found):
             c.sync_read_clauses += 1
 
         # a download put to the first run or the slowness in one clause or the next ("the first request takes 40 s.
@@ -762,11 +765,8 @@ class ClaimParser:
             c.first_download += 1
             c.quotes.setdefault("download_first", clause.strip()[:200])
         self._last_download, self._last_first = download, first
-        qs = quantities(clause)
         if not qs:
             return
-        # a copy the clause sizes or rates ("2 GB in 0.4 s", "5 GB/s") was measured as a copy
-        sized = any(q.dim in ("size", "rate") for q in qs)
         values = sorted((q.start, q.dim) for q in qs)
         memory = memory_labels(clause)
         starts = [at for at, _ in values]

@@ -472,8 +472,7 @@ def _paddle_message(ev: OomEvent, text: str, m: re.Match[str]) -> OomEvent:
 _NOT_MEMORY_EXHAUSTED = re.compile(r"Resource ?exhausted(?:Error)?\b[^\n]*(?:No space left on device|quota|SaveV2)",
                                    re.IGNORECASE)
 _TF_MESSAGE = re.compile(r"bfc_allocator|_bfc\b|OOM when allocating tensor|ResourceExhaustedError|Resource exhausted:")
-_CLASS_ONLY = re.compile(r"(?:[\w.]+\.)?ResourceExhaustedError(?:\s*:\s*(?:\d+ root error\(s\) found\.?)?\s*"
-                         r"|\s{2,}Traceback \(most recent call last\)\s*)")
+_CLASS_ONLY = re.compile(r"(?:[\w.]+\.)?ResourceExhaustedError\s{2,}Traceback \(most recent call last\)\s*")
 
 
 def _class_only(ev: OomEvent) -> bool:
@@ -1118,8 +1117,7 @@ class OomParser:
             return
         # the same message is often printed twice (the log line, then the exception's last line), or quoted again
         # in part by the person who pasted it: one failure, kept in its most complete copy. TensorFlow's exception
-        # class heading a traceback or a summary ("ResourceExhaustedError: " over Paddle's message) says nothing of
-        # its own beside the allocator's message near it
+        # class heading an IPython traceback says nothing of its own beside the allocator's message near it
         for prev in self._events[-3:]:
             if ev.line_no - prev.line_no <= CONTEXT_LINES and (_class_only(ev) or _class_only(prev)):
                 if _class_only(prev) and not _class_only(ev):

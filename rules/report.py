@@ -930,8 +930,9 @@ class GpuLimitReported(ReportRule):
     FP16 (``stated``); the GPU stated at or above ``saturated_pct`` % (``weak``); an older or
     embedded GPU named with slowness (``weak``); at least ``min_wait_ms`` charged to a host read of a
     CUDA tensor (``.cpu()``, ``.item()``, ``.to('cpu')``; a copy named otherwise is XFR003's) by a
-    text that synchronises nowhere (no ``torch.cuda.synchronize()``, ``CUDA_LAUNCH_BLOCKING`` or CUDA
-    events, in its prose or its code: ``report.sync_read_ms_max``; ``weak``).
+    text that synchronises nowhere (no ``torch.cuda.synchronize()``, ``CUDA_LAUNCH_BLOCKING=1`` or CUDA
+    events in the code it pasted, nor a person saying they synchronised, not negated or asked), in a clause
+    that gives the copy no size or rate (``report.sync_read_ms_max``; ``weak``).
 
     Evidence: any of report.throttle_statements, report.fp16_on_slow_fp16_gpu,
     report.gpu_util_pct_max, report.slow_gpu_statements + report.slow_statements,
@@ -1269,9 +1270,9 @@ class ExpectedBehaviourReported(Rule):
 
     How it decides: memory taken up front named (``report.preallocation_statements``, or GPU memory
     statements with a serving engine named) and no out-of-memory statement, nor memory growing or held
-    by leftovers; downloading named with the first run or slowness in one clause
-    (``report.download_first_statements``: "the first request is slow: it downloads the weights", not
-    "the model is downloaded from <url>" in a report of a slowdown); staying loaded named; the report
+    by leftovers; downloading named with the first run or slowness in one clause or the next
+    (``report.download_first_statements``: "the first request is slow: it downloads the weights"; a
+    model "downloaded from <source>" is where it came from, not a download); staying loaded named; the report
     withdrawing itself (then every other report rule steps aside too). The finding is informational
     (severity info) and never the primary bottleneck.
 

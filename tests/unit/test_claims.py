@@ -399,6 +399,7 @@ def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time(
     ev = EvidenceSet(_diagnose("Slow device to host copy\nWe copy a 2 GB result back with out.cpu() and it takes "
                                "420 ms, about 5 GB/s, on a PCIe 4.0 x16 slot.\n").evidence)
     assert ev.value("report.copy_ms_max") == 420.0 and "report.sync_read_ms_max" not in ev
+    assert ev.value("report.copy_statements") == 2  # its title and its clause both name a copy
     # a copy named otherwise is a copy: "the D2H memcpy takes 40 ms"
     ev = EvidenceSet(_diagnose("Slow output copies\nThe D2H memcpy takes 40 ms per batch.\n").evidence)
     assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev
