@@ -261,6 +261,13 @@ CONCEPTS: dict[str, str] = {
                  r"maxed|saturated|pegged)|fully (?:utili[sz]ed|loaded)|compute[- ]bound|flops?[- ]bound",
     "slow_gpu_model": r"\b(?:p40|p100|p4|k80|m60|m40|t4|gtx ?10\d0|gtx ?9\d0|jetson|xavier|orin|nano|tx2)\b",
     "fp16": r"fp16|half precision|float16|half\b",
+    # GPUs whose FP16 is no faster than FP32 (the CUDA guide's arithmetic throughput per compute capability): Pascal
+    # but GP100 (6.1: GTX 10xx, Titan X/Xp, Tesla P4/P40, Quadro P-series at 1/64 rate), Maxwell and Kepler desktop
+    # parts (no FP16 arithmetic), Turing's GTX 16xx (no tensor cores). Not the P100 (6.0) nor the Jetson TX1/Nano
+    # and TX2 (5.3, 6.2: twice FP32's rate), nor Volta onwards (T4, Xavier, Orin: tensor cores)
+    "slow_fp16_gpu": r"\b(?:tesla )?(?:p40|p4|k80|k40|k20|m40|m60)\b|\bquadro (?:p|m|k)\d{3,4}\b"
+                     r"|\bp(?:6000|5000|4000|2200|2000|1000|620|600|400)\b|\bgtx ?(?:10[3-8]0|9[5-8]0|7[5-8]0|16[56]0)"
+                     r"(?: ?ti| ?super)?\b|\btitan ?xp?\b|\bmx ?[1-4][1-5]0\b",
     "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
     "preallocate": r"pre-?allocat\w*|gpu_memory_utilization|gpu-memory-utilization|mem[_-]fraction\w*"
                    r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
@@ -382,6 +389,13 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b\d+(?:\.\d+)?\s*[KMGT]B\s+100%\s+(?-i:CPU)\b|\bsize_vram\W+0\b", re.I),
 }
 
+# llama-server's slot, comparing the prompt it holds with the new one (tools/server update_slots: older
+# "cache_tokens.size()", newer "slot.prompt.tokens.size()"): n_past tokens of the cached ones are reused
+_SLOT_REUSE = re.compile(r"\bn_past\s*=\s*(?P<past>\d+),\s*(?:slot\.prompt\.tokens|cache_tokens)\.size\(\)\s*=\s*"
+                         r"(?P<size>\d+)")
+MIN_REPROCESSED = 1000  # a thousand cached tokens processed again is where prefill shows (TTF002's min_tokens)
+REUSED_SHARE = 0.5  # under half of the cached prompt reused: most of it is processed again
+
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
 # used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
@@ -421,6 +435,7 @@ class Claims:
     sync_read_ms: list[float] = field(default_factory=list)
     sync_read_clauses: int = 0  # clauses whose only copies are such reads ("the .cpu() is very slow")
     title_sync_read: bool = False  # ... and the title is one
+    title_slot_only: bool = False  # the title's only concurrency word is a server's "slot"
     synced: bool = False
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
@@ -704,7 +719,13 @@ class ClaimParser:
             title_found = _concepts_in(c.title)
             c.title_concepts = {name for _, _, name in title_found}
             c.title_sync_read = _sync_reads_only(c.title, title_found)
+            # llama-server's "slot" names its unit of parallelism, a setting ("Why server slot's cache_prompt is false
+            # by default?"), not requests waiting: a title whose only concurrency word it is names no queue
+            c.title_slot_only = all(c.title[a:b].lower() in ("slot", "slots")
+                                    for a, b, name in title_found if name == "concurrency")
         self._messages(line, MESSAGES)
+        if "n_past" in line:
+            self._slot_reuse(line)
         m = _OFFLOADED.search(line)
         if m:
             c.layers = (int(m.group(1)), int(m.group(2)))
@@ -716,6 +737,19 @@ class ClaimParser:
             # a program's columns (nsys stats, a profiler's table) are its collector's to read, no one's statement
             for clause in clauses_of(line):
                 self._clause(clause)
+
+    def _slot_reuse(self, line: str) -> None:
+        """llama-server's slot keeping only the start of its cached prompt ("n_past = 3737,
+        slot.prompt.tokens.size() = 38925": 3,737 of 38,925 tokens reused): the rest is processed again, as its
+        "forcing full prompt re-processing" says when it keeps none."""
+        m = _SLOT_REUSE.search(line)
+        if m is None:
+            return
+        reused, cached = int(m.group("past")), int(m.group("size"))
+        if cached >= MIN_REPROCESSED and reused < REUSED_SHARE * cached:
+            c = self._claims
+            c.messages["prompt_reprocess"] += 1
+            c.quotes.setdefault("msg:prompt_reprocess", line.strip()[:200])
 
     def _messages(self, line: str, names: Iterable[str]) -> None:
         """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""

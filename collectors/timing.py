@@ -295,6 +295,16 @@ _SPAN_FIELD = re.compile(
     rf"(?P<ms_key>_ms)?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)(?:\s*(?P<u>{TIME_UNIT})(?![\w/%.])|(?![\w/%.]|\s*[A-Za-z]))",
     re.IGNORECASE,
 )
+# a program's stage breakdown, one stage a line, its name in brackets before the time (C++ demos print it after every
+# inference: "[Preprocess   ] cost time: 19.340 ms" … "[Infer total  ] cost time: 198.171 ms"); the total is the sum's
+_LABELLED = re.compile(
+    r"^\s*\[\s*(?P<label>[A-Za-z][A-Za-z0-9 _./-]{0,38}?)\s*\]\s*(?:cost|took|time|elapsed|latency|duration)"
+    rf"(?: time| cost)?\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})(?![\w/])",
+    re.IGNORECASE,
+)
+# a log record's level or tag in brackets, not a stage ("[INFO] time: 3 ms")
+_NOT_STAGE = re.compile(r"(?:info|warn(?:ing)?|error|debug|trace|fatal|notice|[iwedv]|main|log)", re.IGNORECASE)
+_TOTAL_LABEL = re.compile(r"\b(?:total|all|overall|e2e|end[- ]?to[- ]?end|whole)\b", re.IGNORECASE)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
     rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
@@ -345,6 +355,8 @@ class TimingParser:
         # repeats one template ("cost: 100.49" on every call), a start-up phase ("init engine took 63.00 s",
         # "Initializing model took 0.39 seconds") is printed once and is no call's latency
         self._untagged: dict[str, Series] = {}
+        # bracket-labelled stage times: a breakdown only with two stages or more, else one call's timing repeated
+        self._labelled_spans: dict[str, Series] = {}
         self.tables: list[Table] = []
         self.usage = Usage()
         self.prose_ttft = Series()
@@ -381,6 +393,8 @@ class TimingParser:
             return
         shapes = self._shapes(line) if ("(" in line or "shape" in low or "len" in low or "batch" in low
                                         or "bs" in low or "tokens" in low) else []
+        if head == "[" and self._labelled(line):
+            return
         spanned = any(w in low for w in _SPAN_WORDS) and self._spans(line)
         timed = spanned or (any(w in low for w in _TIMING_WORDS) and self._timing(line, shapes))
         if shapes and not timed:
@@ -468,6 +482,23 @@ class TimingParser:
             self._span(normalize_stage(m.group("stage")), ms, assumed)
             found = True
         return found
+
+    def _labelled(self, line: str) -> bool:
+        """A stage of a bracket-labelled breakdown; its total line is the sum's, no stage of its own."""
+        m = _LABELLED.match(line)
+        if m is None:
+            return False
+        label = " ".join(m.group("label").split())
+        if _NOT_STAGE.fullmatch(label):
+            return False
+        if not _TOTAL_LABEL.search(label):
+            stage = normalize_stage(label)
+            series = self._labelled_spans.get(stage)
+            if series is None:
+                series = self._labelled_spans[stage] = Series()
+            series.add(to_ms(float(m.group("v")), m.group("u")))
+            self.lines += 1
+        return True
 
     def _span(self, stage: str, ms: float, assumed: bool) -> None:
         if not math.isfinite(ms):
@@ -639,7 +670,19 @@ class TimingParser:
 
     def records(self) -> TimingRecords:
         self._end_table()
-        return TimingRecords(self.stage_log, self.spans, self.calls, self.untagged, self.tables, self.usage,
+        untagged, spans = self.untagged, self.spans
+        if len(self._labelled_spans) >= 2:  # a breakdown: its stages beside the spans read otherwise
+            spans = dict(spans)
+            for stage, series in self._labelled_spans.items():
+                merged = Series()
+                for part in (spans.get(stage), series):
+                    if part is not None:
+                        merged.merge(part)
+                spans[stage] = merged
+        else:
+            for series in self._labelled_spans.values():
+                untagged.merge(series)
+        return TimingRecords(self.stage_log, spans, self.calls, untagged, self.tables, self.usage,
                              self.prose_ttft, self.prose_prompt, self.unit_assumed, frozenset(self.unitless_stages))
 
 

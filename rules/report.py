@@ -406,7 +406,8 @@ class PrefillReported(ReportRule):
     least ``min_tokens`` tokens (``long_prompt``); a TTFT or prefill time of at least ``min_ms`` with
     prompt processing named (``stated``); prompt processing named as slow with a prompt of at least
     ``min_tokens`` (``stated``); a server processing the whole prompt again instead of reusing its
-    cache (llama.cpp ``forcing full prompt re-processing``; ``stated``).
+    cache (llama.cpp ``forcing full prompt re-processing``, or its slot reusing under half of a cached
+    prompt of a thousand tokens or more: ``n_past = 3737, slot.prompt.tokens.size() = 38925``; ``stated``).
 
     Evidence: report.ttft_ms_max, report.prefill_ms_max, report.prefill_statements or
     report.prompt_reprocess_messages; optionally report.prompt_tokens_max, report.prefill_tokens_per_s.
@@ -450,7 +451,7 @@ class PrefillReported(ReportRule):
         if named and tokens >= t.min_tokens and not out:
             out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))
         if _n(ev, "report.prompt_reprocess_messages"):
-            out.append(Signal(t.stated, f"shows the whole prompt processed again instead of reused "
+            out.append(Signal(t.stated, f"shows the prompt, or most of it, processed again instead of reused "
                                         f"({_quote(ev, 'report.prompt_reprocess_messages')})"))
         return out
 
@@ -917,7 +918,9 @@ class GpuLimitReported(ReportRule):
     """The report shows the GPU itself as the limit: throttled, saturated, or without fast FP16.
 
     What it detects: throttling named (power cap, thermal, low clocks, power mode), FP16 on a GPU
-    without fast half precision (Pascal P40/P4/GTX 10xx, Kepler/Maxwell), the GPU stated saturated, or
+    whose half precision is no faster than FP32 (Pascal but the P100: GTX 10xx, Titan X/Xp, P4/P40,
+    Quadro P-series at 1/64 rate; Kepler and Maxwell desktop parts; Turing's GTX 16xx, without tensor
+    cores; not the T4, the Jetsons or anything from Volta on), the GPU stated saturated, or
     the model's time charged to the read that waits for it.
 
     Why it matters: when the GPU is throttled or simply slower than assumed, no change elsewhere
@@ -971,7 +974,7 @@ class GpuLimitReported(ReportRule):
         if _n(ev, "report.throttle_statements"):
             out.append(Signal(t.stated, f"names throttling / clocks / power{_q(ev, 'report.throttle_statements')}"))
         if _n(ev, "report.fp16_on_slow_fp16_gpu"):
-            out.append(Signal(t.stated, f"runs FP16 on a GPU without fast half precision "
+            out.append(Signal(t.stated, f"runs FP16 on a GPU whose half precision is no faster than FP32 "
                                         f"({_quote(ev, 'report.fp16_on_slow_fp16_gpu')})"))
         gpu = ev.value("report.gpu_util_pct_min")
         if gpu is not None and gpu >= t.saturated_pct:
@@ -997,8 +1000,8 @@ class GpuLimitReported(ReportRule):
                 "nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE while it runs: 'SW Power Cap', 'HW "
                 "Slowdown' or 'Thermal' active mean the clocks are held down; fix airflow / power limit "
                 "(nvidia-smi -pl) / Jetson power mode (nvpmodel -m 0, jetson_clocks)",
-                "Pascal (P40, P4, GTX 10xx) runs FP16 at 1/64 rate: use FP32 or INT8 there, or a GPU with "
-                "tensor cores",
+                "Pascal (P40, P4, GTX 10xx, Quadro P) runs FP16 at 1/64 rate, and GTX 16xx has no tensor cores: "
+                "use FP32 or INT8 there, or a GPU with tensor cores",
             ), Risk.SAFE),
             Fix("More GPU for the load", (
                 "A saturated GPU serves what it serves: batch better, quantise, or add GPUs / replicas",

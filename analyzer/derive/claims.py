@@ -214,9 +214,9 @@ class ReportSource:
         # -- the GPU itself ---------------------------------------------------------------------
         count("report.throttle_statements", con["throttle"], "statements about throttling / clocks / heat", "throttle")
         count("report.saturated_statements", con["saturated"], "statements that the GPU is fully used", "saturated")
-        if con["slow_gpu_model"] and con["fp16"]:
+        if con["slow_fp16_gpu"] and con["fp16"]:
             ev.add("report.fp16_on_slow_fp16_gpu", 1, "flag",
-                   f"half precision on a GPU without fast FP16: {_first_quote(c, 'slow_gpu_model')}")
+                   f"half precision on a GPU whose FP16 is no faster than FP32: {_first_quote(c, 'slow_fp16_gpu')}")
         count("report.slow_gpu_statements", con["slow_gpu_model"], "statements naming an older / embedded GPU",
               "slow_gpu_model")
         # -- behaviour by design -----------------------------------------------------------------
@@ -245,7 +245,8 @@ class ReportSource:
                    "framework messages (m:): what diagnose.rules.report_model weighs")
             if c.title:
                 ev.add("report.title", c.title, "", "the report's first line")
-                named = c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set())
+                named = c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set()) \
+                    - ({"concurrency"} if c.title_slot_only else set())
                 ev.add("report.title_concepts", sorted(named), "", "concepts the first line names")
         elif c.clauses and (words := {k: v for k, v in cues(c).items() if k.startswith("w:")}):
             # a person's text that names no concept we count: too little for a report rule to judge on,
@@ -280,7 +281,7 @@ def set_vocabulary(words: frozenset[str] | None) -> None:
 
 # what a rule reads more finely than the report model needs: a polarity of a concept it has (graphs said to be on), and
 # one setting of two engines' kinds (llama.cpp's tensors on the CPU, a setting that keeps weights in host memory)
-_RULE_ONLY = frozenset({"cuda_graph_on"})
+_RULE_ONLY = frozenset({"cuda_graph_on", "slow_fp16_gpu"})
 _SAME_CUE = {"tensors_on_cpu": "weights_offloaded", "ep_cpu_node": "cpu_fallback"}
 
 

@@ -434,6 +434,47 @@ def test_ort_placing_shape_ops_on_the_cpu_on_purpose_is_no_fallback() -> None:
     assert "report.ep_cpu_node_messages" not in ev
 
 
+def test_llama_servers_slot_reusing_little_of_its_cached_prompt_is_reprocessing() -> None:
+    """Kai#349 (sweep V): a client altering the history made llama-server keep 3,737 of 38,925 cached tokens on
+    every turn; its slot line says so (older servers: cache_tokens.size()), behind a compose prefix too."""
+    line = ("llama-2-1  | 40.48.338.643 W slot update_slots: id  0 | task 9156 | n_past = 3737, "
+            "slot.prompt.tokens.size() = 38925, seq_id = 0, pos_min = 38924, n_swa = 0")
+    d = _diagnose("Prompt cache being invalidated\nThe server re-builds the cache on every message.\n" + line + "\n")
+    assert EvidenceSet(d.evidence).value("report.prompt_reprocess_messages") == 1
+    assert any(f.code == "TTF002" and "processed again instead of reused" in f.message for f in d.findings)
+    for kept in ("slot update_slots: id  0 | task 12 | n_past = 38000, cache_tokens.size() = 38925, seq_id = 0",
+                 "slot update_slots: id  0 | task 12 | n_past = 12, cache_tokens.size() = 300, seq_id = 0"):
+        # most of it reused, or too short a prompt to matter: no reprocessing
+        assert "report.prompt_reprocess_messages" not in EvidenceSet(_diagnose(kept + "\n").evidence), kept
+
+
+def test_a_title_naming_a_servers_slot_names_no_queue() -> None:
+    """llama.cpp#10427 (sweep V): "Why server slot's cache_prompt is false by default?" names the server's unit of
+    parallelism, a setting; QUE005 took it for a title naming queueing and committed at 0.92."""
+    d = _diagnose("Why server slot's cache_prompt is false by default?\nIt makes prompt processing very slow.\n")
+    ev = EvidenceSet(d.evidence)
+    assert "concurrency" not in ev.get("report.title_concepts").value
+    assert not any(f.code == "QUE005" and "in its title" in f.message for f in d.findings)
+    # concurrency named otherwise stays in the title ("slots" beside "concurrent requests")
+    ev = EvidenceSet(_diagnose("Only 6 slots serve concurrent requests\nThe rest wait.\n").evidence)
+    assert "concurrency" in ev.get("report.title_concepts").value
+
+
+@pytest.mark.parametrize(("gpu", "slow"), [
+    # FP16 no faster than FP32: Pascal but GP100 (1/64 rate), Maxwell/Kepler desktop parts, Turing's GTX 16xx
+    ("a Quadro P6000", True), ("a GTX 1080 Ti", True), ("a Tesla P40", True), ("a Titan Xp", True),
+    ("a GTX 1650", True), ("a Tesla K80", True),
+    # fast FP16: the P100 and the Jetsons at twice FP32's rate, tensor cores from Volta on (sweep X: an AGX Xavier
+    # was read as a GPU without fast FP16)
+    ("a Tesla P100", False), ("a Jetson AGX Xavier", False), ("a T4", False), ("a Jetson Nano", False),
+    ("an RTX 3090", False),
+])
+def test_fp16_on_a_gpu_without_fast_half_precision(gpu: str, slow: bool) -> None:
+    ev = EvidenceSet(_diagnose(f"FP16 is slower than FP32\nOn {gpu}, the FP16 engine takes 40 ms per image and the "
+                               "FP32 one 35 ms.\n").evidence)
+    assert ("report.fp16_on_slow_fp16_gpu" in ev) is slow
+
+
 def test_a_paste_with_nothing_to_go_on_is_undetermined_with_next_steps() -> None:
     d = _diagnose("Hi, it does not work for me. Any idea? Thanks!")
     assert d.primary is None and d.overall is Verdict.UNDETERMINED

@@ -253,3 +253,26 @@ def test_shares_of_memory_or_a_cpu_are_no_stage_times_and_a_per_call_time_is_a_t
     for header in (["Stage", "Avg per launch"], ["Stage", "Mean per call"], ["Step", "Times"]):
         t = analyze_table(Table(header, [["preprocess", "30 ms"], ["inference", "10 ms"]], [], 1))
         assert isinstance(t, StageTable) and [r.ms for r in t.rows] == [30.0, 10.0], header
+
+
+def test_a_bracket_labelled_stage_breakdown_is_read_as_stages() -> None:
+    """bevdet-tensorrt-cpp#2 (sweep X): a C++ demo prints each stage's time in brackets after every inference, then
+    the total; they are stages of one breakdown (the total the sum's), not 14 separate calls."""
+    p = TimingParser()
+    block = ["[Preprocess   ] cost time: 19.340 ms", "[Image stage  ] cost time: 126.830 ms",
+             "[BEV stage    ] cost time: 33.886 ms", "[Postprocess  ] cost time: 3.629 ms",
+             "[Infer total  ] cost time: 183.685 ms", "Detect 100 objects"]
+    for line in clean_lines(block + block):
+        p.feed(line)
+    r = p.records()
+    assert set(r.spans) == {"preprocess", "image_stage", "bev_stage", "postprocess"}
+    assert r.spans["image_stage"].n == 2 and r.spans["preprocess"].mean == 19.34
+    assert r.untagged.n == 0 and not r.calls
+    # a log record's level in brackets is no stage; one label alone is a call's timing repeated, no breakdown
+    for lines, calls in ((("[INFO] time: 3 ms", "[W] latency: 4 ms", "[INFO] time: 5 ms"), 2),
+                         (("[Rank 0] time: 3 ms", "[Rank 0] time: 4 ms", "[Rank 0] time: 5 ms"), 3)):
+        p = TimingParser()
+        for line in lines:
+            p.feed(line)
+        r = p.records()
+        assert r.spans == {} and r.untagged.n == calls, lines  # the level's lines: a template printed twice
