@@ -260,14 +260,17 @@ CONCEPTS: dict[str, str] = {
     "saturated": r"(?:gpu|util\w*|usage) (?:is |was |at |of |stays? |sits? )?(?:near |around |about )?(?:full|100 ?%|"
                  r"maxed|saturated|pegged)|fully (?:utili[sz]ed|loaded)|compute[- ]bound|flops?[- ]bound",
     "slow_gpu_model": r"\b(?:p40|p100|p4|k80|m60|m40|t4|gtx ?10\d0|gtx ?9\d0|jetson|xavier|orin|nano|tx2)\b",
-    "fp16": r"fp16|half precision|float16|half\b",
+    # "half" as the precision, not an amount ("half a second", "half of the time")
+    "fp16": r"fp16|half precision|float16|\bhalf\b(?!\s+(?:a|an|the|of|as|my|our|its|their|that|this|what|hours?"
+            r"|seconds?|minutes?|days?|way|done|full|empty|as)\b)(?![ -]?(?:hour|second|minute|day))",
     # GPUs whose FP16 is no faster than FP32 (the CUDA guide's arithmetic throughput per compute capability): Pascal
-    # but GP100 (6.1: GTX 10xx, Titan X/Xp, Tesla P4/P40, Quadro P-series at 1/64 rate), Maxwell and Kepler desktop
-    # parts (no FP16 arithmetic), Turing's GTX 16xx (no tensor cores). Not the P100 (6.0) nor the Jetson TX1/Nano
-    # and TX2 (5.3, 6.2: twice FP32's rate), nor Volta onwards (T4, Xavier, Orin: tensor cores)
-    "slow_fp16_gpu": r"\b(?:tesla )?(?:p40|p4|k80|k40|k20|m40|m60)\b|\bquadro (?:p|m|k)\d{3,4}\b"
-                     r"|\bp(?:6000|5000|4000|2200|2000|1000|620|600|400)\b|\bgtx ?(?:10[3-8]0|9[5-8]0|7[5-8]0|16[56]0)"
-                     r"(?: ?ti| ?super)?\b|\btitan ?xp?\b|\bmx ?[1-4][1-5]0\b",
+    # but GP100 (6.1: GTX 10xx, Titan X/Xp, Tesla P4/P6/P40, Quadro P-series at 1/64 rate), Maxwell and Kepler parts
+    # (no FP16 arithmetic: K80, K40m, M40, GRID K520, GTX 9xx/7xx, Titan Black). Not the P100 (6.0), the Jetson
+    # TX1/Nano and TX2 (5.3, 6.2), nor Turing onwards (7.x: twice FP32's rate, GTX 16xx and MX450 too)
+    "slow_fp16_gpu": r"(?<![\w-])(?:(?:tesla|nvidia|quadro) )?(?:k80|k40m?|k20x?m?|m40|m60|m10|m6|m4)(?![\w-])"
+                     r"|(?<![\w-])(?:tesla|nvidia) p(?:40|6|4)(?![\w-])|(?<![\w-])quadro (?:p|m|k)\d{3,4}(?![\w-])"
+                     r"|(?<![\w-])p(?:6000|5000|4000|2200|2000)(?![\w-])|\b(?:gtx|gt) ?(?:10[3-8]0|9[5-8]0m?|7[1-8]0)"
+                     r"(?: ?ti)?\b|\btitan ?(?:xp?|black)\b|\bgtx titan\b|\bmx ?[1-3][1-5]0\b|\bgrid k\d{3}\b",
     "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
     "preallocate": r"pre-?allocat\w*|gpu_memory_utilization|gpu-memory-utilization|mem[_-]fraction\w*"
                    r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
@@ -388,13 +391,6 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     # CPU usage" or "sits at 100% CPU" is a utilisation, not where the model sits (private-gpt#1598)
     "ollama_cpu": re.compile(r"\b\d+(?:\.\d+)?\s*[KMGT]B\s+100%\s+(?-i:CPU)\b|\bsize_vram\W+0\b", re.I),
 }
-
-# llama-server's slot, comparing the prompt it holds with the new one (tools/server update_slots: older
-# "cache_tokens.size()", newer "slot.prompt.tokens.size()"): n_past tokens of the cached ones are reused
-_SLOT_REUSE = re.compile(r"\bn_past\s*=\s*(?P<past>\d+),\s*(?:slot\.prompt\.tokens|cache_tokens)\.size\(\)\s*=\s*"
-                         r"(?P<size>\d+)")
-MIN_REPROCESSED = 1000  # a thousand cached tokens processed again is where prefill shows (TTF002's min_tokens)
-REUSED_SHARE = 0.5  # under half of the cached prompt reused: most of it is processed again
 
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
@@ -720,12 +716,11 @@ class ClaimParser:
             c.title_concepts = {name for _, _, name in title_found}
             c.title_sync_read = _sync_reads_only(c.title, title_found)
             # llama-server's "slot" names its unit of parallelism, a setting ("Why server slot's cache_prompt is false
-            # by default?"), not requests waiting: a title whose only concurrency word it is names no queue
-            c.title_slot_only = all(c.title[a:b].lower() in ("slot", "slots")
+            # by default?"), not requests waiting: a title whose only concurrency word it is names no queue ("slots",
+            # "4 slots", "all slots busy" still name the server's parallel requests)
+            c.title_slot_only = all(c.title[a:b].lower() == "slot"
                                     for a, b, name in title_found if name == "concurrency")
         self._messages(line, MESSAGES)
-        if "n_past" in line:
-            self._slot_reuse(line)
         m = _OFFLOADED.search(line)
         if m:
             c.layers = (int(m.group(1)), int(m.group(2)))
@@ -737,19 +732,6 @@ class ClaimParser:
             # a program's columns (nsys stats, a profiler's table) are its collector's to read, no one's statement
             for clause in clauses_of(line):
                 self._clause(clause)
-
-    def _slot_reuse(self, line: str) -> None:
-        """llama-server's slot keeping only the start of its cached prompt ("n_past = 3737,
-        slot.prompt.tokens.size() = 38925": 3,737 of 38,925 tokens reused): the rest is processed again, as its
-        "forcing full prompt re-processing" says when it keeps none."""
-        m = _SLOT_REUSE.search(line)
-        if m is None:
-            return
-        reused, cached = int(m.group("past")), int(m.group("size"))
-        if cached >= MIN_REPROCESSED and reused < REUSED_SHARE * cached:
-            c = self._claims
-            c.messages["prompt_reprocess"] += 1
-            c.quotes.setdefault("msg:prompt_reprocess", line.strip()[:200])
 
     def _messages(self, line: str, names: Iterable[str]) -> None:
         """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""
@@ -785,11 +767,9 @@ class ClaimParser:
             for name in names - {"causal", "slow", "gpu", "cpu"}:
                 c.caused[name] += 1
         qs = quantities(clause)
-        # a copy the clause sizes or rates ("2 GB in 0.4 s", "5 GB/s") was measured as a copy
-        sized = any(q.dim in ("size", "rate") for q in qs)
-        if "copy" in names and not sized and _sync_reads_only(clause, found):
+        sync_only = "copy" in names and _sync_reads_only(clause, found)  # every copy named is a host read
+        if sync_only and not qs:
             c.sync_read_clauses += 1
-
         # a download put to the first run or the slowness in one clause or the next ("the first request takes 40 s.
         # Meanwhile the log shows it downloading the weights"); where the model came from ("the model downloaded
         # from the zoo is slow") is no download
@@ -808,6 +788,8 @@ class ClaimParser:
         held = frozenset(q.start for q in qs if q.dim == "pct" and memory
                          and (_memory_distance(memory, q, starts, clause) or BIND_WINDOW + 1) <= 5)
         items = value_first_items(clause, qs)
+        read_times: list[Quantity] = []  # times bound to a host read: the model's, unless the read is sized
+        sized = False  # a size or rate the copy owns ("2 GB … .cpu() … 5 GB/s"): a copy measured as one
         for q in qs:
             item = items.get(q.start)
             # a value that leads its own item of a value-first list: its item's label, or the list's heading
@@ -817,11 +799,18 @@ class ClaimParser:
                     and _STAGE_MODEL.fullmatch(clause, q.end, item.end) and names & {"preprocess", "postprocess"}:
                 owner = "model_time"  # a stage list's model stage: "0.3ms preprocess, 7.6ms inference, …"
             if owner is not None:
-                if owner == "copy" and q.dim == "time" and not sized and _sync_reads_only(clause, found):
-                    c.sync_read_ms.append(q.value)
-                    c.quotes.setdefault("sync_read", clause.strip()[:200])
+                if owner == "copy" and sync_only and q.dim == "time":
+                    read_times.append(q)
                     continue
+                sized = sized or (owner == "copy" and q.dim in ("size", "rate"))
                 c.bound.setdefault(owner, []).append(q)
+        if sync_only and sized:
+            c.bound.setdefault("copy", []).extend(read_times)
+        elif sync_only:
+            c.sync_read_clauses += 1
+            c.sync_read_ms.extend(q.value for q in read_times)
+            if read_times:
+                c.quotes.setdefault("sync_read", clause.strip()[:200])
         self._pairs(clause, found, qs)
 
     def _pairs(self, clause: str, found: list[tuple[int, int, str]], qs: list[Quantity]) -> None:

@@ -304,7 +304,9 @@ _LABELLED = re.compile(
 )
 # a log record's level or tag in brackets, not a stage ("[INFO] time: 3 ms")
 _NOT_STAGE = re.compile(r"(?:info|warn(?:ing)?|error|debug|trace|fatal|notice|[iwedv]|main|log)", re.IGNORECASE)
-_TOTAL_LABEL = re.compile(r"\b(?:total|all|overall|e2e|end[- ]?to[- ]?end|whole)\b", re.IGNORECASE)
+MAX_BLOCK = 32  # stage lines held before a total
+SUM_SLACK = 0.1  # stages within 10 % of their total add up to it (rounding, untimed glue between stages)
+_TOTAL_LABEL = re.compile(r"\b(?:total|overall|e2e|end[- ]?to[- ]?end)\b", re.IGNORECASE)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
     rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
@@ -355,8 +357,9 @@ class TimingParser:
         # repeats one template ("cost: 100.49" on every call), a start-up phase ("init engine took 63.00 s",
         # "Initializing model took 0.39 seconds") is printed once and is no call's latency
         self._untagged: dict[str, Series] = {}
-        # bracket-labelled stage times: a breakdown only with two stages or more, else one call's timing repeated
+        # bracket-labelled stage times of the breakdowns whose total they add up to, and the open block's lines
         self._labelled_spans: dict[str, Series] = {}
+        self._block: list[tuple[str, float, str]] = []
         self.tables: list[Table] = []
         self.usage = Usage()
         self.prose_ttft = Series()
@@ -491,14 +494,31 @@ class TimingParser:
         label = " ".join(m.group("label").split())
         if _NOT_STAGE.fullmatch(label):
             return False
+        ms = to_ms(float(m.group("v")), m.group("u"))
         if not _TOTAL_LABEL.search(label):
-            stage = normalize_stage(label)
-            series = self._labelled_spans.get(stage)
-            if series is None:
-                series = self._labelled_spans[stage] = Series()
-            series.add(to_ms(float(m.group("v")), m.group("u")))
-            self.lines += 1
-        return True
+            self._block.append((normalize_stage(label), ms, line))
+            if len(self._block) > MAX_BLOCK:
+                self._replay(self._block.pop(0)[2])
+            return True
+        # the total closes a breakdown only where its stages add up to it (bevdet's do exactly); lines that compare
+        # things ("[PyTorch] … [TensorRT] … [Total] …", "[Rank 0] … [Rank 1] …") do not, and stay calls' timings
+        block, self._block = self._block, []
+        parts = sum(v for _, v, _ in block)
+        if len({stage for stage, _, _ in block}) >= 2 and ms > 0 and abs(parts - ms) <= SUM_SLACK * ms:
+            for stage, v, _ in block:
+                series = self._labelled_spans.get(stage)
+                if series is None:
+                    series = self._labelled_spans[stage] = Series()
+                series.add(v)
+                self.lines += 1
+            return True
+        for _, _, held in block:
+            self._replay(held)
+        return False  # the total, and the lines before it, are timed calls (read as before)
+
+    def _replay(self, line: str) -> None:
+        """A held stage line that made no breakdown: a timed call, as it would have been read."""
+        self._timing(line, [])
 
     def _span(self, stage: str, ms: float, assumed: bool) -> None:
         if not math.isfinite(ms):
@@ -670,8 +690,11 @@ class TimingParser:
 
     def records(self) -> TimingRecords:
         self._end_table()
+        block, self._block = self._block, []
+        for _, _, held in block:  # stage lines no total closed: timed calls
+            self._replay(held)
         untagged, spans = self.untagged, self.spans
-        if len(self._labelled_spans) >= 2:  # a breakdown: its stages beside the spans read otherwise
+        if self._labelled_spans:  # breakdowns: their stages beside the spans read otherwise
             spans = dict(spans)
             for stage, series in self._labelled_spans.items():
                 merged = Series()
@@ -679,9 +702,6 @@ class TimingParser:
                     if part is not None:
                         merged.merge(part)
                 spans[stage] = merged
-        else:
-            for series in self._labelled_spans.values():
-                untagged.merge(series)
         return TimingRecords(self.stage_log, spans, self.calls, untagged, self.tables, self.usage,
                              self.prose_ttft, self.prose_prompt, self.unit_assumed, frozenset(self.unitless_stages))
 

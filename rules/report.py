@@ -406,8 +406,7 @@ class PrefillReported(ReportRule):
     least ``min_tokens`` tokens (``long_prompt``); a TTFT or prefill time of at least ``min_ms`` with
     prompt processing named (``stated``); prompt processing named as slow with a prompt of at least
     ``min_tokens`` (``stated``); a server processing the whole prompt again instead of reusing its
-    cache (llama.cpp ``forcing full prompt re-processing``, or its slot reusing under half of a cached
-    prompt of a thousand tokens or more: ``n_past = 3737, slot.prompt.tokens.size() = 38925``; ``stated``).
+    cache (llama.cpp ``forcing full prompt re-processing``; ``stated``).
 
     Evidence: report.ttft_ms_max, report.prefill_ms_max, report.prefill_statements or
     report.prompt_reprocess_messages; optionally report.prompt_tokens_max, report.prefill_tokens_per_s.
@@ -451,7 +450,7 @@ class PrefillReported(ReportRule):
         if named and tokens >= t.min_tokens and not out:
             out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))
         if _n(ev, "report.prompt_reprocess_messages"):
-            out.append(Signal(t.stated, f"shows the prompt, or most of it, processed again instead of reused "
+            out.append(Signal(t.stated, f"shows the whole prompt processed again instead of reused "
                                         f"({_quote(ev, 'report.prompt_reprocess_messages')})"))
         return out
 
@@ -919,8 +918,8 @@ class GpuLimitReported(ReportRule):
 
     What it detects: throttling named (power cap, thermal, low clocks, power mode), FP16 on a GPU
     whose half precision is no faster than FP32 (Pascal but the P100: GTX 10xx, Titan X/Xp, P4/P40,
-    Quadro P-series at 1/64 rate; Kepler and Maxwell desktop parts; Turing's GTX 16xx, without tensor
-    cores; not the T4, the Jetsons or anything from Volta on), the GPU stated saturated, or
+    Quadro P-series at 1/64 rate; Kepler and Maxwell parts, without FP16 arithmetic; not the P100, the
+    Jetsons, nor Turing onwards, GTX 16xx included), the GPU stated saturated, or
     the model's time charged to the read that waits for it.
 
     Why it matters: when the GPU is throttled or simply slower than assumed, no change elsewhere
@@ -1000,8 +999,8 @@ class GpuLimitReported(ReportRule):
                 "nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE while it runs: 'SW Power Cap', 'HW "
                 "Slowdown' or 'Thermal' active mean the clocks are held down; fix airflow / power limit "
                 "(nvidia-smi -pl) / Jetson power mode (nvpmodel -m 0, jetson_clocks)",
-                "Pascal (P40, P4, GTX 10xx, Quadro P) runs FP16 at 1/64 rate, and GTX 16xx has no tensor cores: "
-                "use FP32 or INT8 there, or a GPU with tensor cores",
+                "Pascal (P40, P4, GTX 10xx, Quadro P) runs FP16 at 1/64 rate, Kepler and Maxwell have no FP16 "
+                "arithmetic: use FP32 or INT8 there, or a GPU with tensor cores",
             ), Risk.SAFE),
             Fix("More GPU for the load", (
                 "A saturated GPU serves what it serves: batch better, quantise, or add GPUs / replicas",

@@ -261,13 +261,25 @@ def test_a_bracket_labelled_stage_breakdown_is_read_as_stages() -> None:
     p = TimingParser()
     block = ["[Preprocess   ] cost time: 19.340 ms", "[Image stage  ] cost time: 126.830 ms",
              "[BEV stage    ] cost time: 33.886 ms", "[Postprocess  ] cost time: 3.629 ms",
-             "[Infer total  ] cost time: 183.685 ms", "Detect 100 objects"]
+             "[Infer total  ] cost time: 183.685 ms", "Detect 100 objects"]  # the stages add up to the total
     for line in clean_lines(block + block):
         p.feed(line)
     r = p.records()
     assert set(r.spans) == {"preprocess", "image_stage", "bev_stage", "postprocess"}
     assert r.spans["image_stage"].n == 2 and r.spans["preprocess"].mean == 19.34
     assert r.untagged.n == 0 and not r.calls
+    # lines that compare things do not add up to a total: they stay timed calls, the total too
+    p = TimingParser()
+    for line in ["[PyTorch] time: 40 ms", "[TensorRT] time: 12 ms", "[Total] time: 512 ms"] * 2:
+        p.feed(line)
+    r = p.records()
+    assert r.spans == {} and r.untagged.n == 6 and r.untagged.max == 512
+    # ... nor do lines with no total at all
+    p = TimingParser()
+    for line in ["[Rank 0] time: 40 ms", "[Rank 1] time: 42 ms"] * 2:
+        p.feed(line)
+    r = p.records()
+    assert r.spans == {} and r.untagged.n == 4
     # a log record's level in brackets is no stage; one label alone is a call's timing repeated, no breakdown
     for lines, calls in ((("[INFO] time: 3 ms", "[W] latency: 4 ms", "[INFO] time: 5 ms"), 2),
                          (("[Rank 0] time: 3 ms", "[Rank 0] time: 4 ms", "[Rank 0] time: 5 ms"), 3)):
