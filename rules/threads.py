@@ -316,4 +316,5 @@ class LlamaThreads(Rule):
             ],
         )
 
+
 RULES: tuple[type[Rule], ...] = (ThreadOversubscription, CfsThrottling, LlamaThreads)
