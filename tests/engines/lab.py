@@ -179,6 +179,12 @@ class VllmConfig:
     # a memory cgroup limit (bytes) the engine starts in, as a container's memory limit: the kernel's OOM killer
     # kills the process with the most resident memory when the tree's memory reaches it
     memory_limit_bytes: int | None = None
+    # the engine's CPU priority (nice), inherited by its EngineCore and worker: 0 as a service runs. While it decodes,
+    # the CPU build's EngineCore and worker each spin a whole core (measured here 2026-12-07: ~1.0 core each under the
+    # admission-cap load, the 2 s ticks of a CPU monitor beside them stretched to 3-9 s), so on a 2-core host a test
+    # that needs a process of its own scheduled on time beside them lowers the engine's priority (never raises its own:
+    # diagnose must not take the CPU from the engine it watches)
+    nice: int = 0
 
 
 class EngineFailed(RuntimeError):
@@ -205,9 +211,15 @@ def start_vllm(cfg: VllmConfig, workdir: Path, log: Path, timeout_s: float = 600
     fh.write(("+ " + " ".join(["python3", *argv[1:]]) + "\n").encode())
     fh.flush()
     memory_group = memory_cgroup(cfg.memory_limit_bytes) if cfg.memory_limit_bytes is not None else None
-    join = (lambda: (memory_group / "cgroup.procs").write_text(str(os.getpid()))) if memory_group else None
+
+    def join() -> None:  # in the child, before it runs the engine
+        if memory_group is not None:
+            (memory_group / "cgroup.procs").write_text(str(os.getpid()))
+        if cfg.nice:
+            os.nice(cfg.nice)
     proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=workdir, start_new_session=True, preexec_fn=join)
+                            env=env, cwd=workdir, start_new_session=True,
+                            preexec_fn=join if memory_group is not None or cfg.nice else None)
     fh.close()
     eng = Engine(proc, port, log, argv)
     if memory_group is not None:
