@@ -66,6 +66,9 @@ class OomEvent:
     process_used: int | None = None
     limit: int | None = None  # "X allowed" (per-process memory fraction)
     other_processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes)
+    # NVML's list of the device's processes ended where the message goes on ("… memory in use. Of the allocated …"):
+    # no entry of it was cut off
+    process_list_whole: bool = False
     phase: str = "unknown"
     phase_from: str = ""  # the frame or message that told the phase
     phase_by_message: bool = False  # the framework's message itself told the phase (not a frame or a log line)
@@ -190,6 +193,9 @@ _PADDLE_DEVICE = re.compile(r"Cannot allocate\s+\S+\s+(?:CUDA managed\s+)?memory
                             r"(?P<i>\d+)")
 _F_THIS_PROCESS = re.compile(rf"this process has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
+# the allocator's text after NVML's process list (c10/cuda/CUDACachingAllocator.cpp: proc_info, then "Of the allocated
+# memory …"), cut anywhere after its first word
+_LIST_ENDS = re.compile(r"memory in use\.\s+Of\s+the\b", re.IGNORECASE)
 _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
 _F_POOLS = re.compile(rf"(?P<v>{SIZE})\s+allocated in private pools", re.IGNORECASE)
 _F_UNALLOC = re.compile(rf"(?P<v>{SIZE})\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
@@ -432,6 +438,7 @@ def parse_allocator_message(text: str) -> OomEvent:
             ev.reserved = ev.allocated + ev.reserved_unallocated
         ev.other_processes = [(int(p.group("pid")), parse_size(p.group("v")) or 0)
                               for p in _F_PROCESS.finditer(text)]
+        ev.process_list_whole = _LIST_ENDS.search(text) is not None
         expected = {"requested": ev.requested, "total": ev.total, "free": ev.free,
                     "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
         if not ev.other_processes:

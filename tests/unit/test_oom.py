@@ -745,3 +745,35 @@ def test_tensorflows_loading_oom_without_device_figures_is_thin_weights() -> Non
     res = loose.analyze_stream("x", io.BufferedReader(io.BytesIO(text2.encode())))
     findings, _ = run_rules(EvidenceSet(res.evidence))
     assert all(f.confidence.value != "thin" for f in findings if f.code == "MEM001")
+
+
+def _evidence_of(lines: list[str]) -> dict[str, object]:
+    srcs = [OomSource(), HintsSource()]
+    for line in clean_lines(lines):
+        for s in srcs:
+            s.feed(line)
+    return {e.key: e.value for s in srcs if s.matched() for e in s.evidence("paste")}
+
+
+def test_a_whole_process_list_without_this_process_holds_it_among_its_pids() -> None:
+    """PyTorch writes "this process" only where NVML's pid is its own (c10/cuda/CUDACachingAllocator.cpp,
+    reportProcessMemoryInfo: ``self_pid == proc.pid``); in a container NVML gives the host's pids. A message cut after
+    the list (vllm-project/vllm#1949: "… Process 2722 has 22.22 GiB memory in use. Of the allocate") with room left
+    for a context: the one process listed is this one, not another tenant."""
+    head = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capacty of "
+            "23.64 GiB of which 1.42 GiB is free. ")
+    ev = _evidence_of([head + "Process 2722 has 22.22 GiB memory in use. Of the allocate"])
+    assert _near(ev["mem.process_used_bytes"], 22.22 * GiB) and ev["mem.other_processes_bytes"] == 0
+    # two listed: one of them is this one, so the smaller is another's at least
+    ev = _evidence_of([head + "Process 2722 has 18.00 GiB memory in use. Process 90 has 4.22 GiB memory in use. "
+                              "Of the allocated memory"])
+    assert "mem.process_used_bytes" not in ev and _near(ev["mem.other_processes_bytes"], 4.22 * GiB)
+    # less free than a context takes: the failed allocation may have been this process's context, the one listed
+    # another's; neither is said
+    low = head.replace("1.42 GiB is free", "1.50 MiB is free")
+    ev = _evidence_of([low + "Process 2722 has 22.22 GiB memory in use. Of the allocate"])
+    assert "mem.process_used_bytes" not in ev and "mem.other_processes_bytes" not in ev
+    assert _near(ev["mem.unattributed_process_bytes"], 22.22 * GiB)
+    # the list cut inside itself: the entries after the cut are not known, the one read stays another's
+    ev = _evidence_of([head + "Process 2722 has 22.22 GiB memory in use. Process 9"])
+    assert _near(ev["mem.other_processes_bytes"], 22.22 * GiB) and "mem.process_used_bytes" not in ev
