@@ -516,6 +516,9 @@ _BOILERPLATE = re.compile(
     r"fragmentation|Including non-PyTorch memory|PYTORCH_CUDA_ALLOC_CONF|may or may not have an "
     r"negative impact|It might have negative impact on performance|This can affect the end-to-end performance"
     r"|Increase gpu_memory_utilization or tensor_parallel_size"
+    # PyTorch's OOM message names what CUDA graphs' private pools hold ("with X allocated in private pools (e.g., CUDA
+    # Graphs)", c10/cuda/CUDACachingAllocator.cpp), whatever ran out; a paste may wrap it inside the parenthesis
+    r"|private pools \(e\.g\.,? CUDA Graphs\)|^\W*CUDA Graphs\), and\b"
     # the XPU allocator's own hint, printed with every OOM of torch.xpu
     r"|Please use `?empty_cache`? to release all unoccupied cached memory"
     # PaddlePaddle's, printed under every ResourceExhaustedError of its allocators

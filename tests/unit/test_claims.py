@@ -715,3 +715,23 @@ def test_cuda_graphs_said_to_be_captured_are_no_sign_of_eager_launches() -> None
     assert not on_rx.search("CUDA graphs are one thing, kernel fusion another")
     assert not on_rx.search("Capturing CUDA graphs fails, so we run it in eager mode")
     assert on_rx.search("cuda graphs are enabled but decode is slow")
+
+
+def test_the_oom_messages_private_pools_are_no_word_about_cuda_graphs() -> None:
+    """PyTorch's OOM message says what CUDA graphs' private pools hold whatever ran out ("with 19.40 MiB allocated in
+    private pools (e.g., CUDA Graphs)"), as a paste wraps it too (local-inference-lab/rtx6kpro#103): no CUDA-graph
+    statement of the reporter's, and no launch-overhead finding from it."""
+    head = ("Delayed production CUDA OOM: long-context prefill exceeds profiled peak by ~3 GiB\n\n"
+            "It is not fragmentation: at the moment of death only ~100 MiB was reserved-but-unallocated.\n"
+            "RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 128.00 MiB.\n"
+            "GPU 0 has a total capacity of 94.97 GiB of which 100.19 MiB is free.\n"
+            "Including non-PyTorch memory, this process has 94.86 GiB memory in use.\n")
+    for tail in ("Of the allocated memory 93.46 GiB is allocated by PyTorch, with 19.40 MiB allocated in\n"
+                 "private pools (e.g., CUDA Graphs), and 100.28 MiB is reserved by PyTorch but unallocated.'\n",
+                 "Of the allocated memory 93.46 GiB is allocated by PyTorch, with 19.40 MiB allocated in private pools "
+                 "(e.g.,\nCUDA Graphs), and 100.28 MiB is reserved by PyTorch but unallocated.'\n"):
+        assert "report.cuda_graph_statements" not in _report(head + tail)
+        assert "GPU110" not in {f.code for f in _diagnose(head + tail).findings}
+    # a person's own words about CUDA graphs still count
+    said = _report(head + "Decoding got slow after we turned off CUDA graphs for the new model.\n")
+    assert said.get("report.cuda_graph_statements")
