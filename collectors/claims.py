@@ -888,6 +888,9 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
                     and not _COPY_AFTER.match(clause, m.end()):
                 continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
+            if name == "held_elsewhere" and _COMPARED_BEFORE.search(clause, max(0, m.start() - 30), m.start()) \
+                    and _SEVERAL.match(m.group()):
+                continue  # "testing two models", "across several models": a comparison, not two held at once
             found.append((m.start(), m.end(), name))
     return found
 
@@ -899,6 +902,14 @@ _ZEROED = re.compile(r"[\w-]*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|s
                      r"(?:[ \t]*(?:reqs?|requests?|ms|s)\b)?(?![.,:]?\d)"
                      # ... and not where it starts: "0 → 14", "0-3", "0 s at idle and 30 s at peak", "0 then 50"
                      r"(?![^\n]{0,25}?(?:→|->|=>|\bto\b|\bthen\b|\band\b|\bbut\b|[-–—…])\s*~?\d)", re.IGNORECASE)
+
+
+# models, engines or servers tried in turn, not held at once: a test or comparison right before "two models"
+# ("with two models", "split between two models", "across several instances" can be both held at once: not read)
+_COMPARED_BEFORE = re.compile(r"\b(?:test(?:ed|ing|s)?|tr(?:y|ied|ying)|compar\w*|benchmark\w*|evaluat\w*"
+                              r"|switch\w* between)[ \t]+(?:the[ \t]+|these[ \t]+)?$", re.IGNORECASE)
+_SEVERAL = re.compile(r"(?:two|multiple|several|other|second|2nd)[ \t]+(?:models?|engines?|servers?|instances?)\b",
+                      re.IGNORECASE)
 
 
 _LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|x(?:1|2|4|8|16)\b"

@@ -735,3 +735,16 @@ def test_the_oom_messages_private_pools_are_no_word_about_cuda_graphs() -> None:
     # a person's own words about CUDA graphs still count
     said = _report(head + "Decoding got slow after we turned off CUDA graphs for the new model.\n")
     assert said.get("report.cuda_graph_statements")
+
+
+@pytest.mark.parametrize(("text", "held"), [
+    ("We confirmed this by testing two models on b9933:", False),  # ggml-org/llama.cpp#26024: tried in turn
+    ("I tried several models and all of them are slow.", False),
+    ("Comparing two engines on the same card, vLLM is faster.", False),
+    ("The OOM only happens with two models loaded on the GPU.", True),  # held at once
+    ("Another process holds 6 GB of the card.", True),
+    ("Memory is split between two models on one GPU.", True),
+])
+def test_models_tried_in_turn_are_not_memory_held_elsewhere(text: str, held: bool) -> None:
+    assert bool(_report("CUDA out of memory on an 8 GB card\n\n" + text + "\n").get(
+        "report.held_elsewhere_statements")) is held, text
