@@ -518,7 +518,8 @@ _BOILERPLATE = re.compile(
     r"|Increase gpu_memory_utilization or tensor_parallel_size"
     # PyTorch's OOM message names what CUDA graphs' private pools hold ("with X allocated in private pools (e.g., CUDA
     # Graphs)", c10/cuda/CUDACachingAllocator.cpp), whatever ran out; a paste may wrap it inside the parenthesis
-    r"|private pools \(e\.g\.,? CUDA Graphs\)|^\W*CUDA Graphs\), and\b"
+    r"|private pools \(e\.g\.,? CUDA Graphs\)"
+    r"|^\W*(?:(?:private\s+)?pools\s+)?\(?(?:e\.g\.,?\s*)?CUDA Graphs\), and \S+ ?[KMGT]?i?B is reserved by PyTorch"
     # the XPU allocator's own hint, printed with every OOM of torch.xpu
     r"|Please use `?empty_cache`? to release all unoccupied cached memory"
     # PaddlePaddle's, printed under every ResourceExhaustedError of its allocators

@@ -194,8 +194,9 @@ _PADDLE_DEVICE = re.compile(r"Cannot allocate\s+\S+\s+(?:CUDA managed\s+)?memory
 _F_THIS_PROCESS = re.compile(rf"this process has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 _F_PROCESS = re.compile(rf"Process\s+(?P<pid>\d+)\s+has\s+(?P<v>{SIZE})\s+memory in use", re.IGNORECASE)
 # the allocator's text after NVML's process list (c10/cuda/CUDACachingAllocator.cpp: proc_info, then "Of the allocated
-# memory …"), cut anywhere after its first word
-_LIST_ENDS = re.compile(r"memory in use\.\s+Of\s+the\b", re.IGNORECASE)
+# memory …"), cut anywhere after its first word: what follows "Of the" is the start of "allocated" or nothing (a
+# person's "Of the two jobs on this GPU …" on the next line is no part of it)
+_LIST_ENDS = re.compile(r"memory in use\.\s+Of\s+the\b(?:\s+(?P<w>[A-Za-z]+))?", re.IGNORECASE)
 _F_BY_PYTORCH = re.compile(rf"(?P<v>{SIZE})\s+is allocated by PyTorch", re.IGNORECASE)
 _F_POOLS = re.compile(rf"(?P<v>{SIZE})\s+allocated in private pools", re.IGNORECASE)
 _F_UNALLOC = re.compile(rf"(?P<v>{SIZE})\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
@@ -438,7 +439,8 @@ def parse_allocator_message(text: str) -> OomEvent:
             ev.reserved = ev.allocated + ev.reserved_unallocated
         ev.other_processes = [(int(p.group("pid")), parse_size(p.group("v")) or 0)
                               for p in _F_PROCESS.finditer(text)]
-        ev.process_list_whole = _LIST_ENDS.search(text) is not None
+        ends = _LIST_ENDS.search(text)
+        ev.process_list_whole = ends is not None and (not ends["w"] or "allocated".startswith(ends["w"].lower()))
         expected = {"requested": ev.requested, "total": ev.total, "free": ev.free,
                     "allocated": ev.allocated, "reserved_unallocated": ev.reserved_unallocated}
         if not ev.other_processes:

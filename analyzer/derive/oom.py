@@ -42,11 +42,6 @@ def _decisive(events: list[OomEvent]) -> OomEvent:
     return best
 
 
-# A CUDA context with a framework's kernels loaded eagerly takes up to about 1 GiB (lazy loading, CUDA 11.7+: a few
-# hundred MiB): with more free than this at the OOM, the failing process had made its context on the device
-CONTEXT_ROOM_BYTES = 1 << 30
-
-
 def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
     """(this process' bytes, other processes' bytes) from the message's process list."""
     used = ev.process_used
@@ -66,16 +61,18 @@ def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
             used = own
     if used is None and others and ev.reserved is None and ev.process_list_whole:
         # PyTorch writes "this process" only for the entry whose pid is its own (getpid()); in a container NVML gives
-        # the host's pids, so the failing process, which holds a context on the device it allocates on, is one of the
-        # "Process N" entries of a whole list without it once it has its context: alone, it is this one; of several,
-        # all but the largest are others at least (the message cut before PyTorch's reservation says no more). With
-        # less free than a context takes, the failed allocation may have been the context's own (cudaMalloc makes
-        # the primary context lazily), and the one process listed is another: neither is said then
-        if len(others) > 1:
-            return None, sum(others) - max(others)
-        if ev.free is not None and ev.free >= CONTEXT_ROOM_BYTES:
-            return others[0], 0
-        return None, None
+        # the host's pids. The message itself says the failing process has its context on the device (the allocator
+        # read the free memory with cudaMemGetInfo, which needs one), so NVML lists it: it is one of the "Process N"
+        # entries of a whole list without "this process", one holding at least what PyTorch had allocated where the
+        # message got that far. One such entry is this process; of several, all but the largest are others at least
+        # (the message cut before PyTorch's reservation says no more); none such: every entry is another's
+        floor = ev.allocated or 0
+        mine = [b for b in others if b >= floor]
+        if len(mine) == 1:
+            others.remove(mine[0])
+            return mine[0], sum(others)
+        if mine:
+            return None, sum(others) - max(mine)
     if (ev.kind == "framework" and ev.total is not None and ev.free is not None and ev.phase == "loading"
             and ev.reason == STARTUP_CHECK_REASON):
         return None, max(0, ev.total - ev.free)  # in use before this process allocated anything
@@ -175,20 +172,20 @@ class OomSource:
             if value is not None:
                 ev.add(key, int(value), "bytes")
         used, others = _split_processes(oom)
-        if used is None and others is None and len(oom.other_processes) == 1 and (
-                oom.reserved == 0 or (oom.reserved is None and oom.process_list_whole)):
+        if used is None and others is None and len(oom.other_processes) == 1 and oom.reserved == 0:
             pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
             ev.add("mem.unattributed_process_bytes", sum(b for _, b in oom.other_processes), "bytes",
-                   f"{pids}: this process seen from a container, or another ("
-                   + ("PyTorch reserved nothing)" if oom.reserved == 0 else "too little free for this process's "
-                      "context to be sure it had one)"))
+                   f"{pids}: this process seen from a container, or another (PyTorch reserved nothing)")
         if used is not None:
             ev.add("mem.process_used_bytes", int(used), "bytes", "this process, including non-PyTorch memory")
         if others is not None:
             pids = ", ".join(f"pid {pid} {size(b)}" for pid, b in oom.other_processes[:8])
-            if pids and oom.process_used is None and oom.reserved is None and oom.process_list_whole:
-                pids += (": no entry is this process's own pid (a container's pid namespace), so it is one of them"
-                         + ("" if len(oom.other_processes) == 1 else "; the largest is not counted"))
+            if pids and used is None and oom.process_used is None and oom.reserved is None \
+                    and oom.process_list_whole and others < sum(b for _, b in oom.other_processes):
+                pids += (": no entry is this process's own pid (a container's pid namespace), so it is one of them; "
+                         "the largest that could be is not counted")
+            elif pids and used is not None and oom.process_used is None and oom.reserved is None:
+                pids += ": the entry holding what PyTorch allocated is this process (a container's pid namespace)"
             ev.add("mem.other_processes_bytes", int(others), "bytes",
                    pids or "in use before this process allocated (start-up check)")
         if oom.kv_cache_max_tokens is not None:

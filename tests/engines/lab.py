@@ -179,11 +179,11 @@ class VllmConfig:
     # a memory cgroup limit (bytes) the engine starts in, as a container's memory limit: the kernel's OOM killer
     # kills the process with the most resident memory when the tree's memory reaches it
     memory_limit_bytes: int | None = None
-    # the engine's CPU priority (nice), inherited by its EngineCore and worker: 0 as a service runs. While it decodes,
-    # the CPU build's EngineCore and worker each spin a whole core (measured here 2026-12-07: ~1.0 core each under the
-    # admission-cap load, the 2 s ticks of a CPU monitor beside them stretched to 3-9 s), so on a 2-core host a test
-    # that needs a process of its own scheduled on time beside them lowers the engine's priority (never raises its own:
-    # diagnose must not take the CPU from the engine it watches)
+    # added to the engine's nice value (os.nice in the child), inherited by its EngineCore and worker: 0 as a
+    # service runs. While it decodes, the CPU build's EngineCore and worker each spin a whole core (measured here
+    # 2026-12-07: ~1.0 core each under the admission-cap load, the 2 s ticks of a CPU monitor beside them stretched
+    # to 3-9 s), so on a 2-core host a test that needs a process of its own scheduled on time beside them lowers the
+    # engine's priority (never raises its own: diagnose must not take the CPU from the engine it watches)
     nice: int = 0
 
 

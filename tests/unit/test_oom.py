@@ -757,23 +757,37 @@ def _evidence_of(lines: list[str]) -> dict[str, object]:
 
 def test_a_whole_process_list_without_this_process_holds_it_among_its_pids() -> None:
     """PyTorch writes "this process" only where NVML's pid is its own (c10/cuda/CUDACachingAllocator.cpp,
-    reportProcessMemoryInfo: ``self_pid == proc.pid``); in a container NVML gives the host's pids. A message cut after
-    the list (vllm-project/vllm#1949: "… Process 2722 has 22.22 GiB memory in use. Of the allocate") with room left
-    for a context: the one process listed is this one, not another tenant."""
+    reportProcessMemoryInfo: ``self_pid == proc.pid``); in a container NVML gives the host's pids. The message says
+    the failing process has its context there (the allocator read cudaMemGetInfo), so it is listed. A message cut
+    after the list (vllm-project/vllm#1949: "… Process 2722 has 22.22 GiB memory in use. Of the allocate"): the one
+    process listed is this one, not another tenant."""
     head = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capacty of "
             "23.64 GiB of which 1.42 GiB is free. ")
     ev = _evidence_of([head + "Process 2722 has 22.22 GiB memory in use. Of the allocate"])
     assert _near(ev["mem.process_used_bytes"], 22.22 * GiB) and ev["mem.other_processes_bytes"] == 0
-    # two listed: one of them is this one, so the smaller is another's at least
+    low = head.replace("1.42 GiB is free", "19.50 MiB is free")  # as most OOMs: the same
+    ev = _evidence_of([low + "Process 2722 has 22.22 GiB memory in use. Of the"])
+    assert _near(ev["mem.process_used_bytes"], 22.22 * GiB) and ev["mem.other_processes_bytes"] == 0
+    # two listed and nothing of PyTorch's own figures: one of them is this one, so the smaller is another's at least
     ev = _evidence_of([head + "Process 2722 has 18.00 GiB memory in use. Process 90 has 4.22 GiB memory in use. "
                               "Of the allocated memory"])
     assert "mem.process_used_bytes" not in ev and _near(ev["mem.other_processes_bytes"], 4.22 * GiB)
-    # less free than a context takes: the failed allocation may have been this process's context, the one listed
-    # another's; neither is said
-    low = head.replace("1.42 GiB is free", "1.50 MiB is free")
-    ev = _evidence_of([low + "Process 2722 has 22.22 GiB memory in use. Of the allocate"])
-    assert "mem.process_used_bytes" not in ev and "mem.other_processes_bytes" not in ev
-    assert _near(ev["mem.unattributed_process_bytes"], 22.22 * GiB)
+    # cut after what PyTorch allocated: only an entry holding at least that can be this process (a review's repro)
+    cut = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.19 GiB of which 1.50 GiB is free. Process 99 has 30.00 GiB memory in use. Of the allocated memory "
+           "47.00 GiB is allocated by PyTorch, and 50")
+    ev = _evidence_of([cut])
+    assert "mem.process_used_bytes" not in ev and _near(ev["mem.other_processes_bytes"], 30 * GiB)
+    ev = _evidence_of([cut.replace("Process 99 has 30.00 GiB memory in use.", "Process 99 has 30.00 GiB memory in "
+                                   "use. Process 7 has 77.60 GiB memory in use.")])
+    assert _near(ev["mem.process_used_bytes"], 77.6 * GiB) and _near(ev["mem.other_processes_bytes"], 30 * GiB)
+    # a person's words after a list cut at its end are no part of the message: the entry stays another's
+    ev = _evidence_of([head + "Process 99 has 20.00 GiB memory in use. Of the", "",
+                       "Of the two jobs on this GPU, pid 99 is the training run."])
+    assert _near(ev["mem.other_processes_bytes"], 20 * GiB) and "mem.process_used_bytes" not in ev
+    ev = _evidence_of([head + "Process 99 has 20.00 GiB memory in use.",
+                       "Of the two jobs on this GPU, pid 99 is the training run."])
+    assert _near(ev["mem.other_processes_bytes"], 20 * GiB) and "mem.process_used_bytes" not in ev
     # the list cut inside itself: the entries after the cut are not known, the one read stays another's
     ev = _evidence_of([head + "Process 2722 has 22.22 GiB memory in use. Process 9"])
     assert _near(ev["mem.other_processes_bytes"], 22.22 * GiB) and "mem.process_used_bytes" not in ev
