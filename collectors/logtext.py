@@ -42,6 +42,10 @@ _PREFIX = re.compile(
     r"|\d{1,5}\.\d\d\.\d{3}\.\d{3}\s+[IWEDT]\s+"
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"  # ISO 8601
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog
+    # a Markdown quote ("> ") around a log record, as issue threads quote a log: only before a record's own start
+    # (a syslog or ISO date, a bracket, key=value time, a level), never before a command or a person's words
+    r"|>[ \t]?(?=(?:>[ \t]?)*(?:[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s|\d{4}-\d{2}-\d{2}[T ]\d{2}:|\[|time=\d"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b))"
 )
 # a second record may start past the first character: one C-level search instead of six finds
 # terminal colour and cursor codes: ESC [ … letter; and the same SGR codes with the ESC lost, as a paste into an

@@ -133,3 +133,20 @@ def test_colour_codes_are_dropped_with_or_without_their_escape() -> None:
     assert list(clean_lines(["took [2m 30s] to load"])) == ["took [2m 30s] to load"]
     assert list(clean_lines(["rate(vllm:num_preemptions_total[5m]) took [2m]"])) == [
         "rate(vllm:num_preemptions_total[5m]) took [2m]"]  # PromQL's range, a bracketed duration
+
+
+def test_a_markdown_quote_around_a_log_record_is_a_prefix() -> None:
+    """Issue threads quote a log with "> " (ollama/ollama#8143): the record behind the quote is the log's; a quoted
+    command, a quoted person or a REPL prompt keep their marks."""
+    for quoted, record in [
+        ("> Dec 26 13:59:52 DESKTOP-KO76CAD ollama[110]: time=2024-12-26T13:59:52.591+01:00 level=INFO msg=x",
+         "time=2024-12-26T13:59:52.591+01:00 level=INFO msg=x"),
+        ("> INFO 05-01 10:00:00 llm_engine.py:100] Avg prompt throughput", "INFO 05-01 10:00:00 llm_engine.py:100] "
+                                                                            "Avg prompt throughput"),
+        ("> > 2024-05-01 10:00:00,123 WARNING slow", "2024-05-01 10:00:00,123 WARNING slow"),
+        ("> [GIN] 2025/02/18 - 12:24:58 | 200 |", "[GIN] 2025/02/18 - 12:24:58 | 200 |"),
+    ]:
+        # (a level glued after the quote mark is split off it first: the mark stays a line of its own)
+        assert [ln for ln in clean_lines([quoted]) if ln.strip(">").strip()] == [record], quoted
+    for kept in ("> I think the GPU is not used", "> python -m vllm.entrypoints.openai.api_server", ">>> import torch"):
+        assert list(clean_lines([kept])) == [kept]
