@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from diagnose.collectors.logtext import clean_lines, glue_hint_at
 from diagnose.collectors.units import to_ms
+from diagnose.units import parse_size
 
 _NUM = r"(\d+(?:\.\d+)?)"
 # llama.cpp: "prompt eval time = 551847.36 ms / 4235 tokens"; "eval time = 62647.15 ms / 346 runs"; the sampler's
@@ -73,6 +74,13 @@ _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\
 _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
 # ollama sizing the offload to the memory it found ("offload to cuda" … layers.requested=-1 … layers.offload=10)
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
+# … and the rest of that record (llm/memory.go, server.go later; a slog record of key=value fields): the layers it
+# put on the device it names of the model's layers, the device's free memory as a list per GPU, the weights' size
+_OLLAMA_TARGET = re.compile(r'msg="?offload to (\w+)')
+_OLLAMA_LAYERS = re.compile(r"\blayers\.model=(\d+)\s.*?\blayers\.offload=(\d+)|\blayers\.offload=(\d+)\s.*?"
+                            r"\blayers\.model=(\d+)")
+_OLLAMA_AVAILABLE = re.compile(r'\bmemory\.available="?\[(?P<v>[^\]]*)\]')
+_OLLAMA_WEIGHTS = re.compile(r'\bmemory\.weights\.total="?(?P<v>\d+(?:\.\d+)?\s*[KMGT]i?B)\b')
 # llama-server's prompt processing still running, every few seconds past its first 3 s (tools/server, print_timings_pp):
 # "slot print_timing: id  3 | task 0 | prompt processing, n_tokens = 118810, progress = 0.99, t = 401.80 s / …"
 # … and generation under way ("n_decoded = 700, tg = 10.00 t/s", newer "n_gen = …, tg = …"): the prompt was done
@@ -126,6 +134,8 @@ class LlamaTimings:
     loads: list[tuple[int, int]] = field(default_factory=list)  # (layers offloaded, layers) per model loaded
     gpu_backend: str | None = None  # a GPU device the loader or the context allocated a buffer on ("CUDA0")
     auto_sized: bool = False  # ollama chose how many layers to offload from the memory it found
+    weights_bytes: int | None = None  # ollama's estimate of the model's weights, on a load to one GPU
+    ollama_offload: bool = False  # a load's layers (and its GPU) came from ollama's offload record
     # llama-server's prompt processing in progress, the last line of each task: (tokens processed, the share of the
     # prompt they are, seconds so far)
     prefill_progress: dict[str, tuple[int, float, float]] = field(default_factory=dict)
@@ -155,6 +165,24 @@ class LlamaTimingParser:
                 t.in_flight.append(max(0, t.arrivals - len(t.generations) - t.disconnects + 1))
         self._cur = Generation()
 
+    def _ollama_offload(self, line: str) -> None:
+        """Ollama's offload record: the layers it put on a GPU of the model's, and the weights' size when it loads
+        onto one GPU (its weights total is the whole model's, split between the GPUs of a longer list)."""
+        target = _OLLAMA_TARGET.search(line)
+        if target is None or target.group(1).lower() == "cpu":
+            return
+        ml = _OLLAMA_LAYERS.search(line)
+        if ml is not None:
+            total, on = (ml.group(1), ml.group(2)) if ml.group(1) else (ml.group(4), ml.group(3))
+            if int(total) > 0:
+                self.timings.loads.append((int(on), int(total)))
+                self.timings.ollama_offload = True
+                if self.timings.gpu_backend is None:
+                    self.timings.gpu_backend = target.group(1).upper()  # "CUDA", "ROCM", "METAL"
+        avail, weights = _OLLAMA_AVAILABLE.search(line), _OLLAMA_WEIGHTS.search(line)
+        if avail is not None and weights is not None and len(re.findall(r"\d+(?:\.\d+)?\s*[KMGT]i?B", avail["v"])) == 1:
+            self.timings.weights_bytes = parse_size(weights["v"])
+
     def feed(self, line: str) -> None:
         if "POST /v1/" in line and _ACCESS.search(line):
             self.timings.arrivals += 1
@@ -181,6 +209,7 @@ class LlamaTimingParser:
             mr = _OLLAMA_REQUESTED.search(line)
             if mr and int(mr.group(1)) < 0:
                 self.timings.auto_sized = True
+            self._ollama_offload(line)
         if ", tg" in line and _TG_PROGRESS.search(line):
             self.timings.generating = True
             return

@@ -118,13 +118,17 @@ class LlamaTimingSource:
         _one_at_a_time(r, ev)
         if r.offloaded is not None:
             on_gpu, layers = r.offloaded
-            what = "the model loader's 'offloaded N/M layers to GPU' line" + (
+            what = ("ollama's offload record (layers.offload of layers.model)" if r.ollama_offload else
+                    "the model loader's 'offloaded N/M layers to GPU' line") + (
                 f" (the largest of {len(r.loads)} models loaded)" if len(r.loads) > 1 else "")
             ev.add("llamacpp.gpu_layers", on_gpu, "layers", what, Quality.GOOD)
             ev.add("llamacpp.layers_total", layers, "layers", what, Quality.GOOD)
+        if r.weights_bytes is not None:
+            ev.add("mem.weights_bytes", r.weights_bytes, "bytes", "ollama's offload record (memory.weights.total), "
+                   "a load onto one GPU", Quality.GOOD)
         if r.gpu_backend is not None:
             ev.add("llamacpp.gpu_backend", r.gpu_backend, "", "a buffer llama.cpp allocated on this GPU device "
-                   "(or CUDA's device count at start-up)", Quality.GOOD)
+                   "(or CUDA's device count at start-up, or the device ollama's offload record names)", Quality.GOOD)
         if r.threads:
             # the start-up that runs the most threads per CPU it sees (a log of several starts: the worst one)
             n, batch, hw = max(r.threads, key=lambda x: max(x[0], x[1] or 0) / x[2])

@@ -7,7 +7,7 @@ import os
 
 from diagnose import loose, pipeline
 from diagnose.collectors.llamacpp import LlamaTimingParser
-from diagnose.model import Confidence, EvidenceSet
+from diagnose.model import Confidence, Evidence, EvidenceSet
 from diagnose.rules.base import gpu_in_view
 from diagnose.rules.engine import run_rules
 from tests.conftest import DATA
@@ -91,3 +91,31 @@ def test_a_cpu_only_build_prints_no_offload_line() -> None:
     log = os.path.join(DATA, "engines", "llamacpp", "model-name-L4-py", "server.log")  # the lab's CPU-only build
     ev = EvidenceSet(pipeline.analyze([log]).evidence)
     assert "llamacpp.gpu_layers" not in ev and not gpu_in_view(ev)
+
+
+def test_ollamas_offload_record_says_the_layers_and_the_weights() -> None:
+    """Ollama's offload record (llm/memory.go, a slog record, quoted in a thread as ollama/ollama#8143 has it): the
+    layers it put on the GPU it names of the model's, and the weights' size on a load onto one GPU; sized by ollama
+    (layers.requested=-1), so no PLC004."""
+    rec = ('> Dec 26 13:59:52 DESKTOP-KO76CAD ollama[110]: time=2024-12-26T13:59:52.591+01:00 level=INFO '
+           'source=memory.go:343 msg="offload to cuda" layers.requested=-1 layers.model=49 layers.offload=26 '
+           'layers.split="" memory.available="[10.8 GiB]" memory.gpu_overhead="0 B" memory.required.full="19.1 GiB" '
+           'memory.required.partial="10.8 GiB" memory.required.kv="384.0 MiB" memory.weights.total="17.8 GiB"')
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(rec.encode())))
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("llamacpp.gpu_layers") == 26 and ev.value("llamacpp.layers_total") == 49
+    backend = ev.get("llamacpp.gpu_backend")
+    assert isinstance(backend, Evidence) and backend.value == "CUDA" and ev.value("llamacpp.offload_auto_sized")
+    assert ev.value("mem.weights_bytes") == int(17.8 * 2**30)
+    assert "report.offload_statements" not in ev  # the quoted record is a log record, not the reporter's words
+    findings, _ = run_rules(ev)
+    assert "PLC004" not in {f.code for f in findings}
+    # two GPUs: the weights are split between them, their total is no one device's
+    two = rec.replace('memory.available="[10.8 GiB]"', 'memory.available="[10.8 GiB 10.8 GiB]"')
+    p = LlamaTimingParser()
+    p.feed(two.removeprefix("> "))
+    assert p.result().weights_bytes is None and p.result().offloaded == (26, 49)
+    # offload to the CPU (no GPU found) says nothing of a GPU
+    p = LlamaTimingParser()
+    p.feed(rec.replace('"offload to cuda"', '"offload to cpu"').removeprefix("> "))
+    assert p.result().offloaded is None and p.result().gpu_backend is None
