@@ -640,12 +640,27 @@ _GPU_MODELS: dict[str, float] = {  # GiB of device memory of common accelerators
     "5090": 32, "5080": 16, "4070": 12, "4060": 8, "4050": 6, "3070": 8, "3060": 12, "2070": 8, "2060": 6,
     "1080 ti": 11, "1080": 8, "1070": 8, "1060": 6, "1660": 6, "p40": 24, "m60": 8,
     "l20": 48, "rtx pro 6000": 96, "mi210": 64, "mi100": 32, "7900 xtx": 24, "a5500": 24,
+    # the Ti and Super parts of a number differ in memory from the plain one ("2080 Ti" 11 GB, "2080" 8 GB; "3060 Ti"
+    # 8 GB, "3060" 12 GB): written with a space, a hyphen or glued ("2080ti")
+    "2080 ti": 11, "2080 super": 8, "2070 super": 8, "2060 super": 8, "3090 ti": 24, "3080 ti": 12, "3070 ti": 8,
+    "3060 ti": 8, "4080 super": 16, "4070 ti super": 16, "4070 ti": 12, "4070 super": 12, "4060 ti": 8,
+    "1660 ti": 6, "1660 super": 6, "1070 ti": 8,
 }
 # GPUs sold with more than one memory size: a name without a size leaves the choice open
 GPU_VARIANTS: dict[str, tuple[float, ...]] = {
     "a100": (40, 80), "a800": (40, 80), "v100": (16, 32), "h100": (80, 94), "p100": (12, 16), "mi250": (64, 128),
+    "4060 ti": (8, 16),
 }
-_GPU_NAME = "|".join(sorted((re.escape(k) for k in _GPU_MODELS), key=len, reverse=True))
+# a name's words may be joined by a space, a hyphen or nothing ("2080 Ti", "2080-Ti", "2080ti")
+_GPU_NAME = "|".join(sorted((re.escape(k).replace(r"\ ", r"[\s-]?") for k in _GPU_MODELS), key=len, reverse=True))
+
+
+_GPU_KEYS = {re.sub(r"[\s-]", "", k): k for k in _GPU_MODELS}
+
+
+def _gpu_key(name: str) -> str:
+    """The table's key of a GPU name as a text writes it ("2080-Ti", "2080ti" → "2080 ti")."""
+    return _GPU_KEYS[re.sub(r"[\s-]", "", name.lower())]
 _GPU_SPEC = re.compile(
     # a GPU's name stands alone: inside a file or model name ("tinyllama-L4-H256.gguf", "/models/t4_int8")
     # it names no device, so a name glued to "-", "_" or "/" before it, or to "_" or "-word" after it, is none
@@ -676,10 +691,10 @@ def gpu_named(text: str) -> NamedGpu | None:
     if m is None:
         return None
     mem = m.group("mem")
-    gib = float(mem) if mem else _GPU_MODELS[m.group("gpu").lower()]
+    key = _gpu_key(m.group("gpu"))
+    gib = float(mem) if mem else _GPU_MODELS[key]
     count = int(m.group("n")) if m.group("n") and 1 <= int(m.group("n")) <= 1024 else None
-    return NamedGpu(m.group("gpu").upper(), int(gib * GIB), () if mem else GPU_VARIANTS.get(m.group("gpu").lower(), ()),
-                    count)
+    return NamedGpu(key.upper(), int(gib * GIB), () if mem else GPU_VARIANTS.get(key, ()), count)
 
 
 _GPU_MEM_PROSE = re.compile(

@@ -82,3 +82,19 @@ def test_gpu_named_without_its_size_is_an_assumption() -> None:
     assert isinstance(got, Evidence) and "assumed" in got.detail and "40 or 80" in got.detail
     sized = _hints("OOM on an A100 80GB while serving Llama-2-13b").get("gpu.spec_memory_bytes")
     assert isinstance(sized, Evidence) and "assumed" not in sized.detail
+
+
+def test_a_ti_or_super_part_is_not_the_plain_number() -> None:
+    """A Ti or Super part differs in memory from its number's plain part ("2080 Ti" 11 GB, "2080" 8 GB; "3060 Ti"
+    8 GB, "3060" 12 GB), written with a space, a hyphen or glued (mozilla/DeepSpeech#3226's "2080ti GPU")."""
+    from diagnose.collectors.oom import gpu_named
+    cases = [("on an RTX 2080 Ti with cuda 10.2", "2080 TI", 11), ("same server with 2080ti GPU", "2080 TI", 11),
+             ("RTX 2080-Ti", "2080 TI", 11), ("an RTX 2080 card", "2080", 8), ("RTX 3060 Ti", "3060 TI", 8),
+             ("RTX 3060", "3060", 12), ("RTX 4070 Ti Super", "4070 TI SUPER", 16),
+             ("NVIDIA A100-SXM4-80GB", "A100", 80), ("MI300X GPUs", "MI300X", 192)]
+    for text, model, gib in cases:
+        got = gpu_named(text)
+        assert got is not None and got.model == model and got.memory_bytes == gib * 2**30, (text, got)
+    ti = gpu_named("a 4060 Ti GPU")
+    assert ti is not None and ti.assumed == (8, 16)  # sold with 8 and 16 GB
+    assert gpu_named("tinyllama-L4-H256.gguf") is None
