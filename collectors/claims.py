@@ -247,9 +247,11 @@ CONCEPTS: dict[str, str] = {
                  r"|cuda_visible_devices (?:is |was )?(?:ignored|not (?:respected|working|honou?red))"
                  r"|(?:index|order|enumeration) mismatch|mismatch\w* (?:index|order)",
     # the report withdrawing itself: a false alarm, the reporter's own mistake, behaviour by design
+    # ("not a bug per se": a hedge, the behaviour stands)
     "retracted": r"false alarm|not a (?:server |real |\w+ )?(?:issue|bug|problem) after all|not an? (?:server |real )?"
-                 r"(?:issue|bug)\b(?! with)|my (?:own )?(?:mistake|bad|fault)|user error|works as (?:intended|expected|"
-                 r"designed)|methodology artifact|artifact of (?:the|my) (?:benchmark|measurement|setup)"
+                 r"(?:issue|bug)\b(?! with)(?!\W{0,3}per[- ]?se\b)|my (?:own )?(?:mistake|bad|fault)|user error"
+                 r"|works as (?:intended|expected|designed)|methodology artifact"
+                 r"|artifact of (?:the|my) (?:benchmark|measurement|setup)"
                  r"|(?:solved|resolved|fixed) it myself|never mind|nevermind",
     "offload": r"offload\w*|device_map|n[_-]gpu[_-]layers|-ngl\b|--n-gpu-layers|gpu layers|partial(?:ly)? offload",
     # the GPU held below its clocks (a power draw below the limit is not throttling: the GPU is idle)
@@ -341,7 +343,12 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
         r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
-        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu",
+        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu"
+        # TensorFlow could not load a CUDA runtime library its GPU device needs (stream_executor's dso_loader.cc: "Could
+        # not load dynamic library 'libcudart.so.10.1'; dlerror: …"; TensorRT's libnvinfer is optional and not it) and,
+        # from 2.4, registers no GPU ("Cannot dlopen some GPU libraries. … Skipping registering GPU devices...")
+        r"|Could not load dynamic library '(?:lib)?cu(?:dart|blas|dnn|fft|rand|solver|sparse)[^']*'"
+        r"|Cannot dlopen some GPU libraries|Skipping registering GPU devices",
         re.I),
     # ONNX Runtime put part of the graph on the CPU and inserted copies between providers
     "ep_memcpy": re.compile(r"(\d+) Memcpy nodes are added to the graph|Some nodes were not assigned to the "

@@ -755,3 +755,24 @@ def test_the_oom_messages_private_pools_are_no_word_about_cuda_graphs() -> None:
 def test_models_tried_in_turn_are_not_memory_held_elsewhere(text: str, held: bool) -> None:
     assert bool(_report("CUDA out of memory on an 8 GB card\n\n" + text + "\n").get(
         "report.held_elsewhere_statements")) is held, text
+
+
+def test_tensorflow_without_its_cuda_libraries_runs_on_the_cpu() -> None:
+    """TensorFlow's dso_loader could not load a CUDA runtime library its GPU device needs (mozilla/DeepSpeech#3226:
+    libcudart.so.10.1 on a CUDA 10.2 host with a 2080 Ti, inference 2x slower): a CPU fall-back message; TensorRT's
+    libnvinfer is optional and is not one. "Not a bug per se" after finding the cause withdraws nothing."""
+    tf = ("2020-08-05 09:21:33.447482: W tensorflow/stream_executor/platform/default/dso_loader.cc:55] Could not load "
+          "dynamic library '{lib}'; dlerror: {lib}: cannot open shared object file: No such file or directory")
+    text = ("DeepSpeech inference runs 2x slower with 0.8 vs 0.7.4\n\nI'm using both on the same server with "
+            "2080ti GPU and cuda 10.2.\n" + tf.format(lib="libcudart.so.10.1")
+            + "\nInference took 1.577s for 4.821s audio file.\n"
+            "The issue seems due to cuda version 10.2 vs 10.1. You can close the issue, as its not a bug per-se.\n")
+    rep = _report(text)
+    assert rep.get("report.cpu_fallback_messages") == 1 and "report.retraction_statements" not in rep
+    d = _diagnose(text)
+    assert d.verdict is not Verdict.HEALTHY and d.findings and d.findings[0].code == "PLC001"
+    assert "report.cpu_fallback_messages" not in _report(tf.format(lib="libnvinfer.so.7") + "\n")
+    assert _report("Cannot dlopen some GPU libraries. Please make sure the missing libraries mentioned above are "
+                   "installed properly if you would like to use GPU. Skipping registering GPU devices...\n").get(
+        "report.cpu_fallback_messages")
+    assert _report("It was a false alarm: not a bug.\n").get("report.retraction_statements")
