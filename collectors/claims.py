@@ -199,7 +199,10 @@ CONCEPTS: dict[str, str] = {
     # CUDA graphs said to be on: captured, enabled, in use (no sign of eager mode's launch path)
     "cuda_graph_on": r"cuda ?graphs? (?:are|were|is|was|get|got) (?:being )?"
                      r"(?:captured|enabled|on|used|in use|replayed)\b"
-                     r"|\b(?:captured|enabled) (?:the )?cuda ?graphs?\b|cuda ?graphs? captured\b",
+                     r"|\b(?:captured|enabled) (?:the )?cuda ?graphs?\b|cuda ?graphs? captured\b"
+                     # their capture (at start-up) timed: "CUDA Graph Capturing time", "the capture time of cuda graph"
+                     r"|cuda ?graphs? captur(?:e|ing) (?:time|took|takes|duration)"
+                     r"|captur(?:e|ing) (?:time|duration) (?:of|for) (?:the )?cuda ?graphs?\b",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
               r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"
               r"|small kernels|single[- ]core (?:performance|speed|bound)|single[- ]thread(?:ed)? (?:performance|speed)"

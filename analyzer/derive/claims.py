@@ -245,8 +245,10 @@ class ReportSource:
                    "framework messages (m:): what diagnose.rules.report_model weighs")
             if c.title:
                 ev.add("report.title", c.title, "", "the report's first line")
+                # (a title about CUDA graphs captured or on, their capture time, is no sign of eager mode's launches)
                 named = c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set()) \
-                    - ({"concurrency"} if c.title_slot_only else set())
+                    - ({"concurrency"} if c.title_slot_only else set()) \
+                    - ({"cuda_graph"} if "cuda_graph_on" in c.title_concepts else set())
                 ev.add("report.title_concepts", sorted(named), "", "concepts the first line names")
         elif c.clauses and (words := {k: v for k, v in cues(c).items() if k.startswith("w:")}):
             # a person's text that names no concept we count: too little for a report rule to judge on,

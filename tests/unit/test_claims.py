@@ -776,3 +776,18 @@ def test_tensorflow_without_its_cuda_libraries_runs_on_the_cpu() -> None:
                    "installed properly if you would like to use GPU. Skipping registering GPU devices...\n").get(
         "report.cpu_fallback_messages")
     assert _report("It was a false alarm: not a bug.\n").get("report.retraction_statements")
+
+
+def test_a_cuda_graph_capture_timed_at_start_up_is_no_eager_launch_path() -> None:
+    """vllm-project/vllm#16716 ("CUDA Graph Capturing time is too long", 65 s at launch with LoRA): CUDA graphs are
+    on, their capture is timed at start-up; no launch-overhead commitment from the title. Extending capture to more
+    of the step still speaks of launches outside the graphs."""
+    text = ("[Bug]: vllm 0.8.3 v1 engine CUDA Graph Capturing time is too long\n\nWhen I launch vllm 0.8.3 server, the "
+            "capture time of cuda graph is always 65s, is this normal? I think it is too long.\n")
+    rep = _report(text)
+    assert "cuda_graph" not in rep["report.title_concepts"]  # type: ignore[operator]
+    d = _diagnose(text)
+    assert d.verdict is not Verdict.BOTTLENECK or d.primary != "launch_overhead"
+    said = _report("The decode loop is dominated by kernel-launch cost; extending CUDA Graph capture to the sampling "
+                   "chain is next.\n")
+    assert said.get("report.cuda_graph_statements") and not said.get("report.cuda_graph_on_statements")
