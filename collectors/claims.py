@@ -893,7 +893,7 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     for name, rx in _CONCEPT_RX.items():
         for m in rx.finditer(clause):
             if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())) \
-                    or _went_fine(clause, m.start(), m.end()):
+                    or _went_fine(clause, m.start(), m.end()) or _DENIED_AFTER.match(clause, m.end()):
                 continue
             if name == "copy" and m.group().lower() == "pcie" and (
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
@@ -929,6 +929,17 @@ _LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK
 _COPY_AFTER = re.compile(r"(?:[^.;\n]|\.(?=\d)){0,30}?\b(?:transfers?|bandwidth|traffic|cop(?:y|ies)|throughput"
                          r"|saturat\w*|bottleneck\w*|bound)\b", re.IGNORECASE)
 _LINK_BEFORE = re.compile(r"(?:\bgen ?[1-6]|\bx(?:1|2|4|8|16))[ \t-]*$", re.IGNORECASE)
+
+
+# a thing named, then denied as the cause in the same breath: "the PCIe is also not doing much", "tokenization is not
+# the bottleneck", "the copies aren't the issue" (a few words between, no clause boundary)
+_NOT_IT = (r"(?:the\s+(?:bottleneck|issue|problem|cause|culprit|limiting factor)|an?\s+(?:bottleneck|issue|problem"
+           r"|factor)|doing (?:much|anything)|busy|saturated|involved|to blame|the limit)\b")
+_DENIED_AFTER = re.compile(
+    r"[^.;,!?\n]{0,30}?\b(?:is|are|was|were|seems?|seemed|looks?|looked)(?:\s+(?:also|really|definitely|clearly"
+    rf"|probably|still|actually))?\s+(?:not|never|hardly)(?:\s+(?:really|even))?\s+{_NOT_IT}"
+    rf"|[^.;,!?\n]{{0,30}}?\b(?:isn't|aren't|wasn't|weren't|isn’t|aren’t)(?:\s+(?:really|even))?\s+{_NOT_IT}",
+    re.IGNORECASE)
 
 
 def _negated(clause: str, start: int) -> bool:

@@ -791,3 +791,14 @@ def test_a_cuda_graph_capture_timed_at_start_up_is_no_eager_launch_path() -> Non
     said = _report("The decode loop is dominated by kernel-launch cost; extending CUDA Graph capture to the sampling "
                    "chain is next.\n")
     assert said.get("report.cuda_graph_statements") and not said.get("report.cuda_graph_on_statements")
+
+
+@pytest.mark.parametrize(("text", "key", "said"), [
+    ("The PCIe is also not doing much. The 3090s are both at PCIe x16 3.0.", "report.copy_statements", False),
+    ("PCIe transfers are not the bottleneck here.", "report.copy_statements", False),  # turboderp-org/exllamav3#326
+    ("Tokenization isn't the issue, it takes 2 ms.", "report.preprocess_statements", False),
+    ("The copies are slow and PCIe is the bottleneck.", "report.copy_statements", True),
+    ("Tokenization is the bottleneck, not the GPU.", "report.preprocess_statements", True),
+])
+def test_a_thing_denied_as_the_cause_right_after_its_name_is_not_claimed(text: str, key: str, said: bool) -> None:
+    assert bool(_report("Generation is slow on two 3090s\n\n" + text + "\n").get(key)) is said, text
