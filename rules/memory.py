@@ -248,6 +248,13 @@ def is_external(m: MemView, exact_share: float, rough_share: float) -> bool:
     return s is not None and s >= (exact_share if exact else rough_share)
 
 
+def kv_sized(ev: EvidenceSet) -> bool:
+    """The engine sized its KV cache, which it does once the weights are in: its capacity in tokens, or vLLM's "…
+    larger than the available KV cache memory (48.66 GiB)", what the weights and the profiling run left (a negative
+    figure: they left nothing)."""
+    return (ev.value("serving.kv_capacity_tokens") or 0.0) > 0 or (ev.value("mem.kv_cache_available_bytes") or 0.0) > 0
+
+
 def is_fragmented(m: MemView, share_total: float, share_reserved: float, min_bytes: float) -> bool:
     """Reserved-but-unallocated is large and the failed request would have fit in it."""
     u = m.unallocated
@@ -351,8 +358,7 @@ class OomWeights(Rule):
         by_phase = m.phase == "loading" and not startup
         if not (by_size or by_phase):
             return None
-        kv_tokens = ev.value("serving.kv_capacity_tokens") or 0.0
-        if not by_phase and m.weights_key != "mem.weights_bytes" and kv_tokens > 0:
+        if not by_phase and m.weights_key != "mem.weights_bytes" and kv_sized(ev):
             return None  # the engine sized its KV cache, which it does once the weights are in: they fit
         if not by_size:
             ws = m.share(m.weights_per_device)
@@ -529,7 +535,8 @@ class OomRuntimePeak(Rule):
         if not (by_phase or by_numbers or by_default or by_request or by_cap):
             return None
         ext, frag = self.thresholds_of(OomExternal), self.thresholds_of(OomFragmentation)
-        if weights_too_big(m, weights_bar):
+        # (an estimate from the model's name that the engine's KV sizing contradicts is no weights finding: MEM001's)
+        if weights_too_big(m, weights_bar) and not (m.weights_key != "mem.weights_bytes" and kv_sized(ev)):
             return None
         if is_external(m, ext.external_share, ext.rough_share):
             return None

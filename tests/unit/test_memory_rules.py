@@ -468,3 +468,24 @@ def test_a_title_names_no_other_bottleneck_beside_an_oom_message() -> None:
     findings, _ = run_rules(EvidenceSet(res.evidence), rules=RULES)
     codes = [f.code for f in _real(findings)]
     assert codes and codes[0] == "MEM002" and "CMP004" not in codes, codes
+
+
+def test_vllms_kv_check_with_memory_left_says_the_weights_are_in() -> None:
+    """vLLM's check that one max-length sequence fits the KV cache runs once the weights are in and the profiling run
+    is done (vllm-project/recipes#12: Qwen3-Coder-480B FP8 on 8 H20 with -dp=8 --enable-expert-parallel, 48.66 GiB
+    left for the KV cache): a 480B estimate from the model's name, blind to the experts split across the ranks, is
+    no oom_weights against it; the runtime peak (max_model_len) is."""
+    text = ("[Qwen3-Coder-480B-A35B] update max-model-len for fp8\n\nIn my H20 8 nodes, I am unable to run the "
+            "models's max seq len (262144 = 256k)\n\n# vllm serve /tmp/model/Qwen3-Coder-480B-A35B-Instruct-FP8 -dp=8  "
+            "--enable-expert-parallel\n\nValueError: To serve at least one request with the models's max seq len "
+            "(262144), (62.00 GiB KV cache is needed, which is larger than the available KV cache memory (48.66 GiB). "
+            "Based on the available memory, the estimated maximum model length is 205728. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+    codes = [f.code for f in _codes_of(text)]
+    assert "MEM001" not in codes and "MEM002" in codes
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))
+    d = pipeline.judge(EvidenceSet(res.evidence), inputs=res.inputs)
+    assert d.verdict is not Verdict.BOTTLENECK or d.primary == "oom_peak"
+    # with nothing left (a negative figure: the weights and the profiling run took it all) the veto does not hold
+    none_left = text.replace("available KV cache memory (48.66 GiB)", "available KV cache memory (-2.14 GiB)")
+    assert "MEM002" in [f.code for f in _codes_of(none_left)] or "MEM001" in [f.code for f in _codes_of(none_left)]
