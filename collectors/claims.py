@@ -346,13 +346,16 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
         r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
-        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu"
-        # TensorFlow could not load a CUDA runtime library its GPU device needs (stream_executor's dso_loader.cc: "Could
-        # not load dynamic library 'libcudart.so.10.1'; dlerror: …"; TensorRT's libnvinfer is optional and not it) and,
-        # from 2.4, registers no GPU ("Cannot dlopen some GPU libraries. … Skipping registering GPU devices...")
-        r"|Could not load dynamic library '(?:lib)?cu(?:dart|blas|dnn|fft|rand|solver|sparse)[^']*'"
-        r"|Cannot dlopen some GPU libraries|Skipping registering GPU devices",
+        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu",
         re.I),
+    # TensorFlow could not load a CUDA runtime library its GPU device needs (stream_executor's dso_loader.cc: "Could
+    # not load dynamic library 'libcudart.so.10.1'; dlerror: …"; TensorRT's libnvinfer is optional and not it) and,
+    # from 2.4, registers no GPU ("Cannot dlopen some GPU libraries. … Skipping registering GPU devices..."). It is
+    # TensorFlow's own device only: transformers imports TensorFlow where it is installed, and a PyTorch engine's log
+    # carries the same lines while its GPU works (PLC001 reads them where no other engine is named)
+    "tf_gpu_libs": re.compile(
+        r"Could not load dynamic library '(?:lib)?cu(?:dart|blas|dnn|fft|rand|solver|sparse)[^']*'"
+        r"|Cannot dlopen some GPU libraries|Skipping registering GPU devices", re.I),
     # ONNX Runtime put part of the graph on the CPU and inserted copies between providers
     "ep_memcpy": re.compile(r"(\d+) Memcpy nodes are added to the graph|Some nodes were not assigned to the "
                             r"preferred execution providers", re.I),
@@ -442,6 +445,7 @@ class Claims:
     sync_read_clauses: int = 0  # clauses whose only copies are such reads ("the .cpu() is very slow")
     title_sync_read: bool = False  # ... and the title is one
     title_slot_only: bool = False  # the title's only concurrency word is a server's "slot"
+    title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     synced: bool = False
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
@@ -529,7 +533,8 @@ _BOILERPLATE = re.compile(
     # PyTorch's OOM message names what CUDA graphs' private pools hold ("with X allocated in private pools (e.g., CUDA
     # Graphs)", c10/cuda/CUDACachingAllocator.cpp), whatever ran out; a paste may wrap it inside the parenthesis
     r"|private pools \(e\.g\.,? CUDA Graphs\)"
-    r"|^\W*(?:(?:private\s+)?pools\s+)?\(?(?:e\.g\.,?\s*)?CUDA Graphs\), and \S+ ?[KMGT]?i?B is reserved by PyTorch"
+    r"|^\W*(?:(?:private\s+)?pools\s+)?\(?(?:e\.g\.,?\s*)?CUDA Graphs\), and(?:\s*$| \S+ ?[KMGT]?i?B is reserved by "
+    r"PyTorch)"
     # the XPU allocator's own hint, printed with every OOM of torch.xpu
     r"|Please use `?empty_cache`? to release all unoccupied cached memory"
     # PaddlePaddle's, printed under every ResourceExhaustedError of its allocators
@@ -734,6 +739,11 @@ class ClaimParser:
             # "4 slots", "all slots busy" still name the server's parallel requests)
             c.title_slot_only = all(c.title[a:b].lower() == "slot"
                                     for a, b, name in title_found if name == "concurrency")
+            # every CUDA-graph word of the title inside a phrase that says they are on ("CUDA Graph Capturing time is
+            # too long"): no title about eager mode's launches
+            on = [(a, b) for a, b, name in title_found if name == "cuda_graph_on"]
+            c.title_graphs_on_only = bool(on) and all(any(x <= a and b <= y for x, y in on)
+                                                      for a, b, name in title_found if name == "cuda_graph")
         self._messages(line, MESSAGES)
         m = _OFFLOADED.search(line)
         if m:
@@ -900,7 +910,7 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
                     and not _COPY_AFTER.match(clause, m.end()):
                 continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
             if name == "held_elsewhere" and _COMPARED_BEFORE.search(clause, max(0, m.start() - 30), m.start()) \
-                    and _SEVERAL.match(m.group()):
+                    and _SEVERAL.match(m.group()) and not _AT_ONCE.search(clause, m.end()):
                 continue  # "testing two models", "across several models": a comparison, not two held at once
             found.append((m.start(), m.end(), name))
     return found
@@ -919,6 +929,9 @@ _ZEROED = re.compile(r"[\w-]*(?:[ \t:=]+(?:length|size|depth|count|time|stays?|s
 # ("with two models", "split between two models", "across several instances" can be both held at once: not read)
 _COMPARED_BEFORE = re.compile(r"\b(?:test(?:ed|ing|s)?|tr(?:y|ied|ying)|compar\w*|benchmark\w*|evaluat\w*"
                               r"|switch\w* between)[ \t]+(?:the[ \t]+|these[ \t]+)?$", re.IGNORECASE)
+# ... unless the clause says they ran at once: "testing two models at the same time on one GPU"
+_AT_ONCE = re.compile(r"\b(?:at the same time|simultaneous\w*|concurrent\w*|in parallel|together|side by side"
+                      r"|shar\w*)\b", re.IGNORECASE)
 _SEVERAL = re.compile(r"(?:two|multiple|several|other|second|2nd)[ \t]+(?:models?|engines?|servers?|instances?)\b",
                       re.IGNORECASE)
 

@@ -76,9 +76,10 @@ _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 # … and the rest of that record (llm/memory.go, server.go later; a slog record of key=value fields): the layers it
 # put on the device it names of the model's layers, the device's free memory as a list per GPU, the weights' size
-_OLLAMA_TARGET = re.compile(r'msg="?offload to (\w+)')
-_OLLAMA_LAYERS = re.compile(r"\blayers\.model=(\d+)\s.*?\blayers\.offload=(\d+)|\blayers\.offload=(\d+)\s.*?"
-                            r"\blayers\.model=(\d+)")
+# (0.1-0.5: msg="offload to cuda"; 2025 on: msg=offload library=cuda, server.go)
+_OLLAMA_TARGET = re.compile(r'msg="?offload(?: to (?P<to>\w+)|"?\s.*?\blibrary=(?P<lib>\w+))')
+_OLLAMA_MODEL = re.compile(r"\blayers\.model=(\d+)")
+_OLLAMA_OFFLOAD = re.compile(r"\blayers\.offload=(\d+)")
 _OLLAMA_AVAILABLE = re.compile(r'\bmemory\.available="?\[(?P<v>[^\]]*)\]')
 _OLLAMA_WEIGHTS = re.compile(r'\bmemory\.weights\.total="?(?P<v>\d+(?:\.\d+)?\s*[KMGT]i?B)\b')
 # llama-server's prompt processing still running, every few seconds past its first 3 s (tools/server, print_timings_pp):
@@ -134,8 +135,11 @@ class LlamaTimings:
     loads: list[tuple[int, int]] = field(default_factory=list)  # (layers offloaded, layers) per model loaded
     gpu_backend: str | None = None  # a GPU device the loader or the context allocated a buffer on ("CUDA0")
     auto_sized: bool = False  # ollama chose how many layers to offload from the memory it found
-    weights_bytes: int | None = None  # ollama's estimate of the model's weights, on a load to one GPU
-    ollama_offload: bool = False  # a load's layers (and its GPU) came from ollama's offload record
+    weights_bytes: int | None = None  # ollama's estimate of the model's weights, on a whole load onto one GPU
+    # (layers on the GPU, layers) per ollama offload record: its estimate, used only where no loader line says what
+    # the runner did (the runner gets num_gpu when the user set it, whatever fits)
+    ollama_loads: list[tuple[int, int]] = field(default_factory=list)
+    ollama_backend: str | None = None  # the GPU library an ollama offload record names (a loader's buffer outranks it)
     # llama-server's prompt processing in progress, the last line of each task: (tokens processed, the share of the
     # prompt they are, seconds so far)
     prefill_progress: dict[str, tuple[int, float, float]] = field(default_factory=dict)
@@ -146,8 +150,15 @@ class LlamaTimings:
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
-        """(layers offloaded, layers) of the largest model loaded: the served one, not a draft model beside it."""
-        return max(self.loads, key=lambda load: load[1]) if self.loads else None
+        """(layers offloaded, layers) of the largest model loaded: the served one, not a draft model beside it; the
+        loader's own lines, else ollama's offload records."""
+        loads = self.loads or self.ollama_loads
+        return max(loads, key=lambda load: load[1]) if loads else None
+
+    @property
+    def ollama_offload(self) -> bool:
+        """The layers came from ollama's offload record, not the loader's line."""
+        return not self.loads and bool(self.ollama_loads)
 
 
 class LlamaTimingParser:
@@ -169,18 +180,21 @@ class LlamaTimingParser:
         """Ollama's offload record: the layers it put on a GPU of the model's, and the weights' size when it loads
         onto one GPU (its weights total is the whole model's, split between the GPUs of a longer list)."""
         target = _OLLAMA_TARGET.search(line)
-        if target is None or target.group(1).lower() == "cpu":
+        device = (target["to"] or target["lib"] or "") if target is not None else ""
+        if not device or device.lower() == "cpu":
             return
-        ml = _OLLAMA_LAYERS.search(line)
-        if ml is not None:
-            total, on = (ml.group(1), ml.group(2)) if ml.group(1) else (ml.group(4), ml.group(3))
-            if int(total) > 0:
-                self.timings.loads.append((int(on), int(total)))
-                self.timings.ollama_offload = True
-                if self.timings.gpu_backend is None:
-                    self.timings.gpu_backend = target.group(1).upper()  # "CUDA", "ROCM", "METAL"
+        mm, mo, mr = _OLLAMA_MODEL.search(line), _OLLAMA_OFFLOAD.search(line), _OLLAMA_REQUESTED.search(line)
+        if mm is None or mo is None or int(mm.group(1)) <= 0:
+            return
+        total, on = int(mm.group(1)), int(mo.group(1))
+        if mr is not None and int(mr.group(1)) >= 0:
+            on = min(int(mr.group(1)), total)  # num_gpu set: the runner is asked for that many, fitting or not
+        self.timings.ollama_loads.append((on, total))
+        self.timings.ollama_backend = self.timings.ollama_backend or device.upper()  # "CUDA", "ROCM", "METAL"
         avail, weights = _OLLAMA_AVAILABLE.search(line), _OLLAMA_WEIGHTS.search(line)
-        if avail is not None and weights is not None and len(re.findall(r"\d+(?:\.\d+)?\s*[KMGT]i?B", avail["v"])) == 1:
+        # the weights' total is the whole model's: one device's only when every layer went onto the one GPU listed
+        if avail is not None and weights is not None and on == total \
+                and len(re.findall(r"\d+(?:\.\d+)?\s*[KMGT]i?B", avail["v"])) == 1:
             self.timings.weights_bytes = parse_size(weights["v"])
 
     def feed(self, line: str) -> None:

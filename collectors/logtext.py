@@ -44,7 +44,9 @@ _PREFIX = re.compile(
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s+\S+\s+[\w./-]+(?:\[\d+\])?:\s"  # syslog
     # a Markdown quote ("> ") around a log record, as issue threads quote a log: only before a record's own start
     # (a syslog or ISO date, a bracket, key=value time, a level), never before a command or a person's words
-    r"|>[ \t]?(?=(?:>[ \t]?)*(?:[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s|\d{4}-\d{2}-\d{2}[T ]\d{2}:|\[|time=\d"
+    # (a REPL's ">>> " prompt is no quote; a bracket only as a record's: a date, a rank, a tag in capitals)
+    r"|>(?!>>)[ \t]?(?=(?:>[ \t]?)*(?:[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s|\d{4}-\d{2}-\d{2}[T ]\d{2}:"
+    r"|\[(?:\d|rank|[A-Z]{3,}\b)|time=\d"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b))"
 )
 # a second record may start past the first character: one C-level search instead of six finds

@@ -181,7 +181,8 @@ class PlacementReported(ReportRule):
     anything else is wasted until the work is on the right device.
 
     How it decides: the strongest of: layers offloaded / total below ``max_offloaded_share``
-    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``); ONNX Runtime's
+    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``), TensorFlow's failure to load
+    its CUDA libraries among them where no serving engine is named (``strong``); ONNX Runtime's
     GPU provider leaving ops to the CPU provider for want of a kernel ("CUDA kernel not supported.
     Fallback to CPU execution provider for Op type: …", verbose "… kernel not found in registries for
     Op type: …"; ``stated``: part of the graph, with copies around it); a statement
@@ -192,7 +193,8 @@ class PlacementReported(ReportRule):
     wrong GPU (``weak``); an offload setting in the engine's command with no out-of-memory message (``stated``: the
     offloaded weights cross PCIe at every step).
 
-    Evidence: any of report.cpu_fallback_messages, report.ep_cpu_node_messages,
+    Evidence: any of report.cpu_fallback_messages, report.ep_cpu_node_messages, report.tf_gpu_libs_messages (no
+    serving engine named: a PyTorch engine's log carries TensorFlow's import noise while its GPU works),
     report.gpu_layers_offloaded (+ report.gpu_layers_total),
     report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
     report.wrong_gpu_statements, report.offload_settings, mem.weights_estimate_bytes + gpu.spec_memory_bytes.
@@ -212,7 +214,7 @@ class PlacementReported(ReportRule):
     category = Category.DEVICE_PLACEMENT
     requires = ()
     requires_any = (("report.cpu_fallback_messages",), ("report.ep_cpu_node_messages",),
-                    ("report.gpu_layers_offloaded",),
+                    ("report.tf_gpu_libs_messages",), ("report.gpu_layers_offloaded",),
                     ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
                     ("report.wrong_gpu_statements",), ("report.offload_settings",),
                     ("mem.weights_estimate_bytes", "gpu.spec_memory_bytes", "report.slow_statements"))
@@ -244,6 +246,10 @@ class PlacementReported(ReportRule):
         if _n(ev, "report.cpu_fallback_messages") and gpu_in_view(ev):
             out.append(Signal(t.strong, "prints that the work falls back to the CPU"
                               + _q(ev, "report.cpu_fallback_messages")))
+        engine = ev.get("serving.engine")
+        if _n(ev, "report.tf_gpu_libs_messages") and gpu_in_view(ev) and not isinstance(engine, Evidence):
+            out.append(Signal(t.strong, "prints that TensorFlow could not load the CUDA libraries its GPU device "
+                              "needs: it runs on the CPU" + _q(ev, "report.tf_gpu_libs_messages")))
         if _n(ev, "report.ep_cpu_node_messages"):
             out.append(Signal(t.stated, "shows ONNX Runtime leaving ops to its CPU provider for want of a GPU kernel: "
                                         "they run on the CPU, their inputs and outputs copied across at every run"

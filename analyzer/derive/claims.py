@@ -69,6 +69,8 @@ class ReportSource:
         # -- where the work runs ------------------------------------------------------------
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        count("report.tf_gpu_libs_messages", msg["tf_gpu_libs"],
+              "TensorFlow could not load the CUDA libraries its GPU device needs", "msg:tf_gpu_libs")
         count("report.ep_cpu_node_messages", msg["ep_cpu_node"], "ONNX Runtime leaving ops to its CPU provider for "
               "want of a GPU kernel", "msg:ep_cpu_node")
         count("report.placement_statements", con["placement_cpu"], "statements that the work runs on the CPU",
@@ -248,7 +250,7 @@ class ReportSource:
                 # (a title about CUDA graphs captured or on, their capture time, is no sign of eager mode's launches)
                 named = c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set()) \
                     - ({"concurrency"} if c.title_slot_only else set()) \
-                    - ({"cuda_graph"} if "cuda_graph_on" in c.title_concepts else set())
+                    - ({"cuda_graph"} if c.title_graphs_on_only else set())
                 ev.add("report.title_concepts", sorted(named), "", "concepts the first line names")
         elif c.clauses and (words := {k: v for k, v in cues(c).items() if k.startswith("w:")}):
             # a person's text that names no concept we count: too little for a report rule to judge on,
@@ -284,7 +286,7 @@ def set_vocabulary(words: frozenset[str] | None) -> None:
 # what a rule reads more finely than the report model needs: a polarity of a concept it has (graphs said to be on), and
 # one setting of two engines' kinds (llama.cpp's tensors on the CPU, a setting that keeps weights in host memory)
 _RULE_ONLY = frozenset({"cuda_graph_on", "slow_fp16_gpu"})
-_SAME_CUE = {"tensors_on_cpu": "weights_offloaded", "ep_cpu_node": "cpu_fallback"}
+_SAME_CUE = {"tensors_on_cpu": "weights_offloaded", "ep_cpu_node": "cpu_fallback", "tf_gpu_libs": "cpu_fallback"}
 
 
 def cues(c: Claims) -> dict[str, float]:

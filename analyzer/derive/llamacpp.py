@@ -126,9 +126,10 @@ class LlamaTimingSource:
         if r.weights_bytes is not None:
             ev.add("mem.weights_bytes", r.weights_bytes, "bytes", "ollama's offload record (memory.weights.total), "
                    "a load onto one GPU", Quality.GOOD)
-        if r.gpu_backend is not None:
-            ev.add("llamacpp.gpu_backend", r.gpu_backend, "", "a buffer llama.cpp allocated on this GPU device "
-                   "(or CUDA's device count at start-up, or the device ollama's offload record names)", Quality.GOOD)
+        if r.gpu_backend is not None or r.ollama_backend is not None:
+            ev.add("llamacpp.gpu_backend", r.gpu_backend or r.ollama_backend, "",
+                   "a buffer llama.cpp allocated on this GPU device (or CUDA's device count at start-up)"
+                   if r.gpu_backend else "the GPU library ollama's offload record names", Quality.GOOD)
         if r.threads:
             # the start-up that runs the most threads per CPU it sees (a log of several starts: the worst one)
             n, batch, hw = max(r.threads, key=lambda x: max(x[0], x[1] or 0) / x[2])

@@ -98,3 +98,6 @@ def test_a_ti_or_super_part_is_not_the_plain_number() -> None:
     ti = gpu_named("a 4060 Ti GPU")
     assert ti is not None and ti.assumed == (8, 16)  # sold with 8 and 16 GB
     assert gpu_named("tinyllama-L4-H256.gguf") is None
+    # a case-blind match of other letters (Turkish "Tİ") is no crash (a review's repro): the plain part is read
+    turkish = gpu_named("Ollama slow on my RTX 3060 Tİ")
+    assert turkish is not None and turkish.model == "3060"

@@ -106,15 +106,32 @@ def test_ollamas_offload_record_says_the_layers_and_the_weights() -> None:
     assert ev.value("llamacpp.gpu_layers") == 26 and ev.value("llamacpp.layers_total") == 49
     backend = ev.get("llamacpp.gpu_backend")
     assert isinstance(backend, Evidence) and backend.value == "CUDA" and ev.value("llamacpp.offload_auto_sized")
-    assert ev.value("mem.weights_bytes") == int(17.8 * 2**30)
+    assert "mem.weights_bytes" not in ev  # the weights' total is the whole model's, and 26 of 49 layers went to the GPU
     assert "report.offload_statements" not in ev  # the quoted record is a log record, not the reporter's words
     findings, _ = run_rules(ev)
     assert "PLC004" not in {f.code for f in findings}
-    # two GPUs: the weights are split between them, their total is no one device's
-    two = rec.replace('memory.available="[10.8 GiB]"', 'memory.available="[10.8 GiB 10.8 GiB]"')
+    # every layer on the one GPU listed: the weights' total is that device's
+    whole = rec.replace("layers.offload=26", "layers.offload=49").removeprefix("> ")
     p = LlamaTimingParser()
-    p.feed(two.removeprefix("> "))
-    assert p.result().weights_bytes is None and p.result().offloaded == (26, 49)
+    p.feed(whole)
+    assert p.result().weights_bytes == int(17.8 * 2**30) and p.result().offloaded == (49, 49)
+    # two GPUs: the weights are split between them, their total is no one device's
+    p = LlamaTimingParser()
+    p.feed(whole.replace('memory.available="[10.8 GiB]"', 'memory.available="[10.8 GiB 10.8 GiB]"'))
+    assert p.result().weights_bytes is None and p.result().offloaded == (49, 49)
+    # num_gpu set (layers.requested=49): the runner is asked for 49 whatever fits; the loader's own line outranks the
+    # record's estimate (a review's repro: no PLC004 from the estimate's 20)
+    p = LlamaTimingParser()
+    p.feed(rec.replace("layers.requested=-1", "layers.requested=49").replace("layers.offload=26",
+                                                                               "layers.offload=20").removeprefix("> "))
+    assert p.result().offloaded == (49, 49)
+    p.feed("llm_load_tensors: offloaded 30/49 layers to GPU")
+    assert p.result().offloaded == (30, 49) and not p.result().ollama_offload
+    # 2025's record: msg=offload library=cuda
+    p = LlamaTimingParser()
+    p.feed('time=2025-06-01T10:00:00.000Z level=INFO source=server.go:168 msg=offload library=cuda '
+           'layers.requested=-1 layers.model=33 layers.offload=33 layers.split=[33] memory.available="[23.3 GiB]"')
+    assert p.result().offloaded == (33, 33) and p.result().ollama_backend == "CUDA"
     # offload to the CPU (no GPU found) says nothing of a GPU
     p = LlamaTimingParser()
     p.feed(rec.replace('"offload to cuda"', '"offload to cpu"').removeprefix("> "))
