@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from diagnose.collectors.linekind import LineKind, inline_command, is_machine, kind_of, printed_row
+from diagnose.collectors.linekind import LineKind, inline_command, is_exception_line, is_machine, kind_of, printed_row
 from diagnose.collectors.logtext import Keyed
 from diagnose.units import unit_bytes
 
@@ -446,6 +446,7 @@ class Claims:
     title_sync_read: bool = False  # ... and the title is one
     title_slot_only: bool = False  # the title's only concurrency word is a server's "slot"
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
+    exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
@@ -659,6 +660,9 @@ class ClaimParser:
                     self._end_run(next_machine=False)
                 self._prev_machine = self._prev_printed = False
                 return
+        if kind is LineKind.TRACEBACK and is_exception_line(line):
+            self._claims.exceptions += 1
+            self._claims.quotes.setdefault("exception", line.strip()[:200])
         machine = is_machine(line, kind)
         self._machine_lines += machine
         self._end_run(next_machine=machine)

@@ -245,6 +245,12 @@ def kind_of(line: str) -> LineKind:
     return LineKind.PROSE
 
 
+def is_exception_line(line: str) -> bool:
+    """``line`` is the exception a traceback ends with (``RuntimeError: Engine core initialization failed``), not a
+    frame: something was raised."""
+    return _EXCEPTION.match(line.strip()) is not None
+
+
 # what a program (not a person) wrote: a prose-like line between two of these is the program's output too
 MACHINE = frozenset({LineKind.LOG, LineKind.TRACEBACK, LineKind.CODE, LineKind.METRICS, LineKind.COMMAND})
 

@@ -82,7 +82,9 @@ def arbitrate(evidence: EvidenceSet, findings: list[Finding]) -> tuple[list[Find
         return findings, ""
     cls, p, cues = decided
     if cls == report_model.NONE:
-        if p < NONE_MIN or any(f.severity is not Severity.INFO for f in findings):
+        # (a traceback's exception in the paste: something failed, whatever its words lean to)
+        if p < NONE_MIN or any(f.severity is not Severity.INFO for f in findings) \
+                or "report.exception_lines" in evidence:
             return findings, ""
         rule: report.ReportRule | report.ExpectedBehaviourReported = report.ExpectedBehaviourReported()
         if not any(f.code == rule.code for f in findings):

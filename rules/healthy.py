@@ -41,11 +41,12 @@ class VllmPreallocation(Rule):
     How it decides: a vLLM process (named so in the process list, or the largest process when the
     text says vLLM runs) holds between ``utilization − below`` and ``utilization + above`` of the
     device (utilization from ``mem.gpu_memory_utilization_ratio``, else vLLM's default), or at
-    least ``weights_multiple`` × the model's weights; and no out-of-memory error was seen.
+    least ``weights_multiple`` × the model's weights; and no out-of-memory error nor any exception a
+    traceback ended with was seen (a second instance that failed to start beside the first is no budget).
 
     Evidence: gpu.processes or gpu.memory_used_bytes + gpu.memory_total_bytes; optionally
     serving.engine, mem.gpu_memory_utilization_ratio, mem.weights_bytes, mem.weights_estimate_bytes,
-    gpu.spec_memory_bytes, mem.oom_count.
+    gpu.spec_memory_bytes, mem.oom_count, report.exception_lines.
 
     Fix: nothing is wrong. To share the GPU, lower ``--gpu-memory-utilization`` (fewer KV blocks,
     less concurrency); read real KV usage from ``vllm:gpu_cache_usage_perc``.
@@ -62,7 +63,7 @@ class VllmPreallocation(Rule):
     optional = (
         "gpu.processes", "gpu.memory_used_bytes", "gpu.memory_total_bytes", "serving.engine",
         "mem.gpu_memory_utilization_ratio", "mem.weights_bytes", "mem.weights_estimate_bytes", "model.params",
-        "gpu.spec_memory_bytes", "mem.oom_count",
+        "gpu.spec_memory_bytes", "mem.oom_count", "report.exception_lines",
     )
 
     @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class VllmPreallocation(Rule):
         weights_multiple: float = 3.0  # holding ≥ 3× the weights: the rest is the KV-cache pool, not the model
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
-        if (ev.value("mem.oom_count", 0.0) or 0.0) > 0:
-            return None
+        if (ev.value("mem.oom_count", 0.0) or 0.0) > 0 or (ev.value("report.exception_lines", 0.0) or 0.0) > 0:
+            return None  # something failed: an OOM, or a traceback's exception (a second instance that did not start)
         proc = _vllm_process(ev)
         engine = ev.get("serving.engine")
         is_vllm = proc is not None or (isinstance(engine, Evidence) and engine.value == "vllm")

@@ -1278,15 +1278,16 @@ class ExpectedBehaviourReported(Rule):
 
     How it decides: memory taken up front named (``report.preallocation_statements``, or GPU memory
     statements with a serving engine named) and no out-of-memory statement, nor memory growing or held
-    by leftovers; downloading named with the first run or slowness in one clause or the next
-    (``report.download_first_statements``: "the first request is slow: it downloads the weights"; a
-    model "downloaded from <source>" is where it came from, not a download); staying loaded named; the report
+    by leftovers, nor an exception a traceback ended with; downloading named with the first run or slowness
+    in one clause or the next (``report.download_first_statements``: "the first request is slow: it
+    downloads the weights"; a model "downloaded from <source>" is where it came from, not a download);
+    staying loaded named; the report
     withdrawing itself (then every other report rule steps aside too). The finding is informational
     (severity info) and never the primary bottleneck.
 
     Evidence: any of report.preallocation_statements, report.vram_statements + serving.engine,
     report.download_statements, report.keep_alive_statements, report.retraction_statements;
-    optionally report.oom_statements.
+    optionally report.oom_statements, report.exception_lines.
 
     Fix: nothing to fix; the knobs if the behaviour is unwanted (gpu_memory_utilization,
     --cuda-memory-fraction, pre-downloading weights, keep_alive).
@@ -1303,7 +1304,7 @@ class ExpectedBehaviourReported(Rule):
                     ("report.download_statements",), ("report.keep_alive_statements",),
                     ("report.retraction_statements",))
     optional = ("report.oom_statements", "report.memory_growth_statements", "report.download_first_statements",
-                "report.held_elsewhere_statements")
+                "report.held_elsewhere_statements", "report.exception_lines")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -1336,7 +1337,9 @@ class ExpectedBehaviourReported(Rule):
         # memory growing over requests, or held by processes that should be gone, is not a reservation
         growing = _n(ev, "report.memory_growth_statements") or _n(ev, "report.held_elsewhere_statements")
         gpu_host = HOST_NO_GPU not in ev  # a reservation of GPU memory explains nothing where there is no GPU
-        if gpu_host and no_oom and not growing and (_n(ev, "report.preallocation_statements")
+        # a traceback's exception: something failed (a second instance that did not start), no reservation explains it
+        raised = _n(ev, "report.exception_lines")
+        if gpu_host and no_oom and not growing and not raised and (_n(ev, "report.preallocation_statements")
                                        or (_n(ev, "report.vram_statements") and engine_name in self._ENGINES)):
             says.append(f"{engine_name or 'the serving engine'} reserves most of the GPU's memory at start-up for "
                         "its KV cache (gpu_memory_utilization, 0.9 by default in vLLM; --mem-fraction-static in "

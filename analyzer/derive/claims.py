@@ -69,6 +69,7 @@ class ReportSource:
         # -- where the work runs ------------------------------------------------------------
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        count("report.exception_lines", c.exceptions, "exceptions a traceback ended with", "exception")
         count("report.tf_gpu_libs_messages", msg["tf_gpu_libs"],
               "TensorFlow could not load the CUDA libraries its GPU device needs", "msg:tf_gpu_libs")
         count("report.ep_cpu_node_messages", msg["ep_cpu_node"], "ONNX Runtime leaving ops to its CPU provider for "

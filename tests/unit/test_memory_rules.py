@@ -489,3 +489,32 @@ def test_vllms_kv_check_with_memory_left_says_the_weights_are_in() -> None:
     # with nothing left (a negative figure: the weights and the profiling run took it all) the veto does not hold
     none_left = text.replace("available KV cache memory (48.66 GiB)", "available KV cache memory (-2.14 GiB)")
     assert "MEM002" in [f.code for f in _codes_of(none_left)] or "MEM001" in [f.code for f in _codes_of(none_left)]
+
+
+def test_a_second_vllm_instance_that_failed_to_start_is_no_preallocation_note() -> None:
+    """vllm-project/vllm#19125: nvidia-smi shows the first instance's 3.5 GiB (3× a 0.5B model's weights), and the
+    second instance's start-up raised 'Engine core initialization failed': something failed, so HLT001's "a budget,
+    not a leak, and nothing failed" cannot stand (it had committed healthy at 0.984)."""
+    smi = ("|   0  NVIDIA GeForce RTX 4060 Ti     Off |   00000000:01:00.0 Off |                  N/A |\n"
+           "|  0%   33C    P8              9W /  160W |    3578MiB /   8188MiB |      0%      Default |\n")
+    text = ("[Bug]: cannot startup two Qwen/Qwen2.5-0.5B-Instruct on a 8G 4060ti\n\n"
+            "python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct "
+            "--gpu_memory_utilization 0.4\n\n"
+            "+-----------------------------------------------------------------------------------------+\n"
+            "| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |\n"
+            "|-----------------------------------------+------------------------+----------------------+\n"
+            "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
+            "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n"
+            "|=========================================+========================+======================|\n" + smi +
+            "+-----------------------------------------+------------------------+----------------------+\n")
+    failed = text + ('  File "vllm/v1/engine/core_client.py", line 484, in _wait_for_engine_startup\n'
+                     '    raise RuntimeError("Engine core initialization failed. "\n'
+                     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    def codes(t: str) -> list[str]:
+        res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(t.encode())))
+        return [f.code for f in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]]
+
+    assert "HLT001" in codes(text)  # nothing failed: the note stands
+    assert "HLT001" not in codes(failed)
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(failed.encode())))
+    assert pipeline.judge(EvidenceSet(res.evidence), inputs=res.inputs).verdict is not Verdict.HEALTHY
