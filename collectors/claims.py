@@ -952,10 +952,12 @@ _LINK_BEFORE = re.compile(r"(?:\bgen ?[1-6]|\bx(?:1|2|4|8|16))[ \t-]*$", re.IGNO
 # the bottleneck", "the copies aren't the issue" (a few words between, no clause boundary)
 _NOT_IT = (r"(?:the\s+(?:bottleneck|issue|problem|cause|culprit|limiting factor)|an?\s+(?:bottleneck|issue|problem"
            r"|factor)|doing (?:much|anything)|busy|saturated|involved|to blame|the limit)\b")
+# (no other subject between: "GPU utilization is 100% but the CPU is not the bottleneck" denies the CPU, not the GPU)
+_GAP = r"(?:(?!\b(?:but|and|while|whereas|though|although|yet|so)\b)[^.;,!?\n]){0,30}?"
 _DENIED_AFTER = re.compile(
-    r"[^.;,!?\n]{0,30}?\b(?:is|are|was|were|seems?|seemed|looks?|looked)(?:\s+(?:also|really|definitely|clearly"
+    rf"{_GAP}\b(?:is|are|was|were|seems?|seemed|looks?|looked)(?:\s+(?:also|really|definitely|clearly"
     rf"|probably|still|actually))?\s+(?:not|never|hardly)(?:\s+(?:really|even))?\s+{_NOT_IT}"
-    rf"|[^.;,!?\n]{{0,30}}?\b(?:isn't|aren't|wasn't|weren't|isn’t|aren’t)(?:\s+(?:really|even))?\s+{_NOT_IT}",
+    rf"|{_GAP}\b(?:isn't|aren't|wasn't|weren't|isn’t|aren’t)(?:\s+(?:really|even))?\s+{_NOT_IT}",
     re.IGNORECASE)
 
 

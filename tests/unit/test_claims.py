@@ -805,6 +805,7 @@ def test_a_cuda_graph_capture_timed_at_start_up_is_no_eager_launch_path() -> Non
     ("Tokenization isn't the issue, it takes 2 ms.", "report.preprocess_statements", False),
     ("The copies are slow and PCIe is the bottleneck.", "report.copy_statements", True),
     ("Tokenization is the bottleneck, not the GPU.", "report.preprocess_statements", True),
+    ("The PCIe copies take 40 ms but the GPU is not the bottleneck.", "report.copy_statements", True),  # a review
 ])
 def test_a_thing_denied_as_the_cause_right_after_its_name_is_not_claimed(text: str, key: str, said: bool) -> None:
     assert bool(_report("Generation is slow on two 3090s\n\n" + text + "\n").get(key)) is said, text
