@@ -152,8 +152,13 @@ class LlamaTimings:
     def offloaded(self) -> tuple[int, int] | None:
         """(layers offloaded, layers) of the largest model loaded: the served one, not a draft model beside it; the
         loader's own lines, else ollama's offload records."""
-        loads = self.loads or self.ollama_loads
+        loads = self.load_list
         return max(loads, key=lambda load: load[1]) if loads else None
+
+    @property
+    def load_list(self) -> list[tuple[int, int]]:
+        """The loads the layer counts come from: the loader's own lines, else ollama's offload records."""
+        return self.loads or self.ollama_loads
 
     @property
     def ollama_offload(self) -> bool:
@@ -177,13 +182,17 @@ class LlamaTimingParser:
         self._cur = Generation()
 
     def _ollama_offload(self, line: str) -> None:
-        """Ollama's offload record: the layers it put on a GPU of the model's, and the weights' size when it loads
-        onto one GPU (its weights total is the whole model's, split between the GPUs of a longer list)."""
+        """Ollama's offload record: whether it sized the offload itself (``layers.requested=-1``), the layers it put
+        on a GPU of the model's, and the weights' size when it loads onto one GPU (its weights total is the whole
+        model's, split between the GPUs of a longer list)."""
+        mr = _OLLAMA_REQUESTED.search(line)
+        if mr is not None and int(mr.group(1)) < 0:
+            self.timings.auto_sized = True
         target = _OLLAMA_TARGET.search(line)
         device = (target["to"] or target["lib"] or "") if target is not None else ""
         if not device or device.lower() == "cpu":
             return
-        mm, mo, mr = _OLLAMA_MODEL.search(line), _OLLAMA_OFFLOAD.search(line), _OLLAMA_REQUESTED.search(line)
+        mm, mo = _OLLAMA_MODEL.search(line), _OLLAMA_OFFLOAD.search(line)
         if mm is None or mo is None or int(mm.group(1)) <= 0:
             return
         total, on = int(mm.group(1)), int(mo.group(1))
@@ -220,9 +229,6 @@ class LlamaTimingParser:
         if "system" in line and "n_threads" in line:
             self._system_info(line)
         if "layers.requested=" in line:
-            mr = _OLLAMA_REQUESTED.search(line)
-            if mr and int(mr.group(1)) < 0:
-                self.timings.auto_sized = True
             self._ollama_offload(line)
         if ", tg" in line and _TG_PROGRESS.search(line):
             self.timings.generating = True

@@ -659,9 +659,9 @@ _GPU_KEYS = {re.sub(r"[\s-]", "", k): k for k in _GPU_MODELS}
 
 
 def _gpu_key(name: str) -> str:
-    """The table's key of a GPU name as a text writes it ("2080-Ti", "2080ti" → "2080 ti"); "" for a match the
-    case-blind pattern made of other letters (a Turkish dotted "Tİ", a long s)."""
-    return _GPU_KEYS.get(re.sub(r"[\s-]", "", name.lower()), "")
+    """The table's key of a GPU name as ``_GPU_SPEC`` matched it ("2080-Ti", "2080ti" → "2080 ti"; the pattern is
+    case-blind over ASCII letters only, so every match has a key)."""
+    return _GPU_KEYS[re.sub(r"[\s-]", "", name.lower())]
 _GPU_SPEC = re.compile(
     # a GPU's name stands alone: inside a file or model name ("tinyllama-L4-H256.gguf", "/models/t4_int8")
     # it names no device, so a name glued to "-", "_" or "/" before it, or to "_" or "-word" after it, is none
@@ -688,8 +688,7 @@ def gpu_named(text: str) -> NamedGpu | None:
     """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
     it names none (a bare number counts only with a prefix or a suffix: "4090" alone may be anything)."""
     m = next((g for g in _GPU_SPEC.finditer(text)
-              if (not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")) and _gpu_key(g.group("gpu"))),
-             None)
+              if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")), None)
     if m is None:
         return None
     mem = m.group("mem")
