@@ -60,6 +60,11 @@ _PA_SERVER = re.compile(r"^Avg request latency:\s*" + _NUM + r"\s*(usec|ms|sec)\
 # perf_client before the input/infer/output split printed one "compute X usec"
 _PA_PART = re.compile(r"(overhead|queue|compute input|compute infer|compute output|compute)\s+" + _NUM
                       + r"\s*(usec|ms|sec)")
+# an ensemble's own parts, one a line, after its request latency (perf_analyzer before triton server#2455, 2021):
+# "Total avg compute input time : 4184 usec" … "Total avg queue time : 0 usec". That queue is the ensemble's
+# own, not its composing models' (#2455 made it their sum)
+_PA_TOTAL = re.compile(r"^Total avg (compute input|compute infer|compute output|queue) time\s*:\s*" + _NUM
+                       + r"\s*(usec|ms|sec)")
 _PA_SUMMARY = re.compile(
     r"^Concurrency:\s*(\d+),\s*throughput:\s*" + _NUM + r"\s*infer/sec,\s*latency\s*" + _NUM + r"\s*(usec|ms|sec)"
 )
@@ -136,6 +141,7 @@ class BenchLevel:
     server_latency: float | None = None
     server_parts: dict[str, float] = field(default_factory=dict)  # "queue" → ms
     server_breakdown_complete: bool = True
+    ensemble_totals: bool = False  # the parts are an old perf_analyzer's ensemble "Total avg … time" lines
     delayed: bool = False
     composing: list[ComposingModel] = field(default_factory=list)  # an ensemble's models, in report order
     device_parts: dict[str, float] = field(default_factory=dict)  # trtexec: "h2d", "compute", "d2h", "enqueue" → ms
@@ -283,6 +289,13 @@ class BenchParser:
                 lvl.server_parts[pm.group(1).replace(" ", "_")] = _ms(pm.group(2), pm.group(3))
             lvl.server_breakdown_complete = rest.rstrip().endswith(")") and (
                 "compute_output" in lvl.server_parts or "compute" in lvl.server_parts)
+            return True
+        m = _PA_TOTAL.match(s)
+        if m and lvl.server_latency is not None:
+            lvl.server_parts[m.group(1).replace(" ", "_")] = _ms(m.group(2), m.group(3))
+            lvl.ensemble_totals = True
+            lvl.server_breakdown_complete = all(
+                k in lvl.server_parts for k in ("compute_input", "compute_infer", "compute_output", "queue"))
             return True
         return False
 

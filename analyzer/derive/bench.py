@@ -98,6 +98,27 @@ def _ensemble(ev: Emit, lvl: BenchLevel, where: str) -> None:
     ev.add("stage.queue.share", queue / whole, "ratio", "composing models' queue time / the ensemble's request latency")
 
 
+ACCOUNTED_MIN = 0.5  # an ensemble's own parts that cover less than this of its request time leave its queues out
+
+
+def _ensemble_totals(ev: Emit, lvl: BenchLevel, parts: dict[str, float], where: str) -> dict[str, float]:
+    """An old perf_analyzer's ensemble parts ("Total avg … time" lines): its composing models' blocks, when
+    pasted, say more (``_ensemble``) and these are left out; else they stand, but their queue is the ensemble's
+    own, not its models' (triton server#2455 made it their sum, after #2429's 0 usec queue at 1.9 s): where queue
+    and compute account for under ``ACCOUNTED_MIN`` of the request time, the rest is the time requests spent at
+    the composing models unreported, and the queue is dropped rather than read as "requests did not wait"."""
+    if lvl.composing_leaves:
+        return {}
+    latency = lvl.server_latency or 0.0
+    accounted = sum(parts.values())
+    if "queue" in parts and latency > 0 and accounted < ACCOUNTED_MIN * latency:
+        ev.add("bench.ensemble_unaccounted_share", 1.0 - accounted / latency, "ratio",
+               f"{where}: the ensemble's request time its own compute and queue lines leave out (its composing "
+               "models' queues, which perf_analyzer before triton server#2455 did not add to the ensemble's)")
+        return {k: v for k, v in parts.items() if k != "queue"}
+    return parts
+
+
 def _device_parts(ev: Emit, lvl: BenchLevel) -> None:
     """trtexec: the input's copy, the engine's compute and the output's copy, each inference (its Latency is
     their sum); the host's enqueue time; the GPU's compute over the run's wall time."""
@@ -165,7 +186,9 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
                f"{tool} warned that it could not keep up with the desired load (results less reliable)")
     if lvl.server_latency is not None:
         ev.add("latency.server_ms.mean", lvl.server_latency, "ms", f"{where}: server-side average request latency")
-        parts = lvl.server_parts
+        parts = dict(lvl.server_parts)
+        if lvl.ensemble_totals:
+            parts = _ensemble_totals(ev, lvl, parts, where)
         for part, value in sorted(parts.items()):
             if part != "compute":  # one undivided compute time (older perf_client) is the sum below
                 ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")

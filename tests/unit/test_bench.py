@@ -281,3 +281,33 @@ def test_review_fixes_trtexec_and_ensembles() -> None:
     d = pipeline.judge(EvidenceSet(analyze_lines("dali", queued).evidence))
     top = d.findings[0]
     assert top.code == "STG001" and "of the ensemble's server-side time (65.1 ms of 80 ms" in top.message
+
+
+def test_an_old_ensembles_total_lines_are_its_parts_and_an_unreported_queue_is_not_read_as_none() -> None:
+    # triton server#2429: an old perf_analyzer's ensemble prints its parts one a line; its queue (0 µs) is its own,
+    # not its composing models' (PR #2455), and compute is 7.8 of its 1,886 ms: the rest is not "no waiting"
+    src = _source(_read("perf_analyzer_ensemble_totals_queue_unreported.txt"))
+    assert src.problems() == []  # the breakdown follows the latency line, it is not cut short
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert abs(_f(ev["stage.compute_ms.mean"]) - (4.184 + 3.291 + 0.281)) < 1e-9
+    assert "stage.queue_ms.mean" not in ev and "stage.queue.share" not in ev
+    assert abs(_f(ev["bench.ensemble_unaccounted_share"]) - (1 - 7.756 / 1885.711)) < 1e-9
+    # the same form where its parts cover the request time: the queue stands
+    lines = ["Request concurrency: 2", "Client:", "Throughput: 100 infer/sec", "Avg latency: 20000 usec", "Server:",
+             "Avg request latency: 19000 usec", "Total avg compute input time : 100 usec",
+             "Total avg compute infer time : 8000 usec", "Total avg compute output time : 100 usec",
+             "Total avg queue time : 10000 usec"]
+    ev = {e.key: e.value for e in _source(lines).evidence("x")}
+    assert ev["stage.queue_ms.mean"] == 10.0 and abs(_f(ev["stage.queue.share"]) - 10 / 19) < 1e-9
+    assert "bench.ensemble_unaccounted_share" not in ev
+
+
+def test_an_old_ensembles_total_lines_give_way_to_its_composing_models_triton_2455() -> None:
+    # PR #2455's "Before": the ensemble's own lines (queue 0) then its models: dali's and resnet's times decide
+    src = _source(["Request concurrency: 1", "Client:", "Throughput: 120 infer/sec", "Avg latency: 8300 usec",
+                   *_read("perf_analyzer_ensemble_totals_before_2455.txt")])
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert ev["bench.composing_models"] == 2
+    assert ev["stage.preprocess_ms.mean"] == 2.307
+    assert "stage.queue_ms.mean" not in ev  # the ensemble's own 0 µs queue is not its models' 42 + 36 µs
+    assert abs(_f(ev["stage.queue.share"]) - 0.036 / 8.348) < 1e-9
