@@ -309,7 +309,35 @@ _SGL_LOCAL_FREE = re.compile(r"\blocal_gpu_memory=(?P<v>\d+(?:\.\d+)?)")
 _FW_ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<n>\d+)", re.IGNORECASE)
 # ggml (llama.cpp, ollama): "allocating 46963.85 MiB on device 0: cudaMalloc failed: out of memory"
 _FW_GGML = re.compile(rf"allocating\s+(?P<v>{SIZE})\s+on device (?P<dev>\d+):\s*cudaMalloc failed", re.IGNORECASE)
+# ggml's own allocation failures (ggml-alloc.c, ggml-backend.c, llama.cpp): "ggml_gallocr_reserve_n: failed to allocate
+# CUDA0 buffer of size 1293942784", "alloc_tensor_range: failed to allocate CPU buffer of size N",
+# "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size N", "llama_kv_cache_init: failed to
+# allocate buffer for kv cache": the function says which buffer, the buffer type which device
+_FW_GGML_BUF = re.compile(r"\b(?P<fn>(?:ggml|llama|alloc)_\w+): failed to allocate (?:(?P<buft>[A-Za-z][\w-]*) )?buffer"
+                          r"(?: of size (?P<n>\d+)| for (?P<kv>kv cache))?", re.IGNORECASE)
+_GGML_DEVICE = re.compile(r"(?P<dev>CUDA|ROCm|HIP|Vulkan|SYCL|Metal|MUSA|CANN|OpenCL)(?P<i>\d*)", re.IGNORECASE)
+GGML_COMPUTE_FROM = "ggml's compute-graph buffer (its size follows the batch, micro-batch and context)"
+GGML_KV_FROM = "llama.cpp's KV-cache buffer (its size follows the context, -c)"
 # PyTorch with a per-process memory fraction / ComfyUI: a head line, then one field per line
+GGML_REASON = "a ggml backend buffer could not be allocated"
+# the backend's own line opens a failure (a retry prints it again); its callers' lines follow it
+_GGML_BACKEND = re.compile(r"cudaMalloc failed|_buffer_type_alloc_buffer:", re.IGNORECASE)
+
+
+def _ggml_buffer_event(m: re.Match[str], line: str) -> OomEvent:
+    """ggml's failed buffer: the compute graph's (``ggml_gallocr_*``: what the batch and context need beside the
+    weights), the KV cache's, or a tensor range's (the weights' or the cache's: the log's phase lines tell); on the
+    host where the buffer type is the CPU's."""
+    fn, buft = m.group("fn").lower(), m.group("buft") or ""
+    dev = _GGML_DEVICE.match(buft)
+    device, index = (("GPU", int(dev.group("i")) if dev.group("i") else None) if dev
+                     else ("CPU", None) if buft.upper().startswith("CPU") or "_cpu_" in fn else ("", None))
+    phase, said = ("warmup", GGML_COMPUTE_FROM) if "gallocr" in fn else (
+        ("profile_run", GGML_KV_FROM) if m.group("kv") or "kv_cache" in fn else ("unknown", ""))
+    return OomEvent(kind="framework", device=device, device_index=index, reason=GGML_REASON, phase=phase,
+                    phase_from=said, requested=int(m.group("n")) if m.group("n") else None, message=line.strip())
+
+
 _FW_FRACTION_HEAD = re.compile(r"would exceed allowed memory", re.IGNORECASE)
 _FW_FIELD = re.compile(rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*"
                        rf"(?P<v>{SIZE}|0 bytes)", re.IGNORECASE)
@@ -1140,6 +1168,18 @@ class OomParser:
                 and ev.phase == "profile_run" and ev.line_no - last.line_no <= CONTEXT_LINES):
             self._events[-1] = ev
             return
+        # ggml reports one failed buffer on two or three lines (the backend's cudaMalloc, then the caller that asked,
+        # then the context's): one failure, with the size of the first that gave one and the phase of the one that
+        # knows it
+        if (last is not None and ev.reason == GGML_REASON and last.reason == GGML_REASON
+                and not _GGML_BACKEND.search(ev.message) and 0 <= ev.line_no - last.line_no <= 4):
+            if last.phase == "unknown" and ev.phase != "unknown":
+                last.phase, last.phase_from, last.phase_by_message = ev.phase, ev.phase_from, True
+            if last.requested is None:
+                last.requested = ev.requested
+            if not last.device:
+                last.device, last.device_index = ev.device, ev.device_index
+            return
         # the same message is often printed twice (the log line, then the exception's last line), or quoted again
         # in part by the person who pasted it: one failure, kept in its most complete copy. TensorFlow's exception
         # class heading an IPython traceback says nothing of its own beside the allocator's message near it
@@ -1329,8 +1369,10 @@ class OomParser:
         m = _FW_GGML.search(line)
         if m:
             return OomEvent(kind="framework", device="GPU", device_index=int(m.group("dev")),
-                            reason="a ggml backend buffer could not be allocated", requested=parse_size(m.group("v")),
-                            message=line.strip())
+                            reason=GGML_REASON, requested=parse_size(m.group("v")), message=line.strip())
+        m = _FW_GGML_BUF.search(line)
+        if m:
+            return _ggml_buffer_event(m, line)
         if _FW_TRT_HEAD.search(line):
             self._fields_left = 6  # a blank line, then the component and the device's memory
             return OomEvent(kind="framework", device="GPU", reason="TensorRT-LLM could not create its executor",

@@ -791,3 +791,40 @@ def test_a_whole_process_list_without_this_process_holds_it_among_its_pids() -> 
     # the list cut inside itself: the entries after the cut are not known, the one read stays another's
     ev = _evidence_of([head + "Process 2722 has 22.22 GiB memory in use. Process 9"])
     assert _near(ev["mem.other_processes_bytes"], 22.22 * GiB) and "mem.process_used_bytes" not in ev
+
+
+def test_ggml_buffer_failures_say_which_buffer_and_device() -> None:
+    # llama.cpp#20431: the weights' tensors on CUDA0 while loading (the backend's cudaMalloc line, then the caller's)
+    ev = _evidence("llamacpp_weights_alloc_tensor_range_cuda0.txt")
+    assert ev["mem.oom_count"] == 1 and ev["mem.oom_device"] == "GPU"
+    assert ev["mem.oom_phase"] == "loading" and _near(ev["mem.requested_bytes"], 144817.04 * MiB)
+    # llama.cpp#16725: the compute graph's buffer on ROCm0, after the weights: the message says the phase
+    ev = _evidence("llamacpp_compute_buffer_gallocr_rocm0.txt")
+    assert ev["mem.oom_count"] == 1 and ev["mem.oom_phase"] == "warmup"
+    assert _near(ev["mem.requested_bytes"], 14136.04 * MiB)
+    # llama.cpp#10251: the CPU backend's compute buffer: the host's memory, no device's
+    ev = _evidence("llamacpp_cpu_compute_buffer_ubatch.txt")
+    assert ev["mem.oom_device"] == "CPU" and ev["mem.oom_phase"] == "warmup"
+    assert ev["host.alloc_failures"] == 1 and ev["host.alloc_failed_bytes"] == 139183763104
+    # llama.cpp#11476: one reservation retried three times, each on two or three lines: three failures, not eight
+    ev = _evidence("llamacpp_gallocr_repeated_docker_cuda1.txt")
+    assert ev["mem.oom_count"] == 3 and ev["mem.oom_phase"] == "warmup"
+    assert _near(ev["mem.requested_bytes"], 10345253120)
+
+
+def test_ggml_buffer_failure_phases_by_function() -> None:
+    p = OomParser()
+    for line in ["llama_kv_cache_init: failed to allocate buffer for kv cache",
+                 "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache"]:
+        p.feed(line)
+    (ev,) = p.result().events
+    assert ev.phase == "profile_run" and ev.requested is None and ev.device == ""
+    # a tensor range alone says neither weights nor cache: the phase stays the log's to tell
+    p = OomParser()
+    p.feed("alloc_tensor_range: failed to allocate Metal buffer of size 8589934592")
+    (ev,) = p.result().events
+    assert ev.phase == "unknown" and ev.device == "GPU" and ev.requested == 8589934592
+    # a person's sentence with the words is no ggml line
+    p = OomParser()
+    p.feed("I think it failed to allocate buffer memory somewhere")
+    assert p.result().events == []
