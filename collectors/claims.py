@@ -631,11 +631,16 @@ class ClaimParser:
         self._prose_read = False  # a person's line read already: the title is behind
         self._kv_carry = False  # a printout of key-value rows runs on (a rule above, or its rows before a blank)
         self._last_download = self._last_first = False  # the clause before named a download / a first run or slowness
+        self._sync_pending = False  # the code synchronised; whether that closes a timing or opens a read is ahead
+        self._fenced = False  # inside a Markdown code fence: its lines are code, however plain they look
+        self._code_syncs: set[str] = set()  # fenced lines read as code's synchronisation, not a person's saying so
 
     @property
     def claims(self) -> Claims:
         # a log's last lines after its last record (an exit's leak report) are the program's too, in a text
         # that is a program's output almost throughout
+        if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
+            self._claims.synced, self._sync_pending = True, False
         before = self._lines - len(self._run)  # the lines before that last run
         log = before >= LOG_MIN_LINES and self._machine_lines >= LOG_SHARE * before
         self._end_run(next_machine=log)
@@ -643,8 +648,12 @@ class ClaimParser:
 
     def feed(self, line: str) -> None:
         kind = kind_of(line)
-        if kind is not LineKind.PROSE and not self._claims.synced and _SYNC_CODE.search(line):
-            self._claims.synced = True  # the code it pasted synchronises: its timings wait for the GPU
+        if line.lstrip().startswith("```"):
+            self._fenced = not self._fenced
+        elif (kind is not LineKind.PROSE or self._fenced) and not self._claims.synced:
+            if kind is LineKind.PROSE and _SYNC_CODE.search(line):
+                self._code_syncs.add(line.strip())
+            self._sync_code(line)
         if kind is LineKind.PROSE:
             line, kind = self._inline_command(line)
         if kind is not LineKind.BLANK:
@@ -773,13 +782,47 @@ class ClaimParser:
                 c.messages[name] += 1
                 c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
 
+    def _sync_code(self, line: str) -> None:
+        """Whether the code it pasted synchronises its timings. A synchronisation closes a timing when a timer is
+        read after it (``torch.cuda.synchronize(); t1 = time.time()``), or CUDA events time the code; one followed
+        by a host read with no timer between (``torch.cuda.synchronize(); y = out.cpu()  # 3 s``) is in the read's
+        span, as is one on the read's own line: that span holds the wait for the model's queued kernels
+        (pytorch#24318). A synchronisation timed on its own line (``cudaDeviceSynchronize();  // 80 ms``) is that
+        wait, timed: the model's time, not the code's synchronising."""
+        c = self._claims
+        m = _SYNC_CODE.search(line)
+        if m is not None and _EVENT_TIMING.search(line):
+            c.synced = True
+            return
+        if m is not None:
+            comment = _TRAILING_COMMENT.search(line, m.end())
+            waited = [q for q in quantities(comment.group(1))] if comment else []
+            times = [q.value for q in waited if q.dim == "time"]
+            if times:
+                c.sync_read_ms.append(max(times))
+                c.quotes.setdefault("sync_read", line.strip()[:200])
+                return
+            if _SYNC_READ.search(line, m.end()):
+                return  # synchronised for the read on the same line
+            self._sync_pending = True
+            return
+        if not self._sync_pending:
+            return
+        if _TIMER.search(line):
+            c.synced, self._sync_pending = True, False
+        elif _SYNC_READ.search(line):
+            self._sync_pending = False  # the synchronisation belongs to the read's span
+
     def _clause(self, clause: str) -> None:
         c = self._claims
         c.clauses += 1
         if _BOILERPLATE.search(clause):
             return
         if not c.synced and not clause.rstrip().endswith("?"):  # a person saying they synchronised, not asking
-            c.synced = any(not _negated(clause, _dotted_start(clause, m.start())) for m in _SYNC_SAID.finditer(clause))
+            said = clause  # (the code's own synchronisations were read as code: not a person's saying so)
+            for code in self._code_syncs:
+                said = said.replace(code, " ")
+            c.synced = any(not _negated(said, _dotted_start(said, m.start())) for m in _SYNC_SAID.finditer(said))
         found = _concepts_in(clause)
         for q in quantities(clause) if _TOKEN_RATE.search(clause) else ():
             if q.dim == "rate" and _TOKEN_RATE.fullmatch(q.text.split(None, 1)[-1] if " " in q.text else
@@ -856,8 +899,17 @@ class ClaimParser:
                 c.first_steady.append((times[0], min(times[1:])))
 
 
-# a host read of a CUDA tensor: it waits for the GPU work queued before it
-_SYNC_READ = re.compile(r"\.(?:cpu|item)\(\)|\.to\(\s*['\"]?cpu", re.IGNORECASE)
+# a host read of a CUDA tensor: it waits for the GPU work queued before it (libtorch's ".to(at::kCPU)" too)
+_SYNC_READ = re.compile(r"\.(?:cpu|item)\(\)|\.to\(\s*(?:['\"]?cpu|(?:at|torch)::kCPU)", re.IGNORECASE)
+# CUDA events time the GPU's own work: a synchronisation with them is the timing's
+_EVENT_TIMING = re.compile(r"enable_timing\s*=\s*True|\.elapsed_time\(|torch\.cuda\.Event\(|cudaEventElapsedTime",
+                           re.IGNORECASE)
+# a host timer read: Python's clocks, C++'s chrono, a profiler's or a timer object's start and stop
+_TIMER = re.compile(r"\btime\.(?:time|perf_counter|monotonic)(?:_ns)?\(|\bperf_counter(?:_ns)?\(|default_timer\("
+                    r"|chrono::\w+::now\(|\btimer\.(?:start|stop|tic|toc)\(|\b(?:tic|toc)\(\)|gettimeofday\("
+                    r"|clock_gettime\(|\bt\d*\s*=\s*time\b", re.IGNORECASE)
+# a code line's own comment, after its statement: "cudaDeviceSynchronize();  // About 80 milliseconds", "x  # 3s"
+_TRAILING_COMMENT = re.compile(r"(?://|\s#)\s*(.+)$")
 # the code the text pasted synchronises: a copy's time is then its own (a person's "I never call synchronize()" or
 # "does .cpu() synchronize?" is read as what a person wrote, below)
 _SYNC_CODE = re.compile(r"\bsynchronize\(|cuda(?:Device|Stream|Event)Synchronize|CUDA_LAUNCH_BLOCKING\s*=\s*1"

@@ -199,7 +199,8 @@ _GPU_STATEMENTS = ("report.vram_statements", "report.gpu_util_pct_max", "report.
                    "report.offload_statements", "report.gpu_layers_offloaded", "report.cuda_graph_statements",
                    "report.cuda_graphs_off_messages", "report.slow_gpu_statements", "report.throttle_statements",
                    "report.copy_statements", "report.copy_ms_max", "report.pcie_link_statements",
-                   "report.ep_memcpy_messages", "report.offload_settings", "report.ep_cpu_node_messages")
+                   "report.ep_memcpy_messages", "report.offload_settings", "report.ep_cpu_node_messages",
+                   "report.sync_read_ms_max")  # a host read (.cpu(), .item()) waits for a device: it has one
 _GPU_CUES = ("c:gpu", "t:gpu", "c:vram", "t:vram", "c:wrong_gpu", "c:offload")
 
 

@@ -295,10 +295,13 @@ def cues(c: Claims) -> dict[str, float]:
     at three), named in the title, named as the cause; how often a framework message appears; which
     words of the model's vocabulary it uses."""
     out: dict[str, float] = {f"w:{w}": 1.0 for w in c.words & vocabulary()}
+    # a host read of a CUDA tensor (".cpu() takes 3 s") in a text that synchronises nowhere waits for the model: no
+    # copy named, as the counts above have it
+    reads = 0 if c.synced else c.sync_read_clauses
     for name, n in c.concepts.items():
-        if name not in _RULE_ONLY:
+        if name not in _RULE_ONLY and (n := n - reads if name == "copy" else n) > 0:
             out[f"c:{name}"] = min(n, 3) / 3
-    for name in c.title_concepts:
+    for name in c.title_concepts - ({"copy"} if c.title_sync_read and not c.synced else set()):
         out[f"t:{name}"] = 1.0
     for name in c.caused:
         out[f"k:{name}"] = 1.0

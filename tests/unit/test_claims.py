@@ -409,6 +409,38 @@ def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time(
     assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev
 
 
+def test_a_synchronisation_in_the_reads_own_span_or_timed_alone_is_the_models_wait() -> None:
+    """pytorch#24318: the code synchronises, but right before the read it times (no timer between them), so that
+    span holds the wait for the unsynchronised forward's kernels: the 3 s is the model's, not a copy's. pytorch#72511
+    (libtorch): the synchronisation timed on its own line, "cudaDeviceSynchronize(); // About 80 milliseconds", is
+    that wait. A synchronisation before a timer read closes a timing, and CUDA events time the GPU: synced."""
+    spans = ("```\nt0 = time.time()\nout = model(x) # 0.002s\nt1 = time.time()\n\nt0 = time.time()\n"
+             "torch.cuda.synchronize()\ny = out.data.cpu().numpy() # 3s!!!\nt1 = time.time()\n```\n")
+    ev = EvidenceSet(_diagnose("When I apply tensor.cpu(), it spent 3 seconds ! Why is it so slow???\n"
+                               + spans).evidence)
+    assert ev.value("report.sync_read_ms_max") == 3000.0 and "report.copy_ms_max" not in ev
+    assert "copy" not in ev.get("report.title_concepts").value
+    assert not any(k in ev.get("report.cues").value for k in ("t:copy", "c:copy"))
+    timed = ("libtorch cudaDeviceSynchronize() operation is VERY SLOW?\n```\n"
+             "  auto pred = module->forward(inputs);      // About 12 milliseconds\n"
+             "  cudaDeviceSynchronize();           // About 80 milliseconds\n"
+             "  auto logits = pred.toTensor().to(at::kCPU);        // About 0 milliseconds\n```\n")
+    d = _diagnose(timed)
+    ev = EvidenceSet(d.evidence)
+    assert ev.value("report.sync_read_ms_max") == 80.0
+    assert "charges 80 ms" in next(f for f in d.findings if f.code == "GPU009").message
+    # the same read after a synchronisation that closed the forward's timing: the read's time is its own
+    closed = ("```\nout = model(x)\ntorch.cuda.synchronize()\nt1 = time.perf_counter()\ny = out.cpu()\n```\n")
+    ev = EvidenceSet(_diagnose(ASYNC_READ + closed).evidence)
+    assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev
+    events = "```\nstart = torch.cuda.Event(enable_timing=True)\ntorch.cuda.synchronize(); y = out.cpu()\n```\n"
+    ev = EvidenceSet(_diagnose(ASYNC_READ + events).evidence)
+    assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev
+    # a synchronisation nothing follows closes the pasted timing too
+    ev = EvidenceSet(_diagnose(ASYNC_READ + "```\nout = model(x)\ntorch.cuda.synchronize()\n```\n").evidence)
+    assert ev.value("report.copy_ms_max") == 170.0
+
+
 @pytest.mark.parametrize("record", [
     # the CUDA provider's GetCapability warning (onnxruntime#3221, ORT 1.2), its RNN/Conv checks' own form, and the
     # verbose form of newer releases (the webgpu provider's the same)
