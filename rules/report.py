@@ -349,7 +349,8 @@ class QueueingReported(ReportRule):
     headline = "Requests wait for one another"
     cause = "report.cause.queue"
     measured_by = ("serving.stat_samples", "stage.queue_ms.mean", "stage.queue.share", "conn.inflight_mean",
-                   "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio")
+                   "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio",
+                   "scaling.throughput.concurrency_ratio")  # a load sweep's throughput: QUE011 reads its plateau
 
     @dataclass(frozen=True)
     class Thresholds:

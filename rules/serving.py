@@ -834,5 +834,86 @@ class OfferedAboveThroughput(Rule):
         )
 
 
+class SweepPlateau(Rule):
+    """A load sweep's throughput stops rising while its concurrency keeps growing: past that load requests wait.
+
+    What it detects: a benchmark run at several loads (perf_analyzer's ``--concurrency-range``, a table of
+    concurrency against throughput and latency, genai-perf's or a serving benchmark's levels) whose throughput is
+    flat from one load on (``scaling.plateau_*``, ``diagnose.derive.timing_tables.load_plateau``): from ``start``
+    requests in flight to at least ``min_span`` × as many, it serves at most ``PLATEAU_MAX_GAIN`` × more.
+
+    Why it matters: the server's capacity is reached at ``start``; every request added past it waits for one
+    in service, so the latency grows with the load (Little's law: with the throughput flat, latency ∝ requests in
+    flight) while nothing more gets done. At a plateau from one request in flight the server serves one at a time
+    (no batching, one model instance, a lock).
+
+    How it decides: span ≥ ``min_span``; where the sweep timed the latency, it grew at least ``min_latency_share``
+    of the span (else the extra load did not wait: an open-loop client dropping requests, a rate limit before the
+    server) and confidence is correlated, else heuristic. Impact is the waiting share at the highest load:
+    1 − 1 / latency growth (timed), else 1 − 1 / span.
+
+    Evidence: scaling.plateau_concurrency, scaling.plateau_span, scaling.plateau_throughput_gain; optionally
+    scaling.plateau_latency_ratio, scaling.concurrency_range, scaling.throughput.concurrency_ratio.
+
+    Fix: serve more at once (dynamic batching, more model instances, a larger --max-num-seqs where memory allows),
+    add replicas for the load, or hold the offered concurrency near the plateau's start.
+
+    False positives: a plateau that is the GPU's own limit at full utilisation (healthy saturation: gpu_compute)
+    looks the same from the client; the GPU's utilisation and SM activity at the plateau tell them apart.
+    """
+
+    code = "QUE011"
+    name = "sweep-plateau"
+    category = Category.QUEUEING
+    requires = ("scaling.plateau_concurrency", "scaling.plateau_span", "scaling.plateau_throughput_gain")
+    optional = ("scaling.plateau_latency_ratio", "scaling.concurrency_range", "scaling.throughput.concurrency_ratio")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_span: float = 3.0  # the load at least triples past the plateau's start: no single noisy step
+        min_latency_share: float = 0.5  # the latency grows by at least half the load's growth: requests waited
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        start = _num(ev, "scaling.plateau_concurrency") or 0.0
+        span = _num(ev, "scaling.plateau_span") or 0.0
+        gain = _num(ev, "scaling.plateau_throughput_gain") or 0.0
+        grew = _num(ev, "scaling.plateau_latency_ratio")
+        if start <= 0 or span < t.min_span or gain <= 0:
+            return None
+        if grew is not None and grew < t.min_latency_share * span:
+            return None  # more load, no more throughput, and no more waiting: the load never reached the server
+        end = start * span
+        waiting = 1.0 - 1.0 / (grew if grew is not None else span)
+        one = start <= 1.0
+        msg = (f"The sweep's throughput stops rising at {start:g} request{'s' if start != 1 else ''} in flight: "
+               f"from {start:g} to {end:g} ({span:.1f}×) it serves only {gain:.2f}× as much"
+               + (f" while the latency grows {grew:.1f}×" if grew is not None else "")
+               + f". Past {start:g} every added request waits for capacity: about {pct(waiting)} of each request's "
+               f"time at {end:g} in flight is waiting."
+               + (" The server serves one request at a time." if one else ""))
+        return self.finding(
+            severity=severity_for(waiting),
+            confidence=Confidence.CORRELATED if grew is not None else Confidence.HEURISTIC,
+            title="Throughput flat across the load sweep: requests wait for capacity",
+            message=msg,
+            impact=waiting,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"load       |{bar(1.0)}| ×{span:.1f}\nthroughput |{bar(min(1.0, gain / span))}| ×{gain:.2f}",
+            fixes=[
+                Fix("Serve more at once", (
+                    ("Batch requests together: Triton dynamic_batching (max_batch_size, preferred_batch_size), "
+                     "or more instance_group count; a Python backend or handler that takes one request at a time "
+                     "is the cap" if one else
+                     "Raise the engine's concurrent sequences where memory allows (vLLM --max-num-seqs, SGLang "
+                     "--max-running-requests, TGI --max-batch-total-tokens), Triton instance_group / dynamic "
+                     "batching"),
+                    "Add replicas behind the load balancer for the offered load"), Risk.NEEDS_VALIDATION),
+                Fix("Offer what it serves", (
+                    f"Hold the requests in flight near {start:g} (the gateway's or client's limit): latency falls to "
+                    "the unloaded figure at the same throughput",), Risk.SAFE),
+            ],
+        )
+
+
 RULES: tuple[type[Rule], ...] = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO,
-                                 OfferedAboveThroughput)
+                                 OfferedAboveThroughput, SweepPlateau)

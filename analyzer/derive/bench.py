@@ -18,6 +18,7 @@ from __future__ import annotations
 from diagnose.collectors.bench import BenchLevel, BenchParser
 from diagnose.collectors.timing import known_stage
 from diagnose.derive.emit import Emit
+from diagnose.derive.timing_tables import LoadLevel, sweep_evidence
 from diagnose.model import Evidence, Quality
 
 KIND = "benchmark"
@@ -216,6 +217,10 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
         if base is not lvl and base.concurrency == 1 and base.latency_mean is not None:
             ev.add("bench.unloaded_latency_ms", base.latency_mean, "ms",
                    f"{tool}: mean latency at concurrency 1 (no request waits for another)")
+    sweep = [LoadLevel(float(x.concurrency), x.requests_per_s, x.latency_mean) for x in closed
+             if x.concurrency and x.requests_per_s]
+    for key, value, unit, said in sweep_evidence(sweep, f"{tool}'s concurrency sweep"):
+        ev.add(key, value, unit, said)
     if lvl.server_inferences and lvl.server_executions:
         ev.add("bench.server_batch_mean", lvl.server_inferences / lvl.server_executions, "inferences",
                f"{where}: inferences per model execution (the batch the server formed)")

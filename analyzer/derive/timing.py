@@ -25,7 +25,7 @@ from typing import Any
 
 from diagnose.collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
 from diagnose.derive.emit import FirstWins
-from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table
+from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table, sweep_evidence
 from diagnose.model import Evidence, Quality
 
 # -- the engine-rebuild signature: latency spikes on new input-size extremes ---------------------
@@ -322,6 +322,10 @@ class TimingSource:
 
     @staticmethod
     def _condition_table(t: ConditionTable, out: _Out) -> None:
+        for key, value, unit, said in sweep_evidence(list(t.levels), "a table's load sweep"):
+            out.add(key, value, unit, said)
+        if not t.metric:
+            return
         base = f"scaling.{t.metric}_ms"
         detail = f"across {t.rows} load conditions of a table"
         if t.prompt_length_ratio is not None:

@@ -98,6 +98,85 @@ class VariantTable:
 
 
 @dataclass(frozen=True)
+class LoadLevel:
+    """One measured load of a sweep: the requests in flight, the throughput served, a latency (ms) if timed."""
+
+    concurrency: float
+    throughput: float
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Where a sweep's throughput stops rising: from ``start`` requests in flight to ``end`` the throughput grows by
+    ``gain`` at most, while the latency (when timed) grows by ``latency_ratio``."""
+
+    start: float
+    end: float
+    gain: float
+    latency_ratio: float | None
+
+    @property
+    def span(self) -> float:
+        return self.end / self.start
+
+
+PLATEAU_MIN_SPAN = 2.0  # concurrency at least doubles past the plateau's start
+PLATEAU_MAX_GAIN = 1.15  # ... while the throughput rises by 15 % at most
+
+
+def load_plateau(levels: list[LoadLevel]) -> Plateau | None:
+    """The sweep's plateau: the lowest load from which every higher load, up to one at least ``PLATEAU_MIN_SPAN``
+    times its concurrency, serves at most ``PLATEAU_MAX_GAIN`` × its throughput; None when the throughput still
+    rises to the last level."""
+    by_c: dict[float, LoadLevel] = {}
+    for lv in levels:
+        if lv.concurrency > 0 and lv.throughput > 0 and (
+                lv.concurrency not in by_c or lv.throughput > by_c[lv.concurrency].throughput):
+            by_c[lv.concurrency] = lv
+    ordered = [by_c[c] for c in sorted(by_c)]
+    if len(ordered) < 2:
+        return None
+    last = ordered[-1]
+    for i, lv in enumerate(ordered[:-1]):
+        later = ordered[i + 1:]
+        if last.concurrency / lv.concurrency >= PLATEAU_MIN_SPAN and all(
+                x.throughput <= PLATEAU_MAX_GAIN * lv.throughput for x in later):
+            gain = max(x.throughput for x in later) / lv.throughput
+            ratio = (last.latency_ms / lv.latency_ms if last.latency_ms is not None and lv.latency_ms
+                     else None)
+            return Plateau(lv.concurrency, last.concurrency, gain, ratio)
+    return None
+
+
+def sweep_evidence(levels: list[LoadLevel], where: str) -> list[tuple[str, float, str, str]]:
+    """A load sweep as evidence (key, value, unit, detail): the concurrency it spans, the throughput's gain across
+    it, and its plateau when the throughput stops rising."""
+    ordered = sorted((lv for lv in levels if lv.concurrency > 0 and lv.throughput > 0), key=lambda lv: lv.concurrency)
+    if len({lv.concurrency for lv in ordered}) < 2:
+        return []
+    lo, hi = ordered[0], ordered[-1]
+    out = [("scaling.concurrency_range", hi.concurrency / lo.concurrency, "ratio",
+            f"{where}: {len(ordered)} load levels, {lo.concurrency:g} to {hi.concurrency:g} requests in flight"),
+           ("scaling.throughput.concurrency_ratio", hi.throughput / lo.throughput, "ratio",
+            f"{where}: throughput at {hi.concurrency:g} in flight over at {lo.concurrency:g} "
+            f"({lo.throughput:g} → {hi.throughput:g})")]
+    flat = load_plateau(ordered)
+    if flat is not None:
+        out.append(("scaling.plateau_concurrency", flat.start, "requests",
+                    f"{where}: the throughput stops rising at {flat.start:g} in flight (at most {flat.gain:.2f}× "
+                    f"more up to {flat.end:g})"))
+        out.append(("scaling.plateau_span", flat.span, "ratio",
+                    f"{where}: the concurrency past the plateau's start, {flat.start:g} → {flat.end:g}"))
+        out.append(("scaling.plateau_throughput_gain", flat.gain, "ratio",
+                    f"{where}: the throughput's gain across the plateau"))
+        if flat.latency_ratio is not None:
+            out.append(("scaling.plateau_latency_ratio", flat.latency_ratio, "ratio",
+                        f"{where}: the latency at {flat.end:g} in flight over at {flat.start:g}"))
+    return out
+
+
+@dataclass(frozen=True)
 class ConditionTable:
     metric: str  # normalised stage/metric name of the timed column: queue, ttft, e2e, …
     prompt_length_ratio: float | None
@@ -106,6 +185,8 @@ class ConditionTable:
     long_max_ms: float | None
     short_max_ms: float | None
     rows: int
+    # a sweep's served throughput by concurrency (a rate column beside the loads), lowest load first
+    levels: tuple[LoadLevel, ...] = ()
 
 
 _STAGE_HEADERS = re.compile(r"^(?:stage|phase|step|component|span|segment|part|breakdown|where)s?$", re.I)
@@ -127,7 +208,16 @@ _TTFT_LABEL = re.compile(r"first\w*(?:event|token|byte|chunk)|\bttft\b|time[- _]
 _CONDITION_WORDS = re.compile(
     r"\bload\b|concurren|\bc\s*=\s*\d|\bidle\b|sequential|prompts?\b|requests?\b|\bbatch|\bqps\b|\brps\b|"
     r"input len|context", re.I)
-_METRIC_HEADERS = re.compile(r"queue|ttft|first token|latency|e2e|itl|tpot|prefill|decode|wait", re.I)
+_METRIC_HEADERS = re.compile(r"queue|ttft|first token|latency|e2e|itl|tpot|prefill|decode|wait|首次|延迟|时延", re.I)
+# a column of served rates (throughput, tokens or requests per second), not of times: "aggregate decode" in tok/s
+_RATE_HEADER = re.compile(r"throughput|\btok(?:en)?s?\s*/\s*s\b|\breq(?:uest)?s?\s*/\s*s\b|\brps\b|\bqps\b|"
+                          r"infer(?:ences?)?\s*/\s*s(?:ec)?\b|\bit/s\b|\bfps\b|speed|per\s+sec|吞吐", re.I)
+_RATE_UNITS = ("tok/s", "tokens/s", "req/s", "rps", "it/s", "fps")
+# ... of one request's or user's rate, not what the server serves in all
+_PER_REQUEST = re.compile(r"per[- ](?:user|request|req|stream|seq\w*|query)|/\s*(?:user|req|request|stream)\b|"
+                          r"\beach\b|single|scaling|vs\b|单", re.I)
+# the column of the load: requests in flight
+_LOAD_HEADER = re.compile(r"concurren|并发|\bclients?\b|\busers\b|in[- ]flight|parallel|^c$|^n$|^bs$|batch", re.I)
 
 _VARIANT_STAGE_WORDS: dict[str, re.Pattern[str]] = {
     "preprocess": re.compile(
@@ -188,10 +278,15 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None
         got = _variant_table(header, body, fps_cols, ms_cols, t.context)
         if got is not None:
             return got
-    metric_cols = [i for i, h in enumerate(header) if i and (_METRIC_HEADERS.search(h) or _MS_HEADER.search(h))]
-    if metric_cols and (re.search(r"load|concurren|condition|scenario|setup|workload", first, re.I)
-                        or sum(bool(_CONDITION_WORDS.search(" ".join(r))) for r in rows) >= 2):
-        return _condition_table(header, rows, metric_cols[-1])
+    rate_cols = [i for i in range(1, len(header)) if _rate_column(header[i], rows, i)]
+    metric_cols = [i for i, h in enumerate(header)
+                   if i and i not in rate_cols and (_METRIC_HEADERS.search(h) or _MS_HEADER.search(h))]
+    loads = bool(re.search(r"load|concurren|并发|condition|scenario|setup|workload", first, re.I)
+                 or sum(bool(_CONDITION_WORDS.search(" ".join(r))) for r in rows) >= 2)
+    if metric_cols and loads:
+        return _condition_table(header, rows, metric_cols[-1], _served(header, rate_cols))
+    if rate_cols and _LOAD_HEADER.search(first):
+        return _condition_table(header, rows, None, _served(header, rate_cols))
     if sum(known_stage(lab) is not None for lab in labels) >= 2 and ms_cols:
         return _stage_table(header, rows, labels)
     return None
@@ -288,29 +383,58 @@ def _variant_table(header: list[str], body: list[tuple[str, list[str]]], fps_col
                         tuple(dict.fromkeys(w.lower() for w in words)))
 
 
-def _condition_table(header: list[str], rows: list[list[str]], col: int) -> ConditionTable | None:
-    metric = header[col]
-    name = "ttft" if re.search(r"ttft|first token", metric, re.I) else normalize_stage(metric)
-    if re.search(r"\be2e\b|end[- ]to[- ]end|^latency$", metric, re.I):
-        name = "e2e"
+def _rate_column(header: str, rows: list[list[str]], i: int) -> bool:
+    """A column of rates: its header names one, or its cells carry a rate's unit and no other (a unit written on the
+    first row only: "~255 tok/s", then "280", "268")."""
+    if _RATE_HEADER.search(header):
+        return True
+    units = {c.unit for r in rows if (c := parse_cell(r[i])) is not None} - {""}
+    return bool(units) and units <= set(_RATE_UNITS)
+
+
+def _served(header: list[str], rate_cols: list[int]) -> int | None:
+    """The rate column of what the server serves in all: the first not of one request's or user's rate."""
+    return next((i for i in rate_cols if not _PER_REQUEST.search(header[i])), None)
+
+
+def _row_concurrency(header: list[str], r: list[str], skip: set[int]) -> float | None:
+    conc = _concurrency(" ".join(c for i, c in enumerate(r) if i not in skip))
+    if conc is None:
+        for i, h in enumerate(header):
+            if i not in skip and (re.search(r"concurren|并发", h, re.I) or (i == 0 and _LOAD_HEADER.search(h))):
+                m = re.match(r"\s*[*_`]*\s*(?:c\s*=\s*)?(\d+)", r[i], re.I)
+                conc = float(m.group(1)) if m else None
+                break
+    return conc
+
+
+def _condition_table(header: list[str], rows: list[list[str]], col: int | None,
+                     rate: int | None = None) -> ConditionTable | None:
+    skip = {i for i in (col, rate) if i is not None}
+    levels: list[LoadLevel] = []
     parsed = []
+    metric = header[col] if col is not None else ""
     for r in rows:
-        cell = parse_cell(r[col])
+        conc = _row_concurrency(header, r, skip)
+        cell = parse_cell(r[col]) if col is not None else None
+        served = parse_cell(r[rate]) if rate is not None else None
+        if conc is not None and served is not None and served.value > 0:
+            levels.append(LoadLevel(conc, served.value, _cell_ms(cell, metric) if cell is not None else None))
         if cell is None:
             continue
-        desc = " ".join(c for i, c in enumerate(r) if i != col)
-        desc_cols = " ".join(f"{header[i]} {c}" for i, c in enumerate(r) if i != col)
+        desc_cols = " ".join(f"{header[i]} {c}" for i, c in enumerate(r) if i not in skip)
         pclass, _tokens = _prompt_class(desc_cols)
-        conc = _concurrency(desc)
-        if conc is None:
-            for i, h in enumerate(header):
-                if i != col and re.search(r"concurren", h, re.I):
-                    m = re.match(r"\s*(\d+)", r[i])
-                    conc = float(m.group(1)) if m else None
         high = CellValue(cell.high, cell.high, cell.high, cell.unit)
         parsed.append((pclass, conc, _cell_ms(cell, metric), _cell_ms(high, metric)))
+    sweep = tuple(sorted(levels, key=lambda lv: lv.concurrency)) if len({lv.concurrency for lv in levels}) >= 2 \
+        else ()
+    if col is None:
+        return ConditionTable("", None, None, None, None, None, len(levels), sweep) if sweep else None
+    name = "ttft" if re.search(r"ttft|first token|首次", metric, re.I) else normalize_stage(metric)
+    if re.search(r"\be2e\b|end[- ]to[- ]end|^latency$", metric, re.I):
+        name = "e2e"
     if len(parsed) < 2:
-        return None
+        return ConditionTable(name, None, None, None, None, None, len(levels), sweep) if sweep else None
     longs = [p for p in parsed if p[0] == "long"]
     shorts = [p for p in parsed if p[0] != "long"] if longs else [p for p in parsed if p[0] == "short"]
     ratio = None
@@ -329,6 +453,6 @@ def _condition_table(header: list[str], rows: list[list[str]], col: int) -> Cond
         hi = max(with_c, key=lambda p: (p[1], p[2]))
         if lo[2] > 0:
             conc_ratio = hi[2] / lo[2]
-    if ratio is None and conc_ratio is None:
+    if ratio is None and conc_ratio is None and not sweep:
         return None
-    return ConditionTable(name, ratio, conc_ratio, long_v, long_max, short_max, len(parsed))
+    return ConditionTable(name, ratio, conc_ratio, long_v, long_max, short_max, len(parsed), sweep)

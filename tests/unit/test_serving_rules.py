@@ -1,4 +1,4 @@
-"""QUE002/QUE003/QUE004 on evidence from real incident excerpts and constructed edge cases."""
+"""QUE002/QUE003/QUE004/QUE011 on evidence from real incident excerpts and constructed edge cases."""
 
 from __future__ import annotations
 
@@ -11,15 +11,23 @@ from diagnose.collectors.logtext import clean_lines
 from diagnose.derive.bench import BenchSource
 from diagnose.derive.engine_log import EngineLogSource
 from diagnose.derive.prom import PromSource
+from diagnose.derive.timing import TimingSource
 from diagnose.loose import analyze_lines
 from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Mechanism, Severity, Verdict
 from diagnose.reports.wording import undetermined_text
 from diagnose.rules.engine import run_rules
-from diagnose.rules.serving import ClientPayloadIO, EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency
+from diagnose.rules.serving import (
+    ClientPayloadIO,
+    EngineQueueSaturated,
+    LittlesLawQueueing,
+    QueueShareOfLatency,
+    SweepPlateau,
+)
 from tests.conftest import DATA
 
-MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO)
-SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource, "engines": EngineLogSource}
+MINE = (EngineQueueSaturated, LittlesLawQueueing, QueueShareOfLatency, ClientPayloadIO, SweepPlateau)
+SOURCES = {"logs": EngineLogSource, "metrics": PromSource, "bench": BenchSource, "engines": EngineLogSource,
+           "timing": TimingSource}
 
 
 def _evidence(rel: str) -> EvidenceSet:
@@ -48,6 +56,9 @@ def _set(**values: float) -> EvidenceSet:
         ("bench/perf_analyzer_concurrency1000_queue_dominates.txt", {"QUE003", "QUE004"}),  # triton-7986
         # an old ensemble's own queue (0 µs) leaves its models' out: compute 7.8 of 1,886 ms at 500 in flight
         ("bench/perf_analyzer_ensemble_totals_queue_unreported.txt", {"QUE003"}),  # triton server#2429
+        # throughput flat from 6 to 32 in flight while the TTFT grows 30x (gittensor#1720); still scaling (ninfer#14)
+        ("timing/sweep_plateau_aggregate_decode_flat.md", {"QUE011"}),
+        ("timing/sweep_scaling_healthy_concurrency_table.md", set()),
         ("logs/vllm_v1_docker_waiting_kv_full.txt", {"QUE002"}),
         ("logs/vllm_v0_preemption_recompute.txt", {"QUE002"}),
         ("logs/sglang_queue_retract.txt", {"QUE002"}),
@@ -470,3 +481,38 @@ def test_a_few_waiting_count_only_behind_an_engine_that_keeps_preempting() -> No
     assert f is not None and f.mechanism is Mechanism.KV_CAPACITY and "133 requests were preempted" in f.message
     assert _findings(_set(**base, serving__preemptions=3.0)).get("QUE002") is None
     assert _findings(_set(**{**base, "serving__waiting_max": 0.0}, serving__preemptions=133.0)).get("QUE002") is None
+
+
+def test_a_sweep_plateau_is_requests_waiting_for_capacity() -> None:
+    """A load sweep whose throughput is flat past one load: the extra requests wait (Little's law: latency grows as
+    the load while nothing more is served). From one in flight the server serves one at a time (the Triton tutorial's
+    falcon7b: 23.2 → 23.8 infer/s at concurrency 1 → 4, 43 → 168 ms)."""
+    lines = ["Concurrency: 1, throughput: 23.2174 infer/sec, latency 43041 usec",
+             "Concurrency: 2, throughput: 23.3284 infer/sec, latency 85590 usec",
+             "Concurrency: 3, throughput: 23.94 infer/sec, latency 125085 usec",
+             "Concurrency: 4, throughput: 23.773 infer/sec, latency 167879 usec"]
+    src = BenchSource()
+    for line in lines:
+        src.feed(line)
+    ev = EvidenceSet(src.evidence("x"))
+    assert ev.value("scaling.plateau_concurrency") == 1.0 and ev.value("scaling.plateau_span") == 4.0
+    f = _findings(ev)["QUE011"]
+    assert f.category is Category.QUEUEING and f.confidence is Confidence.CORRELATED
+    assert "serves one request at a time" in f.message and "dynamic_batching" in f.fixes[0].steps[0]
+    # the same plateau untimed: heuristic, the waiting share from the load's growth alone
+    f = _findings(_set(scaling__plateau_concurrency=8, scaling__plateau_span=4, scaling__plateau_throughput_gain=1.03))[
+        "QUE011"]
+    assert f.confidence is Confidence.HEURISTIC and abs(f.impact - 0.75) < 1e-9
+    # more load served no more and waited no longer: the load never reached the server; a short span is no plateau
+    found = _findings(_set(scaling__plateau_concurrency=8, scaling__plateau_span=4, scaling__plateau_throughput_gain=1,
+                           scaling__plateau_latency_ratio=1.2))
+    assert "QUE011" not in found
+    assert "QUE011" not in _findings(_set(scaling__plateau_concurrency=8, scaling__plateau_span=2,
+                                          scaling__plateau_throughput_gain=1))
+
+
+def test_a_measured_sweep_that_still_scales_silences_a_title_about_concurrency() -> None:
+    # ninfer-5060ti#14 "Max concurrency support": its table scales 2.68x at C=8, so the title's word is no queue
+    d = pipeline.analyze([os.path.join(DATA, "timing", "sweep_scaling_healthy_concurrency_table.md")])
+    assert not any(f.code in ("QUE005", "QUE011") for f in d.findings)
+    assert d.primary is None

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from diagnose.collectors.logtext import clean_lines
 from diagnose.collectors.timing import Call, Table, TimingParser, normalize_stage
 from diagnose.derive.timing import TimingSource, shape_spikes
-from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table, parse_cell
+from diagnose.derive.timing_tables import (
+    ConditionTable,
+    LoadLevel,
+    StageTable,
+    VariantTable,
+    analyze_table,
+    load_plateau,
+    parse_cell,
+)
 from diagnose.model import Quality
 from tests.conftest import DATA
 
@@ -161,6 +169,34 @@ def test_condition_table_separates_prompt_length_from_concurrency() -> None:
     t = Table(["load", "TTFT"], [["c=1, short prompts", "40 ms"], ["c=64, short prompts", "900 ms"]], [], 1)
     got = analyze_table(t)
     assert isinstance(got, ConditionTable) and got.prompt_length_ratio is None and got.concurrency_ratio == 22.5
+
+
+def test_load_plateau_is_where_throughput_stops_rising() -> None:
+    flat = load_plateau([LoadLevel(1, 23.2, 43.0), LoadLevel(2, 23.3, 85.6), LoadLevel(4, 23.8, 167.9)])
+    assert flat is not None and flat.start == 1 and flat.end == 4 and abs(flat.latency_ratio - 167.9 / 43) < 1e-9
+    late = load_plateau([LoadLevel(1, 4.16), LoadLevel(8, 7.86), LoadLevel(32, 8.10)])
+    assert late is not None and late.start == 8 and late.span == 4 and late.latency_ratio is None
+    assert load_plateau([LoadLevel(1, 118.8), LoadLevel(4, 204.0), LoadLevel(8, 317.9)]) is None  # still scaling
+    assert load_plateau([LoadLevel(4, 10.0), LoadLevel(6, 10.2)]) is None  # 1.5x more load is no plateau
+    assert load_plateau([LoadLevel(4, 10.0)]) is None
+
+
+def test_a_sweep_table_gives_its_throughput_by_load_and_its_plateau() -> None:
+    # gittensor#1720: "~255 tok/s" then bare 280, 268, 275 at 6 → 32 in flight, TTFT max 0.2 → 6.0 s
+    ev = _ev("sweep_plateau_aggregate_decode_flat.md")
+    assert ev["scaling.plateau_concurrency"] == 6 and abs(_f(ev["scaling.plateau_span"]) - 32 / 6) < 1e-9
+    assert abs(_f(ev["scaling.plateau_throughput_gain"]) - 280 / 255) < 1e-9
+    assert ev["scaling.plateau_latency_ratio"] == 30.0 and ev["scaling.ttft_ms.concurrency_ratio"] == 30.0
+    assert "scaling.decode_ms.concurrency_ratio" not in ev  # "aggregate decode" is a rate column, not a time
+    # ninfer-5060ti#14: still scaling, and its per-stream decode speed is no time either
+    ev = _ev("sweep_scaling_healthy_concurrency_table.md")
+    assert abs(_f(ev["scaling.throughput.concurrency_ratio"]) - 317.9 / 118.8) < 1e-9
+    assert ev["scaling.concurrency_range"] == 8
+    assert "scaling.plateau_concurrency" not in ev and "scaling.decode_ms.concurrency_ratio" not in ev
+    # a load column and a throughput column alone (no latency) still make a sweep; Chinese headers read alike
+    t = Table(["并发", "吞吐量，每秒处理 token 数"], [["64", "670.5"], ["256", "700.1"], ["512", "705.0"]], [], 1)
+    got = analyze_table(t)
+    assert isinstance(got, ConditionTable) and [lv.concurrency for lv in got.levels] == [64, 256, 512]
 
 
 def test_usage_fields_and_prose() -> None:
