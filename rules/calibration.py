@@ -39,7 +39,7 @@ from typing import Any
 
 from diagnose.model import Candidate, Category, EvidenceSet, Finding, Severity, Verdict
 from diagnose.rules import differential, memory, report_model
-from diagnose.rules.report import REPORT_CODES, claims_only, wording_only
+from diagnose.rules.report import REPORT_CODES, claims_only, title_only, wording_only
 from diagnose.rules.verdict import covered_by
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -129,7 +129,9 @@ def features(answer: str, top: Finding | None, findings: Sequence[Finding],
          # how strongly the answering rule's own evidence speaks (its finding's impact, 0..1)
          "impact": top.impact if top is not None else 0.0,
          # the report model's lean alone: never committed (``may_not_commit``), its probability still ranks it
-         "wording_only": may_not_commit(top, findings)}
+         "wording_only": may_not_commit(top, findings),
+         # the title alone names the answer: what a thread is about, not always its cause
+         "title_only": top is not None and title_only(top)}
     # how reliably each category is read differs (an allocator's numbers against a reporter's "it is slow"):
     # one indicator per answer, its weight learned with the rest
     x.update({f"cat:{c}": c == answer for c in CATEGORIES})

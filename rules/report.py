@@ -147,7 +147,8 @@ class ReportRule(Rule):
             # the failure is an out-of-memory error the text shows: the title's other words say when it came
             # ("CUDA out of memory during vLLM sampler warmup", "OOM with long prompts"), not another bottleneck
             titled = False
-        if titled and not found:
+        title_only = titled and not found
+        if title_only:
             found.append(Signal(self.TITLE, f"names it in its title{_q(ev, 'report.title_concepts')}"))
         found.sort(key=lambda s: -s.impact)
         if not found:
@@ -162,7 +163,9 @@ class ReportRule(Rule):
             title=self.headline,
             message=message,
             impact=impact,
-            evidence=present(ev, *self.requires, *self.optional, *(k for g in self.requires_any for k in g)),
+            # a title alone shows the title: nothing else the rule reads spoke (``title_only``)
+            evidence=(present(ev, *TITLE_KEYS) if title_only else
+                      present(ev, *self.requires, *self.optional, *(k for g in self.requires_any for k in g))),
             fixes=self.fixes(ev),
         )
 
@@ -1394,6 +1397,16 @@ def wording_only(f: Finding) -> bool:
     """A finding of the report model's lean alone (``ReportRule.lean_finding``): the report's words lean to its
     category, and nothing it states, shows or names does: no cause named, no title, no number, no message."""
     return claims_only(f) and bool(f.evidence) and all(e.key == "report.cues" for e in f.evidence)
+
+
+TITLE_KEYS = ("report.title", "report.title_concepts")
+
+
+def title_only(f: Finding) -> bool:
+    """A report rule's finding on the issue's title alone: the title names its bottleneck and nothing the text
+    states, shows or names beside it speaks for it (``ReportRule.check``). A title names what a thread is about,
+    which is not always its cause ("Max concurrency support")."""
+    return claims_only(f) and bool(f.evidence) and all(e.key in TITLE_KEYS for e in f.evidence)
 
 
 def claims_only(f: Finding) -> bool:
