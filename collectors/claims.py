@@ -405,6 +405,13 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b\d+(?:\.\d+)?\s*[KMGT]B\s+100%\s+(?-i:CPU)\b|\bsize_vram\W+0\b", re.I),
 }
 
+# a program announcing the device it runs on, the line's first words (behind a quote's ">" or a log record's
+# bracketed tags): the CPU, or a GPU. A person's "it is using CPU rather than my GPU" is no announcement
+_ANNOUNCE_AT = r"^\s*(?:>\s*)*(?:\[[^\]]{1,40}\]\s*)*(?:INFO:?\s*)?"
+_CPU_ANNOUNCED = re.compile(_ANNOUNCE_AT + r"(?:using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b"
+                            r"|running on CPU\b)", re.I)
+_GPU_ANNOUNCED = re.compile(_ANNOUNCE_AT + r"(?:using device:? (?:cuda|gpu)\b|device:? cuda\b|Using CUDA\b"
+                            r"|Using GPU\b|running on (?:the )?(?:GPU|CUDA)\b)", re.I)
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
 # used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
@@ -448,6 +455,8 @@ class Claims:
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
+    cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
+    gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -641,6 +650,15 @@ class ClaimParser:
         # that is a program's output almost throughout
         if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
             self._claims.synced, self._sync_pending = True, False
+        c = self._claims
+        if c.gpu_announced and c.cpu_announced:
+            # a program announcing the CPU in one run and a GPU in another was run on both (yolov3#212's "Using CPU"
+            # at 0.214 s, then "Using CUDA device0 … GTX 1050 Ti" at 0.970 s): a comparison, no fall-back
+            c.messages["cpu_fallback"] -= c.cpu_announced
+            c.cpu_announced = 0
+            if c.messages["cpu_fallback"] <= 0:
+                del c.messages["cpu_fallback"]
+                c.quotes.pop("msg:cpu_fallback", None)
         before = self._lines - len(self._run)  # the lines before that last run
         log = before >= LOG_MIN_LINES and self._machine_lines >= LOG_SHARE * before
         self._end_run(next_machine=log)
@@ -781,6 +799,10 @@ class ClaimParser:
                     continue
                 c.messages[name] += 1
                 c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
+                if name == "cpu_fallback" and _CPU_ANNOUNCED.search(line):
+                    c.cpu_announced += 1
+        if not c.gpu_announced and ("cuda" in low or "gpu" in low) and _GPU_ANNOUNCED.search(line):
+            c.gpu_announced = True
 
     def _sync_code(self, line: str) -> None:
         """Whether the code it pasted synchronises its timings. A synchronisation closes a timing when a timer is

@@ -409,6 +409,23 @@ def test_a_read_of_a_cuda_tensor_timed_without_synchronising_is_the_models_time(
     assert ev.value("report.copy_ms_max") == 40.0 and "report.sync_read_ms_max" not in ev
 
 
+def test_a_cpu_run_beside_a_gpu_run_is_a_comparison_not_a_fallback() -> None:
+    """ultralytics/yolov3#212: the program announces "Using CPU" in one run (0.214 s) and "Using CUDA device0 …" in
+    the next (0.970 s): the reporter ran both, nothing fell back. A CPU announcement alone still counts, and so does
+    a fall-back message that is no announcement beside a GPU's."""
+    gpu = "> Using CUDA device0 _CudaDeviceProperties(name='GeForce GTX 1050 Ti', total_memory=4096MB)\n"
+    runs = ("Inference Time\nfirst i use CPU, I get that time is 0.214s in CPU\n> Using CPU\n"
+            "> image 1/1 data/samples/zidane.jpg: Done. (0.214s)\n"
+            "but when i use the GPU(GTX 1050Ti), the time is slow\n" + gpu
+            + "> image 1/1 data/samples/zidane.jpg: Done. (0.970s)\n")
+    ev = EvidenceSet(_diagnose(runs).evidence)
+    assert "report.cpu_fallback_messages" not in ev
+    alone = runs.replace(gpu, "")
+    assert EvidenceSet(_diagnose(alone).evidence).value("report.cpu_fallback_messages") == 1
+    other = runs + "UserWarning: FP16 is not supported on CPU; using FP32 instead\n"
+    assert EvidenceSet(_diagnose(other).evidence).value("report.cpu_fallback_messages") == 1
+
+
 def test_a_synchronisation_in_the_reads_own_span_or_timed_alone_is_the_models_wait() -> None:
     """pytorch#24318: the code synchronises, but right before the read it times (no timer between them), so that
     span holds the wait for the unsynchronised forward's kernels: the 3 s is the model's, not a copy's. pytorch#72511
