@@ -737,7 +737,8 @@ _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "t
                  "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")
 _ENGINES = (
     ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
-    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b")),
+    # (its name in any case as a word: "I deploy … with tgi"; a word glued into another, "tgis", is none)
+    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b|(?<![\w/.-])tgi(?![\w-])", re.I)),
     ("sglang", re.compile(r"\bsglang\b", re.IGNORECASE)),
     ("triton", re.compile(r"\btritonserver\b|Triton Inference Server")),
     ("lmdeploy", re.compile(r"\blmdeploy\b", re.IGNORECASE)),

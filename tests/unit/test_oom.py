@@ -828,3 +828,13 @@ def test_ggml_buffer_failure_phases_by_function() -> None:
     p = OomParser()
     p.feed("I think it failed to allocate buffer memory somewhere")
     assert p.result().events == []
+
+
+def test_engine_named_in_any_case_as_a_word() -> None:
+    # text-generation-inference#926: "I deploy meta-llama/Llama-2-13b-chat-hf with tgi and get almost ~80GB allocated"
+    for line, want in [("I deploy meta-llama/Llama-2-13b-chat-hf with tgi and get almost ~80GB allocated", "tgi"),
+                       ("TGI reserves the memory", "tgi"), ("ghcr.io/huggingface/text-generation-inference:1.0", "tgi"),
+                       ("the tgis library was imported", ""), ("see huggingface/tgi-docs", "")]:
+        h = HintsParser()
+        h.feed(line)
+        assert h.hints.engine == want, line
