@@ -738,7 +738,7 @@ _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "t
 _ENGINES = (
     ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
     # (its name in any case as a word: "I deploy … with tgi"; a word glued into another, "tgis", is none)
-    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|\bTGI\b|(?<![\w/.-])tgi(?![\w-])", re.I)),
+    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|(?<![\w/.-])tgi(?![\w-])", re.I)),
     ("sglang", re.compile(r"\bsglang\b", re.IGNORECASE)),
     ("triton", re.compile(r"\btritonserver\b|Triton Inference Server")),
     ("lmdeploy", re.compile(r"\blmdeploy\b", re.IGNORECASE)),
