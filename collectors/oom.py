@@ -637,7 +637,9 @@ _FAMILIES = (
     "codegen", "santacoder", "orion", "skywork", "xverse", "telechat", "minimax", "seed", "llava", "vl",
     "chat", "instruct", "coder",
 )
-_PARAMS = re.compile(r"(?<![\w.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])", re.ASCII)
+# (after an underscore too: "Vicuna_13b", "llama_7b_hf")
+_PARAMS = re.compile(r"(?<![A-Za-z0-9.])(?:(?P<n>\d+)x)?(?P<b>\d+(?:\.\d+)?)\s?(?P<u>[bBmM])(?![a-zA-Z0-9])",
+                     re.ASCII)
 _WORD = re.compile(r"[A-Za-z0-9_./:+-]+")
 _LAUNCH = re.compile(
     r"vllm\s+serve\s+(?P<m1>\S+)|--model(?:[=\s]+)(?P<m2>\S+)|--model-id(?:[=\s]+)(?P<m3>\S+)"
@@ -727,12 +729,16 @@ def gpu_named(text: str) -> NamedGpu | None:
 
 
 _GPU_MEM_PROSE = re.compile(
-    r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\s*(?:of\s+|的)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存"
-    r"|显卡|graphics card|card)(?![A-Za-z])|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?"
+    r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b\)?\s*(?:of\s+|的)?(?:\w+\s+)?(?:GPU|VRAM|video memory|显存"
+    r"|显卡|graphics card|card)s?(?![A-Za-z])|(?:GPU memory|VRAM|显存)\s*(?:is|of|:|：|=|只有|有)?\s*~?"
     r"(?P<w>\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b",
     re.IGNORECASE | re.ASCII,  # ASCII \w and \b: "使用49G的显卡" (Chinese glued to the number and the unit)
 )
-_GPU_COUNT = re.compile(r"(?<![\d.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b", re.ASCII)
+# (a number glued to letters is a model's: "RTX3070 GPUs")
+_GPU_COUNT = re.compile(r"(?<![\w.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b", re.ASCII)
+# what a model or a run needs, not what the device has: "the model requires 13GB of GPU memory"
+_NEEDS_BEFORE = re.compile(r"\b(?:requir|need|take|consum|occup|allocat|us(?:e|es|ing)\b|eat)\w*\s+(?:\w+\s+){0,2}"
+                           r"(?:about\s+|around\s+|~\s*)?$", re.IGNORECASE)
 _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference", "lmdeploy",
                  "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")
 _ENGINES = (
@@ -989,11 +995,13 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             said = True
     if hints.gpu_memory_bytes is None and ("gpu" in low or "vram" in low or "显存" in line or "显卡" in line
                                            or "card" in low or "video memory" in low):
-        m = _GPU_MEM_PROSE.search(line)
-        if m:
+        for m in _GPU_MEM_PROSE.finditer(line):
+            if _NEEDS_BEFORE.search(line, 0, m.start()):
+                continue
             gib = float(m.group("v") or m.group("w"))
             if 1 <= gib <= 200:
                 hints.gpu_memory_bytes, said = int(gib * GIB), True
+            break
     if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
         m = _GPU_COUNT.search(line)
         if m:

@@ -838,3 +838,22 @@ def test_engine_named_in_any_case_as_a_word() -> None:
         h = HintsParser()
         h.feed(line)
         assert h.hints.engine == want, line
+
+
+def test_prose_hints_read_the_device_not_the_models_need() -> None:
+    # FastChat#1312: "Vicuna_13b model runs out of memory on 2 3070 (8GB) GPUs" … "the Vicuna_13b model requires 13GB of
+    # GPU memory, but I only have two NVIDIA GeForce RTX3070 GPUs, each with 8GB"
+    h = HintsParser()
+    h.feed("Vicuna_13b model runs out of memory on 2 3070 (8GB) GPUs")
+    h.feed("I understand that the Vicuna_13b model requires 13GB of GPU memory, but I only have two NVIDIA GeForce "
+           "RTX3070 GPUs, each with 8GB.")
+    hints = h.hints
+    assert hints.params == 13e9 and hints.model == "Vicuna_13b"
+    assert hints.gpu_memory_bytes == 8 * GiB  # the cards' 8 GB, not the 13 GB the model needs
+    assert hints.gpu_count != 3070  # "RTX3070 GPUs" names a model, counts nothing
+    h = HintsParser()
+    h.feed("the model needs about 20 GB of VRAM")
+    assert h.hints.gpu_memory_bytes is None
+    h = HintsParser()
+    h.feed("My card has 24 GB of VRAM and 4 GPUs")
+    assert h.hints.gpu_memory_bytes == 24 * GiB and h.hints.gpu_count == 4
