@@ -412,6 +412,10 @@ _CPU_ANNOUNCED = re.compile(_ANNOUNCE_AT + r"(?:using device:? cpu\b|device:? cp
                             r"|running on CPU\b)", re.I)
 _GPU_ANNOUNCED = re.compile(_ANNOUNCE_AT + r"(?:using device:? (?:cuda|gpu)\b|device:? cuda\b|Using CUDA\b"
                             r"|Using GPU\b|running on (?:the )?(?:GPU|CUDA)\b)", re.I)
+# where a run on the CPU beside one on a GPU may be a fall-back: a container, WSL, a pod, another host
+_ELSEWHERE = re.compile(r"\bdocker\b|container|\bwsl2?\b|\bpods?\b|kubernetes|\bk8s\b|another (?:machine|host|server)"
+                        r"|other (?:machine|host|server)|remote (?:machine|host|server)|\bVM\b|virtual machine",
+                        re.IGNORECASE)
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
 # used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
@@ -457,6 +461,7 @@ class Claims:
     synced: bool = False
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
+    elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -651,7 +656,7 @@ class ClaimParser:
         if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
             self._claims.synced, self._sync_pending = True, False
         c = self._claims
-        if c.gpu_announced and c.cpu_announced:
+        if c.gpu_announced and c.cpu_announced and not c.elsewhere:
             # a program announcing the CPU in one run and a GPU in another was run on both (yolov3#212's "Using CPU"
             # at 0.214 s, then "Using CUDA device0 … GTX 1050 Ti" at 0.970 s): a comparison, no fall-back
             c.messages["cpu_fallback"] -= c.cpu_announced
@@ -666,8 +671,10 @@ class ClaimParser:
 
     def feed(self, line: str) -> None:
         kind = kind_of(line)
-        if line.lstrip().startswith("```"):
-            self._fenced = not self._fenced
+        fence = _FENCE.match(line)
+        if fence is not None:
+            if not fence.group(2).rstrip().endswith(fence.group(1)):  # a fence closed on its own line flips nothing
+                self._fenced = not self._fenced
         elif (kind is not LineKind.PROSE or self._fenced) and not self._claims.synced:
             if kind is LineKind.PROSE and _SYNC_CODE.search(line):
                 self._code_syncs.add(line.strip())
@@ -803,6 +810,8 @@ class ClaimParser:
                     c.cpu_announced += 1
         if not c.gpu_announced and ("cuda" in low or "gpu" in low) and _GPU_ANNOUNCED.search(line):
             c.gpu_announced = True
+        if not c.elsewhere and _ELSEWHERE.search(line):
+            c.elsewhere = True
 
     def _sync_code(self, line: str) -> None:
         """Whether the code it pasted synchronises its timings. A synchronisation closes a timing when a timer is
@@ -818,11 +827,15 @@ class ClaimParser:
             return
         if m is not None:
             comment = _TRAILING_COMMENT.search(line, m.end())
-            waited = [q for q in quantities(comment.group(1))] if comment else []
-            times = [q.value for q in waited if q.dim == "time"]
-            if times:
-                c.sync_read_ms.append(max(times))
-                c.quotes.setdefault("sync_read", line.strip()[:200])
+            timed = _TIMED_COMMENT.fullmatch(comment.group(1).strip()) if comment else None
+            if timed is not None:
+                times = [q.value for q in quantities(timed.group(0)) if q.dim == "time"]
+                if times:
+                    c.sync_read_ms.append(max(times))
+                    c.quotes.setdefault("sync_read", line.strip()[:200])
+                    return
+            if _TIMER.search(line, m.end()):
+                c.synced = True  # "torch.cuda.synchronize(); t1 = time.time()": it closes the timing
                 return
             if _SYNC_READ.search(line, m.end()):
                 return  # synchronised for the read on the same line
@@ -921,6 +934,8 @@ class ClaimParser:
                 c.first_steady.append((times[0], min(times[1:])))
 
 
+# a Markdown code fence, and what follows it on its line
+_FENCE = re.compile(r"^\s*(```|~~~)(.*)$")
 # a host read of a CUDA tensor: it waits for the GPU work queued before it (libtorch's ".to(at::kCPU)" too)
 _SYNC_READ = re.compile(r"\.(?:cpu|item)\(\)|\.to\(\s*(?:['\"]?cpu|(?:at|torch)::kCPU)", re.IGNORECASE)
 # CUDA events time the GPU's own work: a synchronisation with them is the timing's
@@ -932,6 +947,11 @@ _TIMER = re.compile(r"\btime\.(?:time|perf_counter|monotonic)(?:_ns)?\(|\bperf_c
                     r"|clock_gettime\(|\bt\d*\s*=\s*time\b", re.IGNORECASE)
 # a code line's own comment, after its statement: "cudaDeviceSynchronize();  // About 80 milliseconds", "x  # 3s"
 _TRAILING_COMMENT = re.compile(r"(?://|\s#)\s*(.+)$")
+# ... that is the statement's duration and nothing else ("About 80 milliseconds", "~3s!!!", "0.5 s"), not a remark
+# that holds a time ("make sure the 2 ms forward has finished")
+_TIMED_COMMENT = re.compile(r"(?:(?:about|around|approx\.?|roughly|takes?|took|cost|costs)\s+|[~≈]\s*)?"
+                            r"\d+(?:\.\d+)?\s*(?:ns|us|µs|ms|s|sec|secs|seconds?|milliseconds?|msec|minutes?|mins?)"
+                            r"[\s!.?]*", re.IGNORECASE)
 # the code the text pasted synchronises: a copy's time is then its own (a person's "I never call synchronize()" or
 # "does .cpu() synchronize?" is read as what a person wrote, below)
 _SYNC_CODE = re.compile(r"\bsynchronize\(|cuda(?:Device|Stream|Event)Synchronize|CUDA_LAUNCH_BLOCKING\s*=\s*1"

@@ -313,15 +313,19 @@ _FW_GGML = re.compile(rf"allocating\s+(?P<v>{SIZE})\s+on device (?P<dev>\d+):\s*
 # CUDA0 buffer of size 1293942784", "alloc_tensor_range: failed to allocate CPU buffer of size N",
 # "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size N", "llama_kv_cache_init: failed to
 # allocate buffer for kv cache": the function says which buffer, the buffer type which device
-_FW_GGML_BUF = re.compile(r"\b(?P<fn>(?:ggml|llama|alloc)_\w+): failed to allocate (?:(?P<buft>[A-Za-z][\w-]*) )?buffer"
-                          r"(?: of size (?P<n>\d+)| for (?P<kv>kv cache))?", re.IGNORECASE)
+_FW_GGML_BUF = re.compile(r"\b(?P<fn>(?:ggml|llama|alloc)_\w+): failed to allocate (?:(?P<buft>[A-Za-z][\w-]*) )?"
+                          r"buffer\b(?: of size (?P<n>\d+)| for (?P<kv>kv cache))?", re.IGNORECASE)
 _GGML_DEVICE = re.compile(r"(?P<dev>CUDA|ROCm|HIP|Vulkan|SYCL|Metal|MUSA|CANN|OpenCL)(?P<i>\d*)", re.IGNORECASE)
 GGML_COMPUTE_FROM = "ggml's compute-graph buffer (its size follows the batch, micro-batch and context)"
 GGML_KV_FROM = "llama.cpp's KV-cache buffer (its size follows the context, -c)"
 # PyTorch with a per-process memory fraction / ComfyUI: a head line, then one field per line
 GGML_REASON = "a ggml backend buffer could not be allocated"
 # the backend's own line opens a failure (a retry prints it again); its callers' lines follow it
-_GGML_BACKEND = re.compile(r"cudaMalloc failed|_buffer_type_alloc_buffer:", re.IGNORECASE)
+_GGML_BACKEND = re.compile(r"cudaMalloc failed|_buffer_type_alloc_buffer:|of pinned memory", re.IGNORECASE)
+# the backend's pinned host buffer: "ggml_backend_cuda_host_buffer_type_alloc_buffer: failed to allocate 8192.00 MiB of
+# pinned memory: out of memory"
+_FW_GGML_PINNED = re.compile(rf"_host_buffer_type_alloc_buffer: failed to allocate\s+(?P<v>{SIZE}) of pinned memory",
+                             re.IGNORECASE)
 
 
 def _ggml_buffer_event(m: re.Match[str], line: str) -> OomEvent:
@@ -330,8 +334,10 @@ def _ggml_buffer_event(m: re.Match[str], line: str) -> OomEvent:
     host where the buffer type is the CPU's."""
     fn, buft = m.group("fn").lower(), m.group("buft") or ""
     dev = _GGML_DEVICE.match(buft)
-    device, index = (("GPU", int(dev.group("i")) if dev.group("i") else None) if dev
-                     else ("CPU", None) if buft.upper().startswith("CPU") or "_cpu_" in fn else ("", None))
+    host = buft.upper().startswith("CPU") or buft.lower().endswith("_host") or "_cpu_" in fn or "_host_" in fn
+    # (a backend's pinned host buffer, "CUDA_Host", is the host's memory)
+    device, index = (("CPU", None) if host else ("GPU", int(dev.group("i")) if dev.group("i") else None) if dev
+                     else ("", None))
     phase, said = ("warmup", GGML_COMPUTE_FROM) if "gallocr" in fn else (
         ("profile_run", GGML_KV_FROM) if m.group("kv") or "kv_cache" in fn else ("unknown", ""))
     return OomEvent(kind="framework", device=device, device_index=index, reason=GGML_REASON, phase=phase,
@@ -743,8 +749,9 @@ _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "t
                  "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")
 _ENGINES = (
     ("vllm", re.compile(r"\bvllm\b|vLLM", re.IGNORECASE)),
-    # (its name in any case as a word: "I deploy … with tgi"; a word glued into another, "tgis", is none)
-    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|(?<![\w/.-])tgi(?![\w-])", re.I)),
+    # (its name as a word in any case: "I deploy … with tgi", not after a path's slash; in capitals anywhere,
+    # "HF-TGI", "…/TGI"; a word glued into another, "tgis", is none)
+    ("tgi", re.compile(r"text-generation-(?:launcher|inference|router)|(?<![\w/.-])(?i:tgi)(?![\w-])|\bTGI\b")),
     ("sglang", re.compile(r"\bsglang\b", re.IGNORECASE)),
     ("triton", re.compile(r"\btritonserver\b|Triton Inference Server")),
     ("lmdeploy", re.compile(r"\blmdeploy\b", re.IGNORECASE)),
@@ -1181,7 +1188,9 @@ class OomParser:
         # then the context's): one failure, with the size of the first that gave one and the phase of the one that
         # knows it
         if (last is not None and ev.reason == GGML_REASON and last.reason == GGML_REASON
-                and not _GGML_BACKEND.search(ev.message) and 0 <= ev.line_no - last.line_no <= 4):
+                and not _GGML_BACKEND.search(ev.message) and 0 <= ev.line_no - last.line_no <= 4
+                and (not ev.device or not last.device or ev.device == last.device)
+                and (ev.device_index is None or last.device_index is None or ev.device_index == last.device_index)):
             if last.phase == "unknown" and ev.phase != "unknown":
                 last.phase, last.phase_from, last.phase_by_message = ev.phase, ev.phase_from, True
             if last.requested is None:
@@ -1379,6 +1388,10 @@ class OomParser:
         if m:
             return OomEvent(kind="framework", device="GPU", device_index=int(m.group("dev")),
                             reason=GGML_REASON, requested=parse_size(m.group("v")), message=line.strip())
+        m = _FW_GGML_PINNED.search(line)
+        if m:
+            return OomEvent(kind="framework", device="CPU", reason=GGML_REASON, requested=parse_size(m.group("v")),
+                            message=line.strip())
         m = _FW_GGML_BUF.search(line)
         if m:
             return _ggml_buffer_event(m, line)

@@ -88,6 +88,8 @@ class ReportRule(Rule):
     # often the text says "recompile")
     measured_by: tuple[str, ...] = ()
     cause: str = ""  # the report.cause.* key naming this rule's bottleneck as the cause
+    # evidence keys of a source that measured what the title names: a title alone then says nothing more
+    title_measured_by: tuple[str, ...] = ()
     CAUSE = 0.6  # the reporter names it as the cause
     TITLE = 0.45  # the title names it, with nothing else said
     LEAN_BASE = 0.15  # what the wording alone is worth: less than any explicit signal ...
@@ -148,6 +150,8 @@ class ReportRule(Rule):
             # ("CUDA out of memory during vLLM sampler warmup", "OOM with long prompts"), not another bottleneck
             titled = False
         title_only = titled and not found
+        if title_only and any(k in ev for k in self.title_measured_by):
+            return None  # what the title names was measured, and its rules judge it
         if title_only:
             found.append(Signal(self.TITLE, f"names it in its title{_q(ev, 'report.title_concepts')}"))
         found.sort(key=lambda s: -s.impact)
@@ -352,8 +356,9 @@ class QueueingReported(ReportRule):
     headline = "Requests wait for one another"
     cause = "report.cause.queue"
     measured_by = ("serving.stat_samples", "stage.queue_ms.mean", "stage.queue.share", "conn.inflight_mean",
-                   "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio",
-                   "scaling.throughput.concurrency_ratio")  # a load sweep's throughput: QUE011 reads its plateau
+                   "scaling.ttft_ms.concurrency_ratio", "scaling.e2e_ms.concurrency_ratio")
+    # a load sweep measured the throughput by concurrency (QUE011 reads its plateau): the title's word alone is none
+    title_measured_by = ("scaling.throughput.concurrency_ratio",)
 
     @dataclass(frozen=True)
     class Thresholds:

@@ -849,8 +849,10 @@ class SweepPlateau(Rule):
 
     How it decides: span ≥ ``min_span``; where the sweep timed the latency, it grew at least ``min_latency_share``
     of the span (else the extra load did not wait: an open-loop client dropping requests, a rate limit before the
-    server) and confidence is correlated, else heuristic. Impact is the waiting share at the highest load:
-    1 − 1 / latency growth (timed), else 1 − 1 / span.
+    server) and confidence is correlated; untimed, the throughput is flat within ``untimed_max_gain`` and confidence
+    is heuristic. Never where the GPU was measured or stated busy ≥ ``gpu_busy`` (the plateau is then the device's
+    own limit: GPU002/GPU009 judge it). Impact is the waiting share at the highest load: 1 − 1 / latency growth
+    (timed), else 1 − 1 / span.
 
     Evidence: scaling.plateau_concurrency, scaling.plateau_span, scaling.plateau_throughput_gain; optionally
     scaling.plateau_latency_ratio, scaling.concurrency_range, scaling.throughput.concurrency_ratio.
@@ -866,12 +868,15 @@ class SweepPlateau(Rule):
     name = "sweep-plateau"
     category = Category.QUEUEING
     requires = ("scaling.plateau_concurrency", "scaling.plateau_span", "scaling.plateau_throughput_gain")
-    optional = ("scaling.plateau_latency_ratio", "scaling.concurrency_range", "scaling.throughput.concurrency_ratio")
+    optional = ("scaling.plateau_latency_ratio", "scaling.concurrency_range", "scaling.throughput.concurrency_ratio",
+                "gpu.util_ratio", "report.gpu_util_pct_min")
 
     @dataclass(frozen=True)
     class Thresholds:
         min_span: float = 3.0  # the load at least triples past the plateau's start: no single noisy step
         min_latency_share: float = 0.5  # the latency grows by at least half the load's growth: requests waited
+        untimed_max_gain: float = 1.05  # with no latency timed, the throughput must be flat within 5 %
+        gpu_busy: float = 0.9  # a GPU this busy at the plateau is the limit itself (healthy saturation)
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         start = _num(ev, "scaling.plateau_concurrency") or 0.0
@@ -882,6 +887,11 @@ class SweepPlateau(Rule):
             return None
         if grew is not None and grew < t.min_latency_share * span:
             return None  # more load, no more throughput, and no more waiting: the load never reached the server
+        if grew is None and gain > t.untimed_max_gain:
+            return None  # untimed, only a flat line says the extra load waited
+        util, stated = ev.value("gpu.util_ratio"), ev.value("report.gpu_util_pct_min")
+        if (util is not None and util >= t.gpu_busy) or (stated is not None and stated >= 100 * t.gpu_busy):
+            return None  # the device itself is full: its saturation, not a queue for capacity the server lacks
         end = start * span
         waiting = 1.0 - 1.0 / (grew if grew is not None else span)
         one = start <= 1.0
@@ -890,7 +900,8 @@ class SweepPlateau(Rule):
                + (f" while the latency grows {grew:.1f}×" if grew is not None else "")
                + f". Past {start:g} every added request waits for capacity: about {pct(waiting)} of each request's "
                f"time at {end:g} in flight is waiting."
-               + (" The server serves one request at a time." if one else ""))
+               + (" From the lowest load measured on, the server serves no more than one request at a time."
+                  if one else ""))
         return self.finding(
             severity=severity_for(waiting),
             confidence=Confidence.CORRELATED if grew is not None else Confidence.HEURISTIC,

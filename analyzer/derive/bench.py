@@ -104,20 +104,19 @@ ACCOUNTED_MIN = 0.5  # an ensemble's own parts that cover less than this of its 
 
 def _ensemble_totals(ev: Emit, lvl: BenchLevel, parts: dict[str, float], where: str) -> dict[str, float]:
     """An old perf_analyzer's ensemble parts ("Total avg … time" lines): its composing models' blocks, when
-    pasted, say more (``_ensemble``) and these are left out; else they stand, but their queue is the ensemble's
-    own, not its models' (triton server#2455 made it their sum, after #2429's 0 usec queue at 1.9 s): where queue
-    and compute account for under ``ACCOUNTED_MIN`` of the request time, the rest is the time requests spent at
-    the composing models unreported, and the queue is dropped rather than read as "requests did not wait"."""
+    pasted, say more (``_ensemble``) and these are left out; else its compute stands, but its queue never does: it
+    is the ensemble's own, not its models' (triton server#2455 made it their sum, after #2429's 0 usec queue at
+    1.9 s), so it cannot say requests did not wait. Where compute covers under ``ACCOUNTED_MIN`` of the request
+    time, the share it leaves out (the models' queues among it) is stated."""
     if lvl.composing_leaves:
         return {}
     latency = lvl.server_latency or 0.0
-    accounted = sum(parts.values())
-    if "queue" in parts and latency > 0 and accounted < ACCOUNTED_MIN * latency:
-        ev.add("bench.ensemble_unaccounted_share", 1.0 - accounted / latency, "ratio",
-               f"{where}: the ensemble's request time its own compute and queue lines leave out (its composing "
-               "models' queues, which perf_analyzer before triton server#2455 did not add to the ensemble's)")
-        return {k: v for k, v in parts.items() if k != "queue"}
-    return parts
+    compute = sum(v for k, v in parts.items() if k != "queue")
+    if latency > 0 and compute < ACCOUNTED_MIN * latency:
+        ev.add("bench.ensemble_unaccounted_share", 1.0 - compute / latency, "ratio",
+               f"{where}: the ensemble's request time its own compute lines leave out (its composing models' "
+               "queues among it, which perf_analyzer before triton server#2455 did not add to the ensemble's)")
+    return {k: v for k, v in parts.items() if k != "queue"}
 
 
 def _device_parts(ev: Emit, lvl: BenchLevel) -> None:

@@ -127,8 +127,8 @@ PLATEAU_MAX_GAIN = 1.15  # ... while the throughput rises by 15 % at most
 
 def load_plateau(levels: list[LoadLevel]) -> Plateau | None:
     """The sweep's plateau: the lowest load from which every higher load, up to one at least ``PLATEAU_MIN_SPAN``
-    times its concurrency, serves at most ``PLATEAU_MAX_GAIN`` × its throughput; None when the throughput still
-    rises to the last level."""
+    times its concurrency, serves within ``PLATEAU_MAX_GAIN`` × its throughput, up or down; None when the throughput
+    still rises to the last level, or falls (a collapse under load is thrashing, not a full server)."""
     by_c: dict[float, LoadLevel] = {}
     for lv in levels:
         if lv.concurrency > 0 and lv.throughput > 0 and (
@@ -141,7 +141,7 @@ def load_plateau(levels: list[LoadLevel]) -> Plateau | None:
     for i, lv in enumerate(ordered[:-1]):
         later = ordered[i + 1:]
         if last.concurrency / lv.concurrency >= PLATEAU_MIN_SPAN and all(
-                x.throughput <= PLATEAU_MAX_GAIN * lv.throughput for x in later):
+                lv.throughput / PLATEAU_MAX_GAIN <= x.throughput <= PLATEAU_MAX_GAIN * lv.throughput for x in later):
             gain = max(x.throughput for x in later) / lv.throughput
             ratio = (last.latency_ms / lv.latency_ms if last.latency_ms is not None and lv.latency_ms
                      else None)
@@ -157,7 +157,8 @@ def sweep_evidence(levels: list[LoadLevel], where: str) -> list[tuple[str, float
         return []
     lo, hi = ordered[0], ordered[-1]
     out = [("scaling.concurrency_range", hi.concurrency / lo.concurrency, "ratio",
-            f"{where}: {len(ordered)} load levels, {lo.concurrency:g} to {hi.concurrency:g} requests in flight"),
+            f"{where}: {len({lv.concurrency for lv in ordered})} load levels, {lo.concurrency:g} to "
+            f"{hi.concurrency:g} requests in flight"),
            ("scaling.throughput.concurrency_ratio", hi.throughput / lo.throughput, "ratio",
             f"{where}: throughput at {hi.concurrency:g} in flight over at {lo.concurrency:g} "
             f"({lo.throughput:g} → {hi.throughput:g})")]
@@ -217,7 +218,11 @@ _RATE_UNITS = ("tok/s", "tokens/s", "req/s", "rps", "it/s", "fps")
 _PER_REQUEST = re.compile(r"per[- ](?:user|request|req|stream|seq\w*|query)|/\s*(?:user|req|request|stream)\b|"
                           r"\beach\b|single|scaling|vs\b|单", re.I)
 # the column of the load: requests in flight
-_LOAD_HEADER = re.compile(r"concurren|并发|\bclients?\b|\busers\b|in[- ]flight|parallel|^c$|^n$|^bs$|batch", re.I)
+# (not a batch size, a tensor-parallel size or a server's parallel slots: those change the server, not its load)
+_LOAD_HEADER = re.compile(r"concurren|并发|\bclients?\b|\busers\b|in[- ]flight|^c$", re.I)
+# the served column says it is the whole server's: a throughput, a total, an aggregate, requests per second
+_SERVED_HEADER = re.compile(r"throughput|\btotal\b|aggregate|\breq(?:uest)?s?\s*/\s*s\b|\brps\b|\bqps\b|"
+                            r"infer(?:ences?)?\s*/\s*s(?:ec)?\b|吞吐", re.I)
 
 _VARIANT_STAGE_WORDS: dict[str, re.Pattern[str]] = {
     "preprocess": re.compile(
@@ -286,7 +291,7 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None
     if metric_cols and loads:
         return _condition_table(header, rows, metric_cols[-1], _served(header, rate_cols))
     if rate_cols and _LOAD_HEADER.search(first):
-        return _condition_table(header, rows, None, _served(header, rate_cols))
+        return _condition_table(header, rows, metric_cols[-1] if metric_cols else None, _served(header, rate_cols))
     if sum(known_stage(lab) is not None for lab in labels) >= 2 and ms_cols:
         return _stage_table(header, rows, labels)
     return None
@@ -393,8 +398,11 @@ def _rate_column(header: str, rows: list[list[str]], i: int) -> bool:
 
 
 def _served(header: list[str], rate_cols: list[int]) -> int | None:
-    """The rate column of what the server serves in all: the first not of one request's or user's rate."""
-    return next((i for i in rate_cols if not _PER_REQUEST.search(header[i])), None)
+    """The rate column of what the server serves in all: the first whose header says so (a throughput, a total,
+    an aggregate, requests per second) and not of one request's or user's rate. A bare "speed" or "tok/s" may be
+    each slot's ("Generation speed (tok/s)" per llama-server slot falls as slots are added while the whole rises)."""
+    return next((i for i in rate_cols if _SERVED_HEADER.search(header[i]) and not _PER_REQUEST.search(header[i])),
+                None)
 
 
 def _row_concurrency(header: list[str], r: list[str], skip: set[int]) -> float | None:
@@ -402,8 +410,8 @@ def _row_concurrency(header: list[str], r: list[str], skip: set[int]) -> float |
     if conc is None:
         for i, h in enumerate(header):
             if i not in skip and (re.search(r"concurren|并发", h, re.I) or (i == 0 and _LOAD_HEADER.search(h))):
-                m = re.match(r"\s*[*_`]*\s*(?:c\s*=\s*)?(\d+)", r[i], re.I)
-                conc = float(m.group(1)) if m else None
+                m = re.match(r"\s*[*_`]*\s*(?:c\s*=\s*)?(\d{1,3}(?:[, \u00a0\u202f]\d{3})+(?!\d)|\d+)", r[i], re.I)
+                conc = float(re.sub(r"\D", "", m.group(1))) if m else None
                 break
     return conc
 

@@ -424,6 +424,9 @@ def test_a_cpu_run_beside_a_gpu_run_is_a_comparison_not_a_fallback() -> None:
     assert EvidenceSet(_diagnose(alone).evidence).value("report.cpu_fallback_messages") == 1
     other = runs + "UserWarning: FP16 is not supported on CPU; using FP32 instead\n"
     assert EvidenceSet(_diagnose(other).evidence).value("report.cpu_fallback_messages") == 1
+    # the GPU run on the host and the CPU run in a container: a fall-back there (the review's counter-example)
+    docker = runs + "Inside the docker container nvidia-smi is not found.\n"
+    assert EvidenceSet(_diagnose(docker).evidence).value("report.cpu_fallback_messages") == 1
 
 
 def test_a_synchronisation_in_the_reads_own_span_or_timed_alone_is_the_models_wait() -> None:
@@ -455,6 +458,17 @@ def test_a_synchronisation_in_the_reads_own_span_or_timed_alone_is_the_models_wa
     assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev
     # a synchronisation nothing follows closes the pasted timing too
     ev = EvidenceSet(_diagnose(ASYNC_READ + "```\nout = model(x)\ntorch.cuda.synchronize()\n```\n").evidence)
+    assert ev.value("report.copy_ms_max") == 170.0
+    # a timer read on the synchronisation's own line closes the timing; a remark holding a time is no timed wait
+    for code in ("~~~\nout = model(x)\ntorch.cuda.synchronize(); t1 = time.time()\n"
+                 "print(out.cpu().shape, t1 - t0)\n~~~\n",
+                 "```\nout = model(x)\ntorch.cuda.synchronize()  # make sure the 2 ms forward has finished\n"
+                 "t1 = time.time()\ny = out.cpu()\n```\n"):
+        ev = EvidenceSet(_diagnose(ASYNC_READ + code).evidence)
+        assert ev.value("report.copy_ms_max") == 170.0 and "report.sync_read_ms_max" not in ev, code
+    # a fence opened and closed on one line leaves what follows prose: a person saying they synchronised
+    ev = EvidenceSet(_diagnose(ASYNC_READ + "```torch.cuda.synchronize()```\nI call torch.cuda.synchronize() first.\n")
+                     .evidence)
     assert ev.value("report.copy_ms_max") == 170.0
 
 

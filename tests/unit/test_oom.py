@@ -824,17 +824,33 @@ def test_ggml_buffer_failure_phases_by_function() -> None:
     p.feed("alloc_tensor_range: failed to allocate Metal buffer of size 8589934592")
     (ev,) = p.result().events
     assert ev.phase == "unknown" and ev.device == "GPU" and ev.requested == 8589934592
-    # a person's sentence with the words is no ggml line
+    # a person's sentence with the words is no ggml line, nor is the context's summary line alone a buffer's
+    for line in ("I think it failed to allocate buffer memory somewhere",
+                 "llama_new_context_with_model: failed to allocate compute buffers"):
+        p = OomParser()
+        p.feed(line)
+        assert p.result().events == [], line
+    # a backend's pinned host buffer is the host's memory, not the GPU's (the review's counter-example)
     p = OomParser()
-    p.feed("I think it failed to allocate buffer memory somewhere")
-    assert p.result().events == []
+    for line in ["ggml_backend_cuda_host_buffer_type_alloc_buffer: failed to allocate 8192.00 MiB of pinned memory: "
+                 "out of memory", "alloc_tensor_range: failed to allocate CUDA_Host buffer of size 8589934592"]:
+        p.feed(line)
+    (ev,) = p.result().events
+    assert ev.device == "CPU" and ev.requested == 8192 * MiB
+    # failures on two devices next to each other are two failures
+    p = OomParser()
+    for line in ["ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 1073741824",
+                 "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 2147483648"]:
+        p.feed(line)
+    assert [e.device_index for e in p.result().events] == [0, 1]
 
 
 def test_engine_named_in_any_case_as_a_word() -> None:
     # text-generation-inference#926: "I deploy meta-llama/Llama-2-13b-chat-hf with tgi and get almost ~80GB allocated"
     for line, want in [("I deploy meta-llama/Llama-2-13b-chat-hf with tgi and get almost ~80GB allocated", "tgi"),
                        ("TGI reserves the memory", "tgi"), ("ghcr.io/huggingface/text-generation-inference:1.0", "tgi"),
-                       ("the tgis library was imported", ""), ("see huggingface/tgi-docs", "")]:
+                       ("the tgis library was imported", ""), ("see huggingface/tgi-docs", ""),
+                       ("served by HF-TGI 2.0", "tgi")]:
         h = HintsParser()
         h.feed(line)
         assert h.hints.engine == want, line

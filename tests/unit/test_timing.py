@@ -199,6 +199,31 @@ def test_a_sweep_table_gives_its_throughput_by_load_and_its_plateau() -> None:
     assert isinstance(got, ConditionTable) and [lv.concurrency for lv in got.levels] == [64, 256, 512]
 
 
+def test_sweep_tables_that_are_no_load_sweep_or_no_plateau() -> None:
+    """The review's counter-examples: a batch size, a tensor-parallel size or a server's parallel slots in the first
+    column change the server, not its load; a per-slot speed is not what the server serves; a collapse is no plateau;
+    a load written with a thousands separator is that number."""
+    def sweep(header: list[str], rows: list[list[str]]) -> dict[str, object]:
+        got = analyze_table(Table(header, rows, [], 1))
+        if not isinstance(got, ConditionTable):
+            return {}
+        return {"levels": [(lv.concurrency, lv.throughput) for lv in got.levels],
+                "plateau": load_plateau(list(got.levels))}
+    flat = [["1", "900"], ["2", "1000"], ["4", "1020"], ["8", "1030"]]
+    assert sweep(["Tensor parallel size", "Throughput (tok/s)"], flat) == {}
+    assert sweep(["Batch size", "Throughput (tok/s)", "Latency (ms)"], [*flat, ["64", "1031"]]).get("levels") in (
+        None, [])
+    slots = [["1", "52.1"], ["2", "48.7"], ["4", "41.9"], ["8", "31.0"]]
+    assert sweep(["Parallel", "Generation speed (tok/s)"], slots) == {}
+    assert sweep(["Concurrency", "Generation speed (tok/s)"], slots).get("levels", []) == []  # each slot's, not served
+    collapse = sweep(["Concurrency", "Throughput (req/s)", "Mean latency (ms)"],
+                     [["1", "10", "100"], ["4", "6", "700"], ["16", "2", "8000"]])
+    assert collapse["levels"] == [(1, 10), (4, 6), (16, 2)] and collapse["plateau"] is None
+    commas = sweep(["Concurrency", "Output throughput (tok/s)"],
+                   [["128", "8,000"], ["256", "9,500"], ["512", "10,200"], ["1,024", "10,900"]])
+    assert [c for c, _ in commas["levels"]] == [128, 256, 512, 1024]
+
+
 def test_usage_fields_and_prose() -> None:
     p = TimingParser()
     for line in ['{"usage": {"prompt_tokens": 1000, "completion_tokens": 20, "prompt_tokens_details": '
