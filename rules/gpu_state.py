@@ -263,7 +263,10 @@ class LayersLeftOnTheCpu(Rule):
     Not when an out-of-memory error is in the evidence or the report (a loader that offloads what fits
     and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
     (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the
-    GPU (then only a part can fit; PLC001 says what that costs).
+    GPU (then only a part can fit; PLC001 says what that costs). Measured, it also fires for a larger share
+    offloaded, whatever fits: any layer left on the CPU with the GPU measured at most ``max_busy`` busy while it
+    ran (the CPU computes its layers many times slower, so even a third of them sets the pace and the GPU waits;
+    ollama#3301: 23 of 33 layers offloaded, the GPU 15 % busy); impact 1 − the GPU's busy share.
 
     Evidence: llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend; optionally
     llamacpp.offload_auto_sized, mem.weights_estimate_bytes, gpu.spec_memory_bytes, mem.oom_count,
@@ -281,12 +284,13 @@ class LayersLeftOnTheCpu(Rule):
     category = Category.DEVICE_PLACEMENT
     requires = ("llamacpp.gpu_layers", "llamacpp.layers_total", "llamacpp.gpu_backend")
     optional = ("llamacpp.offload_auto_sized", "mem.weights_estimate_bytes", "gpu.spec_memory_bytes",
-                "mem.oom_count", "report.oom_statements")
+                "mem.oom_count", "report.oom_statements", "gpu.util_ratio", "gpu.util_samples")
 
     @dataclass(frozen=True)
     class Thresholds:
         max_share: float = 0.5  # under half the layers on the GPU: the CPU computes most of every token
         min_impact: float = 0.7  # the CPU part sets the pace even when it is only half
+        max_busy: float = 0.5  # a GPU busy half the time or less while layers sit on the CPU waits for them
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
@@ -294,22 +298,32 @@ class LayersLeftOnTheCpu(Rule):
             return None
         share = on_gpu / layers
         oom = (ev.value("mem.oom_count", 0.0) or 0.0) > 0 or (ev.value("report.oom_statements", 0.0) or 0.0) > 0
-        if share >= t.max_share or oom or ev.value("llamacpp.offload_auto_sized"):
+        if oom or share >= 1:
             return None
+        busy = ev.value("gpu.util_ratio")
+        waited = isinstance(busy, int | float) and busy <= t.max_busy  # the GPU measured waiting for the CPU's layers
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
-        if isinstance(weights, int | float) and isinstance(gpu_mem, int | float) and gpu_mem and weights > gpu_mem:
+        w = float(weights) if isinstance(weights, int | float) else 0.0
+        cap = float(gpu_mem) if isinstance(gpu_mem, int | float) else 0.0
+        larger = bool(w and cap and w > cap)
+        if not waited and (share >= t.max_share or ev.value("llamacpp.offload_auto_sized") or larger):
             return None
         got = ev.get("llamacpp.gpu_backend")
         device = got.value if isinstance(got, Evidence) else "a GPU device"
         msg = (f"llama.cpp's loader offloaded {on_gpu:.0f} of the model's {layers:.0f} layers to the GPU: the other "
-               f"{pct(1 - share)} run on the CPU for every token, while llama.cpp had a GPU ({device}) to put them "
-               "on" + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
+               f"{pct(1 - share)} run on the CPU for every token"
+               + (f" (the weights, about {size(w)}, are larger than the GPU's {size(cap)}: "
+                  "only a part fits)." if larger else
+                  f", while llama.cpp had a GPU ({device}) to put them on"
+                  + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
+               + (f" The GPU was {pct(float(busy or 0.0))} busy: it waits for the CPU's layers, which set the pace."
+                  if waited else ""))
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
             title="Most of the model's layers run on the CPU",
             message=msg,
-            impact=max(t.min_impact, 1 - share),
+            impact=max(t.min_impact, 1 - share) if share < t.max_share else max(1 - share, 1 - float(busy or 0.0)),
             evidence=present(ev, *self.requires, *self.optional),
             why=f"GPU layers |{bar(share)}| {pct(share)}\nCPU layers |{bar(1 - share)}| {pct(1 - share)}",
             fixes=[

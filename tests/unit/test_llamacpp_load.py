@@ -136,3 +136,21 @@ def test_ollamas_offload_record_says_the_layers_and_the_weights() -> None:
     p = LlamaTimingParser()
     p.feed(rec.replace('"offload to cuda"', '"offload to cpu"').removeprefix("> "))
     assert p.result().offloaded is None and p.result().gpu_backend is None
+
+
+def test_a_partial_offload_with_the_gpu_measured_waiting_is_measured_placement() -> None:
+    """ollama#3301: 23 of 33 layers on the GPU is more than half, but nvidia-smi shows the GPU 15 % busy: the CPU
+    computes its 10 layers many times slower and the GPU waits for them. The same offload with the GPU busy, or not
+    measured, is left to the report rules."""
+    d = _analyze("llamacpp_partial_offload_23_of_33_gpu_15pct.txt")
+    top = d.findings[0]
+    assert top.code == "PLC004" and top.confidence is Confidence.MEASURED and abs(top.impact - 0.85) < 1e-9
+    assert "offloaded 23 of the model's 33 layers" in top.message and "15 % busy" in top.message
+    lines = ["llm_load_tensors: offloaded 23/33 layers to GPU",
+             "llm_load_tensors:      CUDA0 buffer size = 17999.66 MiB"]
+    assert "PLC004" not in _judge(*lines)[1]
+    busy = "| 30%   44C    P2             350W / 370W |  22070MiB / 24576MiB |     97%      Default |"
+    ev, codes = _judge(*lines, busy)
+    assert ev.value("gpu.util_ratio") == 0.97 and "PLC004" not in codes
+    ev, codes = _judge(*lines, busy.replace("97%", "12%"))
+    assert ev.value("gpu.util_ratio") == 0.12 and "PLC004" in codes
