@@ -72,6 +72,15 @@ _OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
 _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\s+(?:model |KV |compute |output )?"
                          r"buffer size\s*=")
 _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
+# Metal's running total of what it allocated against the GPU's recommended working set (ggml-metal: 2023's
+# "ggml_metal_add_buffer: allocated 'data            ' buffer, size =  8967.25 MB, (30939.41 / 21845.34)", 2024's
+# "ggml_backend_metal_log_allocated_size: allocated buffer, size =  2048.00 MiB, ( 2056.30 /  1536.00)" and
+# "ggml_backend_metal_buffer_type_alloc_buffer: allocated buffer, size = …"), in MiB however the unit is written
+_METAL_ALLOC = re.compile(r"\ballocated (?:'(?P<name>[^']*)' )?buffer, size\s*=\s*(?P<size>\d+(?:\.\d+)?)\s*Mi?B,"
+                          r"\s*\(\s*(?P<total>\d+(?:\.\d+)?)\s*/\s*(?P<ws>\d+(?:\.\d+)?)\s*\)")
+# the weights' share of it: the loader's Metal buffer ("llm_load_tensors: Metal buffer size = 4988.00 MiB", newer
+# "Metal model buffer size"), or 2023's 'data' buffer
+_METAL_MODEL = re.compile(r"\b(?:Metal|MTL\d*) (?:model )?buffer size\s*=\s*(?P<size>\d+(?:\.\d+)?)\s*Mi?B")
 # ollama sizing the offload to the memory it found ("offload to cuda" … layers.requested=-1 … layers.offload=10)
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 # … and the rest of that record (llm/memory.go, server.go later; a slog record of key=value fields): the layers it
@@ -147,6 +156,9 @@ class LlamaTimings:
     # (compute threads, batch threads or None, logical CPUs the host has) per start-up's system info line
     threads: list[tuple[int, int | None, int]] = field(default_factory=list)
     build_gpu: bool = False  # the system info line lists a GPU backend ("CUDA : ARCHS = 890", "Metal : …")
+    metal_allocated_mib: float | None = None  # the most Metal had allocated at once, in MiB
+    metal_working_set_mib: float | None = None  # the GPU's recommended working set Metal compared it with
+    metal_model_mib: float | None = None  # of it, the model's weights
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -206,6 +218,20 @@ class LlamaTimingParser:
                 and len(re.findall(r"\d+(?:\.\d+)?\s*[KMGT]i?B", avail["v"])) == 1:
             self.timings.weights_bytes = parse_size(weights["v"])
 
+    def _metal(self, line: str) -> None:
+        """Metal's allocations against the recommended working set; a paste may glue several onto one line."""
+        t = self.timings
+        for m in _METAL_ALLOC.finditer(line):
+            total, ws = float(m.group("total")), float(m.group("ws"))
+            if ws <= 0:
+                continue
+            t.metal_allocated_mib = max(t.metal_allocated_mib or 0.0, total)
+            t.metal_working_set_mib = ws
+            if (m.group("name") or "").strip() == "data":
+                t.metal_model_mib = (t.metal_model_mib or 0.0) + float(m.group("size"))
+            if t.gpu_backend is None:
+                t.gpu_backend = "Metal"
+
     def feed(self, line: str) -> None:
         if "POST /v1/" in line and _ACCESS.search(line):
             self.timings.arrivals += 1
@@ -218,6 +244,12 @@ class LlamaTimingParser:
             if m0 and int(m0.group(2)) > 0:
                 self.timings.loads.append((int(m0.group(1)), int(m0.group(2))))
                 return
+        if "allocated" in line and "buffer, size" in line:
+            self._metal(line)
+        if "buffer size" in line and ("Metal" in line or "MTL" in line):
+            mm = _METAL_MODEL.search(line)
+            if mm:
+                self.timings.metal_model_mib = (self.timings.metal_model_mib or 0.0) + float(mm.group("size"))
         if "buffer size" in line and self.timings.gpu_backend is None:
             mb = _GPU_BUFFER.search(line)
             if mb:

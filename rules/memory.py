@@ -1430,6 +1430,80 @@ class HostOomKill(Rule):
         )
 
 
+class MetalWorkingSetExceeded(Rule):
+    """llama.cpp allocated more on a Metal GPU than its recommended working set: macOS pages it instead of failing.
+
+    What it detects: Metal's allocation lines give their running total against the GPU's recommended max working set
+    (``(26062.74 / 8176.00)``, in MiB; with the warning "current allocated size is greater than the recommended max
+    working set size"), ``llamacpp.metal_allocated_bytes`` above ``llamacpp.metal_working_set_bytes``.
+
+    Why it matters: Metal does not refuse an allocation past the working set the way CUDA does; the pages beyond it
+    are swapped, so every token waits for memory (a Mac's integrated or small discrete GPU runs a model many times
+    its size at a crawl, and ``--mlock`` only keeps the host side resident) or a later buffer comes back nil.
+
+    How it decides: allocated ≥ ``min_over`` × the working set, and the weights alone (the loader's Metal buffer,
+    ``llamacpp.metal_model_bytes``) above the working set; the weights' share unknown, the total at least
+    ``weights_over`` × the working set (the cache and compute buffers are a fraction of a model that size). Where the
+    weights fit, what took it past (a KV cache, a second model or context loaded before) is not in the lines: no
+    finding. Impact: the share of what was allocated that lies past the working set.
+
+    Evidence: llamacpp.metal_allocated_bytes, llamacpp.metal_working_set_bytes; optionally llamacpp.metal_model_bytes.
+
+    Fix: a smaller model or quantisation (Q4_K_M against Q8_0), a shorter context (-c), fewer layers on the GPU
+    (-ngl) so the rest runs on the CPU without paging, or a Mac with more unified memory (the working set is about
+    two thirds to three quarters of it on Apple silicon; ``sudo sysctl iogpu.wired_limit_mb`` raises it, knowingly).
+
+    False positives: none from Metal's own figures; a machine whose working set was raised after the log was taken.
+    """
+
+    code = "MEM014"
+    name = "metal-working-set-exceeded"
+    category = Category.OOM_WEIGHTS
+    requires = ("llamacpp.metal_allocated_bytes", "llamacpp.metal_working_set_bytes")
+    optional = ("llamacpp.metal_model_bytes",)
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_over: float = 1.05  # 5 % past the working set: Metal's own warning, not rounding
+        weights_over: float = 1.5  # half again past it with the weights' share unknown: the weights are most of it
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        allocated = float(ev.value("llamacpp.metal_allocated_bytes") or 0.0)
+        ws = float(ev.value("llamacpp.metal_working_set_bytes") or 0.0)
+        model = ev.value("llamacpp.metal_model_bytes")
+        if ws <= 0 or allocated < t.min_over * ws:
+            return None
+        known = isinstance(model, int | float) and model > 0
+        if (known and float(model or 0.0) <= ws) or (not known and allocated < t.weights_over * ws):
+            return None
+        over = 1.0 - ws / allocated
+        what = (f"the model's weights alone ({size(float(model or 0.0))}) exceed it" if known else
+                "a total this far past it is mostly the model's weights")
+        msg = (f"Metal allocated {size(allocated)} on a GPU whose recommended working set is {size(ws)} "
+               f"({allocated / ws:.1f}×): {what}. Past the working set macOS pages the GPU's memory instead of "
+               "failing, so every token waits for it.")
+        return self.finding(
+            severity=Severity.CRITICAL if over >= 0.5 else Severity.MAJOR,
+            confidence=Confidence.MEASURED if known else Confidence.CORRELATED,
+            title="The model does not fit the Metal GPU's working set",
+            message=msg,
+            impact=over,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"working set |{bar(ws / allocated)}| {size(ws)}\nallocated   |{bar(1.0)}| {size(allocated)}",
+            fixes=[
+                Fix("Make it fit the working set", (
+                    "A smaller model or quantisation (Q4_K_M rather than Q8_0); a shorter context (-c) for the KV "
+                    "cache",
+                    "Fewer layers on the GPU (-ngl N): those left run on the CPU, slower but without paging",
+                ), Risk.NEEDS_VALIDATION),
+                Fix("Give the GPU more memory", (
+                    "A Mac with more unified memory; on Apple silicon `sudo sysctl iogpu.wired_limit_mb=N` raises the "
+                    "working set (leave the OS a few GB)",
+                ), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
 RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
-                                  MemoryHeadroom, AllocatorChurn, HostOomKill)
+                                  MemoryHeadroom, AllocatorChurn, HostOomKill, MetalWorkingSetExceeded)
 

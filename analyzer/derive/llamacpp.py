@@ -13,6 +13,7 @@ from statistics import fmean
 from diagnose.collectors.llamacpp import LlamaTimingParser, LlamaTimings
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
+from diagnose.units import MIB
 
 KIND = "llama.cpp-timings"
 
@@ -25,7 +26,7 @@ class LlamaTimingSource:
                 "Processing Prompt",
                 "Generate:", "POST /v1/", "Disconnected from client", "layers to GPU", "buffer size",
                 "ggml_cuda_init", "layers.requested=", "prompt processing, n_tokens", "n_decoded =", "n_gen =",
-                "n_threads")
+                "n_threads", "buffer, size")
 
     def __init__(self) -> None:
         self._p = LlamaTimingParser()
@@ -126,6 +127,14 @@ class LlamaTimingSource:
         if r.weights_bytes is not None:
             ev.add("mem.weights_bytes", r.weights_bytes, "bytes", "ollama's offload record (memory.weights.total), "
                    "a load onto one GPU", Quality.GOOD)
+        if r.metal_allocated_mib is not None and r.metal_working_set_mib is not None:
+            ev.add("llamacpp.metal_allocated_bytes", int(r.metal_allocated_mib * MIB), "bytes",
+                   "the most Metal allocated at once (its allocation lines' running total)", Quality.GOOD)
+            ev.add("llamacpp.metal_working_set_bytes", int(r.metal_working_set_mib * MIB), "bytes",
+                   "the GPU's recommended max working set, as Metal's allocation lines give it", Quality.GOOD)
+            if r.metal_model_mib:
+                ev.add("llamacpp.metal_model_bytes", int(r.metal_model_mib * MIB), "bytes",
+                       "the model's weights on the Metal device (the loader's Metal buffer)", Quality.GOOD)
         if r.gpu_backend is not None or r.ollama_backend is not None:
             ev.add("llamacpp.gpu_backend", r.gpu_backend or r.ollama_backend, "",
                    "a buffer llama.cpp allocated on this GPU device (or CUDA's device count at start-up)"
