@@ -158,6 +158,8 @@ _HEAD = re.compile(
     # (most recent call last)") or with its message after a colon: TensorFlow raises it when an allocator runs out
     r"|ResourceExhaustedError(?=\s{2,}Traceback|\s*:[^\n]*(?:OOM|out of memory|allocat|memory))"
     r"|CUDA error: out of memory"
+    # ggml's CUDA backend before 2024: "CUDA error 2 at /…/ggml-cuda.cu:7358: out of memory"
+    r"|CUDA error \d+ at \S+?:\d+: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory"
     r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     # the allocator's sentence pasted without its first words: its own structure says what it is
@@ -702,7 +704,7 @@ _GPU_SPEC = re.compile(
     # a GPU's name stands alone: inside a file or model name ("tinyllama-L4-H256.gguf", "/models/t4_int8")
     # it names no device, so a name glued to "-", "_" or "/" before it, or to "_" or "-word" after it, is none
     rf"(?:(?<![A-Za-z0-9._/-])(?P<n>\d+)\s*(?:(?:x|×|\*|张|块|台|个)\s*)?|(?<![A-Za-z0-9._/-]))(?:NVIDIA\s+)?"
-    rf"(?P<pre>Tesla\s+|GeForce\s+RTX\s+|RTX\s+|GeForce\s+|Ascend\s+)?"
+    rf"(?P<pre>Tesla\s+|GeForce\s+(?:RTX|GTX)\s+|RTX\s+|GTX\s+|GeForce\s+|Ascend\s+|Radeon\s+(?:RX\s+)?|RX\s+)?"
     rf"(?P<gpu>{_GPU_NAME})(?![a-zA-Z0-9_]|\.\d|-(?!SXM|PCIe|NVL)[A-Za-z])(?:[\s-]*(?:(?:SXM\d?|PCIe|NVL)[\s-]*)?(?P<mem>\d+)\s?G(?:i?B)?\b)?"
     rf"(?P<suf>\s*(?:GPUs?|cards?|显卡|卡))?",
     re.IGNORECASE | re.ASCII,  # ASCII: case-blind over ASCII letters only (a Turkish "Tİ" is no "ti")
@@ -722,9 +724,11 @@ class NamedGpu:
 
 def gpu_named(text: str) -> NamedGpu | None:
     """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
-    it names none (a bare number counts only with a prefix or a suffix: "4090" alone may be anything)."""
+    it names none (a bare number counts only with a prefix, "NVIDIA" before it, a suffix or a word of its model's
+    own: "4090" alone may be anything, "1660 ti" is a GPU)."""
     m = next((g for g in _GPU_SPEC.finditer(text)
-              if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")), None)
+              if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")
+              or g.group(0).lstrip()[:6].lower() == "nvidia" or not _gpu_key(g.group("gpu")).isdigit()), None)
     if m is None:
         return None
     mem = m.group("mem")
@@ -803,6 +807,18 @@ def _model_params(word: str, line: str) -> float | None:
         if named or re.search(r"\bmodels?\b|模型|参数|parameters?", line, re.IGNORECASE | re.ASCII):
             return value
     return None
+
+
+# an ollama library tag: a name, a colon, the size ("deepseek-coder:6.7b", "llama2:13b-chat", "qwen2.5:72b")
+_OLLAMA_TAG = re.compile(r"[\w.-]+:(?:[\w.]+-)?\d+(?:\.\d+)?[bBmM](?:-[\w.-]+)?")
+OLLAMA_DEFAULT_DTYPE = "4-bit, ollama's default for a tag that names no quantisation"
+
+
+def ollama_tag_default(h: ModelHints) -> None:
+    """An ollama tag that names no quantisation pulls a 4-bit GGUF (ollama's library default, Q4_0 then Q4_K_M): its
+    weights are about 0.6 bytes a parameter, not 16-bit's 2, where the text names ollama and states no dtype."""
+    if h.engine == "ollama" and not h.dtype and _OLLAMA_TAG.fullmatch(h.model or ""):
+        h.dtype, h.bytes_per_param = OLLAMA_DEFAULT_DTYPE, 0.6
 
 
 def model_hints(name: str) -> ModelHints | None:

@@ -22,6 +22,7 @@ from diagnose.collectors.oom import (
     OomEvent,
     OomParser,
     OomResult,
+    ollama_tag_default,
 )
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
@@ -217,6 +218,7 @@ def emit_model_size(h: ModelHints, ev: Emit, named: str) -> None:
     ``params`` is known; ``named`` says where the model's name was read."""
     assert h.params is not None
     ev.add("model.params", int(h.params), "params", named)
+    ollama_tag_default(h)
     est = h.weights_estimate
     if est is not None:
         dtype = h.dtype or "16-bit assumed, no dtype stated"

@@ -101,3 +101,25 @@ def test_a_ti_or_super_part_is_not_the_plain_number() -> None:
     # a case-blind match of other letters (Turkish "Tİ") is no crash (a review's repro): the plain part is read
     turkish = gpu_named("Ollama slow on my RTX 3060 Tİ")
     assert turkish is not None and turkish.model == "3060"
+
+
+def test_a_gpu_named_by_its_brand_or_its_models_own_word() -> None:
+    """ollama#1236's "nvida 1660 ti" (a Ti names a GPU, whatever precedes it), GTX and Radeon prefixes, "NVIDIA"
+    before a number; a bare number stays none ("took 4090 ms")."""
+    from diagnose.collectors.oom import gpu_named
+    for text, model in [("with nvida 1660 ti", "1660 TI"), ("GTX 1080", "1080"), ("GeForce GTX 1070 with 8GB", "1070"),
+                        ("NVIDIA 4090", "4090"), ("Radeon RX 7900 XTX", "7900 XTX")]:
+        got = gpu_named(text)
+        assert got is not None and got.model == model, (text, got)
+    assert gpu_named("the request took 4090 ms") is None and gpu_named("the 1080 build") is None
+
+
+def test_an_ollama_tag_without_a_quantisation_is_ollamas_4_bit_default() -> None:
+    """ollama#1236: deepseek-coder:6.7b pulled through ollama is a 4-bit GGUF (about 4 GB), not 13.4 GB of fp16."""
+    ev = _hints("ollama falls back to CPU for deepseek-coder:6.7b on a 1660 Ti")
+    got = ev.get("mem.weights_estimate_bytes")
+    assert isinstance(got, Evidence) and got.value == int(6.7e9 * 0.6) and "ollama's default" in got.detail
+    tagged = _hints("ollama runs llama2:13b-chat-q8_0 slowly").get("mem.weights_estimate_bytes")
+    assert isinstance(tagged, Evidence) and "8-bit" in tagged.detail  # the tag names its quantisation
+    hf = _hints("vllm serve deepseek-ai/deepseek-coder-6.7b-instruct").get("mem.weights_estimate_bytes")
+    assert isinstance(hf, Evidence) and hf.value == int(6.7e9 * 2)  # no ollama, no ollama default

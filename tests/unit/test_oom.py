@@ -873,3 +873,14 @@ def test_prose_hints_read_the_device_not_the_models_need() -> None:
     h = HintsParser()
     h.feed("My card has 24 GB of VRAM and 4 GPUs")
     assert h.hints.gpu_memory_bytes == 24 * GiB and h.hints.gpu_count == 4
+
+
+def test_ggmls_older_cuda_error_line_is_an_oom() -> None:
+    # ollama#1236 (ollama 2023's bundled llama.cpp): "CUDA error 2 at …/ggml-cuda.cu:7358: out of memory"
+    p = OomParser()
+    p.feed("CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:7358: out of memory")
+    (ev,) = p.result().events
+    assert ev.kind != "prose"
+    p = OomParser()
+    p.feed("a CUDA error 2 at first, then it ran out of memory later")
+    assert all(e.kind == "prose" for e in p.result().events)
