@@ -76,11 +76,12 @@ _CUDA_FOUND = re.compile(r"ggml_cuda_init: found ([1-9]\d*) \w+ devices?")
 # "ggml_metal_add_buffer: allocated 'data            ' buffer, size =  8967.25 MB, (30939.41 / 21845.34)", 2024's
 # "ggml_backend_metal_log_allocated_size: allocated buffer, size =  2048.00 MiB, ( 2056.30 /  1536.00)" and
 # "ggml_backend_metal_buffer_type_alloc_buffer: allocated buffer, size = …"), in MiB however the unit is written
-_METAL_ALLOC = re.compile(r"\ballocated (?:'(?P<name>[^']*)' )?buffer, size\s*=\s*(?P<size>\d+(?:\.\d+)?)\s*Mi?B,"
-                          r"\s*\(\s*(?P<total>\d+(?:\.\d+)?)\s*/\s*(?P<ws>\d+(?:\.\d+)?)\s*\)")
+_METAL_ALLOC = re.compile(r"\ballocated (?:'(?P<name>[^']*)' )?buffer, size\s*=\s*(?P<size>\d{1,9}(?:\.\d+)?)\s*Mi?B,"
+                          r"\s*\(\s*(?P<total>\d{1,9}(?:\.\d+)?)\s*/\s*(?P<ws>\d{1,9}(?:\.\d+)?)\s*\)")
 # the weights' share of it: the loader's Metal buffer ("llm_load_tensors: Metal buffer size = 4988.00 MiB", newer
 # "Metal model buffer size"), or 2023's 'data' buffer
-_METAL_MODEL = re.compile(r"\b(?:Metal|MTL\d*) (?:model )?buffer size\s*=\s*(?P<size>\d+(?:\.\d+)?)\s*Mi?B")
+_METAL_MODEL = re.compile(r"\b(?:Metal|MTL\d*)(?:_Mapped)? (?:model )?buffer size\s*=\s*(?P<size>\d{1,9}(?:\.\d+)?)\s*"
+                          r"Mi?B")
 # ollama sizing the offload to the memory it found ("offload to cuda" … layers.requested=-1 … layers.offload=10)
 _OLLAMA_REQUESTED = re.compile(r"layers\.requested=(-?\d+)")
 # … and the rest of that record (llm/memory.go, server.go later; a slog record of key=value fields): the layers it
@@ -156,9 +157,15 @@ class LlamaTimings:
     # (compute threads, batch threads or None, logical CPUs the host has) per start-up's system info line
     threads: list[tuple[int, int | None, int]] = field(default_factory=list)
     build_gpu: bool = False  # the system info line lists a GPU backend ("CUDA : ARCHS = 890", "Metal : …")
-    metal_allocated_mib: float | None = None  # the most Metal had allocated at once, in MiB
-    metal_working_set_mib: float | None = None  # the GPU's recommended working set Metal compared it with
-    metal_model_mib: float | None = None  # of it, the model's weights
+    # per load on a Metal GPU, [the most Metal had allocated at once, the GPU's recommended working set it compared
+    # that with, the model's weights among it or None], in MiB: a log of several loads or machines keeps them apart
+    metal_loads: list[list[float | None]] = field(default_factory=list)
+
+    @property
+    def metal_worst(self) -> tuple[float, float, float | None] | None:
+        """The load furthest past its working set: (allocated, working set, weights or None), in MiB."""
+        loads = [(float(a or 0.0), float(w or 0.0), m) for a, w, m in self.metal_loads if a and w]
+        return max(loads, key=lambda x: x[0] / x[1]) if loads else None
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -225,10 +232,14 @@ class LlamaTimingParser:
             total, ws = float(m.group("total")), float(m.group("ws"))
             if ws <= 0:
                 continue
-            t.metal_allocated_mib = max(t.metal_allocated_mib or 0.0, total)
-            t.metal_working_set_mib = ws
+            load = t.metal_loads[-1] if t.metal_loads else None
+            # a running total that falls, or another working set, is another load (or another machine)
+            if load is None or load[1] != ws or total < float(load[0] or 0.0):
+                load = [total, ws, None]
+                t.metal_loads.append(load)
+            load[0] = max(float(load[0] or 0.0), total)
             if (m.group("name") or "").strip() == "data":
-                t.metal_model_mib = (t.metal_model_mib or 0.0) + float(m.group("size"))
+                load[2] = (load[2] or 0.0) + float(m.group("size"))
             if t.gpu_backend is None:
                 t.gpu_backend = "Metal"
 
@@ -248,8 +259,9 @@ class LlamaTimingParser:
             self._metal(line)
         if "buffer size" in line and ("Metal" in line or "MTL" in line):
             mm = _METAL_MODEL.search(line)
-            if mm:
-                self.timings.metal_model_mib = (self.timings.metal_model_mib or 0.0) + float(mm.group("size"))
+            if mm and self.timings.metal_loads:
+                load = self.timings.metal_loads[-1]
+                load[2] = (load[2] or 0.0) + float(mm.group("size"))
         if "buffer size" in line and self.timings.gpu_backend is None:
             mb = _GPU_BUFFER.search(line)
             if mb:

@@ -725,10 +725,10 @@ class NamedGpu:
 def gpu_named(text: str) -> NamedGpu | None:
     """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
     it names none (a bare number counts only with a prefix, "NVIDIA" before it, a suffix or a word of its model's
-    own: "4090" alone may be anything, "1660 ti" is a GPU)."""
+    own: "4090" alone may be anything, "1660 ti" is a GPU; "910B" alone is a file's size as often)."""
     m = next((g for g in _GPU_SPEC.finditer(text)
               if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")
-              or g.group(0).lstrip()[:6].lower() == "nvidia" or not _gpu_key(g.group("gpu")).isdigit()), None)
+              or g.group(0).lstrip()[:6].lower() == "nvidia" or " " in _gpu_key(g.group("gpu"))), None)
     if m is None:
         return None
     mem = m.group("mem")
@@ -777,7 +777,7 @@ _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
                 re.IGNORECASE), "4-bit", 0.5),
     (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
     (re.compile(r"\b(?:fp32|float32)\b", re.IGNORECASE), "fp32", 4.0),
-    (re.compile(r"\b(?:fp16|bf16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
+    (re.compile(r"\b(?:fp16|bf16|f16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
 )
 
 
@@ -809,16 +809,19 @@ def _model_params(word: str, line: str) -> float | None:
     return None
 
 
-# an ollama library tag: a name, a colon, the size ("deepseek-coder:6.7b", "llama2:13b-chat", "qwen2.5:72b")
-_OLLAMA_TAG = re.compile(r"[\w.-]+:(?:[\w.]+-)?\d+(?:\.\d+)?[bBmM](?:-[\w.-]+)?")
-OLLAMA_DEFAULT_DTYPE = "4-bit, ollama's default for a tag that names no quantisation"
+# an ollama library tag: a name (a registry path before it), a colon, the size ("deepseek-coder:6.7b",
+# "llama2:13b-chat", "qwen2.5:72b", "mixtral:8x7b", "registry.ollama.ai/library/llama3:8b")
+_OLLAMA_TAG = re.compile(r"[\w./-]+:(?:[\w.]+-)?(?:\d+x)?\d+(?:\.\d+)?[bBmM](?:-[\w.-]+)?")
+OLLAMA_DEFAULT_DTYPE = "4-bit assumed, ollama's default for a tag that names no quantisation"
 
 
-def ollama_tag_default(h: ModelHints) -> None:
+def ollama_tag_default(h: ModelHints) -> tuple[str, float] | None:
     """An ollama tag that names no quantisation pulls a 4-bit GGUF (ollama's library default, Q4_0 then Q4_K_M): its
-    weights are about 0.6 bytes a parameter, not 16-bit's 2, where the text names ollama and states no dtype."""
+    weights are about 0.6 bytes a parameter, not 16-bit's 2, where the text names ollama and states no dtype. An
+    assumption, as 16-bit's is: (the dtype's words, bytes a parameter), or None."""
     if h.engine == "ollama" and not h.dtype and _OLLAMA_TAG.fullmatch(h.model or ""):
-        h.dtype, h.bytes_per_param = OLLAMA_DEFAULT_DTYPE, 0.6
+        return OLLAMA_DEFAULT_DTYPE, 0.6
+    return None
 
 
 def model_hints(name: str) -> ModelHints | None:

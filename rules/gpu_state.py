@@ -243,6 +243,15 @@ class GpuNotUsable(Rule):
         )
 
 
+def _active(ev: EvidenceSet) -> bool:
+    """Every GPU of a single reading was in an active performance state (P0-P2: a context at work, not the idle
+    P8 of a snapshot taken before any request)."""
+    got = ev.get("gpu.devices")
+    devices = got.value if isinstance(got, Evidence) else None
+    states = [str(d.get("pstate") or "") for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+    return bool(states) and all(p.upper() in ("P0", "P1", "P2") for p in states)
+
+
 class LayersLeftOnTheCpu(Rule):
     """llama.cpp's model loader put most of the model's layers on the CPU although a GPU was there to take them.
 
@@ -264,9 +273,11 @@ class LayersLeftOnTheCpu(Rule):
     and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
     (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the
     GPU (then only a part can fit; PLC001 says what that costs). Measured, it also fires for a larger share
-    offloaded, whatever fits: any layer left on the CPU with the GPU measured at most ``max_busy`` busy while it
-    ran (the CPU computes its layers many times slower, so even a third of them sets the pace and the GPU waits;
-    ollama#3301: 23 of 33 layers offloaded, the GPU 15 % busy); impact 1 − the GPU's busy share.
+    offloaded, whatever fits: at least ``min_cpu_share`` of the layers left on the CPU with every GPU measured at
+    most ``max_busy`` busy over at least ``min_samples`` readings, or one reading in an active performance state
+    (P0-P2; a single P8 reading may be an idle snapshot before any request); the CPU computes its layers many
+    times slower, so even a third of them sets the pace and the GPU waits (ollama#3301: 23 of 33 layers offloaded,
+    the GPU 15 % busy in P2); impact 1 − the GPU's busy share.
 
     Evidence: llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend; optionally
     llamacpp.offload_auto_sized, mem.weights_estimate_bytes, gpu.spec_memory_bytes, mem.oom_count,
@@ -284,13 +295,16 @@ class LayersLeftOnTheCpu(Rule):
     category = Category.DEVICE_PLACEMENT
     requires = ("llamacpp.gpu_layers", "llamacpp.layers_total", "llamacpp.gpu_backend")
     optional = ("llamacpp.offload_auto_sized", "mem.weights_estimate_bytes", "gpu.spec_memory_bytes",
-                "mem.oom_count", "report.oom_statements", "gpu.util_ratio", "gpu.util_samples")
+                "mem.oom_count", "report.oom_statements", "gpu.util_ratio", "gpu.util_samples", "gpu.util_max_ratio",
+                "gpu.devices")
 
     @dataclass(frozen=True)
     class Thresholds:
         max_share: float = 0.5  # under half the layers on the GPU: the CPU computes most of every token
         min_impact: float = 0.7  # the CPU part sets the pace even when it is only half
         max_busy: float = 0.5  # a GPU busy half the time or less while layers sit on the CPU waits for them
+        min_samples: float = 2.0  # one reading may be an idle snapshot taken before any request
+        min_cpu_share: float = 0.1  # a tenth of the layers or more on the CPU (the output layer alone costs little)
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
@@ -300,8 +314,13 @@ class LayersLeftOnTheCpu(Rule):
         oom = (ev.value("mem.oom_count", 0.0) or 0.0) > 0 or (ev.value("report.oom_statements", 0.0) or 0.0) > 0
         if oom or share >= 1:
             return None
-        busy = ev.value("gpu.util_ratio")
-        waited = isinstance(busy, int | float) and busy <= t.max_busy  # the GPU measured waiting for the CPU's layers
+        # the GPU measured waiting for the CPU's layers: over several readings, every GPU at most half busy (the mean
+        # alone hides a busy card beside an idle second one), with a tenth of the layers or more on the CPU
+        busy, peak = ev.value("gpu.util_ratio"), ev.value("gpu.util_max_ratio")
+        samples = ev.value("gpu.util_samples", 0.0) or 0.0
+        waited = (isinstance(busy, int | float) and busy <= t.max_busy
+                  and (samples >= t.min_samples or _active(ev))
+                  and (not isinstance(peak, int | float) or peak <= t.max_busy) and 1 - share >= t.min_cpu_share)
         weights, gpu_mem = ev.value("mem.weights_estimate_bytes"), ev.value("gpu.spec_memory_bytes")
         w = float(weights) if isinstance(weights, int | float) else 0.0
         cap = float(gpu_mem) if isinstance(gpu_mem, int | float) else 0.0
@@ -314,6 +333,7 @@ class LayersLeftOnTheCpu(Rule):
                f"{pct(1 - share)} run on the CPU for every token"
                + (f" (the weights, about {size(w)}, are larger than the GPU's {size(cap)}: "
                   "only a part fits)." if larger else
+                  " (ollama offloaded what it found room for)." if ev.value("llamacpp.offload_auto_sized") else
                   f", while llama.cpp had a GPU ({device}) to put them on"
                   + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
                + (f" The GPU was {pct(float(busy or 0.0))} busy: it waits for the CPU's layers, which set the pace."
@@ -321,7 +341,8 @@ class LayersLeftOnTheCpu(Rule):
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
-            title="Most of the model's layers run on the CPU",
+            title=("Most of the model's layers run on the CPU" if share < t.max_share else
+                   "The model's layers on the CPU set the pace"),
             message=msg,
             impact=max(t.min_impact, 1 - share) if share < t.max_share else max(1 - share, 1 - float(busy or 0.0)),
             evidence=present(ev, *self.requires, *self.optional),

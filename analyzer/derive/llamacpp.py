@@ -127,14 +127,17 @@ class LlamaTimingSource:
         if r.weights_bytes is not None:
             ev.add("mem.weights_bytes", r.weights_bytes, "bytes", "ollama's offload record (memory.weights.total), "
                    "a load onto one GPU", Quality.GOOD)
-        if r.metal_allocated_mib is not None and r.metal_working_set_mib is not None:
-            ev.add("llamacpp.metal_allocated_bytes", int(r.metal_allocated_mib * MIB), "bytes",
-                   "the most Metal allocated at once (its allocation lines' running total)", Quality.GOOD)
-            ev.add("llamacpp.metal_working_set_bytes", int(r.metal_working_set_mib * MIB), "bytes",
-                   "the GPU's recommended max working set, as Metal's allocation lines give it", Quality.GOOD)
-            if r.metal_model_mib:
-                ev.add("llamacpp.metal_model_bytes", int(r.metal_model_mib * MIB), "bytes",
-                       "the model's weights on the Metal device (the loader's Metal buffer)", Quality.GOOD)
+        worst = r.metal_worst
+        if worst is not None:
+            allocated, ws, model = worst
+            of = f" (the furthest past it of {len(r.metal_loads)} loads)" if len(r.metal_loads) > 1 else ""
+            ev.add("llamacpp.metal_allocated_bytes", int(allocated * MIB), "bytes",
+                   "the most Metal allocated at once (its allocation lines' running total)" + of, Quality.GOOD)
+            ev.add("llamacpp.metal_working_set_bytes", int(ws * MIB), "bytes",
+                   "the GPU's recommended max working set, as Metal's allocation lines give it" + of, Quality.GOOD)
+            if model and model <= allocated:  # (more weights than allocated in all: lines of two loads mixed)
+                ev.add("llamacpp.metal_model_bytes", int(model * MIB), "bytes",
+                       "the model's weights on the Metal device (the loader's Metal buffer) of that load", Quality.GOOD)
         if r.gpu_backend is not None or r.ollama_backend is not None:
             ev.add("llamacpp.gpu_backend", r.gpu_backend or r.ollama_backend, "",
                    "a buffer llama.cpp allocated on this GPU device (or CUDA's device count at start-up)"

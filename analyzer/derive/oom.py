@@ -218,13 +218,12 @@ def emit_model_size(h: ModelHints, ev: Emit, named: str) -> None:
     ``params`` is known; ``named`` says where the model's name was read."""
     assert h.params is not None
     ev.add("model.params", int(h.params), "params", named)
-    ollama_tag_default(h)
-    est = h.weights_estimate
-    if est is not None:
-        dtype = h.dtype or "16-bit assumed, no dtype stated"
-        ev.add("mem.weights_estimate_bytes", est, "bytes",
-               f"{h.params / 1e9:g}B parameters × {h.bytes_per_param or 2.0:g} bytes, {dtype}, for {h.model}",
-               Quality.GOOD if h.dtype else Quality.LOW)
+    assumed = ollama_tag_default(h)
+    nbytes = assumed[1] if assumed else (h.bytes_per_param or 2.0)
+    dtype = assumed[0] if assumed else (h.dtype or "16-bit assumed, no dtype stated")
+    ev.add("mem.weights_estimate_bytes", int(h.params * nbytes), "bytes",
+           f"{h.params / 1e9:g}B parameters × {nbytes:g} bytes, {dtype}, for {h.model}",
+           Quality.GOOD if h.dtype else Quality.LOW)
 
 
 class HintsSource:

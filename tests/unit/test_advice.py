@@ -8,7 +8,7 @@ import pytest
 
 from diagnose import loose, pipeline
 from diagnose.derive.oom import HintsSource
-from diagnose.model import Evidence, EvidenceSet
+from diagnose.model import Evidence, EvidenceSet, Quality
 from diagnose.rules import advice
 
 
@@ -112,6 +112,7 @@ def test_a_gpu_named_by_its_brand_or_its_models_own_word() -> None:
         got = gpu_named(text)
         assert got is not None and got.model == model, (text, got)
     assert gpu_named("the request took 4090 ms") is None and gpu_named("the 1080 build") is None
+    assert gpu_named("-rw-r--r-- 1 me staff 910B Mar 3 10:02 config.json") is None  # a file's size, no Ascend
 
 
 def test_an_ollama_tag_without_a_quantisation_is_ollamas_4_bit_default() -> None:
@@ -119,7 +120,12 @@ def test_an_ollama_tag_without_a_quantisation_is_ollamas_4_bit_default() -> None
     ev = _hints("ollama falls back to CPU for deepseek-coder:6.7b on a 1660 Ti")
     got = ev.get("mem.weights_estimate_bytes")
     assert isinstance(got, Evidence) and got.value == int(6.7e9 * 0.6) and "ollama's default" in got.detail
+    assert got.quality is Quality.LOW and "assumed" in got.detail  # an assumption, as 16-bit's is
     tagged = _hints("ollama runs llama2:13b-chat-q8_0 slowly").get("mem.weights_estimate_bytes")
     assert isinstance(tagged, Evidence) and "8-bit" in tagged.detail  # the tag names its quantisation
+    f16 = _hints("ollama run llama3:8b-instruct-f16 is slow").get("mem.weights_estimate_bytes")
+    assert isinstance(f16, Evidence) and f16.value == int(8e9 * 2) and f16.quality is Quality.GOOD
+    moe = _hints("ollama run mixtral:8x7b runs out of memory").get("mem.weights_estimate_bytes")
+    assert isinstance(moe, Evidence) and moe.value == int(56e9 * 0.6)
     hf = _hints("vllm serve deepseek-ai/deepseek-coder-6.7b-instruct").get("mem.weights_estimate_bytes")
     assert isinstance(hf, Evidence) and hf.value == int(6.7e9 * 2)  # no ollama, no ollama default

@@ -178,3 +178,44 @@ def test_metal_allocations_against_the_recommended_working_set() -> None:
             assert "recommended working set" in mem014[0].message
         else:
             assert not mem014, name
+
+
+def test_a_partial_offload_is_not_judged_on_an_idle_snapshot_or_an_idle_second_gpu() -> None:
+    """The review's counter-examples: one nvidia-smi reading in P8 taken before any request, and a busy GPU beside an
+    idle second one (their mean 46 %), say nothing of the GPU waiting for the CPU's layers."""
+    load = ["llm_load_tensors: offloaded 30/33 layers to GPU",
+            "llm_load_tensors:      CUDA0 buffer size = 20095.05 MiB"]
+    idle = "| 30%   44C    P8              25W / 370W |   5070MiB / 24576MiB |      0%      Default |"
+    ev, codes = _judge(*load, idle)
+    assert ev.value("gpu.util_ratio") == 0.0 and "PLC004" not in codes
+    two = ["|   0  NVIDIA GeForce RTX 3090        Off | 00000000:08:00.0 Off |                  N/A |",
+           "| 30%   64C    P2             340W / 370W |  22070MiB / 24576MiB |     92%      Default |",
+           "|   1  NVIDIA GeForce RTX 3090        Off | 00000000:09:00.0 Off |                  N/A |",
+           "| 30%   34C    P8              20W / 370W |      2MiB / 24576MiB |      0%      Default |"]
+    ev, codes = _judge(*load, *two)
+    assert ev.value("gpu.util_max_ratio") == 0.92 and "PLC004" not in codes
+
+
+def test_metal_loads_are_judged_one_by_one() -> None:
+    """The review's counter-examples: the same model run twice (past the working set once, by a 32k KV cache), and
+    two Macs in one text (a 25 GiB model under a 48 GiB working set, a 2 GiB one under 5.3 GiB): no load's weights
+    exceed its own working set, so no finding, and no figure mixes two loads."""
+    runs = ["ggml_backend_metal_buffer_from_ptr: allocated buffer, size =  6290.00 MiB, ( 6290.07 / 10922.67)",
+            "llm_load_tensors:      Metal buffer size =  6290.00 MiB",
+            "ggml_backend_metal_log_allocated_size: allocated buffer, size =  5296.00 MiB, (11586.07 / 10922.67)",
+            "ggml_backend_metal_buffer_from_ptr: allocated buffer, size =  6290.00 MiB, ( 6290.07 / 10922.67)",
+            "llm_load_tensors:      Metal buffer size =  6290.00 MiB"]
+    ev, codes = _judge(*runs)
+    assert ev.value("llamacpp.metal_model_bytes") == (6290 * 2**20) and "MEM014" not in codes
+    macs = ["ggml_backend_metal_buffer_from_ptr: allocated buffer, size = 26000.00 MiB, (26000.07 / 49152.00)",
+            "llm_load_tensors:      Metal buffer size = 26000.00 MiB",
+            "ggml_backend_metal_buffer_from_ptr: allocated buffer, size =  2000.00 MiB, ( 2000.07 /  5461.34)",
+            "llm_load_tensors:      Metal buffer size =  2000.00 MiB"]
+    ev, codes = _judge(*macs)
+    assert "MEM014" not in codes
+    # the load nearest its working set (the M2's, 53 %), with its own figures, none of the other's
+    assert ev.value("llamacpp.metal_allocated_bytes") == int(26000.07 * 2**20)
+    assert ev.value("llamacpp.metal_working_set_bytes") == (49152 * 2**20)
+    assert ev.value("llamacpp.metal_model_bytes") == (26000 * 2**20)
+    # an absurd number in an allocation line is no crash
+    _judge("ggml_backend_metal_log_allocated_size: allocated buffer, size = 1 MiB, (" + "9" * 400 + " / 0.001)")
