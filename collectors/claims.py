@@ -416,6 +416,8 @@ _GPU_ANNOUNCED = re.compile(_ANNOUNCE_AT + r"(?:using device:? (?:cuda|gpu)\b|de
 _ELSEWHERE = re.compile(r"\bdocker\b|container|\bwsl2?\b|\bpods?\b|kubernetes|\bk8s\b|another (?:machine|host|server)"
                         r"|other (?:machine|host|server)|remote (?:machine|host|server)|\bVM\b|virtual machine",
                         re.IGNORECASE)
+_ELSEWHERE_WORDS = ("docker", "container", "wsl", "pod", "kubernetes", "k8s", "other ", "remote ", "vm",
+                    "virtual machine")  # one of which every line _ELSEWHERE matches holds (lower case)
 _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched only where its literals are
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
 # used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
@@ -810,7 +812,7 @@ class ClaimParser:
                     c.cpu_announced += 1
         if not c.gpu_announced and ("cuda" in low or "gpu" in low) and _GPU_ANNOUNCED.search(line):
             c.gpu_announced = True
-        if not c.elsewhere and _ELSEWHERE.search(line):
+        if not c.elsewhere and any(w in low for w in _ELSEWHERE_WORDS) and _ELSEWHERE.search(line):
             c.elsewhere = True
 
     def _sync_code(self, line: str) -> None:

@@ -135,6 +135,16 @@ class Generation:
 
 
 @dataclass
+class MetalLoad:
+    """One load on a Metal GPU, in MiB: the most Metal had allocated at once, the GPU's recommended working set it
+    compared that with, and the model's weights among it where a line said."""
+
+    allocated_mib: float
+    working_set_mib: float
+    model_mib: float | None = None
+
+
+@dataclass
 class LlamaTimings:
     generations: list[Generation] = field(default_factory=list)
     prompt_tokens_seen: list[int] = field(default_factory=list)  # koboldcpp's prompt sizes
@@ -157,15 +167,13 @@ class LlamaTimings:
     # (compute threads, batch threads or None, logical CPUs the host has) per start-up's system info line
     threads: list[tuple[int, int | None, int]] = field(default_factory=list)
     build_gpu: bool = False  # the system info line lists a GPU backend ("CUDA : ARCHS = 890", "Metal : …")
-    # per load on a Metal GPU, [the most Metal had allocated at once, the GPU's recommended working set it compared
-    # that with, the model's weights among it or None], in MiB: a log of several loads or machines keeps them apart
-    metal_loads: list[list[float | None]] = field(default_factory=list)
+    # per load on a Metal GPU: a log of several loads or machines keeps them apart
+    metal_loads: list[MetalLoad] = field(default_factory=list)
 
     @property
-    def metal_worst(self) -> tuple[float, float, float | None] | None:
-        """The load furthest past its working set: (allocated, working set, weights or None), in MiB."""
-        loads = [(float(a or 0.0), float(w or 0.0), m) for a, w, m in self.metal_loads if a and w]
-        return max(loads, key=lambda x: x[0] / x[1]) if loads else None
+    def metal_worst(self) -> MetalLoad | None:
+        """The load furthest past its working set."""
+        return max(self.metal_loads, key=lambda x: x.allocated_mib / x.working_set_mib, default=None)
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
@@ -234,12 +242,12 @@ class LlamaTimingParser:
                 continue
             load = t.metal_loads[-1] if t.metal_loads else None
             # a running total that falls, or another working set, is another load (or another machine)
-            if load is None or load[1] != ws or total < float(load[0] or 0.0):
-                load = [total, ws, None]
+            if load is None or load.working_set_mib != ws or total < load.allocated_mib:
+                load = MetalLoad(total, ws)
                 t.metal_loads.append(load)
-            load[0] = max(float(load[0] or 0.0), total)
+            load.allocated_mib = max(load.allocated_mib, total)
             if (m.group("name") or "").strip() == "data":
-                load[2] = (load[2] or 0.0) + float(m.group("size"))
+                load.model_mib = (load.model_mib or 0.0) + float(m.group("size"))
             if t.gpu_backend is None:
                 t.gpu_backend = "Metal"
 
@@ -261,7 +269,7 @@ class LlamaTimingParser:
             mm = _METAL_MODEL.search(line)
             if mm and self.timings.metal_loads:
                 load = self.timings.metal_loads[-1]
-                load[2] = (load[2] or 0.0) + float(mm.group("size"))
+                load.model_mib = (load.model_mib or 0.0) + float(mm.group("size"))
         if "buffer size" in line and self.timings.gpu_backend is None:
             mb = _GPU_BUFFER.search(line)
             if mb:

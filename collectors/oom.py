@@ -131,12 +131,6 @@ class ModelHints:
     cpu_after_loading_pct: float | None = None
     cpu_after_loading_normal: bool = False  # "… and back to normal once the model is up"
 
-    @property
-    def weights_estimate(self) -> int | None:
-        if self.params is None:
-            return None
-        return int(self.params * (self.bytes_per_param or 2.0))
-
 
 @dataclass
 class OomResult:

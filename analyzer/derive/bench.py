@@ -186,9 +186,7 @@ def derive(levels: list[BenchLevel], source: str, delayed_warnings: int = 0) -> 
                f"{tool} warned that it could not keep up with the desired load (results less reliable)")
     if lvl.server_latency is not None:
         ev.add("latency.server_ms.mean", lvl.server_latency, "ms", f"{where}: server-side average request latency")
-        parts = dict(lvl.server_parts)
-        if lvl.ensemble_totals:
-            parts = _ensemble_totals(ev, lvl, parts, where)
+        parts = _ensemble_totals(ev, lvl, lvl.server_parts, where) if lvl.ensemble_totals else lvl.server_parts
         for part, value in sorted(parts.items()):
             if part != "compute":  # one undivided compute time (older perf_client) is the sum below
                 ev.add(f"stage.{part}_ms.mean", value, "ms", f"{where}: server {part.replace('_', ' ')}")

@@ -129,7 +129,7 @@ class LlamaTimingSource:
                    "a load onto one GPU", Quality.GOOD)
         worst = r.metal_worst
         if worst is not None:
-            allocated, ws, model = worst
+            allocated, ws, model = worst.allocated_mib, worst.working_set_mib, worst.model_mib
             of = f" (the furthest past it of {len(r.metal_loads)} loads)" if len(r.metal_loads) > 1 else ""
             ev.add("llamacpp.metal_allocated_bytes", int(allocated * MIB), "bytes",
                    "the most Metal allocated at once (its allocation lines' running total)" + of, Quality.GOOD)
