@@ -238,8 +238,13 @@ CONCEPTS: dict[str, str] = {
     "pcie_link": r"link (?:width|speed|gen)|lnksta|lnkcap|\bx(?:1|4|8|16)\b"
                  r"|pcie ?(?:gen ?)?[1-5](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|riser",
     "placement_cpu": r"(?:runs?|running|ran|executed?|falls? back|fell back|stuck|only) (?:entirely |only |all )?"
-                     r"on (?:the )?cpu|cpu[- ]only|not (?:using|use|utili[sz]ing) (?:the )?gpu|gpu (?:is |was )?"
-                     r"not (?:used|utili[sz]ed|being used)|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
+                     r"on (?:the )?cpu|cpu[- ]only|not (?:using|use|utili[sz]ing) (?:the )?gpu(?!\w)(?!"
+                     # a degree, not the device ("not utilizing the GPU nearly as much as the tensorflow version",
+                     # ray#6962; "not utilized fully"): the GPU runs it, less busy
+                     r",? (?:nearly|as much|fully|efficiently|enough|well|properly|much|more|to (?:its|the) full))"
+                     r"|gpu (?:is |was )?not (?:used|utili[sz]ed|being used)(?!\w)(?!,? (?:nearly|as much|fully"
+                     r"|efficiently|enough|well|properly|much|more|to (?:its|the) full))"
+                     r"|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
                      r"|no gpu usage|without (?:the )?gpu|device[=:] ?['\"]?cpu|torch\.device\(['\"]cpu"
                      r"|\.to\(['\"]cpu['\"]\)|cpuexecutionprovider|cuda(?:\.is_available\(\))? (?:is )?(?:not "
                      r"available|false)|is_available\(\) (?:returns? )?false|没有使用gpu|没用gpu|只用cpu"
@@ -346,7 +351,10 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
         r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
-        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu",
+        r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu"
+        # a CPU-only torch wheel in an environment banner or version print ("Ultralytics YOLOv8.0.54 Python-3.10.6
+        # torch-2.0.0+cpu CPU", "torch 1.10.0+cpu", "2.1.0+cpu"): that torch has no CUDA to run on
+        r"|\btorch[-= :]*v?\d+\.\d+(?:\.\d+)?\+cpu\b",
         re.I),
     # TensorFlow could not load a CUDA runtime library its GPU device needs (stream_executor's dso_loader.cc: "Could
     # not load dynamic library 'libcudart.so.10.1'; dlerror: …"; TensorRT's libnvinfer is optional and not it) and,
@@ -464,6 +472,7 @@ class Claims:
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
+    cpu_requested: bool = False  # a command puts the program on the CPU (``--device cpu``): its CPU messages are asked
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -658,6 +667,12 @@ class ClaimParser:
         if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
             self._claims.synced, self._sync_pending = True, False
         c = self._claims
+        if c.cpu_requested and c.messages["cpu_fallback"] > 0:
+            # the program was started on the CPU (whispering#76: "whispering … --device cpu", then its own "FP16 is
+            # not supported on CPU; using FP32 instead"): what it says of the CPU was asked for, no fall-back
+            del c.messages["cpu_fallback"]
+            c.quotes.pop("msg:cpu_fallback", None)
+            c.cpu_announced = 0
         if c.gpu_announced and c.cpu_announced and not c.elsewhere:
             # a program announcing the CPU in one run and a GPU in another was run on both (yolov3#212's "Using CPU"
             # at 0.214 s, then "Using CUDA device0 … GTX 1050 Ti" at 0.970 s): a comparison, no fall-back
@@ -761,6 +776,7 @@ class ClaimParser:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
             if _CPU_DEVICE.search(line):
+                c.cpu_requested = True
                 return  # an engine on its CPU backend: no CUDA graphs to turn off
             self._messages(line, SETTINGS)
             return

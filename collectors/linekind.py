@@ -91,6 +91,9 @@ _LAUNCHER = (
 )
 _ARGUMENT = r".*?(?:(?<=\s)--?[A-Za-z]|\S/\S|\.py\b|\w=\S)"  # the launcher's \s is a flag's space too
 _COMMAND = re.compile(rf"\s*(?:{_PROMPT}|```|(?:\+\s+)?{_ENV}*{_LAUNCHER}{_ARGUMENT}|(?:\+\s+)?{_ENV}+\S)")
+# a program this list does not name, known as a command by its shape: a lower-case name (and a subcommand or two),
+# then nothing but two or more flags, each with at most one value ("whispering --language fr --model tiny --device cpu")
+_BARE_COMMAND = re.compile(r"\s*[a-z][\w.-]*(?:\s+[a-z][\w.-]*){0,2}(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?){2,}\s*$")
 _FLAGS_ONLY = re.compile(r"\s*--?[A-Za-z][\w.-]*(?:[= ]\S+)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ]\S+)?)*\s*\\?\s*$")
 _CONTINUED = re.compile(r"\s\\\s*$")
 _METRICS = re.compile(r"\s*(?:# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Prometheus comments, diagnose's header
@@ -236,7 +239,8 @@ def kind_of(line: str) -> LineKind:
         return LineKind.CODE
     if _LOG.match(line):
         return LineKind.LOG
-    if _COMMAND.match(text) or _FLAGS_ONLY.match(text) or (_CONTINUED.search(text) and "--" in text):
+    if _COMMAND.match(text) or _FLAGS_ONLY.match(text) or (_CONTINUED.search(text) and "--" in text) \
+            or ("--" in text and _BARE_COMMAND.match(text)):
         return LineKind.COMMAND
     if text.startswith(("{", "[{", '["', "[[", "<?xml", "<")) or _LABELLED_STRUCTURE.match(text):
         return LineKind.JSON

@@ -213,8 +213,9 @@ def gpu_in_view(ev: EvidenceSet) -> bool:
         return ev.has_prefix(*GPU_EVIDENCE)  # a timeline recorded where the GPU is outranks the attach host
     if ev.has_prefix(*GPU_EVIDENCE) or any(k in ev for k in _GPU_STATEMENTS):
         return True
-    cues = ev.value("report.cues")
-    if isinstance(cues, dict) and any(c in cues for c in _GPU_CUES):
+    got = ev.get("report.cues")  # a mapping of cue weights (``value`` reads numbers only)
+    cues = got.value if isinstance(got, Evidence) else None
+    if isinstance(cues, dict) and any(cues.get(c, 0.0) > 0 for c in _GPU_CUES):
         return True
     # a framework's fall-back message names the GPU it could not use ("ggml_cuda_init: failed", "Failed to
     # create CUDAExecutionProvider")

@@ -872,3 +872,54 @@ def test_a_cuda_graph_capture_timed_at_start_up_is_no_eager_launch_path() -> Non
 ])
 def test_a_thing_denied_as_the_cause_right_after_its_name_is_not_claimed(text: str, key: str, said: bool) -> None:
     assert bool(_report("Generation is slow on two 3090s\n\n" + text + "\n").get(key)) is said, text
+
+
+def test_a_gpu_the_reporter_names_puts_one_in_view() -> None:
+    # OpenAI-Whisper-GUI#13: whisper's own warning that it runs on the CPU, from a reporter who set the device to
+    # the GPU; the GPU is named only in prose (the report's cues), which must count, or the placement is dropped
+    # as "no GPU in view" and only the wording's lean is left
+    from diagnose.rules.base import gpu_in_view
+
+    text = ('GPU is not used even if you have set GPU.\n'
+            'First of all i get this warning " UserWarning: FP16 is not supported on CPU; using FP32 instead\n'
+            '  warnings.warn("FP16 is not supported on CPU; using FP32 instead")" \n'
+            '  \n'
+            '  And when i set the device to GPU and transcribe , My CPU usage spikes up to 100% and the process '
+            'becomes painfully slow. GPU is not used at all.\n')
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    assert gpu_in_view(EvidenceSet(res.evidence))
+    d = _diagnose(text)
+    lead = d.findings[0]
+    assert lead.code == "PLC001" and "report.cpu_fallback_messages" in {e.key for e in lead.evidence}
+    # a text naming no GPU at all has none in view
+    plain = "Transcription is slow.\nMy CPU usage spikes up to 100% and the process becomes painfully slow.\n"
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(plain.encode())))  # type: ignore[arg-type]
+    assert not gpu_in_view(EvidenceSet(res.evidence))
+
+
+def test_a_cpu_torch_wheel_is_a_fallback_and_a_cpu_asked_for_is_none() -> None:
+    # ultralytics#1495: the environment banner names a CPU-only torch wheel where the earlier one named CUDA
+    c = _claims("Ultralytics YOLOv8.0.53 Python-3.9.1 torch-1.8.1+cu111 CUDA:0 (NVIDIA GeForce RTX 3070, 8192MiB)\n"
+                "Ultralytics YOLOv8.0.54 Python-3.10.6 torch-2.0.0+cpu CPU\n").claims
+    assert c.messages["cpu_fallback"] == 1
+    gpu = _claims("YOLOv5 🚀 v6.1 torch 1.10.0+cu113 CUDA:0 (Tesla T4, 15110MiB)\n").claims
+    assert gpu.messages["cpu_fallback"] == 0
+    # whispering#76: started with --device cpu, the program's FP16 warning is what was asked for, no fall-back
+    text = ("FP16-fp32 argument for using --device cpu\n## Description\n\nGot error :\n"
+            "transcriber._set_dtype:35 WARNING -> FP16 is not supported on CPU; using FP32 instead\n\n"
+            "when running :\nwhispering --language fr --model tiny --device cpu\n")
+    assert _claims(text).claims.messages["cpu_fallback"] == 0
+    assert "report.cpu_fallback_messages" not in _report(text)
+    # ... and without the command the same warning is one
+    assert _claims(text.replace("--device cpu\n", "\n")).claims.messages["cpu_fallback"] == 1
+
+
+def test_a_gpu_used_less_than_another_is_no_placement_on_the_cpu() -> None:
+    # ray#6962: "not utilizing the GPU nearly as much as the tensorflow version" compares how busy the GPU is
+    for text in ("Perhaps the torch PPO implementation is not utilizing the GPU nearly as much as the tensorflow "
+                 "version as on my systems torch is using 1394MB of GPU memory.",
+                 "The GPU is not utilized fully during inference."):
+        assert _claims(text).claims.concepts["placement_cpu"] == 0, text
+    for text in ("It is not using the GPU at all.", "The GPU is not used, the CPU is at 100%.",
+                 "whisper is not utilizing the GPU."):
+        assert _claims(text).claims.concepts["placement_cpu"] == 1, text

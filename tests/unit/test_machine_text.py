@@ -95,6 +95,9 @@ LINES: list[tuple[str, LineKind]] = [
     ("docker run --gpus all -p 8000:8000 vllm/vllm-openai --model x", K.COMMAND),
     ("python -m pip install \"rembg[gpu,cli]\"", K.COMMAND),  # a flag right after the launcher
     ("python3 -m vllm.entrypoints.openai.api_server \\", K.COMMAND),
+    # a program no list names, a command by its shape: a name, then only flags and their values (whispering#76)
+    ("whispering --language fr --model tiny --device cpu", K.COMMAND),
+    ("please use --fp16 instead", K.PROSE), ("I tried --device cpu and --threads 4 but", K.PROSE),
     ("# HELP vllm:request_num_preemptions Histogram of the number of times a request was preempted.", K.METRICS),
     ('vllm:num_requests_waiting{engine="0",model_name="lab"} 14.0', K.METRICS),
     ('{"ts": 1764470000.12, "stages_ms": {"queue": 3.1}}', K.JSON),
