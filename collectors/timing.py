@@ -123,10 +123,16 @@ def clean_label(cell: str) -> str:
     return text.strip(" :-")
 
 
+# a stage named by a whole short word a program abbreviates it to ("pre 0.013s |net 0.026s |post 0.003s")
+_ABBREVIATED = {"pre": "preprocess", "post": "postprocess", "net": "compute"}
+
+
 @functools.lru_cache(maxsize=1024)
 def normalize_stage(label: str) -> str:
     """A stage label → one of the convention's names, else lower_snake of the label."""
     text = clean_label(label) or label
+    if text.strip().lower() in _ABBREVIATED:
+        return _ABBREVIATED[text.strip().lower()]
     for rx, name in _STAGE_PATTERNS:
         if rx.search(text):
             return name
@@ -292,7 +298,8 @@ _SPAN_AFTER = re.compile(
 _SPAN_FIELD = re.compile(
     r"(?<![\w-])(?P<stage>pre-?process(?:ing)?|post-?process(?:ing)?|infer(?:ence)?|forward|tokeni[sz](?:e|ation)|"
     r"detokeni[sz](?:e|ation)|decode|prefill|queue|nms|h2d|d2h)(?:[ _-]?(?P<key>time|cost|latency|duration))?"
-    rf"(?P<ms_key>_ms)?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)(?:\s*(?P<u>{TIME_UNIT})(?![\w/%.])|(?![\w/%.]|\s*[A-Za-z]))",
+    # the key's unit as a suffix or in brackets ("preprocess_time(ms): 75.1885", PaddleSeg's benchmark log)
+    rf"(?:(?P<ms_key>_ms)|\s?\((?P<ku>{TIME_UNIT})\))?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)(?:\s*(?P<u>{TIME_UNIT})(?![\w/%.])|(?![\w/%.]|\s*[A-Za-z]))",
     re.IGNORECASE,
 )
 # a program's stage breakdown, one stage a line, its name in brackets before the time (C++ demos print it after every
@@ -307,6 +314,14 @@ _NOT_STAGE = re.compile(r"(?:info|warn(?:ing)?|error|debug|trace|fatal|notice|[i
 MAX_BLOCK = 32  # stage lines held before a total
 SUM_SLACK = 0.1  # stages within 10 % of their total add up to it (rounding, untimed glue between stages)
 _TOTAL_LABEL = re.compile(r"\b(?:total|overall|e2e|end[- ]?to[- ]?end)\b", re.IGNORECASE)
+# a breakdown printed as one line of fields, each a short label and a time, split by "|" (CenterNet's demo after every
+# image: "tot 0.044s |load 0.000s |pre 0.013s |net 0.026s |dec 0.002s |post 0.003s |merge 0.000s |"): a breakdown
+# where one field is the total and the others add up to it, whatever the labels are
+_PIPED_FIELD = re.compile(
+    rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}})\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
+    re.IGNORECASE,
+)
+_PIPED_TOTAL = re.compile(r"tot|total|overall|all|e2e|end[-_]?to[-_]?end", re.IGNORECASE)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
     rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
@@ -398,6 +413,8 @@ class TimingParser:
                                         or "bs" in low or "tokens" in low) else []
         if head == "[" and self._labelled(line):
             return
+        if line.count("|") >= 2 and self._piped(line):
+            return
         spanned = any(w in low for w in _SPAN_WORDS) and self._spans(line)
         timed = spanned or (any(w in low for w in _TIMING_WORDS) and self._timing(line, shapes))
         if shapes and not timed:
@@ -459,10 +476,11 @@ class TimingParser:
         after = list(_SPAN_AFTER.finditer(line))
         if len(after) < 2:
             # each field a time by its unit or its key ("prefill: 2048, decode: 128" are token counts)
-            fields = [m for m in _SPAN_FIELD.finditer(line) if m.group("u") or m.group("key") or m.group("ms_key")]
+            fields = [m for m in _SPAN_FIELD.finditer(line)
+                      if m.group("u") or m.group("key") or m.group("ms_key") or m.group("ku")]
             stages = [normalize_stage(m.group("stage")) for m in fields]
             if len(set(stages)) >= 2:
-                if not any(m.group("u") or m.group("ms_key") for m in fields):
+                if not any(m.group("u") or m.group("ms_key") or m.group("ku") for m in fields):
                     # no unit anywhere: seconds or milliseconds, the line does not say; only the stages' shares of
                     # their sum are known
                     for stage, m in zip(stages, fields, strict=True):
@@ -474,7 +492,8 @@ class TimingParser:
             # a list of stages, each with its time: one request's (or image's) breakdown
             for m in after:
                 stage = "postprocess" if m.group("stage").upper() == "NMS" else normalize_stage(m.group("stage"))
-                ms, assumed = _ms(m.group("v"), m.group("u"), bool(m.groupdict().get("ms_key")))
+                unit = m.group("u") or m.groupdict().get("ku")  # the value's unit, or its key's
+                ms, assumed = _ms(m.group("v"), unit, bool(m.groupdict().get("ms_key")))
                 self._span(stage, ms, assumed)
             return True
         found = False
@@ -515,6 +534,28 @@ class TimingParser:
         for _, _, held in block:
             self._replay(held)
         return False  # the total, and the lines before it, are timed calls (read as before)
+
+    def _piped(self, line: str) -> bool:
+        """A one-line breakdown of "|"-separated fields (``_PIPED_FIELD``): read when three or more fields are times,
+        one of them the total, and the rest add up to it (within ``SUM_SLACK``); then each other field is a stage."""
+        cells = [c for c in line.split("|") if c.strip()]
+        fields = [_PIPED_FIELD.match(c) for c in cells]
+        if len(fields) < 3 or any(m is None for m in fields):
+            return False
+        timed = [(m.group("label"), to_ms(float(m.group("v")), m.group("u"))) for m in fields if m is not None]
+        totals = [ms for label, ms in timed if _PIPED_TOTAL.fullmatch(label)]
+        parts = [(normalize_stage(label), ms) for label, ms in timed if not _PIPED_TOTAL.fullmatch(label)]
+        if len(totals) != 1 or len({stage for stage, _ in parts}) < 2 or totals[0] <= 0:
+            return False
+        if abs(sum(ms for _, ms in parts) - totals[0]) > SUM_SLACK * totals[0]:
+            return False  # the fields are no breakdown of the total (a comparison, several runs)
+        for stage, ms in parts:
+            series = self._labelled_spans.get(stage)
+            if series is None:
+                series = self._labelled_spans[stage] = Series()
+            series.add(ms)
+            self.lines += 1
+        return True
 
     def _replay(self, line: str) -> None:
         """A held stage line that made no breakdown: a timed call, as it would have been read."""

@@ -349,3 +349,40 @@ def test_a_bracket_labelled_stage_breakdown_is_read_as_stages() -> None:
             p.feed(line)
         r = p.records()
         assert r.spans == {} and r.untagged.n == calls, lines  # the level's lines: a template printed twice
+
+
+def test_a_pipe_separated_breakdown_with_its_total_is_read_as_stages() -> None:
+    """CenterNet#219: its demo prints each image's breakdown on one line, fields split by "|", the total first; the
+    other fields add up to it, so they are stages (``pre`` the pre-processing, ``net`` the model, ``post`` the
+    post-processing), whatever the labels."""
+    p = TimingParser()
+    for line in clean_lines([
+        "tot 0.044s |load 0.000s |pre 0.013s |net 0.026s |dec 0.002s |post 0.003s |merge 0.000s |",
+        "tot 0.042s |load 0.000s |pre 0.014s |net 0.023s |dec 0.003s |post 0.002s |merge 0.000s |",
+    ]):
+        p.feed(line)
+    r = p.records()
+    assert {"preprocess", "compute", "postprocess", "dec", "load", "merge"} <= set(r.spans)
+    assert r.spans["preprocess"].n == 2 and round(r.spans["preprocess"].mean, 3) == 13.5
+    assert round(r.spans["compute"].mean, 3) == 24.5 and "tot" not in r.spans
+    # fields that do not add up to a total are no breakdown (a comparison of runs), nor are fields without one
+    for line in ("total 90 ms | eager 40 ms | compiled 12 ms", "pre 3 ms | net 20 ms | post 2 ms",
+                 "tot 44 ms | pre 13 ms | net 26 ms | 5 requests"):
+        p = TimingParser()
+        p.feed(line)
+        assert p.records().spans == {}, line
+
+
+def test_a_stage_keys_unit_in_brackets_is_its_values_unit() -> None:
+    """PaddleSeg#2453: the benchmark log gives each stage's unit in brackets after its key."""
+    p = TimingParser()
+    for line in clean_lines(["2022-08-15 16:30:44 [INFO]       total time spent(s): 16.8591",
+                             "2022-08-15 16:30:44 [INFO]       preprocess_time(ms): 75.1885, inference_time(ms): "
+                             "4.7489, postprocess_time(ms): 4.3581"]):
+        p.feed(line)
+    r = p.records()
+    assert set(r.spans) == {"preprocess", "compute", "postprocess"}
+    assert r.spans["preprocess"].mean == 75.1885 and r.spans["compute"].mean == 4.7489 and r.unit_assumed == 0
+    p = TimingParser()
+    p.feed("preprocess_time(s): 0.075, inference_time(s): 0.0047")
+    assert p.records().spans["preprocess"].mean == 75.0
