@@ -321,6 +321,13 @@ _PIPED_FIELD = re.compile(
     rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}})\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
     re.IGNORECASE,
 )
+# a training or evaluation loop's step time beside the part of it spent waiting for the next batch, on one line:
+# pytorch/examples' ProgressMeter ("Time 1.599 (2.648)  Data 1.296 (2.388)", the value then its running mean),
+# mmengine's and detectron2's loggers ("time: 0.5432  data_time: 0.0123"); seconds, as they print them. The wait is
+# the input pipeline's (loading, decoding, augmenting on the host), the rest the step's own
+_STEP_TIME = re.compile(r"(?<![\w.])time[:=]?\s+(?P<v>\d+(?:\.\d+)?)(?![\w.])", re.IGNORECASE)
+_DATA_WAIT = re.compile(r"(?<![\w.])data(?:_time)?[:=]?\s+(?P<v>\d+(?:\.\d+)?)(?![\w.])", re.IGNORECASE)
+_LOOP_LINE = re.compile(r"(?<![\w.])(?:loss|epoch|iter|eta|lr)\b|\[\s*\d+\s*/\s*\d+\s*\]", re.IGNORECASE)
 _PIPED_TOTAL = re.compile(r"tot|total|overall|all|e2e|end[-_]?to[-_]?end", re.IGNORECASE)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
@@ -414,6 +421,8 @@ class TimingParser:
         if head == "[" and self._labelled(line):
             return
         if line.count("|") >= 2 and self._piped(line):
+            return
+        if "data" in low and "time" in low and self._data_wait(line):
             return
         spanned = any(w in low for w in _SPAN_WORDS) and self._spans(line)
         timed = spanned or (any(w in low for w in _TIMING_WORDS) and self._timing(line, shapes))
@@ -534,6 +543,20 @@ class TimingParser:
         for _, _, held in block:
             self._replay(held)
         return False  # the total, and the lines before it, are timed calls (read as before)
+
+    def _data_wait(self, line: str) -> bool:
+        """A loop's step time and its wait for data (``_STEP_TIME``, ``_DATA_WAIT``): the wait is the input
+        pipeline's stage, the rest the step's compute. Read where the wait is within the step, as the loggers
+        measure it."""
+        t, d = _STEP_TIME.search(line), _DATA_WAIT.search(line)
+        if t is None or d is None or not _LOOP_LINE.search(line):
+            return False  # a loop's progress line names its epoch, iteration, loss or learning rate too
+        step, wait = float(t.group("v")), float(d.group("v"))
+        if wait > step or step <= 0:
+            return False
+        self._span("preprocess", to_ms(wait, "s"), True)
+        self._span("compute", to_ms(step - wait, "s"), True)
+        return True
 
     def _piped(self, line: str) -> bool:
         """A one-line breakdown of "|"-separated fields (``_PIPED_FIELD``): read when three or more fields are times,

@@ -386,3 +386,29 @@ def test_a_stage_keys_unit_in_brackets_is_its_values_unit() -> None:
     p = TimingParser()
     p.feed("preprocess_time(s): 0.075, inference_time(s): 0.0047")
     assert p.records().spans["preprocess"].mean == 75.0
+
+
+def test_a_loops_wait_for_data_is_the_input_pipelines_stage() -> None:
+    """pytorch/examples#387 (ImageNet, ProgressMeter's "Time v (avg)  Data v (avg)"): nearly all of each step waits for
+    the DataLoader; mmengine's and detectron2's loggers print the same pair as time / data_time."""
+    p = TimingParser()
+    for line in clean_lines([
+        "Epoch: [0][1790/5005]   Time 2.700 (2.649)      Data 2.383 (2.389)      Loss 5.7257 (6.3679)",
+        "Epoch: [0][1800/5005]   Time 1.066 (2.648)      Data 0.849 (2.388)      Loss 5.6143 (6.3641)",
+    ]):
+        p.feed(line)
+    r = p.records()
+    assert round(r.spans["preprocess"].mean, 1) == 1616.0 and round(r.spans["compute"].mean, 1) == 267.0
+    for line, wait in [
+        ("Epoch(train) [1][ 50/1000]  lr: 1.0000e-02  eta: 0:10:00  time: 0.5432  data_time: 0.0123  loss: 1.2", 12.3),
+        ("eta: 0:01:02  iter: 19  total_loss: 1.2  time: 0.3912  last_time: 0.3912  data_time: 0.0123  "
+         "last_data_time: 0.0105  lr: 0.0002", 12.3),
+    ]:
+        p = TimingParser()
+        p.feed(line)
+        assert round(p.records().spans["preprocess"].mean, 1) == wait, line
+    # no loop's line (a person's sentence), or a wait longer than the step: nothing read
+    for line in ("The data 3 was loaded in time 5 for the demo", "Epoch 1 time 0.2 data 0.5 loss 1.0"):
+        p = TimingParser()
+        p.feed(line)
+        assert "preprocess" not in p.records().spans, line
