@@ -154,7 +154,9 @@ CONCEPTS: dict[str, str] = {
     "ttft": r"\bttft\b|time[- ]to[- ]first[- ]token|first[- ]token|首token|首字|首个token|首 token|首包",
     "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt|prompt process\w*|\bpp\d+\b"
                r"|process(?:es|ing)? (?:the )?prompt|context processing|预填充",
-    "decode": r"\bdecod\w*|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
+    # (speculative decoding names a method, not the decode phase)
+    "decode": r"(?<!speculative )(?<!spec )\bdecod\w*"
+              r"|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
               r"|tokens? per second|\btpot\b|\bitl\b|inter[- ]token",
     "prompt_len": r"prompt (?:length|size|of)|input (?:length|size|tokens?|contexts?)|context (?:length|size)"
                   r"|tokens? (?:context|prompt|input)s?\b|long (?:prompt|"

@@ -608,7 +608,8 @@ class LaunchOverheadReported(ReportRule):
     Why it matters: small-batch decode launches hundreds of tiny kernels per token; without CUDA
     graphs the Python/framework dispatch between them, not the GPU, sets tokens per second.
 
-    How it decides: the strongest of: CUDA graphs turned off (``graphs_off``); kernel launch /
+    How it decides: the strongest of: CUDA graphs turned off (``graphs_off``; not where the title is about the
+    first token or the prefill alone: graphs replay the decode step); kernel launch /
     host overhead named (``stated``); the CPU named as the limit of generation or of a partly idle
     GPU, with no pre-processing named (``stated``); CUDA graphs or eager mode discussed with slow
     decoding or a GPU between ``min_gpu_pct`` and ``max_gpu_pct`` % (``weak``); the CPU stated at ≥
@@ -647,7 +648,12 @@ class LaunchOverheadReported(ReportRule):
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
-        if _n(ev, "report.cuda_graphs_off_messages"):
+        # CUDA graphs replay the decode step (vLLM captures decode batches; its prefill runs piecewise or eager
+        # either way): a report about the first token alone, its decode not in question, is no eager mode's cost
+        # (vllm#39790: a TTFT regression with speculative decoding, served with --enforce-eager in both runs)
+        first_only = _title_mentions(ev, "ttft", "prefill") and not _title_mentions(ev, "decode", "cuda_graph",
+                                                                                    "launch")
+        if _n(ev, "report.cuda_graphs_off_messages") and not first_only:
             out.append(Signal(t.graphs_off, f"runs with CUDA graphs off{_q(ev, 'report.cuda_graphs_off_messages')}"))
         if _n(ev, "report.launch_statements"):
             out.append(Signal(t.stated, f"names kernel-launch / host overhead{_q(ev, 'report.launch_statements')}"))

@@ -923,3 +923,18 @@ def test_a_gpu_used_less_than_another_is_no_placement_on_the_cpu() -> None:
     for text in ("It is not using the GPU at all.", "The GPU is not used, the CPU is at 100%.",
                  "whisper is not utilizing the GPU."):
         assert _claims(text).claims.concepts["placement_cpu"] == 1, text
+
+
+def test_eager_mode_is_no_cause_of_a_first_token_regression() -> None:
+    # vllm#39790: a TTFT regression with speculative decoding, the server run with --enforce-eager; CUDA graphs
+    # replay the decode step, and "speculative decoding" names a method, not the decode phase
+    text = ("[Performance]: Significant TTFT Regression with Speculative Decoding (EAGLE3)\n"
+            "When enabling speculative decoding, I observe a substantial increase in Time-To-First-Token (TTFT), "
+            "particularly at the P99 percentile.\n"
+            "```bash\nvllm serve /path/to/Qwen3-8B \\\n    --port 8188 \\\n    --enforce-eager \\\n"
+            "    --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 15}'\n```\n")
+    assert "decode" not in _claims(text).claims.title_concepts
+    assert not any(f.code == "GPU110" for f in _diagnose(text).findings)
+    # the same flags under a report of slow decoding are eager mode's cost
+    slow = text.replace("Significant TTFT Regression with Speculative Decoding (EAGLE3)", "Slow decode speed, 9 tok/s")
+    assert any(f.code == "GPU110" for f in _diagnose(slow).findings)
