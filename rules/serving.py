@@ -851,7 +851,9 @@ class SweepPlateau(Rule):
     of the span (else the extra load did not wait: an open-loop client dropping requests, a rate limit before the
     server) and confidence is correlated; untimed, the throughput is flat within ``untimed_max_gain`` and confidence
     is heuristic. Never where the GPU was measured or stated busy ≥ ``gpu_busy`` (the plateau is then the device's
-    own limit: GPU002/GPU009 judge it). Impact is the waiting share at the highest load: 1 − 1 / latency growth
+    own limit: GPU002/GPU009 judge it). Thin where the throughput rose ``rose_before`` × or more below the
+    plateau and nothing measured the GPU: a limit reached after batching worked is the device's as likely as a cap.
+    Impact is the waiting share at the highest load: 1 − 1 / latency growth
     (timed), else 1 − 1 / span.
 
     Evidence: scaling.plateau_concurrency, scaling.plateau_span, scaling.plateau_throughput_gain; optionally
@@ -877,6 +879,7 @@ class SweepPlateau(Rule):
         min_latency_share: float = 0.5  # the latency grows by at least half the load's growth: requests waited
         untimed_max_gain: float = 1.05  # with no latency timed, the throughput must be flat within 5 %
         gpu_busy: float = 0.9  # a GPU this busy at the plateau is the limit itself (healthy saturation)
+        rose_before: float = 1.5  # the throughput rose this much below the plateau: batching worked up to a limit
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         start = _num(ev, "scaling.plateau_concurrency") or 0.0
@@ -895,16 +898,26 @@ class SweepPlateau(Rule):
         end = start * span
         waiting = 1.0 - 1.0 / (grew if grew is not None else span)
         one = start <= 1.0
+        # the throughput rose with the load up to the plateau (batching worked) and nothing measured the GPU there:
+        # the plateau is the server's capacity, the device's own (gpu_compute) as likely as an admission cap
+        # (plow#31: 4.2 → 7.9 req/s from 1 to 8 in flight, then flat; the GPU's prefill saturated)
+        overall = _num(ev, "scaling.throughput.concurrency_ratio")
+        rose = overall / gain if overall is not None and gain > 0 else 1.0
+        device_unknown = rose >= t.rose_before and util is None and stated is None
         msg = (f"The sweep's throughput stops rising at {start:g} request{'s' if start != 1 else ''} in flight: "
                f"from {start:g} to {end:g} ({span:.1f}×) it serves only {gain:.2f}× as much"
                + (f" while the latency grows {grew:.1f}×" if grew is not None else "")
                + f". Past {start:g} every added request waits for capacity: about {pct(waiting)} of each request's "
                f"time at {end:g} in flight is waiting."
                + (" From the lowest load measured on, the server serves no more than one request at a time."
-                  if one else ""))
+                  if one else "")
+               + (f" The throughput rose {rose:.1f}× up to {start:g} in flight: the plateau may be the GPU's own "
+                  "limit rather than a cap on requests; its utilisation at the plateau tells them apart."
+                  if device_unknown else ""))
         return self.finding(
             severity=severity_for(waiting),
-            confidence=Confidence.CORRELATED if grew is not None else Confidence.HEURISTIC,
+            confidence=(Confidence.THIN if device_unknown else
+                        Confidence.CORRELATED if grew is not None else Confidence.HEURISTIC),
             title="Throughput flat across the load sweep: requests wait for capacity",
             message=msg,
             impact=waiting,

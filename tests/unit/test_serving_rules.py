@@ -510,6 +510,14 @@ def test_a_sweep_plateau_is_requests_waiting_for_capacity() -> None:
     assert "QUE011" not in found
     assert "QUE011" not in _findings(_set(scaling__plateau_concurrency=8, scaling__plateau_span=2,
                                           scaling__plateau_throughput_gain=1))
+    # plow#31: the throughput doubled up to 8 in flight, then flat; nothing measured the GPU: its own limit as likely
+    # as a cap on requests, so the finding is thin and says what tells them apart
+    rose = dict(scaling__plateau_concurrency=8, scaling__plateau_span=4, scaling__plateau_throughput_gain=1.03,
+                scaling__plateau_latency_ratio=3.9, scaling__throughput__concurrency_ratio=1.95)
+    f = _findings(_set(**rose))["QUE011"]
+    assert f.confidence is Confidence.THIN and "the GPU's own limit" in f.message
+    f = _findings(_set(**rose, gpu__util_ratio=0.55))["QUE011"]  # a GPU half idle at the plateau: a cap on requests
+    assert f.confidence is Confidence.CORRELATED and "GPU's own limit" not in f.message
 
 
 def test_a_measured_sweep_that_still_scales_silences_a_title_about_concurrency() -> None:
