@@ -1054,7 +1054,8 @@ _SEVERAL = re.compile(r"(?:two|multiple|several|other|second|2nd)[ \t]+(?:models
                       re.IGNORECASE)
 
 
-_LINK_AFTER = re.compile(r"[ \t-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|x(?:1|2|4|8|16)\b"
+# (a label's Markdown emphasis and colon between: "- **PCIe:** x4 lanes negotiated", club-3090's rig report)
+_LINK_AFTER = re.compile(r"[ \t*_:-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|x(?:1|2|4|8|16)\b"
                          r"|slots?\b|lanes?\b|risers?\b)", re.IGNORECASE)
 # ... unless the words after it say what goes over it: "Gen4 PCIe transfers dominate", "the PCIe lanes are saturated"
 _COPY_AFTER = re.compile(r"(?:[^.;\n]|\.(?=\d)){0,30}?\b(?:transfers?|bandwidth|traffic|cop(?:y|ies)|throughput"

@@ -740,6 +740,10 @@ _GPU_MEM_PROSE = re.compile(
 )
 # (a number glued to letters is a model's: "RTX3070 GPUs")
 _GPU_COUNT = re.compile(r"(?<![\w.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|块卡|cards)\b", re.ASCII)
+# a count, or a GPU family's name, right before a number: that number is the GPU's model ("four 4090 cards", "8x 3090
+# GPUs", "RTX 4090 GPUs"), not how many there are
+_COUNTED_BEFORE = re.compile(r"(?:\b(?:rtx|gtx|rx|titan|quadro|tesla|radeon|geforce|two|three|four|five|six|seven|eight"
+                             r"|nine|ten|twelve|sixteen|dual|quad)|\d\s*x|\d)\s+$", re.IGNORECASE)
 # what a model or a run needs, not what the device has: "the model requires 13GB of GPU memory"
 _NEEDS_BEFORE = re.compile(r"\b(?:requir|need|take|consum|occup|allocat|us(?:e|es|ing)\b|eat)\w*\s+(?:\w+\s+){0,2}"
                            r"(?:about\s+|around\s+|~\s*)?$", re.IGNORECASE)
@@ -1023,9 +1027,11 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
                 hints.gpu_memory_bytes, said = int(gib * GIB), True
             break
     if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
-        m = _GPU_COUNT.search(line)
-        if m:
+        for m in _GPU_COUNT.finditer(line):
+            if _COUNTED_BEFORE.search(line, 0, m.start()):
+                continue  # the number is the GPU's model, counted before it: "four 4090 cards", "8x 3090 GPUs"
             hints.gpu_count, said = int(m.group("n")), True
+            break
     cpu_context = ("cpu" in low and ("load" in low or "读取" in line or "加载" in line)) or (
         hints.cpu_loading_pct is not None and not hints.cpu_after_loading_normal
         and ("normal" in low or "正常" in line or "after" in low or "once" in low))

@@ -938,3 +938,12 @@ def test_eager_mode_is_no_cause_of_a_first_token_regression() -> None:
     # the same flags under a report of slow decoding are eager mode's cost
     slow = text.replace("Significant TTFT Regression with Speculative Decoding (EAGLE3)", "Slow decode speed, 9 tok/s")
     assert any(f.code == "GPU110" for f in _diagnose(slow).findings)
+
+
+def test_a_links_markdown_label_names_the_slot_not_a_copy() -> None:
+    # club-3090#585: a rig report's bullet describes the link; it names no copy, so no "copies over the PCIe link"
+    line = ("- **PCIe:** x4 lanes negotiated (GPU max x16, Gen up to 4) | bus 00000000:05:00.0 ⚠ slot is narrower than "
+            "GPU capability — affects load + all-reduce bandwidth")
+    c = _claims("[bug] degrading tps beyond 100k context\n\n" + line + "\n").claims
+    assert c.concepts["pcie_link"] == 1 and c.concepts["copy"] == 0
+    assert _claims("The PCIe transfers dominate the step.\n").claims.concepts["copy"] == 1

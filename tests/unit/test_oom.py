@@ -884,3 +884,14 @@ def test_ggmls_older_cuda_error_line_is_an_oom() -> None:
     p = OomParser()
     p.feed("a CUDA error 2 at first, then it ran out of memory later")
     assert all(e.kind == "prose" for e in p.result().events)
+
+
+def test_a_gpus_model_number_before_cards_is_no_count() -> None:
+    # vllm#16968: "four 4090 cards" is four cards of the 4090, never 4,090 GPUs; "8x 3090" is eight (the GPU named)
+    from diagnose.collectors.oom import ModelHints, parse_hints_line
+
+    for line, count in [("I have four 4090 cards in this machine", None), ("8x 3090 GPUs on a rack", 8),
+                        ("RTX 4090 GPUs are fast", None), ("running on 8 GPUs", 8), ("we use 2 cards", 2)]:
+        h = ModelHints()
+        parse_hints_line(line, h)
+        assert h.gpu_count == count, line
