@@ -81,13 +81,51 @@ def copy_direction(name: str) -> str:
 
 
 def _number(text: str) -> float | None:
-    t = text.strip().replace(",", "")
+    t = text.strip()
+    if _DECIMAL_COMMA.match(t):
+        t = t.replace(",", ".")  # a locale's decimal comma ("16,0", "7837943,0"); "1,234" groups thousands
+    t = t.replace(",", "")
     if not t or t in ("-", "n/a", "N/A"):
         return None
     try:
         return float(t)
     except ValueError:
         return None
+
+
+# a number whose only comma is a decimal separator: one to two digits after it, or a space-grouped number's
+# ("7 837 943,0" once joined): nsys prints the locale's format (pytorch#54324's "16,0  235 138 304  30  7 837 943,0")
+_DECIMAL_COMMA = re.compile(r"^-?\d+,\d{1,2}$")
+_GROUP = re.compile(r"^\d{3}(?:,\d+)?$")  # a space-separated thousands group, the last one with its decimals
+_LEAD = re.compile(r"^\d{1,3}$")  # what a space-grouped number starts with
+
+
+def _locale_cells(toks: list[str], numeric: int) -> list[str] | None:
+    """The leading ``numeric`` cells of a row whose numbers group their thousands with spaces ("235 138 304"), or
+    None when joining the groups does not give exactly that many numbers."""
+    cells: list[str] = []
+    i = 0
+    while i < len(toks) and len(cells) < numeric:
+        tok = toks[i]
+        if not re.match(r"^-?\d[\d,.]*$", tok):
+            return None
+        joined = tok
+        while _LEAD.match(tok) and i + 1 < len(toks) and _GROUP.match(toks[i + 1]) and "," not in joined:
+            i += 1
+            joined += toks[i]
+        cells.append(joined)
+        i += 1
+    if len(cells) != numeric or i >= len(toks) or re.match(r"^-?\d[\d,.]*$", toks[i]):
+        return None  # too few numbers, no name after them, or a number left over
+    return [*cells, " ".join(toks[i:])]
+
+
+NVPROF_PARTIAL = (5.0, 95.0)  # listed rows' Time(%) in this range: an excerpt of the table, scaled to its whole
+# nvprof's summary rows: "GPU activities:    6.64%  3.39089s    122293  27.727us  8.1600us  846.65us  void cudnn::…"
+_NVPROF_PREFIX = re.compile(r"^==\d+==\s*")
+_NVPROF_SECTION = re.compile(r"^(GPU activities|API calls):")
+_NVPROF_ROW = re.compile(r"^(?P<pct>\d+(?:\.\d+)?)%\s+(?P<t>\d+(?:\.\d+)?)(?P<u>ns|us|ms|s)\s+(?P<n>\d+)\s+"
+                         r"\S+\s+\S+\s+\S+\s+(?P<name>\S.*)$")
 
 
 @dataclass
@@ -144,6 +182,8 @@ class NsysStatsParser:
         self._gpusum_kern = 0.0
         self._gpusum_kern_n = 0
         self._gpusum_copy: dict[str, list[float]] = {}
+        self._nvprof: str | None = None  # inside nvprof's result table: the section ("gpu", "api"), "" before one
+        self._nvprof_listed: dict[str, list[float]] = {}  # section → [its rows' Time(%) summed, their time in ns]
 
     def _start(self, kind: str) -> None:
         self._table = _Table(kind)
@@ -159,7 +199,10 @@ class NsysStatsParser:
         if not s:
             if self._table is not None and self._table.in_rows:
                 self._table = None
+            self._nvprof = None
             return False
+        if "Profiling result:" in s or "API calls:" in s or self._nvprof is not None:
+            return self._nvprof_line(s)
         if s.startswith("Processing ["):
             m = _PROCESSING.match(s)
             if m and m.group(1) in _REPORTS:
@@ -212,6 +255,71 @@ class NsysStatsParser:
         self._table = None  # not a row: the table has ended
         return False
 
+    def _nvprof_line(self, s: str) -> bool:
+        """nvprof's (and ``nsys nvprof``'s) summary: "==36947== Profiling result:", a "Type  Time(%)  Time  Calls
+        Avg  Min  Max  Name" header, then rows under "GPU activities:" (kernels, "[CUDA memcpy HtoD]" copies) and
+        "API calls:" (CUDA API time), each value with its unit ("3.39089s", "27.727us"). Older releases print the
+        API calls as a second result of their own ("==N== API calls:")."""
+        body = _NVPROF_PREFIX.sub("", s)
+        if body.startswith("Profiling result:"):
+            self._nvprof, self._table = "", None
+            return True
+        section = _NVPROF_SECTION.match(body)
+        if section is not None:
+            self._nvprof = "gpu" if section.group(1).startswith("GPU") else "api"
+            body = body[section.end():].strip()
+            if not body:
+                return True
+        elif self._nvprof is None:
+            return False
+        if body.startswith(("Type", "Time(%)")):
+            if self._nvprof == "":
+                self._nvprof = "gpu"  # a header without sections: the GPU's rows come first
+            return True
+        m = _NVPROF_ROW.match(body)
+        if m is None or not self._nvprof:
+            self._nvprof = None
+            return False
+        ns = float(m.group("t")) * _TIME_NS[m.group("u")]
+        calls, name = int(m.group("n")), m.group("name").strip()
+        listed = self._nvprof_listed.setdefault(self._nvprof, [0.0, 0.0])
+        listed[0] += float(m.group("pct"))
+        listed[1] += ns
+        out = self.out
+        kind = "api" if self._nvprof == "api" else "memtime" if name.startswith("[CUDA mem") else "kern"
+        if kind not in self._seen:
+            self._seen.add(kind)
+            out.reports.append(kind)
+            out.layouts.add("nvprof")
+        self.recognised += 1
+        if kind == "kern":
+            out.kernel_time_ns += ns
+            out.kernel_instances += calls
+        elif kind == "memtime":
+            d = copy_direction(name)
+            out.copy_time_ns[d] = out.copy_time_ns.get(d, 0.0) + ns
+            out.copy_count[d] = out.copy_count.get(d, 0) + calls
+        else:
+            self._api(name, ns, calls)
+        return True
+
+    def _api(self, name: str, ns: float, count: int) -> None:
+        """One CUDA API's row: its time and calls, and the synchronising, launch and copy calls among them."""
+        out = self.out
+        api = _API_SUFFIX.sub("", name)
+        out.api_time_ns += ns
+        out.api_calls += count
+        acc = self._apis.setdefault(api, [0.0, 0.0])
+        acc[0] += ns
+        acc[1] += count
+        if api in _SYNC_APIS:
+            out.sync_time_ns += ns
+        if api in LAUNCH_APIS:
+            out.launch_time_ns += ns
+            out.launch_calls += count
+        if api.startswith(("cudaMemcpy", "cuMemcpy")):
+            out.memcpy_calls += count
+
     def _header(self, t: _Table, s: str) -> bool:
         last = ("Name", "Operation", "API Name", "Operation Name")
         if t.report in ("pageable", "syncmemcpy"):
@@ -245,6 +353,11 @@ class NsysStatsParser:
             if len(toks) < n:
                 return False
             cells = [*toks[: n - 1], " ".join(toks[n - 1 :])]
+            if n >= 3 and any(_GROUP.match(x) for x in toks[1:n]) and (
+                    re.match(r"^-?\d[\d,.]*$", cells[-1].split()[0]) or any(_DECIMAL_COMMA.match(x) for x in toks[:n])):
+                grouped = _locale_cells(toks, n - 1)  # numbers grouped by spaces push the name right
+                if grouped is not None:
+                    cells = grouped
         if t.report in ("pageable", "syncmemcpy"):
             if _number(cells[0]) is None:
                 return False
@@ -296,19 +409,7 @@ class NsysStatsParser:
                     acc[0] += ns
                     acc[1] += count
             else:
-                api = _API_SUFFIX.sub("", name)
-                out.api_time_ns += ns
-                out.api_calls += count
-                acc = self._apis.setdefault(api, [0.0, 0.0])
-                acc[0] += ns
-                acc[1] += count
-                if api in _SYNC_APIS:
-                    out.sync_time_ns += ns
-                if api in LAUNCH_APIS:
-                    out.launch_time_ns += ns
-                    out.launch_calls += count
-                if api.startswith(("cudaMemcpy", "cuMemcpy")):
-                    out.memcpy_calls += count
+                self._api(name, ns, count)
         elif t.report == "memsize":
             total, unit = self._col(row, "Total")
             scale = unit_bytes(unit or t.size_unit, decimal=True) or 10**6  # nsys's MB is 10**6 bytes
@@ -323,6 +424,12 @@ class NsysStatsParser:
 
     def stats(self) -> NsysStats:
         out = self.out
+        gpu = self._nvprof_listed.get("gpu")
+        if gpu is not None and NVPROF_PARTIAL[0] <= gpu[0] < NVPROF_PARTIAL[1]:
+            # a pasted excerpt of nvprof's rows (their shares add up to less than the whole): the section's total is
+            # what the listed rows' time is that share of; the kernels are that total less the copies listed
+            whole = gpu[1] * 100.0 / gpu[0]
+            out.kernel_time_ns = max(out.kernel_time_ns, whole - sum(out.copy_time_ns.values()))
         if "kern" not in self._seen and self._gpusum_kern_n:
             out.kernel_time_ns = self._gpusum_kern
             out.kernel_instances = self._gpusum_kern_n

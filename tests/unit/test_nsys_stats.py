@@ -167,3 +167,20 @@ def _ev_lines(lines: list[str]) -> dict[str, object]:
     for line in clean_lines(lines):
         src.feed(line)
     return {e.key: e.value for e in src.evidence("t")} if src.matched() else {}
+
+
+def test_a_locales_decimal_commas_and_space_grouped_thousands() -> None:
+    """pytorch#54324: nsys prints numbers in the locale's format; the groups of a number are one cell, the comma
+    before one or two digits is its decimal point."""
+    ev = _ev(os.path.join(NSYS, "locale_decimal_comma_kern_pytorch54324.txt"))
+    assert abs(_f(ev["gpu.kernel_time_ms"]) - 456.854778) < 1e-6 and ev["gpu.kernel_count"] == 60
+
+
+def test_nvprofs_summary_and_an_excerpt_of_its_rows() -> None:
+    """pytorch-gpu-benchmark#6: nvprof's "Profiling result:" table, each value with its unit; the GPU rows pasted
+    are 21 % of the GPU's time, so the kernels' total is scaled from their share; the API calls give the launches."""
+    ev = _ev(os.path.join(NSYS, "nvprof_summary_excerpt_gpubench6.txt"))
+    assert ev["api.launch_count"] == 2700057 and abs(_f(ev["api.launch_time_ms"]) - 28042.5) < 1e-6
+    listed = 3390.89 + 2769.83 + 2747.33 + 1774.76 + 0.10838 + 0.065472  # ms, 6.64+5.43+5.38+3.48+0+0 = 20.93 %
+    assert abs(_f(ev["gpu.kernel_time_ms"]) - listed * 100 / 20.93) < 1.0
+    assert abs(_f(ev["api.launch_to_device_ratio"]) - 28042.5 / (listed * 100 / 20.93)) < 1e-3
