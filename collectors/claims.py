@@ -309,10 +309,13 @@ CONCEPTS: dict[str, str] = {
     "slow": r"\bslow\w*|takes? (?:a )?long|too long|latency|\blag\w*|delay\w*|hang\w*|stuck|degrad\w*|regress\w*"
             r"|very high|慢|耗时",
     # memory growing over time or requests (a "memory leak?" question alone is not growth)
-    "memory_grows": r"memory (?:keeps? |kept )?(?:grow\w*|increas\w*|creep\w*|climb\w*)|grows? (?:with|over|per|after) "
+    # (llama.cpp#23446: "vram usage gradually increasing each run until OOM")
+    "memory_grows": r"(?:memory|vram)(?: usage)? (?:keeps? |kept |gradually |steadily |slowly |continuously "
+                    r"|constantly )?(?:grow\w*|increas\w*|creep\w*|climb\w*)|grows? (?:with|over|per|after) "
                     r"(?:each |every )?(?:request|call|inference|batch|iteration|step|generation)|keeps? (?:growing|"
                     r"increasing|climbing)"
-                    r"|increas\w* (?:with|over|per|after) (?:each |every )?(?:request|call|inference)",
+                    r"|increas\w* (?:with|over|per|after|each|every) (?:each |every )?(?:request|call|inference|run"
+                    r"|generation|turn)",
     "empty_cache": r"empty_cache|gc\.collect|expandable_segments|max_split_size_mb|fragment\w*",
     "batch": r"batch[_ ]?size|\bbs\s?=|\bbatch(?:es|ing)?\b|批",
 }

@@ -1111,8 +1111,9 @@ class PeakReported(ReportRule):
     sequence, a VAE decode with the pixels); the weights fit, the working set of one large input
     does not, so the fix bounds the input or processes it in pieces.
 
-    How it decides: an out-of-memory error with the input's size named (``stated``), stronger when
-    the report names the input as the cause (``CAUSE``).
+    How it decides: an out-of-memory error with the input's size named (``stated``; ``grows`` where memory is
+    also said to grow run after run until it fails: what is kept between inputs, MEM009's, is as likely), stronger
+    when the report names the input as the cause (``CAUSE``).
 
     Evidence: report.input_size_statements with report.oom_statements or mem.oom_count.
 
@@ -1135,6 +1136,7 @@ class PeakReported(ReportRule):
     @dataclass(frozen=True)
     class Thresholds:
         stated: float = 0.55  # an OOM with the input's size named
+        grows: float = 0.4  # ... beside memory said to grow over runs until it fails (MEM009's weak)
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         phase = ev.get("mem.oom_phase")
@@ -1142,8 +1144,11 @@ class PeakReported(ReportRule):
             return []  # failing while loading: the weights rules own it
         if not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev:
             return []
-        return [Signal(t.stated, f"ties the out-of-memory error to the input's size"
-                                 f"{_q(ev, 'report.input_size_statements')}")]
+        # memory said to grow run after run until it fails is what is kept between inputs (a leak, fragmentation)
+        # as much as one input's peak: the input's size then speaks no louder than the growth (MEM009's weak)
+        impact = t.grows if _n(ev, "report.memory_growth_statements") else t.stated
+        return [Signal(impact, f"ties the out-of-memory error to the input's size"
+                               f"{_q(ev, 'report.input_size_statements')}")]
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:
         return [

@@ -947,3 +947,15 @@ def test_a_links_markdown_label_names_the_slot_not_a_copy() -> None:
     c = _claims("[bug] degrading tps beyond 100k context\n\n" + line + "\n").claims
     assert c.concepts["pcie_link"] == 1 and c.concepts["copy"] == 0
     assert _claims("The PCIe transfers dominate the step.\n").claims.concepts["copy"] == 1
+
+
+def test_memory_said_to_grow_run_after_run_weighs_against_one_inputs_peak() -> None:
+    # llama.cpp#23446: "vram usage gradually increasing each run until OOM", beside a bigger context allocating more
+    text = ("Misc. bug: llama-server vram usage gradually increasing each run until OOM\n"
+            "this has the same behavior of allocating more vram when getting to a chat with a bigger context\n")
+    assert _claims(text).claims.concepts["memory_grows"] >= 1
+    found = {f.code: f for f in _diagnose(text).findings}
+    assert "MEM009" in found and found["MEM007"].impact <= found["MEM009"].impact
+    # one input's size alone with the error stays the peak's
+    one = "CUDA out of memory with a bigger context\nIt fails when the prompt is longer than 8k tokens.\n"
+    assert {f.code: f for f in _diagnose(one).findings}["MEM007"].impact >= 0.55
