@@ -3,6 +3,7 @@ of someone else's memory."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -879,5 +880,71 @@ class DecodeAtBandwidthRoofline(Rule):
         )
 
 
+class PowerLimitSetsPace(Rule):
+    """A sweep of the GPU's power limit shows the work's speed following the limit: the GPU's clock sets the pace.
+
+    What it detects: a table of one workload run at several power limits (a first column of caps in watts, "cap",
+    "Cap (W)", "power limit"; ``nvidia-smi -pl`` sweeps) with the work's rate or time per run beside each
+    (``scaling.power_cap_speedup`` from the lowest cap to the highest, ``scaling.power_cap_range`` their ratio).
+
+    Why it matters: under a power limit the GPU lowers its SM clock until its draw fits; work whose speed follows the
+    limit is bound by the GPU's arithmetic at that clock (GPU003's power-cap throttling, measured end to end). More
+    power (or a more efficient kernel, a lower precision) makes it faster; nothing on the host does.
+
+    How it decides: the cap spans at least ``min_range`` × and the work runs at least ``min_speedup`` × faster at the
+    highest cap; the speed follows the cap at least ``min_elasticity`` (log speedup / log range: 1 is proportional).
+    Confidence measured (a controlled sweep); impact is the share of the time the highest cap saves, 1 − 1 / speedup.
+
+    Evidence: scaling.power_cap_speedup, scaling.power_cap_range.
+
+    Fix: raise the limit toward the board's default (``nvidia-smi -pl``) where power and cooling allow; otherwise less
+    arithmetic per result: lower precision (fp8/int4 weights), fused kernels, a smaller model.
+
+    False positives: a sweep run once per cap in a noisy environment (a gain of a few per cent may be noise: hence
+    ``min_speedup``); the first cap's run paying a warm-up the others do not.
+    """
+
+    code = "GPU006"
+    name = "power-limit-sets-pace"
+    category = Category.GPU_COMPUTE
+    requires = ("scaling.power_cap_speedup", "scaling.power_cap_range")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_range: float = 1.04  # caps at least 4 % apart
+        min_speedup: float = 1.03  # 3 % faster at the highest cap: more than a run's noise
+        min_elasticity: float = 0.25  # the speed gains at least a quarter of the cap's growth (in log terms)
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        speedup = ev.value("scaling.power_cap_speedup") or 0.0
+        span = ev.value("scaling.power_cap_range") or 0.0
+        if span < t.min_range or speedup < t.min_speedup:
+            return None
+        elasticity = math.log(speedup) / math.log(span)
+        if elasticity < t.min_elasticity:
+            return None
+        saved = 1.0 - 1.0 / speedup
+        return self.finding(
+            severity=Severity.MAJOR if saved >= 0.1 else Severity.MINOR,
+            confidence=Confidence.MEASURED,
+            title="The GPU's power limit sets the pace",
+            message=(f"Across the power-limit sweep the work runs {speedup:.2f}× faster at the highest cap than at the "
+                     f"lowest ({span:.2f}× the watts): its speed follows the GPU's clock under the limit "
+                     f"({elasticity:.0%} as fast as the cap grows), so the GPU's arithmetic sets the pace."),
+            impact=saved,
+            evidence=present(ev, *self.requires),
+            why=f"power    |{bar(min(1.0, span - 1.0))}| ×{span:.2f}\nspeed    |{bar(min(1.0, speedup - 1.0))}| "
+                f"×{speedup:.2f}",
+            fixes=[
+                Fix("Give the GPU its power", (
+                    "nvidia-smi -q -d POWER: the enforced limit against the default; raise it with nvidia-smi -pl "
+                    "<W> where the PSU and cooling allow",), Risk.NEEDS_VALIDATION),
+                Fix("Do less arithmetic per result", (
+                    "Lower precision (fp8 / int4 weights), fused kernels (flash attention, torch.compile), a smaller "
+                    "model or fewer diffusion steps",), Risk.NEEDS_VALIDATION),
+            ],
+        )
+
+
 RULES: tuple[type[Rule], ...] = (GpuStarved, GpuLaunchBound, GpuSaturated, GpuThrottling, PcieLinkDegraded,
-                                  MemoryHeldByOtherProcess, DecodeAtBandwidthRoofline)
+                                  MemoryHeldByOtherProcess, DecodeAtBandwidthRoofline, PowerLimitSetsPace)

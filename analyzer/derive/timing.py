@@ -25,7 +25,14 @@ from typing import Any
 
 from diagnose.collectors.timing import Call, Series, StageLog, TimingParser, TimingRecords
 from diagnose.derive.emit import FirstWins
-from diagnose.derive.timing_tables import ConditionTable, StageTable, VariantTable, analyze_table, sweep_evidence
+from diagnose.derive.timing_tables import (
+    ConditionTable,
+    PowerSweep,
+    StageTable,
+    VariantTable,
+    analyze_table,
+    sweep_evidence,
+)
 from diagnose.model import Evidence, Quality
 
 # -- the engine-rebuild signature: latency spikes on new input-size extremes ---------------------
@@ -118,7 +125,7 @@ class TimingSource:
     def __init__(self) -> None:
         self._p = TimingParser()
         self._rec: TimingRecords | None = None
-        self._tables: list[StageTable | VariantTable | ConditionTable] | None = None
+        self._tables: list[StageTable | VariantTable | ConditionTable | PowerSweep] | None = None
 
     def feed(self, line: str) -> None:
         self._p.feed(line)
@@ -128,7 +135,7 @@ class TimingSource:
             self._rec = self._p.records()
         return self._rec
 
-    def _analyzed(self) -> list[StageTable | VariantTable | ConditionTable]:
+    def _analyzed(self) -> list[StageTable | VariantTable | ConditionTable | PowerSweep]:
         if self._tables is None:
             self._tables = [a for t in self._records().tables if (a := analyze_table(t)) is not None]
         return self._tables
@@ -168,6 +175,11 @@ class TimingSource:
                 self._stage_table(t, out)
             elif isinstance(t, VariantTable):
                 self._variant_table(t, out)
+            elif isinstance(t, PowerSweep):
+                detail = (f"a table's power-limit sweep: {t.rows} caps from {t.low_w:g} W to {t.high_w:g} W, "
+                          f"'{t.measure}'")
+                out.add("scaling.power_cap_range", t.high_w / t.low_w, "ratio", detail)
+                out.add("scaling.power_cap_speedup", t.speedup, "ratio", detail)
             else:
                 self._condition_table(t, out)
         self._usage(r, out)

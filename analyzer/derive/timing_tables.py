@@ -266,7 +266,51 @@ def _cell_ms(cell: CellValue, header: str) -> float:
     return to_ms(cell.value, unit, "ms")
 
 
-def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None:
+@dataclass(frozen=True)
+class PowerSweep:
+    """A table of one workload run at several GPU power limits: the lowest and highest cap (W) and how much faster
+    the work ran at the highest than at the lowest (its rate's ratio, or the inverse of its time's)."""
+
+    low_w: float
+    high_w: float
+    speedup: float
+    rows: int
+    measure: str  # the column the speed was read from
+
+
+# a power limit's column: "cap", "Cap (W)", "power limit", "power cap", "PL", "TDP" with watts in its cells
+_POWER_HEADER = re.compile(r"^(?:power[- _]?)?(?:cap|limit)\b|power[- _]?(?:cap|limit)|^pl$|\btdp\b", re.I)
+_WATTS = re.compile(r"^\s*[*_`]*\s*(?P<w>\d{2,4}(?:\.\d+)?)\s*W?\b", re.I)
+_SWEEP_TIME_HEADER = re.compile(r"\bavg\b|\bmean\b|median|\btime\b|latency|duration|\(s\)|\bsec", re.I)
+
+
+def power_sweep(header: list[str], rows: list[list[str]]) -> PowerSweep | None:
+    """The table's power-limit sweep (``PowerSweep``): its first column a power cap in watts, at two caps or more,
+    and a column of the work's rate (a throughput: tok/s, TPS, it/s) or time per run; None otherwise."""
+    if not header or not _POWER_HEADER.search(header[0]):
+        return None
+    caps = [(float(m.group("w")), r) for r in rows if (m := _WATTS.match(r[0])) is not None]
+    if len({w for w, _ in caps}) < 2 or not all(30 <= w <= 2000 for w, _ in caps):
+        return None
+    for i, h in enumerate(header[1:], start=1):
+        if re.search(r"°|temp|power \(|actual|clk|clock|throttle|%|p-?state|/w\b", h, re.I):
+            continue  # what the cap does to the card (its draw, clocks, temperature), not how fast the work ran
+        rate = _rate_column(h, rows, i) or bool(re.search(r"\btps\b|tok/s|it/s|fps", h, re.I))
+        timed = not rate and bool(_SWEEP_TIME_HEADER.search(h))
+        if not (rate or timed):
+            continue
+        vals = [(w, c) for w, r in caps if (c := parse_cell(r[i])) is not None and c.value > 0
+                and (rate or c.unit in ("", "s", "ms", "sec", "secs", "seconds"))]
+        if len({w for w, _ in vals}) < 2:
+            continue
+        lo = min(vals, key=lambda x: x[0])
+        hi = max(vals, key=lambda x: x[0])
+        speedup = hi[1].value / lo[1].value if rate else lo[1].value / hi[1].value
+        return PowerSweep(lo[0], hi[0], speedup, len(vals), h)
+    return None
+
+
+def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | PowerSweep | None:
     """What one table says about timing, or None when it is not a timing table."""
     header = [clean_label(h) for h in t.header]
     if len(header) < 2 or not t.rows:
@@ -274,6 +318,9 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | None
     rows = _decimal_commas([(r + [""] * len(header))[: len(header)] for r in t.rows])
     labels = [clean_label(r[0]) for r in rows]
     first = header[0]
+    swept = power_sweep(header, rows)
+    if swept is not None:
+        return swept
     if _STAGE_HEADERS.match(first):
         return _stage_table(header, rows, labels)
     fps_cols = [i for i, h in enumerate(header) if i and _FPS_HEADER.search(h)]

@@ -412,3 +412,32 @@ def test_a_loops_wait_for_data_is_the_input_pipelines_stage() -> None:
         p = TimingParser()
         p.feed(line)
         assert "preprocess" not in p.records().spans, line
+
+
+def test_a_power_limit_sweep_is_read_as_one() -> None:
+    """ai-server#32: SDXL on a V100 at three power caps; the average time falls as the cap rises, so the GPU's clock
+    under the limit sets the pace (GPU006). A cap's own columns (temperature, draw, clocks) are not the speed."""
+    from diagnose.model import Evidence, EvidenceSet
+    from diagnose.rules.engine import run_rules
+
+    text = ["ComfyUI V100 power-cap sweep — harness + findings (keep 175W)",
+            "| cap | avg | speedup | peak HBM |", "|----:|----:|--------:|---------:|",
+            "| 175W | 10.63s | — | 65°C |", "| 200W | 10.09s | 1.05× | 77°C |", "| 250W | 9.37s | 1.13× | 76°C |"]
+    src = TimingSource()
+    for line in clean_lines(text):
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert abs(float(ev["scaling.power_cap_range"]) - 250 / 175) < 1e-3
+    assert abs(float(ev["scaling.power_cap_speedup"]) - 10.63 / 9.37) < 1e-3
+    gpu = Evidence("gpu.name", "V100", "", "x")  # the title names the GPU (the report reader's, not this source's)
+    found = {f.code: f for f in run_rules(EvidenceSet([*src.evidence("x"), gpu]), decide=False)[0]}
+    assert found["GPU006"].category.value == "gpu_compute"
+    # decode bound by memory: the cap moves the clock, not the tokens per second
+    flat = ["| Cap (W) | Wall TPS | Actual power (W) | SM clk (MHz) |", "|---:|---:|---:|---:|",
+            "| 250 | 40.1 | 249 | 1500 |", "| 350 | 40.3 | 310 | 1800 |"]
+    src = TimingSource()
+    for line in clean_lines(flat):
+        src.feed(line)
+    ev = {e.key: e.value for e in src.evidence("x")}
+    assert abs(float(ev["scaling.power_cap_speedup"]) - 40.3 / 40.1) < 1e-3
+    assert "GPU006" not in {f.code for f in run_rules(EvidenceSet([*src.evidence("x"), gpu]), decide=False)[0]}
