@@ -281,7 +281,9 @@ _TIMING = re.compile(
 _SPAN = re.compile(
     r"(?:span[=:\s]+|\[)?(?P<stage>queue|queueing|pre-?process(?:ing)?|tokeni[sz](?:e|ation)|h2d|"
     r"prefill|decode|d2h|post-?process(?:ing)?|detokeni[sz](?:e|ation)|inference|forward|network)"
-    r"\]?(?P<ms_key>_ms)?\s*(?:[:=]\s*)?(?:[^\d\s]{1,3}\s*)?(?P<v>\d+(?:\.\d+)?)\s*"
+    # (its key's word after it: "Preprocess time: 151us", YOLOv8-TensorRT-CPP's breakdown, one stage a line)
+    r"\]?(?:[ _-]?(?:time|cost|latency|duration))?(?P<ms_key>_ms)?\s*(?:[:=]\s*)?(?:[^\d\s]{1,3}\s*)?"
+    r"(?P<v>\d+(?:\.\d+)?)\s*"
     rf"(?P<u>{TIME_UNIT})?(?![\w/%])",
     re.IGNORECASE,
 )

@@ -441,3 +441,14 @@ def test_a_power_limit_sweep_is_read_as_one() -> None:
     ev = {e.key: e.value for e in src.evidence("x")}
     assert abs(float(ev["scaling.power_cap_speedup"]) - 40.3 / 40.1) < 1e-3
     assert "GPU006" not in {f.code for f in run_rules(EvidenceSet([*src.evidence("x"), gpu]), decide=False)[0]}
+
+
+def test_a_stage_and_its_keys_word_one_a_line() -> None:
+    """YOLOv8-TensorRT-CPP#1: "Preprocess time: 151us" / "Inference: 1372us" / "Postprocess time: 2015us", one stage a
+    line, the key's word between the stage and its value."""
+    p = TimingParser()
+    for line in clean_lines(["Preprocess time: 151us", "Inference: 1372us", "Postprocess time: 2015us"]):
+        p.feed(line)
+    r = p.records()
+    assert r.spans["preprocess"].mean == 0.151 and r.spans["compute"].mean == 1.372
+    assert r.spans["postprocess"].mean == 2.015 and r.untagged.n == 0
