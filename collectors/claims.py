@@ -418,6 +418,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ollama_cpu": re.compile(r"\b\d+(?:\.\d+)?\s*[KMGT]B\s+100%\s+(?-i:CPU)\b|\bsize_vram\W+0\b", re.I),
 }
 
+# `ollama ps`' PROCESSOR column for a model split between system memory and the GPU ("41 GB   42%/58% CPU/GPU"): the
+# share of the model in system memory, whose layers run on the CPU at every token
+_OLLAMA_SPLIT = re.compile(r"(?<![\d.])(?P<cpu>\d{1,3})%\s*/\s*(?P<gpu>\d{1,3})%\s+(?-i:CPU/GPU)\b", re.I)
 # a program announcing the device it runs on, the line's first words (behind a quote's ">" or a log record's
 # bracketed tags): the CPU, or a GPU. A person's "it is using CPU rather than my GPU" is no announcement
 _ANNOUNCE_AT = r"^\s*(?:>\s*)*(?:\[[^\]]{1,40}\]\s*)*(?:INFO:?\s*)?"
@@ -474,6 +477,7 @@ class Claims:
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
+    ollama_cpu_share: float | None = None  # `ollama ps`' PROCESSOR split ("42%/58% CPU/GPU"): the CPU's share, the most
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
@@ -831,6 +835,11 @@ class ClaimParser:
                 c.quotes.setdefault(f"msg:{name}", line.strip()[:200])
                 if name == "cpu_fallback" and _CPU_ANNOUNCED.search(line):
                     c.cpu_announced += 1
+        if "cpu/gpu" in low:
+            for m in _OLLAMA_SPLIT.finditer(line):
+                share = float(m.group("cpu")) / 100.0
+                if abs(float(m.group("cpu")) + float(m.group("gpu")) - 100.0) <= 1.0:
+                    c.ollama_cpu_share = max(c.ollama_cpu_share or 0.0, share)
         if not c.gpu_announced and ("cuda" in low or "gpu" in low) and _GPU_ANNOUNCED.search(line):
             c.gpu_announced = True
         if not c.elsewhere and any(w in low for w in _ELSEWHERE_WORDS) and _ELSEWHERE.search(line):

@@ -181,14 +181,16 @@ class PlacementReported(ReportRule):
     on CPU``, ONNX Runtime without ``CUDAExecutionProvider``, ``BLAS = 0``, ollama's ``runners=[cpu]``
     or ``100% CPU``), llama.cpp/ollama offloading few of the model's layers to the GPU, a device set
     to ``cpu`` in code, statements that the GPU is not used, the CPU stated busy while the GPU
-    is stated idle, or an engine started with part of its weights in host memory (vLLM's and SGLang's
+    is stated idle, ollama keeping part of the model in system memory (``ollama ps``' PROCESSOR
+    "42%/58% CPU/GPU"), or an engine started with part of its weights in host memory (vLLM's and SGLang's
     ``--cpu-offload-gb N``, llama.cpp's ``--n-cpu-moe N`` or ``-ot …=CPU``).
 
     Why it matters: a model on the CPU is 10-100× slower than on the GPU it was meant for; tuning
     anything else is wasted until the work is on the right device.
 
     How it decides: the strongest of: layers offloaded / total below ``max_offloaded_share``
-    (impact 1 − that share, at least ``strong``); a CPU-fallback message (``strong``), TensorFlow's failure to load
+    (impact 1 − that share, at least ``strong``); ollama's CPU share of the model at least ``min_cpu_split``
+    with a GPU in view (``strong``); a CPU-fallback message (``strong``), TensorFlow's failure to load
     its CUDA libraries among them where no serving engine is named (``strong``); ONNX Runtime's
     GPU provider leaving ops to the CPU provider for want of a kernel ("CUDA kernel not supported.
     Fallback to CPU execution provider for Op type: …", verbose "… kernel not found in registries for
@@ -200,7 +202,8 @@ class PlacementReported(ReportRule):
     wrong GPU (``weak``); an offload setting in the engine's command with no out-of-memory message (``stated``: the
     offloaded weights cross PCIe at every step).
 
-    Evidence: any of report.cpu_fallback_messages, report.ep_cpu_node_messages, report.tf_gpu_libs_messages (no
+    Evidence: any of report.cpu_fallback_messages, report.ep_cpu_node_messages, report.ollama_cpu_share,
+    report.tf_gpu_libs_messages (no
     serving engine named: a PyTorch engine's log carries TensorFlow's import noise while its GPU works),
     report.gpu_layers_offloaded (+ report.gpu_layers_total),
     report.placement_statements, report.gpu_util_pct_max + report.cpu_util_pct_max,
@@ -220,7 +223,7 @@ class PlacementReported(ReportRule):
     name = "placement-reported"
     category = Category.DEVICE_PLACEMENT
     requires = ()
-    requires_any = (("report.cpu_fallback_messages",), ("report.ep_cpu_node_messages",),
+    requires_any = (("report.cpu_fallback_messages",), ("report.ep_cpu_node_messages",), ("report.ollama_cpu_share",),
                     ("report.tf_gpu_libs_messages",), ("report.gpu_layers_offloaded",),
                     ("report.placement_statements",), ("report.gpu_util_pct_max", "report.cpu_util_pct_max"),
                     ("report.wrong_gpu_statements",), ("report.offload_settings",),
@@ -234,6 +237,9 @@ class PlacementReported(ReportRule):
     @dataclass(frozen=True)
     class Thresholds:
         max_offloaded_share: float = 0.5  # under half the layers on the GPU: the CPU runs most of the model
+        # a quarter of the model in system memory: read at the host's bandwidth, a tenth of the GPU's or less, those
+        # layers take most of each token's time (ollama's PROCESSOR split)
+        min_cpu_split: float = 0.25
         strong: float = 0.8  # a framework saying so itself
         stated: float = 0.6  # the reporter saying so, or CPU busy with the GPU idle
         weak: float = 0.4  # a statement about which GPU is used
@@ -250,6 +256,12 @@ class PlacementReported(ReportRule):
                               f"other {pct(1 - share)} run on the CPU"))
         elif off == 0:
             out.append(Signal(t.strong, "shows no layer offloaded to the GPU"))
+        split = ev.value("report.ollama_cpu_share")
+        if split is not None and split >= t.min_cpu_split and gpu_in_view(ev):
+            shown = f"{100 * split:.0f}%/{100 * (1 - split):.0f}% CPU/GPU"
+            out.append(Signal(t.strong, f"shows ollama keeping {pct(split)} of the model in system memory "
+                                        f"(`ollama ps`: {shown}): those layers run on the CPU at every token, at the "
+                                        "host's memory bandwidth"))
         if _n(ev, "report.cpu_fallback_messages") and gpu_in_view(ev):
             out.append(Signal(t.strong, "prints that the work falls back to the CPU"
                               + _q(ev, "report.cpu_fallback_messages")))

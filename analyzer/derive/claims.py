@@ -69,6 +69,9 @@ class ReportSource:
         # -- where the work runs ------------------------------------------------------------
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        if c.ollama_cpu_share:
+            ev.add("report.ollama_cpu_share", c.ollama_cpu_share, "ratio",
+                   "the share of the model ollama keeps in system memory (`ollama ps` PROCESSOR, CPU/GPU)")
         count("report.exception_lines", c.exceptions, "exceptions a traceback ended with", "exception")
         count("report.tf_gpu_libs_messages", msg["tf_gpu_libs"],
               "TensorFlow could not load the CUDA libraries its GPU device needs", "msg:tf_gpu_libs")

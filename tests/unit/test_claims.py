@@ -959,3 +959,16 @@ def test_memory_said_to_grow_run_after_run_weighs_against_one_inputs_peak() -> N
     # one input's size alone with the error stays the peak's
     one = "CUDA out of memory with a bigger context\nIt fails when the prompt is longer than 8k tokens.\n"
     assert {f.code: f for f in _diagnose(one).findings}["MEM007"].impact >= 0.55
+
+
+def test_ollamas_processor_split_is_the_share_of_the_model_on_the_cpu() -> None:
+    # ollama#4668: `ollama ps` shows 43 % of a 6.8 GB model kept in system memory; those layers decode on the CPU
+    text = ("Is this a normal behavior?  The overall performance is not satisfying, like 1-token-per-second.\n"
+            "<pre>ollama ps\nNAME        \tID          \tSIZE  \tPROCESSOR      \tUNTIL               \n"
+            "codellama:7b\t8fdf8f752f6e\t6.8 GB\t43%/57% CPU/GPU\t25 minutes from now</pre>\n")
+    assert _claims(text).claims.ollama_cpu_share == 0.43
+    lead = _diagnose(text).findings[0]
+    assert lead.code == "PLC001" and "43%/57% CPU/GPU" in lead.message
+    # all of it on the GPU (or a split that does not add up to the whole) is no such share
+    assert _claims("llama3:8b  365c0bd3c000  6.7 GB  100% GPU  4 minutes from now\n").claims.ollama_cpu_share is None
+    assert _claims("it used 43%/20% CPU/GPU over the run\n").claims.ollama_cpu_share is None
