@@ -158,7 +158,8 @@ CONCEPTS: dict[str, str] = {
     "decode": r"(?<!speculative )(?<!spec )\bdecod\w*"
               r"|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
               r"|tokens? per second|\btpot\b|\bitl\b|inter[- ]token",
-    "prompt_len": r"prompt (?:length|size|of)|input (?:length|size|tokens?|contexts?)|context (?:length|size)"
+    # ("input size" alone is an image's or a tensor's as often: pytorch#2759, keras-retinanet#91)
+    "prompt_len": r"prompt (?:length|size|of)|input (?:length|tokens?|contexts?)|context (?:length|size)"
                   r"|tokens? (?:context|prompt|input)s?\b|long (?:prompt|"
                   r"context|input)|输入长度|上下文|长文本|input sequence length|prompt tokens|\bisl\b",
     "queue": r"\bqueu\w*|\bpending\b|\bwaiting\b|排队|等待",

@@ -972,3 +972,9 @@ def test_ollamas_processor_split_is_the_share_of_the_model_on_the_cpu() -> None:
     # all of it on the GPU (or a split that does not add up to the whole) is no such share
     assert _claims("llama3:8b  365c0bd3c000  6.7 GB  100% GPU  4 minutes from now\n").claims.ollama_cpu_share is None
     assert _claims("it used 43%/20% CPU/GPU over the run\n").claims.ollama_cpu_share is None
+
+
+def test_an_images_input_size_is_no_prompts_length() -> None:
+    # pytorch#2759 / keras-retinanet#91: "input size" in a vision report is the image's, not a prompt's length
+    assert "prompt_len" not in _claims("Slow first inference for each new input size\n").claims.title_concepts
+    assert "prompt_len" in _claims("TTFT grows with the input length\n").claims.title_concepts
