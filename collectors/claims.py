@@ -147,6 +147,12 @@ CONCEPTS: dict[str, str] = {
                 r"|up |to |reaches |peaks at |runs at |uses )*~?\d{1,3}(?:\.\d+)? ?%)"
                 r"|cpu使用率|cpu占用|cpu 占用|cpu利用率",
     "gpu": r"\bgpus?\b|\bcuda\b|显卡|\bvram\b",
+    # the reporter's machine has no GPU ("my i5 laptop (no NVIDIA card)", "a CPU-only server"): a GPU named elsewhere in
+    # the text is one asked about, not one in the picture (rules only: ``gpu_in_view``)
+    "no_gpu": r"\bno (?:nvidia |dedicated |discrete |cuda[- ]capable )?"
+              r"(?:gpus?|graphics cards?|video cards?|nvidia cards?)\b"
+              r"|\bcpu[- ]only (?:machine|laptop|server|host|box|system|pc|computer|instance|node|vm)\b"
+              r"|\bdo(?:n'?t|n’t| not) have (?:a |any )?(?:gpus?|graphics cards?|nvidia cards?)\b",
     "cpu": r"\bcpus?\b|processor",
     "vram": r"vram|gpu memory|gpu mem\b|device memory|显存|memory[- ]usage"
             r"|(?:takes?|uses?|using|occup\w*|consum\w*|eats?)(?: up)? (?:about |around |~)?[\d.]+ ?[gm](?:i?b)? "
@@ -244,8 +250,8 @@ CONCEPTS: dict[str, str] = {
                      r"on (?:the )?cpu|cpu[- ]only|not (?:using|use|utili[sz]ing) (?:the )?gpu(?!\w)(?!"
                      # a degree, not the device ("not utilizing the GPU nearly as much as the tensorflow version",
                      # ray#6962; "not utilized fully"): the GPU runs it, less busy
-                     r",? (?:nearly|as much|fully|efficiently|enough|well|properly|much|more|to (?:its|the) full))"
-                     r"|gpu (?:is |was )?not (?:used|utili[sz]ed|being used)(?!\w)(?!,? (?:nearly|as much|fully"
+                     r" (?:nearly|as much|fully|efficiently|enough|well|properly|much|more|to (?:its|the) full))"
+                     r"|gpu (?:is |was )?not (?:used|utili[sz]ed|being used)(?!\w)(?! (?:nearly|as much|fully"
                      r"|efficiently|enough|well|properly|much|more|to (?:its|the) full))"
                      r"|doesn'?t use (?:the )?gpu|does not use (?:the )?gpu"
                      r"|no gpu usage|without (?:the )?gpu|device[=:] ?['\"]?cpu|torch\.device\(['\"]cpu"
@@ -311,12 +317,15 @@ CONCEPTS: dict[str, str] = {
             r"|very high|慢|耗时",
     # memory growing over time or requests (a "memory leak?" question alone is not growth)
     # (llama.cpp#23446: "vram usage gradually increasing each run until OOM")
+    # (memory rising with one input's size is its peak, not growth: "memory usage increases linearly with batch size")
     "memory_grows": r"(?:memory|vram)(?: usage)? (?:keeps? |kept |gradually |steadily |slowly |continuously "
-                    r"|constantly )?(?:grow\w*|increas\w*|creep\w*|climb\w*)|grows? (?:with|over|per|after) "
+                    r"|constantly )?(?:grow\w*|increas\w*|creep\w*|climb\w*)(?!\w)"
+                    r"(?! (?:linearly |quadratically )?with (?:the )?(?:batch|input|sequence|seq|context|resolution"
+                    r"|image|prompt|length))"
+                    r"|grows? (?:with|over|per|after) "
                     r"(?:each |every )?(?:request|call|inference|batch|iteration|step|generation)|keeps? (?:growing|"
                     r"increasing|climbing)"
-                    r"|increas\w* (?:with|over|per|after|each|every) (?:each |every )?(?:request|call|inference|run"
-                    r"|generation|turn)",
+                    r"|increas\w* (?:with|over|per|after) (?:each |every )?(?:request|call|inference)",
     "empty_cache": r"empty_cache|gc\.collect|expandable_segments|max_split_size_mb|fragment\w*",
     "batch": r"batch[_ ]?size|\bbs\s?=|\bbatch(?:es|ing)?\b|批",
 }
@@ -358,6 +367,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
         r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu"
+        # transformers' pipeline given no device on a machine with one: "Hardware accelerator e.g. GPU is available in
+        # the environment, but no `device` argument is passed to the `Pipeline` object. Model will be on CPU."
+        r"|GPU is available in the environment, but no .?device.? argument|Model will be on CPU"
         # a CPU-only torch wheel in an environment banner or version print ("Ultralytics YOLOv8.0.54 Python-3.10.6
         # torch-2.0.0+cpu CPU", "torch 1.10.0+cpu", "2.1.0+cpu"): that torch has no CUDA to run on
         r"|\btorch[-= :]*v?\d+\.\d+(?:\.\d+)?\+cpu\b",
@@ -439,12 +451,16 @@ _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched onl
 # a line a message's words appear in that is not that message: llama.cpp's loader notice that a tensor "cannot be
 # used with preferred buffer type ROCm_Host, using CPU instead" chooses between two host buffers (the pinned one
 # and a plain one) for tensors that stay on the host by design (the token embeddings): no fallback from the GPU
-_NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type", re.I)}
+_NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type"
+                                           # a line naming a CUDA or ROCm wheel beside the CPU one compares or
+                                           # replaces them ("had 2.0.1+cpu by mistake, reinstalled 2.0.1+cu118")
+                                           r"|\+(?:cu\d{2,3}|rocm\d)", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
 SETTINGS = ("cuda_graphs_off", "weights_offloaded", "tensors_on_cpu")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
+_GPU_DEVICE = re.compile(r"--device[= ](?:cuda|gpu)\b", re.I)
 
 
 @dataclass
@@ -483,6 +499,7 @@ class Claims:
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
     cpu_requested: bool = False  # a command puts the program on the CPU (``--device cpu``): its CPU messages are asked
+    gpu_requested: bool = False  # ... one on a GPU (``--device cuda``): the CPU's messages may be that run's
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -677,7 +694,7 @@ class ClaimParser:
         if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
             self._claims.synced, self._sync_pending = True, False
         c = self._claims
-        if c.cpu_requested and c.messages["cpu_fallback"] > 0:
+        if c.cpu_requested and not c.gpu_requested and c.messages["cpu_fallback"] > 0:
             # the program was started on the CPU (whispering#76: "whispering … --device cpu", then its own "FP16 is
             # not supported on CPU; using FP32 instead"): what it says of the CPU was asked for, no fall-back
             del c.messages["cpu_fallback"]
@@ -785,6 +802,8 @@ class ClaimParser:
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
+            if _GPU_DEVICE.search(line):
+                c.gpu_requested = True
             if _CPU_DEVICE.search(line):
                 c.cpu_requested = True
                 return  # an engine on its CPU backend: no CUDA graphs to turn off
@@ -1068,7 +1087,8 @@ _SEVERAL = re.compile(r"(?:two|multiple|several|other|second|2nd)[ \t]+(?:models
 
 
 # (a label's Markdown emphasis and colon between: "- **PCIe:** x4 lanes negotiated", club-3090's rig report)
-_LINK_AFTER = re.compile(r"[ \t*_:-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)|x(?:1|2|4|8|16)\b"
+_LINK_AFTER = re.compile(r"[ \t*_:-]*(?:gen ?[1-6]|[1-6](?:\.0)?(?![.\d])(?!\s*[GMK]i?B)(?!\s*(?:ms|s|us|µs|sec|%))"
+                         r"|x(?:1|2|4|8|16)\b"
                          r"|slots?\b|lanes?\b|risers?\b)", re.IGNORECASE)
 # ... unless the words after it say what goes over it: "Gen4 PCIe transfers dominate", "the PCIe lanes are saturated"
 _COPY_AFTER = re.compile(r"(?:[^.;\n]|\.(?=\d)){0,30}?\b(?:transfers?|bandwidth|traffic|cop(?:y|ies)|throughput"

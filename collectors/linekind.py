@@ -91,9 +91,12 @@ _LAUNCHER = (
 )
 _ARGUMENT = r".*?(?:(?<=\s)--?[A-Za-z]|\S/\S|\.py\b|\w=\S)"  # the launcher's \s is a flag's space too
 _COMMAND = re.compile(rf"\s*(?:{_PROMPT}|```|(?:\+\s+)?{_ENV}*{_LAUNCHER}{_ARGUMENT}|(?:\+\s+)?{_ENV}+\S)")
-# a program this list does not name, known as a command by its shape: a lower-case name (and a subcommand or two),
-# then nothing but two or more flags, each with at most one value ("whispering --language fr --model tiny --device cpu")
-_BARE_COMMAND = re.compile(r"\s*[a-z][\w.-]*(?:\s+[a-z][\w.-]*){0,2}(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?){2,}\s*$")
+# a program this list does not name, known as a command by its shape: a lower-case name (and a subcommand), then
+# nothing but flags, two or more of them with a value ("whispering --language fr --model tiny --device cpu"); a
+# person's "i tried --no-mmap --mlock" or "koboldcpp slow with --usecublas --gpulayers 99" is no such line
+_BARE_COMMAND = re.compile(r"\s*[a-z][\w.-]*(?:\s+[a-z][\w.-]*)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?)*"
+                           r"(?:\s+--?[A-Za-z][\w.-]*[= ](?!-)\S+)(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?)*\s*$")
+_FLAG_VALUE = re.compile(r"(?<=\s)--?[A-Za-z][\w.-]*[= ](?!-)\S+")
 _FLAGS_ONLY = re.compile(r"\s*--?[A-Za-z][\w.-]*(?:[= ]\S+)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ]\S+)?)*\s*\\?\s*$")
 _CONTINUED = re.compile(r"\s\\\s*$")
 _METRICS = re.compile(r"\s*(?:# (?:HELP|TYPE|UNIT|EOF)\b|# scrape at "  # Prometheus comments, diagnose's header
@@ -240,7 +243,7 @@ def kind_of(line: str) -> LineKind:
     if _LOG.match(line):
         return LineKind.LOG
     if _COMMAND.match(text) or _FLAGS_ONLY.match(text) or (_CONTINUED.search(text) and "--" in text) \
-            or ("--" in text and _BARE_COMMAND.match(text)):
+            or ("--" in text and _BARE_COMMAND.match(text) and len(_FLAG_VALUE.findall(text)) >= 2):
         return LineKind.COMMAND
     if text.startswith(("{", "[{", '["', "[[", "<?xml", "<")) or _LABELLED_STRUCTURE.match(text):
         return LineKind.JSON

@@ -100,6 +100,18 @@ _GROUP = re.compile(r"^\d{3}(?:,\d+)?$")  # a space-separated thousands group, t
 _LEAD = re.compile(r"^\d{1,3}$")  # what a space-grouped number starts with
 
 
+def _span_cells(row: str, spans: list[tuple[int, int]], n: int) -> list[str] | None:
+    """The row cut at the dashes row's column spans (a number's groups, whatever their widths, stay one cell), or None
+    when the layout gives no such spans or a numeric cell does not read as one number."""
+    if len(spans) != n:
+        return None
+    cells = [row[a:spans[i + 1][0]].strip() if i + 1 < n else row[a:].strip() for i, (a, _) in enumerate(spans)]
+    numbers = [c.replace(" ", "").replace("\u00a0", "") for c in cells[:-1]]
+    if not cells[-1] or not all(re.match(r"^-?\d[\d,.]*$", c) for c in numbers):
+        return None
+    return [*numbers, cells[-1]]
+
+
 def _locale_cells(toks: list[str], numeric: int) -> list[str] | None:
     """The leading ``numeric`` cells of a row whose numbers group their thousands with spaces ("235 138 304"), or
     None when joining the groups does not give exactly that many numbers."""
@@ -167,6 +179,7 @@ class _Table:
     rows: int = 0
     in_rows: bool = False
     size_unit: str = "MB"  # when the header gives none (the old "(by size in KiB)" titles say KiB)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # the dashes row's columns (start, end) in the layout
 
 
 class NsysStatsParser:
@@ -244,12 +257,13 @@ class NsysStatsParser:
             return self._header(t, s)
         if not t.csv and not t.in_rows and set(s) <= {"-", " "}:
             t.in_rows = True
+            t.spans = [(m.start(), m.end()) for m in re.finditer(r"-+", line.rstrip())]  # at the line's own columns
             return True
         if t.csv:
             t.in_rows = True
         if not t.in_rows:
             return False
-        if self._row(t, s):
+        if self._row(t, s, line.rstrip()):
             self.recognised += 1
             return True
         self._table = None  # not a row: the table has ended
@@ -339,7 +353,7 @@ class NsysStatsParser:
             self.out.layouts.add("table")
         return True
 
-    def _row(self, t: _Table, s: str) -> bool:
+    def _row(self, t: _Table, s: str, raw: str = "") -> bool:
         if t.csv:
             try:
                 cells = next(csv.reader([s]))
@@ -355,7 +369,9 @@ class NsysStatsParser:
             cells = [*toks[: n - 1], " ".join(toks[n - 1 :])]
             if n >= 3 and any(_GROUP.match(x) for x in toks[1:n]) and (
                     re.match(r"^-?\d[\d,.]*$", cells[-1].split()[0]) or any(_DECIMAL_COMMA.match(x) for x in toks[:n])):
-                grouped = _locale_cells(toks, n - 1)  # numbers grouped by spaces push the name right
+                # numbers grouped by spaces push the name right: cut the row at the dashes row's columns (the
+                # layout's own widths), else join the groups where that gives exactly the numeric columns
+                grouped = _span_cells(raw, t.spans, n) or _locale_cells(toks, n - 1)
                 if grouped is not None:
                     cells = grouped
         if t.report in ("pageable", "syncmemcpy"):

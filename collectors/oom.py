@@ -1028,7 +1028,7 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
             break
     if hints.gpu_count is None and ("gpus" in low or "卡" in line or "cards" in low):
         for m in _GPU_COUNT.finditer(line):
-            if _COUNTED_BEFORE.search(line, 0, m.start()):
+            if int(m.group("n")) >= 100 and _COUNTED_BEFORE.search(line, 0, m.start()):
                 continue  # the number is the GPU's model, counted before it: "four 4090 cards", "8x 3090 GPUs"
             hints.gpu_count, said = int(m.group("n")), True
             break

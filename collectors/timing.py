@@ -123,8 +123,9 @@ def clean_label(cell: str) -> str:
     return text.strip(" :-")
 
 
-# a stage named by a whole short word a program abbreviates it to ("pre 0.013s |net 0.026s |post 0.003s")
-_ABBREVIATED = {"pre": "preprocess", "post": "postprocess", "net": "compute"}
+# a stage named by a whole short word a program abbreviates it to ("pre 0.013s |…|post 0.003s"); "net" is the model
+# only beside both of them (CenterNet's breakdown), elsewhere as often the network (``_piped``)
+_ABBREVIATED = {"pre": "preprocess", "post": "postprocess"}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -568,13 +569,19 @@ class TimingParser:
         if len(fields) < 3 or any(m is None for m in fields):
             return False
         timed = [(m.group("label"), to_ms(float(m.group("v")), m.group("u"))) for m in fields if m is not None]
+        labels = {label.lower() for label, _ in timed}
+        model = {"net": "compute"} if {"pre", "post"} <= labels else {}  # CenterNet's "net" between its pre and post
         totals = [ms for label, ms in timed if _PIPED_TOTAL.fullmatch(label)]
-        parts = [(normalize_stage(label), ms) for label, ms in timed if not _PIPED_TOTAL.fullmatch(label)]
-        if len(totals) != 1 or len({stage for stage, _ in parts}) < 2 or totals[0] <= 0:
+        parts: dict[str, float] = {}  # stage → its time in this line (two fields of one stage add up)
+        for label, ms in timed:
+            if not _PIPED_TOTAL.fullmatch(label):
+                stage = model.get(label.lower()) or normalize_stage(label)
+                parts[stage] = parts.get(stage, 0.0) + ms
+        if len(totals) != 1 or len(parts) < 2 or totals[0] <= 0:
             return False
-        if abs(sum(ms for _, ms in parts) - totals[0]) > SUM_SLACK * totals[0]:
+        if abs(sum(parts.values()) - totals[0]) > SUM_SLACK * totals[0]:
             return False  # the fields are no breakdown of the total (a comparison, several runs)
-        for stage, ms in parts:
+        for stage, ms in parts.items():
             series = self._labelled_spans.get(stage)
             if series is None:
                 series = self._labelled_spans[stage] = Series()

@@ -200,7 +200,8 @@ _GPU_STATEMENTS = ("report.vram_statements", "report.gpu_util_pct_max", "report.
                    "report.cuda_graphs_off_messages", "report.slow_gpu_statements", "report.throttle_statements",
                    "report.copy_statements", "report.copy_ms_max", "report.pcie_link_statements",
                    "report.ep_memcpy_messages", "report.offload_settings", "report.ep_cpu_node_messages",
-                   "report.sync_read_ms_max")  # a host read (.cpu(), .item()) waits for a device: it has one
+                   "report.sync_read_ms_max",  # a host read (.cpu(), .item()) waits for a device: it has one
+                   "report.ollama_cpu_share")  # ollama's "42%/58% CPU/GPU": the GPU holds the rest
 _GPU_CUES = ("c:gpu", "t:gpu", "c:vram", "t:vram", "c:wrong_gpu", "c:offload")
 
 
@@ -215,7 +216,10 @@ def gpu_in_view(ev: EvidenceSet) -> bool:
         return True
     got = ev.get("report.cues")  # a mapping of cue weights (``value`` reads numbers only)
     cues = got.value if isinstance(got, Evidence) else None
-    if isinstance(cues, dict) and any(cues.get(c, 0.0) > 0 for c in _GPU_CUES):
+    # a GPU the reporter names, unless they say their machine has none ("(no NVIDIA card) … would a GPU speed this
+    # up?": one asked about)
+    if isinstance(cues, dict) and any(cues.get(c, 0.0) > 0 for c in _GPU_CUES) \
+            and "report.no_gpu_statements" not in ev:
         return True
     # a framework's fall-back message names the GPU it could not use ("ggml_cuda_init: failed", "Failed to
     # create CUDAExecutionProvider")

@@ -10,6 +10,7 @@ says which sentence of the report it rests on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -237,9 +238,7 @@ class PlacementReported(ReportRule):
     @dataclass(frozen=True)
     class Thresholds:
         max_offloaded_share: float = 0.5  # under half the layers on the GPU: the CPU runs most of the model
-        # a quarter of the model in system memory: read at the host's bandwidth, a tenth of the GPU's or less, those
-        # layers take most of each token's time (ollama's PROCESSOR split)
-        min_cpu_split: float = 0.25
+        min_cpu_split: float = 0.25  # a quarter of the model in system memory (ollama's split) takes most of a token
         strong: float = 0.8  # a framework saying so itself
         stated: float = 0.6  # the reporter saying so, or CPU busy with the GPU idle
         weak: float = 0.4  # a statement about which GPU is used
@@ -610,6 +609,10 @@ class ColdStartReported(ReportRule):
         ]
 
 
+# a title's output rate ("TTFT and output tokens/s both regressed"): the decode step's, graphs' own work
+_TITLE_RATE = re.compile(r"tok(?:en)?s?\s*/\s*s\b|tokens? per second|throughput|\btps\b|\bt/s\b", re.IGNORECASE)
+
+
 class LaunchOverheadReported(ReportRule):
     """The report shows the host's launch path setting the pace: eager mode, kernel launches, one busy core.
 
@@ -663,8 +666,10 @@ class LaunchOverheadReported(ReportRule):
         # CUDA graphs replay the decode step (vLLM captures decode batches; its prefill runs piecewise or eager
         # either way): a report about the first token alone, its decode not in question, is no eager mode's cost
         # (vllm#39790: a TTFT regression with speculative decoding, served with --enforce-eager in both runs)
-        first_only = _title_mentions(ev, "ttft", "prefill") and not _title_mentions(ev, "decode", "cuda_graph",
-                                                                                    "launch")
+        title = ev.get("report.title")
+        rate = isinstance(title, Evidence) and _TITLE_RATE.search(str(title.value)) is not None  # tok/s is decode's
+        first_only = (_title_mentions(ev, "ttft", "prefill") and not rate
+                      and not _title_mentions(ev, "decode", "cuda_graph", "launch"))
         if _n(ev, "report.cuda_graphs_off_messages") and not first_only:
             out.append(Signal(t.graphs_off, f"runs with CUDA graphs off{_q(ev, 'report.cuda_graphs_off_messages')}"))
         if _n(ev, "report.launch_statements"):

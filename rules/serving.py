@@ -871,7 +871,7 @@ class SweepPlateau(Rule):
     category = Category.QUEUEING
     requires = ("scaling.plateau_concurrency", "scaling.plateau_span", "scaling.plateau_throughput_gain")
     optional = ("scaling.plateau_latency_ratio", "scaling.concurrency_range", "scaling.throughput.concurrency_ratio",
-                "gpu.util_ratio", "report.gpu_util_pct_min")
+                "scaling.plateau_rise", "gpu.util_ratio", "report.gpu_util_pct_min")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -901,8 +901,10 @@ class SweepPlateau(Rule):
         # the throughput rose with the load up to the plateau (batching worked) and nothing measured the GPU there:
         # the plateau is the server's capacity, the device's own (gpu_compute) as likely as an admission cap
         # (plow#31: 4.2 → 7.9 req/s from 1 to 8 in flight, then flat; the GPU's prefill saturated)
-        overall = _num(ev, "scaling.throughput.concurrency_ratio")
-        rose = overall / gain if overall is not None and gain > 0 else 1.0
+        rose = _num(ev, "scaling.plateau_rise")
+        if rose is None:  # (an older session's evidence: the overall gain over the plateau's, a lower bound)
+            overall = _num(ev, "scaling.throughput.concurrency_ratio")
+            rose = overall / gain if overall is not None and gain > 0 else 1.0
         device_unknown = rose >= t.rose_before and util is None and stated is None
         msg = (f"The sweep's throughput stops rising at {start:g} request{'s' if start != 1 else ''} in flight: "
                f"from {start:g} to {end:g} ({span:.1f}×) it serves only {gain:.2f}× as much"

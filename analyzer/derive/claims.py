@@ -80,6 +80,7 @@ class ReportSource:
         count("report.placement_statements", con["placement_cpu"], "statements that the work runs on the CPU",
               "placement_cpu")
         count("report.wrong_gpu_statements", con["wrong_gpu"], "statements about which GPU is used", "wrong_gpu")
+        count("report.no_gpu_statements", con["no_gpu"], "statements that the machine has no GPU", "no_gpu")
         count("report.offload_statements", con["offload"], "statements about offloading layers", "offload")
         count("report.offload_settings", msg["weights_offloaded"] + msg["tensors_on_cpu"], "settings that keep "
               "weights in host memory (--cpu-offload-gb, --n-cpu-moe, -ot …=CPU)", "msg:weights_offloaded",
@@ -289,7 +290,7 @@ def set_vocabulary(words: frozenset[str] | None) -> None:
 
 # what a rule reads more finely than the report model needs: a polarity of a concept it has (graphs said to be on), and
 # one setting of two engines' kinds (llama.cpp's tensors on the CPU, a setting that keeps weights in host memory)
-_RULE_ONLY = frozenset({"cuda_graph_on", "slow_fp16_gpu"})
+_RULE_ONLY = frozenset({"cuda_graph_on", "slow_fp16_gpu", "no_gpu"})
 _SAME_CUE = {"tensors_on_cpu": "weights_offloaded", "ep_cpu_node": "cpu_fallback", "tf_gpu_libs": "cpu_fallback"}
 
 

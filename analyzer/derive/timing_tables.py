@@ -171,6 +171,11 @@ def sweep_evidence(levels: list[LoadLevel], where: str) -> list[tuple[str, float
                     f"{where}: the concurrency past the plateau's start, {flat.start:g} → {flat.end:g}"))
         out.append(("scaling.plateau_throughput_gain", flat.gain, "ratio",
                     f"{where}: the throughput's gain across the plateau"))
+        start = next((lv for lv in ordered if lv.concurrency == flat.start), None)
+        if start is not None and lo.throughput > 0:
+            out.append(("scaling.plateau_rise", start.throughput / lo.throughput, "ratio",
+                        f"{where}: the throughput's rise up to the plateau, {lo.concurrency:g} → {flat.start:g} in "
+                        f"flight ({lo.throughput:g} → {start.throughput:g})"))
         if flat.latency_ratio is not None:
             out.append(("scaling.plateau_latency_ratio", flat.latency_ratio, "ratio",
                         f"{where}: the latency at {flat.end:g} in flight over at {flat.start:g}"))
@@ -284,10 +289,16 @@ _WATTS = re.compile(r"^\s*[*_`]*\s*(?P<w>\d{2,4}(?:\.\d+)?)\s*W?\b", re.I)
 _SWEEP_TIME_HEADER = re.compile(r"\bavg\b|\bmean\b|median|\btime\b|latency|duration|\(s\)|\bsec", re.I)
 
 
-def power_sweep(header: list[str], rows: list[list[str]]) -> PowerSweep | None:
+def power_sweep(header: list[str], rows: list[list[str]], raw_first: str = "") -> PowerSweep | None:
     """The table's power-limit sweep (``PowerSweep``): its first column a power cap in watts, at two caps or more,
-    and a column of the work's rate (a throughput: tok/s, TPS, it/s) or time per run; None otherwise."""
+    and a column of the work's rate (a throughput: tok/s, TPS, it/s) or time per run; None otherwise. Watts must be
+    said: in the raw header ("Cap (W)", "power limit", "TDP") or on every cap ("175W"); a "cap" of sequences or a
+    "limit (GB)" is no power limit."""
     if not header or not _POWER_HEADER.search(header[0]):
+        return None
+    other_unit = re.search(r"\((?!\s*w\s*\))[^)]*\)", raw_first, re.I)
+    said = bool(re.search(r"power|watt|\(\s*w\s*\)|\btdp\b", raw_first, re.I)) and other_unit is None
+    if not said and not all(re.match(r"^\s*[*_`]*\s*\d{2,4}(?:\.\d+)?\s*W\b", r[0]) for r in rows if r[0].strip()):
         return None
     caps = [(float(m.group("w")), r) for r in rows if (m := _WATTS.match(r[0])) is not None]
     if len({w for w, _ in caps}) < 2 or not all(30 <= w <= 2000 for w, _ in caps):
@@ -318,7 +329,7 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | Powe
     rows = _decimal_commas([(r + [""] * len(header))[: len(header)] for r in t.rows])
     labels = [clean_label(r[0]) for r in rows]
     first = header[0]
-    swept = power_sweep(header, rows)
+    swept = power_sweep(header, rows, t.header[0])
     if swept is not None:
         return swept
     if _STAGE_HEADERS.match(first):

@@ -978,3 +978,44 @@ def test_an_images_input_size_is_no_prompts_length() -> None:
     # pytorch#2759 / keras-retinanet#91: "input size" in a vision report is the image's, not a prompt's length
     assert "prompt_len" not in _claims("Slow first inference for each new input size\n").claims.title_concepts
     assert "prompt_len" in _claims("TTFT grows with the input length\n").claims.title_concepts
+
+
+def test_the_reviews_counter_examples_of_the_placement_and_growth_readers() -> None:
+    # a person naming both wheels compares or replaces them: no fall-back message
+    assert _claims("I had torch 2.0.1+cpu installed by mistake, so I reinstalled torch 2.0.1+cu118\n").claims \
+        .messages["cpu_fallback"] == 0
+    # a CPU baseline command beside a GPU run's command: the CPU messages may be the GPU run's, kept
+    both = ("$ python infer.py --device cpu --n 10\n$ python infer.py --device cuda --n 10\n"
+            "Ultralytics YOLOv8.0.54 Python-3.10.6 torch-2.0.0+cpu CPU\n")
+    assert _claims(both).claims.messages["cpu_fallback"] == 1
+    # a comma ends the clause: "not using the GPU, much slower" is placement
+    assert _claims("It's not using the GPU, much slower than on colab\n").claims.concepts["placement_cpu"] == 1
+    # latency or TTFT rising per turn is no memory growth; memory rising with the batch is a peak
+    for text in ("TTFT increases with each turn of the conversation", "memory usage increases linearly with batch size",
+                 "latency increases every run"):
+        assert _claims(text + "\n").claims.concepts["memory_grows"] == 0, text
+    # a time after "PCIe:" is a copy's time, not a link generation
+    assert _claims("per step: compute 12 ms, PCIe: 4 ms, sync 1 ms\n").claims.concepts["copy"] == 1
+
+
+def test_a_gpu_asked_about_once_puts_none_in_view() -> None:
+    from diagnose.rules.base import gpu_in_view
+
+    text = ("Transcription is slow on my i5 laptop (no NVIDIA card).\nWould a GPU speed this up a lot?\n"
+            "UserWarning: FP16 is not supported on CPU; using FP32 instead\n")
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    assert not gpu_in_view(EvidenceSet(res.evidence))
+
+
+def test_a_titles_output_rate_is_decodes() -> None:
+    # review: "TTFT and output tokens/s both regressed" names the decode too: eager mode may be its cost
+    text = ("[Performance]: TTFT and output tokens/s both regressed after upgrading to 0.8.4\n"
+            "```bash\nvllm serve /m \\\n    --enforce-eager \\\n    --port 8000\n```\n")
+    assert any(f.code == "GPU110" for f in _diagnose(text).findings)
+
+
+def test_transformers_pipeline_on_the_cpu_beside_a_gpu_is_a_fallback() -> None:
+    # ComfyUI-Background-Replacement#8: transformers' own warning that a GPU is there and the model goes to the CPU
+    line = ("Hardware accelerator e.g. GPU is available in the environment, but no `device` argument is passed to the "
+            "`Pipeline` object. Model will be on CPU.")
+    assert _claims(line + "\n").claims.messages["cpu_fallback"] == 1

@@ -98,6 +98,10 @@ LINES: list[tuple[str, LineKind]] = [
     # a program no list names, a command by its shape: a name, then only flags and their values (whispering#76)
     ("whispering --language fr --model tiny --device cpu", K.COMMAND),
     ("please use --fp16 instead", K.PROSE), ("I tried --device cpu and --threads 4 but", K.PROSE),
+    ("i tried --no-mmap --mlock", K.PROSE), ("still slow --verbose --debug", K.PROSE),
+    ("koboldcpp slow with --usecublas --gpulayers 99", K.PROSE),
+    ("whisper works but --device cuda --fp16 False", K.PROSE),
+    ("mytool serve --port 8000 --host 0.0.0.0", K.COMMAND),
     ("# HELP vllm:request_num_preemptions Histogram of the number of times a request was preempted.", K.METRICS),
     ('vllm:num_requests_waiting{engine="0",model_name="lab"} 14.0', K.METRICS),
     ('{"ts": 1764470000.12, "stages_ms": {"queue": 3.1}}', K.JSON),

@@ -174,6 +174,9 @@ def test_a_locales_decimal_commas_and_space_grouped_thousands() -> None:
     before one or two digits is its decimal point."""
     ev = _ev(os.path.join(NSYS, "locale_decimal_comma_kern_pytorch54324.txt"))
     assert abs(_f(ev["gpu.kernel_time_ms"]) - 456.854778) < 1e-6 and ev["gpu.kernel_count"] == 60
+    # a three-digit count after a grouped number stays its own cell: the dashes row's columns cut the row
+    ev = _ev(os.path.join(NSYS, "locale_three_digit_instances_constructed.txt"))
+    assert abs(_f(ev["gpu.kernel_time_ms"]) - 235.183616) < 1e-6 and ev["gpu.kernel_count"] == 428
 
 
 def test_nvprofs_summary_and_an_excerpt_of_its_rows() -> None:

@@ -895,3 +895,13 @@ def test_a_gpus_model_number_before_cards_is_no_count() -> None:
         h = ModelHints()
         parse_hints_line(line, h)
         assert h.gpu_count == count, line
+
+
+def test_a_version_before_a_gpu_count_is_no_model_number() -> None:
+    # review: "vLLM 0.6.3 8 GPUs" is eight GPUs; only a number of three digits or more can be a GPU's model
+    from diagnose.collectors.oom import ModelHints, parse_hints_line
+
+    for line, count in [("vLLM 0.6.3 8 GPUs", 8), ("CUDA 12.1 4 GPUs", 4), ("Ubuntu 22.04 2 GPUs", 2)]:
+        h = ModelHints()
+        parse_hints_line(line, h)
+        assert h.gpu_count == count, line

@@ -518,6 +518,10 @@ def test_a_sweep_plateau_is_requests_waiting_for_capacity() -> None:
     assert f.confidence is Confidence.THIN and "the GPU's own limit" in f.message
     f = _findings(_set(**rose, gpu__util_ratio=0.55))["QUE011"]  # a GPU half idle at the plateau: a cap on requests
     assert f.confidence is Confidence.CORRELATED and "GPU's own limit" not in f.message
+    # the rise up to the plateau, where the sweep gives it, outranks the overall gain over the plateau's (review: a
+    # sweep that falls past its plateau hides the rise from that ratio)
+    falls = {**rose, "scaling__throughput__concurrency_ratio": 1.0, "scaling__plateau_rise": 1.88}
+    assert _findings(_set(**falls))["QUE011"].confidence is Confidence.THIN
 
 
 def test_a_measured_sweep_that_still_scales_silences_a_title_about_concurrency() -> None:

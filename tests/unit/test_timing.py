@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.collectors.logtext import clean_lines
-from diagnose.collectors.timing import Call, Table, TimingParser, normalize_stage
+from diagnose.collectors.timing import Call, Table, TimingParser, clean_label, normalize_stage
 from diagnose.derive.timing import TimingSource, shape_spikes
 from diagnose.derive.timing_tables import (
     ConditionTable,
@@ -19,6 +19,7 @@ from diagnose.derive.timing_tables import (
     analyze_table,
     load_plateau,
     parse_cell,
+    power_sweep,
 )
 from diagnose.model import Quality
 from tests.conftest import DATA
@@ -365,6 +366,15 @@ def test_a_pipe_separated_breakdown_with_its_total_is_read_as_stages() -> None:
     assert {"preprocess", "compute", "postprocess", "dec", "load", "merge"} <= set(r.spans)
     assert r.spans["preprocess"].n == 2 and round(r.spans["preprocess"].mean, 3) == 13.5
     assert round(r.spans["compute"].mean, 3) == 24.5 and "tot" not in r.spans
+    # two fields of one stage add up in their line; "net" beside a queue (no pre and post) is the network's
+    p = TimingParser()
+    p.feed("total 120ms | queue 5ms | net 90ms | infer 25ms")
+    r = p.records()
+    assert r.spans["compute"].mean == 25.0 and r.spans["net"].mean == 90.0 and r.spans["queue"].mean == 5.0
+    p = TimingParser()
+    p.feed("tot 50ms | pre 10ms | resize 5ms | net 35ms | post 0ms")
+    r = p.records()
+    assert r.spans["preprocess"].n == 1 and r.spans["preprocess"].mean == 15.0 and r.spans["compute"].mean == 35.0
     # fields that do not add up to a total are no breakdown (a comparison of runs), nor are fields without one
     for line in ("total 90 ms | eager 40 ms | compiled 12 ms", "pre 3 ms | net 20 ms | post 2 ms",
                  "tot 44 ms | pre 13 ms | net 26 ms | 5 requests"):
@@ -441,6 +451,10 @@ def test_a_power_limit_sweep_is_read_as_one() -> None:
     ev = {e.key: e.value for e in src.evidence("x")}
     assert abs(float(ev["scaling.power_cap_speedup"]) - 40.3 / 40.1) < 1e-3
     assert "GPU006" not in {f.code for f in run_rules(EvidenceSet([*src.evidence("x"), gpu]), decide=False)[0]}
+    # a "cap" of sequences or a "limit" in GB is no power limit (review): watts must be said
+    for header, rows in ((["cap", "throughput (tok/s)"], [["32", "1400"], ["64", "1850"], ["128", "2400"]]),
+                         (["Limit (GB)", "Avg time (s)"], [["40", "12.1"], ["60", "10.2"], ["80", "9.8"]])):
+        assert power_sweep([clean_label(h) for h in header], rows, header[0]) is None, header
 
 
 def test_a_stage_and_its_keys_word_one_a_line() -> None:
