@@ -420,6 +420,9 @@ MESSAGES: dict[str, re.Pattern[str]] = {
     "ctx_oom": re.compile(r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate\w*.{0,40}OUT_OF_MEMORY"
                           r"|failed to create (?:cuda |CUDA )?context.{0,40}out of memory"
                           r"|CUDA error: out of memory\s*$", re.I),
+    # ollama's scheduler serving a model one request at a time whatever OLLAMA_NUM_PARALLEL says (server/sched.go, a
+    # WARN record: msg="model architecture does not currently support parallel requests" architecture=qwen35moe)
+    "one_at_a_time": re.compile(r"model architecture does not currently support parallel requests"),
     "slot_unavailable": re.compile(r"slot unavailable|no (?:free|available) slots?|all slots (?:are )?(?:busy|full)"
                                    r"|Model is overloaded|too many (?:concurrent )?requests|503 Service Unavailable"
                                    r"|server (?:is )?busy", re.I),

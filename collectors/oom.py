@@ -774,7 +774,8 @@ _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
     (re.compile(r"\b(?:awq|gptq|int4|nf4|fp4|mxfp4|nvfp4|w4a16|w4a8|q4|4[- ]?bits?|bnb[-_]4bit|exl2)\b",
                 re.IGNORECASE), "4-bit", 0.5),
     (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
-    (re.compile(r"\b(?:fp32|float32)\b", re.IGNORECASE), "fp32", 4.0),
+    # (vLLM's and transformers' "float" is float32: "--dtype=float", "dtype: float", vllm#2140)
+    (re.compile(r"\b(?:fp32|float32)\b|\bdtype[=: ]+['\"]?(?:torch\.)?float\b(?![\d_])", re.IGNORECASE), "fp32", 4.0),
     (re.compile(r"\b(?:fp16|bf16|f16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
 )
 

@@ -338,13 +338,15 @@ class QueueingReported(ReportRule):
     Why it matters: a server that serves one request at a time makes latency grow linearly with the
     number of users while the GPU has room; the fix is capacity settings, not faster kernels.
 
-    How it decides: the strongest of: sequential processing stated (``sequential``); rejections for
+    How it decides: the strongest of: sequential processing stated, or the engine's own message that it serves
+    the model one request at a time (ollama's "model architecture does not currently support parallel requests";
+    ``sequential``); rejections for
     lack of slots (``rejected``); a queue or wait time of at least ``min_queue_ms`` stated
     (``stated``); preemptions (``stated``); the served load capped (a batch size, a running count that
     stays fixed while more is offered; ``stated``); queueing named together with a concurrency of at
     least ``min_concurrency`` (``weak``).
 
-    Evidence: any of report.sequential_statements, report.rejection_messages,
+    Evidence: any of report.sequential_statements, report.one_at_a_time_messages, report.rejection_messages,
     report.queue_ms_max, report.preemption_messages, report.queue_statements + report.concurrency_max.
 
     Fix: raise the engine's concurrency (llama.cpp ``--parallel``, ollama ``OLLAMA_NUM_PARALLEL``,
@@ -359,7 +361,8 @@ class QueueingReported(ReportRule):
     name = "queueing-reported"
     category = Category.QUEUEING
     requires = ()
-    requires_any = (("report.sequential_statements",), ("report.rejection_messages",), ("report.queue_ms_max",),
+    requires_any = (("report.sequential_statements",), ("report.one_at_a_time_messages",),
+                    ("report.rejection_messages",), ("report.queue_ms_max",),
                     ("report.preemption_messages",), ("report.queue_statements", "report.concurrency_max"),
                     ("report.capped_statements",))
     optional = ("report.capacity_settings", "report.concurrency_max")
@@ -382,6 +385,9 @@ class QueueingReported(ReportRule):
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
+        if _n(ev, "report.one_at_a_time_messages"):
+            out.append(Signal(t.sequential, f"shows the engine serving one request at a time "
+                                            f"({_quote(ev, 'report.one_at_a_time_messages')})"))
         if _n(ev, "report.sequential_statements"):
             out.append(Signal(t.sequential, f"says requests are served one at a time "
                                             f"({_quote(ev, 'report.sequential_statements')})"))

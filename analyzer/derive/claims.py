@@ -73,6 +73,8 @@ class ReportSource:
             ev.add("report.ollama_cpu_share", c.ollama_cpu_share, "ratio",
                    "the share of the model ollama keeps in system memory (`ollama ps` PROCESSOR, CPU/GPU)")
         count("report.exception_lines", c.exceptions, "exceptions a traceback ended with", "exception")
+        count("report.one_at_a_time_messages", msg["one_at_a_time"], "an engine's messages that it serves one request "
+              "at a time", "msg:one_at_a_time")
         count("report.tf_gpu_libs_messages", msg["tf_gpu_libs"],
               "TensorFlow could not load the CUDA libraries its GPU device needs", "msg:tf_gpu_libs")
         count("report.ep_cpu_node_messages", msg["ep_cpu_node"], "ONNX Runtime leaving ops to its CPU provider for "

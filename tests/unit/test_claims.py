@@ -1019,3 +1019,14 @@ def test_transformers_pipeline_on_the_cpu_beside_a_gpu_is_a_fallback() -> None:
     line = ("Hardware accelerator e.g. GPU is available in the environment, but no `device` argument is passed to the "
             "`Pipeline` object. Model will be on CPU.")
     assert _claims(line + "\n").claims.messages["cpu_fallback"] == 1
+
+
+def test_ollamas_scheduler_serving_one_request_at_a_time_is_queueing() -> None:
+    # ollama#14638: the scheduler's own warning that the model takes no parallel requests, whatever OLLAMA_NUM_PARALLEL
+    text = ("No parallel requests for qwen35moe\nI tried to send multiple requests to Ollama with python script "
+            "manually, and it realized it doesn't work.\n"
+            'time=2026-03-05T06:40:37.818-05:00 level=WARN source=sched.go:450 msg="model architecture does not '
+            'currently support parallel requests" architecture=qwen35moe\n')
+    d = _diagnose(text)
+    assert d.findings[0].code == "QUE005" and "one request at a time" in d.findings[0].message
+    assert "report.one_at_a_time_messages" in {e.key for e in d.findings[0].evidence}

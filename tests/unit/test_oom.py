@@ -905,3 +905,15 @@ def test_a_version_before_a_gpu_count_is_no_model_number() -> None:
         h = ModelHints()
         parse_hints_line(line, h)
         assert h.gpu_count == count, line
+
+
+def test_vllms_float_dtype_is_float32() -> None:
+    # vllm#2140: "--dtype=float" loads a 7B model in float32, 28 GB of weights
+    from diagnose.collectors.oom import ModelHints, parse_hints_line
+
+    h = ModelHints()
+    parse_hints_line("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2-7B --dtype=float", h)
+    assert h.dtype == "fp32" and h.bytes_per_param == 4.0
+    h = ModelHints()
+    parse_hints_line("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2-7B --dtype float16", h)
+    assert h.dtype == "16-bit"
