@@ -133,6 +133,12 @@ def _host_oom(ev: EvidenceSet) -> bool:
     return isinstance(device, Evidence) and device.value == "CPU"
 
 
+def room_for_request(m: MemView, factor: float) -> bool:
+    """Whether the allocator's message shows the device with ``factor`` × the failed request free (and 1 GiB or more):
+    what failed had room, so the memory its process holds did not run out."""
+    return m.free is not None and bool(m.requested) and m.free >= max(factor * (m.requested or 0.0), GIB)
+
+
 def read_mem(ev: EvidenceSet) -> MemView:
     total_key = next((k for k in ("mem.device_total_bytes", "gpu.memory_total_bytes", "gpu.spec_memory_bytes")
                       if ev.value(k) is not None), "")
@@ -346,6 +352,7 @@ class OomWeights(Rule):
         weights_share: float = 0.9  # weights filling 90 % of a device leave no room for activations or KV cache
         fits_share: float = 0.5  # weights under half the device fit: a loading OOM then has another cause
         tf_unsized_impact: float = 0.6  # TensorFlow's loading OOM, no device figure: the weights or another holder
+        free_factor: float = 8.0  # free memory this many times the failed request (and 1 GiB): the device had room
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -357,6 +364,10 @@ class OomWeights(Rule):
         startup = isinstance(reason, Evidence) and reason.value in (STARTUP_CHECK_REASON, BALANCE_CHECK_REASON)
         by_phase = m.phase == "loading" and not startup
         if not (by_size or by_phase):
+            return None
+        if not by_size and room_for_request(m, t.free_factor):
+            # the device had room for what failed (FastChat#2429: 86 MiB refused with 7.19 GiB free while loading):
+            # the weights loaded so far did not fill it; what took the memory, or refused it, was not them
             return None
         if not by_phase and m.weights_key != "mem.weights_bytes" and kv_sized(ev):
             return None  # the engine sized its KV cache, which it does once the weights are in: they fit

@@ -28,6 +28,7 @@ from diagnose.model import (
 )
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, fmt_ms, gpu_in_view, present, severity_for
+from diagnose.rules.memory import OomWeights, read_mem, room_for_request
 from diagnose.units import pct, size
 
 
@@ -1234,6 +1235,8 @@ class WeightsReported(ReportRule):
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
         if not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev:
             return None
+        if room_for_request(read_mem(ev), OomWeights.Thresholds().free_factor):
+            return None  # the allocator's message shows room for what failed: not the weights (MEM001 yields too)
         return super().check(ev, t)
 
     def fixes(self, ev: EvidenceSet) -> list[Fix]:

@@ -917,3 +917,21 @@ def test_vllms_float_dtype_is_float32() -> None:
     h = ModelHints()
     parse_hints_line("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2-7B --dtype float16", h)
     assert h.dtype == "16-bit"
+
+
+def test_an_oom_with_room_for_the_request_is_not_the_weights() -> None:
+    # FastChat#2429: 86 MiB refused with 7.19 GiB free while loading a 7B model on a 16 GB GPU (a reboot fixed it):
+    # the device had room, so neither MEM001 nor the report's "fails while loading" names the weights
+    from diagnose.model import EvidenceSet
+    from diagnose.rules.engine import run_rules
+
+    text = ("out of memory - vicuna-7b-v1.5 when loading model_worker on 16GB GPU\n"
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB (GPU 0; 16.00 GiB total "
+            "capacity; 7.36 GiB already allocated; 7.19 GiB free; 7.36 GiB reserved in total by PyTorch)\n")
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    codes = {f.code for f in run_rules(EvidenceSet(res.evidence), decide=False)[0]}
+    assert not codes & {"MEM001", "MEM008"}
+    # the same load with the device full is the weights'
+    full = text.replace("7.36 GiB", "15.70 GiB").replace("7.19 GiB free", "20.00 MiB free")
+    res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(full.encode())))  # type: ignore[arg-type]
+    assert {"MEM001", "MEM008"} & {f.code for f in run_rules(EvidenceSet(res.evidence), decide=False)[0]}
