@@ -316,7 +316,8 @@ class OomWeights(Rule):
     is not claimed when another process holds at least MEM004's ``external_share`` of the device
     (MEM004, or nvidia-smi's memory outside the listed processes, ``gpu.memory_unlisted_share_ratio``:
     MEM010), when the allocator holds a large reserved-but-unallocated pool the request would have fit
-    in (MEM003's bars), or when the weights are known to be under ``fits_share`` of the device. The
+    in (MEM003's bars), when the weights are known to be under ``fits_share`` of the device, or when the message
+    shows ``free_factor`` × the failed request free (and 1 GiB or more: the device had room for it). The
     other rules' thresholds are read as configured, so one override moves both rules. Weights estimated
     from a name are not claimed too big when the engine's log sized its KV cache
     (``serving.kv_capacity_tokens``): vLLM and SGLang size it once the weights are loaded, so they fit.
