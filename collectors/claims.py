@@ -686,6 +686,7 @@ class ClaimParser:
         self._prose_read = False  # a person's line read already: the title is behind
         self._kv_carry = False  # a printout of key-value rows runs on (a rule above, or its rows before a blank)
         self._last_download = self._last_first = False  # the clause before named a download / a first run or slowness
+        self._first_open: tuple[float, int] | None = None  # a first run's time stated alone, and clauses left to pair
         self._sync_pending = False  # the code synchronised; whether that closes a timing or opens a read is ahead
         self._fenced = False  # inside a Markdown code fence: its lines are code, however plain they look
         self._code_syncs: set[str] = set()  # fenced lines read as code's synchronisation, not a person's saying so
@@ -906,6 +907,9 @@ class ClaimParser:
     def _clause(self, clause: str) -> None:
         c = self._claims
         c.clauses += 1
+        if self._first_open is not None:  # one clause further from a first run's time stated alone
+            left = self._first_open[1] - 1
+            self._first_open = (self._first_open[0], left) if left >= 0 else None
         if _BOILERPLATE.search(clause):
             return
         if not c.synced and not clause.rstrip().endswith("?"):  # a person saying they synchronised, not asking
@@ -983,12 +987,19 @@ class ClaimParser:
             rates = [q for q in qs if q.dim == "rate"]
             if len(threads) == 1 and len(rates) == 1:
                 c.thread_rates.append((threads[0].value, rates[0].value))
-        if "first" in names:
-            times = [q.value for q in qs if q.dim == "time"]
-            if len(times) >= 2:
-                c.first_steady.append((times[0], min(times[1:])))
+        times = [q.value for q in qs if q.dim == "time"]
+        if "first" in names and len(times) >= 2:
+            c.first_steady.append((times[0], min(times[1:])))
+        elif "first" in names and len(times) == 1 and "subsequent" not in names:
+            self._first_open = (times[0], PAIR_CLAUSES)  # a later clause may give the later runs' time
+        elif "subsequent" in names and times and self._first_open is not None:
+            # the first run's time and the later runs', a clause or two apart ("First Run call: 9 seconds. Cache
+            # files written. Second Run call: 25 ms.", onnxruntime#18272)
+            c.first_steady.append((self._first_open[0], min(times)))
+            self._first_open = None
 
 
+PAIR_CLAUSES = 3  # a first run's time pairs with a later run's stated within this many clauses after it
 # a Markdown code fence, and what follows it on its line
 _FENCE = re.compile(r"^\s*(```|~~~)(.*)$")
 # a host read of a CUDA tensor: it waits for the GPU work queued before it (libtorch's ".to(at::kCPU)" too)

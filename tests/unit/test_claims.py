@@ -1030,3 +1030,14 @@ def test_ollamas_scheduler_serving_one_request_at_a_time_is_queueing() -> None:
     d = _diagnose(text)
     assert d.findings[0].code == "QUE005" and "one request at a time" in d.findings[0].message
     assert "report.one_at_a_time_messages" in {e.key for e in d.findings[0].evidence}
+
+
+def test_a_first_runs_time_pairs_with_a_later_runs_a_clause_or_two_on() -> None:
+    # onnxruntime#18272: "First Run call: 9 seconds. Cache files written." then "Second Run call: 25 ms."
+    text = ("TensorRT provider does not use the cache it created\nFirst Run call: 9 seconds. Cache files written.\n\n"
+            "Second Run call: 25 ms. (Same Ort::Session object).\n")
+    assert _claims(text).claims.first_steady == [(9000.0, 25.0)]
+    # a first run's time with no later one near it pairs with nothing
+    far = ("First Run call: 9 seconds.\nThe machine has 8 cores.\nIt uses CUDA 12.\nThe model is small.\n"
+           "Memory is fine.\nSecond Run call: 25 ms.\n")
+    assert _claims(far).claims.first_steady == []
