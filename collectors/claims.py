@@ -149,10 +149,13 @@ CONCEPTS: dict[str, str] = {
     "gpu": r"\bgpus?\b|\bcuda\b|显卡|\bvram\b",
     # the reporter's machine has no GPU ("my i5 laptop (no NVIDIA card)", "a CPU-only server"): a GPU named elsewhere in
     # the text is one asked about, not one in the picture (rules only: ``gpu_in_view``)
-    "no_gpu": r"\bno (?:nvidia |dedicated |discrete |cuda[- ]capable )?"
-              r"(?:gpus?|graphics cards?|video cards?|nvidia cards?)\b"
-              r"|\bcpu[- ]only (?:machine|laptop|server|host|box|system|pc|computer|instance|node|vm)\b"
-              r"|\bdo(?:n'?t|n’t| not) have (?:a |any )?(?:gpus?|graphics cards?|nvidia cards?)\b",
+    # (not a GPU's use or state: "no GPU usage", "no GPU memory left", "no GPU found", "don't have any GPUs free")
+    "no_gpu": r"\b(?:no (?:nvidia |dedicated |discrete |cuda[- ]capable )?"
+              r"|(?:i|we) do(?:n'?t|n’t| not) have (?:a |any )?)"
+              r"(?:gpus?|graphics cards?|video cards?|nvidia cards?)\b(?![ \t]*(?:usage|utili[sz]ation|memory|vram"
+              r"|found|detected|acceleration|offload\w*|load|free|available|with|that|for|left|in use|support|access"
+              r"|time))"
+              r"|\bcpu[- ]only (?:machine|laptop|server|host|box|system|pc|computer|instance|node|vm)\b",
     "cpu": r"\bcpus?\b|processor",
     "vram": r"vram|gpu memory|gpu mem\b|device memory|显存|memory[- ]usage"
             r"|(?:takes?|uses?|using|occup\w*|consum\w*|eats?)(?: up)? (?:about |around |~)?[\d.]+ ?[gm](?:i?b)? "
@@ -173,7 +176,8 @@ CONCEPTS: dict[str, str] = {
                   r"(?:one|another)|one at a time|\bserial(?:ly|ized|ised)\b|execute[sd]? serially"
                   r"|in series|1 by 1|waits? (?:until|for) the (?:first|previous|other)|blocked until"
                   r"|not (?:processed|handled|served) (?:concurrently|in parallel|simultaneously)|串行|逐个|依次",
-    "concurrency": r"concurren\w*|in parallel|simultaneous\w*|parallel requests|--parallel|\bslots?\b|并发",
+    "concurrency": r"concurren\w*|in parallel|simultaneous\w*|parallel requests|--parallel|\bslots?\b|并发"
+                   r"|\b(?:multiple|several|many) (?:requests|calls|clients|users)\b",
     "capacity_cap": r"max[_-]num[_-]seqs|max[_-]batch[_-]size|max[_-]running[_-]requests|max[_-]concurrent\w*"
                     r"|instance[_ ]count|num[_-]?workers?|--parallel|n_parallel|\b-np\b|max_batch_total_tokens",
     "threads": r"\bthreads?\b|n_threads|num_threads|--threads|\b-t \d|omp_num_threads|mkl_num_threads"
@@ -320,8 +324,8 @@ CONCEPTS: dict[str, str] = {
     # (memory rising with one input's size is its peak, not growth: "memory usage increases linearly with batch size")
     "memory_grows": r"(?:memory|vram)(?: usage)? (?:keeps? |kept |gradually |steadily |slowly |continuously "
                     r"|constantly )?(?:grow\w*|increas\w*|creep\w*|climb\w*)(?!\w)"
-                    r"(?! (?:linearly |quadratically )?with (?:the )?(?:batch|input|sequence|seq|context|resolution"
-                    r"|image|prompt|length))"
+                    r"(?! (?:linearly |quadratically )?with (?:the )?(?:(?:larger|longer|bigger|more|higher) "
+                    r"|(?:the )?number of )?(?:batch|input|sequence|seq|context|resolution|image|prompt|length|token))"
                     r"|grows? (?:with|over|per|after) "
                     r"(?:each |every )?(?:request|call|inference|batch|iteration|step|generation)|keeps? (?:growing|"
                     r"increasing|climbing)"
@@ -457,7 +461,7 @@ _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched onl
 _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type"
                                            # a line naming a CUDA or ROCm wheel beside the CPU one compares or
                                            # replaces them ("had 2.0.1+cpu by mistake, reinstalled 2.0.1+cu118")
-                                           r"|\+(?:cu\d{2,3}|rocm\d)", re.I)}
+                                           r"|\+cpu\b.*\+(?:cu\d{2,3}|rocm\d)|\+(?:cu\d{2,3}|rocm\d).*\+cpu\b", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU
@@ -697,8 +701,13 @@ class ClaimParser:
         # that is a program's output almost throughout
         if self._sync_pending:  # a synchronisation nothing read after: it closes the code's timing
             self._claims.synced, self._sync_pending = True, False
+        before = self._lines - len(self._run)  # the lines before that last run
+        log = before >= LOG_MIN_LINES and self._machine_lines >= LOG_SHARE * before
+        self._end_run(next_machine=log)  # the last run's lines are read first: their messages count below too
         c = self._claims
-        if c.cpu_requested and not c.gpu_requested and c.messages["cpu_fallback"] > 0:
+        if c.cpu_requested and c.messages["cpu_fallback"] > 0:
+            # (a CPU run beside a GPU run is a comparison: which run printed a CPU message is not known, and a message
+            # the CPU run printed as asked is no fall-back)
             # the program was started on the CPU (whispering#76: "whispering … --device cpu", then its own "FP16 is
             # not supported on CPU; using FP32 instead"): what it says of the CPU was asked for, no fall-back
             del c.messages["cpu_fallback"]
@@ -712,9 +721,6 @@ class ClaimParser:
             if c.messages["cpu_fallback"] <= 0:
                 del c.messages["cpu_fallback"]
                 c.quotes.pop("msg:cpu_fallback", None)
-        before = self._lines - len(self._run)  # the lines before that last run
-        log = before >= LOG_MIN_LINES and self._machine_lines >= LOG_SHARE * before
-        self._end_run(next_machine=log)
         return self._claims
 
     def feed(self, line: str) -> None:
@@ -992,7 +998,7 @@ class ClaimParser:
             c.first_steady.append((times[0], min(times[1:])))
         elif "first" in names and len(times) == 1 and "subsequent" not in names:
             self._first_open = (times[0], PAIR_CLAUSES)  # a later clause may give the later runs' time
-        elif "subsequent" in names and times and self._first_open is not None:
+        elif "subsequent" in names and times and self._first_open is not None and _LATER_RUN.search(clause):
             # the first run's time and the later runs', a clause or two apart ("First Run call: 9 seconds. Cache
             # files written. Second Run call: 25 ms.", onnxruntime#18272)
             c.first_steady.append((self._first_open[0], min(times)))
@@ -1000,6 +1006,10 @@ class ClaimParser:
 
 
 PAIR_CLAUSES = 3  # a first run's time pairs with a later run's stated within this many clauses after it
+# ... a later run named as one ("Second Run call: 25 ms"), not any word of "subsequent" ("following the docs")
+_LATER_RUN = re.compile(r"\b(?:second|2nd|third|next|later|subsequent|following|other) (?:\w+ )?(?:requests?|runs?"
+                        r"|calls?|inferences?|iterations?|images?|batch(?:es)?|quer(?:y|ies)|generations?|predictions?"
+                        r"|forwards?|times?)\b", re.IGNORECASE)
 # a Markdown code fence, and what follows it on its line
 _FENCE = re.compile(r"^\s*(```|~~~)(.*)$")
 # a host read of a CUDA tensor: it waits for the GPU work queued before it (libtorch's ".to(at::kCPU)" too)

@@ -94,7 +94,9 @@ _COMMAND = re.compile(rf"\s*(?:{_PROMPT}|```|(?:\+\s+)?{_ENV}*{_LAUNCHER}{_ARGUM
 # a program this list does not name, known as a command by its shape: a lower-case name (and a subcommand), then
 # nothing but flags, two or more of them with a value ("whispering --language fr --model tiny --device cpu"); a
 # person's "i tried --no-mmap --mlock" or "koboldcpp slow with --usecublas --gpulayers 99" is no such line
-_BARE_COMMAND = re.compile(r"\s*[a-z][\w.-]*(?:\s+[a-z][\w.-]*)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?)*"
+_BARE_COMMAND = re.compile(r"\s*(?!(?:i|we|tried|try|same|also|with|using|use|then|and|but|set|run|ran|when|if|even|"
+                           r"still|just|only|so|or|without|adding|added|passing|passed)\s)"
+                           r"[a-z][\w.-]*(?:\s+[a-z][\w.-]*)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?)*"
                            r"(?:\s+--?[A-Za-z][\w.-]*[= ](?!-)\S+)(?:\s+--?[A-Za-z][\w.-]*(?:[= ](?!-)\S+)?)*\s*$")
 _FLAG_VALUE = re.compile(r"(?<=\s)--?[A-Za-z][\w.-]*[= ](?!-)\S+")
 _FLAGS_ONLY = re.compile(r"\s*--?[A-Za-z][\w.-]*(?:[= ]\S+)?(?:\s+--?[A-Za-z][\w.-]*(?:[= ]\S+)?)*\s*\\?\s*$")

@@ -775,7 +775,10 @@ _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
                 re.IGNORECASE), "4-bit", 0.5),
     (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
     # (vLLM's and transformers' "float" is float32: "--dtype=float", "dtype: float", vllm#2140)
-    (re.compile(r"\b(?:fp32|float32)\b|\bdtype[=: ]+['\"]?(?:torch\.)?float\b(?![\d_])", re.IGNORECASE), "fp32", 4.0),
+    # (only an engine's flag, a config's key or torch's own name: numpy's "dtype=float" in a call is float64 data)
+    (re.compile(r"\b(?:fp32|float32)\b|--dtype[= ]['\"]?float\b(?![\d_])"
+                r"|(?:^|[\s{,])['\"]?(?:torch_)?dtype['\"]?\s*:\s*['\"]?float\b(?![\d_])"
+                r"|\btorch_dtype\s*=\s*torch\.float\b(?![\d_])", re.IGNORECASE), "fp32", 4.0),
     (re.compile(r"\b(?:fp16|bf16|f16|float16|bfloat16|half)\b", re.IGNORECASE), "16-bit", 2.0),
 )
 

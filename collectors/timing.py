@@ -285,7 +285,8 @@ _SPAN = re.compile(
     # (its key's word after it: "Preprocess time: 151us", YOLOv8-TensorRT-CPP's breakdown, one stage a line)
     r"\]?(?:[ _-]?(?:time|cost|latency|duration))?(?P<ms_key>_ms)?\s*(?:[:=]\s*)?(?:[^\d\s]{1,3}\s*)?"
     r"(?P<v>\d+(?:\.\d+)?)\s*"
-    rf"(?P<u>{TIME_UNIT})?(?![\w/%])",
+    # (a rate, not a stage's time: "Decode time: 22 ms per token", "Inference time: 2.3 s for 100 images")
+    rf"(?P<u>{TIME_UNIT})?(?![\w/%])(?!\s+per\s)(?!\s+for\s+\d)",
     re.IGNORECASE,
 )
 # value first, as a list on one line: "Speed: 11.4ms preprocess, 62.3ms inference, 2442.7ms postprocess per image"

@@ -28,7 +28,7 @@ from diagnose.model import (
 )
 from diagnose.rules import advice
 from diagnose.rules.base import Rule, fmt_ms, gpu_in_view, present, severity_for
-from diagnose.rules.memory import OomWeights, read_mem, room_for_request
+from diagnose.rules.memory import OomWeights, read_mem, room_for_request, weights_too_big
 from diagnose.units import pct, size
 
 
@@ -386,7 +386,11 @@ class QueueingReported(ReportRule):
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
-        if _n(ev, "report.one_at_a_time_messages"):
+        # (ollama prints it at every load of such a model: it is this report's answer only where requests came together)
+        several = (_n(ev, "report.concurrency_statements") or _n(ev, "report.queue_statements")
+                   or _n(ev, "report.sequential_statements") or _n(ev, "report.capped_statements")
+                   or ev.value("report.concurrency_max") is not None)
+        if _n(ev, "report.one_at_a_time_messages") and several:
             out.append(Signal(t.sequential, f"shows the engine serving one request at a time "
                                             f"({_quote(ev, 'report.one_at_a_time_messages')})"))
         if _n(ev, "report.sequential_statements"):
@@ -1235,7 +1239,9 @@ class WeightsReported(ReportRule):
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
         if not _n(ev, "report.oom_statements") and "mem.oom_count" not in ev:
             return None
-        if room_for_request(read_mem(ev), OomWeights.Thresholds().free_factor):
+        weights = self.thresholds_of(OomWeights)
+        m = read_mem(ev)
+        if room_for_request(m, weights.free_factor) and not weights_too_big(m, weights.weights_share):
             return None  # the allocator's message shows room for what failed: not the weights (MEM001 yields too)
         return super().check(ev, t)
 

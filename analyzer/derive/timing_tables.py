@@ -296,9 +296,10 @@ def power_sweep(header: list[str], rows: list[list[str]], raw_first: str = "") -
     "limit (GB)" is no power limit."""
     if not header or not _POWER_HEADER.search(header[0]):
         return None
-    other_unit = re.search(r"\((?!\s*w\s*\))[^)]*\)", raw_first, re.I)
+    other_unit = re.search(r"\((?!\s*(?:w|watts?)\s*\))[^)]*\)", raw_first, re.I)
     said = bool(re.search(r"power|watt|\(\s*w\s*\)|\btdp\b", raw_first, re.I)) and other_unit is None
-    if not said and not all(re.match(r"^\s*[*_`]*\s*\d{2,4}(?:\.\d+)?\s*W\b", r[0]) for r in rows if r[0].strip()):
+    if not said and not all(re.match(r"^\s*[*_`]*\s*\d{2,4}(?:\.\d+)?\s*(?:W|watts?)\b", r[0], re.I)
+                            for r in rows if r[0].strip()):
         return None
     caps = [(float(m.group("w")), r) for r in rows if (m := _WATTS.match(r[0])) is not None]
     if len({w for w, _ in caps}) < 2 or not all(30 <= w <= 2000 for w, _ in caps):

@@ -917,6 +917,12 @@ def test_vllms_float_dtype_is_float32() -> None:
     h = ModelHints()
     parse_hints_line("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2-7B --dtype float16", h)
     assert h.dtype == "16-bit"
+    # numpy's dtype=float in a call is float64 data, not the model's dtype (second review); torch's float is float32
+    from diagnose.collectors.oom import _dtype_of
+
+    assert _dtype_of("scores = np.asarray(raw_scores, dtype=float)") is None
+    assert _dtype_of("model = AutoModel.from_pretrained(p, torch_dtype=torch.float)") == ("fp32", 4.0)
+    assert _dtype_of('{"dtype": "float", "max_model_len": 4096}') == ("fp32", 4.0)
 
 
 def test_an_oom_with_room_for_the_request_is_not_the_weights() -> None:

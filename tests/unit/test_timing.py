@@ -455,6 +455,10 @@ def test_a_power_limit_sweep_is_read_as_one() -> None:
     for header, rows in ((["cap", "throughput (tok/s)"], [["32", "1400"], ["64", "1850"], ["128", "2400"]]),
                          (["Limit (GB)", "Avg time (s)"], [["40", "12.1"], ["60", "10.2"], ["80", "9.8"]])):
         assert power_sweep([clean_label(h) for h in header], rows, header[0]) is None, header
+    # watts spelt out, in the header or on every cap
+    for header, rows in ((["Power limit (watts)", "tok/s"], [["150", "30"], ["250", "40"]]),
+                         (["cap", "tok/s"], [["150 Watts", "30"], ["250 Watts", "40"]])):
+        assert power_sweep([clean_label(h) for h in header], rows, header[0]) is not None, header
 
 
 def test_a_stage_and_its_keys_word_one_a_line() -> None:
@@ -466,3 +470,8 @@ def test_a_stage_and_its_keys_word_one_a_line() -> None:
     r = p.records()
     assert r.spans["preprocess"].mean == 0.151 and r.spans["compute"].mean == 1.372
     assert r.spans["postprocess"].mean == 2.015 and r.untagged.n == 0
+    # a time per token or for a batch is a rate, not the stage's time (second review)
+    p = TimingParser()
+    for line in clean_lines(["Decode time: 22 ms per token", "Inference time: 2.3 s for 100 images"]):
+        p.feed(line)
+    assert "decode" not in p.records().spans and "compute" not in p.records().spans
