@@ -444,7 +444,7 @@ def test_an_answer_on_the_reports_wording_alone_is_never_committed(monkeypatch: 
     from diagnose.rules.report import wording_only
 
     monkeypatch.setattr(calibration.Calibrator, "excerpt", lambda self, x: 0.99)
-    d = _judge("Requests pile up on the server when many clients connect, and responses get slower.\n")
+    d = _judge("Requests pile up on the server when it gets busy, and responses get slower.\n")
     assert [f.code for f in d.findings] == ["QUE005"] and wording_only(d.findings[0])
     assert d.verdict is Verdict.UNDETERMINED and d.probability == 0.99
     assert d.candidates[0].category == "queueing"
