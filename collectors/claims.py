@@ -95,6 +95,12 @@ class Quantity:
     text: str
 
 
+# a range's first end, the percent after its second: "between 0 and 100%", "from 20 to 40%" ("80-90%" is one figure,
+# about 85, as people write it)
+_PCT_RANGE = re.compile(r"\bbetween\s+(\d{1,3}(?:\.\d+)?)\s+and\s+\d{1,3}(?:\.\d+)?\s*%"
+                        r"|\bfrom\s+(\d{1,3}(?:\.\d+)?)\s+to\s+\d{1,3}(?:\.\d+)?\s*%")
+
+
 def quantities(clause: str) -> list[Quantity]:
     """Every quantity in ``clause``, in order."""
     out: list[Quantity] = []
@@ -118,6 +124,12 @@ def quantities(clause: str) -> list[Quantity]:
     if "util" in clause.lower() or "usage" in clause.lower():
         for m in _ZERO.finditer(clause):
             out.append(Quantity("pct", 0.0, m.start(), m.end(), m.group(0)))
+    if "%" in clause:  # a range's first end shares the second's percent: "switching between 0 and 100%" (NVIDIA/DALI)
+        taken = [(q.start, q.end) for q in out]
+        for m in _PCT_RANGE.finditer(clause):
+            g = 1 if m.group(1) is not None else 2
+            if not any(a <= m.start(g) < b for a, b in taken):
+                out.append(Quantity("pct", float(m.group(g)), m.start(g), m.end(g), m.group(g)))
     for m in _X.finditer(clause):
         try:
             out.append(Quantity("factor", float(m.group(1).replace(",", "")), m.start(), m.end(), m.group(0)))

@@ -1060,3 +1060,13 @@ def test_a_first_runs_time_pairs_with_a_later_runs_a_clause_or_two_on() -> None:
     far = ("First Run call: 9 seconds.\nThe machine has 8 cores.\nIt uses CUDA 12.\nThe model is small.\n"
            "Memory is fine.\nSecond Run call: 25 ms.\n")
     assert _claims(far).claims.first_steady == []
+
+
+def test_a_ranges_first_end_shares_the_percent_of_its_second() -> None:
+    # NVIDIA/DALI#2896: "GPU util switching between 0 and 100% in a pulse manner" is an oscillating GPU, not a saturated
+    # one: both ends are utilisations, so the least stated is 0 %
+    qs = quantities("GPU util switching between 0 and 100% in a pulse manner")
+    assert [(q.dim, q.value) for q in qs if q.dim == "pct"] == [("pct", 0.0), ("pct", 100.0)]
+    assert [(q.dim, q.value) for q in quantities("GPU util from 20 to 40%")] == [("pct", 20.0), ("pct", 40.0)]
+    assert [q.value for q in quantities("batch 8 and 100% GPU") if q.dim == "pct"] == [100.0]  # no range: "and" alone
+    assert [q.value for q in quantities("util 80-90% of max") if q.dim == "pct"] == [90.0]
