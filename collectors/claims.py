@@ -479,7 +479,6 @@ _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type"
 # command that puts the engine on the CPU
 SETTINGS = ("cuda_graphs_off", "weights_offloaded", "tensors_on_cpu")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
-_GPU_DEVICE = re.compile(r"--device[= ](?:cuda|gpu)\b", re.I)
 
 
 @dataclass
@@ -518,7 +517,6 @@ class Claims:
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
     cpu_requested: bool = False  # a command puts the program on the CPU (``--device cpu``): its CPU messages are asked
-    gpu_requested: bool = False  # ... one on a GPU (``--device cuda``): the CPU's messages may be that run's
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
     token_rates: list[tuple[float, str]] = field(default_factory=list)
@@ -718,10 +716,9 @@ class ClaimParser:
         self._end_run(next_machine=log)  # the last run's lines are read first: their messages count below too
         c = self._claims
         if c.cpu_requested and c.messages["cpu_fallback"] > 0:
-            # (a CPU run beside a GPU run is a comparison: which run printed a CPU message is not known, and a message
-            # the CPU run printed as asked is no fall-back)
             # the program was started on the CPU (whispering#76: "whispering … --device cpu", then its own "FP16 is
-            # not supported on CPU; using FP32 instead"): what it says of the CPU was asked for, no fall-back
+            # not supported on CPU; using FP32 instead"): what it says of the CPU was asked for, no fall-back; beside a
+            # GPU run's command it is a comparison, and which run printed a CPU message is not known
             del c.messages["cpu_fallback"]
             c.quotes.pop("msg:cpu_fallback", None)
             c.cpu_announced = 0
@@ -824,8 +821,6 @@ class ClaimParser:
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
-            if _GPU_DEVICE.search(line):
-                c.gpu_requested = True
             if _CPU_DEVICE.search(line):
                 c.cpu_requested = True
                 return  # an engine on its CPU backend: no CUDA graphs to turn off

@@ -538,11 +538,7 @@ class TimingParser:
         parts = sum(v for _, v, _ in block)
         if len({stage for stage, _, _ in block}) >= 2 and ms > 0 and abs(parts - ms) <= SUM_SLACK * ms:
             for stage, v, _ in block:
-                series = self._labelled_spans.get(stage)
-                if series is None:
-                    series = self._labelled_spans[stage] = Series()
-                series.add(v)
-                self.lines += 1
+                self._breakdown_stage(stage, v)
             return True
         for _, _, held in block:
             self._replay(held)
@@ -583,12 +579,16 @@ class TimingParser:
         if abs(sum(parts.values()) - totals[0]) > SUM_SLACK * totals[0]:
             return False  # the fields are no breakdown of the total (a comparison, several runs)
         for stage, ms in parts.items():
-            series = self._labelled_spans.get(stage)
-            if series is None:
-                series = self._labelled_spans[stage] = Series()
-            series.add(ms)
-            self.lines += 1
+            self._breakdown_stage(stage, ms)
         return True
+
+    def _breakdown_stage(self, stage: str, ms: float) -> None:
+        """One stage's time in a breakdown whose total its stages were checked against."""
+        series = self._labelled_spans.get(stage)
+        if series is None:
+            series = self._labelled_spans[stage] = Series()
+        series.add(ms)
+        self.lines += 1
 
     def _replay(self, line: str) -> None:
         """A held stage line that made no breakdown: a timed call, as it would have been read."""
