@@ -716,13 +716,22 @@ class NamedGpu:
     count: int | None
 
 
+# a bare model number is a GPU where a person owns or points at it and a clause goes on after it: "I have a 3060 and
+# a core i9", "my 3090 to slow down", "why is the A100 as fast as the 3090?" (not "the 1080 build", "took 4090 ms")
+_OWNED_BEFORE = re.compile(r"\b(?:a|an|my|our|the|his|her|their|your|one|single)\s+$", re.IGNORECASE)
+_OWNED_AFTER = re.compile(r"(?:\s*(?:$|[,.;:!?)'’])|\s+(?:and|with|on|in|but|which|that|to|is|was|has|had|runs?"
+                          r"|gets?|can|could|does|did|at|for|or|fills?|maxes|takes?|only)\b)", re.IGNORECASE)
+
+
 def gpu_named(text: str) -> NamedGpu | None:
     """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
-    it names none (a bare number counts only with a prefix, "NVIDIA" before it, a suffix or a word of its model's
-    own: "4090" alone may be anything, "1660 ti" is a GPU; "910B" alone is a file's size as often)."""
+    it names none (a bare number counts only with a prefix, "NVIDIA" before it, a suffix, a word of its model's
+    own, or a person's "a"/"my"/"the" before it with the clause going on after it: "4090" alone may be anything,
+    "1660 ti" and "I have a 3060 and" are GPUs; "910B" alone is a file's size as often)."""
     m = next((g for g in _GPU_SPEC.finditer(text)
               if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")
-              or g.group(0).lstrip()[:6].lower() == "nvidia" or " " in _gpu_key(g.group("gpu"))), None)
+              or g.group(0).lstrip()[:6].lower() == "nvidia" or " " in _gpu_key(g.group("gpu"))
+              or (_OWNED_BEFORE.search(text, 0, g.start("gpu")) and _OWNED_AFTER.match(text, g.end("gpu")))), None)
     if m is None:
         return None
     mem = m.group("mem")

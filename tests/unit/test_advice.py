@@ -115,6 +115,20 @@ def test_a_gpu_named_by_its_brand_or_its_models_own_word() -> None:
     assert gpu_named("-rw-r--r-- 1 me staff 910B Mar 3 10:02 config.json") is None  # a file's size, no Ascend
 
 
+def test_a_bare_model_number_a_person_owns_is_a_gpu() -> None:
+    """"I have a 3060 and a core i9-12900kf" (a whisper front-end's report), "my 3090 to slow down", "why is the A100
+    as fast as the 3090?": a determiner before the number and a clause going on after it name the GPU; "the 1080
+    build", "a 4090 tokens run" and "took 4090 ms" stay none."""
+    from diagnose.collectors.oom import gpu_named
+    for text, model in [("I have a 3060 and a core i9-12900kf", "3060"), ("caused my 3090 to slow down", "3090"),
+                        ("about the same speed as the 3090?", "3090"), ("the 5090's VRAM fills up", "5090"),
+                        ("I use a 4090 on a Runpod server", "4090")]:
+        got = gpu_named(text)
+        assert got is not None and got.model == model, (text, got)
+    for text in ("the 1080 build", "a 4090 tokens run", "the request took 4090 ms", "page 2080 of the log"):
+        assert gpu_named(text) is None, text
+
+
 def test_an_ollama_tag_without_a_quantisation_is_ollamas_4_bit_default() -> None:
     """ollama#1236: deepseek-coder:6.7b pulled through ollama is a 4-bit GGUF (about 4 GB), not 13.4 GB of fp16."""
     ev = _hints("ollama falls back to CPU for deepseek-coder:6.7b on a 1660 Ti")
