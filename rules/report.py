@@ -147,9 +147,11 @@ class ReportRule(Rule):
         if self.cause and _n(ev, self.cause):
             found.append(Signal(self.CAUSE, f"names it as the cause{_q(ev, self.cause)}"))
         titled = bool(self.title_concepts) and _title_mentions(ev, *self.title_concepts)
-        if titled and not found and self.category not in _OOM_CATEGORIES and _oom_message(ev):
-            # the failure is an out-of-memory error the text shows: the title's other words say when it came
-            # ("CUDA out of memory during vLLM sampler warmup", "OOM with long prompts"), not another bottleneck
+        if titled and not found and self.category not in _OOM_CATEGORIES and (_oom_message(ev)
+                                                                            or _title_mentions(ev, "oom")):
+            # the failure is an out-of-memory error the text shows, or the title's own subject: the title's other
+            # words say when or where it came ("CUDA out of memory during vLLM sampler warmup", "OOM with long
+            # prompts", "Out of memory error running on a T4"), not another bottleneck
             titled = False
         title_only = titled and not found
         if title_only and any(k in ev for k in self.title_measured_by):

@@ -470,6 +470,17 @@ def test_a_title_names_no_other_bottleneck_beside_an_oom_message() -> None:
     assert codes and codes[0] == "MEM002" and "CMP004" not in codes, codes
 
 
+def test_a_title_about_an_oom_names_no_other_bottleneck() -> None:
+    """huggingface/text-generation-inference#856, 'Out of memory error running on a a T4, even for quantized models':
+    the OOM is the title's subject and the T4 where it ran; GPU009 named the GPU the limit from the title alone. A
+    title that names no OOM keeps its signal."""
+    text = ("Out of memory error running on a a T4, even for quantized models\n"
+            "docker run --gpus all ghcr.io/huggingface/text-generation-inference:1.0.1 --model-id $model\n")
+    assert "GPU009" not in [f.code for f in _codes_of(text)]
+    slow = text.replace("Out of memory error running on a a T4, even for quantized models", "Slow generation on a T4")
+    assert "GPU009" in [f.code for f in _codes_of(slow)]
+
+
 def test_vllms_kv_check_with_memory_left_says_the_weights_are_in() -> None:
     """vLLM's check that one max-length sequence fits the KV cache runs once the weights are in and the profiling run
     is done (vllm-project/recipes#12: Qwen3-Coder-480B FP8 on 8 H20 with -dp=8 --enable-expert-parallel, 48.66 GiB
