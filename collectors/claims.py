@@ -672,6 +672,11 @@ KV_BLOCK = 6  # this many such rows in a row are a printout (a benchmark's summa
 _LONG_RULE = re.compile(r"[-=]{20,}")
 
 
+# a picture pasted into a report: Markdown's "![image](https://github.com/…/assets/…)" (the alt text is GitHub's default
+# "image" or the file's name) or an HTML <img …> tag; what it shows is not in the text, and its words are no workload
+_PICTURE = re.compile(r"!\[[^\]\n]{0,200}\]\([^)\s]{0,500}(?:\s+\"[^\"]*\")?\)|<img\b[^>]{0,1000}>", re.IGNORECASE)
+
+
 class ClaimParser:
     """Feed cleaned lines; ``claims`` holds what the text says.
 
@@ -829,6 +834,8 @@ class ClaimParser:
         if kind in _DATA:
             return  # a metrics exposition or a record: the program's text, nobody's claim
         prose = kind is LineKind.PROSE
+        if prose and ("![" in line or "<img" in line.lower()):
+            line = _PICTURE.sub(" ", line)  # a picture nobody can read here; its alt text is GitHub's "image"
         if prose and len(c.words) < MAX_WORDS:
             c.words |= words_of(line)  # the report model's cues: what a person wrote, only
         if prose and not c.title and _is_title(line):

@@ -1070,3 +1070,17 @@ def test_a_ranges_first_end_shares_the_percent_of_its_second() -> None:
     assert [(q.dim, q.value) for q in quantities("GPU util from 20 to 40%")] == [("pct", 20.0), ("pct", 40.0)]
     assert [q.value for q in quantities("batch 8 and 100% GPU") if q.dim == "pct"] == [100.0]  # no range: "and" alone
     assert [q.value for q in quantities("util 80-90% of max") if q.dim == "pct"] == [90.0]
+
+
+def test_a_pasted_picture_is_no_words() -> None:
+    """triton-inference-server/server#7318 pasted its Prometheus graphs as pictures ('![image](https://github.com/…
+    /assets/…)'): GitHub's default alt text 'image' read as the workload's images, the report's lean to
+    cpu_preprocessing. A picture's words are none; the sentences around it stay."""
+    text = ("Uneven QPS leads to low throughput and high latency\n"
+            "(3) nv_gpu_utilization\n"
+            "![image](https://github.com/triton-inference-server/server/assets/49564050/67268089-b0a6-44fa-8569)\n"
+            '<img width="600" alt="Screenshot image" src="https://user-images.githubusercontent.com/1/2.png">\n'
+            "There is a significant difference in the 99th percentile between the two.\n")
+    words = _claims(text).claims.words
+    assert not any("image" in w or "assets" in w or "screenshot" in w for w in words), sorted(words)
+    assert "percentile" in words and "uneven" in words
