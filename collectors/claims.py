@@ -473,7 +473,10 @@ _KEYED = {name: Keyed(rx) for name, rx in MESSAGES.items()}  # each searched onl
 _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type"
                                            # a line naming a CUDA or ROCm wheel beside the CPU one compares or
                                            # replaces them ("had 2.0.1+cpu by mistake, reinstalled 2.0.1+cu118")
-                                           r"|\+cpu\b.*\+(?:cu\d{2,3}|rocm\d)|\+(?:cu\d{2,3}|rocm\d).*\+cpu\b", re.I)}
+                                           r"|\+cpu\b.*\+(?:cu\d{2,3}|rocm\d)|\+(?:cu\d{2,3}|rocm\d).*\+cpu\b", re.I),
+                # an out-of-memory error during a warm-up or a graph capture is the OOM's phase, not time spent
+                # building ("CUDA out of memory occurred when warming up sampler with 1024 dummy requests", vllm#15105)
+                "engine_build": re.compile(r"out of memory|OutOfMemory|\bOOM\b", re.I)}
 
 # the messages a command line states as its configuration (``--enforce-eager``): read there too, except on a
 # command that puts the engine on the CPU

@@ -12,6 +12,7 @@ Two text sources:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from diagnose.collectors.oom import (
@@ -41,6 +42,23 @@ def _decisive(events: list[OomEvent]) -> OomEvent:
         if weight(ev) > weight(best):
             best = ev
     return best
+
+
+RELAY_LINES = 40  # an engine's own message this near the allocator's is the same failure, relayed up its stack
+
+
+def _phase_told(oom: OomEvent, events: list[OomEvent]) -> OomEvent:
+    """The decisive event, with the phase an engine's own message told of the same failure where its traceback told
+    none: vLLM's allocator OOM inside the sampler's warm-up (frames cut from the paste) is relayed as "CUDA out of
+    memory occurred when warming up sampler with 1024 dummy requests" (vllm#15105)."""
+    if oom.phase != "unknown":
+        return oom
+    told = [e for e in events if e.phase_by_message and e.phase != "unknown" and abs(e.line_no - oom.line_no)
+            <= RELAY_LINES]
+    if not told:
+        return oom
+    near = min(told, key=lambda e: abs(e.line_no - oom.line_no))
+    return dataclasses.replace(oom, phase=near.phase, phase_from=near.phase_from, phase_by_message=True)
 
 
 def _split_processes(ev: OomEvent) -> tuple[int | None, int | None]:
@@ -131,7 +149,7 @@ class OomSource:
         # evidence (host.alloc_failed_bytes), not the device's numbers
         device = [e for e in res.events if e.device != "CPU"]
         host = [e for e in res.events if e.device == "CPU"]
-        oom = _decisive(device or res.events)
+        oom = _phase_told(_decisive(device or res.events), device or res.events)
         # the decisive event's keys are as good as its message: cut short, or only prose
         ev.quality = Quality.LOW if oom.kind == "prose" else Quality.PARTIAL if oom.truncated else Quality.GOOD
         where = f"{oom.device} {oom.device_index}" if oom.device and oom.device_index is not None else oom.device

@@ -470,6 +470,36 @@ def test_a_title_names_no_other_bottleneck_beside_an_oom_message() -> None:
     assert codes and codes[0] == "MEM002" and "CMP004" not in codes, codes
 
 
+def test_an_engines_message_tells_the_phase_of_the_allocator_oom_it_relays() -> None:
+    """vllm-project/vllm#15105 (sweep BQ 02): the worker's torch.OutOfMemoryError (its frames cut from the paste,
+    apply_top_k_top_p and logits.sort left) is relayed by the engine core as "CUDA out of memory occurred when
+    warming up sampler with 1024 dummy requests": the allocator's numbers and the engine's phase are one failure,
+    the warm-up's peak (MEM002). The relayed line is the OOM's phase, not an engine build (CMP004)."""
+    p = "(VllmWorker rank=1 pid=572) ERROR 03-20 02:29:07 [multiproc_executor.py:375] "
+    c = "ERROR 03-20 02:29:07 [core.py:340] "
+    text = ("[Bug]: Extremely slow inference + big waste of memory on 0.8.0\n"
+            f"{p}    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)\n"
+            f"{p}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB. GPU 1 has a total capacity of "
+            "23.69 GiB of which 1.07 GiB is free. Process 922108 has 22.61 GiB memory in use. Of the allocated memory\n"
+            f"{c}  File \"/usr/local/lib/python3.10/dist-packages/vllm/v1/executor/multiproc_executor.py\", line 122\n"
+            f"{c}    raise result\n"
+            f"{c}RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. "
+            "Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n")
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))
+    ev = EvidenceSet(res.evidence)
+    phase = ev.get("mem.oom_phase")
+    assert isinstance(phase, Evidence) and phase.value == "warmup" and "sampler" in phase.detail
+    assert "report.engine_build_messages" not in ev
+    codes = [f.code for f in _codes_of(text)]
+    assert codes and codes[0] == "MEM002" and "CMP004" not in codes, codes
+    # far from it (another failure of the log), the engine's phase is not the allocator's
+    far = text.replace(f"{c}  File", "\n".join(f"{c}line {i}" for i in range(60)) + f"\n{c}  File")
+    got = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(far.encode()))).evidence).get(
+        "mem.oom_phase")
+    assert isinstance(got, Evidence) and got.value == "unknown"
+
+
 def test_a_title_about_an_oom_names_no_other_bottleneck() -> None:
     """huggingface/text-generation-inference#856, 'Out of memory error running on a a T4, even for quantized models':
     the OOM is the title's subject and the T4 where it ran; GPU009 named the GPU the limit from the title alone. A
