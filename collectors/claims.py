@@ -207,14 +207,17 @@ CONCEPTS: dict[str, str] = {
     # compiling at run time (JIT, engine builds, graph capture, warm-up), not building the software
     "compile": r"torch\.compile|recompil\w*|compil(?:ation|ing|es)\b(?! (?:from source|with |it |the (?:library|"
                r"package|code|binding|project)))|compile[- ]?time|graph capture"
+               # a compile as a noun, of something ("a 1.07-second serving-time compile of `…_fwd_kernel`")
+               r"|\bcompile of\b"
                r"|(?<!nsys )(?<!profiler )(?<!profile )(?<!kineto )trace capture|captur\w* (?:cuda )?graphs?"
                r"|cuda ?graph capture|warm-?up\w*"
                r"|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt |trt )?engine"
                r"|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
     "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
                  r"dynamic shapes?|shape changes?|regenerat\w* (?:the )?(?:engine|cache)",
-    "first": r"(?:the |a )?first (?:request|inference|call|run|time|iteration|image|batch|query|generation|"
-             r"prediction|forward|few|search|prompt|completion)s?|cold[- ]?start"
+    # (a short name between: "the first C4 request", "the first 8 requests"; "first-batch")
+    "first": r"(?:the |a )?first[ -](?:[A-Z0-9][\w.]{0,5} )?(?:request|inference|call|run|time|iteration|image|batch"
+             r"|query|generation|prediction|forward|few|search|prompt|completion)s?|cold[- ]?start"
              r"|initial (?:requests?|images?|inferences?|calls?)|after (?:a )?(?:restart|deploy\w*|idle|delay)"
              r"|首次|第一次",
     "subsequent": r"subsequent|following|after (?:that|the first|warm)|(?:second|2nd|next) (?:request|inference|"

@@ -484,7 +484,9 @@ class PrefillReported(ReportRule):
         if ms >= t.min_ms and tokens >= t.min_tokens:
             out.append(Signal(t.long_prompt, f"states {fmt_ms(ms)} to the first token for a prompt of "
                                              f"{tokens:,.0f} tokens"))
-        elif ms >= t.min_ms and named:
+        elif ms >= t.min_ms and named and not (_n(ev, "report.compile_statements")
+                                               and _n(ev, "report.first_statements")):
+            # (a report that ties its first requests to compiling states a cold request's TTFT: CMP004's)
             out.append(Signal(t.stated, f"states {fmt_ms(ms)} before the first token, in prompt processing"))
         if named and tokens >= t.min_tokens and not out:
             out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))

@@ -1084,3 +1084,22 @@ def test_a_pasted_picture_is_no_words() -> None:
     words = _claims(text).claims.words
     assert not any("image" in w or "assets" in w or "screenshot" in w for w in words), sorted(words)
     assert "percentile" in words and "uneven" in words
+
+
+def test_a_cold_requests_ttft_beside_its_compile_is_the_compiles() -> None:
+    """sgl-project/sglang#36050 (sweep BM 10): "the first C4 request triggered a 1.07-second serving-time compile of
+    `…extend_attention._fwd_kernel`; the first-batch maximum TTFT was 10.820 seconds". A short name between "first" and
+    "request", and a compile as a noun, are read; the TTFT is the cold request's (CMP004), not prefill's (TTF002
+    committed at 0.84 before). A TTFT with prefill named and nothing of compiling stays TTF002's."""
+    text = ("[Spec] Warm multi-request extend attention before serving\n"
+            "The built-in server warmup submits a single request. A concurrent prefill uses the generic runtime-batch "
+            "specialization.\n"
+            "For Qwen3.8-27B on one H20, the first C4 request triggered a 1.07-second serving-time compile of "
+            "`sglang.kernels.ops.attention.extend_attention._fwd_kernel`; the first-batch maximum TTFT was 10.820 "
+            "seconds.\n")
+    d = _diagnose(text)
+    assert d.primary != "prefill_ttft"
+    assert any(f.code == "CMP004" for f in d.findings) and not any(f.code == "TTF002" for f in d.findings)
+    plain = ("Slow time to first token with long prompts\n"
+             "The prefill of each request takes long: the maximum TTFT was 10.820 seconds.\n")
+    assert any(f.code == "TTF002" for f in _diagnose(plain).findings)
