@@ -222,7 +222,9 @@ CONCEPTS: dict[str, str] = {
              r"|首次|第一次",
     "subsequent": r"subsequent|following|after (?:that|the first|warm)|(?:second|2nd|next) (?:request|inference|"
                   r"call|run|time)|later (?:requests?|calls?|runs?)|from (?:then|there) ?on|steady|warm|之后|后续",
-    "cuda_graph": r"cuda ?graphs?|cudagraphs?|enforce[_-]eager|eager mode|--enforce-eager|graph replay"
+    # (an engine's eager mode enforced, not PyTorch's "eager mode" alone: the default that TorchScript, torch.compile
+    # and a model server are set against, "TorchServe slower than Eager inference", pytorch/serve#1120)
+    "cuda_graph": r"cuda ?graphs?|cudagraphs?|enforc\w*[ _-]eager|--enforce-eager|graph replay"
                   r"|use_cuda_graph|disable[_-]cuda[_-]graph",
     # CUDA graphs said to be on: captured, enabled, in use (no sign of eager mode's launch path)
     "cuda_graph_on": r"cuda ?graphs? (?:are|were|is|was|get|got) (?:being )?"

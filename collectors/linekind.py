@@ -20,7 +20,7 @@ process and rank prefixes already stripped) by its structure alone, never by one
 * ``JSON`` — a record: a line that opens with ``{``, ``[{``, ``["`` or ``<`` (XML);
 * ``TRACEBACK`` — Python's traceback frames, its header and the exception line;
 * ``CODE`` — an indented line of source code (a traceback's source line, a pasted snippet):
-  an assignment, a call, a keyword statement;
+  an assignment, a call, a keyword statement, a comment;
 * ``TABLE`` — a row: ``|``-separated, tab-separated, a CSV row of short fields, box drawing;
 * ``PROSE`` — everything else: what a person wrote;
 * ``BLANK`` — nothing but spaces.
@@ -75,7 +75,10 @@ _LOG = re.compile(
     r"|(?:[\w ./-]{0,40}:\s*)?\d{1,3}%\|[^|]{0,120}\|\s*\d+/\d+"  # a tqdm progress bar: "100%|████| 1000/1000 [07:53<…"
     r")"
 )
+# (an indented "# …" is a comment in a function's body: what the code does, not what happened; a Markdown heading
+# starts its line)
 _CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:async\s+)?(?:if|elif|while|for|with|def|class|try|except)\b.*[:(,]\s*$"
+                   r"|#(?!#)\s*[A-Za-z]"
                    r"|(?:return|import|raise|yield|await|assert)\s|from\s+[\w.]+\s+import\s"
                    r"|[\w.\[\]'\"]+\s*(?:[-+*/]?=(?!=)|\()|[)\]}]+[,:)]*\s*$)")
 # a shell or REPL prompt: whatever follows is a command

@@ -1103,3 +1103,15 @@ def test_a_cold_requests_ttft_beside_its_compile_is_the_compiles() -> None:
     plain = ("Slow time to first token with long prompts\n"
              "The prefill of each request takes long: the maximum TTFT was 10.820 seconds.\n")
     assert any(f.code == "TTF002" for f in _diagnose(plain).findings)
+
+
+def test_pytorchs_eager_mode_alone_is_no_cuda_graph_talk() -> None:
+    """pytorch/serve#1120 (sweep BL 05): 'TorchServe slower … than Eager inference', 'I ended up using Eager mode behind
+    a Flask server': PyTorch's default execution set against a model server, not an engine's CUDA graphs turned off
+    (GPU110 committed launch_overhead at 0.86). vLLM's 'enforcing eager mode' and --enforce-eager still are."""
+    text = ("TorchServe slower (and lower GPU utilization) than Eager inference\n"
+            "In my project I ended up using Eager mode behind a Flask server, which worked fine.\n")
+    assert "report.cuda_graph_statements" not in _report(text)
+    vllm = ("If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager "
+            "mode.\n")
+    assert "report.cuda_graph_statements" in _report("vLLM runs slowly\n" + vllm)

@@ -110,6 +110,9 @@ LINES: list[tuple[str, LineKind]] = [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", K.TRACEBACK),
     ("    batch = self.get_next_batch_to_run()", K.CODE),
     ("  warnings.warn(", K.CODE),
+    # a comment in a pasted function's body (pytorch/serve#1120's handler): what the code does, nobody's statement
+    ("            # Resize to image format by also adding channel dimension", K.CODE),
+    ("    #1 issue is this one", K.PROSE),  # a number after the hash: a person's list
     ("| GPU | util | 40 % |", K.TABLE),
     ("vllm reserves 90% of the GPU memory", K.PROSE),
     ("make sure the tokenizer is fast", K.PROSE),
