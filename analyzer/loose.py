@@ -59,6 +59,7 @@ from diagnose.derive import (
     oom,
     probe_state,
     prom,
+    pstats_table,
     timing,
     torch_profiler_table,
     trtllm_stats,
@@ -125,6 +126,7 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     bench.sources,
     nsys_stats.sources,
     torch_profiler_table.sources,
+    pstats_table.sources,
     claims.sources,  # last: what the text says, when no format above could measure it
 )
 

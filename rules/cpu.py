@@ -69,8 +69,17 @@ def _text_fixes(ev: EvidenceSet) -> tuple[str, ...]:
 
 
 def _confidence(ev: EvidenceSet, min_samples: float) -> Confidence:
+    if "cpu.profile_total_s" in ev:  # a deterministic profile (cProfile) timed every call: no sampling error
+        return Confidence.MEASURED
     samples = ev.value("cpu.active_samples", 0.0) or 0.0
     return Confidence.MEASURED if samples >= min_samples else Confidence.THIN
+
+
+def _whose(ev: EvidenceSet) -> str:
+    """Whose time the shares divide: a live service's active CPU time, or a pasted profile's."""
+    total = ev.value("cpu.profile_total_s")
+    return (f"the profiled program's {total:g} s (cProfile)" if total is not None
+            else "the service's active CPU time")
 
 
 class CpuPreprocessing(Rule):
@@ -92,7 +101,10 @@ class CpuPreprocessing(Rule):
     when larger), and from ``min_active`` to 0.1 threads above it.
 
     Evidence: cpu.preprocess_share, workers.active_mean; optionally cpu.top.preprocess,
-    cpu.forward_share, proc.cpu_cores_used, cpu.active_samples.
+    cpu.forward_share, proc.cpu_cores_used, cpu.active_samples, cpu.profile_total_s.
+
+    A pasted cProfile / pstats table gives the same shares (``diagnose.derive.pstats_table``): the profiled
+    thread's time by activity, a DataLoader's fetch or a tokenizer's cumulative time counted whole.
 
     When the hottest pre-processing frames (``cpu.top.preprocess``) that tokenise or detokenise
     text are at least ``text_share`` of the pre-processing, the finding says so and gives the text
@@ -113,7 +125,7 @@ class CpuPreprocessing(Rule):
     category = Category.CPU_PREPROCESSING
     requires = ("cpu.preprocess_share", "workers.active_mean")
     optional = ("cpu.preprocess_share.stderr", "cpu.top.preprocess", "cpu.forward_share", "proc.cpu_cores_used",
-                "cpu.active_samples")
+                "cpu.active_samples", "cpu.profile_total_s")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -132,7 +144,7 @@ class CpuPreprocessing(Rule):
         forward = ev.value("cpu.forward_share")
         top = _top_list(ev, "cpu.top.preprocess")
         msg = (
-            f"{pct(share)} of the service's active CPU time is pre/post-processing"
+            f"{pct(share)} of {_whose(ev)} is pre/post-processing"
             + (f" (model forward: {pct(forward)})" if forward is not None else "")
             + f", with {active:.1f} Python threads busy on average."
             + (f" Hottest: {top}." if top else "")
@@ -200,7 +212,8 @@ class SerializationOverhead(Rule):
     ``workers.active_mean`` is at least ``min_active``; both ramp up as CPU001's do (over
     ``share_band`` or twice ``cpu.serialize_share.stderr``, and 0.1 threads), scaling the impact.
 
-    Evidence: cpu.serialize_share, workers.active_mean; optionally cpu.top.serialize.
+    Evidence: cpu.serialize_share, workers.active_mean; optionally cpu.top.serialize,
+    cpu.active_samples, cpu.profile_total_s.
 
     Fix: return binary payloads (raw bytes, numpy ``tobytes``, Arrow) instead of JSON lists; use
     orjson or msgspec; pydantic v2 ``model_validate_json``; avoid base64 round trips.
@@ -213,7 +226,7 @@ class SerializationOverhead(Rule):
     name = "serialization-overhead"
     category = Category.CPU_PREPROCESSING
     requires = ("cpu.serialize_share", "workers.active_mean")
-    optional = ("cpu.top.serialize", "cpu.active_samples")
+    optional = ("cpu.top.serialize", "cpu.active_samples", "cpu.profile_total_s")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -234,7 +247,7 @@ class SerializationOverhead(Rule):
             confidence=_confidence(ev, t.min_samples),
             title="Serialisation eats the request path",
             message=(
-                f"{pct(share)} of active CPU time is spent serialising or parsing payloads"
+                f"{pct(share)} of {_whose(ev)} is spent serialising or parsing payloads"
                 f" (json/pydantic/protobuf/base64) with {active:.1f} Python threads busy on average."
                 + (f" Hottest: {top}." if top else "")
             ),

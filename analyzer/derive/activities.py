@@ -131,6 +131,10 @@ PATTERNS: tuple[Pattern, ...] = (
             r"transformers/(image_processing|feature_extraction|processing)_", r"", "tokenisers, processors"),
     Pattern(Activity.PREPROCESS, r"librosa|soundfile|torchaudio|audioread|scipy/signal", r"", "audio"),
     Pattern(Activity.PREPROCESS, r"(^|/)numpy/", r"", "numpy array work outside the model"),
+    # a DataLoader fetching and collating a batch in this process (num_workers=0, or a worker's own loop): the
+    # dataset's __getitem__ under it is the input pipeline, whatever its own files are
+    Pattern(Activity.PREPROCESS, r"torch/utils/data/(dataloader|_utils/(fetch|collate))\.py", r"",
+            "DataLoader fetch and collate"),
     # the model
     Pattern(Activity.FORWARD, r"torch/(nn|_tensor|functional|_ops|_refs|_decomp|overrides|amp)|"
             r"torchinductor_|torch/_inductor/(output_code|runtime)|torch/_dynamo/eval_frame|"
@@ -216,3 +220,20 @@ def classify(frames: Sequence[tuple[str, str]]) -> Activity:
                 continue
             return pat.activity
     return Activity.OTHER
+
+
+def classify_function(function: str, file: str) -> tuple[Activity, bool]:
+    """One function alone (a deterministic profiler's row, no stack around it): its activity, and whether a library's
+    file decided it (True) rather than its name alone (a by-name row: ``preprocess``, ``_tokenize``, ``forward``)."""
+    if _RUNS_COMPILED_RX.search(file):
+        return Activity.FORWARD, True
+    if _COMPILE_RX.search(file):
+        return Activity.COMPILE, True
+    for pat, frx, fnrx in _COMPILED:
+        if frx is not None and not frx.search(file):
+            continue
+        if fnrx is not None and not fnrx.search(function):
+            continue
+        return pat.activity, frx is not None
+    return Activity.OTHER, False
+

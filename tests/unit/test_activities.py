@@ -81,6 +81,12 @@ SESSIONS = Path(__file__).parent.parent / "data" / "sessions"
         ),
         ([*HANDLER, ("validate", "pydantic/main.py")], Activity.SERIALIZE),
         ([*HANDLER, ("synchronize", "torch/cuda/__init__.py")], Activity.COPY_SYNC),
+        # a DataLoader fetching in this process: the dataset's own code under it is the input pipeline…
+        ([("train", "train.py"), ("__next__", "torch/utils/data/dataloader.py"),
+          ("fetch", "torch/utils/data/_utils/fetch.py"), ("__getitem__", "dataset.py")], Activity.PREPROCESS),
+        # …while the main process waiting on its workers' queue waits
+        ([("train", "train.py"), ("_next_data", "torch/utils/data/dataloader.py"), ("get", "queue.py"),
+          ("wait", "threading.py")], Activity.WAITING),
         ([*HANDLER, ("parse_request", "http/server.py")], Activity.SERVER),
         ([*HANDLER, ("get", "queue.py"), ("wait", "threading.py")], Activity.WAITING),
         ([("main", "app.py"), ("loop", "app.py")], Activity.OTHER),
