@@ -116,6 +116,8 @@ _KOBOLD_TIMES = re.compile(rf"(?:Init:\s*(?P<init>{_NUM})s,\s*)?Process:\s*{_NUM
                            re.IGNORECASE)
 
 
+SERVED_SHARE = 0.75  # a load with three quarters of the largest's layers is the served model's size, no draft
+
 @dataclass
 class Generation:
     """One generation's timings (ms) and token counts, as far as they were printed."""
@@ -177,10 +179,17 @@ class LlamaTimings:
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
-        """(layers offloaded, layers) of the largest model loaded: the served one, not a draft model beside it; the
-        loader's own lines, else ollama's offload records."""
+        """(layers offloaded, layers) of the served model, not a draft model beside it (a draft has far fewer
+        layers): of the loads of a model about the largest's size (``SERVED_SHARE`` of its layers or more), the one
+        with the least on the GPU. A paste of two runs ("0.1.31: offloaded 33/33", "0.1.32: offloaded 1/29",
+        ollama#3938) shows the one that left layers on the CPU. The loader's own lines, else ollama's offload
+        records."""
         loads = self.load_list
-        return max(loads, key=lambda load: load[1]) if loads else None
+        if not loads:
+            return None
+        most = max(layers for _, layers in loads)
+        served = [load for load in loads if load[1] >= SERVED_SHARE * most]
+        return min(served, key=lambda load: (load[0] / load[1] if load[1] else 1.0, -load[1]))
 
     @property
     def load_list(self) -> list[tuple[int, int]]:

@@ -268,7 +268,8 @@ class LayersLeftOnTheCpu(Rule):
     layers.
 
     How it decides: N/M < ``max_share`` with a GPU buffer in the log; impact 1 − N/M, at least
-    ``min_impact``. The largest model loaded counts (a draft model beside it is often kept on the CPU).
+    ``min_impact``. The served model counts, not a draft beside it (often kept on the CPU, with far fewer layers):
+    of the loads of a model about the largest's size, the one with the least on the GPU (a paste of two runs).
     Not when an out-of-memory error is in the evidence or the report (a loader that offloads what fits
     and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
     (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the

@@ -121,7 +121,8 @@ class LlamaTimingSource:
             on_gpu, layers = r.offloaded
             what = ("ollama's offload record (layers.offload of layers.model)" if r.ollama_offload else
                     "the model loader's 'offloaded N/M layers to GPU' line") + (
-                f" (the largest of {len(r.load_list)} models loaded)" if len(r.load_list) > 1 else "")
+                f" (of {len(r.load_list)} loads, the served model's with the least on the GPU)"
+                if len(r.load_list) > 1 else "")
             ev.add("llamacpp.gpu_layers", on_gpu, "layers", what, Quality.GOOD)
             ev.add("llamacpp.layers_total", layers, "layers", what, Quality.GOOD)
         if r.weights_bytes is not None:

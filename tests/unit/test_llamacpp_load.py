@@ -87,6 +87,26 @@ def test_the_served_model_counts_not_a_draft_beside_it() -> None:
     assert p.result().offloaded == (81, 81)
 
 
+def test_of_two_runs_of_the_served_model_the_one_left_on_the_cpu_counts() -> None:
+    """ollama/ollama#3938 (sweep BO 01), 'Massive performance regression on 0.1.32': 0.1.31's load offloaded 33/33
+    layers, 0.1.32's 1/29 (a Metal buffer of 148.53 MiB beside 4773.90 MiB on the CPU). The largest load's 33/33 hid
+    the regression; of loads of the served model's size the one with the least on the GPU counts, and PLC004 names
+    it, measured."""
+    p = LlamaTimingParser()
+    for line in ("llm_load_tensors: offloaded 33/33 layers to GPU", "llm_load_tensors: offloaded 1/29 layers to GPU"):
+        p.feed(line)
+    assert p.result().offloaded == (1, 29)
+    log = ("Massive performance regression on 0.1.32\nVersion 0.1.31\n```\n"
+           "llm_load_tensors: offloaded 33/33 layers to GPU\n"
+           "llm_load_tensors:      Metal buffer size =  3577.57 MiB\n```\nVersion0.1.32\n```\n"
+           "llm_load_tensors: offloaded 1/29 layers to GPU\n"
+           "llm_load_tensors:        CPU buffer size =  4773.90 MiB\n"
+           "llm_load_tensors:      Metal buffer size =   148.53 MiB\n```\n")
+    ev = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(log.encode()))).evidence)  # type: ignore[arg-type]
+    (plc,) = [f for f in run_rules(ev)[0] if f.code == "PLC004"]
+    assert plc.confidence is Confidence.MEASURED and "1 of the model's 29" in plc.message
+
+
 def test_a_cpu_only_build_prints_no_offload_line() -> None:
     log = os.path.join(DATA, "engines", "llamacpp", "model-name-L4-py", "server.log")  # the lab's CPU-only build
     ev = EvidenceSet(pipeline.analyze([log]).evidence)
