@@ -753,8 +753,10 @@ _GPU_COUNT = re.compile(r"(?<![\w.])(?P<n>\d+)\s*(?:x\s*)?(?:GPUs|gpus|张卡|�
 # GPUs", "RTX 4090 GPUs"), not how many there are
 _COUNTED_BEFORE = re.compile(r"(?:\b(?:rtx|gtx|rx|titan|quadro|tesla|radeon|geforce|two|three|four|five|six|seven|eight"
                              r"|nine|ten|twelve|sixteen|dual|quad)|\d\s*x|\d)\s+$", re.IGNORECASE)
-# what a model or a run needs, not what the device has: "the model requires 13GB of GPU memory"
-_NEEDS_BEFORE = re.compile(r"\b(?:requir|need|take|consum|occup|allocat|us(?:e|es|ing)\b|eat)\w*\s+(?:\w+\s+){0,2}"
+# what a model, a run or another program needs or holds, not what the device has: "the model requires 13GB of GPU
+# memory", "Windows (the OS) was taking around 1GB of VRAM" (sglang#4840)
+_NEEDS_BEFORE = re.compile(r"\b(?:requir|need|take|taking|took|consum|occup|allocat|us(?:e|es|ing)\b|eat)\w*\s+"
+                           r"(?:\w+\s+){0,2}"
                            r"(?:about\s+|around\s+|~\s*)?$", re.IGNORECASE)
 _ENGINE_WORDS = ("vllm", "text-generation-", "tgi", "sglang", "tritonserver", "triton inference", "lmdeploy",
                  "tensorrt", "trtllm", "trt-llm", "llama.cpp", "llama-server", "llama_cpp", "llamacpp", "ollama")

@@ -870,6 +870,9 @@ def test_prose_hints_read_the_device_not_the_models_need() -> None:
     h = HintsParser()
     h.feed("the model needs about 20 GB of VRAM")
     assert h.hints.gpu_memory_bytes is None
+    h = HintsParser()  # another program's share (sglang#4840): "taking" is what it holds, not the card
+    h.feed("*FYI, Windows (the OS) was taking around 1GB of VRAM when I was running this test.*")
+    assert h.hints.gpu_memory_bytes is None
     h = HintsParser()
     h.feed("My card has 24 GB of VRAM and 4 GPUs")
     assert h.hints.gpu_memory_bytes == 24 * GiB and h.hints.gpu_count == 4
