@@ -385,7 +385,11 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"|runners=\[cpu\]|no compatible GPUs were discovered|library=cpu\b|no GPU detected"
         r"|CUDA (?:is )?not available|Torch not compiled with CUDA enabled|cuda\.is_available\(\)\s*(?:returns?\s*)?"
         r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
-        r"|using device:? cpu\b|device:? cpu\b(?! offload)|Using CPU\b|running on CPU\b|n_gpu_layers\s*=\s*0\b"
+        # (a program's "Using CPU. Note: This module is much faster with a GPU." opens its line, capitalised; a person's
+        # "I test that inference using cpu as below:" compares, ultralytics#17799)
+        r"|using device:? cpu\b|device:? cpu\b(?! offload)|(?:^\W{0,4}|[:\]]\s*)(?-i:Using CPU|Running on CPU)\b"
+        r"|using CPU instead\b"
+        r"|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
         r"|cannot find (?:a )?(?:compatible )?GPU|GPU not found|falling back to CPU|fall(?:s|ing)? back to cpu"
         # transformers' pipeline given no device on a machine with one: "Hardware accelerator e.g. GPU is available in

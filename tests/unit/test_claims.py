@@ -1115,3 +1115,13 @@ def test_pytorchs_eager_mode_alone_is_no_cuda_graph_talk() -> None:
     vllm = ("If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager "
             "mode.\n")
     assert "report.cuda_graph_statements" in _report("vLLM runs slowly\n" + vllm)
+
+
+def test_a_persons_using_cpu_is_no_frameworks_fall_back_message() -> None:
+    """ultralytics/ultralytics#17799 (sweep AG 04): 'And i test that inference using cpu as below:' compares a CPU run
+    the person made; read as a framework's fall-back message it committed device_placement at 0.85 beside a GPU run.
+    A program's 'Using CPU. Note: …' opens its line, capitalised; 'No compatible GPU found, using CPU instead' stays."""
+    assert "report.cpu_fallback_messages" not in _report("And  i test that inference using cpu as below:\n")
+    for line in ("Using CPU. Note: This module is much faster with a GPU.\n", "[easyocr] Using CPU. Note\n",
+                 "No compatible GPU found, using CPU instead\n"):
+        assert _report(line)["report.cpu_fallback_messages"] == 1, line
