@@ -524,6 +524,9 @@ class Claims:
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
+    # running requests' decode rate alone and while another request's long prompt is prefilled (tok/s), with quotes
+    decode_alone: list[tuple[float, str]] = field(default_factory=list)
+    decode_beside_prefill: list[tuple[float, str]] = field(default_factory=list)
     ollama_cpu_share: float | None = None  # `ollama ps`' PROCESSOR split ("42%/58% CPU/GPU"): the CPU's share, the most
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
@@ -682,6 +685,18 @@ KV_BLOCK = 6  # this many such rows in a row are a printout (a benchmark's summa
 # a program's rule across its printout ("-----…" of 20 or more: a person's markdown separator is "---"); what opens a
 # block of fewer rows, as a key-value row a log reader already typed as a program's does ("elapsed_time: 736.060s")
 _LONG_RULE = re.compile(r"[-=]{20,}")
+
+
+# -- a long prefill stalling the running requests' decode --------------------------------------------------------------
+_TOKEN_RATE = re.compile(r"tok(?:en)?s?\s*/\s*s", re.I)
+_PREFILL_WORD = re.compile(r"prefill\w*|prompt processing|\bpp\b", re.I)
+# another request's prefill beside the stream: while, during, plus one, a peer's, mixed, concurrent
+_BESIDE = re.compile(r"\bwhile\b|\bduring\b|\+\s*(?:one|a|an|\d)|\bpeer\b|\bmixed\b|\bconcurrent\w*|\balongside\b"
+                     r"|\bbeside\b|\bsimultaneous\w*|\bother request", re.I)
+_ALONE = re.compile(r"\balone\b|standalone|\bsolo\b|\bisolated\b|by itself|\brecovered\b|no other (?:traffic|requests?)"
+                    r"|\bbaseline\b", re.I)
+_FROM_TO_RATE = re.compile(r"\bfrom\s*~?\s*(?:\d+(?:\.\d+)?\s*[–-]\s*)?(?P<a>\d+(?:\.\d+)?)\s*tok(?:en)?s?\s*/\s*s\w*"
+                           r"\s+(?:down\s+)?to\s*~?\s*(?P<b>\d+(?:\.\d+)?)\s*tok", re.I)
 
 
 # a picture pasted into a report: Markdown's "![image](https://github.com/…/assets/…)" (the alt text is GitHub's default
@@ -866,6 +881,8 @@ class ClaimParser:
             c.title_graphs_on_only = bool(on) and all(any(x <= a and b <= y for x, y in on)
                                                       for a, b, name in title_found if name == "cuda_graph")
         self._messages(line, MESSAGES)
+        if kind in (LineKind.PROSE, LineKind.TABLE) and "/s" in line:
+            self._prefill_stall(line)
         m = _OFFLOADED.search(line)
         if m:
             c.layers = (int(m.group(1)), int(m.group(2)))
@@ -877,6 +894,28 @@ class ClaimParser:
             # a program's columns (nsys stats, a profiler's table) are its collector's to read, no one's statement
             for clause in clauses_of(line):
                 self._clause(clause)
+
+    def _prefill_stall(self, line: str) -> None:
+        """A running request's decode rate alone, and while another request's long prompt is prefilled: a line or
+        row that names a prefill beside it ("A while B is prefilling: 6.62 tok/s", "victim + one 200K-token
+        prefill | … | 7.7 tok/s") gives its lowest rate; one that says the stream ran alone ("A standalone/recovered
+        decode: ~272.6 tok/s", "victim alone | … | 59.4 tok/s"), and names no prefill of its own, its highest; "from
+        ~51–55 tok/s to 5.00 tok/s" beside a peer's prefill gives both."""
+        c = self._claims
+        rates = [q for q in quantities(line) if q.dim == "rate" and _TOKEN_RATE.search(q.text)]
+        if not rates:
+            return
+        quote = line.strip()[:200]
+        prefill = _PREFILL_WORD.search(line) is not None
+        beside = prefill and _BESIDE.search(line) is not None
+        fell = _FROM_TO_RATE.search(line)
+        if beside and fell:
+            c.decode_alone.append((float(fell.group("a")), quote))
+            c.decode_beside_prefill.append((float(fell.group("b")), quote))
+        elif beside:
+            c.decode_beside_prefill.append((min(q.value for q in rates), quote))
+        elif not prefill and _ALONE.search(line):
+            c.decode_alone.append((max(q.value for q in rates), quote))
 
     def _messages(self, line: str, names: Iterable[str]) -> None:
         """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""

@@ -445,10 +445,13 @@ class PrefillReported(ReportRule):
     least ``min_tokens`` tokens (``long_prompt``); a TTFT or prefill time of at least ``min_ms`` with
     prompt processing named (``stated``); prompt processing named as slow with a prompt of at least
     ``min_tokens`` (``stated``); a server processing the whole prompt again instead of reusing its
-    cache (llama.cpp ``forcing full prompt re-processing``; ``stated``).
+    cache (llama.cpp ``forcing full prompt re-processing``; ``stated``); a running request's decode stated at least
+    ``min_stall`` × slower beside another request's prefill than alone (``long_prompt``: the prefill holds the
+    engine's steps; timed prefill spans beside it do not make it step aside, they time the prefill, not the stall).
 
-    Evidence: report.ttft_ms_max, report.prefill_ms_max, report.prefill_statements or
-    report.prompt_reprocess_messages; optionally report.prompt_tokens_max, report.prefill_tokens_per_s.
+    Evidence: report.ttft_ms_max, report.prefill_ms_max, report.prefill_statements,
+    report.prompt_reprocess_messages or report.prefill_stall_ratio; optionally report.prompt_tokens_max,
+    report.prefill_tokens_per_s.
 
     Fix: reuse the prefix (prefix caching, keep the stable part first), chunk long prefills (vLLM
     ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``), trim prompts, faster prefill
@@ -462,12 +465,20 @@ class PrefillReported(ReportRule):
     category = Category.PREFILL_TTFT
     requires = ()
     requires_any = (("report.ttft_ms_max",), ("report.prefill_ms_max",), ("report.prefill_statements",),
-                    ("report.prompt_reprocess_messages",))
-    optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s")
+                    ("report.prompt_reprocess_messages",), ("report.prefill_stall_ratio",))
+    optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s", "report.prefill_stall_ratio")
     title_concepts = ("ttft", "prefill", "prompt_len")
     headline = "Prompt processing (prefill) dominates the time to first token"
     cause = "report.cause.prefill"
     measured_by = ("stage.prefill.share", "stage.prefill_ms.mean")
+
+    def corroborated(self, ev: EvidenceSet) -> str:
+        # timed prefills say how long a prompt takes; that the running requests' decode stalls while one runs is the
+        # report's own measurement beside them (TTF001 judges the prefill's share of a TTFT, not the stall)
+        stall = ev.value("report.prefill_stall_ratio")
+        if stall is not None and stall >= self.Thresholds.min_stall:
+            return "The pasted timings time the prefill itself; the stall of the running decode is the report's."
+        return ""
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -475,6 +486,7 @@ class PrefillReported(ReportRule):
         stated: float = 0.55  # prompt processing named as the slow part
         min_ms: float = 1000.0  # a first token after a second is felt in chat
         min_tokens: float = 1000.0  # a thousand prompt tokens is where prefill shows
+        min_stall: float = 3.0  # decode at a third of its rate alone while a prompt prefills: more than batching costs
 
     def signals(self, ev: EvidenceSet, t: Thresholds) -> list[Signal]:  # type: ignore[override]
         out: list[Signal] = []
@@ -490,6 +502,11 @@ class PrefillReported(ReportRule):
             out.append(Signal(t.stated, f"states {fmt_ms(ms)} before the first token, in prompt processing"))
         if named and tokens >= t.min_tokens and not out:
             out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))
+        stall = ev.value("report.prefill_stall_ratio")
+        if stall is not None and stall >= t.min_stall:
+            out.append(Signal(t.long_prompt, f"states the running requests' decode {stall:.0f}× slower while another "
+                                             "request's long prompt is prefilled: the prefill holds the engine's steps"
+                              + _q(ev, "report.prefill_stall_ratio")))
         if _n(ev, "report.prompt_reprocess_messages"):
             out.append(Signal(t.stated, f"shows the whole prompt processed again instead of reused "
                                         f"({_quote(ev, 'report.prompt_reprocess_messages')})"))

@@ -69,6 +69,13 @@ class ReportSource:
         # -- where the work runs ------------------------------------------------------------
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
+        if c.decode_alone and c.decode_beside_prefill:
+            alone, _ = max(c.decode_alone)
+            low, _ = min(c.decode_beside_prefill)
+            if low > 0 and alone > low:
+                ev.add("report.prefill_stall_ratio", round(alone / low, 2), "ratio",
+                       f"a running request's decode alone and beside another request's prefill: {alone:g} tok/s "
+                       f"against {low:g} tok/s")
         if c.ollama_cpu_share:
             ev.add("report.ollama_cpu_share", c.ollama_cpu_share, "ratio",
                    "the share of the model ollama keeps in system memory (`ollama ps` PROCESSOR, CPU/GPU)")

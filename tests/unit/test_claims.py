@@ -1125,3 +1125,28 @@ def test_a_persons_using_cpu_is_no_frameworks_fall_back_message() -> None:
     for line in ("Using CPU. Note: This module is much faster with a GPU.\n", "[easyocr] Using CPU. Note\n",
                  "No compatible GPU found, using CPU instead\n"):
         assert _report(line)["report.cpu_fallback_messages"] == 1, line
+
+
+def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
+    """A long prompt's prefill holding the engine's steps while a stream decodes: local-inference-lab/vllm#541 (sweep
+    BJ 07, 'A standalone/recovered decode: ~272.6 tok/s', 'A while B is prefilling: 6.62 tok/s'), FlashML FreeToken#484
+    (BM 02, a table: 'victim alone … 59.4 tok/s', 'victim + one 200K-token prefill … 7.7 tok/s'), and one sentence
+    'collapses the active lane from ~51–55 tok/s to 5.00 tok/s' beside 'the peer prefill' (BJ 06). QUE005 read the
+    two requests as a queue; TTF002 names the prefill, with the ratio. A prefill's own rate ('B standalone 64K
+    prefill: 7,009 tok/s') is no decode alone."""
+    text = ("[Bug]: large chunked prefill starves concurrent decode\n"
+            " * A standalone/recovered decode: ~272.6 tok/s\n"
+            " * A while B is prefilling: **6.62 tok/s**\n"
+            " * B standalone 64K prefill: **7,009 tok/s**\n")
+    assert _report(text)["report.prefill_stall_ratio"] == round(272.6 / 6.62, 2)
+    d = _diagnose(text)
+    assert any(f.code == "TTF002" and "41× slower" in f.message for f in d.findings)
+    table = ("Two requests, no other traffic:\n\n| run | victim wall | decode rate |\n|---|---|---|\n"
+             "| victim **alone** | 11.8 s | **59.4 tok/s** |\n"
+             "| victim **+ one 200K-token prefill** | 90.4 s | **7.7 tok/s** |\n")
+    assert _report(table)["report.prefill_stall_ratio"] == round(59.4 / 7.7, 2)
+    one = ("A cold 100K-token prefill admitted while another request is decoding collapses the active lane from "
+           "~51–55 tok/s to 5.00 tok/s. Once the peer prefill finishes, it returns to ~55 tok/s.\n")
+    assert _report(one)["report.prefill_stall_ratio"] == 11.0
+    # two rates of one stream with no prefill beside the slow one: no stall
+    assert "report.prefill_stall_ratio" not in _report("decode alone: 60 tok/s\nwith 8 users: 20 tok/s each\n")
