@@ -329,6 +329,13 @@ CONCEPTS: dict[str, str] = {
                       r"|several) (?:process\w*|instance\w*|server\w*"
                       r"|models?|containers?|deployments?|tenants?|engines?|jobs?|users?|pods?|workers?|apps?)"
                       r"|shared (?:gpu|server|machine|node)|held by|occupied by|used by (?:another|other)"
+                      # several of anything started on one device ("initializing multiple LLM classes simultaneously on
+                      # the same GPU", vllm#9198): each holds its own weights and cache beside the others'
+                      r"|(?:multiple|several|many|two|three|\d+) (?:[\w-]+ ){0,3}?(?:llms?|models?|instances?|engines?"
+                      r"|process(?:es)?|workers?|replicas?|servers?|copies|classes|services?|containers?|jobs?"
+                      r"|pipelines?|sessions?|apps?|applications?) (?:simultaneously |concurrently |at once "
+                      r"|in parallel )?on (?:the same|one|a single|a shared|single) (?:\w+ )?(?:gpus?|cards?"
+                      r"|devices?)\b"
                       r"|kill -9|no processes? (?:found|running|listed)"
                       r"|processes? (?:is |are )?not (?:shown|visible|listed)"
                       # the same in Chinese reports: another/existing process, two or more instances, a shared card

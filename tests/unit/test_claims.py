@@ -1150,3 +1150,17 @@ def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
     assert _report(one)["report.prefill_stall_ratio"] == 11.0
     # two rates of one stream with no prefill beside the slow one: no stall
     assert "report.prefill_stall_ratio" not in _report("decode alone: 60 tok/s\nwith 8 users: 20 tok/s each\n")
+
+
+def test_several_engines_started_on_one_gpu_hold_memory_beside_each_other() -> None:
+    """vllm-project/vllm#9198: 'initializing multiple LLM classes simultaneously on the same GPU' before vLLM's 'No
+    available memory for the cache blocks': each instance's weights and cache sit beside the others' (memory held
+    elsewhere). Several inputs or batch sizes tried on one GPU are none."""
+    said = _report("[Bug]: initializing multiple LLM classes simultaneously on the same GPU get an error\n"
+                   "When initializing multiple LLM classes simultaneously on the same GPU results in an error.\n")
+    assert said.get("report.held_elsewhere_statements")
+    for text in ("I run two models on one GPU and it fails.\n", "We serve 4 replicas on a single GPU.\n"):
+        assert _report(text).get("report.held_elsewhere_statements"), text
+    for text in ("It fails with multiple images on the same GPU.\n", "I tested 3 batch sizes on one GPU.\n",
+                 "My model runs on a single GPU.\n"):
+        assert not _report(text).get("report.held_elsewhere_statements"), text
