@@ -254,6 +254,10 @@ CONCEPTS: dict[str, str] = {
     "input_size": r"resolution|image size|\d{3,5} ?[x×*] ?\d{3,5}|(?:long|longer|large|larger|big|bigger|huge) "
                   r"(?:inputs?|images?|videos?|audio|prompts?|contexts?|sequences?|batch(?:es)?|documents?|requests?)"
                   r"|batch[_ ]?size|sequence length|context length|max[_-]model[_-]len|n_ctx|num[_-]?frames|frames"
+                  # an engine's size limits: what it sizes its activations, KV cache and graphs by (TensorRT-LLM's
+                  # build-time max_input_len, vLLM's max_num_seqs / max_num_batched_tokens, TGI's max_total_tokens)
+                  r"|max[_-](?:input|seq(?:uence)?|total|prefill|num[_-]seqs|num[_-]batched|batch|position)"
+                  r"(?:[_-](?:len(?:gth)?|size|tokens|embeddings))?\b"
                   r"|vae (?:decode|decoding)|decode the (?:vae|latents?)|tiled|\d+ ?(?:min|minutes?|s|seconds?) "
                   r"(?:of )?(?:audio|video)|超分|分辨率",
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"

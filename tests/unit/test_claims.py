@@ -1164,3 +1164,17 @@ def test_several_engines_started_on_one_gpu_hold_memory_beside_each_other() -> N
     for text in ("It fails with multiple images on the same GPU.\n", "I tested 3 batch sizes on one GPU.\n",
                  "My model runs on a single GPU.\n"):
         assert not _report(text).get("report.held_elsewhere_statements"), text
+
+
+def test_an_engines_size_limit_raised_before_an_oom_is_the_inputs_size() -> None:
+    """NVIDIA/TensorRT-LLM#210 (sweep BN 03): 'I added max_input_len to 3500 (the default value is 2048) … After
+    changing it to 3500, OOM will occur': the build-time limit sizes the activations, a runtime peak (MEM007), as
+    vLLM's max_num_seqs / max_num_batched_tokens and TGI's max_total_tokens do."""
+    text = ("build engine add max_input_len param\nI have two 3090 gpus, each has 24G memory.\n"
+            "When using build.py, I added max_input_len to 3500 (the default value is 2048). After changing it to "
+            "3500, OOM will occur.\n")
+    assert _report(text).get("report.input_size_statements")
+    assert any(f.code == "MEM007" for f in _diagnose(text).findings)
+    for said in ("we set max_num_seqs to 512", "after raising max-num-batched-tokens", "we raised max_total_tokens"):
+        assert _report(said + "\n").get("report.input_size_statements"), said
+    assert not _report("the max temperature was high\n").get("report.input_size_statements")
