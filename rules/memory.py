@@ -716,6 +716,10 @@ class OomFragmentation(Rule):
     pages instead of splitting). PyTorch's generic hint about ``expandable_segments`` is printed with
     every OOM and is not evidence.
 
+    Where memory held outside this process' allocator (MEM004's reading) is at least ``external_share`` of the
+    device and ``external_multiple`` × the stranded gap, the gap only decided how close to the edge the request
+    failed: the finding stays, at impact ``beside_external``, behind MEM004.
+
     Evidence: mem.reserved_bytes, mem.allocated_bytes; optionally mem.alloc_retries,
     mem.reserved_minus_allocated_bytes, mem.requested_bytes, mem.device_free_bytes,
     mem.device_total_bytes, mem.oom_count, mem.oom_phase, mem.largest_free_block_bytes,
@@ -745,6 +749,9 @@ class OomFragmentation(Rule):
         share_reserved: float = 0.20  # a fifth of PyTorch's own reservation unusable is fragmentation
         min_bytes: float = 256 * MIB  # below this the stranded memory could not hold a typical block anyway
         min_retries: float = 10  # each retry flushes the whole cache; a few at start-up are normal
+        external_share: float = 0.25  # a quarter of the device held elsewhere (MEM004's bar) …
+        external_multiple: float = 2.0  # … and twice the stranded gap: memory held elsewhere is the larger cause
+        beside_external: float = 0.5  # the gap's impact then: in the differential, behind MEM004
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -784,6 +791,16 @@ class OomFragmentation(Rule):
         if not m.oom:
             parts.append("No out-of-memory error was seen yet.")
         impact = 0.9 if m.oom else min(0.9, max(m.share(u) or 0.0, 0.3))
+        # memory held outside this process, a large share of the device and several times the stranded gap, is what
+        # the request lacked (MEM004): the gap only decided how close to the edge it failed (a 0.8 GiB gap beside
+        # 37 GiB held elsewhere on a 40 GiB card, DenseCLIP#52; four processes on one card, trl#4237)
+        share, _ = m.external_share()
+        held, _ = m.external()
+        if m.oom and gap and share is not None and held is not None and share >= t.external_share \
+                and held >= t.external_multiple * u:
+            impact = t.beside_external
+            parts.append(f"{size(held)} ({pct(share)} of the device) was held outside this process' allocator, "
+                         f"{held / u:.0f}× the stranded gap: that is the larger cause.")
         why = f"unusable |{bar(u / m.reserved)}| {pct(u / m.reserved)} of reserved" if m.reserved else ""
         return self.finding(
             severity=Severity.CRITICAL if m.oom else Severity.MAJOR,

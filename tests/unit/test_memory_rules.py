@@ -559,3 +559,26 @@ def test_a_second_vllm_instance_that_failed_to_start_is_no_preallocation_note() 
     assert "HLT001" not in codes(failed)
     res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(failed.encode())))
     assert pipeline.judge(EvidenceSet(res.evidence), inputs=res.inputs).verdict is not Verdict.HEALTHY
+
+
+def test_a_stranded_gap_beside_memory_held_elsewhere_is_the_lesser_cause() -> None:
+    """raoyongming/DenseCLIP#52 (sweep BU 01): 787 MiB reserved but unallocated, more than the 690 MiB asked, on a
+    39.59 GiB card where this process reserved 1.72 GiB and 474 MiB was free: 37 GiB was held elsewhere. huggingface/
+    trl#4237 (BU 02): four processes on one 14.74 GiB card. MEM003 committed fragmentation at 0.83 on both; the gap
+    only decided how close to the edge the request failed: MEM004 leads, MEM003 stays behind it."""
+    legacy = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 690.00 MiB (GPU 0; 39.59 GiB total "
+              "capacity; 973.79 MiB already allocated; 474.62 MiB free; 1.72 GiB reserved in total by PyTorch) If "
+              "reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.\n")
+    four = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.11 GiB. GPU 0 has a total capacity of "
+            "14.74 GiB of which 1.65 GiB is free. Process 19066 has 6.79 GiB memory in use. Process 19069 has 514.00 "
+            "MiB memory in use. Process 19060 has 4.93 GiB memory in use. Process 19063 has 894.00 MiB memory in use. "
+            "Of the allocated memory 4.50 GiB is allocated by PyTorch, and 2.14 GiB is reserved by PyTorch but "
+            "unallocated.\n")
+    for text in (legacy, four):
+        found = _codes_of(text)
+        assert found[0].code == "MEM004", [f.code for f in found]
+        (frag,) = [f for f in found if f.code == "MEM003"]
+        assert frag.impact == 0.5 and "the larger cause" in frag.message
+    # the same gap with the device this process' own: fragmentation leads
+    own = legacy.replace("39.59 GiB total capacity", "2.50 GiB total capacity")
+    assert _codes_of(own)[0].code == "MEM003"
