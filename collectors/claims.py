@@ -208,7 +208,8 @@ CONCEPTS: dict[str, str] = {
     "compile": r"torch\.compile|recompil\w*|compil(?:ation|ing|es)\b(?! (?:from source|with |it |the (?:library|"
                r"package|code|binding|project)))|compile[- ]?time|graph capture"
                # a compile as a noun, of something ("a 1.07-second serving-time compile of `…_fwd_kernel`")
-               r"|\bcompile of\b"
+               r"|\bcompile of\b(?![^.;]{0,40}\bfrom source)(?! (?:llama\.cpp|the (?:library|package|code|binding"
+               r"|project)))"
                r"|(?<!nsys )(?<!profiler )(?<!profile )(?<!kineto )trace capture|captur\w* (?:cuda )?graphs?"
                r"|cuda ?graph capture|warm-?up\w*"
                r"|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt |trt )?engine"
@@ -216,7 +217,8 @@ CONCEPTS: dict[str, str] = {
     "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
                  r"dynamic shapes?|shape changes?|regenerat\w* (?:the )?(?:engine|cache)",
     # (a short name between: "the first C4 request", "the first 8 requests"; "first-batch")
-    "first": r"(?:the |a )?first[ -](?:[A-Z0-9][\w.]{0,5} )?(?:request|inference|call|run|time|iteration|image|batch"
+    "first": r"(?:the |a )?first[ -](?:(?-i:[A-Z0-9][\w.]{0,5}) )?(?:request|inference|call|run|time|iteration|image"
+             r"|batch"
              r"|query|generation|prediction|forward|few|search|prompt|completion)s?|cold[- ]?start"
              r"|initial (?:requests?|images?|inferences?|calls?)|after (?:a )?(?:restart|deploy\w*|idle|delay)"
              r"|首次|第一次",
@@ -396,9 +398,13 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"|runners=\[cpu\]|no compatible GPUs were discovered|library=cpu\b|no GPU detected"
         r"|CUDA (?:is )?not available|Torch not compiled with CUDA enabled|cuda\.is_available\(\)\s*(?:returns?\s*)?"
         r"(?:->|=+|is|:)?\s*False|torch\.cuda\.is_available\(\)\s*\n?False"
-        # (a program's "Using CPU. Note: This module is much faster with a GPU." opens its line, capitalised; a person's
-        # "I test that inference using cpu as below:" compares, ultralytics#17799)
-        r"|using device:? cpu\b|device:? cpu\b(?! offload)|(?:^\W{0,4}|[:\]]\s*)(?-i:Using CPU|Running on CPU)\b"
+        # (a program's line: after its log level or tag ("… - INFO - Using CPU", "WARNING: Running on CPU", "[easyocr]
+        # Using CPU"), or the whole line, or the sentence opening it ("> Using CPU", yolov3's; easyocr's "Using CPU.
+        # Note: This module is much faster with a GPU."); a person's "I test that inference using cpu as below:"
+        # compares (ultralytics#17799), and "Running on CPU, each image takes 400 ms" is their statement)
+        r"|using device:? cpu\b|device:? cpu\b(?! offload)"
+        r"|(?:\b(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b[\s:|\]-]*|[:\]]\s*)(?-i:Using CPU|Running on CPU)\b"
+        r"|^\W{0,4}(?-i:Using CPU|Running on CPU)(?:\.(?:\s|$)|\s*$)"
         r"|using CPU instead\b"
         r"|n_gpu_layers\s*=\s*0\b"
         r"|ggml_cuda_init: failed|no CUDA-capable device|CUDA driver version is insufficient"
@@ -524,6 +530,7 @@ class Claims:
     # clauses that name a download with a first run or slowness ("the first request is slow: it downloads the
     # weights"), not a download named apart from them ("the model is downloaded from <url>")
     first_download: int = 0
+    first_compile: int = 0  # clauses tying a first request to compiling ("the first C4 request triggered a … compile")
     # copy times a clause charges to a read that waits for the GPU (".cpu()", ".item()", ".to('cpu')": CUDA runs
     # the model asynchronously, so the read waits for every kernel queued before it), and whether the text
     # synchronises anywhere (torch.cuda.synchronize(), CUDA_LAUNCH_BLOCKING, CUDA events): then a copy's time is
@@ -701,9 +708,12 @@ _LONG_RULE = re.compile(r"[-=]{20,}")
 # -- a long prefill stalling the running requests' decode --------------------------------------------------------------
 _TOKEN_RATE = re.compile(r"tok(?:en)?s?\s*/\s*s", re.I)
 _PREFILL_WORD = re.compile(r"prefill\w*|prompt processing|\bpp\b", re.I)
-# another request's prefill beside the stream: while, during, plus one, a peer's, mixed, concurrent
-_BESIDE = re.compile(r"\bwhile\b|\bduring\b|\+\s*(?:one|a|an|\d)|\bpeer\b|\bmixed\b|\bconcurrent\w*|\balongside\b"
-                     r"|\bbeside\b|\bsimultaneous\w*|\bother request", re.I)
+# another request's prefill beside the stream, said so: "while B is prefilling", "during another request's prefill",
+# "+ one 200K-token prefill", "the peer prefill", a "mixed-load" run; not a contrast ("prompt processing is 35 tok/s
+# while generation is 4") nor batching ("decode: 12 tok/s per request with 32 concurrent requests")
+_BESIDE = re.compile(r"\bwhile\b[^.;|]{0,40}\bprefill(?:ing|s|ed)\b|\bduring\b[^.;|]{0,30}\bprefill"
+                     r"|\+\s*(?:one|a|an|\d)\b[^|.;]{0,30}\bprefill|\bpeer\b[^.;|]{0,20}\bprefill|\bmixed[- ]load\b"
+                     r"|\b(?:another|other|second) request'?s?\b[^.;|]{0,20}\bprefill", re.I)
 _ALONE = re.compile(r"\balone\b|standalone|\bsolo\b|\bisolated\b|by itself|\brecovered\b|no other (?:traffic|requests?)"
                     r"|\bbaseline\b", re.I)
 _FROM_TO_RATE = re.compile(r"\bfrom\s*~?\s*(?:\d+(?:\.\d+)?\s*[–-]\s*)?(?P<a>\d+(?:\.\d+)?)\s*tok(?:en)?s?\s*/\s*s\w*"
@@ -918,7 +928,7 @@ class ClaimParser:
             return
         quote = line.strip()[:200]
         prefill = _PREFILL_WORD.search(line) is not None
-        beside = prefill and _BESIDE.search(line) is not None
+        beside = _BESIDE.search(line) is not None
         fell = _FROM_TO_RATE.search(line)
         if beside and fell:
             c.decode_alone.append((float(fell.group("a")), quote))
@@ -1026,6 +1036,9 @@ class ClaimParser:
             c.first_download += 1
             c.quotes.setdefault("download_first", clause.strip()[:200])
         self._last_download, self._last_first = download, first
+        if {"first", "compile"} <= names:
+            c.first_compile += 1
+            c.quotes.setdefault("first_compile", clause.strip()[:200])
         if not qs:
             return
         values = sorted((q.start, q.dim) for q in qs)
@@ -1146,13 +1159,20 @@ _NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|c
                        r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
 
 
+# what a person says they avoid or prevent is not what happens: "Avoiding OOM makes prefill very slow", "to avoid
+# recompilation I pad the inputs"
+_AVOIDED = re.compile(r"\b(?:avoid\w*|prevent\w*|to stop|instead of|so as not to)(?:[ \t]+[\w'-]+){0,2}[ \t]*$",
+                      re.IGNORECASE)
+
+
 def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     """(start, end, concept) of each concept ``clause`` names: not negated, not a queue stated empty, not the
     slot a card sits in read as copies."""
     found: list[tuple[int, int, str]] = []
     for name, rx in _CONCEPT_RX.items():
         for m in rx.finditer(clause):
-            if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())) \
+            if _negated(clause, m.start()) or _AVOIDED.search(clause, max(0, m.start() - 40), m.start()) \
+                    or (name == "queue" and _ZEROED.match(clause, m.end())) \
                     or _went_fine(clause, m.start(), m.end()) or _DENIED_AFTER.match(clause, m.end()):
                 continue
             if name == "copy" and m.group().lower() == "pcie" and (

@@ -75,10 +75,10 @@ _LOG = re.compile(
     r"|(?:[\w ./-]{0,40}:\s*)?\d{1,3}%\|[^|]{0,120}\|\s*\d+/\d+"  # a tqdm progress bar: "100%|████| 1000/1000 [07:53<…"
     r")"
 )
-# (an indented "# …" is a comment in a function's body: what the code does, not what happened; a Markdown heading
-# starts its line)
+# (an indented "# …" is a comment in a function's body: what the code does, not what happened; indented four spaces
+# or a tab, as a body is: Markdown allows a heading up to three spaces in, "  # Steps to reproduce")
 _CODE = re.compile(r"(?:\s{2,}|\t)(?:(?:async\s+)?(?:if|elif|while|for|with|def|class|try|except)\b.*[:(,]\s*$"
-                   r"|#(?!#)\s*[A-Za-z]"
+                   r"|(?:(?<=    )|(?<=\t))#(?!#)\s*[A-Za-z]"
                    r"|(?:return|import|raise|yield|await|assert)\s|from\s+[\w.]+\s+import\s"
                    r"|[\w.\[\]'\"]+\s*(?:[-+*/]?=(?!=)|\()|[)\]}]+[,:)]*\s*$)")
 # a shell or REPL prompt: whatever follows is a command

@@ -67,6 +67,7 @@ _DISCONNECT = re.compile(r"Disconnected from client")
 # "llama_model_load_internal:"). The line alone does not say a GPU was there: llama.cpp prints it whenever a GPU or
 # an RPC backend is registered (the official CPU packages build RPC in), ollama on every load
 _OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
+_DRAFT = re.compile(r"loading draft model|load_model: loading draft|draft model:", re.IGNORECASE)
 # what does say it: a buffer the loader or the context allocated on a GPU device ("CUDA0 model buffer size",
 # "ROCm0 KV buffer size", "Metal compute buffer size"; CUDA_Host is pinned host memory), or CUDA's device count
 _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\s+(?:model |KV |compute |output )?"
@@ -155,6 +156,8 @@ class LlamaTimings:
     in_flight: list[int] = field(default_factory=list)  # at each timing block after an arrival: begun, not done
     disconnects: int = 0  # streams the server ended early ("Disconnected from client")
     loads: list[tuple[int, int]] = field(default_factory=list)  # (layers offloaded, layers) per model loaded
+    # which of ``loads`` followed llama-server's "loading draft model"
+    draft_loads: set[int] = field(default_factory=set)
     gpu_backend: str | None = None  # a GPU device the loader or the context allocated a buffer on ("CUDA0")
     auto_sized: bool = False  # ollama chose how many layers to offload from the memory it found
     weights_bytes: int | None = None  # ollama's estimate of the model's weights, on a whole load onto one GPU
@@ -179,17 +182,17 @@ class LlamaTimings:
 
     @property
     def offloaded(self) -> tuple[int, int] | None:
-        """(layers offloaded, layers) of the served model, not a draft model beside it (a draft has far fewer
-        layers): of the loads of a model about the largest's size (``SERVED_SHARE`` of its layers or more), the one
-        with the least on the GPU. A paste of two runs ("0.1.31: offloaded 33/33", "0.1.32: offloaded 1/29",
-        ollama#3938) shows the one that left layers on the CPU. The loader's own lines, else ollama's offload
-        records."""
+        """(layers offloaded, layers) of the served model, not a draft model beside it: a load llama-server named a
+        draft ("loading draft model") is none, nor one with far fewer layers than the largest (under ``SERVED_SHARE``
+        of them). Of the served model's loads the last counts: a paste of two runs reads in time, the one it ends
+        with is the state now ("0.1.31: offloaded 33/33", then "0.1.32: offloaded 1/29", ollama#3938; "offloaded 0/33"
+        forgetting -ngl, then "offloaded 33/33" with it). The loader's own lines, else ollama's offload records."""
         loads = self.load_list
-        if not loads:
+        served = [load for i, load in enumerate(loads) if not (self.loads and i in self.draft_loads)] or loads
+        if not served:
             return None
-        most = max(layers for _, layers in loads)
-        served = [load for load in loads if load[1] >= SERVED_SHARE * most]
-        return min(served, key=lambda load: (load[0] / load[1] if load[1] else 1.0, -load[1]))
+        most = max(layers for _, layers in served)
+        return [load for load in served if load[1] >= SERVED_SHARE * most][-1]
 
     @property
     def load_list(self) -> list[tuple[int, int]]:
@@ -208,6 +211,7 @@ class LlamaTimingParser:
     def __init__(self) -> None:
         self.timings = LlamaTimings()
         self._cur = Generation()
+        self._draft_next = False  # llama-server announced a draft model: the next offload line is its load
 
     def _close(self) -> None:
         if self._cur.useful:
@@ -267,10 +271,16 @@ class LlamaTimingParser:
         if "Disconnected from client" in line:
             self.timings.disconnects += 1
             return
+        if "draft model" in line and _DRAFT.search(line):
+            self._draft_next = True
+            return
         if "layers to GPU" in line:
             m0 = _OFFLOADED.search(line)
             if m0 and int(m0.group(2)) > 0:
                 self.timings.loads.append((int(m0.group(1)), int(m0.group(2))))
+                if self._draft_next:  # the speculative-decoding draft's load: not the served model's
+                    self.timings.draft_loads.add(len(self.timings.loads) - 1)
+                    self._draft_next = False
                 return
         if "allocated" in line and "buffer, size" in line:
             self._metal(line)

@@ -366,6 +366,9 @@ _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
                     re.IGNORECASE | re.ASCII)  # ASCII \b: "显存溢出OOM" (Chinese glued to the word)
+# ... unless the person avoids or prevents it ("Avoiding OOM makes prefill slow", "to prevent out of memory errors")
+_AVOIDED = re.compile(r"\b(?:avoid\w*|prevent\w*|to stop|instead of|so as not to)(?:[ \t]+[\w'-]+){0,2}[ \t]*$",
+                      re.IGNORECASE)
 # PyTorch's own hint, printed with every OOM: never evidence of anything by itself
 _HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
 
@@ -723,6 +726,11 @@ _OWNED_AFTER = re.compile(r"(?:\s*(?:$|[,.;:!?)'’])|\s+(?:and|with|on|in|but|w
                           r"|gets?|can|could|does|did|at|for|or|fills?|maxes|takes?|only)\b)", re.IGNORECASE)
 
 
+# ... but not a picture's size beside it: "decoding a 1080 and a 4K stream", "each frame is a 1080 with 3 channels"
+_PICTURE_WORDS = re.compile(r"\b(?:streams?|frames?|videos?|images?|resolution|width|height|pixels?|px|fps|channels?|4K"
+                            r"|720p?|1440p?|2160p?)\b", re.IGNORECASE)
+
+
 def gpu_named(text: str) -> NamedGpu | None:
     """The first GPU ``text`` names by a known model ("NVIDIA A100-SXM4-80GB", "2x H100", "RTX 4090"); None when
     it names none (a bare number counts only with a prefix, "NVIDIA" before it, a suffix, a word of its model's
@@ -731,7 +739,8 @@ def gpu_named(text: str) -> NamedGpu | None:
     m = next((g for g in _GPU_SPEC.finditer(text)
               if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")
               or g.group(0).lstrip()[:6].lower() == "nvidia" or " " in _gpu_key(g.group("gpu"))
-              or (_OWNED_BEFORE.search(text, 0, g.start("gpu")) and _OWNED_AFTER.match(text, g.end("gpu")))), None)
+              or (_OWNED_BEFORE.search(text, 0, g.start("gpu")) and _OWNED_AFTER.match(text, g.end("gpu"))
+                  and not _PICTURE_WORDS.search(text, max(0, g.start("gpu") - 30), g.end("gpu") + 30))), None)
     if m is None:
         return None
     mem = m.group("mem")
@@ -1307,8 +1316,9 @@ class OomParser:
             if not _needs_more(line):
                 self._close()
             return
-        if _PROSE.search(line) and not _HINT.search(line):
-            self._prose.append(self._n)
+        if not _HINT.search(line) and any(not _AVOIDED.search(line, max(0, m.start() - 40), m.start())
+                                          for m in _PROSE.finditer(line)):
+            self._prose.append(self._n)  # (an OOM avoided is none: "Avoiding OOM makes prefill very slow")
 
     def _field(self, line: str) -> bool:
         """A field line under a "would exceed allowed memory" head or TensorRT-LLM's executor message: fill the event

@@ -39,7 +39,8 @@ class RecompilationStorm(Rule):
     Evidence: cpu.compile_share or wall.compile_share; optionally cpu.compile_seconds,
     compile.children_cpu_s, compile.children_cores, compile.children_seen, wall.request_seconds,
     compile.modules_loaded, compile.cache_files_added, cpu.top.compile, wall.top.compile,
-    cpu.active_samples, wall.samples.
+    cpu.active_samples, wall.samples, cpu.profile_total_s (a pasted cProfile's: its compiles may be one run's first
+    call, and the message says how to tell).
 
     Fix: mark the varying dimension dynamic (``torch._dynamo.mark_dynamic`` or
     ``dynamic=True``), pad inputs to a few bucketed shapes, and warm every bucket up before taking
@@ -57,7 +58,7 @@ class RecompilationStorm(Rule):
     optional = ("cpu.compile_share", "wall.compile_share", "cpu.compile_seconds", "compile.children_cpu_s",
                 "compile.children_cores", "compile.children_seen", "wall.request_seconds", "compile.modules_loaded",
                 "compile.cache_files_added", "cpu.top.compile", "wall.top.compile", "cpu.active_samples",
-                "wall.samples")
+                "wall.samples", "cpu.profile_total_s")
 
     @dataclass(frozen=True)
     class Thresholds:
@@ -95,7 +96,10 @@ class RecompilationStorm(Rule):
             if cpu_share:
                 msg += f" ({pct(cpu_share)} of the service's active CPU time)"
         else:
-            msg = f"{pct(share)} of the service's active CPU time is spent compiling graphs"
+            total = ev.value("cpu.profile_total_s")
+            whose = (f"the profiled program's {total:g} s (cProfile)" if total is not None
+                     else "the service's active CPU time")
+            msg = f"{pct(share)} of {whose} is spent compiling graphs"
         if py_s is not None:
             msg += f"; {py_s:.1f} s of Python thread time compiling in the window"
         if child_s:
@@ -105,7 +109,11 @@ class RecompilationStorm(Rule):
             msg += f"; {loaded:.0f} newly compiled kernel modules were loaded during the window"
         if added:
             msg += f"; the inductor cache grew by {added:.0f} files while serving"
-        msg += ". Something (usually a changing input shape) triggers recompiles in steady state."
+        if "cpu.profile_total_s" in ev:  # a profile of one run: its compiles may be the first call's, once
+            msg += (". A profiled run that compiles this much either compiled once at its first call (warm up "
+                    "before timing) or recompiles as the input shape changes: TORCH_LOGS=recompiles tells them apart.")
+        else:
+            msg += ". Something (usually a changing input shape) triggers recompiles in steady state."
         if weight < 1:
             msg += f" Just above the threshold (±{stderr(ev, key):.2f}): impact scaled to {pct(weight)}."
         impact = share * weight

@@ -268,8 +268,9 @@ class LayersLeftOnTheCpu(Rule):
     layers.
 
     How it decides: N/M < ``max_share`` with a GPU buffer in the log; impact 1 − N/M, at least
-    ``min_impact``. The served model counts, not a draft beside it (often kept on the CPU, with far fewer layers):
-    of the loads of a model about the largest's size, the one with the least on the GPU (a paste of two runs).
+    ``min_impact``. The served model counts, not a draft beside it (often kept on the CPU: the load after
+    llama-server's "loading draft model", or one with far fewer layers); of its loads the last (a paste of two runs
+    reads in time: the state it ends with).
     Not when an out-of-memory error is in the evidence or the report (a loader that offloads what fits
     and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
     (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the

@@ -78,7 +78,8 @@ class ReportRule(Rule):
     names the rule's bottleneck as the cause ("it's due to the preprocessor", ``report.cause.*``:
     ``CAUSE``) and an issue title naming it (``TITLE`` when nothing else is said, a ``TITLE_BONUS``
     on top of any other signal; a title alone names no other bottleneck beside an out-of-memory message the text
-    shows: its words then say when the failure came). A rule steps aside when a source that measures its bottleneck is
+    shows, or where an out-of-memory error is the title's own subject: its words then say when or where the failure
+    came). A rule steps aside when a source that measures its bottleneck is
     present (``measured_by``) or the report withdraws itself.
     """
 
@@ -130,7 +131,7 @@ class ReportRule(Rule):
 
     headline: str = ""
 
-    def corroborated(self, ev: EvidenceSet) -> str:
+    def corroborated(self, ev: EvidenceSet, t: object = None) -> str:
         """What the measuring source shows of this bottleneck below its own rules' bar, in words, or "".
 
         A pasted log with one recompile does not make CMP002's pattern, but it shows the thing the
@@ -140,7 +141,7 @@ class ReportRule(Rule):
 
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
         measured = any(ev.has_prefix(k) if k.endswith(".") else k in ev for k in self.measured_by)
-        seen = self.corroborated(ev) if measured else ""
+        seen = self.corroborated(ev, t) if measured else ""
         if (measured and not seen) or _n(ev, "report.retraction_statements"):
             return None  # measured elsewhere, or the reporter withdrew it (HLT003 says so)
         found = self.signals(ev, t)
@@ -466,17 +467,19 @@ class PrefillReported(ReportRule):
     requires = ()
     requires_any = (("report.ttft_ms_max",), ("report.prefill_ms_max",), ("report.prefill_statements",),
                     ("report.prompt_reprocess_messages",), ("report.prefill_stall_ratio",))
-    optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s", "report.prefill_stall_ratio")
+    optional = ("report.prompt_tokens_max", "report.prefill_tokens_per_s", "report.prefill_stall_ratio",
+                "report.first_compile_statements")
     title_concepts = ("ttft", "prefill", "prompt_len")
     headline = "Prompt processing (prefill) dominates the time to first token"
     cause = "report.cause.prefill"
     measured_by = ("stage.prefill.share", "stage.prefill_ms.mean")
 
-    def corroborated(self, ev: EvidenceSet) -> str:
+    def corroborated(self, ev: EvidenceSet, t: object = None) -> str:
         # timed prefills say how long a prompt takes; that the running requests' decode stalls while one runs is the
         # report's own measurement beside them (TTF001 judges the prefill's share of a TTFT, not the stall)
         stall = ev.value("report.prefill_stall_ratio")
-        if stall is not None and stall >= self.Thresholds.min_stall:
+        bar = t.min_stall if isinstance(t, PrefillReported.Thresholds) else self.Thresholds.min_stall
+        if stall is not None and stall >= bar:
             return "The pasted timings time the prefill itself; the stall of the running decode is the report's."
         return ""
 
@@ -496,9 +499,8 @@ class PrefillReported(ReportRule):
         if ms >= t.min_ms and tokens >= t.min_tokens:
             out.append(Signal(t.long_prompt, f"states {fmt_ms(ms)} to the first token for a prompt of "
                                              f"{tokens:,.0f} tokens"))
-        elif ms >= t.min_ms and named and not (_n(ev, "report.compile_statements")
-                                               and _n(ev, "report.first_statements")):
-            # (a report that ties its first requests to compiling states a cold request's TTFT: CMP004's)
+        elif ms >= t.min_ms and named and not _n(ev, "report.first_compile_statements"):
+            # (a report that ties a first request to compiling, in one clause, states a cold request's TTFT: CMP004's)
             out.append(Signal(t.stated, f"states {fmt_ms(ms)} before the first token, in prompt processing"))
         if named and tokens >= t.min_tokens and not out:
             out.append(Signal(t.stated, f"names prompt processing as slow with a {tokens:,.0f}-token prompt"))
@@ -580,7 +582,7 @@ class ColdStartReported(ReportRule):
             return None  # the first request waits for a download: warm-up (HLT003), not compiling
         return super().check(ev, t)
 
-    def corroborated(self, ev: EvidenceSet) -> str:
+    def corroborated(self, ev: EvidenceSet, t: object = None) -> str:
         n = ev.value("compile.recompiles", 0.0) or 0.0
         if n >= 1 and _n(ev, "report.recompile_statements"):
             return (f"The pasted log shows {n:.0f} recompile{'s' if n != 1 else ''}, too few to call a pattern on "

@@ -132,8 +132,9 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(Activity.PREPROCESS, r"librosa|soundfile|torchaudio|audioread|scipy/signal", r"", "audio"),
     Pattern(Activity.PREPROCESS, r"(^|/)numpy/", r"", "numpy array work outside the model"),
     # a DataLoader fetching and collating a batch in this process (num_workers=0, or a worker's own loop): the
-    # dataset's __getitem__ under it is the input pipeline, whatever its own files are
-    Pattern(Activity.PREPROCESS, r"torch/utils/data/(dataloader|_utils/(fetch|collate))\.py", r"",
+    # dataset's __getitem__ under it is the input pipeline, whatever its own files are (not dataloader.py's
+    # __next__: with workers it waits on their queue)
+    Pattern(Activity.PREPROCESS, r"torch/utils/data/_utils/(fetch|collate)\.py", r"",
             "DataLoader fetch and collate"),
     # the model
     Pattern(Activity.FORWARD, r"torch/(nn|_tensor|functional|_ops|_refs|_decomp|overrides|amp)|"

@@ -240,6 +240,8 @@ class ReportSource:
               "preallocate")
         count("report.vram_statements", con["vram"], "statements about GPU memory use", "vram")
         count("report.download_statements", con["download"], "statements about downloading weights", "download")
+        count("report.first_compile_statements", c.first_compile, "statements tying a first request to compiling",
+              "first_compile")
         count("report.download_first_statements", c.first_download, "statements naming a download with the first "
               "run or slowness", "download_first")
         count("report.keep_alive_statements", con["keep_alive"], "statements that a model stays loaded", "keep_alive")

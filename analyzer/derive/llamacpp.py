@@ -121,7 +121,7 @@ class LlamaTimingSource:
             on_gpu, layers = r.offloaded
             what = ("ollama's offload record (layers.offload of layers.model)" if r.ollama_offload else
                     "the model loader's 'offloaded N/M layers to GPU' line") + (
-                f" (of {len(r.load_list)} loads, the served model's with the least on the GPU)"
+                f" (of {len(r.load_list)} loads, the served model's last)"
                 if len(r.load_list) > 1 else "")
             ev.add("llamacpp.gpu_layers", on_gpu, "layers", what, Quality.GOOD)
             ev.add("llamacpp.layers_total", layers, "layers", what, Quality.GOOD)

@@ -20,6 +20,7 @@ problem.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from diagnose.collectors.pstats_table import Profile, PstatsParser
@@ -30,6 +31,26 @@ from diagnose.model import Evidence, Quality
 KIND = "pstats-table"
 NAMED_FORWARD_SHARE = 0.1  # a model forward this large may sit under a by-name row: its cumulative time is not taken
 TOP = 3  # functions named per activity
+
+
+_ANYONES = frozenset({"__call__", "generate"})
+# a library's own base names and C types, as strip_dirs() and C rows print them: PIL's image files and plugins and its
+# C decoder, OpenCV's module, json's C scanner
+_BASE_NAMES = ((re.compile(r"^(?:Image|ImageFile|ImageOps|ImageFilter|\w+ImagePlugin)\.py$|^Imaging\w*$|^PIL\b"),
+                "PIL/"),
+               (re.compile(r"^cv2\b"), "cv2/"), (re.compile(r"^_json$|^json\.(?:decoder|encoder|scanner)$"), "json/"))
+
+
+def _library_of(file: str) -> str:
+    """The path a library's row would have had before strip_dirs() (or on Windows' backslashes): what the activity
+    table's file patterns read; the name unchanged when it names no known library."""
+    file = file.replace("\\", "/")
+    if "/" in file:
+        return file
+    for rx, prefix in _BASE_NAMES:
+        if rx.search(file):
+            return prefix + file
+    return file
 
 
 def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list[dict[str, object]]]]:
@@ -44,7 +65,9 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
     weight: dict[Activity, dict[str, float]] = defaultdict(dict)
     forward = 0.0
     for r in profile.rows:
-        act, library = classify_function(r.function, r.file)
+        act, library = classify_function(r.function, _library_of(r.file))
+        if not library and r.function in _ANYONES:
+            continue  # every pipeline, tokenizer and middleware has a __call__: its name says nothing of the work
         if act is Activity.OTHER:
             continue
         own[act] += r.tottime
@@ -52,7 +75,7 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
         outer[act] = max(outer[act], r.cumtime)
         if act is Activity.FORWARD:
             forward = max(forward, r.cumtime)
-        name = f"{r.function} ({r.file.rsplit('/', 1)[-1]})" if r.file else r.function
+        name = f"{r.function} ({_library_of(r.file).rsplit('/', 1)[-1]})" if r.file else r.function
         weight[act][name] = max(weight[act].get(name, 0.0), r.cumtime, r.tottime)
     named_ok = forward < NAMED_FORWARD_SHARE * span
     out = {act: min(1.0, max(own[act], by_file[act], by_name[act] if named_ok or act is Activity.FORWARD else 0.0)

@@ -125,7 +125,9 @@ def test_a_bare_model_number_a_person_owns_is_a_gpu() -> None:
                         ("I use a 4090 on a Runpod server", "4090")]:
         got = gpu_named(text)
         assert got is not None and got.model == model, (text, got)
-    for text in ("the 1080 build", "a 4090 tokens run", "the request took 4090 ms", "page 2080 of the log"):
+    for text in ("the 1080 build", "a 4090 tokens run", "the request took 4090 ms", "page 2080 of the log",
+                 "decoding a 1080 and a 4K stream at once", "each frame is a 1080 with 3 channels",
+                 "set width to the 2080 and height"):  # a picture's size beside it (a review's repros)
         assert gpu_named(text) is None, text
 
 

@@ -1079,11 +1079,12 @@ def test_a_pasted_picture_is_no_words() -> None:
     text = ("Uneven QPS leads to low throughput and high latency\n"
             "(3) nv_gpu_utilization\n"
             "![image](https://github.com/triton-inference-server/server/assets/49564050/67268089-b0a6-44fa-8569)\n"
-            '<img width="600" alt="Screenshot image" src="https://user-images.githubusercontent.com/1/2.png">\n'
+            'see the graph <img width="600" alt="Screenshot image" src="https://user-images.githubusercontent.com/1/2.png">'
+            " of the throughput\n"
             "There is a significant difference in the 99th percentile between the two.\n")
     words = _claims(text).claims.words
     assert not any("image" in w or "assets" in w or "screenshot" in w for w in words), sorted(words)
-    assert "percentile" in words and "uneven" in words
+    assert "percentile" in words and "uneven" in words and "throughput" in words
 
 
 def test_a_cold_requests_ttft_beside_its_compile_is_the_compiles() -> None:
@@ -1103,6 +1104,15 @@ def test_a_cold_requests_ttft_beside_its_compile_is_the_compiles() -> None:
     plain = ("Slow time to first token with long prompts\n"
              "The prefill of each request takes long: the maximum TTFT was 10.820 seconds.\n")
     assert any(f.code == "TTF002" for f in _diagnose(plain).findings)
+    # the first request and a compile in different sentences tie nothing; "the first token", a build "from source",
+    # are neither (a review's repros)
+    apart = ("Slow TTFT\nThe server starts fine and the warm-up finishes in 30 s.\nFrom the first request on, every "
+             "request has a TTFT of 12 seconds. Prompt processing is the slow part.\n")
+    assert any(f.code == "TTF002" and "12.00 s" in f.message for f in _diagnose(apart).findings)
+    built = ("TTFT regression\nAfter a fresh compile of llama.cpp from source, TTFT is 12 seconds on the first token "
+             "generation; prompt processing seems to be the slow part.\n")
+    got = _report(built)
+    assert not got.get("report.first_statements") and not got.get("report.compile_statements")
 
 
 def test_pytorchs_eager_mode_alone_is_no_cuda_graph_talk() -> None:
@@ -1123,8 +1133,11 @@ def test_a_persons_using_cpu_is_no_frameworks_fall_back_message() -> None:
     A program's 'Using CPU. Note: …' opens its line, capitalised; 'No compatible GPU found, using CPU instead' stays."""
     assert "report.cpu_fallback_messages" not in _report("And  i test that inference using cpu as below:\n")
     for line in ("Using CPU. Note: This module is much faster with a GPU.\n", "[easyocr] Using CPU. Note\n",
-                 "No compatible GPU found, using CPU instead\n"):
+                 "No compatible GPU found, using CPU instead\n", "> Using CPU\n",
+                 "2024-05-01 10:00:00,123 - INFO - Using CPU\n", "WARNING: Running on CPU\n"):
         assert _report(line)["report.cpu_fallback_messages"] == 1, line
+    # a person's sentence opening its line capitalised is still theirs (a review's repro)
+    assert "report.cpu_fallback_messages" not in _report("Running on CPU, each image takes 400 ms on my RTX 4090 box\n")
 
 
 def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
@@ -1148,8 +1161,15 @@ def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
     one = ("A cold 100K-token prefill admitted while another request is decoding collapses the active lane from "
            "~51–55 tok/s to 5.00 tok/s. Once the peer prefill finishes, it returns to ~55 tok/s.\n")
     assert _report(one)["report.prefill_stall_ratio"] == 11.0
-    # two rates of one stream with no prefill beside the slow one: no stall
+    # two rates of one stream with no prefill beside the slow one: no stall; nor a contrast, nor batching (a review's
+    # repros)
     assert "report.prefill_stall_ratio" not in _report("decode alone: 60 tok/s\nwith 8 users: 20 tok/s each\n")
+    assert "report.prefill_stall_ratio" not in _report(
+        "llama.cpp on CPU is slow\nBaseline with Q4_K_M: 20 tok/s generation.\nPrompt processing is 35 tok/s while "
+        "generation is 4 tok/s with the Q8 model.\n")
+    assert "report.prefill_stall_ratio" not in _report(
+        "Batching\nSingle request alone: 60 tok/s\nPrefill: 9000 tok/s, decode: 12 tok/s per request with 32 "
+        "concurrent requests\n")
 
 
 def test_several_engines_started_on_one_gpu_hold_memory_beside_each_other() -> None:
@@ -1178,3 +1198,13 @@ def test_an_engines_size_limit_raised_before_an_oom_is_the_inputs_size() -> None
     for said in ("we set max_num_seqs to 512", "after raising max-num-batched-tokens", "we raised max_total_tokens"):
         assert _report(said + "\n").get("report.input_size_statements"), said
     assert not _report("the max temperature was high\n").get("report.input_size_statements")
+
+
+def test_an_oom_avoided_is_no_oom() -> None:
+    """'Avoiding OOM makes prefill very slow on long prompts' (a review's repro): the person avoided the error; no OOM
+    is read, in the claims or as the OOM parser's prose event, and the title's prefill stands."""
+    text = "Avoiding OOM makes prefill very slow on long prompts\nvllm serve meta-llama/Llama-3.1-8B\n"
+    got = _report(text)
+    assert "mem.oom_count" not in got and not got.get("report.oom_statements")
+    assert any(f.code == "TTF002" for f in _diagnose(text).findings)
+    assert _report("Prefill OOMs on long prompts\n").get("mem.oom_count") == 1

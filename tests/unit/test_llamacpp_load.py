@@ -90,12 +90,22 @@ def test_the_served_model_counts_not_a_draft_beside_it() -> None:
 def test_of_two_runs_of_the_served_model_the_one_left_on_the_cpu_counts() -> None:
     """ollama/ollama#3938 (sweep BO 01), 'Massive performance regression on 0.1.32': 0.1.31's load offloaded 33/33
     layers, 0.1.32's 1/29 (a Metal buffer of 148.53 MiB beside 4773.90 MiB on the CPU). The largest load's 33/33 hid
-    the regression; of loads of the served model's size the one with the least on the GPU counts, and PLC004 names
-    it, measured."""
+    the regression; of loads of the served model's size the last counts, and PLC004 names it, measured. A run fixed
+    afterwards ("offloaded 0/33" forgetting -ngl, then "33/33") counts as fixed, and a draft llama-server announced
+    is never the served model, whatever its layers (a review's repros)."""
     p = LlamaTimingParser()
     for line in ("llm_load_tensors: offloaded 33/33 layers to GPU", "llm_load_tensors: offloaded 1/29 layers to GPU"):
         p.feed(line)
     assert p.result().offloaded == (1, 29)
+    for lines, want in [(("load_tensors: offloaded 0/33 layers to GPU", "load_tensors: offloaded 33/33 layers to GPU"),
+                         (33, 33)),
+                        (("load_tensors: offloaded 37/37 layers to GPU",
+                          "srv    load_model: loading draft model 'Qwen3-0.6B-Q8_0.gguf'",
+                          "load_tensors: offloaded 0/29 layers to GPU"), (37, 37))]:
+        q = LlamaTimingParser()
+        for line in lines:
+            q.feed(line)
+        assert q.result().offloaded == want, lines
     log = ("Massive performance regression on 0.1.32\nVersion 0.1.31\n```\n"
            "llm_load_tensors: offloaded 33/33 layers to GPU\n"
            "llm_load_tensors:      Metal buffer size =  3577.57 MiB\n```\nVersion0.1.32\n```\n"

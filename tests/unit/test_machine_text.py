@@ -113,6 +113,7 @@ LINES: list[tuple[str, LineKind]] = [
     # a comment in a pasted function's body (pytorch/serve#1120's handler): what the code does, nobody's statement
     ("            # Resize to image format by also adding channel dimension", K.CODE),
     ("    #1 issue is this one", K.PROSE),  # a number after the hash: a person's list
+    ("  # Steps to reproduce", K.PROSE),  # a Markdown heading may sit up to three spaces in
     ("| GPU | util | 40 % |", K.TABLE),
     ("vllm reserves 90% of the GPU memory", K.PROSE),
     ("make sure the tokenizer is fast", K.PROSE),

@@ -124,3 +124,28 @@ def test_of_several_profiles_the_longest_is_read() -> None:
     ev = _evidence(short + "\n" + SYNCS)
     assert ev.value("cpu.profile_total_s") == 385.159 and "cpu.copy_sync_share" in ev
     assert "cpu.preprocess_share" not in ev
+
+
+def _shares_of(text: str) -> dict[Activity, float]:
+    return shares(_profiles(text).result()[0])[0]
+
+
+def test_anyones_call_is_no_forward_and_a_stripped_library_is_still_known() -> None:
+    """A review's repros: a tokenizer's __call__ is no model forward (its cumulative time threw _tokenize's away); PIL's
+    rows after strip_dirs() ('ImageFile.py', the C 'ImagingDecoder') and on Windows' backslashes are PIL's; a
+    DataLoader's __next__ waiting on its workers' queue is no pre-processing (only fetch and collate are)."""
+    head = "   ncalls  tottime  percall  cumtime  percall filename:lineno(function)\n"
+    root = "        1    0.000    0.000  100.000  100.000 app.py:1(main)\n"
+    tok = (head + root + "      100    1.000    0.010   90.000    0.900 tokenization_utils_base.py:2790(__call__)\n"
+           "      100   85.000    0.850   89.000    0.890 tokenization_gpt2.py:180(_tokenize)\n")
+    got = _shares_of(tok)
+    assert got[Activity.PREPROCESS] == 0.89 and Activity.FORWARD not in got
+    pil = (head + root + "      100    1.000    0.010   58.000    0.580 ImageFile.py:190(load)\n"
+           "      100   50.000    0.500   50.000    0.500 {method 'decode' of 'ImagingDecoder' objects}\n")
+    assert _shares_of(pil)[Activity.PREPROCESS] == 0.58
+    win = head + root + "      100    1.000    0.010   58.000    0.580 C:\\py\\PIL\\ImageFile.py:190(load)\n"
+    assert _shares_of(win)[Activity.PREPROCESS] == 0.58
+    waiting = (head + root
+               + "      150    0.100    0.001  150.000    1.000 /v/torch/utils/data/dataloader.py:629(__next__)\n"
+               "      150  149.000    0.993  149.000    0.993 {method 'poll' of 'select.epoll' objects}\n")
+    assert Activity.PREPROCESS not in _shares_of(waiting)
