@@ -1159,20 +1159,13 @@ _NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|c
                        r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
 
 
-# what a person says they avoid or prevent is not what happens: "Avoiding OOM makes prefill very slow", "to avoid
-# recompilation I pad the inputs"
-_AVOIDED = re.compile(r"\b(?:avoid\w*|prevent\w*|to stop|instead of|so as not to)(?:[ \t]+[\w'-]+){0,2}[ \t]*$",
-                      re.IGNORECASE)
-
-
 def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     """(start, end, concept) of each concept ``clause`` names: not negated, not a queue stated empty, not the
     slot a card sits in read as copies."""
     found: list[tuple[int, int, str]] = []
     for name, rx in _CONCEPT_RX.items():
         for m in rx.finditer(clause):
-            if _negated(clause, m.start()) or _AVOIDED.search(clause, max(0, m.start() - 40), m.start()) \
-                    or (name == "queue" and _ZEROED.match(clause, m.end())) \
+            if _negated(clause, m.start()) or (name == "queue" and _ZEROED.match(clause, m.end())) \
                     or _went_fine(clause, m.start(), m.end()) or _DENIED_AFTER.match(clause, m.end()):
                 continue
             if name == "copy" and m.group().lower() == "pcie" and (

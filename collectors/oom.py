@@ -366,9 +366,6 @@ _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
                     re.IGNORECASE | re.ASCII)  # ASCII \b: "显存溢出OOM" (Chinese glued to the word)
-# ... unless the person avoids or prevents it ("Avoiding OOM makes prefill slow", "to prevent out of memory errors")
-_AVOIDED = re.compile(r"\b(?:avoid\w*|prevent\w*|to stop|instead of|so as not to)(?:[ \t]+[\w'-]+){0,2}[ \t]*$",
-                      re.IGNORECASE)
 # PyTorch's own hint, printed with every OOM: never evidence of anything by itself
 _HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
 
@@ -1316,9 +1313,8 @@ class OomParser:
             if not _needs_more(line):
                 self._close()
             return
-        if not _HINT.search(line) and any(not _AVOIDED.search(line, max(0, m.start() - 40), m.start())
-                                          for m in _PROSE.finditer(line)):
-            self._prose.append(self._n)  # (an OOM avoided is none: "Avoiding OOM makes prefill very slow")
+        if _PROSE.search(line) and not _HINT.search(line):
+            self._prose.append(self._n)
 
     def _field(self, line: str) -> bool:
         """A field line under a "would exceed allowed memory" head or TensorRT-LLM's executor message: fill the event
