@@ -66,6 +66,11 @@ def _oom_message(ev: EvidenceSet) -> bool:
     return isinstance(got, Evidence) and got.quality is not Quality.LOW
 
 
+# a change's title that says it fixes something: "[fix] …", "fix: …", "fix(scope): …", "Fix …", "[Bugfix] …"
+_FIX_TITLE = re.compile(r"\s*(?:\[(?:bug|hot)?fix\]|(?:bug|hot)?fix(?:\([^)]*\))?\s*[:!]|(?:bug|hot)?fix(?:es|ed)?\s)",
+                        re.IGNORECASE)
+
+
 def _title_mentions(ev: EvidenceSet, *concepts: str) -> bool:
     got = ev.get("report.title_concepts")
     return isinstance(got, Evidence) and isinstance(got.value, list) and any(c in got.value for c in concepts)
@@ -1353,7 +1358,8 @@ class ExpectedBehaviourReported(Rule):
 
     How it decides: memory taken up front named (``report.preallocation_statements``, or GPU memory
     statements with a serving engine named) and no out-of-memory statement, nor memory growing or held
-    by leftovers, nor an exception a traceback ended with; downloading named with the first run or slowness
+    by leftovers, nor an exception a traceback ended with, nor a fix's title ("[fix] relax mem_fraction_static for
+    h200": something failed that the setting's change fixes); downloading named with the first run or slowness
     in one clause or the next (``report.download_first_statements``: "the first request is slow: it
     downloads the weights"; a model "downloaded from <source>" is where it came from, not a download);
     staying loaded named; the report
@@ -1414,8 +1420,13 @@ class ExpectedBehaviourReported(Rule):
         gpu_host = HOST_NO_GPU not in ev  # a reservation of GPU memory explains nothing where there is no GPU
         # a traceback's exception: something failed (a second instance that did not start), no reservation explains it
         raised = _n(ev, "report.exception_lines")
-        if gpu_host and no_oom and not growing and not raised and (_n(ev, "report.preallocation_statements")
-                                       or (_n(ev, "report.vram_statements") and engine_name in self._ENGINES)):
+        # a fix's title ("[fix] relax mem_fraction_static for h200", "fix(test): reduce … gpu_memory_utilization"):
+        # something failed that the setting's change fixes, whatever the words say of memory taken up front
+        title = ev.get("report.title")
+        fixed = isinstance(title, Evidence) and _FIX_TITLE.match(str(title.value)) is not None
+        if gpu_host and no_oom and not growing and not raised and not fixed and (
+                _n(ev, "report.preallocation_statements")
+                or (_n(ev, "report.vram_statements") and engine_name in self._ENGINES)):
             says.append(f"{engine_name or 'the serving engine'} reserves most of the GPU's memory at start-up for "
                         "its KV cache (gpu_memory_utilization, 0.9 by default in vLLM; --mem-fraction-static in "
                         "SGLang; TGI sizes it to the free memory): memory 'used' is not a leak")

@@ -1208,3 +1208,15 @@ def test_an_oom_a_fix_avoids_is_the_oom_it_fixed() -> None:
             "The test runs a vLLM server and training concurrently on the same GPU.\n")
     assert _report(text).get("mem.oom_count") == 1
     assert _diagnose(text).verdict is not Verdict.HEALTHY
+
+
+def test_a_fixs_title_about_a_memory_setting_is_no_expected_preallocation() -> None:
+    """sgl-project/sglang#5893 (sweep BQ 07), '[fix] relax mem_fraction_static for h200' over CUDA-graph capture logs
+    ('mem usage=6.22 GB. avail mem=5.61 GB'): HLT003 read the title's memory fraction as expected pre-allocation and
+    committed healthy at 0.97; a fix's title says something failed. A question about the same setting stays HLT003's."""
+    logs = ("```\n[2025-04-29 16:19:34 TP7] Capture cuda graph end. Time elapsed: 56.90 s. mem usage=6.22 GB. avail "
+            "mem=5.61 GB.\n```\n")
+    fix = _diagnose("[fix] relax mem_fraction_static for h200\n" + logs)
+    assert fix.verdict is not Verdict.HEALTHY and not any(f.code == "HLT003" for f in fix.findings)
+    asked = _diagnose("Why does mem_fraction_static reserve most of the GPU memory at startup?\n" + logs)
+    assert any(f.code == "HLT003" for f in asked.findings)
