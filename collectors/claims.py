@@ -70,7 +70,8 @@ _QTY = re.compile(
     rf"(?P<rate>{_alt(_RATE)})"
     r"|(?P<pct>%|percent)"
     rf"|(?P<size>(?:[KMGT]i?B|bytes|[GM])(?![a-zA-Z]))"
-    rf"|(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/])|毫秒|秒|分钟|小时)"
+    # (a time written as an adjective: "a 10-minute CUDA Graph capture", "a 1.07-second compile")
+    rf"|-?(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/])|毫秒|秒|分钟|小时)"
     r"|(?:(?:input|output|prompt|new|generated|context|concurrent|parallel|simultaneous|physical|logical|cpu|gpu"
     r"|worker|model|total|active|running|waiting|pending|queued)\s+)?"
     rf"(?P<count>(?:{_alt([k for k in _COUNT if k.isascii()])})(?![a-zA-Z])|线程|核|请求|并发)"
@@ -234,6 +235,10 @@ CONCEPTS: dict[str, str] = {
                      r"|\b(?:captured|enabled) (?:the )?cuda ?graphs?\b|cuda ?graphs? captured\b"
                      # their capture (at start-up) timed: "CUDA Graph Capturing time", "the capture time of cuda graph"
                      r"|cuda ?graphs? captur(?:e|ing) (?:time|took|takes|duration)"
+                     # the capture as a phase, at start-up ("During CUDA Graph Capture", "a 10-minute CUDA Graph capture
+                     # process"): graphs being made, no eager mode
+                     r"|(?:during|until|before|after|while) (?:the )?cuda ?graphs? captur(?:e|ing)\b"
+                     r"|cuda ?graphs? captur(?:e|ing) (?:process|phase|step)"
                      r"|captur(?:e|ing) (?:time|duration) (?:of|for) (?:the )?cuda ?graphs?\b",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
               r"|dispatch overhead|host overhead|cpu[- ]bound|cpu overhead|kernels? per (?:token|step)|tiny kernels"

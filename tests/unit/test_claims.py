@@ -1220,3 +1220,19 @@ def test_a_fixs_title_about_a_memory_setting_is_no_expected_preallocation() -> N
     assert fix.verdict is not Verdict.HEALTHY and not any(f.code == "HLT003" for f in fix.findings)
     asked = _diagnose("Why does mem_fraction_static reserve most of the GPU memory at startup?\n" + logs)
     assert any(f.code == "HLT003" for f in asked.findings)
+
+
+def test_a_cuda_graph_capture_timed_at_start_up_is_a_cold_start() -> None:
+    """sgl-project/sglang#3902 (sweep BR 07): 'service restart … requires about 10-minute CUDA Graph capture process
+    before becoming operational', titled 'Allow Serving Requests During CUDA Graph Capture': a time written as an
+    adjective ('10-minute', '1.07-second') is a time, the capture is graphs being made (no eager mode), and GPU110's
+    title signal no longer committed launch_overhead (0.89) on it: CMP004 states the 600 s."""
+    assert [q.value for q in quantities("requires about 10-minute CUDA Graph capture process")] == [600_000.0]
+    assert [q.value for q in quantities("a 1.07-second serving-time compile")] == [1070.0]
+    assert quantities("a x86-64 build of Llama-3-8B") == []
+    text = ("[Feature] Allow Serving Requests During CUDA Graph Capture\n"
+            "When `--enable-cuda-graph`, service restart currently requires about 10-minute CUDA Graph capture process "
+            "before becoming operational (longer with torch.compile enabled).\n")
+    d = _diagnose(text)
+    assert d.primary != "launch_overhead"
+    assert any(f.code == "CMP004" and "600.00 s" in f.message for f in d.findings)
