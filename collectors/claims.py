@@ -214,7 +214,9 @@ CONCEPTS: dict[str, str] = {
                r"|(?<!nsys )(?<!profiler )(?<!profile )(?<!kineto )trace capture|captur\w* (?:cuda )?graphs?"
                r"|cuda ?graph capture|warm-?up\w*"
                r"|engine (?:build\w*|generation)|build\w* (?:the |an? )?(?:tensorrt |trt )?engine"
-               r"|autotun\w*|\bjit\b|trac(?:e|ing) the model|编译",
+               # (not "JIT" alone: a technique named, "the fused kernel produced by JIT runs slower" (pytorch#45604),
+               # not time spent compiling; "JIT compilation", "jit compiling" are read by their compiling)
+               r"|autotun\w*|trac(?:e|ing) the model|编译",
     "recompile": r"recompil\w*|cache_size_limit|recompile_limit|guard fail\w*|graph break\w*|new shapes?|"
                  r"dynamic shapes?|shape changes?|regenerat\w* (?:the )?(?:engine|cache)",
     # (a short name between: "the first C4 request", "the first 8 requests"; "first-batch")

@@ -136,6 +136,8 @@ NVPROF_PARTIAL = (5.0, 95.0)  # listed rows' Time(%) in this range: an excerpt o
 # nvprof's summary rows: "GPU activities:    6.64%  3.39089s    122293  27.727us  8.1600us  846.65us  void cudnn::…"
 _NVPROF_PREFIX = re.compile(r"^==\d+==\s*")
 _NVPROF_SECTION = re.compile(r"^(GPU activities|API calls):")
+# its column header, which a paste may start from without the "Profiling result:" line above it
+_NVPROF_HEADER = re.compile(r"^Type\s+Time\(%\)\s+Time\s+Calls\s+Avg\s+Min\s+Max\s+Name\s*$")
 _NVPROF_ROW = re.compile(r"^(?P<pct>\d+(?:\.\d+)?)%\s+(?P<t>\d+(?:\.\d+)?)(?P<u>ns|us|ms|s)\s+(?P<n>\d+)\s+"
                          r"\S+\s+\S+\s+\S+\s+(?P<name>\S.*)$")
 
@@ -214,7 +216,8 @@ class NsysStatsParser:
                 self._table = None
             self._nvprof = None
             return False
-        if "Profiling result:" in s or "API calls:" in s or self._nvprof is not None:
+        if "Profiling result:" in s or "API calls:" in s or "GPU activities:" in s or self._nvprof is not None \
+                or _NVPROF_HEADER.match(s):
             return self._nvprof_line(s)
         if s.startswith("Processing ["):
             m = _PROCESSING.match(s)
@@ -274,8 +277,8 @@ class NsysStatsParser:
         Avg  Min  Max  Name" header, then rows under "GPU activities:" (kernels, "[CUDA memcpy HtoD]" copies) and
         "API calls:" (CUDA API time), each value with its unit ("3.39089s", "27.727us"). Older releases print the
         API calls as a second result of their own ("==N== API calls:")."""
-        body = _NVPROF_PREFIX.sub("", s)
-        if body.startswith("Profiling result:"):
+        body = _NVPROF_PREFIX.sub("", s).replace("**", "")  # (a Markdown paste's bold on the cells that matter)
+        if body.startswith("Profiling result:") or (self._nvprof is None and _NVPROF_HEADER.match(body)):
             self._nvprof, self._table = "", None
             return True
         section = _NVPROF_SECTION.match(body)

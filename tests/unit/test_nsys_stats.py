@@ -187,3 +187,17 @@ def test_nvprofs_summary_and_an_excerpt_of_its_rows() -> None:
     listed = 3390.89 + 2769.83 + 2747.33 + 1774.76 + 0.10838 + 0.065472  # ms, 6.64+5.43+5.38+3.48+0+0 = 20.93 %
     assert abs(_f(ev["gpu.kernel_time_ms"]) - listed * 100 / 20.93) < 1.0
     assert abs(_f(ev["api.launch_to_device_ratio"]) - 28042.5 / (listed * 100 / 20.93)) < 1e-3
+
+
+def test_an_nvprof_table_pasted_from_its_column_header_with_markdown_bold() -> None:
+    """pytorch/pytorch#45604 (sweep BT 07): the table starts at its "Type  Time(%)  Time …" header, no "Profiling
+    result:" line above it, and the cells that matter are Markdown bold ("**17.031ms**"); nothing was read."""
+    ev = _ev_lines([
+        "            Type  Time(%)      Time     Calls       Avg       Min       Max  Name",
+        " GPU activities:   63.49%  **17.031ms**         3  5.6771ms  1.5196ms  7.7599ms  **kernel_1**",
+        "                   17.08%  4.5815ms        17  269.50us  1.3440us  4.5483ms  [CUDA memcpy HtoD]",
+        "                   10.36%  2.7791ms         5  555.82us  2.5600us  1.3122ms  _ZN2at6native27unrolled",
+    ])
+    assert abs(_f(ev["copy.h2d_time_ms"]) - 4.5815) < 1e-6 and ev["copy.h2d_count"] == 17
+    assert ev["gpu.kernel_count"] == 8  # kernel_1's 3 calls and the copy kernel's 5
+    assert _ev_lines(["Type of the run: quick", "GPU activities were low"]) == {}
