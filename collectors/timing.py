@@ -94,7 +94,8 @@ class Series:
 _STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # (a program's names join words with "_" or ".": "gemm.out_d2h", "in_h2d")
     (re.compile(r"(?<![a-z0-9])d2h(?![a-z0-9])|device[- ]to[- ]host|copy[- ]?out|download", re.I), "d2h"),
-    (re.compile(r"(?<![a-z0-9])h2d(?![a-z0-9])|host[- ]to[- ]device|copy[- ]?in|upload|\bmemcpy\b|\btransfer",
+    # (a stage named "copy" alone, of a GPU program's breakdown: "op time 38us, malloc time 7us, copy time 876us")
+    (re.compile(r"(?<![a-z0-9])h2d(?![a-z0-9])|host[- ]to[- ]device|copy[- ]?in|upload|\bmemcpy\b|\btransfer|^copy$",
                 re.I), "h2d"),
     (re.compile(r"prefill|prompt processing|first (?:model )?(?:event|token|byte|chunk)|\bttft\b|time to first", re.I),
      "prefill"),
@@ -322,7 +323,8 @@ _TOTAL_LABEL = re.compile(r"\b(?:total|overall|e2e|end[- ]?to[- ]?end)\b", re.IG
 # image: "tot 0.044s |load 0.000s |pre 0.013s |net 0.026s |dec 0.002s |post 0.003s |merge 0.000s |"): a breakdown
 # where one field is the total and the others add up to it, whatever the labels are
 _PIPED_FIELD = re.compile(
-    rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}})\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
+    rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}})(?:[ _](?:time|duration|latency))?\s*[:=]?\s*"
+    rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
     re.IGNORECASE,
 )
 # a training or evaluation loop's step time beside the part of it spent waiting for the next batch, on one line:
@@ -424,7 +426,7 @@ class TimingParser:
                                         or "bs" in low or "tokens" in low) else []
         if head == "[" and self._labelled(line):
             return
-        if line.count("|") >= 2 and self._piped(line):
+        if (line.count("|") >= 2 and self._piped(line)) or (line.count(",") >= 2 and self._piped(line, ",")):
             return
         if "data" in low and "time" in low and self._data_wait(line):
             return
@@ -558,10 +560,11 @@ class TimingParser:
         self._span("compute", to_ms(step - wait, "s"), True)
         return True
 
-    def _piped(self, line: str) -> bool:
-        """A one-line breakdown of "|"-separated fields (``_PIPED_FIELD``): read when three or more fields are times,
-        one of them the total, and the rest add up to it (within ``SUM_SLACK``); then each other field is a stage."""
-        cells = [c for c in line.split("|") if c.strip()]
+    def _piped(self, line: str, sep: str = "|") -> bool:
+        """A one-line breakdown of "|"-separated fields (``_PIPED_FIELD``), or comma-separated ones ("total time 930us,
+        op time 38us,  malloc time 7us,  copy time 876us", ggml#463): read when three or more fields are times, one of
+        them the total, and the rest add up to it (within ``SUM_SLACK``); then each other field is a stage."""
+        cells = [c for c in line.split(sep) if c.strip()]
         fields = [_PIPED_FIELD.match(c) for c in cells]
         if len(fields) < 3 or any(m is None for m in fields):
             return False

@@ -383,6 +383,23 @@ def test_a_pipe_separated_breakdown_with_its_total_is_read_as_stages() -> None:
         assert p.records().spans == {}, line
 
 
+def test_a_comma_separated_breakdown_with_its_total_is_read_as_stages() -> None:
+    """ggml-org/ggml#463 (sweep BT 02): each op's line "total time 930us, op time 38us,  malloc time 7us,  copy time
+    876us": the parts add up to the total, so they are stages, "copy" the host↔device copy's (STG002 names it). A
+    comma list that adds up to nothing is none."""
+    p = TimingParser()
+    for line in clean_lines(["total time 930us, op time 38us,  malloc time 7us,  copy time 876us",
+                             "total time 3989us, op time 232us,  malloc time 5us,  copy time 3718us"]):
+        p.feed(line)
+    r = p.records()
+    assert r.spans["h2d"].n == 2 and round(r.spans["h2d"].mean, 3) == round((0.876 + 3.718) / 2, 3)
+    assert "total" not in r.spans and r.spans["op"].n == 2
+    for line in ("total 90 ms, eager 40 ms, compiled 12 ms", "it took 3 ms, then 5 ms, then 9 ms"):
+        p = TimingParser()
+        p.feed(line)
+        assert p.records().spans == {}, line
+
+
 def test_a_stage_keys_unit_in_brackets_is_its_values_unit() -> None:
     """PaddleSeg#2453: the benchmark log gives each stage's unit in brackets after its key."""
     p = TimingParser()
