@@ -70,8 +70,10 @@ _QTY = re.compile(
     rf"(?P<rate>{_alt(_RATE)})"
     r"|(?P<pct>%|percent)"
     rf"|(?P<size>(?:[KMGT]i?B|bytes|[GM])(?![a-zA-Z]))"
-    # (a time written as an adjective: "a 10-minute CUDA Graph capture", "a 1.07-second compile")
-    rf"|-?(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/])|毫秒|秒|分钟|小时)"
+    # (a time written as an adjective, glued: "a 10-minute CUDA Graph capture", "a 1.07-second compile"; not a flag's
+    # "-n 128 -s 42" nor "8-H100"; a unit before a digit is a name's: "8 H100")
+    rf"|(?:(?<=\d)-(?=[a-z]{{3}}))?(?P<time>(?:{_alt([k for k in _TIME if k.isascii()])})(?![a-zA-Z/\d])"
+    r"|毫秒|秒|分钟|小时)"
     r"|(?:(?:input|output|prompt|new|generated|context|concurrent|parallel|simultaneous|physical|logical|cpu|gpu"
     r"|worker|model|total|active|running|waiting|pending|queued)\s+)?"
     rf"(?P<count>(?:{_alt([k for k in _COUNT if k.isascii()])})(?![a-zA-Z])|线程|核|请求|并发)"
@@ -239,7 +241,8 @@ CONCEPTS: dict[str, str] = {
                      r"|cuda ?graphs? captur(?:e|ing) (?:time|took|takes|duration)"
                      # the capture as a phase, at start-up ("During CUDA Graph Capture", "a 10-minute CUDA Graph capture
                      # process"): graphs being made, no eager mode
-                     r"|(?:during|until|before|after|while) (?:the )?cuda ?graphs? captur(?:e|ing)\b"
+                     r"|(?:during|until) (?:the )?cuda ?graphs? captur(?:e|ing)\b"
+                     r"(?![^.;]{0,30}\b(?:off|disabled|skipped|removed))"
                      r"|cuda ?graphs? captur(?:e|ing) (?:process|phase|step)"
                      r"|captur(?:e|ing) (?:time|duration) (?:of|for) (?:the )?cuda ?graphs?\b",
     "launch": r"kernel launch\w*|cudalaunchkernel|hiplaunchkernel|launch overhead|launch latency|python overhead"
@@ -265,8 +268,8 @@ CONCEPTS: dict[str, str] = {
                   r"|batch[_ ]?size|sequence length|context length|max[_-]model[_-]len|n_ctx|num[_-]?frames|frames"
                   # an engine's size limits: what it sizes its activations, KV cache and graphs by (TensorRT-LLM's
                   # build-time max_input_len, vLLM's max_num_seqs / max_num_batched_tokens, TGI's max_total_tokens)
-                  r"|max[_-](?:input|seq(?:uence)?|total|prefill|num[_-]seqs|num[_-]batched|batch|position)"
-                  r"(?:[_-](?:len(?:gth)?|size|tokens|embeddings))?\b"
+                  r"|max[_-](?:input|seq(?:uence)?|total|prefill|num[_-]seqs|num[_-]batched|batch(?:[_-](?:total|prefill))?"
+                  r"|position)(?:[_-](?:len(?:gth)?|size|tokens|embeddings))?(?![\w-])"
                   r"|vae (?:decode|decoding)|decode the (?:vae|latents?)|tiled|\d+ ?(?:min|minutes?|s|seconds?) "
                   r"(?:of )?(?:audio|video)|超分|分辨率",
     "copy": r"memcpy\w*|\bhtod\b|\bdtoh\b|\bh2d\b|\bd2h\b|host[- ]to[- ]device|device[- ]to[- ]host|pin_?memory"
@@ -344,7 +347,7 @@ CONCEPTS: dict[str, str] = {
                       r"|shared (?:gpu|server|machine|node)|held by|occupied by|used by (?:another|other)"
                       # several of anything started on one device ("initializing multiple LLM classes simultaneously on
                       # the same GPU", vllm#9198): each holds its own weights and cache beside the others'
-                      r"|(?:multiple|several|many|two|three|\d+) (?:[\w-]+ ){0,3}?(?:llms?|models?|instances?|engines?"
+                      r"|(?:multiple|several|many|two|three|four) (?:[\w-]+ ){0,3}?(?:llms?|models?|instances?|engines?"
                       r"|process(?:es)?|workers?|replicas?|servers?|copies|classes|services?|containers?|jobs?"
                       r"|pipelines?|sessions?|apps?|applications?) (?:simultaneously |concurrently |at once "
                       r"|in parallel )?on (?:the same|one|a single|a shared|single) (?:\w+ )?(?:gpus?|cards?"
@@ -410,7 +413,7 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         # Note: This module is much faster with a GPU."); a person's "I test that inference using cpu as below:"
         # compares (ultralytics#17799), and "Running on CPU, each image takes 400 ms" is their statement)
         r"|using device:? cpu\b|device:? cpu\b(?! offload)"
-        r"|(?:\b(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b[\s:|\]-]*|[:\]]\s*)(?-i:Using CPU|Running on CPU)\b"
+        r"|(?:(?-i:\b(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b)[\s:|\]-]*|\]\s*)(?-i:Using CPU|Running on CPU)\b"
         r"|^\W{0,4}(?-i:Using CPU|Running on CPU)(?:\.(?:\s|$)|\s*$)"
         r"|using CPU instead\b"
         r"|n_gpu_layers\s*=\s*0\b"
@@ -719,6 +722,7 @@ _PREFILL_WORD = re.compile(r"prefill\w*|prompt processing|\bpp\b", re.I)
 # "+ one 200K-token prefill", "the peer prefill", a "mixed-load" run; not a contrast ("prompt processing is 35 tok/s
 # while generation is 4") nor batching ("decode: 12 tok/s per request with 32 concurrent requests")
 _BESIDE = re.compile(r"\bwhile\b[^.;|]{0,40}\bprefill(?:ing|s|ed)\b|\bduring\b[^.;|]{0,30}\bprefill"
+                     r"|\bwhile\b[^.;|]{0,40}\bprefills?\s+(?:runs?|is running|happens|executes|is in progress)\b"
                      r"|\+\s*(?:one|a|an|\d)\b[^|.;]{0,30}\bprefill|\bpeer\b[^.;|]{0,20}\bprefill|\bmixed[- ]load\b"
                      r"|\b(?:another|other|second) request'?s?\b[^.;|]{0,20}\bprefill", re.I)
 _ALONE = re.compile(r"\balone\b|standalone|\bsolo\b|\bisolated\b|by itself|\brecovered\b|no other (?:traffic|requests?)"

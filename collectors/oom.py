@@ -737,7 +737,7 @@ def gpu_named(text: str) -> NamedGpu | None:
               if not g.group("gpu")[0].isdigit() or g.group("pre") or g.group("suf")
               or g.group(0).lstrip()[:6].lower() == "nvidia" or " " in _gpu_key(g.group("gpu"))
               or (_OWNED_BEFORE.search(text, 0, g.start("gpu")) and _OWNED_AFTER.match(text, g.end("gpu"))
-                  and not _PICTURE_WORDS.search(text, max(0, g.start("gpu") - 30), g.end("gpu") + 30))), None)
+                  and not _PICTURE_WORDS.search(text, max(0, g.start("gpu") - 13), g.end("gpu") + 10))), None)
     if m is None:
         return None
     mem = m.group("mem")

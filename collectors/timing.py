@@ -323,7 +323,7 @@ _TOTAL_LABEL = re.compile(r"\b(?:total|overall|e2e|end[- ]?to[- ]?end)\b", re.IG
 # image: "tot 0.044s |load 0.000s |pre 0.013s |net 0.026s |dec 0.002s |post 0.003s |merge 0.000s |"): a breakdown
 # where one field is the total and the others add up to it, whatever the labels are
 _PIPED_FIELD = re.compile(
-    rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}})(?:[ _](?:time|duration|latency))?\s*[:=]?\s*"
+    rf"^\s*(?P<label>[A-Za-z][A-Za-z0-9_.-]{{0,23}}?)(?:[ _](?:time|duration|latency))?\s*[:=]?\s*"
     rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
     re.IGNORECASE,
 )
@@ -335,6 +335,9 @@ _STEP_TIME = re.compile(r"(?<![\w.])time[:=]?\s+(?P<v>\d+(?:\.\d+)?)(?![\w.])", 
 _DATA_WAIT = re.compile(r"(?<![\w.])data(?:_time)?[:=]?\s+(?P<v>\d+(?:\.\d+)?)(?![\w.])", re.IGNORECASE)
 _LOOP_LINE = re.compile(r"(?<![\w.])(?:loss|epoch|iter|eta|lr)\b|\[\s*\d+\s*/\s*\d+\s*\]", re.IGNORECASE)
 _PIPED_TOTAL = re.compile(r"tot|total|overall|all|e2e|end[-_]?to[-_]?end", re.IGNORECASE)
+# a run's or a request's label, numbered or ordinal: what a list of runs is made of, not a breakdown's stages
+_RUN_LABEL = re.compile(r"(?:run|req(?:uest)?|iter(?:ation)?|trial|try|epoch|step|batch|round)?[_.-]?\d+"
+                        r"|first|second|third|fourth|fifth|last|1st|2nd|3rd|\d+th", re.IGNORECASE)
 _SPAN_NAMED = re.compile(
     r"(?:span|name)[=:\s]+['\"]?(?P<stage>\w[\w.-]*)['\"]?.{0,60}?(?:duration|dur|took|elapsed)(?P<ms_key>_ms)?"
     rf"[=:\s]+(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})?",
@@ -569,6 +572,8 @@ class TimingParser:
         if len(fields) < 3 or any(m is None for m in fields):
             return False
         timed = [(m.group("label"), to_ms(float(m.group("v")), m.group("u"))) for m in fields if m is not None]
+        if any(_RUN_LABEL.fullmatch(label) for label, _ in timed):
+            return False  # runs or requests listed with their total ("total 93s, first 31s, second 31s"): no stages
         labels = {label.lower() for label, _ in timed}
         model = {"net": "compute"} if {"pre", "post"} <= labels else {}  # CenterNet's "net" between its pre and post
         totals = [ms for label, ms in timed if _PIPED_TOTAL.fullmatch(label)]

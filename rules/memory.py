@@ -795,7 +795,9 @@ class OomFragmentation(Rule):
         # the request lacked (MEM004): the gap only decided how close to the edge it failed (a 0.8 GiB gap beside
         # 37 GiB held elsewhere on a 40 GiB card, DenseCLIP#52; four processes on one card, trl#4237)
         share, _ = m.external_share()
-        held, _ = m.external()
+        held, exact = m.external()
+        if held is not None and not exact and not m.profiled():
+            held = max(0.0, held - CONTEXT_BYTES)  # the legacy reading counts this process' own CUDA context
         if m.oom and gap and share is not None and held is not None and share >= t.external_share \
                 and held >= t.external_multiple * u:
             impact = t.beside_external

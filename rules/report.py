@@ -66,8 +66,9 @@ def _oom_message(ev: EvidenceSet) -> bool:
     return isinstance(got, Evidence) and got.quality is not Quality.LOW
 
 
-# a change's title that says it fixes something: "[fix] …", "fix: …", "fix(scope): …", "Fix …", "[Bugfix] …"
-_FIX_TITLE = re.compile(r"\s*(?:\[(?:bug|hot)?fix\]|(?:bug|hot)?fix(?:\([^)]*\))?\s*[:!]|(?:bug|hot)?fix(?:es|ed)?\s)",
+# a change's title that says it fixes something: "[fix] …", "[Bugfix] …", "fix: …", "fix(scope): …", an imperative
+# "Fix …" that asks nothing ("Fix vLLM using 90% of GPU memory when idle?" is a question; "Fixed-size batches" no fix)
+_FIX_TITLE = re.compile(r"\s*(?:\[(?:bug|hot)?fix\]|(?:bug|hot)?fix(?:\([^)]*\))?\s*!?:|fix\s(?!.*\?\s*$))",
                         re.IGNORECASE)
 
 

@@ -121,6 +121,7 @@ def test_a_bare_model_number_a_person_owns_is_a_gpu() -> None:
     build", "a 4090 tokens run" and "took 4090 ms" stay none."""
     from diagnose.collectors.oom import gpu_named
     for text, model in [("I have a 3060 and a core i9-12900kf", "3060"), ("caused my 3090 to slow down", "3090"),
+                        ("I have a 3090 and get 20 fps on 1080p video", "3090"),  # a picture word further on
                         ("about the same speed as the 3090?", "3090"), ("the 5090's VRAM fills up", "5090"),
                         ("I use a 4090 on a Runpod server", "4090")]:
         got = gpu_named(text)

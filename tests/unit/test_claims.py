@@ -1136,8 +1136,9 @@ def test_a_persons_using_cpu_is_no_frameworks_fall_back_message() -> None:
                  "No compatible GPU found, using CPU instead\n", "> Using CPU\n",
                  "2024-05-01 10:00:00,123 - INFO - Using CPU\n", "WARNING: Running on CPU\n"):
         assert _report(line)["report.cpu_fallback_messages"] == 1, line
-    # a person's sentence opening its line capitalised is still theirs (a review's repro)
+    # a person's sentence opening its line capitalised, or after their own "Result:", is still theirs (reviews' repros)
     assert "report.cpu_fallback_messages" not in _report("Running on CPU, each image takes 400 ms on my RTX 4090 box\n")
+    assert "report.cpu_fallback_messages" not in _report("Result: Running on CPU takes 2 s per image\n")
 
 
 def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
@@ -1170,6 +1171,8 @@ def test_a_running_decode_stalled_by_anothers_prefill_is_the_prefills() -> None:
     assert "report.prefill_stall_ratio" not in _report(
         "Batching\nSingle request alone: 60 tok/s\nPrefill: 9000 tok/s, decode: 12 tok/s per request with 32 "
         "concurrent requests\n")
+    assert _report("Decode alone: 60 tok/s.\nWhile a long prefill runs, decode drops to 5 tok/s.\n")[
+        "report.prefill_stall_ratio"] == 12.0
 
 
 def test_several_engines_started_on_one_gpu_hold_memory_beside_each_other() -> None:
@@ -1179,10 +1182,11 @@ def test_several_engines_started_on_one_gpu_hold_memory_beside_each_other() -> N
     said = _report("[Bug]: initializing multiple LLM classes simultaneously on the same GPU get an error\n"
                    "When initializing multiple LLM classes simultaneously on the same GPU results in an error.\n")
     assert said.get("report.held_elsewhere_statements")
-    for text in ("I run two models on one GPU and it fails.\n", "We serve 4 replicas on a single GPU.\n"):
+    for text in ("I run two models on one GPU and it fails.\n", "We serve several replicas on a single GPU.\n"):
         assert _report(text).get("report.held_elsewhere_statements"), text
     for text in ("It fails with multiple images on the same GPU.\n", "I tested 3 batch sizes on one GPU.\n",
-                 "My model runs on a single GPU.\n"):
+                 "My model runs on a single GPU.\n", "I evaluated 3 models on a single GPU, one after the other.\n",
+                 "How to fit Llama 2 models on a single GPU?\n"):
         assert not _report(text).get("report.held_elsewhere_statements"), text
 
 
@@ -1195,9 +1199,11 @@ def test_an_engines_size_limit_raised_before_an_oom_is_the_inputs_size() -> None
             "3500, OOM will occur.\n")
     assert _report(text).get("report.input_size_statements")
     assert any(f.code == "MEM007" for f in _diagnose(text).findings)
-    for said in ("we set max_num_seqs to 512", "after raising max-num-batched-tokens", "we raised max_total_tokens"):
+    for said in ("we set max_num_seqs to 512", "after raising max-num-batched-tokens", "we raised max_total_tokens",
+                 "TGI's max_batch_total_tokens was raised"):
         assert _report(said + "\n").get("report.input_size_statements"), said
-    assert not _report("the max temperature was high\n").get("report.input_size_statements")
+    for said in ("the max temperature was high", "we set --max-batch-delay to 10", "we set --max-total-time to 5"):
+        assert not _report(said + "\n").get("report.input_size_statements"), said
 
 
 def test_an_oom_a_fix_avoids_is_the_oom_it_fixed() -> None:
@@ -1220,6 +1226,11 @@ def test_a_fixs_title_about_a_memory_setting_is_no_expected_preallocation() -> N
     assert fix.verdict is not Verdict.HEALTHY and not any(f.code == "HLT003" for f in fix.findings)
     asked = _diagnose("Why does mem_fraction_static reserve most of the GPU memory at startup?\n" + logs)
     assert any(f.code == "HLT003" for f in asked.findings)
+    from diagnose.rules.report import _FIX_TITLE
+    assert _FIX_TITLE.match("fix(test): reduce vLLM gpu_memory_utilization") and _FIX_TITLE.match("[Bugfix] x")
+    for title in ("Fix vLLM using 90% of GPU memory when idle?", "Fixed-size batches are slow", "Fixed size KV cache",
+                  "Hotfix release 0.6.3.post1 uses 90%"):  # a question, an adjective, a release (a review's repros)
+        assert not _FIX_TITLE.match(title), title
 
 
 def test_a_cuda_graph_capture_timed_at_start_up_is_a_cold_start() -> None:
@@ -1230,6 +1241,10 @@ def test_a_cuda_graph_capture_timed_at_start_up_is_a_cold_start() -> None:
     assert [q.value for q in quantities("requires about 10-minute CUDA Graph capture process")] == [600_000.0]
     assert [q.value for q in quantities("a 1.07-second serving-time compile")] == [1070.0]
     assert quantities("a x86-64 build of Llama-3-8B") == []
+    # a flag's letter after a number, and a GPU's model after a count, are no times (a review's repros)
+    assert [q.dim for q in quantities("With -n 128 -s 42 decoding runs at 3 tok/s")] == ["rate"]
+    assert [q.value for q in quantities("TTFT with an 8-H100 node is 900 ms")] == [900.0]
+    assert quantities("on 8 H100 GPUs") == []
     text = ("[Feature] Allow Serving Requests During CUDA Graph Capture\n"
             "When `--enable-cuda-graph`, service restart currently requires about 10-minute CUDA Graph capture process "
             "before becoming operational (longer with torch.compile enabled).\n")

@@ -582,3 +582,9 @@ def test_a_stranded_gap_beside_memory_held_elsewhere_is_the_lesser_cause() -> No
     # the same gap with the device this process' own: fragmentation leads
     own = legacy.replace("39.59 GiB total capacity", "2.50 GiB total capacity")
     assert _codes_of(own)[0].code == "MEM003"
+    # the legacy reading counts this process' own CUDA context: 3.19 GiB held outside PyTorch less a context is 2.19,
+    # under twice the 1.5 GiB gap (a review's repro)
+    rough = ("RuntimeError: CUDA out of memory. Tried to allocate 1.20 GiB (GPU 0; 7.79 GiB total capacity; 3.00 GiB "
+             "already allocated; 100.00 MiB free; 4.50 GiB reserved in total by PyTorch)\n")
+    (frag,) = [f for f in _codes_of(rough) if f.code == "MEM003"]
+    assert frag.impact == 0.9

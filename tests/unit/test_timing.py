@@ -394,7 +394,12 @@ def test_a_comma_separated_breakdown_with_its_total_is_read_as_stages() -> None:
     r = p.records()
     assert r.spans["h2d"].n == 2 and round(r.spans["h2d"].mean, 3) == round((0.876 + 3.718) / 2, 3)
     assert "total" not in r.spans and r.spans["op"].n == 2
-    for line in ("total 90 ms, eager 40 ms, compiled 12 ms", "it took 3 ms, then 5 ms, then 9 ms"):
+    p = TimingParser()  # underscored labels: the label stops before its "_time"
+    p.feed("total_time 930us, op_time 38us, malloc_time 7us, copy_time 876us")
+    assert p.records().spans["h2d"].mean == 0.876
+    # runs listed with their total add up too, and are no stages (a review's repro)
+    for line in ("total 90 ms, eager 40 ms, compiled 12 ms", "it took 3 ms, then 5 ms, then 9 ms",
+                 "total 93s, first 31s, second 31s, third 31s", "total 30 ms, run1 10 ms, run2 10 ms, run3 10 ms"):
         p = TimingParser()
         p.feed(line)
         assert p.records().spans == {}, line
