@@ -1,4 +1,5 @@
-"""Load-generator output: Triton ``perf_analyzer``, ``wrk``, ApacheBench (``ab``) and TensorRT ``trtexec`` summaries.
+"""Load-generator output: Triton ``perf_analyzer``, ``wrk``, ApacheBench (``ab``), ``hey`` (``boom``) and TensorRT
+``trtexec`` summaries.
 
 A pure, streaming parser: ``BenchParser.feed(line)`` per cleaned line, ``BenchParser.results()``
 at the end. Each measured load level becomes one ``BenchLevel`` (times in milliseconds).
@@ -29,6 +30,8 @@ wrk: ``12 threads and 400 connections``, ``Latency 635.91us 0.89ms 12.92ms 93.69
 ``Latency Distribution`` percent lines, ``Requests/sec: 748868.53``.
 ab: ``Concurrency Level: 10``, ``Requests per second: 810.37 [#/sec] (mean)``, ``Time per request:
 12.340 [ms] (mean)``, ``Complete requests: 1000`` and the ``50%  12`` percentile lines.
+hey / boom: ``Summary:``, ``Average: 0.4214 secs``, ``Requests/sec: 118.2981``, ``50% in 0.4500 secs``,
+``[200] 20000 responses`` (no concurrency printed).
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ _PA_SUMMARY = re.compile(
 _PA_COMPOSING = re.compile(r"^([A-Za-z0-9_][\w.\-/]*), version:\s*(\S*)$")
 _PA_DELAYED = re.compile(r"Delayed Request Count:\s*(\d+)|not able to keep up with the desired load", re.I)
 
+_HEY_FIELD = re.compile(r"^(Total|Slowest|Fastest|Average|Requests/sec):\s*" + _NUM + r"(?:\s*secs)?$")
+_HEY_DIST = re.compile(r"^(\d{1,2})%\s+in\s+" + _NUM + r"\s*secs$")
+_HEY_STATUS = re.compile(r"^\[(\d{3})\]\s+(\d+)\s+responses$")
 _WRK_CONNS = re.compile(r"^(\d+)\s+threads and\s+(\d+)\s+connections")
 _WRK_LAT = re.compile(r"^Latency\s+" + _NUM + r"(us|ms|s|m)\s+" + _NUM + r"(us|ms|s|m)\s+" + _NUM + r"(us|ms|s|m)")
 _WRK_DIST = re.compile(r"^(\d+(?:\.\d+)?)%\s+" + _NUM + r"(us|ms|s|m)$")
@@ -171,6 +177,7 @@ class BenchParser:
         self._section = ""  # "client" | "server" | "composing"
         self._cur: BenchLevel | None = None
         self._wrk: BenchLevel | None = None
+        self._hey: BenchLevel | None = None
         self._ab: BenchLevel | None = None
         self._dist: str = ""  # "wrk" | "ab" while reading a percentile list
         self._trt: BenchLevel | None = None  # trtexec's performance summary, once its head was read
@@ -180,7 +187,8 @@ class BenchParser:
         s = line.strip().removeprefix("* ")  # perf_analyzer 2.x bullets its report lines
         if not s:
             return False
-        hit = self._perf_analyzer(s) or self._wrk_line(s) or self._ab_line(s) or self._trtexec(s)
+        hit = (self._perf_analyzer(s) or self._hey_line(s) or self._wrk_line(s) or self._ab_line(s)
+               or self._trtexec(s))
         if hit:
             self.recognised += 1
         return hit
@@ -315,6 +323,45 @@ class BenchParser:
             model.latency = _ms(m.group(1), m.group(2))
             for pm in _PA_PART.finditer(m.group(3)):
                 model.parts[pm.group(1).replace(" ", "_")] = _ms(pm.group(2), pm.group(3))
+            return True
+        return False
+
+    # -- hey / boom -----------------------------------------------------------------------------------
+    def _hey_line(self, s: str) -> bool:
+        """hey's (and boom's, its earlier name) summary: "Summary:", then "Total: 169.0645 secs", "Slowest:",
+        "Fastest:", "Average: 0.4214 secs", "Requests/sec: 118.2981", a histogram, "Latency distribution:" with
+        "50% in 0.4500 secs" lines, and "[200]\t20000 responses". Its concurrency (-c) is not printed."""
+        if s == "Summary:":
+            self._hey = BenchLevel("hey")
+            self.levels.append(self._hey)
+            self._dist = ""
+            return True
+        lvl = self._hey
+        if lvl is None:
+            return False
+        m = _HEY_FIELD.match(s)
+        if m:
+            key, value = m.group(1).lower(), float(m.group(2))
+            if key == "average":
+                lvl.latency_mean = value * 1000.0
+            elif key == "requests/sec":
+                lvl.throughput = value
+            elif key == "slowest":
+                lvl.percentiles["p100"] = value * 1000.0
+            return True
+        if s == "Latency distribution:":
+            self._dist = "hey"
+            return True
+        if self._dist == "hey":
+            m = _HEY_DIST.match(s)
+            if m:
+                lvl.percentiles[f"p{m.group(1)}"] = float(m.group(2)) * 1000.0
+                return True
+            self._dist = ""
+        m = _HEY_STATUS.match(s)
+        if m:
+            lvl.request_count = (lvl.request_count or 0) + int(m.group(2)) if m.group(1).startswith("2") \
+                else lvl.request_count
             return True
         return False
 

@@ -171,6 +171,19 @@ def test_unrelated_text_not_matched() -> None:
     assert not p.matched()
 
 
+def test_hey_and_booms_summary() -> None:
+    """NVIDIA/gpu-rest-engine#7's `boom -n 20000` summary (hey's earlier name): its average and slowest latency, the
+    rate, the 2xx responses; the percentile list when printed. Its concurrency is not printed: none is read."""
+    lines = ["Summary:", "  Total:\t169.0645 secs", "  Slowest:\t0.7978 secs", "  Fastest:\t0.0370 secs",
+             "  Average:\t0.4214 secs", "  Requests/sec:\t118.2981", "", "Status code distribution:",
+             "  [200]\t20000 responses", "", "Latency distribution:", "  10% in 0.0370 secs", "  50% in 0.4500 secs",
+             "  99% in 0.7800 secs"]
+    ev = {e.key: e.value for e in _source(lines).evidence("x")}
+    assert ev["latency.e2e_ms.mean"] == 421.4 and ev["throughput.rps"] == 118.2981 and ev["requests.count"] == 20000
+    assert ev["latency.e2e_ms.p50"] == 450.0 and ev["latency.e2e_ms.p99"] == 780.0 and "bench.concurrency" not in ev
+    assert "latency.e2e_ms.mean" not in {e.key for e in _source(["Summary:", "Average time was fine"]).evidence("x")}
+
+
 REAL_LINES = (_read("perf_analyzer_concurrency1000_queue_dominates.txt") + _read("wrk_latency_400_connections.txt")
               + _read("ab_concurrency_10.txt"))
 
