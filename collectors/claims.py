@@ -552,7 +552,8 @@ class Claims:
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
-    # running requests' decode rate alone and while another request's long prompt is prefilled (tok/s), with quotes
+    # running requests' decode rate alone and while another request's long prompt is prefilled (tok/s), each with the
+    # line it was read from
     decode_alone: list[tuple[float, str]] = field(default_factory=list)
     decode_beside_prefill: list[tuple[float, str]] = field(default_factory=list)
     ollama_cpu_share: float | None = None  # `ollama ps`' PROCESSOR split ("42%/58% CPU/GPU"): the CPU's share, the most

@@ -450,7 +450,8 @@ class PrefillReported(ReportRule):
 
     How it decides: the strongest of: a TTFT or prefill time of at least ``min_ms`` with a prompt of at
     least ``min_tokens`` tokens (``long_prompt``); a TTFT or prefill time of at least ``min_ms`` with
-    prompt processing named (``stated``); prompt processing named as slow with a prompt of at least
+    prompt processing named (``stated``; not where one clause ties a first request to compiling: that TTFT is a cold
+    request's, CMP004's); prompt processing named as slow with a prompt of at least
     ``min_tokens`` (``stated``); a server processing the whole prompt again instead of reusing its
     cache (llama.cpp ``forcing full prompt re-processing``; ``stated``); a running request's decode stated at least
     ``min_stall`` × slower beside another request's prefill than alone (``long_prompt``: the prefill holds the

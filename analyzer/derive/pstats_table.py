@@ -11,6 +11,10 @@ profile's time (its header's seconds, else the root's cumulative time) is the la
   row of the model's forward takes a tenth of the profile: a function named ``preprocess`` may call the model too,
   and its cumulative time would then be the model's.
 
+A ``__call__`` or ``generate`` row of no known library counts for nothing (every pipeline, tokenizer and middleware
+has one). A row printed after ``strip_dirs()`` (a base name), a C type's row, or a Windows path is given the path its
+library's file patterns read (``ImageFile.py`` and ``ImagingDecoder`` are PIL's, ``_json`` json's, ``cv2`` OpenCV's).
+
 Evidence: ``cpu.<activity>_share`` and ``cpu.top.<activity>`` as py-spy's CPU profile gives them (CPU001, CPU002,
 CMP001 and GPU001 read them alike), ``workers.active_mean`` 1 (the profiled thread, busy for the profile's time:
 a deterministic profile times what ran, not idle waiting between requests) and ``cpu.profile_total_s``. A paste with
