@@ -552,10 +552,9 @@ class Claims:
     title_graphs_on_only: bool = False  # the title's CUDA-graph words all say the graphs are on (captured, enabled)
     exceptions: int = 0  # exception lines that end a traceback: something was raised
     synced: bool = False
-    # running requests' decode rate alone and while another request's long prompt is prefilled (tok/s), each with the
-    # line it was read from
-    decode_alone: list[tuple[float, str]] = field(default_factory=list)
-    decode_beside_prefill: list[tuple[float, str]] = field(default_factory=list)
+    # running requests' decode rate alone and while another request's long prompt is prefilled (tok/s)
+    decode_alone: list[float] = field(default_factory=list)
+    decode_beside_prefill: list[float] = field(default_factory=list)
     ollama_cpu_share: float | None = None  # `ollama ps`' PROCESSOR split ("42%/58% CPU/GPU"): the CPU's share, the most
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
@@ -717,7 +716,6 @@ _LONG_RULE = re.compile(r"[-=]{20,}")
 
 
 # -- a long prefill stalling the running requests' decode --------------------------------------------------------------
-_TOKEN_RATE = re.compile(r"tok(?:en)?s?\s*/\s*s", re.I)
 _PREFILL_WORD = re.compile(r"prefill\w*|prompt processing|\bpp\b", re.I)
 # another request's prefill beside the stream, said so: "while B is prefilling", "during another request's prefill",
 # "+ one 200K-token prefill", "the peer prefill", a "mixed-load" run; not a contrast ("prompt processing is 35 tok/s
@@ -938,17 +936,16 @@ class ClaimParser:
         rates = [q for q in quantities(line) if q.dim == "rate" and _TOKEN_RATE.search(q.text)]
         if not rates:
             return
-        quote = line.strip()[:200]
         prefill = _PREFILL_WORD.search(line) is not None
         beside = _BESIDE.search(line) is not None
         fell = _FROM_TO_RATE.search(line)
         if beside and fell:
-            c.decode_alone.append((float(fell.group("a")), quote))
-            c.decode_beside_prefill.append((float(fell.group("b")), quote))
+            c.decode_alone.append(float(fell.group("a")))
+            c.decode_beside_prefill.append(float(fell.group("b")))
         elif beside:
-            c.decode_beside_prefill.append((min(q.value for q in rates), quote))
+            c.decode_beside_prefill.append(min(q.value for q in rates))
         elif not prefill and _ALONE.search(line):
-            c.decode_alone.append((max(q.value for q in rates), quote))
+            c.decode_alone.append(max(q.value for q in rates))
 
     def _messages(self, line: str, names: Iterable[str]) -> None:
         """Count the framework messages ``names`` that ``line`` holds, keeping the first line of each."""

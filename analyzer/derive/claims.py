@@ -70,8 +70,7 @@ class ReportSource:
         count("report.cpu_fallback_messages", msg["cpu_fallback"] + msg["ollama_cpu"],
               "framework messages saying the work runs on the CPU", "msg:cpu_fallback", "msg:ollama_cpu")
         if c.decode_alone and c.decode_beside_prefill:
-            alone, _ = max(c.decode_alone)
-            low, _ = min(c.decode_beside_prefill)
+            alone, low = max(c.decode_alone), min(c.decode_beside_prefill)
             if low > 0 and alone > low:
                 ev.add("report.prefill_stall_ratio", round(alone / low, 2), "ratio",
                        f"a running request's decode alone and beside another request's prefill: {alone:g} tok/s "

@@ -69,7 +69,8 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
     weight: dict[Activity, dict[str, float]] = defaultdict(dict)
     forward = 0.0
     for r in profile.rows:
-        act, library = classify_function(r.function, _library_of(r.file))
+        path = _library_of(r.file)
+        act, library = classify_function(r.function, path)
         if not library and r.function in _ANYONES:
             continue  # every pipeline, tokenizer and middleware has a __call__: its name says nothing of the work
         if act is Activity.OTHER:
@@ -79,7 +80,7 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
         outer[act] = max(outer[act], r.cumtime)
         if act is Activity.FORWARD:
             forward = max(forward, r.cumtime)
-        name = f"{r.function} ({_library_of(r.file).rsplit('/', 1)[-1]})" if r.file else r.function
+        name = f"{r.function} ({path.rsplit('/', 1)[-1]})" if r.file else r.function
         weight[act][name] = max(weight[act].get(name, 0.0), r.cumtime, r.tottime)
     named_ok = forward < NAMED_FORWARD_SHARE * span
     out = {act: min(1.0, max(own[act], by_file[act], by_name[act] if named_ok or act is Activity.FORWARD else 0.0)
