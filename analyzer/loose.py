@@ -60,6 +60,7 @@ from diagnose.derive import (
     probe_state,
     prom,
     pstats_table,
+    pyspy_top,
     timing,
     torch_profiler_table,
     trtllm_stats,
@@ -127,6 +128,7 @@ SOURCE_MODULES: tuple[Callable[[], Sequence[TextSource]], ...] = (
     nsys_stats.sources,
     torch_profiler_table.sources,
     pstats_table.sources,
+    pyspy_top.sources,
     claims.sources,  # last: what the text says, when no format above could measure it
 )
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Protocol
 
-from diagnose.collectors.pstats_table import Profile, PstatsParser
+from diagnose.collectors.pstats_table import PstatsParser, Row
 from diagnose.derive.activities import Activity, classify_function
 from diagnose.derive.emit import Emit
 from diagnose.model import Evidence, Quality
@@ -57,7 +58,14 @@ def _library_of(file: str) -> str:
     return file
 
 
-def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list[dict[str, object]]]]:
+class _Table(Protocol):
+    rows: list[Row]
+
+    @property
+    def span_s(self) -> float: ...
+
+
+def shares(profile: _Table) -> tuple[dict[Activity, float], dict[Activity, list[dict[str, object]]]]:
     """Each activity's share of the profile's time, and its heaviest functions with theirs (py-spy's
     ``cpu.top.<activity>`` shape: ``{"function", "share"}``)."""
     span = profile.span_s
@@ -67,6 +75,7 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
     by_file: dict[Activity, float] = defaultdict(float)
     by_name: dict[Activity, float] = defaultdict(float)
     weight: dict[Activity, dict[str, float]] = defaultdict(dict)
+    named: dict[Activity, dict[str, float]] = defaultdict(dict)  # a by-name row's own time: its total may be another's
     forward = 0.0
     for r in profile.rows:
         path = _library_of(r.file)
@@ -82,12 +91,27 @@ def shares(profile: Profile) -> tuple[dict[Activity, float], dict[Activity, list
             forward = max(forward, r.cumtime)
         name = f"{r.function} ({path.rsplit('/', 1)[-1]})" if r.file else r.function
         weight[act][name] = max(weight[act].get(name, 0.0), r.cumtime, r.tottime)
+        named[act][name] = max(named[act].get(name, 0.0), r.tottime if not library else r.cumtime)
     named_ok = forward < NAMED_FORWARD_SHARE * span
     out = {act: min(1.0, max(own[act], by_file[act], by_name[act] if named_ok or act is Activity.FORWARD else 0.0)
                     / span) for act in own}
+    if not named_ok:  # a by-name row's total is not counted (the forward may run under it): nor is it shown
+        weight = {act: (w if act is Activity.FORWARD else named[act]) for act, w in weight.items()}
     tops = {act: [{"function": n, "share": round(min(1.0, v / span), 4)}
                   for n, v in sorted(w.items(), key=lambda kv: -kv[1])[:TOP]] for act, w in weight.items()}
     return out, tops
+
+
+def emit_shares(ev: Emit, table: _Table, what: str) -> bool:
+    """Add each activity's share of ``table``'s time and its heaviest functions (``cpu.<activity>_share``,
+    ``cpu.top.<activity>``); False when no row is any activity's."""
+    got, tops = shares(table)
+    for act, share in sorted(got.items(), key=lambda kv: -kv[1]):
+        ev.add(f"cpu.{act.value}_share", round(share, 4), "ratio",
+               f"{what}: {act.value}'s share of {table.span_s:g} s")
+        if tops.get(act):
+            ev.add(f"cpu.top.{act.value}", tops[act], "list", f"{what}: the heaviest {act.value} functions")
+    return bool(got)
 
 
 class PstatsSource:
@@ -113,20 +137,14 @@ class PstatsSource:
         if not profiles:
             return []
         profile = max(profiles, key=lambda p: p.span_s)
-        got, tops = shares(profile)
-        if not got:
-            return []
-        ev = Emit(source, quality=Quality.GOOD)
         what = (f"cProfile table ({len(profile.rows)} rows"
                 + (f" of {len(profiles)} profiles, the longest" if len(profiles) > 1 else "") + ")")
+        ev = Emit(source, quality=Quality.GOOD)
+        if not emit_shares(ev, profile, what):
+            return []
         ev.add("cpu.profile_total_s", profile.span_s, "s",
                f"{what}: " + ("its total" if profile.total_s else "its root's cumulative time"))
         ev.add("workers.active_mean", 1.0, "threads", f"{what}: the profiled thread, running for the profile's time")
-        for act, share in sorted(got.items(), key=lambda kv: -kv[1]):
-            ev.add(f"cpu.{act.value}_share", round(share, 4), "ratio",
-                   f"{what}: {act.value}'s share of {profile.span_s:g} s")
-            if tops.get(act):
-                ev.add(f"cpu.top.{act.value}", tops[act], "list", f"{what}: the heaviest {act.value} functions")
         return ev.items
 
 
