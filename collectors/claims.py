@@ -1181,11 +1181,25 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
                     and not _COPY_AFTER.match(clause, m.end()):
                 continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
+            if name in _HOST_WAIT_VETOES and _HOST_SPINS.search(clause) and _ON_THE_DEVICE.search(clause):
+                continue  # a core held by spinning on the GPU's completion is the host waiting: not its overhead
             if name == "held_elsewhere" and _COMPARED_BEFORE.search(clause, max(0, m.start() - 30), m.start()) \
                     and _SEVERAL.match(m.group()) and not _AT_ONCE.search(clause, m.end()):
                 continue  # "testing two models", "across several models": a comparison, not two held at once
             found.append((m.start(), m.end(), name))
     return found
+
+
+# the host spinning (busy-waiting, polling) on the device's completion: a CUDA synchronisation's default spin, the
+# CPU core at 100 % while the GPU works ("spin-waits on CUDA synchronization, holding one CPU core at 100% while the
+# GPU is busy", "Auto resolves to spin-waiting" beside CUDA contexts, ninfer#301): the GPU sets the pace; no launch
+# overhead, no threads contending (the core or thread it names is the spinning one), in a clause that names both a
+# spin and the device
+_HOST_SPINS = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b",
+                         re.IGNORECASE)
+_ON_THE_DEVICE = re.compile(r"synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b|\bkernels?\b",
+                            re.IGNORECASE)
+_HOST_WAIT_VETOES = frozenset({"launch", "contention", "cpu_bound", "cores", "threads"})
 
 
 # a queue stated as empty right after its word denies it as a negation before it does: "vLLM waiting stays ~0",

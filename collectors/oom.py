@@ -111,6 +111,9 @@ class ModelHints:
     parallel_stated: bool = False
     tp_rank_max: int | None = None  # the highest tensor-parallel rank a log prefix names ("[… TP7]"): at least that + 1
     launch_seen: bool = False  # a launch command line (vllm serve, api_server --model, …)
+    # an engine's command line (``--model X``, ``vllm serve X``) whose model and flags name no quantisation and no
+    # dtype: the engine loads the checkpoint as published, 16-bit for a model whose name states no quantisation
+    launch_unquantised: bool = False
     gpu_count: int | None = None
     gpu_model: str = ""
     gpu_memory_bytes: int | None = None
@@ -648,6 +651,9 @@ _LAUNCH = re.compile(
     r"|--model-path(?:[=\s]+)(?P<m4>\S+)|\bLLM\(\s*(?:model\s*=\s*)?['\"](?P<m5>[^'\"]+)['\"]"
     r"|from_pretrained\(\s*['\"](?P<m6>[^'\"]+)['\"]"
 )
+# a command line's quantisation or dtype flag (``--quantization awq``, ``-q fp8``, ``--quantize bitsandbytes``,
+# ``--load-format bitsandbytes``, ``--dtype``, ``--kv-cache-dtype`` aside): the checkpoint is not loaded as published
+_QUANT_FLAG = re.compile(r"--quantiz\w*|(?<!\S)-q[= ]\S|--load[-_]format[= ]\S*bitsandbytes|--dtype\b|--load[-_]in")
 _TP = re.compile(
     r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
     r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
@@ -984,6 +990,8 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
                 hints.model, hints.params = name, params
                 dt = _dtype_of(name) or _dtype_of(line)
                 hints.dtype, hints.bytes_per_param = dt if dt else ("", None)
+                hints.launch_unquantised = (dt is None and launch.group("m1", "m2", "m3", "m4") != (None,) * 4
+                                            and not _QUANT_FLAG.search(line))
             hints.launch_seen = True
     if hints.params is None:
         if _PARAMS_QUICK.search(line):

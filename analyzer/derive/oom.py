@@ -238,10 +238,12 @@ def emit_model_size(h: ModelHints, ev: Emit, named: str) -> None:
     ev.add("model.params", int(h.params), "params", named)
     assumed = ollama_tag_default(h)
     nbytes = assumed[1] if assumed else (h.bytes_per_param or 2.0)
-    dtype = assumed[0] if assumed else (h.dtype or "16-bit assumed, no dtype stated")
+    dtype = assumed[0] if assumed else (h.dtype or ("16-bit, as published: the engine's command line names no "
+                                                    "quantisation" if h.launch_unquantised
+                                                    else "16-bit assumed, no dtype stated"))
     ev.add("mem.weights_estimate_bytes", int(h.params * nbytes), "bytes",
            f"{h.params / 1e9:g}B parameters × {nbytes:g} bytes, {dtype}, for {h.model}",
-           Quality.GOOD if h.dtype else Quality.LOW)
+           Quality.GOOD if h.dtype or (h.launch_unquantised and not assumed) else Quality.LOW)
 
 
 class HintsSource:

@@ -1251,3 +1251,20 @@ def test_a_cuda_graph_capture_timed_at_start_up_is_a_cold_start() -> None:
     d = _diagnose(text)
     assert d.primary != "launch_overhead"
     assert any(f.code == "CMP004" and "600.00 s" in f.message for f in d.findings)
+
+
+def test_a_core_spinning_on_the_gpus_completion_is_the_host_waiting() -> None:
+    """ninfer#301: a worker that spin-waits in cudaStreamSynchronize holds a core at 100 % while the GPU works: no
+    launch overhead, no threads contending. A spin with no device in its clause (OpenMP's threads spinning on each
+    other) and a core pegged by launches keep their readings."""
+    from diagnose.collectors.claims import _concepts_in
+
+    def names(clause: str) -> set[str]:
+        return {n for _, _, n in _concepts_in(clause)}
+
+    title = ("Engine worker spin-waits on CUDA synchronization, holding one CPU core at 100% while the GPU is busy")
+    assert not names(title) & {"launch", "contention", "cores", "threads"}, names(title)
+    assert "contention" not in names("When the host has more CPU cores than active CUDA contexts, Auto resolves to "
+                                     "spin-waiting")
+    assert "contention" in names("the OpenMP threads spin-wait on each other")
+    assert "launch" in names("one CPU core at 100% launching small kernels")

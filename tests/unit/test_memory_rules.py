@@ -378,9 +378,12 @@ def test_weights_beyond_the_whole_device_outrank_other_tenants() -> None:
     # the same message with a model that fits: the tenants are the cause
     small = _codes_of(text.replace("Qwen1.5-72B-Chat", "Qwen1.5-7B-Chat"))
     assert small[0].code == "MEM004", [f.code for f in small]
-    # no dtype stated: 134 GiB is a 16-bit guess that a 4-bit load (BitsAndBytesConfig in code) would make 36 GiB,
-    # so the tenants' measured 49 GiB still leads
-    guess = _codes_of(text.replace(" --dtype bfloat16", ""))
+    # no dtype stated in code: 134 GiB is a 16-bit guess that a 4-bit load (BitsAndBytesConfig on another line) would
+    # make 36 GiB, so the tenants' measured 49 GiB still leads; an engine's command line with no quantisation flag
+    # loads the checkpoint as published (test_an_engine_launched_with_no_quantisation_loads_its_weights_as_published)
+    guess = _codes_of(text.replace("python -m vllm.entrypoints.openai.api_server --model /models/Qwen1.5-72B-Chat "
+                                   "--dtype bfloat16", 'model = AutoModelForCausalLM.from_pretrained('
+                                   '"/models/Qwen1.5-72B-Chat")'))
     assert guess[0].code == "MEM004", [f.code for f in guess]
 
 
@@ -588,3 +591,41 @@ def test_a_stranded_gap_beside_memory_held_elsewhere_is_the_lesser_cause() -> No
              "already allocated; 100.00 MiB free; 4.50 GiB reserved in total by PyTorch)\n")
     (frag,) = [f for f in _codes_of(rough) if f.code == "MEM003"]
     assert frag.impact == 0.9
+
+
+# QwenLM/Qwen3#187 (Qwen1.5-72B on vLLM, no --tensor-parallel-size: "为什么只能在0号卡上运行"), as pasted
+QWEN72_ONE_CARD = (
+    "CUDA_VISIBLE_DEVICES=0,1,2,3,4 python3 -m vllm.entrypoints.openai.api_server --served-model-name "
+    "Qwen1.5-72B-Chat --model /data/models/Qwen1.5-72B-Chat --host 0.0.0.0 --port 8089\n"
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total capacty of "
+    "79.15 GiB of which 752.31 MiB is free. Process 25252 has 18.65 GiB memory in use. Process 36870 has 19.11 GiB "
+    "memory in use. Process 28066 has 728.00 MiB memory in use. Process 40071 has 4.90 GiB memory in use. Process "
+    "39903 has 1.87 GiB memory in use. Process 56994 has 3.66 GiB memory in use. Including non-PyTorch memory, this "
+    "process has 29.47 GiB memory in use. Of the allocated memory 28.83 GiB is allocated by PyTorch, and 12.70 MiB "
+    "is reserved by PyTorch but unallocated.\n")
+
+
+def _codes(text: str) -> list[str]:
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    return [f.code for f in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]]
+
+
+def test_an_engine_launched_with_no_quantisation_loads_its_weights_as_published() -> None:
+    """72B parameters at 16 bits are 1.7× the 80 GB card: no other tenant gone would make them fit, so the memory
+    held elsewhere (49 GiB) is not the cause. A launch that names a quantisation or a dtype flag, or a name that
+    carries one, keeps the 16-bit figure an assumption."""
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(QWEN72_ONE_CARD.encode())))  # type: ignore[arg-type]
+    (est,) = [e for e in res.evidence if e.key == "mem.weights_estimate_bytes"]
+    assert "command line names no quantisation" in est.detail
+    codes = _codes(QWEN72_ONE_CARD)
+    assert "MEM001" in codes and "MEM004" not in codes, codes
+    for flagged in ("--model /data/models/Qwen1.5-72B-Chat --quantization awq",
+                    "--model /data/models/Qwen1.5-72B-Chat -q fp8",
+                    "--model /data/models/Qwen1.5-72B-Chat --dtype auto",
+                    "--model /data/models/Qwen1.5-72B-Chat-AWQ"):
+        codes = _codes(QWEN72_ONE_CARD.replace("--model /data/models/Qwen1.5-72B-Chat", flagged))
+        assert "MEM004" in codes, (flagged, codes)
+    # a from_pretrained call may quantise in code on another line (BitsAndBytesConfig): still an assumption
+    coded = QWEN72_ONE_CARD.replace(QWEN72_ONE_CARD.splitlines()[0],
+                                    'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen1.5-72B-Chat")')
+    assert "MEM004" in _codes(coded)
