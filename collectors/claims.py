@@ -327,7 +327,11 @@ CONCEPTS: dict[str, str] = {
                      r"|(?<![\w-])(?:tesla|nvidia) p(?:40|6|4)(?![\w-])|(?<![\w-])quadro (?:p|m|k)\d{3,4}(?![\w-])"
                      r"|(?<![\w-])p(?:6000|5000|4000|2200|2000)(?![\w-])|\b(?:gtx|gt) ?(?:10[3-8]0|9[5-8]0m?|7[1-8]0)"
                      r"(?: ?ti)?\b|\btitan ?(?:xp?|black)\b|\bgtx titan\b|\bmx ?[1-3][1-5]0\b|\bgrid k\d{3}\b",
-    "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
+    "oom": r"\boom\b|out of memory|outofmemory|cuda error: out of memory|显存不足|内存不足|显存溢出|内存溢出|爆显存"
+           # the C++ runtime's and the OS' words for an allocation refused (std::bad_alloc's "bad allocation" on
+           # Windows, ENOMEM's "Cannot allocate memory"), and memory or the commit limit run out
+           r"|std::bad_alloc|\bbad allocation\b|cannot allocate memory|commit limit"
+           r"|exhaust(?:s|ed|ing)? (?:the )?(?:system |host |gpu |device )?(?:memory|ram|vram|commit)\b",
     "preallocate": r"pre-?allocat\w*|gpu_memory_utilization|gpu-memory-utilization|mem[_-]fraction\w*"
                    r"|cuda-memory-fraction|kv cache (?:pre)?allocat\w*|reserv\w* (?:all|most|\d+ ?%)|fills? (?:up )?"
                    r"(?:all|the (?:entire|whole)) (?:gpu )?memory|(?:takes|uses|eats|occupies|fills?|consumes?)"
@@ -453,6 +457,13 @@ MESSAGES: dict[str, re.Pattern[str]] = {
         r"|\[TRT\].*(?:Building|Total Time|engine generation)|Capturing (?:CUDA|cuda) graphs?"
         r"|Capturing batches|Graph capturing finished|torch\.compile takes|Compiling a graph for dynamic shape"
         r"|Compilation (?:took|time)|CompileTime|\[Warmup\]|warming up|Warming up", re.I),
+    # the engine built at start-up could not be written to its cache (jetson-inference's "[TRT] failed to open engine
+    # cache file for writing …engine", a read-only model folder): the next start builds it again
+    "engine_cache_unsaved": re.compile(
+        r"failed to (?:open|write|save|create|serialize)\b[^\n]{0,40}?"
+        r"\b(?:engine|timing|plan|kernel|compil\w*)[ _]?cache"
+        r"|(?:could not|cannot|can't|unable to) (?:save|write|serialize|store)\b[^\n]{0,30}?"
+        r"\b(?:engine|plan file|timing cache|compil\w* cache)", re.I),
     "cuda_graphs_off": re.compile(r"enforce[_-]eager\s*[=:]?\s*True|--enforce-eager|CUDA graphs? (?:is |are )?"
                                   r"disabled|disable[_-]cuda[_-]graph\s*[=:]?\s*True|cuda graph.{0,20}not "
                                   r"(?:used|launched|enabled)", re.I),
@@ -1181,6 +1192,8 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
                     and not _COPY_AFTER.match(clause, m.end()):
                 continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
+            if name == "preprocess" and _TOKENIZER_FILE.match(clause, m.end()):
+                continue  # the tokenizer's configuration or files (a setting it lacks), not tokenising work
             if name in _HOST_WAIT_VETOES and _HOST_SPINS.search(clause) and _ON_THE_DEVICE.search(clause):
                 continue  # a core held by spinning on the GPU's completion is the host waiting: not its overhead
             if name == "held_elsewhere" and _COMPARED_BEFORE.search(clause, max(0, m.start() - 30), m.start()) \
@@ -1195,6 +1208,10 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
 # GPU is busy", "Auto resolves to spin-waiting" beside CUDA contexts, ninfer#301): the GPU sets the pace; no launch
 # overhead, no threads contending (the core or thread it names is the spinning one), in a clause that names both a
 # spin and the device
+# a tokenizer's configuration, files or template named right after it ("when tokenizer config omits model_max_length",
+# "tokenizer.json", "the tokenizer's chat template"): a setting, not the work of tokenising
+_TOKENIZER_FILE = re.compile(r"(?<=[Tt]okenizer)(?:'s)?[ \t_.]*(?:config\w*|configuration|json|files?|templates?"
+                             r"|chat[ _]template|vocab\w*|model_max_length)\b", re.IGNORECASE)
 _HOST_SPINS = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b",
                          re.IGNORECASE)
 _ON_THE_DEVICE = re.compile(r"synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b|\bkernels?\b",

@@ -103,9 +103,13 @@ _STAGE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"post[- _]?process|detokeni[sz]|\bnms\b|serialize response|postproc", re.I), "postprocess"),
     (re.compile(r"pre[- _]?process|tokeni[sz]|image decode|decode image|jpeg decode|\bresize|normali[sz]|preproc"
                 r"|\bparse\b|deserializ"
+                # audio features computed from the samples before the model (filter banks, spectrograms, MFCCs)
+                r"|\bfbank|\bfilter ?bank|spectrogram|\bmfccs?\b"
                 # NVIDIA DALI, the data-loading library (decode, resize, augment): a stage or model named after it
                 r"|(?<![a-z])dali(?![a-z])", re.I), "preprocess"),
-    (re.compile(r"\bdecode\b|decoding|generation|token generation|\bgenerate\b", re.I), "decode"),
+    # (an embedding's generation is the encoder's forward: "Embeddings generation ..... done [6.08s]")
+    (re.compile(r"\bdecode\b|decoding|(?<!embedding )(?<!embeddings )generation|token generation|\bgenerate\b",
+                re.I), "decode"),
     (re.compile(r"network|\brpc\b|transport|\bhttp\b|round[- ]trip", re.I), "network"),
     (re.compile(r"inference|forward|\bmodel\b|compute|execute|\binfer\b|\bkernel", re.I), "compute"),
 )
@@ -314,6 +318,18 @@ _LABELLED = re.compile(
     rf"(?: time| cost)?\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})(?![\w/])",
     re.IGNORECASE,
 )
+# ... or with dot leaders to its time, as a tree or a list (senko's diarization: "├── Fbank feature extraction .....
+# done [36.74s]", then "Total diarization time: 51.89s"); the total closes it as a bracketed breakdown's does
+_LEADER = re.compile(
+    r"^[\s│├└─|`*•-]*(?P<label>[A-Za-z][A-Za-z0-9 _/()-]{0,40}?)\s*\.{3,}\s*(?:(?:done|ok|finished|took)\s*)?"
+    rf"[\[(]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*[\])]?\s*$",
+    re.IGNORECASE,
+)
+_LEADER_TOTAL = re.compile(
+    r"^[\s│├└─|`*•-]*(?P<label>(?:[A-Za-z][\w-]*\s+){0,3}?total(?:\s+[A-Za-z][\w-]*){0,3}?)\s*(?:[:=]|\.{3,})\s*"
+    rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
+    re.IGNORECASE,
+)
 # a log record's level or tag in brackets, not a stage ("[INFO] time: 3 ms")
 _NOT_STAGE = re.compile(r"(?:info|warn(?:ing)?|error|debug|trace|fatal|notice|[iwedv]|main|log)", re.IGNORECASE)
 MAX_BLOCK = 32  # stage lines held before a total
@@ -429,6 +445,8 @@ class TimingParser:
                                         or "bs" in low or "tokens" in low) else []
         if head == "[" and self._labelled(line):
             return
+        if ("..." in line or (self._block and "total" in low)) and self._leader(line):
+            return
         if (line.count("|") >= 2 and self._piped(line)) or (line.count(",") >= 2 and self._piped(line, ",")):
             return
         if "data" in low and "time" in low and self._data_wait(line):
@@ -531,7 +549,22 @@ class TimingParser:
         label = " ".join(m.group("label").split())
         if _NOT_STAGE.fullmatch(label):
             return False
-        ms = to_ms(float(m.group("v")), m.group("u"))
+        return self._block_line(label, to_ms(float(m.group("v")), m.group("u")), line)
+
+    def _leader(self, line: str) -> bool:
+        """A stage of a breakdown printed with dot leaders (``├── Fbank feature extraction ..... done [36.74s]``),
+        or, while such stages are open, the ``Total …: 51.89s`` line that closes them."""
+        m = _LEADER.match(line)
+        if m is None and self._block:
+            m = _LEADER_TOTAL.match(line)
+        if m is None:
+            return False
+        label = " ".join(m.group("label").split())
+        return self._block_line(label, to_ms(float(m.group("v")), m.group("u")), line)
+
+    def _block_line(self, label: str, ms: float, line: str) -> bool:
+        """One line of a breakdown printed a stage a line: a stage is held; the total closes the block where the
+        stages held add up to it."""
         if not _TOTAL_LABEL.search(label):
             self._block.append((normalize_stage(label), ms, line))
             if len(self._block) > MAX_BLOCK:

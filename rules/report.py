@@ -550,11 +550,14 @@ class ColdStartReported(ReportRule):
     least ``min_factor`` × slower than later ones, from two times in one sentence or a stated factor
     (impact 1 − later/first, at least ``first_slow``); recompiles or shape changes named with
     compiling (``stated``); a compile/build/warm-up time of at least ``min_compile_ms`` (``stated``);
+    an engine's message that what it built could not be written to its cache ("[TRT] failed to open engine cache
+    file for writing …": every start builds it again; ``first_slow``);
     build or warm-up messages with first-request statements (``weak``).
 
     Evidence: any of report.recompile_limit_messages, report.first_ms + report.steady_ms,
     report.first_factor, report.recompile_statements, report.compile_ms_max,
-    report.engine_build_messages, report.compile_statements + report.first_statements.
+    report.engine_build_messages, report.compile_statements + report.first_statements,
+    report.engine_cache_unsaved_messages.
 
     Fix: warm up before taking traffic with every shape served, mark dimensions dynamic or pad to
     buckets, raise the recompile limit knowingly, cache compiled artefacts.
@@ -573,7 +576,8 @@ class ColdStartReported(ReportRule):
     requires = ()
     requires_any = (("report.recompile_limit_messages",), ("report.first_ms", "report.steady_ms"),
                     ("report.first_factor",), ("report.recompile_statements",), ("report.compile_ms_max",),
-                    ("report.engine_build_messages",), ("report.compile_statements", "report.first_statements"))
+                    ("report.engine_build_messages",), ("report.compile_statements", "report.first_statements"),
+                    ("report.engine_cache_unsaved_messages",))
     optional = ("report.compile_statements", "report.first_statements", "report.download_statements")
     title_concepts = ("compile", "recompile", "first")
     headline = "Time goes into compiling, building or warming up"
@@ -581,7 +585,7 @@ class ColdStartReported(ReportRule):
     measured_by = ("compile.", "cpu.compile_share")  # a compile log or a live profile
 
     COMPILING = ("report.recompile_limit_messages", "report.recompile_statements", "report.compile_ms_max",
-                 "report.engine_build_messages", "report.compile_statements")
+                 "report.engine_build_messages", "report.compile_statements", "report.engine_cache_unsaved_messages")
 
     def check(self, ev: EvidenceSet, t: object) -> Finding | None:
         if (_n(ev, "report.download_statements") and not any(_n(ev, k) for k in self.COMPILING)
@@ -624,6 +628,9 @@ class ColdStartReported(ReportRule):
         ms = ev.value("report.compile_ms_max")
         if ms is not None and ms >= t.min_compile_ms:
             out.append(Signal(t.stated, f"states {fmt_ms(ms)} spent compiling, building or warming up"))
+        if _n(ev, "report.engine_cache_unsaved_messages"):
+            out.append(Signal(t.first_slow, "shows the engine it built could not be saved to its cache: every start "
+                              f"builds it again{_q(ev, 'report.engine_cache_unsaved_messages')}"))
         if _n(ev, "report.engine_build_messages") and (_n(ev, "report.first_statements")
                                                        or _n(ev, "report.slow_statements")):
             out.append(Signal(t.weak, f"shows engine builds / warm-up{_q(ev, 'report.engine_build_messages')}"))

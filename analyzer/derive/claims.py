@@ -150,6 +150,8 @@ class ReportSource:
               "msg:recompile_limit")
         count("report.engine_build_messages", msg["engine_build"], "engine build / graph capture / warm-up messages",
               "msg:engine_build")
+        count("report.engine_cache_unsaved_messages", msg["engine_cache_unsaved"],
+              "messages that the engine built could not be saved to its cache", "msg:engine_cache_unsaved")
         top("report.compile_ms_max", _values(c, "compile", "time") + _values(c, "recompile", "time"), "ms",
             "compile / build / warm-up time the text states", "compile", "recompile")
         count("report.first_statements", con["first"], "statements about the first requests (cold start)", "first")

@@ -1268,3 +1268,35 @@ def test_a_core_spinning_on_the_gpus_completion_is_the_host_waiting() -> None:
                                      "spin-waiting")
     assert "contention" in names("the OpenMP threads spin-wait on each other")
     assert "launch" in names("one CPU core at 100% launching small kernels")
+
+
+def test_the_os_and_cpp_runtimes_words_for_memory_run_out_are_an_oom() -> None:
+    """PsycherosAI/Psycheros#47: "the host reached its Windows commit limit, causing `bad allocation`" (std::bad_alloc
+    on MSVC) and "exhaust system commit" are the host's memory running out; its title's "tokenizer config" is a
+    setting the tokenizer lacks, not tokenising work."""
+    from diagnose.collectors.claims import _concepts_in
+
+    for clause in ("the host reached its Windows commit limit, causing `bad allocation`",
+                   "terminate called after throwing an instance of 'std::bad_alloc'",
+                   "can then cause an extreme ONNX/native allocation and exhaust system commit",
+                   "OSError: [Errno 12] Cannot allocate memory"):
+        assert "oom" in {n for _, _, n in _concepts_in(clause)}, clause
+    for clause in ("Bound local embedding inputs when tokenizer config omits model_max_length",
+                   "the tokenizer.json has no chat template", "the tokenizer's chat template adds a BOS"):
+        assert "preprocess" not in {n for _, _, n in _concepts_in(clause)}, clause
+    assert "preprocess" in {n for _, _, n in _concepts_in("the tokenizer takes 80 % of the request time")}
+
+
+def test_an_engine_that_cannot_save_what_it_built_builds_it_at_every_start() -> None:
+    """dusty-nv/jetson-inference#1644: TensorRT's engine could not be written to the read-only model folder, so each
+    start profiled and built it again: CMP004 names it from the machine's line alone."""
+    text = ("ssd-mobilenetv2 takes some time.\n"
+            "Every time I run detectnet it takes forever to start running\n"
+            "[TRT]    network profiling complete, saving engine cache to /usr/local/bin/networks/SSD-Mobilenet-v2/"
+            "ssd_mobilenet_v2_coco.uff.1.1.8201.GPU.FP16.engine\n\n"
+            "[TRT]    failed to open engine cache file for writing /usr/local/bin/networks/SSD-Mobilenet-v2/"
+            "ssd_mobilenet_v2_coco.uff.1.1.8201.GPU.FP16.engine\n")
+    assert _report(text).get("report.engine_cache_unsaved_messages") == 1
+    v = _diagnose(text)
+    assert v.primary is not None and v.primary.value == "recompilation" and v.findings[0].code == "CMP004", v
+    assert "report.engine_cache_unsaved_messages" not in _report(text.replace("failed to open", "opened"))

