@@ -365,6 +365,11 @@ _SPAN_WORDS = ("queue", "preprocess", "pre-process", "tokeni", "h2d", "prefill",
 _TIMING_WORDS = ("cost", "took", "time", "elapsed", "latency", "duration")
 _PROSE_WORDS = ("ttft", "first token", "context", "prompt", "input")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+# an aligned table with no rules (``TimingParser._aligned_line``): cells apart by two spaces or a tab; a label is a
+# few short words, no number alone; a row's cell a number with its unit or percent
+_ALIGNED_SPLIT = re.compile(r"\s{2,}|\t")
+_ALIGNED_LABEL = re.compile(r"(?=[^\d]*[A-Za-z])[A-Za-z#(][\w()/%#.:-]*(?: [\w()/%#.:-]+){0,2}")
+_ALIGNED_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*\s?(?:%|[A-Za-zµ/]{1,8})?")
 _TABLE_BORDER = re.compile(r"^\s*[|+][-=:+| ]+[|+]\s*$")
 _USAGE_FIELDS = re.compile(
     r"['\"`]?(?P<k>cache_read_(?:input_)?tokens|cache_(?:write|creation)_(?:input_)?tokens|cached_tokens|"
@@ -415,6 +420,8 @@ class TimingParser:
         self._pending_shapes: list[tuple[int, ...]] = []
         self._context: deque[str] = deque(maxlen=CONTEXT_LINES)
         self._table: Table | None = None
+        self._aligned_head: list[str] | None = None  # an aligned table's labels, while its rows may follow
+        self._aligned_rows: list[list[str]] = []
         self._n = 0
         self.lines = 0
 
@@ -424,6 +431,7 @@ class TimingParser:
         self._n += 1
         stripped = line.strip()
         head = stripped[:1]
+        self._aligned_line(stripped)
         if head in ("|", "+"):
             if _TABLE_ROW.match(line) or (self._table is not None and _TABLE_BORDER.match(line)):
                 self._table_line(stripped)
@@ -785,6 +793,29 @@ class TimingParser:
         elif len(self._table.rows) < 200:
             self._table.rows.append(cells)
 
+    def _aligned_line(self, stripped: str) -> None:
+        """A table a program or a person printed in aligned columns with no rules: a header of short labels, then
+        rows of numbers alone, as many as the labels (a sweep: "prompt_tok   ttft_s   tok/s" over "284  1.170
+        242.7"). Only observed: the lines go on to every other reading."""
+        cells = [c for c in _ALIGNED_SPLIT.split(stripped) if c]
+        if len(cells) == 1 and self._aligned_head is None:
+            cells = stripped.split()  # a header spaced by one: its labels are single words then
+        if self._aligned_head is not None:
+            for row in (cells, stripped.split()):  # apart by two spaces, or by one between numbers
+                if len(row) == len(self._aligned_head) and all(_ALIGNED_NUMBER.fullmatch(c) for c in row):
+                    self._aligned_rows.append(row)
+                    return
+            self._close_aligned()
+        if 2 <= len(cells) <= 12 and all(_ALIGNED_LABEL.fullmatch(c) for c in cells) \
+                and not all(" " in c for c in cells):
+            self._aligned_head, self._aligned_rows = cells, []
+
+    def _close_aligned(self) -> None:
+        head, rows = self._aligned_head, self._aligned_rows
+        self._aligned_head, self._aligned_rows = None, []
+        if head is not None and len(rows) >= 2 and len(self.tables) < MAX_TABLES:
+            self.tables.append(Table(head, rows[:200], list(self._context)[:-1 - len(rows)], self._n))
+
     def _end_table(self) -> None:
         t = self._table
         if t is None:
@@ -805,6 +836,7 @@ class TimingParser:
 
     def records(self) -> TimingRecords:
         self._end_table()
+        self._close_aligned()
         block, self._block = self._block, []
         for _, _, held in block:  # stage lines no total closed: timed calls
             self._replay(held)

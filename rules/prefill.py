@@ -69,7 +69,10 @@ class PrefillBoundTtft(Rule):
     How it decides: (1) the prefill share, ``stage.prefill.share`` or ``stage.prefill_ms`` over ``latency.ttft_ms``,
     is at least ``min_share`` while TTFT (when known) is at least ``min_ttft_ms``; or (2) a load-condition table
     shows the wait (queue or TTFT) at least ``min_prompt_ratio`` × longer for long prompts than for short ones while
-    concurrency alone moves it less than ``max_concurrency_ratio`` ×; or (3) prompts average at least
+    concurrency alone moves it less than ``max_concurrency_ratio`` ×; or (2b) a prompt-length sweep (TTFT against
+    prompt tokens, one request at a time, no concurrency column) whose fitted line explains at least ``sweep_r2`` of
+    its points and whose slope is at least ``sweep_share`` of the longest prompt's TTFT, itself at least
+    ``slow_ttft_ms``: the prefill's work is the TTFT (impact the slope's share); or (3) prompts average at least
     ``min_prompt_tokens`` and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
     (``serving.waiting_max`` under ``max_waiting``, and no benchmark load that queues requests: every request sent
     at once, more offered than served, or several in flight at a time: ``bench_queue``). Then the prefill is judged
@@ -82,7 +85,8 @@ class PrefillBoundTtft(Rule):
 
     Evidence: one of stage.prefill.share, stage.prefill_ms.* with latency.ttft_ms.*,
     scaling.<queue|ttft|prefill|e2e>_ms.prompt_length_ratio, tokens.input_mean with
-    latency.ttft_ms.*; optionally serving.prefix_cache_hit_ratio, scaling.*.concurrency_ratio,
+    latency.ttft_ms.*, scaling.ttft_prompt_share with scaling.ttft_prompt_r2 and scaling.ttft_prompt_longest_ms;
+    optionally serving.prefix_cache_hit_ratio, scaling.*.concurrency_ratio,
     serving.waiting_max, model.params, gpu.name, mem.tensor_parallel, serving.engine_version,
     serving.vllm_v1.
 
@@ -108,13 +112,15 @@ class PrefillBoundTtft(Rule):
         *((f"scaling.{m}_ms.prompt_length_ratio",) for m in _METRICS),
         ("tokens.input_mean", "latency.ttft_ms.mean"),
         ("tokens.input_mean", "latency.ttft_ms.p50"),
+        ("scaling.ttft_prompt_share", "scaling.ttft_prompt_r2", "scaling.ttft_prompt_longest_ms"),
     )
     optional = (
         "stage.prefill.share", "stage.prefill_ms.p50", "stage.prefill_ms.mean", "latency.ttft_ms.p50",
         "latency.ttft_ms.mean", "latency.e2e_ms.p50", "latency.e2e_ms.mean", "tokens.input_mean",
         "serving.prefix_cache_hit_ratio", "serving.waiting_max", "model.params", "gpu.name", "mem.tensor_parallel",
         "serving.engine_version", "serving.vllm_v1", "bench.burst", "bench.offered_rps", "bench.concurrency",
-        "throughput.rps", "requests.count",
+        "throughput.rps", "requests.count", "scaling.ttft_prompt_share", "scaling.ttft_prompt_r2",
+        "scaling.ttft_prompt_longest_ms", "scaling.ttft_prompt_longest_tokens", "scaling.prefill_rate_tps",
         *(f"scaling.{m}_ms.{k}" for m in _METRICS for k in ("prompt_length_ratio", "concurrency_ratio",
                                                               "long_prompt_p50", "short_prompt_max")),
     )
@@ -128,6 +134,8 @@ class PrefillBoundTtft(Rule):
         min_prompt_tokens: float = 1000.0  # shorter prompts are not what makes a TTFT of seconds
         slow_ttft_ms: float = 2000.0  # a TTFT above 2 s is what users report
         explains: float = 0.5  # the device's prefill time is at least half the TTFT: prefill compute explains it
+        sweep_share: float = 0.8  # a prompt sweep's slope is 80 % of its longest TTFT: the prefill, not a fixed cost
+        sweep_r2: float = 0.9  # ... and a line fits its points: TTFT proportional to the prompt, not noise
         max_waiting: float = 1.0  # requests waiting in the engine's queue point to queueing instead
         low_cache_hit: float = 0.5  # under half of prompt tokens from the prefix cache: caching would help
 
@@ -169,9 +177,13 @@ class PrefillBoundTtft(Rule):
                 confidence = Confidence.HEURISTIC
         else:
             scaled = self._scaling(ev, t)
+            swept = self._prompt_sweep(ev, t) if scaled is None else None
             if scaled is not None:
                 impact, text = scaled
                 confidence = Confidence.CORRELATED
+                parts.append(text)
+            elif swept is not None:
+                impact, text = swept
                 parts.append(text)
             else:
                 judged = self._long_prompt(ev, t, ttft)
@@ -262,6 +274,24 @@ class PrefillBoundTtft(Rule):
                 f"{head} with no request queue in evidence: the prefill of long prompts is the likely time to first "
                 "token. Neither the model's size nor the GPU is in the evidence, so whether that rate is slow for "
                 "them cannot be judged.")
+
+    @staticmethod
+    def _prompt_sweep(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds) -> tuple[float, str] | None:
+        """A table of TTFT against prompt length, one request at a time: the TTFT grows in proportion to the prompt
+        (a line through its points explains ``sweep_r2`` of them, and its slope is ``sweep_share`` of the longest
+        prompt's TTFT) and that TTFT is at least ``slow_ttft_ms``: the prefill's work is the TTFT."""
+        share, r2 = ev.value("scaling.ttft_prompt_share"), ev.value("scaling.ttft_prompt_r2")
+        longest, tokens = ev.value("scaling.ttft_prompt_longest_ms"), ev.value("scaling.ttft_prompt_longest_tokens")
+        if share is None or r2 is None or longest is None or tokens is None:
+            return None
+        if share < t.sweep_share or r2 < t.sweep_r2 or longest < t.slow_ttft_ms:
+            return None
+        rate = ev.value("scaling.prefill_rate_tps")
+        text = (f"Time to first token grows in proportion to the prompt: {pct(share)} of the longest prompt's "
+                f"{_ms(longest)} ({tokens:,.0f} tokens) is the prompt's own share of a line through the sweep "
+                f"(R² {r2:.2f})" + (f", about {rate:,.0f} prompt tokens a second" if rate else "")
+                + ": the prefill's work is the time to first token, not a queue or a fixed overhead.")
+        return min(0.9, share), text
 
     @staticmethod
     def _scaling(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds) -> tuple[float, str] | None:

@@ -12,6 +12,9 @@ Keys beyond the shared convention:
 * ``scaling.<metric>_ms.prompt_length_ratio`` / ``.concurrency_ratio`` (and ``.long_prompt_p50``,
   ``.long_prompt_max``, ``.short_prompt_max``): how a latency metric moves with prompt length and
   with concurrency across the rows of a load-condition table;
+* ``scaling.ttft_prompt_share`` (the part of the longest prompt's TTFT that grows with the prompt), ``.ttft_prompt_r2``,
+  ``.ttft_prompt_longest_ms``, ``.ttft_prompt_longest_tokens`` and ``scaling.prefill_rate_tps``: a table of TTFT
+  against prompt length, one request at a time, fitted as a line;
 * ``latency.call_ms.*``: per-call timings with no shape; ``compare.speedup_ratio``: a variant
   table's slow/fast ratio.
 """
@@ -28,6 +31,7 @@ from diagnose.derive.emit import FirstWins
 from diagnose.derive.timing_tables import (
     ConditionTable,
     PowerSweep,
+    PromptSweep,
     StageTable,
     VariantTable,
     analyze_table,
@@ -125,7 +129,7 @@ class TimingSource:
     def __init__(self) -> None:
         self._p = TimingParser()
         self._rec: TimingRecords | None = None
-        self._tables: list[StageTable | VariantTable | ConditionTable | PowerSweep] | None = None
+        self._tables: list[StageTable | VariantTable | ConditionTable | PowerSweep | PromptSweep] | None = None
 
     def feed(self, line: str) -> None:
         self._p.feed(line)
@@ -135,7 +139,7 @@ class TimingSource:
             self._rec = self._p.records()
         return self._rec
 
-    def _analyzed(self) -> list[StageTable | VariantTable | ConditionTable | PowerSweep]:
+    def _analyzed(self) -> list[StageTable | VariantTable | ConditionTable | PowerSweep | PromptSweep]:
         if self._tables is None:
             self._tables = [a for t in self._records().tables if (a := analyze_table(t)) is not None]
         return self._tables
@@ -180,6 +184,17 @@ class TimingSource:
                           f"'{t.measure}'")
                 out.add("scaling.power_cap_range", t.high_w / t.low_w, "ratio", detail)
                 out.add("scaling.power_cap_speedup", t.speedup, "ratio", detail)
+            elif isinstance(t, PromptSweep):
+                detail = (f"a table's prompt-length sweep: {t.rows} prompts of {t.shortest_tokens:g} to "
+                          f"{t.longest_tokens:g} tokens, '{t.measure}' fitted as {t.intercept_ms:.0f} ms + "
+                          f"{t.slope_ms_per_token:.3g} ms a token (R² {t.r2:.2f})")
+                out.add("scaling.ttft_prompt_share", round(t.prompt_share, 4), "ratio", detail)
+                out.add("scaling.ttft_prompt_r2", round(t.r2, 4), "ratio", detail)
+                out.add("scaling.ttft_prompt_longest_ms", t.longest_ttft_ms, "ms", detail)
+                out.add("scaling.ttft_prompt_longest_tokens", t.longest_tokens, "tokens", detail)
+                if t.slope_ms_per_token > 0:
+                    out.add("scaling.prefill_rate_tps", 1000.0 / t.slope_ms_per_token, "tokens/s",
+                            f"{detail}: the added prompt's tokens per second")
             else:
                 self._condition_table(t, out)
         self._usage(r, out)

@@ -266,8 +266,9 @@ def _prompt_class(text: str) -> tuple[str | None, float | None]:
 
 
 def _cell_ms(cell: CellValue, header: str) -> float:
-    unit = cell.unit if cell.unit not in ("", "%") else ("s" if re.search(r"\(s\)|seconds|\bsec\b", header, re.I)
-                                                          else "ms")
+    # (a header's unit in brackets, in words, or as its suffix: "ttft_s", "TTFT s")
+    seconds = re.search(r"\(s\)|seconds|\bsec\b|[_\s]s$", header, re.I)
+    unit = cell.unit if cell.unit not in ("", "%") else ("s" if seconds else "ms")
     return to_ms(cell.value, unit, "ms")
 
 
@@ -322,7 +323,67 @@ def power_sweep(header: list[str], rows: list[list[str]], raw_first: str = "") -
     return None
 
 
-def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | PowerSweep | None:
+@dataclass(frozen=True)
+class PromptSweep:
+    """A table of one request at a time run with prompts of several lengths: the time to first token against the
+    prompt's tokens, fitted as ``ttft = intercept + slope × tokens`` (least squares)."""
+
+    rows: int
+    shortest_tokens: float
+    longest_tokens: float
+    longest_ttft_ms: float
+    slope_ms_per_token: float
+    intercept_ms: float
+    r2: float
+    measure: str  # the TTFT column's header
+
+    @property
+    def prompt_share(self) -> float:
+        """The part of the longest prompt's TTFT that grows with the prompt (the slope's), 0 to 1."""
+        if self.longest_ttft_ms <= 0:
+            return 0.0
+        return max(0.0, min(1.0, self.slope_ms_per_token * self.longest_tokens / self.longest_ttft_ms))
+
+
+# the prompt's length in tokens: "prompt_tok", "Input tokens", "ISL", "context length", "prompt len"
+_PROMPT_HEADER = re.compile(r"^(?:prompt|input|context|ctx|isl)(?![a-z])[\s_-]*(?:tok\w*|len\w*|size|\(tok\w*\))?$"
+                            r"|^(?:#\s*)?(?:prompt|input) tokens?$|^isl$", re.I)
+_TTFT_HEADER = re.compile(r"(?<![a-z])ttft(?![a-z])|first[\s_-]*token|time[\s_-]*to[\s_-]*first"
+                          r"|\bprefill[\s_-]*(?:time|ms|s)\b", re.I)
+MIN_SWEEP_ROWS = 3  # three prompt lengths at least: two points always fit a line
+MIN_SWEEP_SPAN = 4.0  # the longest prompt at least four times the shortest: a sweep, not noise around one length
+
+
+def prompt_sweep(header: list[str], rows: list[list[str]]) -> PromptSweep | None:
+    """The table's prompt-length sweep (``PromptSweep``): a column of prompt tokens and one of TTFT, at
+    ``MIN_SWEEP_ROWS`` lengths or more spanning ``MIN_SWEEP_SPAN`` ×, and no column of concurrency (a load sweep
+    mixes the queue into the TTFT); None otherwise."""
+    tok = next((i for i, h in enumerate(header) if _PROMPT_HEADER.search(h.strip())), None)
+    ttft = next((i for i, h in enumerate(header) if i != tok and _TTFT_HEADER.search(h)), None)
+    if tok is None or ttft is None or any(_LOAD_HEADER.search(h) for h in header):
+        return None
+    points: list[tuple[float, float]] = []
+    for r in rows:
+        n, v = parse_cell(r[tok]), parse_cell(r[ttft])
+        if n is None or v is None or n.unit or n.value <= 0 or v.value < 0:
+            continue
+        points.append((n.value, _cell_ms(v, header[ttft])))
+    if len({x for x, _ in points}) < MIN_SWEEP_ROWS:
+        return None
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    if max(xs) < MIN_SWEEP_SPAN * min(xs):
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    intercept = my - slope * mx
+    r2 = (slope * slope * sxx / syy) if syy > 0 else 0.0
+    longest = max(points)
+    return PromptSweep(len(points), min(xs), longest[0], longest[1], slope, intercept, r2, header[ttft])
+
+
+def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | PowerSweep | PromptSweep | None:
     """What one table says about timing, or None when it is not a timing table."""
     header = [clean_label(h) for h in t.header]
     if len(header) < 2 or not t.rows:
@@ -333,6 +394,9 @@ def analyze_table(t: Table) -> StageTable | VariantTable | ConditionTable | Powe
     swept = power_sweep(header, rows, t.header[0])
     if swept is not None:
         return swept
+    prompts = prompt_sweep(header, rows)
+    if prompts is not None:
+        return prompts
     if _STAGE_HEADERS.match(first):
         return _stage_table(header, rows, labels)
     fps_cols = [i for i, h in enumerate(header) if i and _FPS_HEADER.search(h)]

@@ -527,3 +527,48 @@ def test_a_breakdown_printed_with_dot_leaders_is_read_as_stages() -> None:
     for line in ["├── Load ..... done [1.0s]", "├── Run ..... done [2.0s]", "Total time: 30.0s"]:
         p.feed(line)
     assert p.records().spans == {}
+
+
+# Avarok-Cybersecurity/atlas#969 (sweep BM): cold unique prompts, max_tokens=1, one at a time, as pasted
+PROMPT_SWEEP = """```
+prompt_tok   ttft_s     tok/s
+       284    1.170     242.7
+       543    1.735     312.9
+      1054    2.996     351.8
+      2076    5.574     372.4
+      4127   10.872     379.6
+      8222   21.745     378.1
+```"""
+
+
+def test_an_aligned_table_of_ttft_against_prompt_length_is_a_prompt_sweep() -> None:
+    """A table printed in aligned columns with no rules is read (its header's labels, then rows of numbers alone);
+    TTFT against the prompt's tokens is fitted as a line: here 98 % of the longest prompt's 21.7 s grows with the
+    prompt, about 385 prompt tokens a second. A table with a concurrency column mixes the queue in: no sweep."""
+    from diagnose.derive.timing_tables import PromptSweep, prompt_sweep
+
+    p = TimingParser()
+    for line in clean_lines(PROMPT_SWEEP.splitlines()):
+        p.feed(line)
+    (t,) = p.records().tables
+    assert t.header == ["prompt_tok", "ttft_s", "tok/s"] and len(t.rows) == 6
+    got = analyze_table(t)
+    assert isinstance(got, PromptSweep)
+    assert got.longest_ttft_ms == 21745.0 and got.r2 > 0.99 and 0.95 < got.prompt_share < 1.0
+    assert abs(1000.0 / got.slope_ms_per_token - 385) < 5
+    # a fixed cost (a queue, a model load) that does not grow with the prompt: a small share
+    flat = prompt_sweep(["prompt_tok", "ttft_s"], [["256", "9.8"], ["1024", "10.1"], ["4096", "10.9"]])
+    assert flat is not None and flat.prompt_share < 0.2
+    assert prompt_sweep(["concurrency", "prompt_tok", "ttft_s"],
+                        [["1", "256", "1"], ["4", "1024", "4"], ["8", "4096", "16"]]) is None
+    # two prompt lengths are no sweep, nor lengths close together
+    assert prompt_sweep(["input tokens", "TTFT (ms)"], [["1000", "200"], ["8000", "1600"]]) is None
+    assert prompt_sweep(["input tokens", "TTFT (ms)"], [["1000", "200"], ["1500", "300"], ["2000", "400"]]) is None
+
+
+def test_prose_and_log_lines_make_no_aligned_table() -> None:
+    p = TimingParser()
+    for line in ["We ran it again today", "and it was slow", "Results below:", "batch  latency", "8  120 ms",
+                 "INFO 05-01 10:00:00 engine started", "  1   2   3"]:
+        p.feed(line)
+    assert p.records().tables == []  # one row under a header is no table; a person's line is no header

@@ -245,3 +245,22 @@ def test_kernels_compiled_while_serving_never_outrank_a_measured_queue() -> None
     cmp5 = next(f for f in findings if f.code == "CMP005")
     assert cmp5.severity is Severity.MAJOR and "5 kernel(s)" in cmp5.message
     assert codes[0].startswith("QUE") and codes.index("CMP005") > 0, codes
+
+
+def test_a_prompt_sweep_whose_ttft_grows_with_the_prompt_is_prefill_bound() -> None:
+    """atlas#969's sweep (tests/unit/test_timing.py): TTF001 names the prefill from the fitted line, measured; the
+    same table with a fixed 9-second cost under it (a queue or a load) is no prefill finding."""
+    from tests.unit.test_timing import PROMPT_SWEEP
+
+    def findings(text: str) -> list[Finding]:
+        res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+        return run_rules(EvidenceSet(res.evidence), rules=RULES)[0]
+
+    (f,) = [x for x in findings(PROMPT_SWEEP) if x.code == "TTF001"]
+    assert f.category is Category.PREFILL_TTFT and f.impact > 0.85
+    assert "grows in proportion to the prompt" in f.message and "385 prompt tokens a second" in f.message
+    fixed = PROMPT_SWEEP
+    for old, new in (("1.170", "10.170"), ("1.735", "10.735"), ("2.996", "11.996"), ("5.574", "14.574"),
+                     ("10.872", "19.872"), ("21.745", "30.745")):
+        fixed = fixed.replace(old, new)
+    assert not [x for x in findings(fixed) if x.code == "TTF001"]
