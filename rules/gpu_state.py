@@ -272,14 +272,18 @@ class LayersLeftOnTheCpu(Rule):
     llama-server's "loading draft model", or one with far fewer layers); of its loads the last (a paste of two runs
     reads in time: the state it ends with).
     Not when an out-of-memory error is in the evidence or the report (a loader that offloads what fits
-    and fails is an OOM for the memory rules), when ollama chose the layers from the memory it found
-    (``layers.requested=-1``: the rest does not fit), nor when the weights are known to be larger than the
-    GPU (then only a part can fit; PLC001 says what that costs). Measured, it also fires for a larger share
+    and fails is an OOM for the memory rules); where ollama chose the layers from the memory it found
+    (``layers.requested=-1``: the rest does not fit) or the weights are known to be larger than the GPU, only as
+    the last paragraph says. Measured, it also fires for a larger share
     offloaded, whatever fits: at least ``min_cpu_share`` of the layers left on the CPU with every GPU measured at
     most ``max_busy`` busy over at least ``min_samples`` readings, or one reading in an active performance state
     (P0-P2; a single P8 reading may be an idle snapshot before any request); the CPU computes its layers many
     times slower, so even a third of them sets the pace and the GPU waits (ollama#3301: 23 of 33 layers offloaded,
     the GPU 15 % busy in P2); impact 1 − the GPU's busy share.
+    Where the model does not fit (ollama sized the offload to the memory it found, or the weights are larger than the
+    GPU) and at least ``unfit_cpu_share`` of the layers stayed on the CPU with some on the GPU, it fires too: the CPU
+    computes those layers at every token and sets the pace (ollama#8850: 42 of 65 layers, 9 GiB of weights in
+    7.6 GiB free); impact 1 − N/M, at least ``min_impact``; the fix is to make it fit.
 
     Evidence: llamacpp.gpu_layers, llamacpp.layers_total, llamacpp.gpu_backend; optionally
     llamacpp.offload_auto_sized, mem.weights_estimate_bytes, gpu.spec_memory_bytes, mem.oom_count,
@@ -307,6 +311,8 @@ class LayersLeftOnTheCpu(Rule):
         max_busy: float = 0.5  # a GPU busy half the time or less while layers sit on the CPU waits for them
         min_samples: float = 2.0  # one reading may be an idle snapshot taken before any request
         min_cpu_share: float = 0.1  # a tenth of the layers or more on the CPU (the output layer alone costs little)
+        unfit_cpu_share: float = 0.25  # a model that does not fit, a quarter of its layers on the CPU: the CPU reads
+        # its weights ~10× slower than the GPU, so that quarter takes most of every token
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
@@ -327,7 +333,10 @@ class LayersLeftOnTheCpu(Rule):
         w = float(weights) if isinstance(weights, int | float) else 0.0
         cap = float(gpu_mem) if isinstance(gpu_mem, int | float) else 0.0
         larger = bool(w and cap and w > cap)
-        if not waited and (share >= t.max_share or ev.value("llamacpp.offload_auto_sized") or larger):
+        auto = bool(ev.value("llamacpp.offload_auto_sized"))
+        # what does not fit stays on the CPU: a quarter of the layers or more there computes most of every token
+        unfit = (auto or larger) and 1 - share >= t.unfit_cpu_share and on_gpu > 0
+        if not waited and not unfit and (share >= t.max_share or auto or larger):
             return None
         got = ev.get("llamacpp.gpu_backend")
         device = got.value if isinstance(got, Evidence) else "a GPU device"
@@ -340,13 +349,18 @@ class LayersLeftOnTheCpu(Rule):
                   + (": nothing was offloaded (-ngl / n_gpu_layers left at 0)." if on_gpu == 0 else "."))
                + (f" The GPU was {pct(float(busy or 0.0))} busy: it waits for the CPU's layers, which set the pace."
                   if waited else ""))
+        if unfit and not waited:
+            msg += (f" With {pct(1 - share)} of the layers on the CPU, the CPU (reading its weights from system "
+                    "memory, several times slower than the GPU reads its own) takes most of every token and the GPU "
+                    "waits: make the model and its context fit the GPU.")
         return self.finding(
             severity=Severity.CRITICAL,
             confidence=Confidence.MEASURED,
             title=("Most of the model's layers run on the CPU" if share < t.max_share else
                    "The model's layers on the CPU set the pace"),
             message=msg,
-            impact=max(t.min_impact, 1 - share) if share < t.max_share else max(1 - share, 1 - float(busy or 0.0)),
+            impact=(max(t.min_impact, 1 - share) if share < t.max_share else
+                    max(1 - share, 1 - float(busy or 0.0)) if waited else max(t.min_impact, 1 - share)),
             evidence=present(ev, *self.requires, *self.optional),
             why=f"GPU layers |{bar(share)}| {pct(share)}\nCPU layers |{bar(1 - share)}| {pct(1 - share)}",
             fixes=[
