@@ -176,8 +176,11 @@ CONCEPTS: dict[str, str] = {
             r"|(?:takes?|uses?|using|occup\w*|consum\w*|eats?)(?: up)? (?:about |around |~)?[\d.]+ ?[gm](?:i?b)? "
             r"(?:of )?(?:the |my )?(?:gpu|vram|memory|显存)",
     "ttft": r"\bttft\b|time[- ]to[- ]first[- ]token|first[- ]token|首token|首字|首个token|首 token|首包",
-    "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt|prompt process\w*|\bpp\d+\b"
-               r"|process(?:es|ing)? (?:the )?prompt|context processing|预填充",
+    # (a numbered prompt is an item of a run, "Finished processing prompt 0 … seconds elapsed in total for this
+    # prompt": its whole generation, no prefill)
+    "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt(?!s?\s*(?:#|no\.?\s*)?\d)"
+               r"|prompt process\w*|\bpp\d+\b"
+               r"|process(?:es|ing)? (?:the )?prompt(?!s?\s*(?:#|no\.?\s*)?\d)|context processing|预填充",
     # (speculative decoding names a method, not the decode phase)
     "decode": r"(?<!speculative )(?<!spec )\bdecod\w*"
               r"|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"

@@ -1300,3 +1300,17 @@ def test_an_engine_that_cannot_save_what_it_built_builds_it_at_every_start() -> 
     v = _diagnose(text)
     assert v.primary is not None and v.primary.value == "recompilation" and v.findings[0].code == "CMP004", v
     assert "report.engine_cache_unsaved_messages" not in _report(text.replace("failed to open", "opened"))
+
+
+def test_a_numbered_prompt_is_an_item_of_a_run_not_its_prefill() -> None:
+    """transformers#34692: a script's "Finished processing prompt 0 at … - 553.68 seconds elapsed in total for this
+    prompt" times a whole generation; "processing the prompt" and llama.cpp's "prompt processing" stay the prefill."""
+    from diagnose.collectors.claims import _concepts_in
+
+    def names(clause: str) -> set[str]:
+        return {n for _, _, n in _concepts_in(clause)}
+
+    assert "prefill" not in names("Finished processing prompt 0 at 2024-11-11T13:25:36 - 553.680202 seconds elapsed")
+    assert "prefill" not in names("processing prompt #12 took 40 s")
+    assert "prefill" in names("processing the prompt takes 40 s before the first token")
+    assert "prefill" in names("prompt processing is slow: 1186 tokens per second")
