@@ -64,6 +64,8 @@ _LOG = re.compile(
     r"|\[\s*(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\s*\]"
     # TensorRT's logger (trtexec, its samples and demos, TensorRT-LLM): "[05/24/2024-15:02:09] [I] …"
     r"|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s"
+    # the process id between double equals signs of nvprof, cuda-memcheck and valgrind: "==21941== Warning: …"
+    r"|==\d+==\s"
     r"|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\s*\|"
     # Rust's tracing layout once its time is stripped: a level, then a span with its fields or a module path
     # ("INFO generate{total_time=…}: text_generation_router::server: …", "INFO text_generation_launcher: …")

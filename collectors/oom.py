@@ -171,7 +171,12 @@ _HEAD = re.compile(
     # shape[…]"; PyTorch's host allocator: "DefaultCPUAllocator: not enough memory: you tried to allocate N bytes",
     # "[enforce fail at alloc_cpu.cpp:72] . DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes"
     r"|ran out of memory trying to allocate|cuMemAllocAsync failed to allocate|OOM when allocating tensor"
-    r"|DefaultCPUAllocator: (?:not enough memory|can't allocate memory)",
+    r"|DefaultCPUAllocator: (?:not enough memory|can't allocate memory)"
+    # TensorRT's builder and runtime (an ErrorCode::kOUT_OF_MEMORY): "[TRT] [E] 2: [virtualMemoryBuffer.cpp::
+    # resizePhysical::155] Error Code 2: OutOfMemory (no further information)", "Requested amount of GPU memory
+    # (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed."
+    # (its "Device memory is insufficient to use tactic" is a warning: the builder skips the tactic and goes on)
+    r"|Error Code 2: OutOfMemory\b|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
     re.IGNORECASE,
 )
 _F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
@@ -369,6 +374,10 @@ _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
                     re.IGNORECASE | re.ASCII)  # ASCII \b: "显存溢出OOM" (Chinese glued to the word)
+# a cause offered as a possibility, as a tool's warning words it (nvprof's "==21941== Warning: This can happen if device
+# ran out of memory or if a device kernel was stopped due to an assertion."): no OOM that happened
+_MAY_HAPPEN = re.compile(r"\b(?:can|could|may|might) (?:happen|occur|be caused|result) (?:if|when|because|by)\b",
+                         re.IGNORECASE)
 # PyTorch's own hint, printed with every OOM: never evidence of anything by itself
 _HINT = re.compile(r"expandable_segments|max_split_size_mb|See documentation for Memory Management", re.IGNORECASE)
 
@@ -1313,7 +1322,8 @@ class OomParser:
             return
         head = _HEAD.search(line)
         if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate"
-                               r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
+                               r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating|Error Code 2: OutOfMemory"
+                               r"|could not be allocated", line, re.IGNORECASE)
                      or re.search(r"OutOfMemoryError\s*[:(]|ResourceExhaustedError", line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
@@ -1321,7 +1331,7 @@ class OomParser:
             if not _needs_more(line):
                 self._close()
             return
-        if _PROSE.search(line) and not _HINT.search(line):
+        if _PROSE.search(line) and not _HINT.search(line) and not _MAY_HAPPEN.search(line):
             self._prose.append(self._n)
 
     def _field(self, line: str) -> bool:

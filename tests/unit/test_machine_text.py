@@ -56,6 +56,10 @@ LINES: list[tuple[str, LineKind]] = [
     ("[05/24/2024-15:02:09] [I] preprocess time = 7.47456; infer time = 1213.42; postprocess time = 3.12787", K.LOG),
     ("[01/17/2024-22:14:09] [TRT] [W] Tactic Device request: 16512MB Available: 12281MB.", K.LOG),
     # a one-letter tag alone, or a list of fields, may be a person's ("GPU usage: 2%, CPU usage: 100%")
+    # nvprof's, cuda-memcheck's and valgrind's process id between double equals signs (apache/mxnet#14725)
+    ("==21941== Warning: This can happen if device ran out of memory or if a device kernel was stopped due to an "
+     "assertion.", K.LOG),
+    ("== a person's heading ==", K.PROSE),
     ("[I] think the model runs on the CPU", K.PROSE),
     ("GPU usage: 2%, CPU usage: 100%", K.PROSE),
     # a benchmark's printed block: aligned key-value rows and its titled rules; a tqdm progress bar

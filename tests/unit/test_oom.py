@@ -944,3 +944,28 @@ def test_an_oom_with_room_for_the_request_is_not_the_weights() -> None:
     full = text.replace("7.36 GiB", "15.70 GiB").replace("7.19 GiB free", "20.00 MiB free")
     res = loose.analyze_stream("<stdin>", io.BufferedReader(io.BytesIO(full.encode())))  # type: ignore[arg-type]
     assert {"MEM001", "MEM008"} & {f.code for f in run_rules(EvidenceSet(res.evidence), decide=False)[0]}
+
+
+def test_tensorrts_out_of_memory_error_is_an_oom_and_a_possibility_is_none() -> None:
+    """NVIDIA/TensorRT-LLM#1609: the builder's "Error Code 2: OutOfMemory" building a bf16 Llama-3-8B on a 12 GB
+    card is an out-of-memory error (MEM001: the weights do not fit). nvprof's "This can happen if device ran out of
+    memory" offers a cause, it reports none; TensorRT's "Device memory is insufficient to use tactic" is a warning."""
+    text = ("I have an RTX 4070super (12 GB of VRAM, ~9GB free)\n"
+            "trtllm-build --checkpoint_dir ./tllm_checkpoint_1gpu_bf16 --output_dir ./tmp/llama/8B/trt_engines/bf16/"
+            "1-gpu --gpt_attention_plugin bfloat16 --gemm_plugin bfloat16\n"
+            "I'm trying to build llama3:8b-instruct\n"
+            "[05/15/2024-14:03:05] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::155] Error Code 2: "
+            "OutOfMemory (no further information)\n")
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    ev = EvidenceSet(res.evidence)
+    assert ev.value("mem.oom_count") == 1
+    assert "MEM001" in {f.code for f in run_rules(ev, rules=RULES)[0]}
+    for line in ("[E] 2: Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be "
+                 "enough free memory for allocation to succeed.",):
+        got = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode()))).evidence)  # type: ignore[arg-type]
+        assert got.value("mem.oom_count") == 1, line
+    for line in ("==21941== Warning: This can happen if device ran out of memory or if a device kernel was stopped",
+                 "[01/17/2024-22:14:09] [TRT] [W] Tactic Device request: 16512MB Available: 12281MB. Device memory "
+                 "is insufficient to use tactic."):
+        got = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode()))).evidence)  # type: ignore[arg-type]
+        assert "mem.oom_count" not in got and "report.oom_statements" not in got, line
