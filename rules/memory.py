@@ -1334,6 +1334,83 @@ class AllocatorChurn(Rule):
         )
 
 
+class ReservedGrowsAllocatedFlat(Rule):
+    """The allocator's reserve grows over the run while the tensors it holds do not.
+
+    What it detects: readings the program printed over its run (``allocated=16 MiB reserved=12564 MiB``, a line each;
+    ``diagnose.collectors.memtrace``) where reserved memory rose by at least ``min_growth`` and ``min_multiple`` ×
+    its first reading, while allocated memory rose by at most ``max_allocated_share`` of that: each new block
+    size (a benchmark's next shape, a request's new length) took a fresh segment and the cached ones could not
+    serve it.
+
+    Why it matters: the reserve is this process' memory on the device; grown past what the tensors need, it runs
+    the device out (triton-lang/triton#11661: 16 MiB allocated, 12.3 GiB reserved, 0 free on a 6 GiB card, then
+    an OOM the largest shape alone never hit).
+
+    How it decides: the growths above over at least three readings; impact ``impact_oom`` with an out-of-memory
+    error in the evidence (the reserve is why it failed), else ``impact`` (it will fail, or starve a neighbour).
+
+    Evidence: mem.readings_count, mem.readings_reserved_growth_bytes, mem.readings_allocated_growth_bytes,
+    mem.readings_reserved_first_bytes, mem.readings_reserved_last_bytes; optionally mem.readings_allocated_last_bytes,
+    mem.readings_free_last_bytes, mem.oom_count.
+
+    Fix: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (segments grow in place instead of new ones per size);
+    fewer distinct sizes (pad to buckets); ``torch.cuda.empty_cache()`` between phases that use different sizes (not
+    in the hot loop: MEM012).
+
+    False positives: a program whose readings are of several devices or processes mixed in one paste.
+    """
+
+    code = "MEM015"
+    name = "reserve-grows-allocated-flat"
+    category = Category.OOM_FRAGMENTATION
+    requires = ("mem.readings_count", "mem.readings_reserved_growth_bytes", "mem.readings_allocated_growth_bytes",
+                "mem.readings_reserved_first_bytes", "mem.readings_reserved_last_bytes")
+    optional = ("mem.readings_allocated_last_bytes", "mem.readings_free_last_bytes", "mem.oom_count")
+
+    @dataclass(frozen=True)
+    class Thresholds:
+        min_growth: float = float(GIB)  # a gibibyte of reserve gained: felt on any card
+        min_multiple: float = 3.0  # ... and three times where it started: growth, not the cache warming up
+        max_allocated_share: float = 0.1  # the tensors grew by a tenth of that at most: the reserve, not the work
+        impact: float = 0.6  # growth that has not failed yet: it will, or starves another process
+        impact_oom: float = 0.85  # with an OOM in the evidence: the reserve is why it failed
+
+    def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
+        grew = float(ev.value("mem.readings_reserved_growth_bytes") or 0.0)
+        tensors = float(ev.value("mem.readings_allocated_growth_bytes") or 0.0)
+        first = float(ev.value("mem.readings_reserved_first_bytes") or 0.0)
+        last = float(ev.value("mem.readings_reserved_last_bytes") or 0.0)
+        if grew < t.min_growth or last < t.min_multiple * max(first, 1.0) or tensors > t.max_allocated_share * grew:
+            return None
+        n = ev.value("mem.readings_count") or 0.0
+        allocated = ev.value("mem.readings_allocated_last_bytes")
+        free = ev.value("mem.readings_free_last_bytes")
+        oom = (ev.value("mem.oom_count", 0.0) or 0.0) > 0
+        msg = (f"Over {n:,.0f} readings the program printed, reserved memory grew from {size(first)} to {size(last)} "
+               f"while allocated memory grew by {size(tensors)}"
+               + (f" (last {size(float(allocated))})" if isinstance(allocated, int | float) else "")
+               + (f", {size(float(free))} left free" if isinstance(free, int | float) else "")
+               + ": the allocator took new segments for new block sizes and kept the old ones, which could not serve "
+               "them." + (" That reserve is what the out-of-memory error ran into." if oom else ""))
+        return self.finding(
+            severity=Severity.CRITICAL if oom else Severity.MAJOR,
+            confidence=Confidence.MEASURED,
+            title="The allocator's reserve grows while the tensors do not",
+            message=msg,
+            impact=t.impact_oom if oom else t.impact,
+            evidence=present(ev, *self.requires, *self.optional),
+            why=f"reserved  |{bar(min(1.0, tensors / grew if grew else 0.0))}| tensors' share of the growth",
+            fixes=[
+                Fix("Let segments grow instead of multiplying", (
+                    advice.expandable_segments(),
+                    "Pad inputs to a few bucket sizes so blocks of the same sizes are reused",
+                    "torch.cuda.empty_cache() between phases that use different sizes (never in the hot loop)",
+                ), Risk.SAFE),
+            ],
+        )
+
+
 class HostOomKill(Rule):
     """The kernel's OOM killer killed the service: host memory (a container's limit, or the host's) ran out.
 
@@ -1536,5 +1613,6 @@ class MetalWorkingSetExceeded(Rule):
 
 
 RULES: tuple[type[Rule], ...] = (OomWeights, OomRuntimePeak, OomFragmentation, OomExternal, OomFragmentationReported,
-                                  MemoryHeadroom, AllocatorChurn, HostOomKill, MetalWorkingSetExceeded)
+                                  MemoryHeadroom, AllocatorChurn, HostOomKill, MetalWorkingSetExceeded,
+                                  ReservedGrowsAllocatedFlat)
 

@@ -1,0 +1,62 @@
+"""A series of allocator readings (``collectors.memtrace``) → how reserved and allocated memory moved over the run.
+
+Evidence (at least ``MIN_READINGS`` readings): ``mem.readings_count``; ``mem.readings_reserved_first_bytes``,
+``mem.readings_reserved_last_bytes`` and ``mem.readings_allocated_first_bytes``, ``mem.readings_allocated_last_bytes``;
+``mem.readings_reserved_growth_bytes`` and ``mem.readings_allocated_growth_bytes`` (last less first, the most the
+allocated reading reached counted for allocated: a peak in between is what the reserve served); the last reading's
+``mem.readings_free_last_bytes`` when printed. MEM015 judges them.
+"""
+
+from __future__ import annotations
+
+from diagnose.collectors.memtrace import MemTraceParser
+from diagnose.derive.emit import Emit
+from diagnose.model import Evidence, Quality
+from diagnose.units import size
+
+KIND = "memory-trace"
+MIN_READINGS = 3  # two readings are a before and after; three show a trend
+
+
+class MemTraceSource:
+    """TextSource for a program's printed allocated/reserved readings (kind ``memory-trace``)."""
+
+    kind = KIND
+    triggers = ("allocated", "reserved")  # past the head: a reading names both, a table row one of them
+
+    def __init__(self) -> None:
+        self._p = MemTraceParser()
+
+    def feed(self, line: str) -> None:
+        self._p.feed(line)
+
+    def matched(self) -> bool:
+        return len(self._p.readings) >= MIN_READINGS
+
+    def problems(self) -> list[str]:
+        return []
+
+    def evidence(self, source: str) -> list[Evidence]:
+        r = self._p.readings
+        if len(r) < MIN_READINGS:
+            return []
+        first, last = r[0], r[-1]
+        peak_allocated = max(x.allocated for x in r)
+        what = (f"{len(r)} allocator readings printed by the program: reserved {size(first.reserved)} → "
+                f"{size(last.reserved)}, allocated {size(first.allocated)} → {size(last.allocated)} "
+                f"(at most {size(peak_allocated)})")
+        ev = Emit(source, quality=Quality.GOOD)
+        ev.add("mem.readings_count", len(r), "readings", what)
+        ev.add("mem.readings_reserved_first_bytes", first.reserved, "bytes", what)
+        ev.add("mem.readings_reserved_last_bytes", last.reserved, "bytes", what)
+        ev.add("mem.readings_allocated_first_bytes", first.allocated, "bytes", what)
+        ev.add("mem.readings_allocated_last_bytes", last.allocated, "bytes", what)
+        ev.add("mem.readings_reserved_growth_bytes", last.reserved - first.reserved, "bytes", what)
+        ev.add("mem.readings_allocated_growth_bytes", peak_allocated - first.allocated, "bytes", what)
+        if last.free is not None:
+            ev.add("mem.readings_free_last_bytes", last.free, "bytes", what)
+        return ev.items
+
+
+def sources() -> list[MemTraceSource]:
+    return [MemTraceSource()]
