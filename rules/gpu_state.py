@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Risk, Severity
+from diagnose.model import Category, Confidence, Evidence, EvidenceSet, Finding, Fix, Quality, Risk, Severity
 from diagnose.rules.base import Rule, bar, present
 from diagnose.units import GIB, MIB, pct, size
 
@@ -252,6 +252,22 @@ def _active(ev: EvidenceSet) -> bool:
     return bool(states) and all(p.upper() in ("P0", "P1", "P2") for p in states)
 
 
+def _layer_fixes(fit_first: bool) -> list[Fix]:
+    """Offload the layers, or make them fit; the fit first where the model does not fit (more layers asked of the
+    GPU would run it out of memory)."""
+    offload = Fix("Offload every layer that fits", (
+        "llama.cpp / llama-server: -ngl 999 (--n-gpu-layers); llama-cpp-python: n_gpu_layers=-1; "
+        "ollama: the num_gpu option (or let it size the offload: check `ollama ps`)",
+        "The load log must then say 'offloaded M/M layers to GPU'; if the load then runs out of "
+        "memory, the model and its KV cache do not fit at this size",
+    ), Risk.NEEDS_VALIDATION)
+    fit = Fix("Make the layers fit", (
+        "A smaller quantisation (Q4_K_M instead of Q8_0) or a shorter context (-c) when the model and "
+        "its KV cache do not fit the GPU's memory",
+    ), Risk.NEEDS_VALIDATION)
+    return [fit, offload] if fit_first else [offload, fit]
+
+
 class LayersLeftOnTheCpu(Rule):
     """llama.cpp's model loader put most of the model's layers on the CPU although a GPU was there to take them.
 
@@ -311,8 +327,8 @@ class LayersLeftOnTheCpu(Rule):
         max_busy: float = 0.5  # a GPU busy half the time or less while layers sit on the CPU waits for them
         min_samples: float = 2.0  # one reading may be an idle snapshot taken before any request
         min_cpu_share: float = 0.1  # a tenth of the layers or more on the CPU (the output layer alone costs little)
-        unfit_cpu_share: float = 0.25  # a model that does not fit, a quarter of its layers on the CPU: the CPU reads
-        # its weights ~10× slower than the GPU, so that quarter takes most of every token
+        unfit_cpu_share: float = 0.25  # a model that does not fit, a quarter of its layers on the CPU: system memory
+        # (tens of GB/s) feeds them several times slower than VRAM (hundreds), so that quarter takes most of a token
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         on_gpu, layers = ev.value("llamacpp.gpu_layers"), ev.value("llamacpp.layers_total")
@@ -334,8 +350,11 @@ class LayersLeftOnTheCpu(Rule):
         cap = float(gpu_mem) if isinstance(gpu_mem, int | float) else 0.0
         larger = bool(w and cap and w > cap)
         auto = bool(ev.value("llamacpp.offload_auto_sized"))
-        # what does not fit stays on the CPU: a quarter of the layers or more there computes most of every token
-        unfit = (auto or larger) and 1 - share >= t.unfit_cpu_share and on_gpu > 0
+        # what does not fit stays on the CPU: a quarter of the layers or more there computes most of every token (the
+        # weights known larger than the GPU, not a 16-bit guess: a GGUF is most often quantised)
+        est = ev.get("mem.weights_estimate_bytes")
+        known_larger = larger and isinstance(est, Evidence) and est.quality is Quality.GOOD
+        unfit = (auto or known_larger) and 1 - share >= t.unfit_cpu_share and on_gpu > 0
         if not waited and not unfit and (share >= t.max_share or auto or larger):
             return None
         got = ev.get("llamacpp.gpu_backend")
@@ -363,18 +382,7 @@ class LayersLeftOnTheCpu(Rule):
                     max(1 - share, 1 - float(busy or 0.0)) if waited else max(t.min_impact, 1 - share)),
             evidence=present(ev, *self.requires, *self.optional),
             why=f"GPU layers |{bar(share)}| {pct(share)}\nCPU layers |{bar(1 - share)}| {pct(1 - share)}",
-            fixes=[
-                Fix("Offload every layer that fits", (
-                    "llama.cpp / llama-server: -ngl 999 (--n-gpu-layers); llama-cpp-python: n_gpu_layers=-1; "
-                    "ollama: the num_gpu option (or let it size the offload: check `ollama ps`)",
-                    "The load log must then say 'offloaded M/M layers to GPU'; if the load then runs out of "
-                    "memory, the model and its KV cache do not fit at this size",
-                ), Risk.NEEDS_VALIDATION),
-                Fix("Make the layers fit", (
-                    "A smaller quantisation (Q4_K_M instead of Q8_0) or a shorter context (-c) when the model and "
-                    "its KV cache do not fit the GPU's memory",
-                ), Risk.NEEDS_VALIDATION),
-            ],
+            fixes=_layer_fixes(fit_first=unfit and not waited),
         )
 
 

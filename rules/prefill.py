@@ -72,7 +72,9 @@ class PrefillBoundTtft(Rule):
     concurrency alone moves it less than ``max_concurrency_ratio`` ×; or (2b) a prompt-length sweep (TTFT against
     prompt tokens, one request at a time, no concurrency column) whose fitted line explains at least ``sweep_r2`` of
     its points and whose slope is at least ``sweep_share`` of the longest prompt's TTFT, itself at least
-    ``slow_ttft_ms``: the prefill's work is the TTFT (impact the slope's share); or (3) prompts average at least
+    ``slow_ttft_ms``, with no sign of requests in flight together (an engine's waiting requests, a benchmark that
+    queues them, concurrency stated or set on a load generator's command line): the prefill's work is the TTFT
+    (impact the slope's share, confidence correlated); or (3) prompts average at least
     ``min_prompt_tokens`` and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
     (``serving.waiting_max`` under ``max_waiting``, and no benchmark load that queues requests: every request sent
     at once, more offered than served, or several in flight at a time: ``bench_queue``). Then the prefill is judged
@@ -119,7 +121,8 @@ class PrefillBoundTtft(Rule):
         "latency.ttft_ms.mean", "latency.e2e_ms.p50", "latency.e2e_ms.mean", "tokens.input_mean",
         "serving.prefix_cache_hit_ratio", "serving.waiting_max", "model.params", "gpu.name", "mem.tensor_parallel",
         "serving.engine_version", "serving.vllm_v1", "bench.burst", "bench.offered_rps", "bench.concurrency",
-        "throughput.rps", "requests.count", "scaling.ttft_prompt_share", "scaling.ttft_prompt_r2",
+        "throughput.rps", "requests.count", "report.concurrency_max", "report.load_concurrency",
+        "scaling.ttft_prompt_share", "scaling.ttft_prompt_r2",
         "scaling.ttft_prompt_longest_ms", "scaling.ttft_prompt_longest_tokens", "scaling.prefill_rate_tps",
         *(f"scaling.{m}_ms.{k}" for m in _METRICS for k in ("prompt_length_ratio", "concurrency_ratio",
                                                               "long_prompt_p50", "short_prompt_max")),
@@ -184,6 +187,7 @@ class PrefillBoundTtft(Rule):
                 parts.append(text)
             elif swept is not None:
                 impact, text = swept
+                confidence = Confidence.CORRELATED  # a fitted line, one request at a time as far as the text says
                 parts.append(text)
             else:
                 judged = self._long_prompt(ev, t, ttft)
@@ -284,6 +288,10 @@ class PrefillBoundTtft(Rule):
         longest, tokens = ev.value("scaling.ttft_prompt_longest_ms"), ev.value("scaling.ttft_prompt_longest_tokens")
         if share is None or r2 is None or longest is None or tokens is None:
             return None
+        waiting = ev.value("serving.waiting_max")
+        together = max(ev.value("report.concurrency_max") or 0.0, ev.value("report.load_concurrency") or 0.0)
+        if (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None or together >= 2:
+            return None  # requests in flight together: each TTFT holds the others' prefills, a queue
         if share < t.sweep_share or r2 < t.sweep_r2 or longest < t.slow_ttft_ms:
             return None
         rate = ev.value("scaling.prefill_rate_tps")

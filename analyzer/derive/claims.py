@@ -119,6 +119,9 @@ class ReportSource:
         count("report.concurrency_statements", con["concurrency"], "statements about concurrent requests",
               "concurrency")
         top("report.queue_ms_max", _values(c, "queue", "time"), "ms", "queue/wait time the text states", "queue")
+        if c.load_concurrency:
+            ev.add("report.load_concurrency", c.load_concurrency, "requests",
+                   "requests a load generator's command keeps in flight (inf: --request-rate inf, all at once)")
         top("report.concurrency_max", [q.value for k in ("concurrency", "queue") for q in c.bound.get(k, ())
                                        if q.dim in ("count:concurrency", "count:requests")],
             "requests", "concurrency the text states", "concurrency")

@@ -8,8 +8,9 @@ threads are left out unless ``--idle`` asked for them), as the live profile's sh
 
 Evidence: ``cpu.<activity>_share`` and ``cpu.top.<activity>``, as the live profile gives them (CPU001, CPU002,
 CMP001 and GPU001 read them alike); ``cpu.active_samples``, the thread-seconds at py-spy's default 100 Hz (a short
-view is a thin profile, as a short live window is); ``workers.active_mean`` from the header's ``Active`` (308 %:
-3.08 threads running on average), else 1 (the view shows the threads that ran).
+view is a thin profile, as a short live window is); ``workers.active_mean``, the shown functions' thread-seconds
+over the window's seconds (``Total Samples`` at 100 Hz; the header's ``Active`` is of the last second only), else 1
+(the view shows the threads that ran).
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ class PyspyTopSource:
             return []
         ev.add("cpu.active_samples", round(table.span_s * DEFAULT_RATE_HZ), "samples",
                f"{what}: its thread-seconds at py-spy's default rate")
-        if table.active_pct is not None:
-            ev.add("workers.active_mean", table.active_pct / 100.0, "threads",
-                   f"{what}: the header's Active {table.active_pct:g} %")
+        threads = table.threads_mean
+        if threads is not None and table.samples:
+            ev.add("workers.active_mean", round(threads, 3), "threads",
+                   f"{what}: its functions' thread-seconds over the {table.samples:,} samples' "
+                   f"{table.samples / DEFAULT_RATE_HZ:g} s")
         else:
             ev.add("workers.active_mean", 1.0, "threads", f"{what}: the threads it shows ran")
         return ev.items

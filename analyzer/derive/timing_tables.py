@@ -350,6 +350,7 @@ _PROMPT_HEADER = re.compile(r"^(?:prompt|input|context|ctx|isl)(?![a-z])[\s_-]*(
                             r"|^(?:#\s*)?(?:prompt|input) tokens?$|^isl$", re.I)
 _TTFT_HEADER = re.compile(r"(?<![a-z])ttft(?![a-z])|first[\s_-]*token|time[\s_-]*to[\s_-]*first"
                           r"|\bprefill[\s_-]*(?:time|ms|s)\b", re.I)
+_THOUSAND_TOKENS = re.compile(r"(\d+(?:\.\d+)?)\s?[kK]")
 MIN_SWEEP_ROWS = 3  # three prompt lengths at least: two points always fit a line
 MIN_SWEEP_SPAN = 4.0  # the longest prompt at least four times the shortest: a sweep, not noise around one length
 
@@ -364,10 +365,12 @@ def prompt_sweep(header: list[str], rows: list[list[str]]) -> PromptSweep | None
         return None
     points: list[tuple[float, float]] = []
     for r in rows:
+        k = _THOUSAND_TOKENS.fullmatch(r[tok].strip())  # "1K", "16k": thousands of tokens
         n, v = parse_cell(r[tok]), parse_cell(r[ttft])
-        if n is None or v is None or n.unit or n.value <= 0 or v.value < 0:
+        tokens = float(k.group(1)) * 1000 if k else (n.value if n is not None and not n.unit else None)
+        if tokens is None or v is None or tokens <= 0 or v.value < 0:
             continue
-        points.append((n.value, _cell_ms(v, header[ttft])))
+        points.append((tokens, _cell_ms(v, header[ttft])))
     if len({x for x, _ in points}) < MIN_SWEEP_ROWS:
         return None
     xs, ys = [x for x, _ in points], [y for _, y in points]

@@ -1314,3 +1314,25 @@ def test_a_numbered_prompt_is_an_item_of_a_run_not_its_prefill() -> None:
     assert "prefill" not in names("processing prompt #12 took 40 s")
     assert "prefill" in names("processing the prompt takes 40 s before the first token")
     assert "prefill" in names("prompt processing is slow: 1186 tokens per second")
+
+
+def test_what_a_review_found_in_the_host_spin_and_tokenizer_vetoes() -> None:
+    """The spin must wait on the device right after it, and a concept named outright stays; the tokenizer's config as
+    one word is a setting, and a tokenizer's work timed in its own sentence stays pre-processing."""
+    from diagnose.collectors.claims import _concepts_in
+
+    def names(clause: str) -> set[str]:
+        return {n for _, _, n in _concepts_in(clause)}
+
+    spin2 = ("Throughput is bad: nvidia-smi shows the GPU at 15% and htop shows 32 torch threads busy-waiting on all "
+             "cores, heavy CPU contention")
+    assert {"contention", "threads"} <= names(spin2)
+    assert "launch" in names("each decode step launches hundreds of tiny kernels and the Python thread is polling the "
+                             "CUDA stream, launch overhead dominates")
+    assert "preprocess" not in names("I edited tokenizer_config.json to set model_max_length")
+    for timed in ("the tokenizer's chat template rendering takes 800 ms per request on the API server's CPU",
+                  "Tokenizer files are re-read from disk for every request, about 600 ms each"):
+        assert "preprocess" in names(timed), timed
+    # a title that is a paragraph: the time in another sentence does not keep the tokenizer's config
+    assert "preprocess" not in names("Responses are cut off. I edited tokenizer_config.json and the chat_template, "
+                                     "still the same. Latency is 9 s per request.")

@@ -259,3 +259,19 @@ def test_metal_loads_are_judged_one_by_one() -> None:
     assert ev.value("llamacpp.metal_model_bytes") == (26000 * 2**20)
     # an absurd number in an allocation line is no crash
     _judge("ggml_backend_metal_log_allocated_size: allocated buffer, size = 1 MiB, (" + "9" * 400 + " / 0.001)")
+
+
+def test_a_guessed_weight_size_is_no_proof_the_model_does_not_fit() -> None:
+    """A review's repro: llama-2-13b-chat (its GGUF's quantisation unsaid: 16-bit is a guess) with 30 of 41 layers
+    on a 12 GB card is no 'does not fit' finding; where ollama sized the offload, making it fit is the first fix."""
+    ev, codes = _judge("Running llama-2-13b-chat on my RTX 3060 12GB with llama.cpp, only 4 tokens/s.",
+                       "llm_load_tensors: offloaded 30/41 layers to GPU",
+                       "llm_load_tensors:        CPU buffer size =  1984.00 MiB",
+                       "llm_load_tensors:      CUDA0 buffer size =  5355.00 MiB")
+    assert "PLC004" not in codes
+    ev, _ = _judge('time=2024-05-10T07:52:21.000Z level=INFO source=memory.go:133 msg="offload to gpu" '
+                   'layers.requested=-1 layers.model=33 layers.offload=10 memory.available="3.7 GiB" '
+                   'memory.required.full="9.4 GiB"', "llm_load_tensors: offloaded 10/33 layers to GPU",
+                   "llm_load_tensors:      CUDA0 buffer size =  1100.00 MiB")
+    (plc,) = [f for f in run_rules(ev)[0] if f.code == "PLC004"]
+    assert plc.fixes[0].summary == "Make the layers fit"

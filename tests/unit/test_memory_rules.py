@@ -625,6 +625,17 @@ def test_an_engine_launched_with_no_quantisation_loads_its_weights_as_published(
                     "--model /data/models/Qwen1.5-72B-Chat-AWQ"):
         codes = _codes(QWEN72_ONE_CARD.replace("--model /data/models/Qwen1.5-72B-Chat", flagged))
         assert "MEM004" in codes, (flagged, codes)
+    # the flag on a continuation line of the command, the engine's own configuration, or a model published
+    # quantised under a plain name (gpt-oss: MXFP4): not 16-bit as published (a review's repros)
+    launch = QWEN72_ONE_CARD.splitlines()[0]
+    for said in ("vllm serve /data/models/Qwen1.5-72B-Chat \\\n    --max-model-len 4096 \\\n"
+                 "    --quantization awq_marlin",
+                 "vllm serve /data/models/Qwen1.5-72B-Chat --max-model-len 4096\nINFO 05-01 10:00:00 [core.py:58] "
+                 "Initializing a V1 LLM engine (v0.8.5) with config: model='/data/models/Qwen1.5-72B-Chat', "
+                 "dtype=torch.float16, quantization=awq_marlin, enforce_eager=False",
+                 "vllm serve openai/gpt-oss-120b --port 8000"):
+        codes = _codes(QWEN72_ONE_CARD.replace(launch, said))
+        assert "MEM004" in codes, (said, codes)
     # a from_pretrained call may quantise in code on another line (BitsAndBytesConfig): still an assumption
     coded = QWEN72_ONE_CARD.replace(QWEN72_ONE_CARD.splitlines()[0],
                                     'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen1.5-72B-Chat")')

@@ -572,3 +572,28 @@ def test_prose_and_log_lines_make_no_aligned_table() -> None:
                  "INFO 05-01 10:00:00 engine started", "  1   2   3"]:
         p.feed(line)
     assert p.records().tables == []  # one row under a header is no table; a person's line is no header
+
+
+def test_start_up_progress_and_an_ellipsis_are_no_stage_breakdown() -> None:
+    """A review's repros: "Downloading model... 120.4s" (an ellipsis) and a start-up's leader lines ("Download weights
+    ........ done [120.4s]") with their total are a start-up, not a request's stages (no d2h from "download")."""
+    for text in ("Downloading model... 120.4s\nLoading model... 30.2s\nTotal time: 150.6s",
+                 "Download weights ........ done [120.4s]\nLoad weights ........ done [30.2s]\n"
+                 "Total startup time: 150.6s"):
+        p = TimingParser()
+        for line in clean_lines(text.splitlines()):
+            p.feed(line)
+        assert "d2h" not in p.records().spans, text
+
+
+def test_a_sweeps_prompt_lengths_in_thousands_and_a_dataframes_index_are_read() -> None:
+    from diagnose.derive.timing_tables import PromptSweep
+
+    for text in ("context   ttft_s\n1K        0.6\n4K        2.3\n16K       9.4\n32K       19.1",
+                 "   prompt_len  ttft_ms\n0         512      410\n1        2048     1700\n2        8192     6900"):
+        p = TimingParser()
+        for line in clean_lines(text.splitlines()):
+            p.feed(line)
+        (t,) = p.records().tables
+        got = analyze_table(t)
+        assert isinstance(got, PromptSweep) and got.longest_tokens in (32000, 8192), (text, got)

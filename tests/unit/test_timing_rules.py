@@ -264,3 +264,17 @@ def test_a_prompt_sweep_whose_ttft_grows_with_the_prompt_is_prefill_bound() -> N
                      ("10.872", "19.872"), ("21.745", "30.745")):
         fixed = fixed.replace(old, new)
     assert not [x for x in findings(fixed) if x.code == "TTF001"]
+
+
+def test_a_prompt_sweep_under_concurrent_load_is_no_prefill_finding() -> None:
+    """A review's repros: the same sweep run with 64 clients in flight (stated, or a load generator's
+    --max-concurrency / --request-rate inf): each TTFT holds the others' prefills, a queue."""
+    from tests.unit.test_timing import PROMPT_SWEEP
+
+    def codes(text: str) -> set[str]:
+        res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+        return {f.code for f in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]}
+
+    for before in ("Benchmark with 64 concurrent clients.", "$ python bench.py --max-concurrency 64 --num-prompts 640",
+                   "$ vllm bench serve --request-rate inf --num-prompts 1000"):
+        assert "TTF001" not in codes(before + "\n" + PROMPT_SWEEP), before
