@@ -199,6 +199,7 @@ class NsysStatsParser:
         self._gpusum_copy: dict[str, list[float]] = {}
         self._nvprof: str | None = None  # inside nvprof's result table: the section ("gpu", "api"), "" before one
         self._nvprof_listed: dict[str, list[float]] = {}  # section → [its rows' Time(%) summed, their time in ns]
+        self._wrapped = 0  # brackets a row's kernel name left open: the lines after it hold the rest of the name
 
     def _start(self, kind: str) -> None:
         self._table = _Table(kind)
@@ -294,11 +295,17 @@ class NsysStatsParser:
                 self._nvprof = "gpu"  # a header without sections: the GPU's rows come first
             return True
         m = _NVPROF_ROW.match(body)
+        if m is None and self._nvprof and self._wrapped > 0 and "  " not in body:
+            # the rest of a kernel's name the terminal wrapped ("void dfloat_sum_kernel<thrust::…<…" goes on over two
+            # lines): no row, and no end of the table
+            self._wrapped += body.count("<") + body.count("(") - body.count(">") - body.count(")")
+            return True
         if m is None or not self._nvprof:
             self._nvprof = None
             return False
         ns = float(m.group("t")) * _TIME_NS[m.group("u")]
         calls, name = int(m.group("n")), m.group("name").strip()
+        self._wrapped = name.count("<") + name.count("(") - name.count(">") - name.count(")")  # brackets left open
         listed = self._nvprof_listed.setdefault(self._nvprof, [0.0, 0.0])
         listed[0] += float(m.group("pct"))
         listed[1] += ns

@@ -489,7 +489,9 @@ class OomRuntimePeak(Rule):
     activation, whatever else is known: weights load tensor by tensor. Vetoed when the weights alone
     reach MEM001's ``weights_share``, another process holds MEM004's ``external_share``, or the
     request would have fit in a large reserved-but-unallocated pool (MEM003's bars); those rules'
-    thresholds are read as configured, so one override moves both.
+    thresholds are read as configured, so one override moves both. Where the device was full (under 1 % free)
+    while PyTorch's tensors held under ``unaccounted_share`` of it and the message names no reservation (the
+    cudaMallocAsync backend's), the rest is in no tensor and the finding says so at ``unaccounted_impact``.
 
     Evidence: mem.oom_count, mem.oom_phase; optionally the allocator numbers,
     mem.gpu_memory_utilization_ratio, mem.kv_cache_*, mem.max_model_len, mem.prefill_tokens_failed,
@@ -523,6 +525,8 @@ class OomRuntimePeak(Rule):
         busy_share: float = 0.8  # PyTorch holding 80 % of the device with weights that fit: the rest is runtime
         high_utilization: float = 0.9  # vLLM gpu_memory_utilization above this leaves little outside KV cache
         huge_request_share: float = 0.25  # one allocation of a quarter of the device is no weight tensor
+        unaccounted_share: float = 0.5  # tensors under half of a full device, nothing said of the rest: not sure
+        unaccounted_impact: float = 0.55  # ... then the peak is one candidate among the holders of the rest
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         m = read_mem(ev)
@@ -670,6 +674,19 @@ class OomRuntimePeak(Rule):
                                     ("SGLang: restart with --page-size 1; if the failures stop, the paged pool "
                                      "(or a slot leak) is the cause: upgrade SGLang",), Risk.NEEDS_VALIDATION))
         conf = Confidence.MEASURED if (by_phase and m.total is not None) else Confidence.HEURISTIC
+        impact = 0.85
+        # the device full while PyTorch's tensors held a small part of it and nothing says who held the rest (no
+        # reservation in the message: cudaMallocAsync's "Allocation on device 0 would exceed allowed memory"): the
+        # batch's working set is one reading of it; the allocator's cached pool or another holder are others
+        unaccounted = (m.total and m.allocated is not None and m.reserved is None and m.free is not None
+                       and alloc_share is not None and alloc_share < t.unaccounted_share
+                       and m.free < 0.01 * m.total and not (pool or slots or by_cap or by_request))
+        if unaccounted:
+            impact, conf = t.unaccounted_impact, Confidence.THIN  # one reading of three: too little to tell
+            parts.append(f"PyTorch's tensors held only {pct(alloc_share or 0.0)} of the device when it was full: the "
+                         f"other {size((m.total or 0.0) - (m.allocated or 0.0) - (m.free or 0.0))} is in no tensor "
+                         "of this process (its allocator's cached pool, another process, NCCL or CUDA-graph buffers). "
+                         "torch.cuda.memory_reserved() and nvidia-smi --query-compute-apps tell them apart.")
         count_ev = ev.get("mem.oom_count")
         if isinstance(count_ev, Evidence) and count_ev.quality is Quality.LOW:
             conf = Confidence.THIN  # an OOM mentioned in prose: no allocator numbers
@@ -685,7 +702,7 @@ class OomRuntimePeak(Rule):
             confidence=conf,
             title="The runtime peak does not fit in memory",
             message=" ".join(parts),
-            impact=0.85,
+            impact=impact,
             evidence=present(ev, *self.requires, *self.optional),
             why=why,
             fixes=fixes,

@@ -201,3 +201,33 @@ def test_an_nvprof_table_pasted_from_its_column_header_with_markdown_bold() -> N
     assert abs(_f(ev["copy.h2d_time_ms"]) - 4.5815) < 1e-6 and ev["copy.h2d_count"] == 17
     assert ev["gpu.kernel_count"] == 8  # kernel_1's 3 calls and the copy kernel's 5
     assert _ev_lines(["Type of the run: quick", "GPU activities were low"]) == {}
+
+
+def test_a_kernel_name_wrapped_by_the_terminal_and_copies_within_the_device() -> None:
+    """sonots/cumo#35 (sweep CR 01): a thrust kernel's name wraps over two more lines in the middle of nvprof's table;
+    the rows after it are still read. Its 3,094,192 copies are device-to-device (1.43 µs each): no PCIe crossed, so
+    XFR001 (host↔device copies) stands aside."""
+    from diagnose.model import Evidence, EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.registry import RULES
+
+    lines = [
+        "            Type  Time(%)      Time     Calls       Avg       Min       Max  Name",
+        " GPU activities:   99.04%  4.42518s   3094192  1.4300us  1.1520us  11.616us  [CUDA memcpy DtoD]",
+        "                    0.39%  17.498ms      2010  8.7050us  7.9040us  19.904us  void dfloat_sum_kernel<thrust::"
+        "permutation_iterator<thrust::detail::normal_iterator<thrust::device_ptr<double>>, thrust::t",
+        "ransform_iterator<thrust_strided_range<thrust::detail::normal_iterator<thrust::device_ptr<double>>>::stride_fu"
+        "nctor, thrust::counting_iterator<long, thrust::use_default, thrust::use_default, thrust::",
+        "use_default>, thrust::use_default, thrust::use_default>>>(double, double, double*)",
+        "                    0.32%  14.102ms         8  1.7627ms  1.1336ms  2.2644ms  maxwell_dgemm_64x64_nn",
+        "                    0.09%  3.8597ms       128  30.153us  1.5360us  2.8224ms  iter_dfloat_mul_stride_kernel",
+    ]
+    ev = _ev_lines(lines)
+    assert ev["gpu.kernel_count"] == 2010 + 8 + 128  # the rows after the wrapped name are read
+    assert abs(_f(ev["copy.d2d_time_ms"]) - 4425.18) < 1e-6
+    got = EvidenceSet(Evidence(k, v, "", "t") for k, v in ev.items())
+    assert "XFR001" not in {f.code for f in run_rules(got, rules=RULES)[0]}
+    # the same time in host-to-device copies is PCIe's
+    h2d = _ev_lines([line.replace("DtoD", "HtoD") for line in lines])
+    got = EvidenceSet(Evidence(k, v, "", "t") for k, v in h2d.items())
+    assert "XFR001" in {f.code for f in run_rules(got, rules=RULES)[0]}
