@@ -68,6 +68,10 @@ _DISCONNECT = re.compile(r"Disconnected from client")
 # an RPC backend is registered (the official CPU packages build RPC in), ollama on every load
 _OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
 _DRAFT = re.compile(r"loading draft model|load_model: loading draft|draft model:", re.IGNORECASE)
+# a paste's own label over each model's timings in speculative decoding ("draft:" … "target:"): the draft's are not
+# the served model's generation
+_DRAFT_LABEL = re.compile(r"^\W*(?:the\s+)?draft(?:\s+model)?\b[^:]{0,40}:?\W*$", re.IGNORECASE)
+_TARGET_LABEL = re.compile(r"^\W*(?:the\s+)?(?:target|main)(?:\s+model)?\b[^:]{0,40}:?\W*$", re.IGNORECASE)
 # what does say it: a buffer the loader or the context allocated on a GPU device ("CUDA0 model buffer size",
 # "ROCm0 KV buffer size", "Metal compute buffer size"; CUDA_Host is pinned host memory), or CUDA's device count
 _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\s+(?:model |KV |compute |output )?"
@@ -212,8 +216,12 @@ class LlamaTimingParser:
         self.timings = LlamaTimings()
         self._cur = Generation()
         self._draft_next = False  # llama-server announced a draft model: the next offload line is its load
+        self._draft_timings = False  # under a paste's "draft:" label: the timings are the draft model's
 
     def _close(self) -> None:
+        if self._cur.useful and self._draft_timings:
+            self._cur = Generation()  # the draft model's timings, labelled so: not the served model's
+            return
         if self._cur.useful:
             t = self.timings
             t.generations.append(self._cur)
@@ -274,6 +282,15 @@ class LlamaTimingParser:
         if "draft model" in line and _DRAFT.search(line):
             self._draft_next = True
             return
+        if len(line) < 60 and ("raft" in line or "arget" in line or "ain" in line):
+            if _DRAFT_LABEL.match(line):
+                self._close()
+                self._draft_timings = True
+                return
+            if _TARGET_LABEL.match(line):
+                self._close()
+                self._draft_timings = False
+                return
         if "layers to GPU" in line:
             m0 = _OFFLOADED.search(line)
             if m0 and int(m0.group(2)) > 0:

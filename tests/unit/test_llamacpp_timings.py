@@ -126,3 +126,35 @@ def test_koboldcpps_init_is_the_hosts_work_before_the_prompt() -> None:
     old = "Process:12.34s (8.8ms/T = 113.6T/s), Generate:4.56s (45.6ms/T = 21.9T/s), Total:16.90s\n"
     res = loose.analyze_stream("k", io.BufferedReader(io.BytesIO(old.encode())))
     assert EvidenceSet(res.evidence).value("stage.preprocess.share") is None
+
+
+def test_a_pastes_draft_label_keeps_the_draft_models_timings_out() -> None:
+    """ggml-org/llama.cpp#3649 (sweep CS 06): speculative decoding's two models pasted under "draft:" and "target:";
+    the draft's one 525 ms sample was read as the served model's post-processing (STG001 at 61 %). The draft's
+    timings are not the served model's generation."""
+    text = """draft:
+
+llama_print_timings:        load time =      65.11 ms
+llama_print_timings:      sample time =     524.95 ms /     1 runs   (  524.95 ms per token,     1.90 tokens per second)
+llama_print_timings: prompt eval time =       8.59 ms /    94 tokens (    0.09 ms per token, 10946.78 tokens per second)
+llama_print_timings:        eval time =     322.80 ms /   216 runs   (    1.49 ms per token,   669.15 tokens per second)
+llama_print_timings:       total time =    2924.72 ms
+
+target:
+
+llama_print_timings:        load time =    1144.77 ms
+llama_print_timings:      sample time =       4.02 ms /   259 runs   (    0.02 ms per token, 64411.84 tokens per second)
+llama_print_timings: prompt eval time =    1939.02 ms /   351 tokens (    5.52 ms per token,   181.02 tokens per second)
+"""
+    p = LlamaTimingParser()
+    for line in text.splitlines():
+        p.feed(line)
+    gens = p.result().generations
+    assert len(gens) == 1 and gens[0].prompt_ms == 1939.02 and gens[0].sample_ms == 4.02
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    assert "STG001" not in {f.code for f in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]}
+    # no label: both blocks are the served model's runs, as before
+    p = LlamaTimingParser()
+    for line in text.replace("draft:", "").replace("target:", "").splitlines():
+        p.feed(line)
+    assert len(p.result().generations) == 2
