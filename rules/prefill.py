@@ -75,7 +75,8 @@ class PrefillBoundTtft(Rule):
     ``slow_ttft_ms``, with no sign of requests in flight together (an engine's waiting requests, a benchmark that
     queues them, concurrency stated or set on a load generator's command line): the prefill's work is the TTFT
     (impact the slope's share, confidence correlated); or (3) prompts average at least
-    ``min_prompt_tokens`` and TTFT is at least ``slow_ttft_ms`` with no sign of a request queue
+    ``min_prompt_tokens`` and TTFT (with none measured, the prefill's own time, its floor: llama.cpp's "prompt eval
+    time") is at least ``slow_ttft_ms`` with no sign of a request queue
     (``serving.waiting_max`` under ``max_waiting``, and no benchmark load that queues requests: every request sent
     at once, more offered than served, or several in flight at a time: ``bench_queue``). Then the prefill is judged
     against the model and the device, not a fixed token count: with ``model.params`` and ``gpu.name`` known, the
@@ -114,6 +115,7 @@ class PrefillBoundTtft(Rule):
         *((f"scaling.{m}_ms.prompt_length_ratio",) for m in _METRICS),
         ("tokens.input_mean", "latency.ttft_ms.mean"),
         ("tokens.input_mean", "latency.ttft_ms.p50"),
+        ("tokens.input_mean", "stage.prefill_ms.mean"),
         ("scaling.ttft_prompt_share", "scaling.ttft_prompt_r2", "scaling.ttft_prompt_longest_ms"),
     )
     optional = (
@@ -190,7 +192,9 @@ class PrefillBoundTtft(Rule):
                 confidence = Confidence.CORRELATED  # a fitted line, one request at a time as far as the text says
                 parts.append(text)
             else:
-                judged = self._long_prompt(ev, t, ttft)
+                # with no TTFT measured, the prefill itself is its floor: the first token comes after it
+                floor = ttft is None and prefill is not None
+                judged = self._long_prompt(ev, t, ttft if ttft is not None else prefill, floor=floor)
                 if judged is None:
                     return None
                 impact, text = judged
@@ -238,15 +242,19 @@ class PrefillBoundTtft(Rule):
         )
 
     @staticmethod
-    def _long_prompt(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds, ttft: float | None) -> tuple[float, str] | None:
-        """Long prompts and a slow TTFT with no queue: how long the prefill should take on this model and GPU."""
+    def _long_prompt(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds, ttft: float | None,
+                     floor: bool = False) -> tuple[float, str] | None:
+        """Long prompts and a slow TTFT with no queue: how long the prefill should take on this model and GPU.
+        ``floor``: no TTFT was measured and ``ttft`` is the prefill's own time, which the first token comes after."""
         tokens = ev.value("tokens.input_mean")
         waiting = ev.value("serving.waiting_max")
         if (tokens is None or ttft is None or tokens < t.min_prompt_tokens or ttft < t.slow_ttft_ms
                 or (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None):
             return None
         rate = tokens / (ttft / 1000)
-        head = f"{tokens:,.0f}-token prompts meet a time to first token of {_ms(ttft)} ({rate:,.0f} prompt tokens/s)"
+        head = (f"{tokens:,.0f}-token prompts take {_ms(ttft)} to prefill ({rate:,.0f} prompt tokens/s) before their "
+                "first token" if floor else
+                f"{tokens:,.0f}-token prompts meet a time to first token of {_ms(ttft)} ({rate:,.0f} prompt tokens/s)")
         params = ev.value("model.params")
         spec = hardware.dense_tflops(hardware.gpu_name(ev))
         devices = int(ev.value("mem.tensor_parallel") or 1)

@@ -158,3 +158,16 @@ llama_print_timings: prompt eval time =    1939.02 ms /   351 tokens (    5.52 m
     for line in text.replace("draft:", "").replace("target:", "").splitlines():
         p.feed(line)
     assert len(p.result().generations) == 2
+
+
+def test_a_long_prompts_prefill_alone_is_the_floor_of_its_first_token() -> None:
+    """FaqFirebase/pi-desktop#58 (sweep CF 05): llama.cpp's "prompt eval time = 22516.67 ms / 26708 tokens" with no
+    eval line and no TTFT measured: the first token comes after that prefill, so TTF001 names the long prompt
+    (heuristic: the rate cannot be judged without the model and the GPU). A short prompt's prefill is no finding."""
+    line = "prompt eval time = 22516.67 ms / 26708 tokens (0.84 ms per token, 1186.14 tokens per second)\n"
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode())))  # type: ignore[arg-type]
+    (f,) = [x for x in run_rules(EvidenceSet(res.evidence), rules=RULES)[0] if x.code == "TTF001"]
+    assert "take 22.52 s to prefill" in f.message and "before their first token" in f.message
+    short = "prompt eval time = 220.67 ms / 267 tokens (0.84 ms per token, 1186.14 tokens per second)\n"
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(short.encode())))  # type: ignore[arg-type]
+    assert "TTF001" not in {x.code for x in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]}
