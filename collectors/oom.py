@@ -680,7 +680,10 @@ _UTIL = re.compile(r"gpu[-_]memory[-_]utilization\s*[=:\s]\s*\(?(?P<v>0?\.\d+|1(
 _WEIGHTS_TOOK = re.compile(
     rf"(?:model weights|Loading model weights|weights)\s+(?:took|take|takes|use|used)\s+(?P<v>{SIZE})"
     rf"|\bweights memory:\s*(?P<v1>{SIZE})"  # vLLM V1's "Memory profiling takes …; weights memory: 14.99GiB."
-    rf"|\bModel loading took\s+(?P<v2>{SIZE})",  # vLLM V1's gpu_model_runner: "Model loading took 65.97 GiB and …"
+    rf"|\bModel loading took\s+(?P<v2>{SIZE})"  # vLLM V1's gpu_model_runner: "Model loading took 65.97 GiB and …"
+    # SGLang's model runner: "Load weight end. type=Gemma3ForConditionalGeneration, dtype=torch.bfloat16, avail
+    # mem=3.64 GB, mem usage=18.82 GB." (the device's memory the load took; GB as it prints GiB)
+    rf"|\bLoad weight end\b[^\n]*?\bmem usage\s*=\s*(?P<v3>{SIZE})",
     re.IGNORECASE,
 )
 _VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*['\"]?(?P<ids>\d+(?:\s*,\s*\d+)*)")
@@ -1048,9 +1051,9 @@ def parse_hints_line(line: str, hints: ModelHints) -> bool:
         m = _UTIL.search(line)
         if m:
             hints.gpu_memory_utilization, said = float(m.group("v")), True
-    if "weights" in low or "loading took" in low:
+    if "weights" in low or "loading took" in low or "load weight end" in low:
         m = _WEIGHTS_TOOK.search(line)
-        size = parse_size(m.group("v") or m.group("v1") or m.group("v2")) if m else None
+        size = parse_size(m.group("v") or m.group("v1") or m.group("v2") or m.group("v3")) if m else None
         if size:
             hints.weights_measured, said = size, True
     if "total_gpu_memory" in line:

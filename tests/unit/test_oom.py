@@ -969,3 +969,12 @@ def test_tensorrts_out_of_memory_error_is_an_oom_and_a_possibility_is_none() -> 
                  "is insufficient to use tactic."):
         got = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode()))).evidence)  # type: ignore[arg-type]
         assert "mem.oom_count" not in got and "report.oom_statements" not in got, line
+
+
+def test_sglangs_weight_load_line_measures_the_weights() -> None:
+    """sgl-project/sglang#4895 (sweep CO 03): SGLang's "Load weight end. … avail mem=3.64 GB, mem usage=18.82 GB." is
+    the device memory the weights took (GiB, as SGLang prints them), as vLLM's "Loading model weights took"."""
+    line = ("[2025-03-29 18:18:34 TP0] Load weight end. type=Gemma3ForConditionalGeneration, dtype=torch.bfloat16, "
+            "avail mem=3.64 GB, mem usage=18.82 GB.\n")
+    ev = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode()))).evidence)  # type: ignore[arg-type]
+    assert ev.value("mem.weights_bytes") == int(18.82 * 2**30)
