@@ -150,6 +150,8 @@ def quantities(clause: str) -> list[Quantity]:
 
 # name → synonyms (regex alternatives, case-insensitive). Each is what an inference engineer would
 # call the thing; the rules decide what a combination of them means.
+# an item's number, not a length: "prompt 0", "prompt #12" (a length carries its unit: "prompt 8192 tokens", "8k")
+_ITEM_NO = r"\d+(?![\d.,]*\s*(?:k\b|K\b|tok|%))"
 CONCEPTS: dict[str, str] = {
     "gpu_util": r"gpu[- ]?util\w*|gpu usage|gpu load|gpu activity|gpu busy|sm util\w*|volatile gpu-util"
                 r"|cuda (?:usage|util\w*|load)\b"
@@ -178,9 +180,10 @@ CONCEPTS: dict[str, str] = {
     "ttft": r"\bttft\b|time[- ]to[- ]first[- ]token|first[- ]token|首token|首字|首个token|首 token|首包",
     # (a numbered prompt is an item of a run, "Finished processing prompt 0 … seconds elapsed in total for this
     # prompt": its whole generation, no prefill)
-    "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt(?!s?\s*(?:#|no\.?\s*)?\d)"
+    "prefill": r"prefill|prompt processing|prompt eval\w*|processing prompt(?!s?\s*(?:#|no\.?\s*)?" + _ITEM_NO + ")"
                r"|prompt process\w*|\bpp\d+\b"
-               r"|process(?:es|ing)? (?:the )?prompt(?!s?\s*(?:#|no\.?\s*)?\d)|context processing|预填充",
+               r"|process(?:es|ing)? (?:the )?prompt(?!s?\s*(?:#|no\.?\s*)?" + _ITEM_NO + r")"
+               r"|context processing|预填充",
     # (speculative decoding names a method, not the decode phase)
     "decode": r"(?<!speculative )(?<!spec )\bdecod\w*"
               r"|generation speed|token generation|\btg\d+\b|\beval time\b|generat\w* (?:speed|rate)"
@@ -534,7 +537,8 @@ SETTINGS = ("cuda_graphs_off", "weights_offloaded", "tensors_on_cpu")
 _CPU_DEVICE = re.compile(r"--device[= ]cpu\b|VLLM_TARGET_DEVICE=cpu\b", re.I)
 # a load generator's requests in flight on its command line (vLLM's benchmark_serving --max-concurrency 64,
 # perf_analyzer --concurrency-range 8, a --request-rate inf that sends every request at once)
-_LOAD_FLAG = re.compile(r"--(?:max-)?concurren\w*(?:-range)?[= ](?P<n>\d+)|--request-rate[= ](?P<rate>inf)\b", re.I)
+_LOAD_FLAG = re.compile(r"--(?:max-)?concurren\w*(?:-range)?[= ](?P<n>\d+)(?::(?P<hi>\d+))?"
+                        r"|--request-rate[= ](?P<rate>inf)\b", re.I)
 
 
 @dataclass
@@ -902,9 +906,11 @@ class ClaimParser:
     def _read(self, line: str, kind: LineKind) -> None:
         c = self._claims
         if kind is LineKind.COMMAND:  # the settings it starts a program with, never a claim
-            for flag in _LOAD_FLAG.finditer(line):
-                c.load_concurrency = max(c.load_concurrency,
-                                         float("inf") if flag.group("rate") else float(flag.group("n") or 0))
+            flags = list(_LOAD_FLAG.finditer(line))
+            caps = [float(f.group("hi") or f.group("n")) for f in flags if f.group("n")]
+            # a cap bounds what a rate of inf sends at once ("--request-rate inf --max-concurrency 1" is serial)
+            load = max(caps) if caps else (float("inf") if any(f.group("rate") for f in flags) else 0.0)
+            c.load_concurrency = max(c.load_concurrency, load)
             if _CPU_DEVICE.search(line):
                 c.cpu_requested = True
                 return  # an engine on its CPU backend: no CUDA graphs to turn off

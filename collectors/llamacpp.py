@@ -70,8 +70,9 @@ _OFFLOADED = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers\s+to\s+GPU")
 _DRAFT = re.compile(r"loading draft model|load_model: loading draft|draft model:", re.IGNORECASE)
 # a paste's own label over each model's timings in speculative decoding ("draft:" … "target:"): the draft's are not
 # the served model's generation
-_DRAFT_LABEL = re.compile(r"^\W*(?:the\s+)?draft(?:\s+model)?\b[^:]{0,40}:?\W*$", re.IGNORECASE)
-_TARGET_LABEL = re.compile(r"^\W*(?:the\s+)?(?:target|main)(?:\s+model)?\b[^:]{0,40}:?\W*$", re.IGNORECASE)
+_DRAFT_LABEL = re.compile(r"^\W*(?:the\s+)?draft(?:\s+model)?\s*(?:\([^)]{0,40}\))?\s*:\W*$", re.IGNORECASE)
+_TARGET_LABEL = re.compile(r"^\W*(?:the\s+)?(?:target|main)(?:\s+model)?\s*(?:\([^)]{0,40}\))?\s*:\W*$",
+                           re.IGNORECASE)
 # what does say it: a buffer the loader or the context allocated on a GPU device ("CUDA0 model buffer size",
 # "ROCm0 KV buffer size", "Metal compute buffer size"; CUDA_Host is pinned host memory), or CUDA's device count
 _GPU_BUFFER = re.compile(r"\b((?:CUDA|ROCm|Metal|MTL|Vulkan|SYCL|MUSA|CANN)\d*)\s+(?:model |KV |compute |output )?"

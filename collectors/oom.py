@@ -172,13 +172,19 @@ _HEAD = re.compile(
     # "[enforce fail at alloc_cpu.cpp:72] . DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes"
     r"|ran out of memory trying to allocate|cuMemAllocAsync failed to allocate|OOM when allocating tensor"
     r"|DefaultCPUAllocator: (?:not enough memory|can't allocate memory)"
-    # TensorRT's builder and runtime (an ErrorCode::kOUT_OF_MEMORY): "[TRT] [E] 2: [virtualMemoryBuffer.cpp::
-    # resizePhysical::155] Error Code 2: OutOfMemory (no further information)", "Requested amount of GPU memory
-    # (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed."
-    # (its "Device memory is insufficient to use tactic" is a warning: the builder skips the tactic and goes on)
+    # TensorRT's builder and runtime (its error code 2, kINTERNAL_ERROR, naming OutOfMemory): "[TRT] [E] 2:
+    # [virtualMemoryBuffer.cpp::resizePhysical::155] Error Code 2: OutOfMemory (no further information)", "Requested
+    # amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for
+    # allocation to succeed." Not at its warning level ([W]), nor where the builder then skipped a tactic or finished
+    # the engine (VoltaML#15, TensorRT-LLM#493: the tactic's memory was refused, the build went on)
     r"|Error Code 2: OutOfMemory\b|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
     re.IGNORECASE,
 )
+_TRT_OOM = re.compile(r"Error Code 2: OutOfMemory\b"
+                      r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated", re.IGNORECASE)
+_TRT_WENT_ON = re.compile(r"Skipping tactic|Engine generation completed|Engine built in|Serialized engine|"
+                          r"Total Host Persistent Memory|Build(?:ing)? engine (?:completed|finished|successfully)",
+                          re.IGNORECASE)
 _F_REQUESTED = re.compile(rf"(?:Tried|trying) to allocate\s+(?P<v>{SIZE})", re.IGNORECASE)
 _F_TOTAL = re.compile(rf"(?P<v>{SIZE})\s+total capacity|total capac\w*\s+of\s+(?P<v2>{SIZE})", re.IGNORECASE)
 _F_ALREADY = re.compile(rf"(?P<v>{SIZE})\s+already allocated", re.IGNORECASE)
@@ -374,6 +380,13 @@ _RETRIES = re.compile(r"(?:cudaMalloc retries|num_alloc_retries['\"]?)\s*[:=|]\s
 # a prose mention: "OOM occurs", "got an out of memory error", "显存不足"
 _PROSE = re.compile(r"\bOOMs?\b|out[- ]of[- ]memory|显存不足|内存不足|显存溢出|内存溢出|爆显存",
                     re.IGNORECASE | re.ASCII)  # ASCII \b: "显存溢出OOM" (Chinese glued to the word)
+def _stated_not_hedged(line: str) -> bool:
+    """An OOM the line states before any hedge: "ends in out of memory, which could happen because of …" states one;
+    "This can happen if device ran out of memory" only offers it."""
+    hedge = _MAY_HAPPEN.search(line)
+    return hedge is None or any(m.start() < hedge.start() for m in _PROSE.finditer(line))
+
+
 # a cause offered as a possibility, as a tool's warning words it (nvprof's "==21941== Warning: This can happen if device
 # ran out of memory or if a device kernel was stopped due to an assertion."): no OOM that happened
 _MAY_HAPPEN = re.compile(r"\b(?:can|could|may|might) (?:happen|occur|be caused|result) (?:if|when|because|by)\b",
@@ -666,8 +679,8 @@ _QUANT_FLAG = re.compile(r"--quantiz\w*|(?<!\S)-q[= ]\S|--load[-_]format[= ]\S*b
                          # ... or the engine's configuration saying it ("quantization=awq_marlin" in vLLM's banner)
                          r"|\bquantization\s*[=:]\s*['\"]?(?!None\b)\w")
 # models published quantised under a name that says no quantisation: gpt-oss (MXFP4), DeepSeek-V3/R1 and Kimi-K2
-# (FP8): as published is not 16-bit
-_PUBLISHED_QUANTISED = re.compile(r"gpt-oss|deepseek-(?:v3|r1)|kimi-k2", re.IGNORECASE)
+# (FP8; R1's distills are BF16): as published is not 16-bit
+_PUBLISHED_QUANTISED = re.compile(r"gpt-oss|deepseek-(?:v3|r1)(?![\w.-]*distill)|kimi-k2", re.IGNORECASE)
 _TP = re.compile(
     r"(?:--tensor[-_]parallel[-_]size|--tp[-_]size|--tp|-tp|tensor_parallel_size|--num[-_]shard|tp_size)"
     r"\s*[=\s]\s*(?P<n>\d+)|\bTP\s?(?P<m>\d+)\b"
@@ -1178,6 +1191,7 @@ class OomParser:
         self._bal_left = 0  # lines still expected to carry an SGLang balance check's figures
         self._bal_event: OomEvent | None = None
         self._disk_exhausted = False  # a ResourceExhaustedError for disk or quota, not memory
+        self._trt_went_on = False  # TensorRT's builder skipped a tactic or finished its engine after a memory error
         self._wrapped = ""  # a framework message cut at a line break ("… stored in KV cache (" / "3984)."), held
 
     # -- feeding ----------------------------------------------------------------------------
@@ -1316,6 +1330,11 @@ class OomParser:
                     self.fragmentation_statements.append(m.group(0)[:160])
         if not any(w in low for w in _TRIGGERS) and not any(w in line for w in ("显存", "内存")):
             return
+        if ("tactic" in low or "engine" in low) and _TRT_WENT_ON.search(line):
+            self._trt_went_on = True
+            return
+        if "[w]" in low and _TRT_OOM.search(line):
+            return  # TensorRT's warning level: a tactic's allocation refused while it chooses among them
         if "exhausted" in low and _NOT_MEMORY_EXHAUSTED.search(line):
             self._disk_exhausted = True
             return
@@ -1346,7 +1365,7 @@ class OomParser:
             if not _needs_more(line):
                 self._close()
             return
-        if _PROSE.search(line) and not _HINT.search(line) and not _MAY_HAPPEN.search(line):
+        if _PROSE.search(line) and not _HINT.search(line) and _stated_not_hedged(line):
             self._prose.append(self._n)
 
     def _field(self, line: str) -> bool:
@@ -1507,6 +1526,8 @@ class OomParser:
         events = list(self._events)
         if self._disk_exhausted:  # TensorFlow raised it for a full disk or a quota: its class alone says no OOM
             events = [e for e in events if not _class_only(e)]
+        if self._trt_went_on:  # TensorRT's builder skipped a tactic for want of memory and went on: no failure
+            events = [e for e in events if not _TRT_OOM.search(e.message or "")]
         problems: list[str] = []
         prose = 0
         if not events and self._prose:

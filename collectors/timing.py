@@ -415,6 +415,7 @@ class TimingParser:
         # bracket-labelled stage times of the breakdowns whose total they add up to, and the open block's lines
         self._labelled_spans: dict[str, Series] = {}
         self._block: list[tuple[str, float, str]] = []
+        self._block_startup: list[bool] = []  # whether each held stage is a start-up's step
         self.tables: list[Table] = []
         self.usage = Usage()
         self.prose_ttft = Series()
@@ -571,21 +572,28 @@ class TimingParser:
         if m is None:
             return False
         label = " ".join(m.group("label").split())
-        if _STARTUP_LABEL.search(label):
-            return False  # a start-up's progress ("Download weights ........ done [120.4s]"): no request's stage
-        return self._block_line(label, to_ms(float(m.group("v")), m.group("u")), line)
+        return self._block_line(label, to_ms(float(m.group("v")), m.group("u")), line,
+                                startup=bool(_STARTUP_LABEL.search(label)))
 
-    def _block_line(self, label: str, ms: float, line: str) -> bool:
+    def _block_line(self, label: str, ms: float, line: str, startup: bool = False) -> bool:
         """One line of a breakdown printed a stage a line: a stage is held; the total closes the block where the
-        stages held add up to it."""
+        stages held add up to it, unless every stage is a start-up's step (downloading, loading, building: a
+        start-up's progress, "Download weights ........ done [120.4s]", no request's stages)."""
         if not _TOTAL_LABEL.search(label):
             self._block.append((normalize_stage(label), ms, line))
+            self._block_startup.append(startup)
             if len(self._block) > MAX_BLOCK:
                 self._replay(self._block.pop(0)[2])
+                self._block_startup.pop(0)
             return True
+        if self._block_startup and all(self._block_startup):
+            block, self._block, self._block_startup = self._block, [], []
+            for _, _, held in block:
+                self._replay(held)
+            return False
         # the total closes a breakdown only where its stages add up to it (bevdet's do exactly); lines that compare
         # things ("[PyTorch] … [TensorRT] … [Total] …", "[Rank 0] … [Rank 1] …") do not, and stay calls' timings
-        block, self._block = self._block, []
+        block, self._block, self._block_startup = self._block, [], []
         parts = sum(v for _, v, _ in block)
         if len({stage for stage, _, _ in block}) >= 2 and ms > 0 and abs(parts - ms) <= SUM_SLACK * ms:
             for stage, v, _ in block:
@@ -844,7 +852,7 @@ class TimingParser:
     def records(self) -> TimingRecords:
         self._end_table()
         self._close_aligned()
-        block, self._block = self._block, []
+        block, self._block, self._block_startup = self._block, [], []
         for _, _, held in block:  # stage lines no total closed: timed calls
             self._replay(held)
         untagged, spans = self.untagged, self.spans

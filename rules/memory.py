@@ -489,7 +489,8 @@ class OomRuntimePeak(Rule):
     activation, whatever else is known: weights load tensor by tensor. Vetoed when the weights alone
     reach MEM001's ``weights_share``, another process holds MEM004's ``external_share``, or the
     request would have fit in a large reserved-but-unallocated pool (MEM003's bars); those rules'
-    thresholds are read as configured, so one override moves both. Where the device was full (under 1 % free)
+    thresholds are read as configured, so one override moves both. Where the device was full (less free than
+    asked, or under ``full_share`` of it)
     while PyTorch's tensors held under ``unaccounted_share`` of it and the message names no reservation (the
     cudaMallocAsync backend's), the rest is in no tensor and the finding says so at ``unaccounted_impact``.
 
@@ -526,6 +527,7 @@ class OomRuntimePeak(Rule):
         high_utilization: float = 0.9  # vLLM gpu_memory_utilization above this leaves little outside KV cache
         huge_request_share: float = 0.25  # one allocation of a quarter of the device is no weight tensor
         unaccounted_share: float = 0.5  # tensors under half of a full device, nothing said of the rest: not sure
+        full_share: float = 0.02  # a device with under 2 % free (or less than asked) is full: its free is scraps
         unaccounted_impact: float = 0.55  # ... then the peak is one candidate among the holders of the rest
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
@@ -680,7 +682,8 @@ class OomRuntimePeak(Rule):
         # batch's working set is one reading of it; the allocator's cached pool or another holder are others
         unaccounted = (m.total and m.allocated is not None and m.reserved is None and m.free is not None
                        and alloc_share is not None and alloc_share < t.unaccounted_share
-                       and m.free < 0.01 * m.total and not (pool or slots or by_cap or by_request))
+                       and m.free < max(m.requested or 0.0, t.full_share * m.total)
+                       and not (pool or slots or by_cap or by_request))
         if unaccounted:
             impact, conf = t.unaccounted_impact, Confidence.THIN  # one reading of three: too little to tell
             parts.append(f"PyTorch's tensors held only {pct(alloc_share or 0.0)} of the device when it was full: the "
@@ -1364,10 +1367,14 @@ class ReservedGrowsAllocatedFlat(Rule):
     the device out (triton-lang/triton#11661: 16 MiB allocated, 12.3 GiB reserved, 0 free on a 6 GiB card, then
     an OOM the largest shape alone never hit).
 
-    How it decides: the growths above over at least three readings; impact ``impact_oom`` with an out-of-memory
-    error in the evidence (the reserve is why it failed), else ``impact`` (it will fail, or starve a neighbour).
+    How it decides: the growths above, from the second reading (the first may come before the first step, whose peak
+    the cache then keeps: warm-up), with the reserve rising in at least ``min_rise_share`` of the readings after it;
+    impact ``impact_oom`` with an out-of-memory error in the evidence (the reserve is why it failed), else ``impact``
+    (it will fail, or starve a neighbour). Measured where it ran the device out (an OOM, or at most ``full_free``
+    left free at the last reading), else correlated.
 
-    Evidence: mem.readings_count, mem.readings_reserved_growth_bytes, mem.readings_allocated_growth_bytes,
+    Evidence: mem.readings_count, mem.readings_rises, mem.readings_reserved_growth_bytes,
+    mem.readings_allocated_growth_bytes,
     mem.readings_reserved_first_bytes, mem.readings_reserved_last_bytes; optionally mem.readings_allocated_last_bytes,
     mem.readings_free_last_bytes, mem.oom_count.
 
@@ -1381,8 +1388,9 @@ class ReservedGrowsAllocatedFlat(Rule):
     code = "MEM015"
     name = "reserve-grows-allocated-flat"
     category = Category.OOM_FRAGMENTATION
-    requires = ("mem.readings_count", "mem.readings_reserved_growth_bytes", "mem.readings_allocated_growth_bytes",
-                "mem.readings_reserved_first_bytes", "mem.readings_reserved_last_bytes")
+    requires = ("mem.readings_count", "mem.readings_rises", "mem.readings_reserved_growth_bytes",
+                "mem.readings_allocated_growth_bytes", "mem.readings_reserved_first_bytes",
+                "mem.readings_reserved_last_bytes")
     optional = ("mem.readings_allocated_last_bytes", "mem.readings_free_last_bytes", "mem.oom_count")
 
     @dataclass(frozen=True)
@@ -1392,19 +1400,25 @@ class ReservedGrowsAllocatedFlat(Rule):
         max_allocated_share: float = 0.1  # the tensors grew by a tenth of that at most: the reserve, not the work
         impact: float = 0.6  # growth that has not failed yet: it will, or starves another process
         impact_oom: float = 0.85  # with an OOM in the evidence: the reserve is why it failed
+        min_rise_share: float = 0.5  # the reserve rose in half the readings or more: it keeps growing, not one step
+        full_free: float = 256 * MIB  # a quarter GiB or less free at the last reading: the device ran out
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         grew = float(ev.value("mem.readings_reserved_growth_bytes") or 0.0)
         tensors = float(ev.value("mem.readings_allocated_growth_bytes") or 0.0)
         first = float(ev.value("mem.readings_reserved_first_bytes") or 0.0)
         last = float(ev.value("mem.readings_reserved_last_bytes") or 0.0)
-        if grew < t.min_growth or last < t.min_multiple * max(first, 1.0) or tensors > t.max_allocated_share * grew:
-            return None
         n = ev.value("mem.readings_count") or 0.0
+        rises = ev.value("mem.readings_rises") or 0.0
+        if grew < t.min_growth or last < t.min_multiple * max(first, 1.0) or tensors > t.max_allocated_share * grew \
+                or rises < t.min_rise_share * max(n - 2, 1):
+            return None
         allocated = ev.value("mem.readings_allocated_last_bytes")
         free = ev.value("mem.readings_free_last_bytes")
         oom = (ev.value("mem.oom_count", 0.0) or 0.0) > 0
-        msg = (f"Over {n:,.0f} readings the program printed, reserved memory grew from {size(first)} to {size(last)} "
+        full = oom or (isinstance(free, int | float) and free <= t.full_free)
+        msg = (f"Over {n:,.0f} readings the program printed, reserved memory grew from {size(first)} (its second "
+               f"reading) to {size(last)}, rising in {rises:,.0f} of them, "
                f"while allocated memory grew by {size(tensors)}"
                + (f" (last {size(float(allocated))})" if isinstance(allocated, int | float) else "")
                + (f", {size(float(free))} left free" if isinstance(free, int | float) else "")
@@ -1412,7 +1426,7 @@ class ReservedGrowsAllocatedFlat(Rule):
                "them." + (" That reserve is what the out-of-memory error ran into." if oom else ""))
         return self.finding(
             severity=Severity.CRITICAL if oom else Severity.MAJOR,
-            confidence=Confidence.MEASURED,
+            confidence=Confidence.MEASURED if full else Confidence.CORRELATED,
             title="The allocator's reserve grows while the tensors do not",
             message=msg,
             impact=t.impact_oom if oom else t.impact,

@@ -50,8 +50,8 @@ class CopyDominatedGpuTime(Rule):
 
     How it decides: ``copy.time_share`` ≥ ``min_share`` and the copies add up to at least
     ``min_copy_ms`` (a copy of a few microseconds in a compute-bound trace is not the bottleneck,
-    however its share of a tiny capture looks), unless more than ``max_device_share`` of the copy time is
-    device-to-device (``copy.d2d_time_ms``: copies within the GPU's own memory cross no PCIe). "Many small
+    however its share of a tiny capture looks), both counting host↔device copies alone: device-to-device and
+    peer-to-peer time (``copy.d2d_time_ms``, ``copy.p2p_time_ms``) cross no host link and are taken off. "Many small
     copies" when ``copy.count`` ≥ ``many_copies`` and ``copy.mean_bytes`` < ``small_copy_bytes``. Impact is the
     copy share. When an Nsight timeline was read (``copy.exposed_share`` present) this rule stands aside:
     GPU101 judges the copies knowing their overlap with kernels and their memory kind.
@@ -77,6 +77,7 @@ class CopyDominatedGpuTime(Rule):
         "copy.h2d_time_ms",
         "copy.d2h_time_ms",
         "copy.d2d_time_ms",
+        "copy.p2p_time_ms",
         "copy.h2d_bytes",
         "copy.d2h_bytes",
         "copy.count",
@@ -95,18 +96,20 @@ class CopyDominatedGpuTime(Rule):
         many_copies: float = 100.0  # a hundred copies or more: per-copy latency (≈ 10 µs) adds up
         small_copy_bytes: float = 64 * 1024  # under 64 KiB a copy is latency-bound, not bandwidth-bound
         both_ways: float = 0.3  # DtoH and HtoD within ~3× of each other: the same data likely goes and returns
-        max_device_share: float = 0.5  # half the copy time or more device-to-device: no host↔device transfer
 
     def check(self, ev: EvidenceSet, t: Thresholds) -> Finding | None:
         if "copy.exposed_share" in ev:
             return None  # a timeline was read: GPU101 judges the copies, knowing overlap and memory kind
         share = ev.value("copy.time_share", 0.0) or 0.0
         copy_ms = ev.value("copy.time_ms", 0.0) or 0.0
+        # copies within the device's memory, or between GPUs, cross no host link (sonots/cumo#35: 3 M DtoD of 1.4 µs):
+        # the host↔device part alone is judged, its share of the GPU's busy time as much as the whole copy time's
+        inside = (ev.value("copy.d2d_time_ms", 0.0) or 0.0) + (ev.value("copy.p2p_time_ms", 0.0) or 0.0)
+        if inside and copy_ms > 0:
+            share *= max(0.0, copy_ms - inside) / copy_ms
+            copy_ms = max(0.0, copy_ms - inside)
         if share < t.min_share or copy_ms < t.min_copy_ms:
             return None
-        d2d = ev.value("copy.d2d_time_ms", 0.0) or 0.0
-        if d2d > t.max_device_share * copy_ms:
-            return None  # copies within the device's memory: no PCIe crossed (sonots/cumo#35: 3 M DtoD of 1.4 µs)
         kern = ev.value("gpu.kernel_time_ms")
         h2d = ev.value("copy.h2d_time_ms")
         d2h = ev.value("copy.d2h_time_ms")

@@ -1336,3 +1336,17 @@ def test_what_a_review_found_in_the_host_spin_and_tokenizer_vetoes() -> None:
     # a title that is a paragraph: the time in another sentence does not keep the tokenizer's config
     assert "preprocess" not in names("Responses are cut off. I edited tokenizer_config.json and the chat_template, "
                                      "still the same. Latency is 9 s per request.")
+
+
+def test_what_a_second_review_found_in_the_prompt_number_and_load_flag_readings() -> None:
+    """A prompt's length after "processing prompt" is no item number; a load generator's cap bounds its rate of inf,
+    and a concurrency range is read at its upper end."""
+    from diagnose.collectors.claims import _concepts_in
+
+    assert "prefill" in {n for _, _, n in _concepts_in("processing prompt 8192 tokens takes 12 seconds")}
+    assert "prefill" in {n for _, _, n in _concepts_in("processing prompts 8k tokens long takes 12 seconds")}
+    assert "prefill" not in {n for _, _, n in _concepts_in("Finished processing prompt 2 at 13:44:00")}
+    for command, load in (("$ python benchmarks/benchmark_serving.py --request-rate inf --max-concurrency 1", 1.0),
+                          ("$ perf_analyzer -m model --concurrency-range 1:8", 8.0),
+                          ("$ vllm bench serve --request-rate inf --num-prompts 100", float("inf"))):
+        assert _report(command).get("report.load_concurrency") == load, command

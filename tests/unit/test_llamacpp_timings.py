@@ -171,3 +171,14 @@ def test_a_long_prompts_prefill_alone_is_the_floor_of_its_first_token() -> None:
     short = "prompt eval time = 220.67 ms / 267 tokens (0.84 ms per token, 1186.14 tokens per second)\n"
     res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(short.encode())))  # type: ignore[arg-type]
     assert "TTF001" not in {x.code for x in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]}
+
+
+def test_a_sentence_that_starts_with_draft_is_no_label() -> None:
+    p = LlamaTimingParser()
+    for line in ("The draft model is not involved here",
+                 "llama_print_timings:      sample time =    6200.00 ms /   300 runs   (   20.67 ms per token)",
+                 "llama_print_timings: prompt eval time =     900.00 ms /    94 tokens",
+                 "llama_print_timings:        eval time =    3000.00 ms /   300 runs",
+                 "llama_print_timings:       total time =   10100.00 ms"):
+        p.feed(line)
+    assert len(p.result().generations) == 1

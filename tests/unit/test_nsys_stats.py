@@ -231,3 +231,20 @@ def test_a_kernel_name_wrapped_by_the_terminal_and_copies_within_the_device() ->
     h2d = _ev_lines([line.replace("DtoD", "HtoD") for line in lines])
     got = EvidenceSet(Evidence(k, v, "", "t") for k, v in h2d.items())
     assert "XFR001" in {f.code for f in run_rules(got, rules=RULES)[0]}
+
+
+def test_device_to_device_time_is_taken_off_the_host_device_share() -> None:
+    """A second review's repro: kernels 700 ms, HtoD 160 ms, DtoD 140 ms: host↔device copies are 19 % of the GPU's
+    busy time, under XFR001's bar, though all copies together are 30 %."""
+    from diagnose.model import Evidence, EvidenceSet
+    from diagnose.rules.engine import run_rules
+    from diagnose.rules.registry import RULES
+
+    ev = _ev_lines([
+        "            Type  Time(%)      Time     Calls       Avg       Min       Max  Name",
+        " GPU activities:   70.00%  700.00ms      1000  700.00us  600.00us  800.00us  gemm_kernel",
+        "                   16.00%  160.00ms       100  1.6000ms  1.5000ms  1.7000ms  [CUDA memcpy HtoD]",
+        "                   14.00%  140.00ms    100000  1.4000us  1.2000us  2.0000us  [CUDA memcpy DtoD]",
+    ])
+    got = EvidenceSet(Evidence(k, v, "", "t") for k, v in ev.items())
+    assert "XFR001" not in {f.code for f in run_rules(got, rules=RULES)[0]}

@@ -978,3 +978,24 @@ def test_sglangs_weight_load_line_measures_the_weights() -> None:
             "avail mem=3.64 GB, mem usage=18.82 GB.\n")
     ev = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(line.encode()))).evidence)  # type: ignore[arg-type]
     assert ev.value("mem.weights_bytes") == int(18.82 * 2**30)
+
+
+def test_what_a_second_review_found_in_the_oom_readings() -> None:
+    """An OOM stated before a hedge is stated ("ends in out of memory, which could happen because of the weights");
+    TensorRT's warning-level refusal and a build that skipped the tactic and went on are no OOM."""
+    said = ("Loading Llama-2-70B in fp16 on one RTX 4090 (24 GB) ends in out of memory, which could happen because "
+            "of the weights.")
+    ev = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(said.encode()))).evidence)  # type: ignore[arg-type]
+    assert ev.value("mem.oom_count") == 1
+    for text in ("[05/15/2024-14:03:05] [TRT] [W] Requested amount of GPU memory (17179869184 bytes) could not be "
+                 "allocated. There may not be enough free memory for allocation to succeed.",
+                 "[05/15/2024-14:03:05] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: "
+                 "OutOfMemory (no further information)\n[05/15/2024-14:03:05] [TRT] [W] Skipping tactic 3 due to "
+                 "insufficient memory on requested size of 17179869184 detected for tactic 0x0000000000000004.\n"
+                 "[05/15/2024-14:05:40] [TRT] [I] Engine generation completed in 155.2 seconds."):
+        ev = EvidenceSet(loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode()))).evidence)  # type: ignore[arg-type]
+        assert "mem.oom_count" not in ev, text
+    # a model named a DeepSeek-R1 distill is published in BF16: its launch loads it as published
+    from diagnose.collectors.oom import _PUBLISHED_QUANTISED
+    assert _PUBLISHED_QUANTISED.search("deepseek-ai/DeepSeek-R1") and not _PUBLISHED_QUANTISED.search(
+        "deepseek-ai/DeepSeek-R1-Distill-Llama-70B")

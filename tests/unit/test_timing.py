@@ -597,3 +597,14 @@ def test_a_sweeps_prompt_lengths_in_thousands_and_a_dataframes_index_are_read() 
         (t,) = p.records().tables
         got = analyze_table(t)
         assert isinstance(got, PromptSweep) and got.longest_tokens in (32000, 8192), (text, got)
+
+
+def test_one_start_up_word_among_a_requests_stages_keeps_the_breakdown() -> None:
+    """A second review's repro: "Audio loading" is a request's step beside its others; only a block whose every stage
+    is a start-up's (download, load, build) is a start-up's progress."""
+    text = ("├── Audio loading ........ done [2.10s]\n├── Feature extraction ........ done [0.40s]\n"
+            "├── Inference ........ done [0.40s]\n└── Postprocess ........ done [0.15s]\nTotal request time: 3.05s")
+    p = TimingParser()
+    for line in clean_lines(text.splitlines()):
+        p.feed(line)
+    assert {"compute", "postprocess"} <= set(p.records().spans)

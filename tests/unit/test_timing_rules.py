@@ -278,3 +278,12 @@ def test_a_prompt_sweep_under_concurrent_load_is_no_prefill_finding() -> None:
     for before in ("Benchmark with 64 concurrent clients.", "$ python bench.py --max-concurrency 64 --num-prompts 640",
                    "$ vllm bench serve --request-rate inf --num-prompts 1000"):
         assert "TTF001" not in codes(before + "\n" + PROMPT_SWEEP), before
+
+
+def test_a_serial_sweep_capped_at_one_in_flight_stays_a_prefill_sweep() -> None:
+    """A second review's repro: "--request-rate inf --max-concurrency 1" runs the prompts one at a time."""
+    from tests.unit.test_timing import PROMPT_SWEEP
+
+    text = "$ python benchmarks/benchmark_serving.py --request-rate inf --max-concurrency 1\n" + PROMPT_SWEEP
+    res = loose.analyze_stream("t", io.BufferedReader(io.BytesIO(text.encode())))  # type: ignore[arg-type]
+    assert "TTF001" in {f.code for f in run_rules(EvidenceSet(res.evidence), rules=RULES)[0]}
