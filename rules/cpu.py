@@ -104,7 +104,8 @@ class CpuPreprocessing(Rule):
     cpu.forward_share, proc.cpu_cores_used, cpu.active_samples, cpu.profile_total_s.
 
     A pasted cProfile / pstats table gives the same shares (``diagnose.derive.pstats_table``): the profiled
-    thread's time by activity, a DataLoader's fetch or a tokenizer's cumulative time counted whole.
+    thread's time by activity, a DataLoader's fetch or a tokenizer's cumulative time counted whole; so does a pasted
+    ``py-spy top`` view (``diagnose.derive.pyspy_top``), its functions' own and total times.
 
     When the hottest pre-processing frames (``cpu.top.preprocess``) that tokenise or detokenise
     text are at least ``text_share`` of the pre-processing, the finding says so and gives the text

@@ -1358,8 +1358,8 @@ class ReservedGrowsAllocatedFlat(Rule):
     """The allocator's reserve grows over the run while the tensors it holds do not.
 
     What it detects: readings the program printed over its run (``allocated=16 MiB reserved=12564 MiB``, a line each;
-    ``diagnose.collectors.memtrace``) where reserved memory rose by at least ``min_growth`` and ``min_multiple`` ×
-    its first reading, while allocated memory rose by at most ``max_allocated_share`` of that: each new block
+    ``diagnose.collectors.memtrace``) where reserved memory rose by at least ``min_growth`` and to ``min_multiple`` ×
+    its second reading, while allocated memory rose by at most ``max_allocated_share`` of that: each new block
     size (a benchmark's next shape, a request's new length) took a fresh segment and the cached ones could not
     serve it.
 

@@ -40,8 +40,8 @@ _BATCH = Fix(
 class CopyDominatedGpuTime(Rule):
     """Host↔device copies take a large share of the GPU's busy time.
 
-    What it detects: in an ``nsys stats`` summary, memcpy time (HtoD + DtoH + DtoD, memset
-    excluded) is a large share of memcpy + kernel time; notes many small copies, pageable-memory
+    What it detects: in an ``nsys stats`` (or nvprof) summary, host↔device memcpy time (HtoD + DtoH; memset,
+    DtoD and peer-to-peer excluded) is a large share of memcpy + kernel time; notes many small copies, pageable-memory
     async copies and host time blocked in synchronising calls.
 
     Why it matters: a copy over PCIe (≈ 25 GB/s on gen4 x16, far less from pageable memory) often

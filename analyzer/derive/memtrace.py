@@ -4,8 +4,9 @@ Evidence (at least ``MIN_READINGS`` readings): ``mem.readings_count``, ``mem.rea
 rose from the one before); ``mem.readings_reserved_first_bytes`` (of the second reading: the first may come before the
 first step, whose peak the cache then keeps),
 ``mem.readings_reserved_last_bytes`` and ``mem.readings_allocated_first_bytes``, ``mem.readings_allocated_last_bytes``;
-``mem.readings_reserved_growth_bytes`` and ``mem.readings_allocated_growth_bytes`` (last less first, the most the
-allocated reading reached counted for allocated: a peak in between is what the reserve served); the last reading's
+``mem.readings_reserved_growth_bytes`` and ``mem.readings_allocated_growth_bytes`` (the last reading less the second,
+the most the allocated reading reached counted for allocated: a peak in between is what the reserve served); the
+last reading's
 ``mem.readings_free_last_bytes`` when printed. MEM015 judges them.
 """
 
