@@ -1245,16 +1245,14 @@ _TIMED_WORK = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|s|sec\w*|seconds?|millisecond
 # CPU core at 100 % while the GPU works ("spin-waits on CUDA synchronization, holding one CPU core at 100% while the
 # GPU is busy", "Auto resolves to spin-waiting" beside CUDA contexts, ninfer#301): the GPU sets the pace; no launch
 # overhead, no threads contending (the core or thread it names is the spinning one)
-_HOST_SPINS = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b",
-                         re.IGNORECASE)
-_ON_THE_DEVICE = re.compile(r"synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b|\bkernels?\b",
-                            re.IGNORECASE)
+_SPIN = r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b"
+_DEVICE = r"synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b|\bkernels?\b"
+_HOST_SPINS = re.compile(_SPIN, re.IGNORECASE)
+_ON_THE_DEVICE = re.compile(_DEVICE, re.IGNORECASE)
 # ... the spin right before what it waits on ("spin-waits on CUDA synchronization", "polling the CUDA stream"), or
 # the spin-wait itself where the clause is about CUDA ("more CPU cores than active CUDA contexts, Auto resolves to
 # spin-waiting"); a concept named outright ("launch overhead dominates", "heavy CPU contention") is never dropped
-_SPIN_ON_DEVICE = re.compile(r"\b(?:spin(?:s|ning)?(?:[- ]?wait\w*)?|busy[- ]?(?:wait|poll)\w*|poll(?:s|ing)?)\b"
-                             r"[^.;,]{0,30}?(?:synchroni[sz]\w*|\bsync\b|\bcuda\w*|\bgpu\b|\bthe device\b"
-                             r"|\bkernels?\b|\bstreams?\b|\bevents?\b)", re.IGNORECASE)
+_SPIN_ON_DEVICE = re.compile(rf"{_SPIN}[^.;,]{{0,30}}?(?:{_DEVICE}|\bstreams?\b|\bevents?\b)", re.IGNORECASE)
 _NAMED_OUTRIGHT = re.compile(r"(?:kernel )?launch (?:overhead|latency)|kernel launch\w*|contention|oversubscri\w*"
                              r"|too many threads", re.IGNORECASE)
 _HOST_WAIT_VETOES = frozenset({"launch", "contention", "cpu_bound", "cores", "threads"})

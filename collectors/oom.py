@@ -148,6 +148,8 @@ class OomResult:
 # the allocator message
 # ---------------------------------------------------------------------------------------------
 
+_TRT_OOM = re.compile(r"Error Code 2: OutOfMemory\b"
+                      r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated", re.IGNORECASE)
 _HEAD = re.compile(
     r"(?P<dev>CUDA|NPU|XPU|HIP|MPS|MUSA|MLU)\s+(?:backend\s+)?out of memory"
     r"|OutOfMemoryError\b"
@@ -177,11 +179,9 @@ _HEAD = re.compile(
     # amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for
     # allocation to succeed." Not at its warning level ([W]), nor where the builder then skipped a tactic or finished
     # the engine (VoltaML#15, TensorRT-LLM#493: the tactic's memory was refused, the build went on)
-    r"|Error Code 2: OutOfMemory\b|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
+    rf"|{_TRT_OOM.pattern}",
     re.IGNORECASE,
 )
-_TRT_OOM = re.compile(r"Error Code 2: OutOfMemory\b"
-                      r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated", re.IGNORECASE)
 _TRT_WENT_ON = re.compile(r"Skipping tactic|Engine generation completed|Engine built in|Serialized engine|"
                           r"Total Host Persistent Memory|Build(?:ing)? engine (?:completed|finished|successfully)",
                           re.IGNORECASE)
@@ -1356,9 +1356,8 @@ class OomParser:
             return
         head = _HEAD.search(line)
         if head and (re.search(r"out of memory|RESOURCE_EXHAUSTED|ALLOC_FAILED|MemoryAllocation|to allocate"
-                               r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating|Error Code 2: OutOfMemory"
-                               r"|could not be allocated", line, re.IGNORECASE)
-                     or re.search(r"OutOfMemoryError\s*[:(]|ResourceExhaustedError", line)):
+                               r"|Cannot allocate|OUT_OF_MEMORY|OOM when allocating", line, re.IGNORECASE)
+                     or re.search(r"OutOfMemoryError\s*[:(]|ResourceExhaustedError", line) or _TRT_OOM.search(line)):
             self._open = OomEvent(kind="allocator", line_no=self._n)
             self._open_text = line
             self._open_lines = 0

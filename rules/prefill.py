@@ -55,6 +55,13 @@ def bench_queue(ev: EvidenceSet) -> str | None:
     return None
 
 
+def _queue_in_evidence(ev: EvidenceSet, t: PrefillBoundTtft.Thresholds) -> bool:
+    """Requests waited for one another: the engine's waiting requests reached ``max_waiting``, or the benchmark
+    queued them (``bench_queue``)."""
+    waiting = ev.value("serving.waiting_max")
+    return (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None
+
+
 class PrefillBoundTtft(Rule):
     """Time to first token is dominated by prefill.
 
@@ -247,9 +254,8 @@ class PrefillBoundTtft(Rule):
         """Long prompts and a slow TTFT with no queue: how long the prefill should take on this model and GPU.
         ``floor``: no TTFT was measured and ``ttft`` is the prefill's own time, which the first token comes after."""
         tokens = ev.value("tokens.input_mean")
-        waiting = ev.value("serving.waiting_max")
         if (tokens is None or ttft is None or tokens < t.min_prompt_tokens or ttft < t.slow_ttft_ms
-                or (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None):
+                or _queue_in_evidence(ev, t)):
             return None
         rate = tokens / (ttft / 1000)
         head = (f"{tokens:,.0f}-token prompts take {_ms(ttft)} to prefill ({rate:,.0f} prompt tokens/s) before their "
@@ -296,9 +302,8 @@ class PrefillBoundTtft(Rule):
         longest, tokens = ev.value("scaling.ttft_prompt_longest_ms"), ev.value("scaling.ttft_prompt_longest_tokens")
         if share is None or r2 is None or longest is None or tokens is None:
             return None
-        waiting = ev.value("serving.waiting_max")
         together = max(ev.value("report.concurrency_max") or 0.0, ev.value("report.load_concurrency") or 0.0)
-        if (waiting is not None and waiting >= t.max_waiting) or bench_queue(ev) is not None or together >= 2:
+        if _queue_in_evidence(ev, t) or together >= 2:
             return None  # requests in flight together: each TTFT holds the others' prefills, a queue
         if share < t.sweep_share or r2 < t.sweep_r2 or longest < t.slow_ttft_ms:
             return None
